@@ -1,0 +1,239 @@
+#include "numerics/round.hpp"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+#include "numerics/round_simd.hpp"
+
+namespace roundoff::numerics {
+
+RoundingPlan::RoundingPlan(const Format& f)
+    : format(f),
+      max_finite(numerics::max_finite(f)),
+      min_normal(numerics::min_normal(f)),
+      qexp_min(f.subnormals ? f.emin - f.precision + 1 : f.emin) {
+  check_valid(f);
+}
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+int msb_index(u128 m) {
+  const auto hi = static_cast<std::uint64_t>(m >> 64);
+  if (hi) return 127 - std::countl_zero(hi);
+  return 63 - std::countl_zero(static_cast<std::uint64_t>(m));
+}
+
+/// The value a format gives when the rounded magnitude exceeds max_finite.
+double overflow_value(const RoundingPlan& plan, Rounding mode, bool neg) {
+  const Format& f = plan.format;
+  const double big = plan.max_finite;
+  bool to_max = f.saturate || f.specials == Specials::None;
+  if (!to_max) {
+    switch (mode) {
+      case Rounding::NearestEven:
+      case Rounding::NearestAway:
+      case Rounding::Stochastic: break;
+      case Rounding::TowardZero:
+      case Rounding::Odd: to_max = true; break;
+      case Rounding::Up: to_max = neg; break;
+      case Rounding::Down: to_max = !neg; break;
+    }
+  }
+  if (to_max) return neg ? -big : big;
+  if (f.specials == Specials::NanOnly) return kNaN;
+  return neg ? -kInf : kInf;
+}
+
+double special_value(const RoundingPlan& plan, double x) {
+  if (std::isnan(x)) return kNaN;
+  // x is ±inf
+  const Format& f = plan.format;
+  if (f.saturate || f.specials == Specials::None) return std::signbit(x) ? -plan.max_finite : plan.max_finite;
+  if (f.specials == Specials::NanOnly) return kNaN;
+  return x;
+}
+
+/// Splits a finite nonzero double into m·2^e with m an integer < 2^53.
+inline void split(double x, std::uint64_t& m, int& e) {
+  std::uint64_t bits = std::bit_cast<std::uint64_t>(x);
+  const int ef = static_cast<int>((bits >> 52) & 0x7FF);
+  m = bits & ((std::uint64_t{1} << 52) - 1);
+  if (ef == 0) {
+    e = -1074;
+  } else {
+    m |= std::uint64_t{1} << 52;
+    e = ef - 1075;
+  }
+}
+
+}  // namespace
+
+double round_parts(const RoundingPlan& plan, Rounding mode, ExactParts v, std::uint64_t draw) {
+  const Format& f = plan.format;
+  if (v.m == 0) return v.neg ? -0.0 : 0.0;  // callers never pass m = 0 with sticky set
+  // Normalise so that the leading bit is bit 120: the sticky part then lies far below any quantum.
+  const int msb = msb_index(v.m);
+  v.m <<= (120 - msb);
+  v.exp -= (120 - msb);
+  const int e = v.exp + 120;  // exponent of the leading bit of the exact value
+  int qexp;
+  if (e >= f.emin) qexp = e - f.precision + 1;
+  else qexp = plan.qexp_min;
+  const long long s = static_cast<long long>(qexp) - v.exp;  // >= 68 by construction
+
+  std::uint64_t q = 0;
+  bool nonzero = v.sticky, above = false, tie = false;
+  std::uint64_t frac64 = 0;  // top 64 bits of the fraction (remainder / 2^s)
+  bool frac_rest = v.sticky;
+  if (s >= 128) {
+    // The whole significand is fraction; m < 2^121 <= 2^(s-1): strictly below half.
+    nonzero = true;
+    if (s < 192) {
+      const int sh = static_cast<int>(s - 64);
+      frac64 = static_cast<std::uint64_t>(v.m >> sh);
+      frac_rest = frac_rest || (v.m & ((u128{1} << sh) - 1)) != 0;
+    } else {
+      frac_rest = true;
+    }
+  } else {
+    const int si = static_cast<int>(s);
+    q = static_cast<std::uint64_t>(v.m >> si);
+    const u128 r = v.m & ((u128{1} << si) - 1);
+    const u128 half = u128{1} << (si - 1);
+    nonzero = nonzero || r != 0;
+    above = r > half || (r == half && v.sticky);
+    tie = r == half && !v.sticky;
+    frac64 = static_cast<std::uint64_t>(r >> (si - 64));
+    frac_rest = frac_rest || (r & ((u128{1} << (si - 64)) - 1)) != 0;
+  }
+
+  bool inc = false;
+  switch (mode) {
+    case Rounding::NearestEven: inc = above || (tie && (q & 1)); break;
+    case Rounding::NearestAway: inc = above || tie; break;
+    case Rounding::TowardZero: inc = false; break;
+    case Rounding::Up: inc = nonzero && !v.neg; break;
+    case Rounding::Down: inc = nonzero && v.neg; break;
+    case Rounding::Odd: inc = nonzero && (q & 1) == 0; break;
+    case Rounding::Stochastic:
+      // P(up) = (frac64 + δ)/2^64 with δ in [0,1): up iff draw < frac64, or draw == frac64 when δ > 0.
+      inc = draw < frac64 || (frac_rest && draw == frac64);
+      break;
+  }
+  q += inc;
+  const double mag = std::ldexp(static_cast<double>(q), qexp);
+  if (mag > plan.max_finite) return overflow_value(plan, mode, v.neg);
+  return v.neg ? -mag : mag;
+}
+
+double round_to(const RoundingPlan& plan, Rounding mode, double x, std::uint64_t draw) {
+  if (!std::isfinite(x)) return special_value(plan, x);
+  if (x == 0) return x;
+  std::uint64_t m;
+  int e;
+  split(x, m, e);
+  return round_parts(plan, mode, ExactParts{std::signbit(x), m, e, false}, draw);
+}
+
+double round_pair_scaled(const RoundingPlan& plan, Rounding mode, double hi, double lo, int scale,
+                         std::uint64_t draw) {
+  if (!std::isfinite(hi) || !std::isfinite(lo)) return round_to(plan, mode, hi + lo, draw);
+  if (hi == 0) {
+    if (lo == 0) return hi;  // signed zero as computed by the caller
+    std::uint64_t m;
+    int e;
+    split(lo, m, e);
+    return round_parts(plan, mode, ExactParts{std::signbit(lo), m, e + scale, false}, draw);
+  }
+  std::uint64_t mh, ml;
+  int eh, el;
+  split(hi, mh, eh);
+  ExactParts v{std::signbit(hi), u128{mh} << 64, eh - 64, false};
+  if (lo != 0) {
+    split(lo, ml, el);
+    const bool same = std::signbit(lo) == std::signbit(hi);
+    const int d = v.exp - el;  // lo = ml·2^el = (ml·2^-d)·2^v.exp
+    u128 part;
+    bool lost = false;
+    if (d <= 0) {
+      part = u128{ml} << (-d);  // |lo| <= 2^eh·2 so this fits below bit 66
+    } else if (d < 128) {
+      part = u128{ml} >> d;
+      lost = (u128{ml} & ((u128{1} << d) - 1)) != 0;
+    } else {
+      part = 0;
+      lost = true;
+    }
+    if (same) {
+      v.m += part;
+      v.sticky = lost;
+    } else {
+      v.m -= part;
+      if (lost) {
+        v.m -= 1;
+        v.sticky = true;
+      }
+    }
+  }
+  v.exp += scale;
+  return round_parts(plan, mode, v, draw);
+}
+
+double round_pair(const RoundingPlan& plan, Rounding mode, double hi, double lo, std::uint64_t draw) {
+  return round_pair_scaled(plan, mode, hi, lo, 0, draw);
+}
+
+double round_to(const Format& f, Rounding mode, double x, std::uint64_t draw) {
+  return round_to(RoundingPlan(f), mode, x, draw);
+}
+
+bool is_representable(const RoundingPlan& plan, double x) {
+  if (std::isnan(x)) return plan.format.specials != Specials::None;
+  if (std::isinf(x)) return plan.format.specials == Specials::Ieee;
+  return round_to(plan, Rounding::TowardZero, x) == x && round_to(plan, Rounding::Up, x) == x;
+}
+
+void round_array(const RoundingPlan& plan, Rounding mode, std::span<const double> src, std::span<double> dst,
+                 StochasticBits bits, std::uint64_t first_index) {
+  if (src.size() != dst.size()) throw std::invalid_argument("round_array: source and destination sizes differ");
+  if (mode == Rounding::Stochastic) {
+    for (std::size_t i = 0; i < src.size(); ++i) dst[i] = round_to(plan, mode, src[i], bits.draw(first_index + i));
+  } else {
+    for (std::size_t i = 0; i < src.size(); ++i) dst[i] = round_to(plan, mode, src[i]);
+  }
+}
+
+namespace {
+void check_float_format(const RoundingPlan& plan) {
+  const Format& f = plan.format;
+  if (f.emax > 127 || min_positive(f) < 0x1p-149)
+    throw std::invalid_argument("round_array(float): format " + name_of(f) + " exceeds the binary32 range");
+}
+}  // namespace
+
+void round_array_portable(const RoundingPlan& plan, Rounding mode, std::span<const float> src,
+                          std::span<float> dst, StochasticBits bits, std::uint64_t first_index) {
+  if (src.size() != dst.size()) throw std::invalid_argument("round_array: source and destination sizes differ");
+  check_float_format(plan);
+  if (simd::round_float_portable(plan, mode, src, dst, bits, first_index)) return;
+  for (std::size_t i = 0; i < src.size(); ++i) {
+    const std::uint64_t draw = mode == Rounding::Stochastic ? bits.draw(first_index + i) : 0;
+    dst[i] = static_cast<float>(round_to(plan, mode, static_cast<double>(src[i]), draw));
+  }
+}
+
+void round_array(const RoundingPlan& plan, Rounding mode, std::span<const float> src, std::span<float> dst,
+                 StochasticBits bits, std::uint64_t first_index) {
+  if (src.size() != dst.size()) throw std::invalid_argument("round_array: source and destination sizes differ");
+  check_float_format(plan);
+  if (simd::round_float_fast(plan, mode, src, dst, bits, first_index)) return;
+  round_array_portable(plan, mode, src, dst, bits, first_index);
+}
+
+}  // namespace roundoff::numerics

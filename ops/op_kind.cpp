@@ -1,0 +1,1 @@
+#include "ops/op_kind.hpp"

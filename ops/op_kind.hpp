@@ -1,0 +1,3 @@
+#pragma once
+/// \file op_kind.hpp
+/// The transformer ops roundoff knows, listed once.

@@ -1,0 +1,21 @@
+#pragma once
+/// \file commands.hpp
+/// The `roundoff` subcommands. Each add_*_command registers one subcommand with its options, help text and
+/// examples; main.cpp calls them in order. Errors are reported by throwing CliError (one line, exit code 2).
+#include <CLI/CLI.hpp>
+#include <stdexcept>
+#include <string>
+
+namespace roundoff::cli {
+
+/// A user error: printed as one line "roundoff <cmd>: <message>", exit status 2.
+struct CliError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void add_formats_command(CLI::App& app);
+void add_round_command(CLI::App& app);
+void add_arith_command(CLI::App& app);
+void add_demo_command(CLI::App& app);
+
+}  // namespace roundoff::cli
