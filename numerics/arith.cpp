@@ -85,7 +85,7 @@ double fma(const RoundingPlan& p, Rounding m, double a, double b, double c, std:
   two_prod(a, b, hi, lo);
   if (lo == 0 && std::isfinite(hi) && std::fabs(hi) >= 0x1p-960) return add(p, m, hi, c, draw);
   // The product needs more than 53 bits (or leaves binary64): MPFR at p+2 bits, toward zero, then one rounding.
-  Mpfr ma(53), mb(53), mc(53), y(p.format.precision + 2);
+  Mpfr ma(53), mb(53), mc(53), y(rz_precision(p, m));
   mpfr_set_d(ma, a, MPFR_RNDN);
   mpfr_set_d(mb, b, MPFR_RNDN);
   mpfr_set_d(mc, c, MPFR_RNDN);
@@ -160,7 +160,7 @@ bool sigmoid_rz(mpfr_ptr y, double x) {
 
 double elementary_mpfr(const RoundingPlan& p, Rounding m, Elementary f, double x, std::uint64_t draw) {
   if (std::isnan(x)) return kNaN;
-  Mpfr y(p.format.precision + 2), xm(53);
+  Mpfr y(rz_precision(p, m)), xm(53);
   mpfr_set_d(xm, x, MPFR_RNDN);
   int t = 0;
   switch (f) {

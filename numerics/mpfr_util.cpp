@@ -46,7 +46,7 @@ double round_from_rz(const RoundingPlan& plan, Rounding mode, mpfr_srcptr y, boo
 }
 
 double parse_and_round(const RoundingPlan& plan, Rounding mode, const std::string& text, std::uint64_t draw) {
-  Mpfr y(plan.format.precision + 2);
+  Mpfr y(rz_precision(plan, mode));
   char* end = nullptr;
   const int t = mpfr_strtofr(y, text.c_str(), &end, 0, MPFR_RNDZ);
   if (text.empty() || end == nullptr || *end != '\0')

@@ -29,6 +29,13 @@ class Mpfr {
 /// as parts for round_parts. y must be finite and nonzero; precision(y) <= 120.
 ExactParts parts_from_mpfr(mpfr_srcptr y, bool inexact);
 
+/// Working precision for an MPFR value rounded toward zero that is then rounded once to the plan's format:
+/// p+2 bits suffice for every deterministic mode (round-to-odd argument: truncation plus a sticky bit);
+/// stochastic rounding needs the fraction to 64 bits, hence p+66.
+inline mpfr_prec_t rz_precision(const RoundingPlan& plan, Rounding mode) {
+  return plan.format.precision + (mode == Rounding::Stochastic ? 66 : 2);
+}
+
 /// Rounds r to the plan's format, given y = round-toward-zero of r at a precision >= p+2 (unbounded exponent)
 /// and whether it was inexact. Handles zero, inf and NaN in y.
 double round_from_rz(const RoundingPlan& plan, Rounding mode, mpfr_srcptr y, bool inexact, std::uint64_t draw);
