@@ -1,0 +1,536 @@
+// Bit-exact SIMD GEMM kernels (see gemm_kernels.hpp for the contract and the exactness argument).
+#include "numerics/gemm_kernels.hpp"
+
+// GCC 12's AVX-512 intrinsics build their pass-through operands from _mm512_undefined_*(), which
+// -Wmaybe-uninitialized reports once inlined (a known false positive of the header).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "numerics/arith.hpp"
+
+namespace roundoff::numerics::kernels {
+namespace {
+
+#define ROUNDOFF_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,f16c")))
+#define ROUNDOFF_AVX512FP16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,f16c,avx512fp16")))
+#define ROUNDOFF_INLINE __attribute__((always_inline)) inline
+
+std::atomic<bool> g_enabled{true};
+std::atomic<Isa> g_limit{Isa::Avx512Fp16};
+
+enum class Acc : std::uint8_t { Fp16, Bf16, Fp32 };
+
+struct Plan {
+  Acc acc;
+  std::size_t block;  ///< 0 = sequential; else block size, block sums combined in fp32
+};
+
+std::optional<Acc> acc_of(const Format& f) {
+  if (f == formats::fp16) return Acc::Fp16;
+  if (f == formats::bf16) return Acc::Bf16;
+  if (f == formats::fp32) return Acc::Fp32;
+  return std::nullopt;
+}
+
+std::optional<Plan> plan_for(const Accumulation& a) {
+  if (a.rounding != Rounding::NearestEven || a.promote_every != 0 || a.adder.group != 0) return std::nullopt;
+  // Unfused with an fp32/fp64 product format rounds nothing: every product the kernels accept is exact in fp32.
+  if (!a.fused && !(a.product_format == formats::fp32 || a.product_format == formats::fp64)) return std::nullopt;
+  const auto acc = acc_of(a.format);
+  if (!acc) return std::nullopt;
+  switch (a.order) {
+    case Order::Sequential:
+      return Plan{*acc, 0};
+    case Order::Blocked:
+      if (a.block <= 0 || !(a.outer_format == formats::fp32)) return std::nullopt;
+      return Plan{*acc, static_cast<std::size_t>(a.block)};
+    case Order::Reverse:
+    case Order::Pairwise:
+    case Order::Kahan:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+constexpr std::uint16_t kNegZeroHalf = 0x8000;
+constexpr std::size_t kPanel = 64;  ///< columns per packed B panel
+constexpr std::size_t kMr = 4;      ///< rows per micro-tile
+
+/// Input classes: 0 = no kernel; 1 = products exact in fp32 (≤ 12 bits, 2^-63 <= |x| < 2^63, or 0/inf/NaN);
+/// 2 = additionally an fp16 value.
+int classify_input(double x) {
+  std::uint64_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  const int e = static_cast<int>((bits >> 52) & 0x7FF);
+  const std::uint64_t m = bits & ((std::uint64_t{1} << 52) - 1);
+  if (e == 0x7FF) return 2;        // inf, NaN
+  if (e == 0) return m == 0 ? 2 : 0;  // ±0; binary64 subnormals are far below 2^-63
+  const int E = e - 1023;
+  if (E < -63 || E > 62) return 0;
+  if ((m & ((std::uint64_t{1} << 41) - 1)) != 0) return 0;  // more than 12 significant bits
+  if (E > 15 || E < -24) return 1;
+  const int frac_bits = E >= -14 ? 10 : E + 24;  // fraction bits an fp16 value keeps at this exponent
+  return (m & ((std::uint64_t{1} << (52 - frac_bits)) - 1)) == 0 ? 2 : 1;
+}
+
+/// Initial-C classes: 0 = not a binary32 value; 1 = binary32; 2 = fp16 value.
+int classify_c(double x) {
+  if (std::isnan(x)) return 2;
+  const float f = static_cast<float>(x);
+  if (static_cast<double>(f) != x) return 0;
+  if (std::isinf(x) || x == 0) return 2;
+  int E = 0;
+  (void)std::frexp(x, &E);
+  --E;  // x = 1.f·2^E
+  if (E > 15 || E < -24) return 1;
+  const int frac_bits = E >= -14 ? 10 : E + 24;
+  const double scaled = std::ldexp(x, frac_bits - E);
+  return scaled == std::nearbyint(scaled) ? 2 : 1;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// fp32-lane kernels (AVX-512 F): one step s ← round_acc(s + a·b) on 16 lanes.
+
+ROUNDOFF_AVX512 ROUNDOFF_INLINE __m512 round_bf16_rne(__m512i t) {
+  const __m512 tf = _mm512_castsi512_ps(t);
+  const __mmask16 nan = _mm512_cmp_ps_mask(tf, tf, _CMP_UNORD_Q);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(t, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(t, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
+  r = _mm512_mask_mov_epi32(r, nan, t);  // NaNs here are quiet (bit 22 set): masking keeps them NaN
+  return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
+template <Acc acc>
+ROUNDOFF_AVX512 ROUNDOFF_INLINE __m512 mac(__m512 a, __m512 b, __m512 s) {
+  if constexpr (acc == Acc::Fp32) {
+    return _mm512_fmadd_ps(a, b, s);
+  } else {
+    // Round to odd: when the sum is inexact, rd and ru are adjacent and exactly one of them is odd (overflow:
+    // ±max, not ±inf); when exact, ru carries IEEE's sign of an exact zero sum (+0 unless both are −0).
+    const __m512 rd = _mm512_fmadd_round_ps(a, b, s, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    const __m512 ru = _mm512_fmadd_round_ps(a, b, s, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
+    const __mmask16 inexact = _mm512_cmp_ps_mask(rd, ru, _CMP_NEQ_UQ);
+    const __mmask16 take_rd = _mm512_mask_test_epi32_mask(inexact, _mm512_castps_si512(rd), _mm512_set1_epi32(1));
+    const __m512i t = _mm512_castps_si512(_mm512_mask_mov_ps(ru, take_rd, rd));
+    if constexpr (acc == Acc::Fp16) {
+      return _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_castsi512_ps(t), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    } else {
+      return round_bf16_rne(t);
+    }
+  }
+}
+
+/// One MR×32 tile: rows Ap[r·lda + k], B panel columns Bp[k·ldb + 0..31], initial sums in/out tile[r·ldt + c].
+/// block == 0: sequential; else block sums restart at −0 every `block` terms and are added to the fp32 total.
+template <Acc acc, std::size_t MR>
+ROUNDOFF_AVX512 void tile_f32(const float* Ap, std::size_t lda, const float* Bp, std::size_t ldb, std::size_t K,
+                              std::size_t block, float* tile, std::size_t ldt) {
+  __m512 s[MR][2];
+  for (std::size_t r = 0; r < MR; ++r) {
+    s[r][0] = _mm512_loadu_ps(tile + r * ldt);
+    s[r][1] = _mm512_loadu_ps(tile + r * ldt + 16);
+  }
+  if (block == 0) {
+    for (std::size_t k = 0; k < K; ++k) {
+      const __m512 b0 = _mm512_loadu_ps(Bp + k * ldb);
+      const __m512 b1 = _mm512_loadu_ps(Bp + k * ldb + 16);
+#pragma GCC unroll 8
+      for (std::size_t r = 0; r < MR; ++r) {
+        const __m512 a = _mm512_set1_ps(Ap[r * lda + k]);
+        s[r][0] = mac<acc>(a, b0, s[r][0]);
+        s[r][1] = mac<acc>(a, b1, s[r][1]);
+      }
+    }
+  } else {
+    const __m512 neg0 = _mm512_set1_ps(-0.0f);
+    for (std::size_t k0 = 0; k0 < K; k0 += block) {
+      const std::size_t k1 = std::min(K, k0 + block);
+      __m512 p[MR][2];
+      for (std::size_t r = 0; r < MR; ++r) p[r][0] = p[r][1] = neg0;
+      for (std::size_t k = k0; k < k1; ++k) {
+        const __m512 b0 = _mm512_loadu_ps(Bp + k * ldb);
+        const __m512 b1 = _mm512_loadu_ps(Bp + k * ldb + 16);
+#pragma GCC unroll 8
+        for (std::size_t r = 0; r < MR; ++r) {
+          const __m512 a = _mm512_set1_ps(Ap[r * lda + k]);
+          p[r][0] = mac<acc>(a, b0, p[r][0]);
+          p[r][1] = mac<acc>(a, b1, p[r][1]);
+        }
+      }
+      for (std::size_t r = 0; r < MR; ++r) {
+        s[r][0] = _mm512_add_ps(s[r][0], p[r][0]);
+        s[r][1] = _mm512_add_ps(s[r][1], p[r][1]);
+      }
+    }
+  }
+  for (std::size_t r = 0; r < MR; ++r) {
+    _mm512_storeu_ps(tile + r * ldt, s[r][0]);
+    _mm512_storeu_ps(tile + r * ldt + 16, s[r][1]);
+  }
+}
+
+template <Acc acc>
+ROUNDOFF_AVX512 void tile_f32_rows(std::size_t rows, const float* Ap, std::size_t lda, const float* Bp,
+                                   std::size_t ldb, std::size_t K, std::size_t block, float* tile, std::size_t ldt) {
+  switch (rows) {
+    case 4: tile_f32<acc, 4>(Ap, lda, Bp, ldb, K, block, tile, ldt); break;
+    case 3: tile_f32<acc, 3>(Ap, lda, Bp, ldb, K, block, tile, ldt); break;
+    case 2: tile_f32<acc, 2>(Ap, lda, Bp, ldb, K, block, tile, ldt); break;
+    default: tile_f32<acc, 1>(Ap, lda, Bp, ldb, K, block, tile, ldt); break;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Native fp16 kernel (AVX512-FP16): s ← fma_fp16(a, b, s) on 32 lanes, one correctly rounded operation.
+
+template <std::size_t MR>
+ROUNDOFF_AVX512FP16 void tile_ph(const std::uint16_t* Ap, std::size_t lda, const std::uint16_t* Bp, std::size_t K,
+                                 std::size_t block, float* tile, std::size_t ldt) {
+  // tile: MR×64 floats (fp16 values when sequential; fp32 totals when blocked).
+  if (block == 0) {
+    __m512h s[MR][2];
+    for (std::size_t r = 0; r < MR; ++r) {
+      for (std::size_t v = 0; v < 2; ++v) {
+        const __m256i lo = _mm512_cvtps_ph(_mm512_loadu_ps(tile + r * ldt + 32 * v), _MM_FROUND_TO_NEAREST_INT);
+        const __m256i hi = _mm512_cvtps_ph(_mm512_loadu_ps(tile + r * ldt + 32 * v + 16), _MM_FROUND_TO_NEAREST_INT);
+        s[r][v] = _mm512_castsi512_ph(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+      }
+    }
+    for (std::size_t k = 0; k < K; ++k) {
+      const __m512h b0 = _mm512_castsi512_ph(_mm512_loadu_si512(Bp + k * kPanel));
+      const __m512h b1 = _mm512_castsi512_ph(_mm512_loadu_si512(Bp + k * kPanel + 32));
+#pragma GCC unroll 8
+      for (std::size_t r = 0; r < MR; ++r) {
+        const __m512h a = _mm512_castsi512_ph(_mm512_set1_epi16(static_cast<short>(Ap[r * lda + k])));
+        s[r][0] = _mm512_fmadd_ph(a, b0, s[r][0]);
+        s[r][1] = _mm512_fmadd_ph(a, b1, s[r][1]);
+      }
+    }
+    for (std::size_t r = 0; r < MR; ++r) {
+      for (std::size_t v = 0; v < 2; ++v) {
+        const __m512i si = _mm512_castph_si512(s[r][v]);
+        _mm512_storeu_ps(tile + r * ldt + 32 * v, _mm512_cvtph_ps(_mm512_castsi512_si256(si)));
+        _mm512_storeu_ps(tile + r * ldt + 32 * v + 16, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(si, 1)));
+      }
+    }
+  } else {
+    __m512 S[MR][4];
+    for (std::size_t r = 0; r < MR; ++r)
+      for (std::size_t v = 0; v < 4; ++v) S[r][v] = _mm512_loadu_ps(tile + r * ldt + 16 * v);
+    const __m512h neg0 = _mm512_castsi512_ph(_mm512_set1_epi16(static_cast<short>(kNegZeroHalf)));
+    for (std::size_t k0 = 0; k0 < K; k0 += block) {
+      const std::size_t k1 = std::min(K, k0 + block);
+      __m512h p[MR][2];
+      for (std::size_t r = 0; r < MR; ++r) p[r][0] = p[r][1] = neg0;
+      for (std::size_t k = k0; k < k1; ++k) {
+        const __m512h b0 = _mm512_castsi512_ph(_mm512_loadu_si512(Bp + k * kPanel));
+        const __m512h b1 = _mm512_castsi512_ph(_mm512_loadu_si512(Bp + k * kPanel + 32));
+#pragma GCC unroll 8
+        for (std::size_t r = 0; r < MR; ++r) {
+          const __m512h a = _mm512_castsi512_ph(_mm512_set1_epi16(static_cast<short>(Ap[r * lda + k])));
+          p[r][0] = _mm512_fmadd_ph(a, b0, p[r][0]);
+          p[r][1] = _mm512_fmadd_ph(a, b1, p[r][1]);
+        }
+      }
+      for (std::size_t r = 0; r < MR; ++r) {
+        for (std::size_t v = 0; v < 2; ++v) {
+          const __m512i si = _mm512_castph_si512(p[r][v]);
+          S[r][2 * v] = _mm512_add_ps(S[r][2 * v], _mm512_cvtph_ps(_mm512_castsi512_si256(si)));
+          S[r][2 * v + 1] = _mm512_add_ps(S[r][2 * v + 1], _mm512_cvtph_ps(_mm512_extracti64x4_epi64(si, 1)));
+        }
+      }
+    }
+    for (std::size_t r = 0; r < MR; ++r)
+      for (std::size_t v = 0; v < 4; ++v) _mm512_storeu_ps(tile + r * ldt + 16 * v, S[r][v]);
+  }
+}
+
+ROUNDOFF_AVX512FP16 void tile_ph_rows(std::size_t rows, const std::uint16_t* Ap, std::size_t lda,
+                                      const std::uint16_t* Bp, std::size_t K, std::size_t block, float* tile,
+                                      std::size_t ldt) {
+  switch (rows) {
+    case 4: tile_ph<4>(Ap, lda, Bp, K, block, tile, ldt); break;
+    case 3: tile_ph<3>(Ap, lda, Bp, K, block, tile, ldt); break;
+    case 2: tile_ph<2>(Ap, lda, Bp, K, block, tile, ldt); break;
+    default: tile_ph<1>(Ap, lda, Bp, K, block, tile, ldt); break;
+  }
+}
+
+/// float → fp16 bits for arrays of fp16 values (exact), n a multiple of 16.
+ROUNDOFF_AVX512 void to_half(const float* src, std::uint16_t* dst, std::size_t n) {
+  for (std::size_t i = 0; i < n; i += 16) {
+    const __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), h);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Driver.
+
+struct Packed {
+  std::size_t M, N, K, Kpad, panels;
+  std::vector<float> A;  ///< M×Kpad row-major
+  std::vector<float> B;  ///< panels × K × kPanel
+  std::vector<std::uint16_t> Ah, Bh;
+};
+
+/// |exact (x + y)| > bound, for doubles x, y (TwoSum gives the exact sum as hi + lo).
+bool sum_exceeds(double x, double y, double bound) {
+  double hi, lo;
+  two_sum(x, y, hi, lo);
+  if (hi < 0) {
+    hi = -hi;
+    lo = -lo;
+  }
+  return hi > bound || (hi == bound && lo > 0);
+}
+
+/// Overflow events of one output, replayed step by step with the correctly rounded scalar operations and
+/// counted as numerics::gemm counts them: an operation on finite operands whose result is not finite, or is
+/// ±max_finite while the exact result is larger.
+std::int64_t replay_overflows(const Plan& plan, std::size_t i, std::size_t j, std::size_t K, ConstMatrix A,
+                              ConstMatrix B, bool accumulate, double c0) {
+  const RoundingPlan acc(plan.acc == Acc::Fp16   ? formats::fp16
+                         : plan.acc == Acc::Bf16 ? formats::bf16
+                                                 : formats::fp32);
+  const RoundingPlan outer(formats::fp32);
+  const Rounding rn = Rounding::NearestEven;
+  std::int64_t n = 0;
+  auto event = [&n](const RoundingPlan& f, double r, double x, double y) {  // r = round(x + y), x, y finite
+    if (!std::isfinite(r) || (std::fabs(r) == f.max_finite && sum_exceeds(x, y, f.max_finite))) ++n;
+  };
+  auto partial = [&](std::size_t k0, std::size_t k1, bool has_init, double init) {
+    double s = init;
+    bool have = has_init;
+    for (std::size_t k = k0; k < k1; ++k) {
+      const double x = A(i, k), y = B(k, j);  // x·y is exact in binary64 for the inputs the kernels accept
+      const double r = have ? numerics::fma(acc, rn, x, y, s) : numerics::mul(acc, rn, x, y);
+      if (std::isfinite(x) && std::isfinite(y) && (!have || std::isfinite(s))) event(acc, r, x * y, have ? s : 0.0);
+      s = r;
+      have = true;
+    }
+    return s;
+  };
+  if (plan.block == 0) {
+    (void)partial(0, K, accumulate, c0);
+    return n;
+  }
+  double total = c0;
+  bool have = accumulate;
+  for (std::size_t k0 = 0; k0 < K; k0 += plan.block) {
+    const double p = partial(k0, std::min(K, k0 + plan.block), false, 0.0);
+    const double r = have ? numerics::add(outer, rn, total, p) : numerics::round_to(outer, rn, p);
+    if (std::isfinite(p) && (!have || std::isfinite(total))) event(outer, r, p, have ? total : 0.0);
+    total = r;
+    have = true;
+  }
+  return n;
+}
+
+/// Overflow events of the whole product. An output can only have one when some partial sum reaches the
+/// accumulator's max_finite; with |round(v)| <= (1+u)|v| + 2^-100 every partial sum is at most
+/// (|C_ij| + Σ_k |a_ik||b_kj|)·(1+u)^(K+1) + K·2^-100, and Σ_k |a_ik||b_kj| is at most
+/// min(Σ_k|a_ik|·max_k|b_kj|, max_k|a_ik|·Σ_k|b_kj|). Outputs whose bound (with a factor-2 margin for the
+/// binary64 evaluation of the bound) stays below max_finite had none; the others are replayed.
+std::int64_t count_overflows(const Plan& plan, const Packed& pk, ConstMatrix A, ConstMatrix B, bool accumulate,
+                             const std::vector<double>& c_initial) {
+  const std::size_t M = pk.M, N = pk.N, K = pk.K;
+  const Format f = plan.acc == Acc::Fp16 ? formats::fp16 : plan.acc == Acc::Bf16 ? formats::bf16 : formats::fp32;
+  const double max_finite = RoundingPlan(f).max_finite;
+  const double growth = std::pow(1.0 + std::ldexp(1.0, -f.precision), static_cast<double>(K + 1));
+  std::vector<double> rsum(M, 0.0), rmax(M, 0.0), csum(N, 0.0), cmax(N, 0.0);
+  for (std::size_t i = 0; i < M; ++i)
+    for (std::size_t k = 0; k < K; ++k) {
+      const double v = std::fabs(static_cast<double>(pk.A[i * pk.Kpad + k]));
+      rsum[i] += v;
+      rmax[i] = std::isnan(v) || std::isnan(rmax[i]) ? v + rmax[i] : std::max(rmax[i], v);
+    }
+  for (std::size_t j = 0; j < N; ++j) {
+    const std::size_t p = j / kPanel, c = j % kPanel;
+    for (std::size_t k = 0; k < K; ++k) {
+      const double v = std::fabs(static_cast<double>(pk.B[(p * K + k) * kPanel + c]));
+      csum[j] += v;
+      cmax[j] = std::isnan(v) || std::isnan(cmax[j]) ? v + cmax[j] : std::max(cmax[j], v);
+    }
+  }
+  std::int64_t n = 0;
+  for (std::size_t i = 0; i < M; ++i)
+    for (std::size_t j = 0; j < N; ++j) {
+      const double c0 = accumulate ? c_initial[i * N + j] : 0.0;
+      const double b1 = rsum[i] * cmax[j], b2 = rmax[i] * csum[j];
+      const double b = b1 < b2 ? b1 : b2;  // non-finite only with inf/NaN inputs: then replayed
+      const double bound = (std::fabs(c0) + b) * growth + static_cast<double>(K) * std::ldexp(1.0, -100);
+      if (!(2.0 * bound < max_finite)) n += replay_overflows(plan, i, j, K, A, B, accumulate, c0);
+    }
+  return n;
+}
+
+}  // namespace
+
+const char* name_of(Isa isa) {
+  switch (isa) {
+    case Isa::None: return "none";
+    case Isa::Avx512: return "avx512";
+    case Isa::Avx512Fp16: return "avx512fp16";
+  }
+  return "none";
+}
+
+Isa detected_isa() {
+  static const Isa isa = [] {
+    __builtin_cpu_init();
+    const bool base = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+                      __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    if (!base) return Isa::None;
+    return __builtin_cpu_supports("avx512fp16") ? Isa::Avx512Fp16 : Isa::Avx512;
+  }();
+  return isa;
+}
+
+void set_isa_limit(Isa limit) { g_limit.store(limit); }
+Isa isa_limit() { return g_limit.load(); }
+void set_enabled(bool on) { g_enabled.store(on); }
+bool enabled() { return g_enabled.load(); }
+
+namespace {
+Isa effective_isa() { return std::min(detected_isa(), isa_limit()); }
+}  // namespace
+
+const char* kernel_name(const Accumulation& a) {
+  const auto plan = plan_for(a);
+  const Isa isa = effective_isa();
+  if (!plan || isa == Isa::None) return nullptr;
+  const bool blocked = plan->block != 0;
+  switch (plan->acc) {
+    case Acc::Fp16:
+      if (isa == Isa::Avx512Fp16) return blocked ? "fp16-avx512fp16-blocked" : "fp16-avx512fp16";
+      return blocked ? "fp16-rto-avx512-blocked" : "fp16-rto-avx512";
+    case Acc::Bf16: return blocked ? "bf16-rto-avx512-blocked" : "bf16-rto-avx512";
+    case Acc::Fp32: return blocked ? "fp32-avx512-blocked" : "fp32-avx512";
+  }
+  return nullptr;
+}
+
+bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix A, ConstMatrix B,
+               double* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads) {
+  if (!enabled() || M == 0 || N == 0 || K == 0) return false;
+  const auto plan_opt = plan_for(a);
+  const Isa isa = effective_isa();
+  if (!plan_opt || isa == Isa::None) return false;
+  const Plan plan = *plan_opt;
+  const int nthreads = threads > 0 ? threads : omp_get_max_threads();
+
+  // Pack A (rows, K padded to 32 for the fp16 conversion) and B (panels of kPanel columns, zero padded),
+  // classifying every input on the way.
+  Packed pk;
+  pk.M = M;
+  pk.N = N;
+  pk.K = K;
+  pk.Kpad = (K + 31) / 32 * 32;
+  pk.panels = (N + kPanel - 1) / kPanel;
+  pk.A.assign(M * pk.Kpad, 0.0f);
+  pk.B.assign(pk.panels * K * kPanel, 0.0f);
+  int worst = 2;
+  const auto m_signed = static_cast<std::ptrdiff_t>(M);
+  const auto kn_signed = static_cast<std::ptrdiff_t>(pk.panels * K);
+#pragma omp parallel num_threads(nthreads) reduction(min : worst)
+  {
+#pragma omp for schedule(static) nowait
+    for (std::ptrdiff_t i = 0; i < m_signed; ++i) {
+      const auto row = static_cast<std::size_t>(i);
+      for (std::size_t k = 0; k < K; ++k) {
+        const double x = A(row, k);
+        worst = std::min(worst, classify_input(x));
+        pk.A[row * pk.Kpad + k] = static_cast<float>(x);
+      }
+    }
+#pragma omp for schedule(static)
+    for (std::ptrdiff_t pk_idx = 0; pk_idx < kn_signed; ++pk_idx) {
+      const std::size_t p = static_cast<std::size_t>(pk_idx) / K, k = static_cast<std::size_t>(pk_idx) % K;
+      const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0);
+      float* dst = pk.B.data() + (p * K + k) * kPanel;
+      for (std::size_t c = 0; c < jn; ++c) {
+        const double x = B(k, j0 + c);
+        worst = std::min(worst, classify_input(x));
+        dst[c] = static_cast<float>(x);
+      }
+    }
+  }
+  if (worst == 0) return false;
+  if (accumulate) {
+    for (std::size_t i = 0; i < M; ++i)
+      for (std::size_t j = 0; j < N; ++j) {
+        const int c = classify_c(C[i * ldc + j]);
+        if (c == 0) return false;
+        worst = std::min(worst, c);
+      }
+  }
+  std::vector<double> c_initial;  // only needed to replay overflowing outputs
+  if (stats && accumulate) {
+    c_initial.resize(M * N);
+    for (std::size_t i = 0; i < M; ++i)
+      for (std::size_t j = 0; j < N; ++j) c_initial[i * N + j] = C[i * ldc + j];
+  }
+  // Native fp16 only when every input (and C) is an fp16 value; blocked fp16 keeps fp32 totals in C.
+  const bool native = plan.acc == Acc::Fp16 && isa == Isa::Avx512Fp16 && worst == 2;
+  if (native) {
+    pk.Ah.resize(pk.A.size());
+    pk.Bh.resize(pk.B.size());
+    to_half(pk.A.data(), pk.Ah.data(), pk.A.size());
+    to_half(pk.B.data(), pk.Bh.data(), pk.B.size());
+  }
+
+  // Threads split output rows in chunks of whole micro-tiles; every output is computed the same way by
+  // whichever thread owns it.
+  const std::size_t per_thread = (M + static_cast<std::size_t>(nthreads) - 1) / static_cast<std::size_t>(nthreads);
+  const std::size_t chunk = (per_thread + kMr - 1) / kMr * kMr;
+  const auto nchunks = static_cast<std::ptrdiff_t>((M + chunk - 1) / chunk);
+#pragma omp parallel for num_threads(nthreads) schedule(static, 1)
+  for (std::ptrdiff_t ci = 0; ci < nchunks; ++ci) {
+    const std::size_t i_begin = static_cast<std::size_t>(ci) * chunk, i_end = std::min(M, i_begin + chunk);
+    float tile[kMr * kPanel];
+    for (std::size_t p = 0; p < pk.panels; ++p) {
+      const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0);
+      for (std::size_t i = i_begin; i < i_end; i += kMr) {
+        const std::size_t rows = std::min(kMr, i_end - i);
+        for (std::size_t r = 0; r < kMr; ++r)
+          for (std::size_t c = 0; c < kPanel; ++c)
+            tile[r * kPanel + c] = (accumulate && r < rows && c < jn) ? static_cast<float>(C[(i + r) * ldc + j0 + c]) : -0.0f;
+        if (native) {
+          tile_ph_rows(rows, pk.Ah.data() + i * pk.Kpad, pk.Kpad, pk.Bh.data() + p * K * kPanel, K, plan.block, tile,
+                       kPanel);
+        } else {
+          for (std::size_t half = 0; half < 2 && 32 * half < jn; ++half) {
+            const float* Ap = pk.A.data() + i * pk.Kpad;
+            const float* Bp = pk.B.data() + p * K * kPanel + 32 * half;
+            float* t = tile + 32 * half;
+            switch (plan.acc) {
+              case Acc::Fp16: tile_f32_rows<Acc::Fp16>(rows, Ap, pk.Kpad, Bp, kPanel, K, plan.block, t, kPanel); break;
+              case Acc::Bf16: tile_f32_rows<Acc::Bf16>(rows, Ap, pk.Kpad, Bp, kPanel, K, plan.block, t, kPanel); break;
+              case Acc::Fp32: tile_f32_rows<Acc::Fp32>(rows, Ap, pk.Kpad, Bp, kPanel, K, plan.block, t, kPanel); break;
+            }
+          }
+        }
+        for (std::size_t r = 0; r < rows; ++r)
+          for (std::size_t c = 0; c < jn; ++c) C[(i + r) * ldc + j0 + c] = static_cast<double>(tile[r * kPanel + c]);
+      }
+    }
+  }
+
+  if (stats) {
+    stats->terms += static_cast<std::int64_t>(M * N * K);
+    stats->overflows += count_overflows(plan, pk, A, B, accumulate, c_initial);
+  }
+  return true;
+}
+
+}  // namespace roundoff::numerics::kernels

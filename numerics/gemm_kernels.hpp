@@ -1,0 +1,57 @@
+#pragma once
+/// \file gemm_kernels.hpp
+/// SIMD GEMM kernels that are bit-identical to the generic numerics::gemm for the accumulations the studies
+/// live on. numerics::gemm calls gemm_fast first and runs the generic path when it returns false.
+///
+/// Handled accumulations (rounding NearestEven, no promotion, no multi-term adder; fused, or unfused with an
+/// fp32/fp64 product format, which rounds nothing because every product below is exact in fp32):
+///   order Sequential, accumulator fp16, bf16 or fp32;
+///   order Blocked (block b), block sums in fp16, bf16 or fp32, outer sum fp32.
+/// Handled inputs (checked while packing; otherwise gemm_fast returns false): every element of A and B is 0,
+/// ±inf, NaN, or a finite value with at most 12 significant bits and 2^-63 <= |x| < 2^63 (this covers every
+/// fp16 value and every bf16 value in that range). Then each product a·b is exact and normal (or 0/inf/NaN)
+/// in fp32. With accumulate, every C_ij must be a binary32 value.
+///
+/// Why bit-exact (NUMERICS.md trap 1): with exact products, one step s ← round_acc(s + a·b) is
+///   fp32 accumulator:      one fp32 FMA (RNE) — the product is exact, so this is the one rounding;
+///   fp16/bf16 accumulator: the fp32 sum rounded to odd (two FMAs with embedded rounding down and up; if they
+///                          differ the sum is inexact and the odd one of the two is taken), then rounded to nearest-even in the
+///                          accumulator format. Round-to-odd at 24 >= p + 2 bits followed by one rounding is
+///                          correct (Boldo & Melquiond 2008), including subnormal results (the fp32 grid is
+///                          finer there too) and overflow (round-to-odd gives the fp32 max, which rounds to
+///                          inf). fp16 rounding is vcvtps2ph (exact on all 2^32 inputs); bf16 rounding is an
+///                          integer round-half-even on the bits (vcvtneps2bf16 flushes subnormals: trap 3);
+///   fp16 accumulator with AVX512-FP16 and all inputs (and C) fp16 values: the native vfmadd*ph, which is
+///                          exactly one correctly rounded fp16 FMA.
+/// The running sum starts at −0 (the additive identity, so the first step gives round(t_0) with its sign).
+/// Vectorised across output columns; threads split output rows only, so results do not depend on threads.
+#include <cstddef>
+#include <cstdint>
+
+#include "numerics/accumulate.hpp"
+
+namespace roundoff::numerics::kernels {
+
+/// C = A·B (+ C) as numerics::gemm specifies, when a bit-identical kernel exists for `a` and the inputs; returns
+/// false (C untouched) otherwise. Shapes must already be checked by the caller.
+bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix A, ConstMatrix B,
+               double* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads);
+
+/// Instruction sets the kernels can use, weakest first.
+enum class Isa : std::uint8_t { None, Avx512, Avx512Fp16 };
+const char* name_of(Isa isa);
+/// What this CPU supports (None without AVX-512 F/BW/DQ/VL + FMA + F16C).
+Isa detected_isa();
+/// The best ISA the kernels may use: min(detected, limit). Tests lower the limit to exercise fallbacks.
+void set_isa_limit(Isa limit);
+Isa isa_limit();
+
+/// Global switch (tests and benchmarks compare against the generic path); on by default.
+void set_enabled(bool on);
+bool enabled();
+
+/// Name of the kernel gemm_fast would use for `a` on fp16-valued inputs ("fp16-avx512fp16",
+/// "fp16-rto-avx512", "bf16-rto-avx512", "fp32-avx512", with "-blocked" for split-K), or nullptr when none.
+const char* kernel_name(const Accumulation& a);
+
+}  // namespace roundoff::numerics::kernels

@@ -1,0 +1,311 @@
+// The SIMD GEMM kernels against the definition: a naive scalar loop of correctly rounded numerics::fma / add
+// steps (numerics/arith.hpp is checked against MPFR in tests/numerics). Random ragged shapes, specials,
+// overflow, subnormal sums, accumulate = true, 1 vs 2 threads, every ISA level the CPU has.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "numerics/accumulate.hpp"
+#include "numerics/arith.hpp"
+#include "numerics/gemm_kernels.hpp"
+#include "numerics/round.hpp"
+
+namespace roundoff::numerics {
+namespace {
+
+namespace k = kernels;
+
+std::uint64_t bits_of(double x) {
+  std::uint64_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+bool same(double x, double y) { return (std::isnan(x) && std::isnan(y)) || bits_of(x) == bits_of(y); }
+
+/// Output C_ij by the definition: the running sum starts at the exact 0 (the first term is round(t_0)) or at
+/// C_ij; each step is one correctly rounded fma. Blocked: block sums start at the exact 0 and are added
+/// sequentially into the fp32 outer sum, which starts at 0 (first block sum enters exactly) or at C_ij.
+double reference(const Accumulation& a, const std::vector<double>& A, const std::vector<double>& B, std::size_t N,
+                 std::size_t K, std::size_t i, std::size_t j, bool accumulate, double c0, std::int64_t& overflows) {
+  const RoundingPlan acc(a.format), outer(a.outer_format);
+  const Rounding rn = Rounding::NearestEven;
+  // numerics::gemm's overflow count: finite operands, and a result that is not finite or is ±max_finite while
+  // the exact value x + y is larger.
+  auto overflowed = [](const RoundingPlan& f, double r, double x, double y) {
+    double hi, lo;
+    two_sum(x, y, hi, lo);
+    const bool exceeds = std::fabs(hi) > f.max_finite || (std::fabs(hi) == f.max_finite && hi * lo > 0);
+    return !std::isfinite(r) || (std::fabs(r) == f.max_finite && exceeds);
+  };
+  auto dot_range = [&](std::size_t k0, std::size_t k1, bool has_init, double init) {
+    bool started = has_init;
+    double s = init;
+    for (std::size_t kk = k0; kk < k1; ++kk) {
+      const double x = A[i * K + kk], y = B[kk * N + j];
+      const double r = started ? numerics::fma(acc, rn, x, y, s) : numerics::mul(acc, rn, x, y);
+      if ((!started || std::isfinite(s)) && std::isfinite(x) && std::isfinite(y) &&
+          overflowed(acc, r, x * y, started ? s : 0.0))
+        ++overflows;
+      s = r;
+      started = true;
+    }
+    return s;
+  };
+  if (a.order == Order::Sequential) return dot_range(0, K, accumulate, c0);
+  const auto b = static_cast<std::size_t>(a.block);
+  bool started = accumulate;
+  double S = c0;
+  for (std::size_t k0 = 0; k0 < K; k0 += b) {
+    const double p = dot_range(k0, std::min(K, k0 + b), false, 0.0);
+    const double r = started ? numerics::add(outer, rn, S, p) : numerics::round_to(outer, rn, p);
+    if ((!started || std::isfinite(S)) && std::isfinite(p) && overflowed(outer, r, p, started ? S : 0.0)) ++overflows;
+    S = r;
+    started = true;
+  }
+  return S;
+}
+
+enum class Regime { Normal, Specials, Overflow, Tiny };
+
+/// Random values of `f` (fp16 or bf16) in a regime. Tiny: products whose sums land in the accumulator's
+/// subnormal range. Overflow: magnitudes whose products overflow the accumulator after a few terms.
+std::vector<double> random_values(std::mt19937_64& rng, const Format& f, std::size_t n, Regime regime) {
+  const RoundingPlan plan(f);
+  std::normal_distribution<double> gauss(0.0, 1.0);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const bool half = f == formats::fp16;
+  std::vector<double> v(n);
+  for (auto& x : v) {
+    double y = gauss(rng);
+    switch (regime) {
+      case Regime::Normal: break;
+      case Regime::Specials: {
+        const double u = unit(rng);
+        if (u < 0.01) y = std::numeric_limits<double>::infinity();
+        else if (u < 0.02) y = -std::numeric_limits<double>::infinity();
+        else if (u < 0.03) y = std::numeric_limits<double>::quiet_NaN();
+        else if (u < 0.08) y = 0.0;
+        else if (u < 0.10) y = -0.0;
+        break;
+      }
+      case Regime::Overflow: y = half ? 300.0 * y : std::ldexp(std::clamp(y, -1.9, 1.9), 62); break;
+      case Regime::Tiny: y = std::ldexp(y, half ? -9 : -62); break;
+    }
+    x = round_to(plan, Rounding::NearestEven, y);
+    if (!half && std::isfinite(x) && x != 0 && std::fabs(x) < std::ldexp(1.0, -63)) x = 0.0;  // kernel range
+  }
+  return v;
+}
+
+struct Case {
+  std::string accumulation;  ///< canonical name, for messages
+  Accumulation acc;
+  Format inputs;
+};
+
+Accumulation make_acc(const Format& f, Order order = Order::Sequential, int block = 0) {
+  Accumulation a;
+  a.format = f;
+  a.order = order;
+  a.block = block;
+  a.outer_format = formats::fp32;
+  return a;
+}
+
+std::vector<k::Isa> isas_to_test() {
+  std::vector<k::Isa> out;
+  if (k::detected_isa() >= k::Isa::Avx512) out.push_back(k::Isa::Avx512);
+  if (k::detected_isa() >= k::Isa::Avx512Fp16) out.push_back(k::Isa::Avx512Fp16);
+  return out;
+}
+
+class GemmKernels : public ::testing::TestWithParam<Case> {
+ protected:
+  void TearDown() override { k::set_isa_limit(k::Isa::Avx512Fp16); }
+};
+
+TEST_P(GemmKernels, BitIdenticalToDefinitionOnRandomShapes) {
+  const auto isas = isas_to_test();
+  if (isas.empty()) GTEST_SKIP() << "no AVX-512 on this CPU: gemm_fast declines and the generic path runs";
+  const Accumulation a = GetParam().acc;
+  const Format in = GetParam().inputs;
+  std::mt19937_64 rng(0x5eed0000u + std::hash<std::string>{}(GetParam().accumulation) +
+                      static_cast<std::uint64_t>(in.precision));
+  std::uniform_int_distribution<std::size_t> dim(1, 70), kdim(1, 150);
+  const Regime regimes[] = {Regime::Normal, Regime::Specials, Regime::Overflow, Regime::Tiny};
+  std::int64_t compared = 0, nonfinite = 0, subnormal = 0, overflow_events = 0;
+  for (int trial = 0; trial < 16; ++trial) {
+    const std::size_t M = dim(rng), N = dim(rng), K = kdim(rng);
+    const Regime regime = regimes[trial % 4];
+    const bool accumulate = trial % 3 == 1;
+    const auto A = random_values(rng, in, M * K, regime);
+    const auto B = random_values(rng, in, K * N, regime);
+    std::vector<double> C0 = accumulate ? random_values(rng, a.format == formats::fp32 ? formats::fp16 : a.format,
+                                                        M * N, regime == Regime::Specials ? Regime::Normal : regime)
+                                        : std::vector<double>(M * N, 0.0);
+    std::vector<double> want(M * N);
+    std::int64_t want_overflows = 0;
+    for (std::size_t i = 0; i < M; ++i)
+      for (std::size_t j = 0; j < N; ++j)
+        want[i * N + j] = reference(a, A, B, N, K, i, j, accumulate, C0[i * N + j], want_overflows);
+    for (const k::Isa isa : isas) {
+      k::set_isa_limit(isa);
+      for (const int threads : {1, 2}) {
+        std::vector<double> C = C0;
+        AccumStats stats;
+        ASSERT_TRUE(k::gemm_fast(a, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, C.data(), N,
+                                 accumulate, &stats, threads))
+            << "kernel declined " << GetParam().accumulation << " trial " << trial;
+        EXPECT_EQ(stats.overflows, want_overflows) << "trial " << trial;
+        EXPECT_EQ(stats.terms, static_cast<std::int64_t>(M * N * K));
+        for (std::size_t idx = 0; idx < M * N; ++idx) {
+          ASSERT_TRUE(same(C[idx], want[idx]))
+              << GetParam().accumulation << " isa " << k::name_of(isa) << " threads " << threads << " trial "
+              << trial << " M N K " << M << ' ' << N << ' ' << K << " at (" << idx / N << ',' << idx % N
+              << ") got " << C[idx] << " want " << want[idx] << " accumulate " << accumulate;
+          ++compared;
+        }
+      }
+    }
+    for (const double w : want) {
+      nonfinite += !std::isfinite(w);
+      subnormal += std::isfinite(w) && w != 0 && std::fabs(w) < std::ldexp(1.0, a.format.emin);
+    }
+    overflow_events += want_overflows;
+  }
+  // The regimes must actually reach the cases they are for, or the test proves nothing about them.
+  EXPECT_GT(compared, 10000);
+  EXPECT_GT(nonfinite, 0);
+  // fp16 products cannot overflow an fp32 or bf16 sum nor reach their subnormals.
+  const bool wide_inputs = in == formats::bf16;
+  if (a.format == formats::fp16 || wide_inputs) {
+    EXPECT_GT(overflow_events, 0);
+  }
+  if (a.format == formats::fp16 || (a.format == formats::bf16 && wide_inputs)) {
+    EXPECT_GT(subnormal, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Accumulations, GemmKernels,
+    ::testing::Values(Case{"fp16-seq", make_acc(formats::fp16), formats::fp16},
+                      Case{"bf16-seq", make_acc(formats::bf16), formats::bf16},
+                      Case{"bf16-seq", make_acc(formats::bf16), formats::fp16},
+                      Case{"fp16-seq", make_acc(formats::fp16), formats::bf16},
+                      Case{"fp32-seq", make_acc(formats::fp32), formats::fp16},
+                      Case{"fp32-seq", make_acc(formats::fp32), formats::bf16},
+                      Case{"fp16-splitk32-fp32", make_acc(formats::fp16, Order::Blocked, 32), formats::fp16},
+                      Case{"bf16-blocked16-fp32", make_acc(formats::bf16, Order::Blocked, 16), formats::bf16},
+                      Case{"fp16-blocked7-fp32", make_acc(formats::fp16, Order::Blocked, 7), formats::fp16},
+                      Case{"fp32-blocked5-fp32", make_acc(formats::fp32, Order::Blocked, 5), formats::bf16}),
+    [](const ::testing::TestParamInfo<Case>& param_info) {
+      std::string name = param_info.param.accumulation + "_in_" + (param_info.param.inputs == formats::fp16 ? "fp16" : "bf16");
+      for (char& c : name) {
+        if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+      }
+      return name;
+    });
+
+TEST(GemmKernelsTrap, Fp16FusedMacIsNotFp32FmaThenRound) {
+  // NUMERICS.md trap 1: 1.75·(439/256) + 2^-24 is 3.001953125 in fp16; fp32 FMA then rounding gives 3.0.
+  if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX-512";
+  const Accumulation a = make_acc(formats::fp16);
+  const double A[] = {std::ldexp(1.0, -12), 1.75};
+  const double B[] = {std::ldexp(1.0, -12), 439.0 / 256.0};
+  for (const k::Isa isa : isas_to_test()) {
+    k::set_isa_limit(isa);
+    double C = 0;
+    ASSERT_TRUE(k::gemm_fast(a, 1, 1, 2, ConstMatrix{A, 2}, ConstMatrix{B, 1}, &C, 1, false, nullptr, 1));
+    EXPECT_EQ(C, 3.001953125) << k::name_of(isa);
+  }
+  k::set_isa_limit(k::Isa::Avx512Fp16);
+}
+
+TEST(GemmKernelsStats, RoundingDownToMaxFiniteCountsAsOverflow) {
+  // Row 0: 65504 + 8 and then + 1 round to 65504 = max fp16 (below half an ulp): numerics::gemm counts each as an
+  // overflow (2). Row 1 overflows to inf, then meets −inf (NaN): one more event, none for the NaN step.
+  if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX-512";
+  const double A[] = {65504.0, 8.0, 1.0, 65504.0, 65504.0, -std::numeric_limits<double>::infinity()};
+  const double B[] = {1.0, 1.0, 1.0};
+  for (const k::Isa isa : isas_to_test()) {
+    k::set_isa_limit(isa);
+    double C[2] = {};
+    AccumStats stats;
+    ASSERT_TRUE(k::gemm_fast(make_acc(formats::fp16), 2, 1, 3, ConstMatrix{A, 3}, ConstMatrix{B, 1}, C, 1, false,
+                             &stats, 1));
+    EXPECT_EQ(C[0], 65504.0);
+    EXPECT_TRUE(std::isnan(C[1]));
+    EXPECT_EQ(stats.overflows, 3) << k::name_of(isa);
+    EXPECT_EQ(stats.terms, 6);
+  }
+  k::set_isa_limit(k::Isa::Avx512Fp16);
+}
+
+TEST(GemmKernelsDecline, WhenNoBitIdenticalKernelExists) {
+  if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX-512";
+  const double ok[] = {1.0, 2.0, 3.0, 4.0};
+  double C[4] = {};
+  auto run = [&](const Accumulation& acc, const double* A, bool accumulate = false) {
+    return k::gemm_fast(acc, 2, 2, 2, ConstMatrix{A, 2}, ConstMatrix{ok, 2}, C, 2, accumulate,
+                        nullptr, 1);
+  };
+  const Accumulation fp16_seq = make_acc(formats::fp16), bf16_seq = make_acc(formats::bf16);
+  EXPECT_TRUE(run(fp16_seq, ok));
+  EXPECT_FALSE(run(make_acc(formats::fp16, Order::Pairwise), ok));
+  EXPECT_FALSE(run(make_acc(formats::fp16, Order::Kahan), ok));
+  Accumulation sr = fp16_seq;
+  sr.rounding = Rounding::Stochastic;
+  EXPECT_FALSE(run(sr, ok));
+  Accumulation unfused = fp16_seq;
+  unfused.fused = false;
+  unfused.product_format = formats::fp16;  // products rounded to fp16 first: not this kernel
+  EXPECT_FALSE(run(unfused, ok));
+  EXPECT_FALSE(run(make_acc(formats::tf32), ok));
+  const double wide[] = {1.0 + std::ldexp(1.0, -20), 2.0, 3.0, 4.0};  // 21 significant bits: product not exact
+  EXPECT_FALSE(run(fp16_seq, wide));
+  const double huge[] = {std::ldexp(1.0, 70), 2.0, 3.0, 4.0};  // product may leave the fp32 range
+  EXPECT_FALSE(run(bf16_seq, huge));
+  const double tiny[] = {std::ldexp(1.0, -70), 2.0, 3.0, 4.0};
+  EXPECT_FALSE(run(bf16_seq, tiny));
+  C[0] = 0.1;  // not a binary32 value: cannot be the initial accumulator
+  EXPECT_FALSE(run(make_acc(formats::fp32), ok, true));
+  k::set_enabled(false);
+  EXPECT_FALSE(run(fp16_seq, ok));
+  k::set_enabled(true);
+}
+
+TEST(GemmKernelsLayout, TransposedOperandsAndLeadingDimensions) {
+  if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX-512";
+  std::mt19937_64 rng(7);
+  const std::size_t M = 37, N = 70, K = 45, lda = 50, ldb = 47, ldc = 75;
+  const Accumulation a = make_acc(formats::fp16);
+  auto At = random_values(rng, formats::fp16, K * lda, Regime::Normal);  // A stored transposed: A(i,k) = At[k·lda+i]
+  auto Bt = random_values(rng, formats::fp16, N * ldb, Regime::Normal);  // B(k,j) = Bt[j·ldb+k]
+  std::vector<double> A(M * K), B(K * N);
+  for (std::size_t i = 0; i < M; ++i)
+    for (std::size_t kk = 0; kk < K; ++kk) A[i * K + kk] = At[kk * lda + i];
+  for (std::size_t kk = 0; kk < K; ++kk)
+    for (std::size_t j = 0; j < N; ++j) B[kk * N + j] = Bt[j * ldb + kk];
+  std::vector<double> C(M * ldc, 123.0);
+  ASSERT_TRUE(k::gemm_fast(a, M, N, K, ConstMatrix{At.data(), lda, true}, ConstMatrix{Bt.data(), ldb, true}, C.data(),
+                           ldc, false, nullptr, 2));
+  std::int64_t ov = 0;
+  for (std::size_t i = 0; i < M; ++i)
+    for (std::size_t j = 0; j < ldc; ++j) {
+      if (j >= N) {
+        EXPECT_EQ(C[i * ldc + j], 123.0) << "wrote outside the N columns";
+        continue;
+      }
+      ASSERT_TRUE(same(C[i * ldc + j], reference(a, A, B, N, K, i, j, false, 0.0, ov))) << i << ',' << j;
+    }
+}
+
+}  // namespace
+}  // namespace roundoff::numerics
