@@ -2,31 +2,47 @@
 /// \file accumulate.hpp
 /// How a sum or dot product is formed. Every reduction in roundoff goes through an Accumulation.
 ///
-/// Semantics (the MPFR-executed twin in tests/accumulation proves each bit-exact):
+/// Semantics (the MPFR-executed twin in tests/support/accum_mpfr_twin proves each bit-exact):
 ///   terms     t_i = x_i (sum) or x_i·y_i (dot). fused: the exact product enters the accumulator (one rounding
 ///             per multiply-add, like an FMA into the accumulator format). unfused: t_i = round(product_format,
 ///             x_i·y_i) first, then added with one rounding.
-///   order     Sequential  s = round(s + t_i), i = 0..n-1, s starts at the exact 0 (first term: round(t_0)).
+///   rounding  every rounding of a reduction (products, accumulator, outer and promoted sums) uses `rounding`,
+///             except inside the multi-term adder, which uses adder.align / adder.normalize.
+///   order     Sequential  s = round(s + t_i), i = 0..n-1; a partial sum starts with round(t_0) (no +0 is added
+///                         first, so signed zeros and directed modes see exactly one rounding of t_0).
 ///             Reverse     the same for i = n-1..0.
-///             Pairwise    recursive halving: sum(lo half) + sum(hi half), halves split at n/2 (floor),
-///                         each addition rounded.
-///             Blocked     consecutive blocks of `block` terms summed sequentially in the accumulator format;
-///                         the block sums are then combined sequentially in `outer_format` (split-K / FABsum):
-///                         S = round_outer(S + block_sum_j), block sums converted exactly (outer >= acc).
-///             Kahan       compensated summation in the accumulator format (every operation rounded).
-///   promote   promote_every = N > 0: after every N terms the partial sum is added into a `promote_format`
-///             total (rounded there) and the partial restarts at 0 (TE / DeepSeek fp8 GEMM promotion).
-///   adder     adder.group = g > 0: a multi-term fused adder (tensor-core model after Fasi, Higham, Mikaitis &
-///             Pranesh 2021): each step adds g exact products and the running sum in one operation; the
-///             addends are aligned to the largest exponent keeping adder.extra_bits bits below the
-///             accumulator's last place (truncated or rounded-to-nearest per adder.align), summed exactly,
-///             and normalised to the accumulator format per adder.normalize.
-///   specials  IEEE: NaN propagates, inf - inf = NaN. Overflow of the accumulator gives inf (or max finite for
-///             saturating formats) and is counted in AccumStats::overflows.
-///   stochastic accumulator rounding draws from StochasticBits{seed, stream}: draw index = the step number of
-///             the reduction (so results do not depend on thread count).
+///             Pairwise    recursive halving: sum(t_lo..t_hi) = round(sum(lo half) + sum(hi half)), the lower half
+///                         holding floor(count/2) terms; a single term is round(t_i).
+///             Blocked     consecutive blocks of `block` terms (the last one ragged) summed sequentially in the
+///                         accumulator format; the block sums are then combined sequentially in `outer_format`
+///                         (split-K / FABsum): S = round_outer(block_sum_0), S = round_outer(S + block_sum_j).
+///             Kahan       compensated summation in the accumulator format, every operation rounded:
+///                         s = round(t_0), c = 0; then y = round(t_i − c) (fused: one FMA), t = round(s + y),
+///                         c = round(round(t − s) − y), s = t.
+///   promote   promote_every = N > 0 (orders seq/reverse, with or without the adder): after every N terms (in
+///             processing order; the last chunk ragged) the partial sum is added into a `promote_format` total
+///             T (T = round_pf(partial_0), then T = round_pf(T + partial_j)) and the partial restarts (TE /
+///             DeepSeek fp8 GEMM promotion). The result is T.
+///   adder     adder.group = g > 0 (orders seq/reverse): a multi-term fused adder (tensor-core model after Fasi,
+///             Higham, Mikaitis & Pranesh 2021). The running sum s starts at 0; each step takes the next g terms
+///             (fewer at the end of a chunk) and computes s = N(Σ A(v)) over v ∈ {s, t_k..t_k+g-1}: with E the
+///             largest exponent floor(log2|v|) among the nonzero addends and q = E − (p − 1) − extra_bits, A
+///             rounds each addend to a multiple of 2^q (adder.align: toward-zero truncation or nearest-even); the
+///             aligned values are summed exactly in a register of p + extra_bits + carry_bits bits: a sum longer
+///             than that first loses its low bits (rounded per adder.align); N rounds the result once to the
+///             accumulator format per adder.normalize. An exactly zero result is +0.
+///   initial   gemm with accumulate: the current C_ij is an exact starting value (never rounded on entry): the
+///             running sum of seq/reverse/kahan/adder starts at C_ij, the outer sum of blocked and the promoted
+///             total start at C_ij, and pairwise gives round(C_ij + tree).
+///   specials  IEEE: NaN propagates, inf - inf = NaN. An operation on finite operands whose result is not
+///             finite, or is ±max_finite while the exact result is larger (saturating formats, directed modes),
+///             is counted in AccumStats::overflows.
+///   stochastic rounding draws from StochasticBits{seed, stream}: the k-th rounding of the reduction, in the
+///             order the algorithm above performs them, uses draw(k) (unfused: the product's rounding comes
+///             just before the addition's), so results do not depend on thread count.
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -38,6 +54,8 @@
 namespace roundoff::numerics {
 
 enum class Order : std::uint8_t { Sequential, Reverse, Pairwise, Blocked, Kahan };
+/// "seq", "reverse", "pairwise", "blocked", "kahan".
+std::string_view name_of(Order o);
 
 /// Multi-term fused adder parameters (tensor cores / NPUs). group == 0 disables the model.
 struct MultiTermAdder {
@@ -64,6 +82,11 @@ struct Accumulation {
   friend constexpr bool operator==(const Accumulation&, const Accumulation&) = default;
 };
 
+/// Empty when the accumulation is consistent, else the reason (e.g. a block size without order=blocked).
+std::optional<std::string> validate(const Accumulation& a);
+/// Throws std::invalid_argument with the reason when validate(a) fails. sum/dot/gemm call it.
+void check_valid(const Accumulation& a);
+
 /// Counters a reduction reports.
 struct AccumStats {
   std::int64_t overflows = 0;  ///< partial sums that overflowed to inf (or saturated)
@@ -73,8 +96,14 @@ struct AccumStats {
 /// Canonical text, e.g. "fp16-seq", "acc=fp16:nearest-even,order=blocked:32,outer=fp32,fused". Presets print as
 /// their preset name; parse_accumulation(canonical(a)) == a.
 std::string canonical(const Accumulation& a);
-/// Preset name (fp16-seq, bf16-seq, fp32-seq, fp64-seq, fp16-pairwise, fp16-kahan, fp16-splitk32-fp32,
-/// fp16-sr, tc-v100, ...) or key=value spec. Throws std::invalid_argument naming the bad token and valid names.
+/// Preset name or key=value spec. Presets, for F in {fp16, bf16}: F-seq, F-unfused-seq (products rounded to F),
+/// F-reverse, F-pairwise, F-kahan, F-sr (stochastic), F-splitk{16,32,64,128}-fp32 (blocked, fp32 outer sum),
+/// F-promote128-fp32; and fp32-seq, fp32-pairwise, fp64-seq, tc-v100 (fp32 accumulator, group 4, no extra bits,
+/// truncation, 2 carry bits: Fasi et al. 2021), tc-a100 (the same model with groups of 8).
+/// Spec: comma-separated tokens, optionally starting with a preset to modify: acc=FORMAT[:ROUNDING],
+/// order=seq|reverse|pairwise|kahan|blocked:B, outer=FORMAT, fused, unfused, product=FORMAT, promote=N[:FORMAT],
+/// group=G, extra=E, align=ROUNDING, normalize=ROUNDING, carry=C. Unset fields keep the Accumulation{} defaults.
+/// Throws std::invalid_argument naming the bad token and listing the presets and keys.
 Accumulation parse_accumulation(std::string_view text);
 const std::vector<std::string>& preset_accumulation_names();
 

@@ -1,0 +1,729 @@
+#include "numerics/accumulate.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+
+#include "numerics/arith.hpp"
+#include "numerics/exact_dot.hpp"
+#include "numerics/gemm_kernels.hpp"
+#include "numerics/round.hpp"
+
+namespace roundoff::numerics {
+
+// ---------------------------------------------------------------------------------------------------------------
+// Names, presets, parsing
+// ---------------------------------------------------------------------------------------------------------------
+
+std::string_view name_of(Order o) {
+  switch (o) {
+    case Order::Sequential: return "seq";
+    case Order::Reverse: return "reverse";
+    case Order::Pairwise: return "pairwise";
+    case Order::Blocked: return "blocked";
+    case Order::Kahan: return "kahan";
+  }
+  return "?";
+}
+
+namespace {
+
+struct Preset {
+  std::string name;
+  Accumulation acc;
+};
+
+Accumulation seq(Format f, Rounding r = Rounding::NearestEven) {
+  Accumulation a;
+  a.format = f;
+  a.rounding = r;
+  return a;
+}
+
+const std::vector<Preset>& presets() {
+  static const std::vector<Preset> list = [] {
+    std::vector<Preset> v;
+    const std::pair<const char*, Format> narrow[] = {{"fp16", formats::fp16}, {"bf16", formats::bf16}};
+    for (const auto& [name, f] : narrow) {
+      const std::string n = name;
+      v.push_back({n + "-seq", seq(f)});
+      Accumulation unfused = seq(f);
+      unfused.fused = false;
+      unfused.product_format = f;
+      v.push_back({n + "-unfused-seq", unfused});
+      Accumulation rev = seq(f);
+      rev.order = Order::Reverse;
+      v.push_back({n + "-reverse", rev});
+      Accumulation pw = seq(f);
+      pw.order = Order::Pairwise;
+      v.push_back({n + "-pairwise", pw});
+      Accumulation kahan = seq(f);
+      kahan.order = Order::Kahan;
+      v.push_back({n + "-kahan", kahan});
+      v.push_back({n + "-sr", seq(f, Rounding::Stochastic)});
+      for (int b : {16, 32, 64, 128}) {
+        Accumulation blk = seq(f);
+        blk.order = Order::Blocked;
+        blk.block = b;
+        blk.outer_format = formats::fp32;
+        v.push_back({n + "-splitk" + std::to_string(b) + "-fp32", blk});
+      }
+      Accumulation promote = seq(f);
+      promote.promote_every = 128;
+      promote.promote_format = formats::fp32;
+      v.push_back({n + "-promote128-fp32", promote});
+    }
+    v.push_back({"fp32-seq", seq(formats::fp32)});
+    Accumulation fp32pw = seq(formats::fp32);
+    fp32pw.order = Order::Pairwise;
+    v.push_back({"fp32-pairwise", fp32pw});
+    v.push_back({"fp64-seq", seq(formats::fp64)});
+    // Tensor-core models (Fasi, Higham, Mikaitis & Pranesh 2021): exact products, groups of g products and the
+    // running fp32 sum aligned to the largest exponent with no extra bits, truncated, normalised by truncation.
+    for (const auto& [name, g] : {std::pair<const char*, int>{"tc-v100", 4}, {"tc-a100", 8}}) {
+      Accumulation tc = seq(formats::fp32, Rounding::TowardZero);
+      tc.adder = MultiTermAdder{g, 0, Rounding::TowardZero, Rounding::TowardZero, 2};
+      v.push_back({name, tc});
+    }
+    return v;
+  }();
+  return list;
+}
+
+std::string preset_list() {
+  std::string s;
+  for (const auto& p : presets()) s += (s.empty() ? "" : ", ") + p.name;
+  return s;
+}
+
+constexpr const char* kKeysHelp =
+    "keys: acc=FORMAT[:ROUNDING], order=seq|reverse|pairwise|kahan|blocked:B, outer=FORMAT, fused, unfused, "
+    "product=FORMAT, promote=N[:FORMAT], group=G, extra=E, align=ROUNDING, normalize=ROUNDING, carry=C";
+
+[[noreturn]] void fail(std::string_view text, const std::string& why) {
+  throw std::invalid_argument("bad accumulation '" + std::string(text) + "': " + why + " (presets: " +
+                              preset_list() + "; or comma-separated " + kKeysHelp + ")");
+}
+
+bool is_rounding_name(std::string_view s) {
+  for (Rounding r : kAllRoundings)
+    if (name_of(r) == s) return true;
+  return false;
+}
+
+int parse_count(std::string_view text, std::string_view token, std::string_view what) {
+  int v = 0;
+  bool ok = !what.empty() && !token.empty();
+  for (char c : token) {
+    if (c < '0' || c > '9' || v > 100000000) {
+      ok = false;
+      break;
+    }
+    v = v * 10 + (c - '0');
+  }
+  if (!ok) fail(text, "'" + std::string(token) + "' is not a non-negative integer for " + std::string(what));
+  return v;
+}
+
+Format parse_format_in(std::string_view text, std::string_view token) {
+  try {
+    return parse_format(token);
+  } catch (const std::invalid_argument& e) {
+    fail(text, e.what());
+  }
+}
+
+Rounding parse_rounding_in(std::string_view text, std::string_view token) {
+  try {
+    return parse_rounding(token);
+  } catch (const std::invalid_argument& e) {
+    fail(text, e.what());
+  }
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+const std::vector<std::string>& preset_accumulation_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const auto& p : presets()) v.push_back(p.name);
+    return v;
+  }();
+  return names;
+}
+
+std::optional<std::string> validate(const Accumulation& a) {
+  for (const Format* f : {&a.format, &a.product_format, &a.outer_format, &a.promote_format})
+    if (auto why = validate(*f)) return "format " + name_of(*f) + ": " + *why;
+  if (a.order == Order::Blocked && a.block <= 0) return std::string("order=blocked needs a block size >= 1");
+  if (a.order != Order::Blocked && a.block != 0) return std::string("a block size is only meaningful with order=blocked");
+  if (a.promote_every < 0) return std::string("promote_every must be >= 0");
+  if (a.promote_every > 0 && a.order != Order::Sequential && a.order != Order::Reverse)
+    return std::string("promotion applies to order=seq or order=reverse only (blocked is split-K already)");
+  const MultiTermAdder& m = a.adder;
+  if (m.group < 0 || m.group > 256) return std::string("adder group must be in 0..256");
+  if (m.group > 0) {
+    if (a.order != Order::Sequential && a.order != Order::Reverse)
+      return std::string("a multi-term adder runs in order=seq or order=reverse only");
+    if (m.extra_bits < 0 || m.extra_bits > 64) return std::string("adder extra bits must be in 0..64");
+    if (m.carry_bits < 0 || m.carry_bits > 8) return std::string("adder carry bits must be in 0..8");
+    if (m.align != Rounding::TowardZero && m.align != Rounding::NearestEven)
+      return std::string("adder alignment rounding must be toward-zero or nearest-even");
+    if (m.normalize == Rounding::Stochastic) return std::string("adder normalisation cannot be stochastic");
+  } else if (!(m == MultiTermAdder{})) {
+    return std::string("adder parameters are set but group is 0");
+  }
+  return std::nullopt;
+}
+
+void check_valid(const Accumulation& a) {
+  if (auto why = validate(a)) throw std::invalid_argument("invalid accumulation: " + *why);
+}
+
+std::string canonical(const Accumulation& a) {
+  for (const auto& p : presets())
+    if (p.acc == a) return p.name;
+  const Accumulation d{};
+  std::string s = "acc=" + name_of(a.format) + ":" + std::string(name_of(a.rounding));
+  s += ",order=" + std::string(name_of(a.order));
+  if (a.order == Order::Blocked || a.block != 0) s += ":" + std::to_string(a.block);
+  if (a.order == Order::Blocked || !(a.outer_format == d.outer_format)) s += ",outer=" + name_of(a.outer_format);
+  s += a.fused ? ",fused" : ",unfused";
+  if (!a.fused || !(a.product_format == d.product_format)) s += ",product=" + name_of(a.product_format);
+  if (a.promote_every != 0 || !(a.promote_format == d.promote_format))
+    s += ",promote=" + std::to_string(a.promote_every) + ":" + name_of(a.promote_format);
+  if (!(a.adder == MultiTermAdder{})) {
+    s += ",group=" + std::to_string(a.adder.group) + ",extra=" + std::to_string(a.adder.extra_bits) +
+         ",align=" + std::string(name_of(a.adder.align)) + ",normalize=" + std::string(name_of(a.adder.normalize)) +
+         ",carry=" + std::to_string(a.adder.carry_bits);
+  }
+  return s;
+}
+
+Accumulation parse_accumulation(std::string_view text) {
+  const std::string_view whole = trim(text);
+  for (const auto& p : presets())
+    if (p.name == whole) return p.acc;
+  if (whole.empty()) fail(text, "empty text");
+  Accumulation a;
+  std::size_t pos = 0;
+  bool first = true;
+  while (pos <= whole.size()) {
+    std::size_t next = whole.find(',', pos);
+    if (next == std::string_view::npos) next = whole.size();
+    const std::string_view tok = trim(whole.substr(pos, next - pos));
+    pos = next + 1;
+    if (tok.empty()) fail(text, "empty token");
+    const std::size_t eq = tok.find('=');
+    if (eq == std::string_view::npos) {
+      if (tok == "fused") {
+        a.fused = true;
+      } else if (tok == "unfused") {
+        a.fused = false;
+      } else {
+        bool found = false;
+        if (first)
+          for (const auto& p : presets())
+            if (p.name == tok) {
+              a = p.acc;
+              found = true;
+            }
+        if (!found) fail(text, "unknown token '" + std::string(tok) + "'");
+      }
+      first = false;
+      continue;
+    }
+    first = false;
+    const std::string_view key = tok.substr(0, eq), val = tok.substr(eq + 1);
+    if (key == "acc") {
+      const std::size_t colon = val.rfind(':');
+      if (colon != std::string_view::npos && is_rounding_name(val.substr(colon + 1))) {
+        a.format = parse_format_in(text, val.substr(0, colon));
+        a.rounding = parse_rounding_in(text, val.substr(colon + 1));
+      } else {
+        a.format = parse_format_in(text, val);
+      }
+    } else if (key == "order") {
+      a.block = 0;
+      if (val == "seq" || val == "sequential") a.order = Order::Sequential;
+      else if (val == "reverse") a.order = Order::Reverse;
+      else if (val == "pairwise") a.order = Order::Pairwise;
+      else if (val == "kahan") a.order = Order::Kahan;
+      else if (val.starts_with("blocked:")) {
+        a.order = Order::Blocked;
+        a.block = parse_count(text, val.substr(8), "the block size");
+      } else {
+        fail(text, "unknown order '" + std::string(val) + "' (valid: seq, reverse, pairwise, kahan, blocked:B)");
+      }
+    } else if (key == "outer") {
+      a.outer_format = parse_format_in(text, val);
+    } else if (key == "product") {
+      a.product_format = parse_format_in(text, val);
+    } else if (key == "promote") {
+      const std::size_t colon = val.find(':');
+      a.promote_every = parse_count(text, val.substr(0, colon), "promote");
+      if (colon != std::string_view::npos) a.promote_format = parse_format_in(text, val.substr(colon + 1));
+    } else if (key == "group") {
+      a.adder.group = parse_count(text, val, "group");
+    } else if (key == "extra") {
+      a.adder.extra_bits = parse_count(text, val, "extra");
+    } else if (key == "carry") {
+      a.adder.carry_bits = parse_count(text, val, "carry");
+    } else if (key == "align") {
+      a.adder.align = parse_rounding_in(text, val);
+    } else if (key == "normalize") {
+      a.adder.normalize = parse_rounding_in(text, val);
+    } else {
+      fail(text, "unknown key '" + std::string(key) + "'");
+    }
+  }
+  if (auto why = validate(a)) fail(text, *why);
+  return a;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The reduction engine
+// ---------------------------------------------------------------------------------------------------------------
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+/// Splits a finite nonzero double into m·2^e with m an integer < 2^53.
+void split(double x, std::uint64_t& m, int& e) {
+  const auto bits = std::bit_cast<std::uint64_t>(x);
+  const int ef = static_cast<int>((bits >> 52) & 0x7FF);
+  m = bits & ((std::uint64_t{1} << 52) - 1);
+  if (ef == 0) {
+    e = -1074;
+  } else {
+    m |= std::uint64_t{1} << 52;
+    e = ef - 1075;
+  }
+}
+
+int bit_length(u128 m) {
+  const auto hi = static_cast<std::uint64_t>(m >> 64);
+  if (hi) return 128 - std::countl_zero(hi);
+  return 64 - std::countl_zero(static_cast<std::uint64_t>(m));
+}
+
+/// m / 2^k rounded toward zero or to nearest-even (k >= 0).
+u128 shift_round(u128 m, int k, Rounding mode) {
+  if (k == 0) return m;
+  if (k >= 128) return 0;  // m < 2^127 here, so strictly below half of 2^k in the nearest case too
+  u128 q = m >> k;
+  if (mode == Rounding::NearestEven) {
+    const u128 r = m & ((u128{1} << k) - 1), half = u128{1} << (k - 1);
+    if (r > half || (r == half && (q & 1) != 0)) ++q;
+  }
+  return q;
+}
+
+/// True when |exact| > bound (bound a positive double).
+bool exceeds(ExactSum e, double bound) {
+  if (e.sign() < 0) e.negate();
+  e.add(-bound);
+  return e.sign() > 0;
+}
+
+/// An addend of the multi-term adder: (-1)^neg·m·2^exp, m != 0; top = exponent of the leading bit.
+struct Addend {
+  bool neg;
+  u128 m;
+  int exp;
+  int top;
+};
+
+struct SumSource {
+  const double* x;
+  std::ptrdiff_t incx;
+  static constexpr bool kDot = false;
+  double xv(std::size_t i) const { return x[static_cast<std::ptrdiff_t>(i) * incx]; }
+  double yv(std::size_t) const { return 1.0; }
+};
+
+struct DotSource {
+  const double* x;
+  std::ptrdiff_t incx;
+  const double* y;
+  std::ptrdiff_t incy;
+  static constexpr bool kDot = true;
+  double xv(std::size_t i) const { return x[static_cast<std::ptrdiff_t>(i) * incx]; }
+  double yv(std::size_t i) const { return y[static_cast<std::ptrdiff_t>(i) * incy]; }
+};
+
+/// Plans built once per sum/dot/gemm call.
+struct Plans {
+  explicit Plans(const Accumulation& spec)
+      : a(spec), acc(spec.format), product(spec.product_format), outer(spec.outer_format),
+        promote(spec.promote_format) {}
+  Accumulation a;
+  RoundingPlan acc, product, outer, promote;
+};
+
+/// One reduction: every rounding draws index `step` (then step + 1), in the order the algorithm defines.
+template <class Src>
+class Run {
+ public:
+  Run(const Plans& p, const Src& src, std::size_t n, StochasticBits bits)
+      : p_(p), a_(p.a), src_(src), n_(n), bits_(bits), stochastic_(p.a.rounding == Rounding::Stochastic) {}
+
+  double reduce(bool has_init, double init) {
+    if (a_.adder.group > 0) return adder_reduce(has_init, init);
+    switch (a_.order) {
+      case Order::Sequential:
+      case Order::Reverse:
+        return a_.promote_every > 0 ? promoted(has_init, init) : sequential(0, n_, has_init, init);
+      case Order::Pairwise: {
+        if (n_ == 0) return has_init ? init : 0.0;
+        const double t = tree(0, n_);
+        return has_init ? add(p_.acc, init, t) : t;
+      }
+      case Order::Blocked: return blocked(has_init, init);
+      case Order::Kahan: return kahan(has_init, init);
+    }
+    return 0.0;
+  }
+  std::int64_t overflows() const { return overflows_; }
+
+ private:
+  std::uint64_t draw() {
+    const std::uint64_t k = step_++;
+    return stochastic_ ? bits_.draw(k) : 0;
+  }
+  std::size_t index(std::size_t k) const { return a_.order == Order::Reverse ? n_ - 1 - k : k; }
+
+  // Rounded operations that count overflows: finite operands, and a result that is not finite or that
+  // saturated (|r| = max_finite while the exact value is larger).
+  double round(const RoundingPlan& pl, double v) {
+    const double r = round_to(pl, a_.rounding, v, draw());
+    if (std::isfinite(v) && (!std::isfinite(r) || (std::fabs(r) == pl.max_finite && std::fabs(v) > pl.max_finite)))
+      ++overflows_;
+    return r;
+  }
+  double add(const RoundingPlan& pl, double x, double y) {
+    const double r = numerics::add(pl, a_.rounding, x, y, draw());
+    if (std::isfinite(x) && std::isfinite(y) && (!std::isfinite(r) || std::fabs(r) == pl.max_finite)) {
+      ExactSum e;
+      e.add(x);
+      e.add(y);
+      if (!std::isfinite(r) || exceeds(e, pl.max_finite)) ++overflows_;
+    }
+    return r;
+  }
+  double sub(const RoundingPlan& pl, double x, double y) { return add(pl, x, -y); }
+  double mul(const RoundingPlan& pl, double x, double y) {
+    const double r = numerics::mul(pl, a_.rounding, x, y, draw());
+    if (std::isfinite(x) && std::isfinite(y) && (!std::isfinite(r) || std::fabs(r) == pl.max_finite)) {
+      ExactSum e;
+      e.add_product(x, y);
+      if (!std::isfinite(r) || exceeds(e, pl.max_finite)) ++overflows_;
+    }
+    return r;
+  }
+  double fma(const RoundingPlan& pl, double x, double y, double z) {
+    const double r = numerics::fma(pl, a_.rounding, x, y, z, draw());
+    if (std::isfinite(x) && std::isfinite(y) && std::isfinite(z) &&
+        (!std::isfinite(r) || std::fabs(r) == pl.max_finite)) {
+      ExactSum e;
+      e.add_product(x, y);
+      e.add(z);
+      if (!std::isfinite(r) || exceeds(e, pl.max_finite)) ++overflows_;
+    }
+    return r;
+  }
+
+  /// Unfused product: x_i·y_i rounded to the product format.
+  double product(std::size_t i) { return mul(p_.product, src_.xv(i), src_.yv(i)); }
+  /// The first value of a partial sum: round(t_i) in the accumulator format.
+  double first(std::size_t i) {
+    if constexpr (!Src::kDot) return round(p_.acc, src_.xv(i));
+    if (a_.fused) return mul(p_.acc, src_.xv(i), src_.yv(i));
+    return round(p_.acc, product(i));
+  }
+  /// round(s + t_i) in the accumulator format.
+  double mac(double s, std::size_t i) {
+    if constexpr (!Src::kDot) return add(p_.acc, s, src_.xv(i));
+    if (a_.fused) return fma(p_.acc, src_.xv(i), src_.yv(i), s);
+    const double t = product(i);
+    return add(p_.acc, s, t);
+  }
+  /// round(t_i - c) in the accumulator format (Kahan's corrected term).
+  double minus(std::size_t i, double c) {
+    if constexpr (!Src::kDot) return sub(p_.acc, src_.xv(i), c);
+    if (a_.fused) return fma(p_.acc, src_.xv(i), src_.yv(i), -c);
+    const double t = product(i);
+    return sub(p_.acc, t, c);
+  }
+
+  /// Processing positions [k0, k1) summed one after another, starting from init when given.
+  double sequential(std::size_t k0, std::size_t k1, bool has_init, double init) {
+    double s = init;
+    bool have = has_init;
+    for (std::size_t k = k0; k < k1; ++k) {
+      const std::size_t i = index(k);
+      s = have ? mac(s, i) : first(i);
+      have = true;
+    }
+    return have ? s : 0.0;
+  }
+
+  double promoted(bool has_init, double init) {
+    double total = init;
+    bool have = has_init;
+    const auto every = static_cast<std::size_t>(a_.promote_every);
+    for (std::size_t c = 0; c < n_; c += every) {
+      const double part = sequential(c, std::min(n_, c + every), false, 0.0);
+      total = have ? add(p_.promote, total, part) : round(p_.promote, part);
+      have = true;
+    }
+    return have ? total : 0.0;
+  }
+
+  double tree(std::size_t lo, std::size_t count) {
+    if (count == 1) return first(lo);
+    const std::size_t half = count / 2;
+    const double left = tree(lo, half);
+    const double right = tree(lo + half, count - half);
+    return add(p_.acc, left, right);
+  }
+
+  double blocked(bool has_init, double init) {
+    double total = init;
+    bool have = has_init;
+    const auto b = static_cast<std::size_t>(a_.block);
+    for (std::size_t c = 0; c < n_; c += b) {
+      const double part = sequential(c, std::min(n_, c + b), false, 0.0);
+      total = have ? add(p_.outer, total, part) : round(p_.outer, part);
+      have = true;
+    }
+    return have ? total : 0.0;
+  }
+
+  double kahan(bool has_init, double init) {
+    if (n_ == 0) return has_init ? init : 0.0;
+    std::size_t k = 0;
+    double s = init;
+    if (!has_init) s = first(index(k++));
+    double c = 0.0;
+    for (; k < n_; ++k) {
+      const double y = minus(index(k), c);
+      const double t = add(p_.acc, s, y);
+      const double d = sub(p_.acc, t, s);
+      c = sub(p_.acc, d, y);
+      s = t;
+    }
+    return s;
+  }
+
+  // ---- multi-term fused adder ----
+
+  static void push(std::vector<Addend>& v, bool neg, u128 m, int exp) {
+    if (m == 0) return;
+    v.push_back(Addend{neg, m, exp, exp + bit_length(m) - 1});
+  }
+  static void push_value(std::vector<Addend>& v, double x) {
+    if (x == 0) return;
+    std::uint64_t m;
+    int e;
+    split(x, m, e);
+    push(v, std::signbit(x), m, e);
+  }
+
+  /// s + Σ_{k in [k0,k1)} t_index(k) in one multi-term operation (see accumulate.hpp).
+  double adder_step(double s, std::size_t k0, std::size_t k1) {
+    const MultiTermAdder& ad = a_.adder;
+    addends_.clear();
+    bool special = !std::isfinite(s);
+    double special_sum = special ? s : 0.0;
+    if (!special) push_value(addends_, s);
+    bool operands_finite = std::isfinite(s);
+    for (std::size_t k = k0; k < k1; ++k) {
+      const std::size_t i = index(k);
+      const double x = src_.xv(i), y = src_.yv(i);
+      double t = 0;  // the term when it is a double (sums, unfused products)
+      bool is_value = true;
+      if constexpr (Src::kDot) {
+        if (a_.fused) {
+          is_value = false;
+          if (!std::isfinite(x) || !std::isfinite(y)) {
+            special = true;
+            operands_finite = false;
+            special_sum += x * y;
+          } else if (x != 0 && y != 0) {
+            std::uint64_t mx, my;
+            int ex, ey;
+            split(x, mx, ex);
+            split(y, my, ey);
+            push(addends_, std::signbit(x) != std::signbit(y), u128{mx} * my, ex + ey);
+          }
+        } else {
+          if (!std::isfinite(x) || !std::isfinite(y)) operands_finite = false;
+          t = product(i);
+        }
+      } else {
+        t = x;
+      }
+      if (is_value) {
+        if (!std::isfinite(t)) {
+          special = true;
+          operands_finite = false;
+          special_sum += t;
+        } else {
+          push_value(addends_, t);
+        }
+      }
+    }
+    if (special) return round_to(p_.acc, ad.normalize, special_sum);
+    if (addends_.empty()) return 0.0;
+    int top = addends_[0].top;
+    for (const Addend& v : addends_) top = std::max(top, v.top);
+    const int p = a_.format.precision;
+    int q = top - (p - 1) - ad.extra_bits;  // weight of the last bit kept in alignment
+    __extension__ typedef __int128 i128;
+    i128 sum = 0;
+    for (const Addend& v : addends_) {
+      const int sh = q - v.exp;
+      const u128 aligned = sh <= 0 ? v.m << (-sh) : shift_round(v.m, sh, ad.align);
+      sum += v.neg ? -static_cast<i128>(aligned) : static_cast<i128>(aligned);
+    }
+    if (sum == 0) return 0.0;
+    const bool neg = sum < 0;
+    u128 mag = static_cast<u128>(neg ? -sum : sum);
+    const int width = p + ad.extra_bits + ad.carry_bits;  // the register: carry bits above the leading position
+    const int len = bit_length(mag);
+    if (len > width) {
+      mag = shift_round(mag, len - width, ad.align);
+      q += len - width;
+    }
+    const double r = round_parts(p_.acc, ad.normalize, ExactParts{neg, mag, q, false});
+    if (operands_finite && (!std::isfinite(r) || std::fabs(r) == p_.acc.max_finite)) {
+      ExactSum e;
+      e.add_parts(neg, mag, q);
+      if (!std::isfinite(r) || exceeds(e, p_.acc.max_finite)) ++overflows_;
+    }
+    return r;
+  }
+
+  double adder_reduce(bool has_init, double init) {
+    const auto g = static_cast<std::size_t>(a_.adder.group);
+    const bool promote = a_.promote_every > 0;
+    const std::size_t chunk = promote ? static_cast<std::size_t>(a_.promote_every) : std::max<std::size_t>(n_, 1);
+    double total = init;
+    bool have_total = has_init;
+    double s = 0.0;
+    for (std::size_t c = 0; c < n_; c += chunk) {
+      const std::size_t end = std::min(n_, c + chunk);
+      s = (!promote && has_init) ? init : 0.0;
+      for (std::size_t k = c; k < end; k += g) s = adder_step(s, k, std::min(end, k + g));
+      if (promote) {
+        total = have_total ? add(p_.promote, total, s) : round(p_.promote, s);
+        have_total = true;
+      }
+    }
+    if (promote) return have_total ? total : 0.0;
+    if (n_ == 0) return has_init ? init : 0.0;
+    return s;
+  }
+
+  const Plans& p_;
+  const Accumulation& a_;
+  const Src& src_;
+  std::size_t n_;
+  StochasticBits bits_;
+  bool stochastic_;
+  std::uint64_t step_ = 0;
+  std::int64_t overflows_ = 0;
+  std::vector<Addend> addends_;
+};
+
+template <class Src>
+double run(const Plans& plans, const Src& src, std::size_t n, bool has_init, double init, StochasticBits bits,
+           AccumStats* stats) {
+  Run<Src> r(plans, src, n, bits);
+  const double v = r.reduce(has_init, init);
+  if (stats) {
+    stats->overflows += r.overflows();
+    stats->terms += static_cast<std::int64_t>(n);
+  }
+  return v;
+}
+
+}  // namespace
+
+double sum(const Accumulation& a, std::span<const double> x, StochasticBits bits, AccumStats* stats) {
+  check_valid(a);
+  const Plans plans(a);
+  return run(plans, SumSource{x.data(), 1}, x.size(), false, 0.0, bits, stats);
+}
+
+double dot(const Accumulation& a, const double* x, std::ptrdiff_t incx, const double* y, std::ptrdiff_t incy,
+           std::size_t n, StochasticBits bits, AccumStats* stats) {
+  check_valid(a);
+  if (n > 0 && (x == nullptr || y == nullptr)) throw std::invalid_argument("dot: null operand with n > 0");
+  const Plans plans(a);
+  return run(plans, DotSource{x, incx, y, incy}, n, false, 0.0, bits, stats);
+}
+
+void gemm(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix A, ConstMatrix B, double* C,
+          std::size_t ldc, bool accumulate, StochasticBits bits, AccumStats* stats, int threads) {
+  check_valid(a);
+  auto bad = [&](const std::string& why) {
+    throw std::invalid_argument("gemm (M=" + std::to_string(M) + ", N=" + std::to_string(N) +
+                                ", K=" + std::to_string(K) + "): " + why);
+  };
+  if (M == 0 || N == 0) return;
+  if (C == nullptr) bad("C is null");
+  if (ldc < N) bad("ldc = " + std::to_string(ldc) + " < N");
+  if (K > 0) {
+    if (A.data == nullptr || B.data == nullptr) bad("A or B is null");
+    const std::size_t a_need = A.transposed ? M : K, b_need = B.transposed ? K : N;
+    if (A.ld < a_need)
+      bad("A" + std::string(A.transposed ? " (transposed, stored K×M)" : "") + " has ld = " + std::to_string(A.ld) +
+          " < " + std::to_string(a_need));
+    if (B.ld < b_need)
+      bad("B" + std::string(B.transposed ? " (transposed, stored N×K)" : "") + " has ld = " + std::to_string(B.ld) +
+          " < " + std::to_string(b_need));
+  }
+  if (threads < 0) bad("threads must be >= 0");
+  if (a.rounding != Rounding::Stochastic && K > 0 &&
+      kernels::gemm_fast(a, M, N, K, A, B, C, ldc, accumulate, stats, threads))
+    return;
+  const Plans plans(a);
+  const int nt = threads == 0 ? omp_get_max_threads() : threads;
+  const auto aincr = static_cast<std::ptrdiff_t>(A.transposed ? A.ld : 1);
+  const auto bincr = static_cast<std::ptrdiff_t>(B.transposed ? 1 : B.ld);
+  std::int64_t overflows = 0;
+  const auto rows = static_cast<std::ptrdiff_t>(M);
+#pragma omp parallel for num_threads(nt) schedule(static) reduction(+ : overflows)
+  for (std::ptrdiff_t ii = 0; ii < rows; ++ii) {
+    const auto i = static_cast<std::size_t>(ii);
+    const double* arow = A.transposed ? A.data + i : A.data + i * A.ld;
+    for (std::size_t j = 0; j < N; ++j) {
+      const double* bcol = B.transposed ? B.data + j * B.ld : B.data + j;
+      double& c = C[i * ldc + j];
+      const StochasticBits sb{bits.seed, bits.stream + i * N + j};
+      AccumStats local;
+      c = run(plans, DotSource{arow, aincr, bcol, bincr}, K, accumulate, accumulate ? c : 0.0, sb, &local);
+      overflows += local.overflows;
+    }
+  }
+  if (stats) {
+    stats->overflows += overflows;
+    stats->terms += static_cast<std::int64_t>(M * N * K);
+  }
+}
+
+}  // namespace roundoff::numerics

@@ -1,0 +1,174 @@
+// Known facts about accumulations (NUMERICS.md, STUDY_PROTOCOL.md §4.8), the preset/spec parser, shape
+// errors, specials and overflow counting, and gemm determinism across thread counts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "numerics/accumulate.hpp"
+#include "numerics/round.hpp"
+
+namespace roundoff::numerics {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+TEST(AccumulateFacts, SequentialOnesStagnateAtTheIntegerLimit) {
+  const std::vector<double> ones(4096, 1.0);
+  EXPECT_EQ(sum(parse_accumulation("fp16-seq"), ones), 2048.0);
+  EXPECT_EQ(sum(parse_accumulation("bf16-seq"), ones), 256.0);
+  EXPECT_EQ(sum(parse_accumulation("fp32-seq"), ones), 4096.0);
+  // Pairwise sums of powers of two are exact; split-K blocks of 32 are exact and the fp32 outer sum too.
+  EXPECT_EQ(sum(parse_accumulation("fp16-pairwise"), ones), 4096.0);
+  EXPECT_EQ(sum(parse_accumulation("fp16-splitk32-fp32"), ones), 4096.0);
+  EXPECT_EQ(sum(parse_accumulation("fp16-promote128-fp32"), ones), 4096.0);
+  // Kahan's compensation recovers the lost ones in fp16 (the total 4096 is an fp16 value).
+  EXPECT_EQ(sum(parse_accumulation("fp16-kahan"), ones), 4096.0);
+  // As a dot product of ones with ones the same holds.
+  EXPECT_EQ(dot(parse_accumulation("fp16-seq"), ones, ones), 2048.0);
+  EXPECT_EQ(dot(parse_accumulation("bf16-unfused-seq"), ones, ones), 256.0);
+}
+
+TEST(AccumulateFacts, StochasticRoundingDoesNotStagnate) {
+  const std::vector<double> ones(4096, 1.0);
+  const double s = sum(parse_accumulation("fp16-sr"), ones, StochasticBits{7, 0});
+  // Unbiased rounding: the expected value is 4096; beyond 2048 each step has spread ±1 ulp = 2.
+  EXPECT_GT(s, 3500.0);
+  EXPECT_LT(s, 4700.0);
+  // Deterministic in (seed, stream).
+  EXPECT_EQ(s, sum(parse_accumulation("fp16-sr"), ones, StochasticBits{7, 0}));
+  EXPECT_NE(s, sum(parse_accumulation("fp16-sr"), ones, StochasticBits{8, 0}));
+}
+
+TEST(AccumulateFacts, FusedVersusUnfusedDiffer) {
+  // NUMERICS.md trap 1: 2^-24 + 1.75·(439/256). The exact product 3.0009765625 is an fp16 midpoint; fused, the
+  // 2^-24 already in the accumulator breaks the tie upward (3.001953125); unfused, the product rounds to even
+  // (3.0) first and the tiny term is then lost.
+  const std::vector<double> x{0x1p-24, 1.75}, y{1.0, 439.0 / 256.0};
+  EXPECT_EQ(dot(parse_accumulation("fp16-seq"), x, y), 3.001953125);
+  EXPECT_EQ(dot(parse_accumulation("fp16-unfused-seq"), x, y), 3.0);
+  // An unfused MAC with an fp32 product format rounds nothing in the product: same as fused here.
+  EXPECT_EQ(dot(parse_accumulation("acc=fp16,unfused,product=fp32"), x, y), 3.001953125);
+}
+
+TEST(AccumulateFacts, PresetsRoundTripThroughCanonical) {
+  for (const std::string& name : preset_accumulation_names()) {
+    const Accumulation a = parse_accumulation(name);
+    EXPECT_EQ(canonical(a), name);
+    EXPECT_EQ(parse_accumulation(canonical(a)), a) << name;
+  }
+  const char* specs[] = {
+      "acc=fp16:nearest-even,order=blocked:32,outer=fp32,fused",
+      "acc=bf16:toward-zero,order=pairwise,unfused,product=bf16",
+      "acc=fp16,order=reverse,promote=64:bf16",
+      "acc=p11:emin-14:emax15:up,order=kahan",
+      "acc=fp32:toward-zero,group=8,extra=3,align=nearest-even,normalize=nearest-even,carry=1",
+      "fp16-seq,order=reverse",
+  };
+  for (const char* spec : specs) {
+    const Accumulation a = parse_accumulation(spec);
+    EXPECT_EQ(parse_accumulation(canonical(a)), a) << spec << " -> " << canonical(a);
+  }
+  EXPECT_EQ(parse_accumulation("fp16-seq,order=reverse"), parse_accumulation("fp16-reverse"));
+}
+
+TEST(AccumulateFacts, BadSpecsNameTheToken) {
+  auto message = [](const std::string& text) {
+    try {
+      parse_accumulation(text);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("fp17-seq").find("fp17-seq"), std::string::npos);
+  EXPECT_NE(message("fp17-seq").find("fp16-pairwise"), std::string::npos);  // lists presets
+  EXPECT_NE(message("acc=fp16,order=zigzag").find("zigzag"), std::string::npos);
+  EXPECT_NE(message("acc=fp16,colour=red").find("colour"), std::string::npos);
+  EXPECT_NE(message("acc=fp99").find("fp99"), std::string::npos);
+  EXPECT_NE(message("acc=fp16,order=blocked:x").find("'x'"), std::string::npos);
+  EXPECT_NE(message("acc=fp16,order=pairwise,promote=128").find("promotion"), std::string::npos);
+  EXPECT_NE(message("acc=fp16,order=blocked:0").find("block size"), std::string::npos);
+  EXPECT_NE(message("acc=fp32,group=4,normalize=stochastic").find("stochastic"), std::string::npos);
+}
+
+TEST(AccumulateFacts, SpecialsPropagate) {
+  const Accumulation a = parse_accumulation("fp16-seq");
+  EXPECT_TRUE(std::isnan(sum(a, std::vector<double>{1.0, kInf, -kInf})));
+  EXPECT_TRUE(std::isnan(sum(a, std::vector<double>{1.0, std::nan(""), 2.0})));
+  EXPECT_EQ(sum(a, std::vector<double>{1.0, kInf, 2.0}), kInf);
+  EXPECT_TRUE(std::isnan(dot(a, std::vector<double>{kInf}, std::vector<double>{0.0})));
+  EXPECT_EQ(sum(a, std::vector<double>{}), 0.0);
+}
+
+TEST(AccumulateFacts, OverflowIsCountedOnce) {
+  const Accumulation a = parse_accumulation("fp16-seq");
+  AccumStats st;
+  const std::vector<double> big(8, 60000.0);
+  EXPECT_EQ(sum(a, big, {}, &st), kInf);
+  EXPECT_EQ(st.overflows, 1);  // inf is absorbing: later steps have a non-finite operand
+  EXPECT_EQ(st.terms, 8);
+  // Saturating accumulator: the result sticks at max_finite and every saturating step counts.
+  Accumulation sat = a;
+  sat.format.saturate = true;
+  AccumStats st2;
+  EXPECT_EQ(sum(sat, big, {}, &st2), 65504.0);
+  EXPECT_EQ(st2.overflows, 7);
+  // A sum that reaches max_finite exactly is not an overflow.
+  AccumStats st3;
+  EXPECT_EQ(sum(sat, std::vector<double>{65504.0, 0.0}, {}, &st3), 65504.0);
+  EXPECT_EQ(st3.overflows, 0);
+}
+
+TEST(AccumulateFacts, GemmShapesAreChecked) {
+  const Accumulation a = parse_accumulation("fp16-seq");
+  std::vector<double> A(6, 1.0), B(6, 1.0), C(4, 0.0);
+  EXPECT_THROW(gemm(a, 2, 2, 3, ConstMatrix{A.data(), 2}, ConstMatrix{B.data(), 2}, C.data(), 2),
+               std::invalid_argument);  // lda 2 < K 3
+  EXPECT_THROW(gemm(a, 2, 2, 3, ConstMatrix{A.data(), 3}, ConstMatrix{B.data(), 1}, C.data(), 2),
+               std::invalid_argument);  // ldb 1 < N 2
+  EXPECT_THROW(gemm(a, 2, 2, 3, ConstMatrix{A.data(), 3}, ConstMatrix{B.data(), 2}, C.data(), 1),
+               std::invalid_argument);  // ldc 1 < N 2
+  EXPECT_THROW(gemm(a, 2, 2, 3, ConstMatrix{nullptr, 3}, ConstMatrix{B.data(), 2}, C.data(), 2),
+               std::invalid_argument);
+  EXPECT_NO_THROW(gemm(a, 2, 2, 3, ConstMatrix{A.data(), 3}, ConstMatrix{B.data(), 2}, C.data(), 2));
+  EXPECT_EQ(C[0], 3.0);
+}
+
+/// Random fp16 values (N(0,1) rounded), with a few specials.
+std::vector<double> random_fp16(std::size_t n, std::mt19937_64& rng) {
+  std::normal_distribution<double> d(0.0, 1.0);
+  const RoundingPlan plan(formats::fp16);
+  std::vector<double> v(n);
+  for (auto& x : v) x = round_to(plan, Rounding::NearestEven, d(rng));
+  return v;
+}
+
+TEST(AccumulateFacts, GemmMatchesDotAndIsThreadCountInvariant) {
+  std::mt19937_64 rng(11);
+  const std::size_t M = 7, N = 5, K = 37;
+  const auto A = random_fp16(M * K, rng), Bt = random_fp16(N * K, rng);  // B stored transposed (N×K)
+  for (const char* name : {"fp16-seq", "fp16-pairwise", "fp16-splitk16-fp32", "fp16-sr", "tc-v100", "bf16-kahan"}) {
+    const Accumulation a = parse_accumulation(name);
+    std::vector<double> C1(M * N, 0.5), C2(M * N, 0.5);
+    AccumStats s1, s2;
+    gemm(a, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{Bt.data(), K, true}, C1.data(), N, true, {3, 9}, &s1, 1);
+    gemm(a, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{Bt.data(), K, true}, C2.data(), N, true, {3, 9}, &s2, 2);
+    for (std::size_t k = 0; k < M * N; ++k) EXPECT_EQ(C1[k], C2[k]) << name;
+    EXPECT_EQ(s1.terms, static_cast<std::int64_t>(M * N * K));
+    // Without accumulate, each output equals dot() on the row and column (stream i·N + j).
+    std::vector<double> C3(M * N, 0.0);
+    gemm(a, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{Bt.data(), K, true}, C3.data(), N, false, {3, 9}, nullptr, 2);
+    for (std::size_t i = 0; i < M; ++i)
+      for (std::size_t j = 0; j < N; ++j)
+        EXPECT_EQ(C3[i * N + j], dot(a, A.data() + i * K, 1, Bt.data() + j * K, 1, K, StochasticBits{3, 9 + i * N + j}))
+            << name << " " << i << "," << j;
+  }
+}
+
+}  // namespace
+}  // namespace roundoff::numerics
