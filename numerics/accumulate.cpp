@@ -331,13 +331,6 @@ u128 shift_round(u128 m, int k, Rounding mode) {
   return q;
 }
 
-/// True when |exact| > bound (bound a positive double).
-bool exceeds(ExactSum e, double bound) {
-  if (e.sign() < 0) e.negate();
-  e.add(-bound);
-  return e.sign() > 0;
-}
-
 /// An addend of the multi-term adder: (-1)^neg·m·2^exp, m != 0; top = exponent of the leading bit.
 struct Addend {
   bool neg;
@@ -364,13 +357,33 @@ struct DotSource {
   double yv(std::size_t i) const { return y[static_cast<std::ptrdiff_t>(i) * incy]; }
 };
 
+/// The format with one more binade and IEEE overflow: rounding there tells whether a result "would have exceeded
+/// max_finite were the exponent range unbounded" (IEEE 754 §7.4). Absent for formats already at binary64's top.
+std::optional<RoundingPlan> probe_plan(const Format& f) {
+  if (f.emax >= 1023) return std::nullopt;
+  Format g = f;
+  g.emax = f.emax + 1;
+  g.saturate = false;
+  g.specials = Specials::Ieee;
+  return RoundingPlan(g);
+}
+
 /// Plans built once per sum/dot/gemm call.
 struct Plans {
   explicit Plans(const Accumulation& spec)
       : a(spec), acc(spec.format), product(spec.product_format), outer(spec.outer_format),
-        promote(spec.promote_format) {}
+        promote(spec.promote_format), acc_probe(probe_plan(spec.format)),
+        product_probe(probe_plan(spec.product_format)), outer_probe(probe_plan(spec.outer_format)),
+        promote_probe(probe_plan(spec.promote_format)) {}
   Accumulation a;
   RoundingPlan acc, product, outer, promote;
+  std::optional<RoundingPlan> acc_probe, product_probe, outer_probe, promote_probe;
+  const std::optional<RoundingPlan>& probe(const RoundingPlan& pl) const {
+    if (&pl == &acc) return acc_probe;
+    if (&pl == &product) return product_probe;
+    if (&pl == &outer) return outer_probe;
+    return promote_probe;
+  }
 };
 
 /// One reduction: every rounding draws index `step` (then step + 1), in the order the algorithm defines.
@@ -405,43 +418,47 @@ class Run {
   }
   std::size_t index(std::size_t k) const { return a_.order == Order::Reverse ? n_ - 1 - k : k; }
 
-  // Rounded operations that count overflows: finite operands, and a result that is not finite or that
-  // saturated (|r| = max_finite while the exact value is larger).
-  double round(const RoundingPlan& pl, double v) {
-    const double r = round_to(pl, a_.rounding, v, draw());
-    if (std::isfinite(v) && (!std::isfinite(r) || (std::fabs(r) == pl.max_finite && std::fabs(v) > pl.max_finite)))
+  // Rounded operations that count overflows (IEEE 754 §7.4): the operands are finite and the result rounded as
+  // if the exponent range were unbounded exceeds max_finite (so the result is inf, NaN for NaN-only formats, or
+  // ±max_finite when saturating or rounding toward zero). Only results that are not finite or are ±max_finite
+  // need the probe: the same rounding (same mode and draw) in the format with one more binade.
+  template <class Op>
+  void count(const RoundingPlan& pl, double r, bool finite_operands, Op&& op) {
+    if (!finite_operands) return;
+    if (!std::isfinite(r)) {
       ++overflows_;
+      return;
+    }
+    if (std::fabs(r) != pl.max_finite) return;
+    const auto& probe = p_.probe(pl);
+    if (probe && std::fabs(op(*probe)) > pl.max_finite) ++overflows_;
+  }
+  double round(const RoundingPlan& pl, double v) {
+    const std::uint64_t d = draw();
+    const double r = round_to(pl, a_.rounding, v, d);
+    count(pl, r, std::isfinite(v), [&](const RoundingPlan& q) { return round_to(q, a_.rounding, v, d); });
     return r;
   }
   double add(const RoundingPlan& pl, double x, double y) {
-    const double r = numerics::add(pl, a_.rounding, x, y, draw());
-    if (std::isfinite(x) && std::isfinite(y) && (!std::isfinite(r) || std::fabs(r) == pl.max_finite)) {
-      ExactSum e;
-      e.add(x);
-      e.add(y);
-      if (!std::isfinite(r) || exceeds(e, pl.max_finite)) ++overflows_;
-    }
+    const std::uint64_t d = draw();
+    const double r = numerics::add(pl, a_.rounding, x, y, d);
+    count(pl, r, std::isfinite(x) && std::isfinite(y),
+          [&](const RoundingPlan& q) { return numerics::add(q, a_.rounding, x, y, d); });
     return r;
   }
   double sub(const RoundingPlan& pl, double x, double y) { return add(pl, x, -y); }
   double mul(const RoundingPlan& pl, double x, double y) {
-    const double r = numerics::mul(pl, a_.rounding, x, y, draw());
-    if (std::isfinite(x) && std::isfinite(y) && (!std::isfinite(r) || std::fabs(r) == pl.max_finite)) {
-      ExactSum e;
-      e.add_product(x, y);
-      if (!std::isfinite(r) || exceeds(e, pl.max_finite)) ++overflows_;
-    }
+    const std::uint64_t d = draw();
+    const double r = numerics::mul(pl, a_.rounding, x, y, d);
+    count(pl, r, std::isfinite(x) && std::isfinite(y),
+          [&](const RoundingPlan& q) { return numerics::mul(q, a_.rounding, x, y, d); });
     return r;
   }
   double fma(const RoundingPlan& pl, double x, double y, double z) {
-    const double r = numerics::fma(pl, a_.rounding, x, y, z, draw());
-    if (std::isfinite(x) && std::isfinite(y) && std::isfinite(z) &&
-        (!std::isfinite(r) || std::fabs(r) == pl.max_finite)) {
-      ExactSum e;
-      e.add_product(x, y);
-      e.add(z);
-      if (!std::isfinite(r) || exceeds(e, pl.max_finite)) ++overflows_;
-    }
+    const std::uint64_t d = draw();
+    const double r = numerics::fma(pl, a_.rounding, x, y, z, d);
+    count(pl, r, std::isfinite(x) && std::isfinite(y) && std::isfinite(z),
+          [&](const RoundingPlan& q) { return numerics::fma(q, a_.rounding, x, y, z, d); });
     return r;
   }
 
@@ -608,12 +625,9 @@ class Run {
       mag = shift_round(mag, len - width, ad.align);
       q += len - width;
     }
-    const double r = round_parts(p_.acc, ad.normalize, ExactParts{neg, mag, q, false});
-    if (operands_finite && (!std::isfinite(r) || std::fabs(r) == p_.acc.max_finite)) {
-      ExactSum e;
-      e.add_parts(neg, mag, q);
-      if (!std::isfinite(r) || exceeds(e, p_.acc.max_finite)) ++overflows_;
-    }
+    const ExactParts parts{neg, mag, q, false};
+    const double r = round_parts(p_.acc, ad.normalize, parts);
+    count(p_.acc, r, operands_finite, [&](const RoundingPlan& pl) { return round_parts(pl, ad.normalize, parts); });
     return r;
   }
 

@@ -34,9 +34,11 @@
 ///   initial   gemm with accumulate: the current C_ij is an exact starting value (never rounded on entry): the
 ///             running sum of seq/reverse/kahan/adder starts at C_ij, the outer sum of blocked and the promoted
 ///             total start at C_ij, and pairwise gives round(C_ij + tree).
-///   specials  IEEE: NaN propagates, inf - inf = NaN. An operation on finite operands whose result is not
-///             finite, or is ±max_finite while the exact result is larger (saturating formats, directed modes),
-///             is counted in AccumStats::overflows.
+///   specials  IEEE: NaN propagates, inf - inf = NaN. Overflow as IEEE 754 §7.4 defines it: an operation on
+///             finite operands whose result, rounded as if the exponent range were unbounded, exceeds
+///             max_finite (the result is then inf, NaN for NaN-only formats, or ±max_finite when the format
+///             saturates or the mode rounds toward zero); each is counted in AccumStats::overflows. (A ±max_finite
+///             result in a format with emax = 1023 is not counted: binary64 has no binade above it to probe.)
 ///   stochastic rounding draws from StochasticBits{seed, stream}: the k-th rounding of the reduction, in the
 ///             order the algorithm above performs them, uses draw(k) (unfused: the product's rounding comes
 ///             just before the addition's), so results do not depend on thread count.

@@ -122,6 +122,14 @@ TEST(AccumulateFacts, OverflowIsCountedOnce) {
   AccumStats st3;
   EXPECT_EQ(sum(sat, std::vector<double>{65504.0, 0.0}, {}, &st3), 65504.0);
   EXPECT_EQ(st3.overflows, 0);
+  // IEEE 754 §7.4: 65504 + 8 = 65512 rounds to nearest 65504 (below 65520, half an ulp up): no overflow.
+  AccumStats st4;
+  EXPECT_EQ(sum(a, std::vector<double>{65504.0, 8.0}, {}, &st4), 65504.0);
+  EXPECT_EQ(st4.overflows, 0);
+  // Toward zero, 65504 + 65504 gives max_finite and is an overflow (the unbounded result exceeds it).
+  AccumStats st5;
+  EXPECT_EQ(sum(parse_accumulation("acc=fp16:toward-zero"), std::vector<double>{65504.0, 65504.0}, {}, &st5), 65504.0);
+  EXPECT_EQ(st5.overflows, 1);
 }
 
 TEST(AccumulateFacts, GemmShapesAreChecked) {

@@ -1,0 +1,76 @@
+#include "studies/data/corpus.hpp"
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+
+#include "studies/common/provenance.hpp"
+#include "studies/data/brown.hpp"
+#include "studies/data/sha256.hpp"
+
+namespace roundoff::studies::data {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+[[noreturn]] void fail(const fs::path& dir, const std::string& what) {
+  throw std::runtime_error("data: corpus at " + dir.string() + ": " + what + "; run " +
+                           std::string(kFetchCommand));
+}
+
+std::string read_or_fail(const fs::path& dir, const std::string& file) {
+  std::ifstream in(dir / file, std::ios::binary);
+  if (!in) fail(dir, file + " is missing");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+fs::path default_corpus_dir() {
+  if (const char* root = std::getenv("ROUNDOFF_DATA"); root != nullptr && *root != '\0')
+    return fs::path(root) / "brown";
+  return fs::path(source_dir()) / "data" / "brown";
+}
+
+fs::path excerpt_dir() { return fs::path(source_dir()) / "studies" / "data" / "excerpt"; }
+
+Corpus load_prepared(const fs::path& dir) {
+  if (!fs::is_directory(dir)) fail(dir, "directory does not exist");
+  Corpus c;
+  c.dir = dir;
+  try {
+    c.manifest = nlohmann::json::parse(read_or_fail(dir, "manifest.json"));
+  } catch (const nlohmann::json::exception& e) {
+    fail(dir, std::string("manifest.json is not valid JSON (") + e.what() + ")");
+  }
+  const auto& splits = c.manifest.value("splits", nlohmann::json::object());
+  const std::pair<const char*, std::string*> targets[] = {{"train", &c.train}, {"val", &c.val}, {"test", &c.test}};
+  for (const auto& [name, target] : targets) {
+    if (!splits.contains(name) || !splits[name].contains("sha256") || !splits[name].contains("file"))
+      fail(dir, std::string("manifest.json has no entry for split '") + name + "'");
+    *target = read_or_fail(dir, splits[name]["file"].get<std::string>());
+    const std::string got = sha256_hex(*target);
+    if (got != splits[name]["sha256"].get<std::string>())
+      fail(dir, splits[name]["file"].get<std::string>() + " has sha256 " + got + " but the manifest records " +
+                    splits[name]["sha256"].get<std::string>() + " (corrupt or edited)");
+  }
+  c.source = c.manifest.value("source", "");
+  if (c.source.empty()) fail(dir, "manifest.json names no source");
+  return c;
+}
+
+Corpus load_corpus(const std::optional<fs::path>& dir) {
+  if (dir) return load_prepared(*dir);
+  const fs::path full = default_corpus_dir();
+  if (fs::exists(full)) return load_prepared(full);
+  std::cerr << "data: full Brown corpus not found at " << full.string() << " (run " << kFetchCommand
+            << "); using the committed excerpt " << excerpt_dir().string() << "\n";
+  return load_prepared(excerpt_dir());
+}
+
+}  // namespace roundoff::studies::data
