@@ -230,9 +230,9 @@ nlohmann::json write_excerpt(const fs::path& prepared_dir, const fs::path& packa
   manifest["preparation"] = full["preparation"];
   manifest["split_rule"] = full["split_rule"];
   manifest["selection"] =
-      "whole prepared files of each split, genre by genre in round-robin order (first file of every genre, "
-      "then the second, ...), stopping before the first file that would exceed the limit; concatenated in name "
-      "order";
+      "whole prepared files of each split, round-robin over the genres in alphabetical order of their cats.txt "
+      "names (first file of every genre, then the second, ...), stopping before the first file that would "
+      "exceed the limit (train 200000, val and test 50000 bytes); concatenated in name order";
   manifest["provenance"] = provenance("write_excerpt");
   const std::map<Split, std::size_t> limit{{Split::Train, 200000}, {Split::Val, 50000}, {Split::Test, 50000}};
   const fs::path tmp = temp_sibling(out_dir);

@@ -56,8 +56,9 @@ Split split_of_index(std::size_t i);
 /// Returns the manifest.
 nlohmann::json prepare_brown(const std::filesystem::path& package_dir, const std::filesystem::path& out_dir);
 
-/// Writes the committed excerpt from a prepared corpus: per split, whole files taken genre by genre (the
-/// first file of each genre, then the second, ...) while the total stays within the byte limit
+/// Writes the committed excerpt from a prepared corpus: per split, whole files taken round-robin over the
+/// genres in alphabetical order of their cats.txt names (the first file of each genre, then the second,
+/// ...), stopping before the first file that would exceed the byte limit
 /// (train 200,000; val and test 50,000), concatenated in the prepared layout. Also writes manifest.json and
 /// copies the licence notice. Returns the excerpt manifest.
 nlohmann::json write_excerpt(const std::filesystem::path& prepared_dir, const std::filesystem::path& package_dir,
