@@ -1,3 +1,119 @@
 #pragma once
 /// \file op_kind.hpp
-/// The transformer ops roundoff knows, listed once.
+/// The transformer ops roundoff knows, listed once, and the passes and tensor roles a Policy sets.
+///
+/// Every op appears exactly once in ROUNDOFF_FOR_EACH_OP(X) as X(Enumerator, "cli-name", "what it is").
+/// Adding an op there makes every switch over OpKind fail to compile (-Werror=switch) until it is handled,
+/// and the name tables below grow with it (static_assert on their sizes).
+///
+/// Sites that the precision layouts of STUDY_PROTOCOL.md §4.1 need to tell apart are separate kinds:
+///   - projections (PROJ-F / PROJ-dX / PROJ-dW) are (Matmul, Forward / BackwardData / BackwardWeight);
+///     the classifier GEMM is its own kind (CLS), so `matmul` never touches the logits;
+///   - the two residual adds of a Pre-Norm block are ResidualAttn (x + α·attn_out) and ResidualFfn
+///     (x + α·ffn_out): the ane-fp16 layout runs only the FFN add in fp16;
+///   - RoPE has two knobs: RopeAngles (θ = p·b^(-2i/d) and its cos/sin table: compute format = the format
+///     the angle and cos/sin are evaluated in, storage = the table format) and RopeRotate (the rotation).
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace roundoff::ops {
+
+// clang-format off
+#define ROUNDOFF_FOR_EACH_OP(X)                                                                          \
+  X(Embedding,    "embedding",     "token-embedding gather (EMB)")                                      \
+  X(RmsNorm,      "rmsnorm",       "RMSNorm incl. the sum-of-squares reduction (NORM)")                 \
+  X(Matmul,       "matmul",        "linear projections y = x W^T: Q K V O W1 W3 W2 (PROJ-F/-dX/-dW)")   \
+  X(RopeAngles,   "rope-angles",   "RoPE angles and cos/sin table (ROPE, angle knob)")                  \
+  X(RopeRotate,   "rope",          "RoPE rotation of q and k (ROPE, rotation knob)")                    \
+  X(AttnScores,   "attn-scores",   "scaled q k^T with causal mask (ATT-S)")                             \
+  X(Softmax,      "softmax",       "causal attention softmax (SMAX)")                                   \
+  X(AttnValues,   "attn-values",   "attention weights x V (ATT-V)")                                     \
+  X(Silu,         "silu",          "SiLU x*sigmoid(x) (SILU)")                                          \
+  X(SwiGlu,       "swiglu",        "gate product silu(g)*u (SILU)")                                     \
+  X(ResidualAttn, "residual-attn", "residual add x + a*attn_out (RES)")                                 \
+  X(ResidualFfn,  "residual-ffn",  "residual add x + a*ffn_out (RES)")                                  \
+  X(Classifier,   "classifier",    "logits GEMM h W_cls^T (CLS)")                                       \
+  X(CrossEntropy, "cross-entropy", "log-softmax + cross-entropy, loss reduced in fp64 (CLS)")           \
+  X(AdamW,        "adamw",         "AdamW update of master weights and moments (OPT)")
+// clang-format on
+
+/// One enumerator per op, in table order.
+enum class OpKind : std::uint8_t {
+#define ROUNDOFF_OP_ENUM(e, name, what) e,
+  ROUNDOFF_FOR_EACH_OP(ROUNDOFF_OP_ENUM)
+#undef ROUNDOFF_OP_ENUM
+};
+
+#define ROUNDOFF_OP_COUNT(e, name, what) +1
+inline constexpr std::size_t kOpCount = 0 ROUNDOFF_FOR_EACH_OP(ROUNDOFF_OP_COUNT);
+#undef ROUNDOFF_OP_COUNT
+
+/// Static facts about an op.
+struct OpInfo {
+  OpKind kind;
+  std::string_view name;  ///< CLI / CSV name
+  std::string_view what;  ///< one-line description with the STUDY_PROTOCOL group id
+};
+
+inline constexpr std::array<OpInfo, kOpCount> kOpInfo{{
+#define ROUNDOFF_OP_INFO(e, name, what) OpInfo{OpKind::e, name, what},
+    ROUNDOFF_FOR_EACH_OP(ROUNDOFF_OP_INFO)
+#undef ROUNDOFF_OP_INFO
+}};
+
+/// All ops in table order (for loops over the policy table).
+inline constexpr std::array<OpKind, kOpCount> kAllOps = [] {
+  std::array<OpKind, kOpCount> a{};
+  for (std::size_t i = 0; i < kOpCount; ++i) a[i] = kOpInfo[i].kind;
+  return a;
+}();
+
+constexpr bool op_info_in_order() {
+  for (std::size_t i = 0; i < kOpCount; ++i)
+    if (static_cast<std::size_t>(kOpInfo[i].kind) != i) return false;
+  return true;
+}
+static_assert(op_info_in_order(), "kOpInfo must follow the enum order");
+
+/// Which computation of an op: forward (fprop), gradient w.r.t. data inputs (dgrad), w.r.t. weights (wgrad).
+enum class Pass : std::uint8_t { Forward, BackwardData, BackwardWeight };
+inline constexpr std::size_t kPassCount = 3;
+inline constexpr std::array<Pass, kPassCount> kAllPasses{Pass::Forward, Pass::BackwardData, Pass::BackwardWeight};
+/// CLI names, in enum order.
+inline constexpr std::array<std::string_view, kPassCount> kPassNames{"fwd", "bwd-data", "bwd-weight"};
+
+/// Tensors whose format the policy sets outside any single op.
+enum class TensorRole : std::uint8_t {
+  Weight,        ///< the working copy of the weights that the forward pass reads
+  MasterWeight,  ///< the copy AdamW updates (equal to Weight when no separate master copy exists)
+  AdamM,         ///< first moment
+  AdamV,         ///< second moment
+  Gradient,      ///< weight-gradient buffers (accumulated over micro-batches)
+};
+inline constexpr std::size_t kRoleCount = 5;
+inline constexpr std::array<TensorRole, kRoleCount> kAllRoles{TensorRole::Weight, TensorRole::MasterWeight,
+                                                              TensorRole::AdamM, TensorRole::AdamV,
+                                                              TensorRole::Gradient};
+/// CLI names, in enum order.
+inline constexpr std::array<std::string_view, kRoleCount> kRoleNames{"weights", "master", "adam-m", "adam-v",
+                                                                     "grads"};
+
+constexpr std::size_t index_of(OpKind k) { return static_cast<std::size_t>(k); }
+constexpr std::size_t index_of(Pass p) { return static_cast<std::size_t>(p); }
+constexpr std::size_t index_of(TensorRole r) { return static_cast<std::size_t>(r); }
+
+constexpr std::string_view name_of(OpKind k) { return kOpInfo[index_of(k)].name; }
+constexpr std::string_view name_of(Pass p) { return kPassNames[index_of(p)]; }
+constexpr std::string_view name_of(TensorRole r) { return kRoleNames[index_of(r)]; }
+
+/// Exact-name lookups (no exceptions; Policy::parse turns a miss into a one-line error).
+std::optional<OpKind> find_op(std::string_view name);
+std::optional<Pass> find_pass(std::string_view name);
+std::optional<TensorRole> find_role(std::string_view name);
+/// "embedding, rmsnorm, ..." for error messages.
+std::string_view op_names_list();
+
+}  // namespace roundoff::ops

@@ -17,6 +17,7 @@ void add_formats_command(CLI::App& app);
 void add_round_command(CLI::App& app);
 void add_arith_command(CLI::App& app);
 void add_demo_command(CLI::App& app);
+void add_policy_command(CLI::App& app);
 void add_data_command(CLI::App& app);
 
 }  // namespace roundoff::cli

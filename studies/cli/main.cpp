@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   roundoff::cli::add_round_command(app);
   roundoff::cli::add_arith_command(app);
   roundoff::cli::add_demo_command(app);
+  roundoff::cli::add_policy_command(app);
   roundoff::cli::add_data_command(app);
   try {
     app.parse(argc, argv);

@@ -1,0 +1,72 @@
+#pragma once
+/// \file adamw.hpp
+/// AdamW (OpKind::AdamW), llm.c form with bias correction and decoupled weight decay:
+///   g ← g·grad_scale (unscale),  m ← β1·m + (1−β1)·g,  v ← β2·v + (1−β2)·g²,
+///   m̂ = m/(1−β1^t),  v̂ = v/(1−β2^t),  w ← w − lr·(m̂/(√v̂ + ε) + λ·w).
+/// Rounding contract: every operation one rounding to the AdamW compute format; constants (β1, 1−β1,
+/// 1−β1^t, ε, λ, lr, grad_scale) rounded to compute (so ε = 1e-8 is 0 in an fp16 compute format); m, v and
+/// w stored in their tensor-role formats (Policy::storage_for(AdamM / AdamV / MasterWeight)); the optional
+/// working copy in the Weight role format. Unit (Select) = one element.
+#include <cmath>
+#include <cstdint>
+#include <span>
+
+#include "ops/backend.hpp"
+
+namespace roundoff::ops {
+
+struct AdamWConfig {
+  double lr = 3e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_scale = 1.0;  ///< multiplies the gradient first (1 / loss scale)
+};
+
+/// Rounding plans of the tensor roles AdamW writes.
+struct AdamWFormats {
+  numerics::RoundingPlan master, m, v, weight;
+  explicit AdamWFormats(const Policy& p)
+      : master(p.storage_for(TensorRole::MasterWeight)),
+        m(p.storage_for(TensorRole::AdamM)),
+        v(p.storage_for(TensorRole::AdamV)),
+        weight(p.storage_for(TensorRole::Weight)) {}
+};
+
+/// Updates w (master), m, v (n) in place from g (n) at step t ≥ 1; writes the working copy `weights` (n)
+/// when it is non-empty.
+template <class A>
+void adamw_update(std::span<typename A::Value> w, std::span<typename A::Value> m, std::span<typename A::Value> v,
+                  std::span<const typename A::Value> g, std::span<typename A::Value> weights, const AdamWConfig& cfg,
+                  std::int64_t t, const AdamWFormats& f, const Ctx<A>& ctx, Select sel = {}) {
+  const auto b1 = ctx.c(cfg.beta1), b2 = ctx.c(cfg.beta2), ob1 = ctx.c(1.0 - cfg.beta1), ob2 = ctx.c(1.0 - cfg.beta2);
+  const auto c1 = ctx.c(1.0 - std::pow(cfg.beta1, static_cast<double>(t)));
+  const auto c2 = ctx.c(1.0 - std::pow(cfg.beta2, static_cast<double>(t)));
+  const auto eps = ctx.c(cfg.eps), wd = ctx.c(cfg.weight_decay), lr = ctx.c(cfg.lr), gs = ctx.c(cfg.grad_scale);
+  for_units(static_cast<std::int64_t>(w.size()), sel, [&](std::int64_t i) {
+    const auto e = static_cast<std::size_t>(i);
+    const std::uint64_t k = e * kSlots;
+    auto gi = g[e];
+    if (cfg.grad_scale != 1.0) gi = ctx.mul(gi, gs, k);
+    const auto mi = ctx.store_to(f.m, ctx.add(ctx.mul(b1, m[e], k + 1), ctx.mul(ob1, gi, k + 2), k + 3), k + 4);
+    const auto g2 = ctx.mul(gi, gi, k + 5);
+    const auto vi = ctx.store_to(f.v, ctx.add(ctx.mul(b2, v[e], k + 6), ctx.mul(ob2, g2, k + 7), k + 8), k + 9);
+    const auto mhat = ctx.div(mi, c1, k + 10), vhat = ctx.div(vi, c2, k + 11);
+    const auto step = ctx.add(ctx.div(mhat, ctx.add(ctx.sqrt(vhat, k + 12), eps, k + 13), k + 14),
+                              ctx.mul(wd, w[e], k + 15), k + 16);
+    m[e] = mi;
+    v[e] = vi;
+    w[e] = ctx.store_to(f.master, ctx.sub(w[e], ctx.mul(lr, step, k + 17), k + 18), k + 19);
+    if (!weights.empty()) weights[e] = ctx.store_to(f.weight, w[e], k + 20);
+  });
+}
+
+#define ROUNDOFF_ADAMW_DECL(EXTERN, A)                                                                        \
+  EXTERN template void adamw_update<A>(std::span<A::Value>, std::span<A::Value>, std::span<A::Value>,          \
+                                       std::span<const A::Value>, std::span<A::Value>, const AdamWConfig&,     \
+                                       std::int64_t, const AdamWFormats&, const Ctx<A>&, Select);
+ROUNDOFF_ADAMW_DECL(extern, Emulated)
+ROUNDOFF_ADAMW_DECL(extern, Reference)
+
+}  // namespace roundoff::ops

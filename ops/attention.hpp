@@ -1,0 +1,206 @@
+#pragma once
+/// \file attention.hpp
+/// Causal self-attention, materialised: scores (OpKind::AttnScores), softmax (OpKind::Softmax) and
+/// weights·V (OpKind::AttnValues), each its own op so each gets its own precision and error record.
+/// Layouts (AttnShape): q, k, v, out, dq, dk, dv (B, T, NH·hs); preatt, att and their gradients (B, NH, T, T),
+/// only the causal part s ≤ t is used (the rest is written as 0).
+///
+/// Rounding contract: inputs rounded to storage on entry; every dot product is one reduction under the
+/// Accumulation in index order, rounded to compute; every elementwise step one rounding to compute; results
+/// stored. Backward functions add into gradients (g ← store(g + Δ), the add in compute).
+/// Units (Select): a head (b, h) for scores and values; a query row (b, h, t) for softmax.
+#include <algorithm>
+#include <cmath>
+#include <span>
+
+#include "ops/backend.hpp"
+#include "ops/shape.hpp"
+
+namespace roundoff::ops {
+
+namespace detail {
+template <class V>
+std::vector<V> cast_in(std::span<const V> x, const auto& ctx) {
+  std::vector<V> r(x.size());
+  ctx.in_array(x, r, 0);
+  return r;
+}
+inline std::size_t at4(const AttnShape& s, std::int64_t b, std::int64_t h, std::int64_t t, std::int64_t u) {
+  return static_cast<std::size_t>(((b * s.NH + h) * s.T + t) * s.T + u);
+}
+inline std::size_t at3(const AttnShape& s, std::int64_t b, std::int64_t t, std::int64_t h, std::int64_t d) {
+  return static_cast<std::size_t>((b * s.T + t) * s.C() + h * s.hs + d);
+}
+}  // namespace detail
+
+/// preatt[b,h,t,s] = (q[b,t,h,:]·k[b,s,h,:])·(1/√hs) for s ≤ t, else 0.
+template <class A>
+void attn_scores_forward(std::span<typename A::Value> preatt, std::span<const typename A::Value> q,
+                         std::span<const typename A::Value> k, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+  using V = typename A::Value;
+  const std::vector<V> qs = detail::cast_in(q, ctx), ks = detail::cast_in(k, ctx);
+  const V scale = ctx.c(1.0 / std::sqrt(static_cast<double>(s.hs)));
+  for_units(s.heads(), sel, [&](std::int64_t u) {
+    const std::int64_t b = u / s.NH, h = u % s.NH;
+    for (std::int64_t t = 0; t < s.T; ++t)
+      for (std::int64_t j = 0; j < s.T; ++j) {
+        const std::size_t e = detail::at4(s, b, h, t, j);
+        if (j > t) {
+          preatt[e] = V(0);
+          continue;
+        }
+        const V d = ctx.dot(qs.data() + detail::at3(s, b, t, h, 0), 1, ks.data() + detail::at3(s, b, j, h, 0), 1,
+                            static_cast<std::size_t>(s.hs), e);
+        preatt[e] = ctx.store(ctx.mul(d, scale, e * kSlots), e * kSlots + 1);
+      }
+  });
+}
+
+/// dq += (dpreatt/√hs)·k, dk += (dpreatt/√hs)ᵀ·q (causal part). Pass BackwardData.
+template <class A>
+void attn_scores_backward_data(std::span<typename A::Value> dq, std::span<typename A::Value> dk,
+                               std::span<const typename A::Value> dpreatt, std::span<const typename A::Value> q,
+                               std::span<const typename A::Value> k, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+  using V = typename A::Value;
+  const std::vector<V> qs = detail::cast_in(q, ctx), ks = detail::cast_in(k, ctx);
+  const V scale = ctx.c(1.0 / std::sqrt(static_cast<double>(s.hs)));
+  std::vector<V> dps(static_cast<std::size_t>(s.att_size()));
+  for_units(s.heads(), sel, [&](std::int64_t u) {
+    const std::int64_t b = u / s.NH, h = u % s.NH;
+    for (std::int64_t t = 0; t < s.T; ++t)
+      for (std::int64_t j = 0; j < s.T; ++j) {
+        const std::size_t e = detail::at4(s, b, h, t, j);
+        dps[e] = j > t ? V(0) : ctx.mul(ctx.in(dpreatt[e], e * kSlots), scale, e * kSlots + 1);
+      }
+    const V* d0 = dps.data() + detail::at4(s, b, h, 0, 0);
+    for (std::int64_t t = 0; t < s.T; ++t)
+      for (std::int64_t d = 0; d < s.hs; ++d) {
+        const std::size_t e = detail::at3(s, b, t, h, d);
+        const std::uint64_t kk = e * kSlots;
+        // dq[t,d] = Σ_{j ≤ t} dps[t,j]·k[j,d]
+        const V g = ctx.dot(d0 + t * s.T, 1, ks.data() + detail::at3(s, b, 0, h, d), s.C(),
+                            static_cast<std::size_t>(t + 1), 2 * e);
+        dq[e] = ctx.store(ctx.add(ctx.in(dq[e], kk), g, kk + 1), kk + 2);
+        // dk[t,d] = Σ_{i ≥ t} dps[i,t]·q[i,d]
+        const V gk = ctx.dot(d0 + t * s.T + t, s.T, qs.data() + detail::at3(s, b, t, h, d), s.C(),
+                             static_cast<std::size_t>(s.T - t), 2 * e + 1);
+        dk[e] = ctx.store(ctx.add(ctx.in(dk[e], kk + 3), gk, kk + 4), kk + 5);
+      }
+  });
+}
+
+/// att[b,h,t,:t+1] = softmax(preatt[b,h,t,:t+1]) with max subtraction: m = max_j x_j (exact),
+/// e_j = exp(x_j − m) (subtraction and exp each one rounding), Z = Σ e_j (Accumulation), att_j = e_j / Z.
+template <class A>
+void softmax_forward(std::span<typename A::Value> att, std::span<const typename A::Value> preatt, AttnShape s,
+                     const Ctx<A>& ctx, Select sel = {}) {
+  using V = typename A::Value;
+  for_units(s.heads() * s.T, sel, [&](std::int64_t row) {
+    thread_local std::vector<V> ex;
+    const std::int64_t t = row % s.T;
+    const auto o = static_cast<std::size_t>(row * s.T);
+    const auto n = static_cast<std::size_t>(t + 1);
+    ex.resize(n);
+    V m = ctx.in(preatt[o], o * kSlots);
+    for (std::size_t j = 1; j < n; ++j) {
+      const V xj = ctx.in(preatt[o + j], (o + j) * kSlots);
+      if (xj > m) m = xj;
+    }
+    for (std::size_t j = 0; j < n; ++j) {
+      const std::uint64_t k = (o + j) * kSlots;
+      ex[j] = ctx.exp(ctx.sub(ctx.in(preatt[o + j], k), m, k + 1), k + 2);
+    }
+    const V z = ctx.sum(ex.data(), 1, n, static_cast<std::uint64_t>(row));
+    for (std::size_t j = 0; j < static_cast<std::size_t>(s.T); ++j)
+      att[o + j] = j < n ? ctx.store(ctx.div(ex[j], z, (o + j) * kSlots + 3), (o + j) * kSlots + 4) : V(0);
+  });
+}
+
+/// dpreatt += att ⊙ (datt − Σ_j att_j·datt_j) on the causal part. Pass BackwardData.
+template <class A>
+void softmax_backward_data(std::span<typename A::Value> dpreatt, std::span<const typename A::Value> datt,
+                           std::span<const typename A::Value> att, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+  using V = typename A::Value;
+  for_units(s.heads() * s.T, sel, [&](std::int64_t row) {
+    thread_local std::vector<V> a, g;
+    const std::int64_t t = row % s.T;
+    const auto o = static_cast<std::size_t>(row * s.T);
+    const auto n = static_cast<std::size_t>(t + 1);
+    a.resize(n);
+    g.resize(n);
+    for (std::size_t j = 0; j < n; ++j) {
+      a[j] = ctx.in(att[o + j], (o + j) * kSlots);
+      g[j] = ctx.in(datt[o + j], (o + j) * kSlots + 1);
+    }
+    const V d = ctx.dot(a.data(), 1, g.data(), 1, n, static_cast<std::uint64_t>(row));
+    for (std::size_t j = 0; j < n; ++j) {
+      const std::uint64_t k = (o + j) * kSlots;
+      const V v = ctx.mul(a[j], ctx.sub(g[j], d, k + 2), k + 3);
+      dpreatt[o + j] = ctx.store(ctx.add(ctx.in(dpreatt[o + j], k + 4), v, k + 5), k + 6);
+    }
+  });
+}
+
+/// out[b,t,h,:] = Σ_{j ≤ t} att[b,h,t,j]·v[b,j,h,:] (one dot per output element, j ascending).
+template <class A>
+void attn_values_forward(std::span<typename A::Value> out, std::span<const typename A::Value> att,
+                         std::span<const typename A::Value> v, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+  using V = typename A::Value;
+  const std::vector<V> as = detail::cast_in(att, ctx), vs = detail::cast_in(v, ctx);
+  for_units(s.heads(), sel, [&](std::int64_t u) {
+    const std::int64_t b = u / s.NH, h = u % s.NH;
+    for (std::int64_t t = 0; t < s.T; ++t)
+      for (std::int64_t d = 0; d < s.hs; ++d) {
+        const std::size_t e = detail::at3(s, b, t, h, d);
+        const V r = ctx.dot(as.data() + detail::at4(s, b, h, t, 0), 1, vs.data() + detail::at3(s, b, 0, h, d), s.C(),
+                            static_cast<std::size_t>(t + 1), e);
+        out[e] = ctx.store(r, e * kSlots);
+      }
+  });
+}
+
+/// datt[t,j] += dout[t,:]·v[j,:] (j ≤ t), dv[j,:] += Σ_{t ≥ j} att[t,j]·dout[t,:]. Pass BackwardData.
+template <class A>
+void attn_values_backward_data(std::span<typename A::Value> datt, std::span<typename A::Value> dv,
+                               std::span<const typename A::Value> dout, std::span<const typename A::Value> att,
+                               std::span<const typename A::Value> v, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+  using V = typename A::Value;
+  const std::vector<V> as = detail::cast_in(att, ctx), vs = detail::cast_in(v, ctx), ds = detail::cast_in(dout, ctx);
+  for_units(s.heads(), sel, [&](std::int64_t u) {
+    const std::int64_t b = u / s.NH, h = u % s.NH;
+    for (std::int64_t t = 0; t < s.T; ++t)
+      for (std::int64_t j = 0; j <= t; ++j) {
+        const std::size_t e = detail::at4(s, b, h, t, j);
+        const V g = ctx.dot(ds.data() + detail::at3(s, b, t, h, 0), 1, vs.data() + detail::at3(s, b, j, h, 0), 1,
+                            static_cast<std::size_t>(s.hs), 2 * e);
+        datt[e] = ctx.store(ctx.add(ctx.in(datt[e], e * kSlots), g, e * kSlots + 1), e * kSlots + 2);
+      }
+    for (std::int64_t j = 0; j < s.T; ++j)
+      for (std::int64_t d = 0; d < s.hs; ++d) {
+        const std::size_t e = detail::at3(s, b, j, h, d);
+        const V g = ctx.dot(as.data() + detail::at4(s, b, h, j, j), s.T, ds.data() + detail::at3(s, b, j, h, d), s.C(),
+                            static_cast<std::size_t>(s.T - j), 2 * e + 1);
+        dv[e] = ctx.store(ctx.add(ctx.in(dv[e], e * kSlots + 3), g, e * kSlots + 4), e * kSlots + 5);
+      }
+  });
+}
+
+#define ROUNDOFF_ATTENTION_DECL(EXTERN, A)                                                                         \
+  EXTERN template void attn_scores_forward<A>(std::span<A::Value>, std::span<const A::Value>,                      \
+                                              std::span<const A::Value>, AttnShape, const Ctx<A>&, Select);         \
+  EXTERN template void attn_scores_backward_data<A>(std::span<A::Value>, std::span<A::Value>,                      \
+                                                    std::span<const A::Value>, std::span<const A::Value>,           \
+                                                    std::span<const A::Value>, AttnShape, const Ctx<A>&, Select);   \
+  EXTERN template void softmax_forward<A>(std::span<A::Value>, std::span<const A::Value>, AttnShape, const Ctx<A>&, \
+                                          Select);                                                                  \
+  EXTERN template void softmax_backward_data<A>(std::span<A::Value>, std::span<const A::Value>,                    \
+                                                std::span<const A::Value>, AttnShape, const Ctx<A>&, Select);       \
+  EXTERN template void attn_values_forward<A>(std::span<A::Value>, std::span<const A::Value>,                      \
+                                              std::span<const A::Value>, AttnShape, const Ctx<A>&, Select);         \
+  EXTERN template void attn_values_backward_data<A>(std::span<A::Value>, std::span<A::Value>,                      \
+                                                    std::span<const A::Value>, std::span<const A::Value>,           \
+                                                    std::span<const A::Value>, AttnShape, const Ctx<A>&, Select);
+ROUNDOFF_ATTENTION_DECL(extern, Emulated)
+ROUNDOFF_ATTENTION_DECL(extern, Reference)
+
+}  // namespace roundoff::ops

@@ -1,0 +1,220 @@
+#pragma once
+/// \file backend.hpp
+/// The two arithmetic backends every op is written over, and the per-call context that carries an op's
+/// precision into its body.
+///
+///   Emulated   values are doubles that are always values of their storage format. Each elementwise
+///              operation is rounded once to the op's compute format (numerics::add/mul/div/... with a
+///              RoundingPlan built once per OpPrecision); each reduction runs numerics::sum/dot/gemm under the
+///              op's Accumulation and is then rounded to the compute format; store() rounds to storage.
+///   Reference  values are MPFR numbers with ROUNDOFF_REFERENCE_DIGITS10 (40) decimal digits (133 bits);
+///              the same algorithm in the same order with no format rounding (in/store/constants exact,
+///              reductions sequential — at 133 bits the order's effect is below 2^-120 relative to Σ|terms|).
+///
+/// Op bodies use only the Ctx<A> methods below, so one template source serves both. Keys `k` name the
+/// element an operation belongs to: stochastic rounding draws bits.draw(k), so results do not depend on
+/// thread count or call order. Ops form k as element_index·kSlots + slot (slot < kSlots distinguishes the
+/// several roundings of one element).
+#include <boost/multiprecision/mpfr.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "numerics/accumulate.hpp"
+#include "numerics/arith.hpp"
+#include "numerics/round.hpp"
+#include "ops/policy.hpp"
+
+#ifndef ROUNDOFF_REFERENCE_DIGITS10
+#define ROUNDOFF_REFERENCE_DIGITS10 40
+#endif
+
+namespace roundoff::ops {
+
+/// The reference number type: MPFR, 40 significant decimal digits (133 bits), no expression templates.
+using Ref = boost::multiprecision::number<
+    boost::multiprecision::mpfr_float_backend<ROUNDOFF_REFERENCE_DIGITS10, boost::multiprecision::allocate_stack>,
+    boost::multiprecision::et_off>;
+
+/// Backend tags.
+struct Emulated {
+  using Value = double;
+};
+struct Reference {
+  using Value = Ref;
+};
+
+/// Roundings per element an op may use (keys are element·kSlots + slot).
+inline constexpr std::uint64_t kSlots = 32;
+
+/// Stream of reduction number r of an op call (stochastic accumulation).
+constexpr numerics::StochasticBits sub_stream(numerics::StochasticBits b, std::uint64_t r) {
+  return {b.seed, numerics::mix64(b.stream * 0x9E3779B97F4A7C15ull + r + 1)};
+}
+
+template <class A>
+class Ctx;
+
+/// Emulated context: the op's OpPrecision with its RoundingPlans, and the stochastic stream of this call.
+template <>
+class Ctx<Emulated> {
+ public:
+  using V = double;
+  explicit Ctx(const OpPrecision& p, numerics::StochasticBits bits = {})
+      : prec_(p), storage_(p.storage), compute_(p.compute), mode_(p.rounding), bits_(bits) {}
+
+  const OpPrecision& precision() const { return prec_; }
+  const numerics::RoundingPlan& storage_plan() const { return storage_; }
+  numerics::StochasticBits bits() const { return bits_; }
+  void set_bits(numerics::StochasticBits b) { bits_ = b; }
+
+  /// Input cast on entry: x rounded to storage (identity for values already in storage).
+  double in(double x, std::uint64_t k) const { return numerics::round_to(storage_, mode_, x, draw(k)); }
+  /// Output / saved tensor: x rounded to storage.
+  double store(double x, std::uint64_t k) const { return numerics::round_to(storage_, mode_, x, draw(k)); }
+  /// x rounded to another format (tensor roles such as AdamW's moments), in this op's mode.
+  double store_to(const numerics::RoundingPlan& p, double x, std::uint64_t k) const {
+    return numerics::round_to(p, mode_, x, draw(k));
+  }
+  /// Constant c (given in binary64) in the compute format, round-to-nearest-even.
+  double c(double x) const { return numerics::round_to(compute_, numerics::Rounding::NearestEven, x); }
+  /// A value converted to compute (e.g. a reduction result in the accumulator format).
+  double to_compute(double x, std::uint64_t k) const { return numerics::round_to(compute_, mode_, x, draw(k)); }
+
+  double add(double a, double b, std::uint64_t k) const { return numerics::add(compute_, mode_, a, b, draw(k)); }
+  double sub(double a, double b, std::uint64_t k) const { return numerics::sub(compute_, mode_, a, b, draw(k)); }
+  double mul(double a, double b, std::uint64_t k) const { return numerics::mul(compute_, mode_, a, b, draw(k)); }
+  double div(double a, double b, std::uint64_t k) const { return numerics::div(compute_, mode_, a, b, draw(k)); }
+  double sqrt(double a, std::uint64_t k) const { return numerics::sqrt(compute_, mode_, a, draw(k)); }
+  double exp(double a, std::uint64_t k) const { return numerics::exp(compute_, mode_, a, draw(k)); }
+  double log(double a, std::uint64_t k) const { return numerics::log(compute_, mode_, a, draw(k)); }
+  double sigmoid(double a, std::uint64_t k) const { return numerics::sigmoid(compute_, mode_, a, draw(k)); }
+  double rsqrt(double a, std::uint64_t k) const { return numerics::rsqrt(compute_, mode_, a, draw(k)); }
+  double sin(double a, std::uint64_t k) const { return numerics::sin(compute_, mode_, a, draw(k)); }
+  double cos(double a, std::uint64_t k) const { return numerics::cos(compute_, mode_, a, draw(k)); }
+
+  /// Σ_{i<n} x[i·inc] under the accumulation, rounded to compute. r numbers the reduction (stochastic stream).
+  double sum(const double* x, std::ptrdiff_t inc, std::size_t n, std::uint64_t r) const;
+  /// Σ x[i·incx]·y[i·incy] under the accumulation, rounded to compute.
+  double dot(const double* x, std::ptrdiff_t incx, const double* y, std::ptrdiff_t incy, std::size_t n,
+             std::uint64_t r) const;
+  /// C(M×N) (+)= A(M×K)·B(K×N), each C_ij a dot under the accumulation (numerics::gemm); C is left in the
+  /// accumulator format. `threads` = 1 inside an already parallel region.
+  void gemm(std::size_t M, std::size_t N, std::size_t K, numerics::ConstMatrix A, numerics::ConstMatrix B, double* C,
+            std::size_t ldc, bool accumulate, std::uint64_t r) const;
+  /// Inputs cast on entry for a whole array: dst[i] = in(src[i]) (keys first_key + i·kSlots).
+  void in_array(std::span<const double> src, std::span<double> dst, std::uint64_t first_key) const;
+
+ private:
+  std::uint64_t draw(std::uint64_t k) const {
+    return mode_ == numerics::Rounding::Stochastic ? bits_.draw(k) : 0;
+  }
+  OpPrecision prec_;
+  numerics::RoundingPlan storage_, compute_;
+  numerics::Rounding mode_;
+  numerics::StochasticBits bits_;
+};
+
+/// Reference context: exact (133-bit) arithmetic, same algorithm, no format roundings.
+template <>
+class Ctx<Reference> {
+ public:
+  using V = Ref;
+  explicit Ctx(const OpPrecision& p, numerics::StochasticBits bits = {}) : prec_(p), storage_(p.storage), bits_(bits) {}
+
+  const OpPrecision& precision() const { return prec_; }
+  const numerics::RoundingPlan& storage_plan() const { return storage_; }
+  numerics::StochasticBits bits() const { return bits_; }
+  void set_bits(numerics::StochasticBits b) { bits_ = b; }
+
+  Ref in(const Ref& x, std::uint64_t) const { return x; }
+  Ref store(const Ref& x, std::uint64_t) const { return x; }
+  Ref store_to(const numerics::RoundingPlan&, const Ref& x, std::uint64_t) const { return x; }
+  Ref c(double x) const { return Ref(x); }
+  Ref to_compute(const Ref& x, std::uint64_t) const { return x; }
+
+  Ref add(const Ref& a, const Ref& b, std::uint64_t) const { return a + b; }
+  Ref sub(const Ref& a, const Ref& b, std::uint64_t) const { return a - b; }
+  Ref mul(const Ref& a, const Ref& b, std::uint64_t) const { return a * b; }
+  Ref div(const Ref& a, const Ref& b, std::uint64_t) const { return a / b; }
+  Ref sqrt(const Ref& a, std::uint64_t) const { return boost::multiprecision::sqrt(a); }
+  Ref exp(const Ref& a, std::uint64_t) const { return boost::multiprecision::exp(a); }
+  Ref log(const Ref& a, std::uint64_t) const { return boost::multiprecision::log(a); }
+  Ref sigmoid(const Ref& a, std::uint64_t) const { return Ref(1) / (Ref(1) + boost::multiprecision::exp(-a)); }
+  Ref rsqrt(const Ref& a, std::uint64_t) const { return Ref(1) / boost::multiprecision::sqrt(a); }
+  Ref sin(const Ref& a, std::uint64_t) const { return boost::multiprecision::sin(a); }
+  Ref cos(const Ref& a, std::uint64_t) const { return boost::multiprecision::cos(a); }
+
+  Ref sum(const Ref* x, std::ptrdiff_t inc, std::size_t n, std::uint64_t) const {
+    Ref s = 0;
+    for (std::size_t i = 0; i < n; ++i) s += x[static_cast<std::ptrdiff_t>(i) * inc];
+    return s;
+  }
+  Ref dot(const Ref* x, std::ptrdiff_t incx, const Ref* y, std::ptrdiff_t incy, std::size_t n, std::uint64_t) const {
+    Ref s = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      s += x[static_cast<std::ptrdiff_t>(i) * incx] * y[static_cast<std::ptrdiff_t>(i) * incy];
+    return s;
+  }
+  /// Same contract as Ctx<Emulated>::gemm (A/B given as Ref matrices).
+  struct RefMatrix {
+    const Ref* data;
+    std::size_t ld;
+    bool transposed = false;
+    const Ref& operator()(std::size_t r, std::size_t c) const {
+      return transposed ? data[c * ld + r] : data[r * ld + c];
+    }
+  };
+  void gemm(std::size_t M, std::size_t N, std::size_t K, RefMatrix A, RefMatrix B, Ref* C, std::size_t ldc,
+            bool accumulate, std::uint64_t) const {
+    for (std::size_t i = 0; i < M; ++i)
+      for (std::size_t j = 0; j < N; ++j) {
+        Ref s = accumulate ? C[i * ldc + j] : Ref(0);
+        for (std::size_t k = 0; k < K; ++k) s += A(i, k) * B(k, j);
+        C[i * ldc + j] = s;
+      }
+  }
+  void in_array(std::span<const Ref> src, std::span<Ref> dst, std::uint64_t) const {
+    for (std::size_t i = 0; i < src.size(); ++i) dst[i] = src[i];
+  }
+
+ private:
+  OpPrecision prec_;
+  numerics::RoundingPlan storage_;
+  numerics::StochasticBits bits_;
+};
+
+/// Matrix operand of a backend's gemm.
+template <class A>
+struct MatrixOf;
+template <>
+struct MatrixOf<Emulated> {
+  using type = numerics::ConstMatrix;
+};
+template <>
+struct MatrixOf<Reference> {
+  using type = Ctx<Reference>::RefMatrix;
+};
+
+/// Units an op computes: empty = all (the normal call); otherwise only these outer-loop units (rows, heads,
+/// columns — each op documents its unit). The shadow uses this to run the Reference on a sample.
+using Select = std::span<const std::int64_t>;
+
+/// Runs f(u) for every selected unit; all units in parallel (OpenMP, static schedule) when sel is empty.
+/// Units are independent outputs, so the result does not depend on the thread count.
+template <class F>
+void for_units(std::int64_t n_units, Select sel, F&& f) {
+  if (sel.empty()) {
+#pragma omp parallel for schedule(static)
+    for (std::int64_t u = 0; u < n_units; ++u) f(u);
+  } else {
+    for (std::int64_t u : sel) f(u);
+  }
+}
+
+/// Lifts emulated values exactly to Ref.
+std::vector<Ref> lift(std::span<const double> x);
+
+}  // namespace roundoff::ops

@@ -1,0 +1,85 @@
+#pragma once
+/// \file cross_entropy.hpp
+/// Log-softmax + cross-entropy over the vocabulary (OpKind::CrossEntropy); the logits come from the
+/// classifier GEMM (matmul_forward under OpKind::Classifier).
+///
+/// Rounding contract per row: m = max_j l_j (exact); e_j = exp(l_j − m) (two roundings to compute);
+/// Z = Σ e_j (Accumulation) rounded to compute; loss = (m + log Z) − l_target (three roundings to compute,
+/// kept in compute, not stored); probs_j = e_j / Z stored (saved for backward). The mean over tokens is
+/// formed in binary64 (mean_loss), whatever the policy (STUDY_PROTOCOL §2 item 10).
+/// Backward: dlogits_j += (probs_j − [j = target])·grad_scale, grad_scale = loss_scale / N typically.
+/// Unit (Select) = one token row.
+#include <cstdint>
+#include <span>
+
+#include "ops/backend.hpp"
+#include "ops/shape.hpp"
+
+namespace roundoff::ops {
+
+/// losses (N), probs (N, V); logits (N, V), targets (N).  s = {N, V}.
+template <class A>
+void cross_entropy_forward(std::span<typename A::Value> losses, std::span<typename A::Value> probs,
+                           std::span<const typename A::Value> logits, std::span<const std::int32_t> targets,
+                           RowShape s, const Ctx<A>& ctx, Select sel = {}) {
+  using V = typename A::Value;
+  for_units(s.rows, sel, [&](std::int64_t r) {
+    thread_local std::vector<V> ex;
+    const auto o = static_cast<std::size_t>(r * s.cols);
+    const auto n = static_cast<std::size_t>(s.cols);
+    ex.resize(n);
+    V m = ctx.in(logits[o], o * kSlots);
+    for (std::size_t j = 1; j < n; ++j) {
+      const V lj = ctx.in(logits[o + j], (o + j) * kSlots);
+      if (lj > m) m = lj;
+    }
+    for (std::size_t j = 0; j < n; ++j) {
+      const std::uint64_t k = (o + j) * kSlots;
+      ex[j] = ctx.exp(ctx.sub(ctx.in(logits[o + j], k), m, k + 1), k + 2);
+    }
+    const V z = ctx.sum(ex.data(), 1, n, static_cast<std::uint64_t>(r));
+    for (std::size_t j = 0; j < n; ++j) probs[o + j] = ctx.store(ctx.div(ex[j], z, (o + j) * kSlots + 3), (o + j) * kSlots + 4);
+    const std::uint64_t kr = static_cast<std::uint64_t>(r) * kSlots;
+    const auto tgt = static_cast<std::size_t>(targets[static_cast<std::size_t>(r)]);
+    const V lse = ctx.add(m, ctx.log(z, kr + 5), kr + 6);
+    losses[static_cast<std::size_t>(r)] = ctx.sub(lse, ctx.in(logits[o + tgt], kr + 7), kr + 8);
+  });
+}
+
+/// The mean of the per-token losses, summed sequentially in binary64 (Emulated) or MPFR (Reference).
+template <class V>
+V mean_loss(std::span<const V> losses) {
+  V s = 0;
+  for (const V& l : losses) s += l;
+  return s / V(static_cast<double>(losses.size()));
+}
+
+/// dlogits (N, V) += (probs − onehot(targets))·grad_scale. Pass BackwardData.
+template <class A>
+void cross_entropy_backward_data(std::span<typename A::Value> dlogits, std::span<const typename A::Value> probs,
+                                 std::span<const std::int32_t> targets, double grad_scale, RowShape s,
+                                 const Ctx<A>& ctx, Select sel = {}) {
+  const auto gs = ctx.c(grad_scale), one = ctx.c(1.0);
+  for_units(s.rows, sel, [&](std::int64_t r) {
+    const auto o = static_cast<std::size_t>(r * s.cols);
+    const auto tgt = targets[static_cast<std::size_t>(r)];
+    for (std::int64_t j = 0; j < s.cols; ++j) {
+      const std::size_t e = o + static_cast<std::size_t>(j);
+      const std::uint64_t k = e * kSlots;
+      auto p = ctx.in(probs[e], k);
+      if (j == tgt) p = ctx.sub(p, one, k + 1);
+      dlogits[e] = ctx.store(ctx.add(ctx.in(dlogits[e], k + 2), ctx.mul(p, gs, k + 3), k + 4), k + 5);
+    }
+  });
+}
+
+#define ROUNDOFF_CROSS_ENTROPY_DECL(EXTERN, A)                                                                      \
+  EXTERN template void cross_entropy_forward<A>(std::span<A::Value>, std::span<A::Value>, std::span<const A::Value>, \
+                                                std::span<const std::int32_t>, RowShape, const Ctx<A>&, Select);     \
+  EXTERN template void cross_entropy_backward_data<A>(std::span<A::Value>, std::span<const A::Value>,               \
+                                                      std::span<const std::int32_t>, double, RowShape,              \
+                                                      const Ctx<A>&, Select);
+ROUNDOFF_CROSS_ENTROPY_DECL(extern, Emulated)
+ROUNDOFF_CROSS_ENTROPY_DECL(extern, Reference)
+
+}  // namespace roundoff::ops

@@ -1,0 +1,103 @@
+#pragma once
+/// \file matmul.hpp
+/// Linear projections y = x·Wᵀ (OpKind::Matmul for Q K V O W1 W3 W2, OpKind::Classifier for the logits).
+///
+/// Rounding contract (policy entry (kind, pass)): x, W (and dy) are rounded to storage on entry; every
+/// output element is one dot product in k order 0..K-1 under the Accumulation (numerics::gemm), rounded to
+/// compute and then to storage. Backward functions add into their gradient: the current gradient value
+/// enters the accumulator first (a beta = 1 GEMM), and the caller zeroes gradients.
+/// Unit (Select) = one row of the output: a token row of y / dx, a row (output channel) of dW.
+#include <span>
+
+#include "ops/backend.hpp"
+#include "ops/shape.hpp"
+
+namespace roundoff::ops {
+
+/// y (n, out) = x (n, in) · W (out, in)ᵀ.
+template <class A>
+void matmul_forward(std::span<typename A::Value> y, std::span<const typename A::Value> x,
+                    std::span<const typename A::Value> w, MatmulShape s, const Ctx<A>& ctx, Select sel = {}) {
+  using V = typename A::Value;
+  using M = typename MatrixOf<A>::type;
+  const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
+  std::vector<V> xs(x.size()), ws(w.size());
+  ctx.in_array(x, xs, 0);
+  ctx.in_array(w, ws, x.size() * kSlots);
+  const M wt{ws.data(), I, true};  // W (out, in) read as the (in × out) matrix Wᵀ
+  if (sel.empty()) {
+    ctx.gemm(N, O, I, M{xs.data(), I}, wt, y.data(), O, false, 0);
+  } else {
+    for (std::int64_t r : sel)
+      ctx.gemm(1, O, I, M{xs.data() + r * s.in, I}, wt, y.data() + r * s.out, O, false, 0);
+  }
+  for_units(s.n, sel, [&](std::int64_t r) {
+    for (std::int64_t j = 0; j < s.out; ++j) {
+      const auto e = static_cast<std::uint64_t>(r * s.out + j);
+      V& out = y[static_cast<std::size_t>(e)];
+      out = ctx.store(ctx.to_compute(out, e * kSlots), e * kSlots + 1);
+    }
+  });
+}
+
+/// dx (n, in) += dy (n, out) · W (out, in).  Policy pass BackwardData.
+template <class A>
+void matmul_backward_data(std::span<typename A::Value> dx, std::span<const typename A::Value> dy,
+                          std::span<const typename A::Value> w, MatmulShape s, const Ctx<A>& ctx, Select sel = {}) {
+  using V = typename A::Value;
+  using M = typename MatrixOf<A>::type;
+  const auto I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
+  std::vector<V> dys(dy.size()), ws(w.size());
+  ctx.in_array(dy, dys, 0);
+  ctx.in_array(w, ws, dy.size() * kSlots);
+  if (sel.empty()) {
+    ctx.gemm(static_cast<std::size_t>(s.n), I, O, M{dys.data(), O}, M{ws.data(), I}, dx.data(), I, true, 0);
+  } else {
+    for (std::int64_t r : sel)
+      ctx.gemm(1, I, O, M{dys.data() + r * s.out, O}, M{ws.data(), I}, dx.data() + r * s.in, I, true, 0);
+  }
+  for_units(s.n, sel, [&](std::int64_t r) {
+    for (std::int64_t j = 0; j < s.in; ++j) {
+      const auto e = static_cast<std::uint64_t>(r * s.in + j);
+      V& g = dx[static_cast<std::size_t>(e)];
+      g = ctx.store(ctx.to_compute(g, e * kSlots), e * kSlots + 1);
+    }
+  });
+}
+
+/// dW (out, in) += dyᵀ (out, n) · x (n, in): a reduction over the n tokens. Policy pass BackwardWeight.
+template <class A>
+void matmul_backward_weight(std::span<typename A::Value> dw, std::span<const typename A::Value> dy,
+                            std::span<const typename A::Value> x, MatmulShape s, const Ctx<A>& ctx, Select sel = {}) {
+  using V = typename A::Value;
+  using M = typename MatrixOf<A>::type;
+  const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
+  std::vector<V> dys(dy.size()), xs(x.size());
+  ctx.in_array(dy, dys, 0);
+  ctx.in_array(x, xs, dy.size() * kSlots);
+  if (sel.empty()) {
+    ctx.gemm(O, I, N, M{dys.data(), O, true}, M{xs.data(), I}, dw.data(), I, true, 0);
+  } else {
+    for (std::int64_t o : sel)
+      ctx.gemm(1, I, N, M{dys.data() + o, O, true}, M{xs.data(), I}, dw.data() + o * s.in, I, true, 0);
+  }
+  for_units(s.out, sel, [&](std::int64_t o) {
+    for (std::int64_t j = 0; j < s.in; ++j) {
+      const auto e = static_cast<std::uint64_t>(o * s.in + j);
+      V& g = dw[static_cast<std::size_t>(e)];
+      g = ctx.store(ctx.to_compute(g, e * kSlots), e * kSlots + 1);
+    }
+  });
+}
+
+#define ROUNDOFF_MATMUL_DECL(EXTERN, A)                                                                      \
+  EXTERN template void matmul_forward<A>(std::span<A::Value>, std::span<const A::Value>,                     \
+                                         std::span<const A::Value>, MatmulShape, const Ctx<A>&, Select);      \
+  EXTERN template void matmul_backward_data<A>(std::span<A::Value>, std::span<const A::Value>,               \
+                                               std::span<const A::Value>, MatmulShape, const Ctx<A>&, Select); \
+  EXTERN template void matmul_backward_weight<A>(std::span<A::Value>, std::span<const A::Value>,             \
+                                                 std::span<const A::Value>, MatmulShape, const Ctx<A>&, Select);
+ROUNDOFF_MATMUL_DECL(extern, Emulated)
+ROUNDOFF_MATMUL_DECL(extern, Reference)
+
+}  // namespace roundoff::ops

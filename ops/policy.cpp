@@ -1,0 +1,450 @@
+#include "ops/policy.hpp"
+
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <stdexcept>
+#include <system_error>
+
+namespace roundoff::ops {
+
+using numerics::Accumulation;
+using numerics::Format;
+using numerics::Rounding;
+namespace fmts = numerics::formats;
+
+Accumulation sequential_in(const Format& f) {
+  const std::string name = numerics::name_of(f) + "-seq";
+  for (const std::string& p : numerics::preset_accumulation_names())
+    if (p == name) return numerics::parse_accumulation(name);
+  Accumulation a;
+  a.format = f;
+  return a;
+}
+
+OpPrecision uniform(const Format& f) { return OpPrecision{f, f, Rounding::NearestEven, sequential_in(f)}; }
+
+Policy::Policy(const OpPrecision& everywhere) {
+  for (auto& row : table_) row.fill(everywhere);
+  roles_.fill(everywhere.storage);
+}
+
+Policy& Policy::set(OpKind k, Pass p, const OpPrecision& prec) {
+  at(k, p) = prec;
+  return *this;
+}
+Policy& Policy::set(OpKind k, const OpPrecision& prec) {
+  for (Pass p : kAllPasses) at(k, p) = prec;
+  return *this;
+}
+Policy& Policy::set_role(TensorRole r, const Format& f) {
+  roles_[index_of(r)] = f;
+  return *this;
+}
+Policy& Policy::set_loss_scale(double s) {
+  loss_scale_ = s;
+  return *this;
+}
+
+// ---- presets ------------------------------------------------------------------------------------------------
+
+namespace {
+
+/// The AutoANE "ANE full" layout (STUDY_PROTOCOL.md §3 item 5): the ANE kernels in `ane`, the CPU parts
+/// (RMSNorm, embedding, classifier, cross-entropy, weight gradients, AdamW, attention residual) in fp32.
+Policy ane_layout(const OpPrecision& ane) {
+  Policy p(uniform(fmts::fp32));
+  // Forward projections and the backward activation-gradient GEMMs run on the ANE; dW GEMMs on the CPU.
+  p.set(OpKind::Matmul, Pass::Forward, ane).set(OpKind::Matmul, Pass::BackwardData, ane);
+  // RoPE: cos/sin tables precomputed in fp32 and stored in fp16; the rotation on the ANE.
+  OpPrecision table = uniform(fmts::fp32);
+  table.storage = fmts::fp16;
+  p.set(OpKind::RopeAngles, table);
+  for (OpKind k : {OpKind::RopeRotate, OpKind::AttnScores, OpKind::Softmax, OpKind::AttnValues, OpKind::Silu,
+                   OpKind::SwiGlu})
+    p.set(k, Pass::Forward, ane).set(k, Pass::BackwardData, ane);
+  // Only the FFN residual add is fused into an ANE kernel (gen_ffn_fused_dynamic_alpha); its backward and
+  // the attention residual stay on the CPU.
+  p.set(OpKind::ResidualFfn, Pass::Forward, ane);
+  p.set_loss_scale(256.0);
+  return p;
+}
+
+/// torch.amp-like autocast with half format h: GEMMs read and write h with fp32 accumulation; softmax, norms,
+/// exp/log, cross-entropy and the residual stream in fp32; pointwise ops on h tensors store h, compute fp32.
+Policy amp_layout(const Format& h, double loss_scale) {
+  Policy p(uniform(fmts::fp32));
+  const OpPrecision gemm{h, h, Rounding::NearestEven, sequential_in(fmts::fp32)};
+  for (OpKind k : {OpKind::Matmul, OpKind::Classifier, OpKind::AttnScores, OpKind::AttnValues}) p.set(k, gemm);
+  const OpPrecision pointwise{h, fmts::fp32, Rounding::NearestEven, sequential_in(fmts::fp32)};
+  p.set(OpKind::Silu, pointwise).set(OpKind::SwiGlu, pointwise);
+  p.set_loss_scale(loss_scale);
+  return p;
+}
+
+/// Everything in h including accumulation, except AdamW, master weights and both moments in fp32.
+Policy pure_layout(const Format& h, double loss_scale) {
+  Policy p(uniform(h));
+  p.set(OpKind::AdamW, uniform(fmts::fp32));
+  p.set_role(TensorRole::MasterWeight, fmts::fp32).set_role(TensorRole::AdamM, fmts::fp32);
+  p.set_role(TensorRole::AdamV, fmts::fp32);
+  p.set_loss_scale(loss_scale);
+  return p;
+}
+
+struct PresetEntry {
+  std::string name;
+  std::function<Policy()> make;
+};
+
+const std::vector<PresetEntry>& presets() {
+  static const std::vector<PresetEntry> table = [] {
+    std::vector<PresetEntry> t;
+    t.push_back({"fp64", [] { return Policy(uniform(fmts::fp64)); }});
+    t.push_back({"fp32", [] { return Policy(uniform(fmts::fp32)); }});
+    t.push_back({"ane-fp16", [] { return ane_layout(uniform(fmts::fp16)); }});
+    t.push_back({"ane-fp16-acc32", [] {
+                   return ane_layout(OpPrecision{fmts::fp16, fmts::fp16, Rounding::NearestEven,
+                                                 sequential_in(fmts::fp32)});
+                 }});
+    t.push_back({"ane-matmul-only", [] {
+                   Policy p(uniform(fmts::fp32));
+                   p.set(OpKind::Matmul, Pass::Forward, uniform(fmts::fp16));
+                   p.set_loss_scale(256.0);
+                   return p;
+                 }});
+    t.push_back({"amp-fp16", [] { return amp_layout(fmts::fp16, 65536.0); }});
+    t.push_back({"amp-bf16", [] { return amp_layout(fmts::bf16, 1.0); }});
+    t.push_back({"pure-fp16", [] { return pure_layout(fmts::fp16, 65536.0); }});
+    t.push_back({"pure-bf16", [] { return pure_layout(fmts::bf16, 1.0); }});
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+const std::vector<std::string>& Policy::preset_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const PresetEntry& e : presets()) n.push_back(e.name);
+    return n;
+  }();
+  return names;
+}
+
+namespace {
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const std::string& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+template <std::size_t N>
+std::string join(const std::array<std::string_view, N>& v) {
+  std::string s;
+  for (std::string_view x : v) s += (s.empty() ? "" : ", ") + std::string(x);
+  return s;
+}
+}  // namespace
+
+Policy Policy::preset(std::string_view name) {
+  for (const PresetEntry& e : presets())
+    if (e.name == name) return e.make();
+  throw std::invalid_argument("unknown policy preset '" + std::string(name) + "'; valid: " + join(preset_names()));
+}
+
+// ---- text form ------------------------------------------------------------------------------------------------
+
+namespace {
+
+enum class Field : std::uint8_t { Storage, Compute, Rounding, Acc };
+constexpr std::array<Field, 4> kAllFields{Field::Storage, Field::Compute, Field::Rounding, Field::Acc};
+constexpr std::array<std::string_view, 4> kFieldNames{"storage", "compute", "rounding", "acc"};
+
+std::string acc_text(const Accumulation& a) {
+  const std::string c = numerics::canonical(a);
+  if (c.find_first_of(",/=[]") == std::string::npos) return c;
+  return "[" + c + "]";
+}
+
+std::string field_text(const OpPrecision& p, Field f) {
+  switch (f) {
+    case Field::Storage: return numerics::name_of(p.storage);
+    case Field::Compute: return numerics::name_of(p.compute);
+    case Field::Rounding: return std::string(numerics::name_of(p.rounding));
+    case Field::Acc: return acc_text(p.accumulate);
+  }
+  return {};
+}
+
+bool field_equal(const OpPrecision& a, const OpPrecision& b, Field f) {
+  switch (f) {
+    case Field::Storage: return a.storage == b.storage;
+    case Field::Compute: return a.compute == b.compute;
+    case Field::Rounding: return a.rounding == b.rounding;
+    case Field::Acc: return a.accumulate == b.accumulate;
+  }
+  return false;
+}
+
+std::string number_text(double x) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, r.ptr);
+}
+
+/// Overrides that turn `base` into `p` (the canonical order: ops in table order, then roles, then loss scale).
+std::vector<std::string> overrides(const Policy& base, const Policy& p) {
+  std::vector<std::string> out;
+  for (OpKind k : kAllOps) {
+    const std::string op(name_of(k));
+    const OpPrecision& v0 = p.at(k, Pass::Forward);
+    const bool all_equal = v0 == p.at(k, Pass::BackwardData) && v0 == p.at(k, Pass::BackwardWeight);
+    auto emit_for = [&](const std::string& sel, const OpPrecision& v, const std::vector<Pass>& passes) {
+      std::vector<Field> diff;
+      for (Field f : kAllFields) {
+        bool differs = false;
+        for (Pass ps : passes) differs = differs || !field_equal(base.at(k, ps), v, f);
+        if (differs) diff.push_back(f);
+      }
+      if (diff.empty()) return;
+      if (diff.size() == 1) {
+        out.push_back(sel + "." + std::string(kFieldNames[static_cast<std::size_t>(diff[0])]) + "=" +
+                      field_text(v, diff[0]));
+      } else {
+        out.push_back(sel + "=" + to_string(v));
+      }
+    };
+    if (all_equal) {
+      emit_for(op, v0, {Pass::Forward, Pass::BackwardData, Pass::BackwardWeight});
+    } else {
+      for (Pass ps : kAllPasses) emit_for(op + "." + std::string(name_of(ps)), p.at(k, ps), {ps});
+    }
+  }
+  for (TensorRole r : kAllRoles)
+    if (!(p.storage_for(r) == base.storage_for(r)))
+      out.push_back(std::string(name_of(r)) + "=" + numerics::name_of(p.storage_for(r)));
+  if (p.loss_scale() != base.loss_scale()) out.push_back("loss-scale=" + number_text(p.loss_scale()));
+  return out;
+}
+
+/// Splits at `sep` outside square brackets.
+std::vector<std::string> split_top(std::string_view s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  int depth = 0;
+  for (char c : s) {
+    if (c == '[') ++depth;
+    if (c == ']') --depth;
+    if (c == sep && depth == 0) {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+std::string trim(std::string_view s) {
+  std::size_t a = 0, b = s.size();
+  while (a < b && std::isspace(static_cast<unsigned char>(s[a]))) ++a;
+  while (b > a && std::isspace(static_cast<unsigned char>(s[b - 1]))) --b;
+  return std::string(s.substr(a, b - a));
+}
+
+/// A parse error for one token: "policy spec token N 'TOKEN': REASON".
+[[noreturn]] void fail(std::size_t index, const std::string& token, const std::string& reason) {
+  throw std::invalid_argument("policy spec item " + std::to_string(index + 1) + " '" + token + "': " + reason);
+}
+
+/// Runs a numerics parser, turning its exception into a one-line error about this token.
+template <class F>
+auto guarded(std::size_t index, const std::string& token, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::invalid_argument& e) {
+    fail(index, token, e.what());
+  }
+}
+
+std::optional<Rounding> find_rounding(std::string_view s) {
+  for (Rounding r : numerics::kAllRoundings)
+    if (numerics::name_of(r) == s) return r;
+  return std::nullopt;
+}
+
+bool looks_like_format(const std::string& s) {
+  try {
+    (void)numerics::parse_format(s);
+    return true;
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+}
+
+Accumulation parse_acc(const std::string& s) {
+  if (s.size() >= 2 && s.front() == '[' && s.back() == ']') return numerics::parse_accumulation(s.substr(1, s.size() - 2));
+  return numerics::parse_accumulation(s);
+}
+
+/// Applies PREC text to `v` (storage[/compute][/acc][/rounding]).
+void apply_prec(std::size_t index, const std::string& token, const std::string& text, OpPrecision& v) {
+  const std::vector<std::string> parts = split_top(text, '/');
+  std::optional<Format> storage, compute;
+  std::optional<Rounding> rounding;
+  std::optional<Accumulation> acc;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const std::string part = trim(parts[i]);
+    if (i == 0) {
+      storage = guarded(index, token, [&] { return numerics::parse_format(part); });
+    } else if (!compute && !acc && !rounding && looks_like_format(part)) {
+      compute = numerics::parse_format(part);
+    } else if (auto r = find_rounding(part)) {
+      if (rounding) fail(index, token, "rounding given twice");
+      rounding = r;
+    } else {
+      if (acc) fail(index, token, "'" + part + "' is not a rounding mode and the accumulation is already given");
+      acc = guarded(index, token, [&] { return parse_acc(part); });
+    }
+  }
+  v.storage = *storage;
+  v.compute = compute ? *compute : *storage;
+  v.accumulate = acc ? *acc : sequential_in(v.compute);
+  if (rounding) v.rounding = *rounding;
+}
+
+void apply_field(std::size_t index, const std::string& token, Field f, const std::string& text, OpPrecision& v) {
+  switch (f) {
+    case Field::Storage: v.storage = guarded(index, token, [&] { return numerics::parse_format(text); }); return;
+    case Field::Compute: v.compute = guarded(index, token, [&] { return numerics::parse_format(text); }); return;
+    case Field::Rounding: v.rounding = guarded(index, token, [&] { return numerics::parse_rounding(text); }); return;
+    case Field::Acc: v.accumulate = guarded(index, token, [&] { return parse_acc(text); }); return;
+  }
+}
+
+void apply_item(Policy& p, std::size_t index, const std::string& token) {
+  const std::size_t eq = token.find('=');
+  if (eq == std::string::npos)
+    fail(index, token, "expected SELECTOR=VALUE (a preset name is only allowed as the first item; presets: " +
+                           join(Policy::preset_names()) + ")");
+  const std::string lhs = trim(std::string_view(token).substr(0, eq));
+  const std::string rhs = trim(std::string_view(token).substr(eq + 1));
+  if (rhs.empty()) fail(index, token, "empty value");
+  if (lhs == "loss-scale") {
+    double s = 0;
+    const auto r = std::from_chars(rhs.data(), rhs.data() + rhs.size(), s);
+    if (r.ec != std::errc() || r.ptr != rhs.data() + rhs.size() || !(s > 0) || !std::isfinite(s))
+      fail(index, token, "loss-scale must be a positive finite number");
+    p.set_loss_scale(s);
+    return;
+  }
+  if (auto role = find_role(lhs)) {
+    p.set_role(*role, guarded(index, token, [&] { return numerics::parse_format(rhs); }));
+    return;
+  }
+  const std::vector<std::string> sel = split_top(lhs, '.');
+  if (sel.size() > 3) fail(index, token, "selector has too many parts; expected OP[.PASS][.FIELD]");
+  std::vector<OpKind> ops;
+  if (sel[0] == "all") {
+    ops.assign(kAllOps.begin(), kAllOps.end());
+  } else if (auto k = find_op(sel[0])) {
+    ops.push_back(*k);
+  } else {
+    fail(index, token,
+         "unknown op or role '" + sel[0] + "'; valid: all, " + std::string(op_names_list()) + ", " +
+             join(kRoleNames) + ", loss-scale");
+  }
+  std::vector<Pass> passes(kAllPasses.begin(), kAllPasses.end());
+  std::optional<Field> field;
+  for (std::size_t i = 1; i < sel.size(); ++i) {
+    if (auto ps = find_pass(sel[i]); ps && i == 1) {
+      passes = {*ps};
+    } else if (sel[i] == "bwd" && i == 1) {
+      passes = {Pass::BackwardData, Pass::BackwardWeight};
+    } else {
+      std::optional<Field> f;
+      for (Field c : kAllFields)
+        if (kFieldNames[static_cast<std::size_t>(c)] == sel[i]) f = c;
+      if (!f || i != sel.size() - 1)
+        fail(index, token,
+             "unknown pass or field '" + sel[i] + "'; valid passes: " + join(kPassNames) +
+                 ", bwd; fields: " + join(kFieldNames));
+      field = f;
+    }
+  }
+  for (OpKind k : ops)
+    for (Pass ps : passes) {
+      if (field) apply_field(index, token, *field, rhs, p.at(k, ps));
+      else apply_prec(index, token, rhs, p.at(k, ps));
+    }
+}
+
+}  // namespace
+
+std::string to_string(const OpPrecision& p) {
+  return numerics::name_of(p.storage) + "/" + numerics::name_of(p.compute) + "/" + acc_text(p.accumulate) + "/" +
+         std::string(numerics::name_of(p.rounding));
+}
+
+std::string Policy::canonical() const {
+  std::size_t best = 0;
+  std::vector<std::string> best_items;
+  for (std::size_t i = 0; i < presets().size(); ++i) {
+    std::vector<std::string> items = overrides(presets()[i].make(), *this);
+    if (i == 0 || items.size() < best_items.size()) {
+      best = i;
+      best_items = std::move(items);
+    }
+  }
+  std::string s = presets()[best].name;
+  for (const std::string& it : best_items) s += "," + it;
+  return s;
+}
+
+Policy Policy::parse(std::string_view spec) {
+  const std::vector<std::string> items = split_top(spec, ',');
+  Policy p = preset("fp32");
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const std::string token = trim(items[i]);
+    if (token.empty()) fail(i, token, "empty item (check for doubled or trailing commas)");
+    if (token.find('=') == std::string::npos) {
+      bool found = false;
+      for (const PresetEntry& e : presets())
+        if (e.name == token) {
+          if (i != 0) fail(i, token, "a preset is only allowed as the first item");
+          p = e.make();
+          found = true;
+        }
+      if (!found) fail(i, token, "unknown preset; valid: " + join(preset_names()));
+      continue;
+    }
+    apply_item(p, i, token);
+  }
+  return p;
+}
+
+Policy load_policy(const std::string& arg) {
+  std::ifstream in(arg);
+  if (!in) return Policy::parse(arg);
+  std::string spec, line;
+  while (std::getline(in, line)) {
+    const std::size_t hash = line.find('#');
+    if (hash != std::string::npos) line.resize(hash);
+    const std::string t = trim(line);
+    if (t.empty()) continue;
+    if (!spec.empty()) spec += ",";
+    spec += t;
+  }
+  try {
+    return Policy::parse(spec);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("policy file '" + arg + "': " + e.what());
+  }
+}
+
+}  // namespace roundoff::ops

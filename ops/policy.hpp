@@ -1,0 +1,92 @@
+#pragma once
+/// \file policy.hpp
+/// Per-op precision policies: which format each op stores and computes in, how it rounds, and how every
+/// reduction inside it accumulates — per (op, pass) — plus the formats of the weight/optimizer tensors.
+///
+/// Text form (grammar in docs/policy.md):
+///   spec  := item ("," item)*            items apply left to right
+///   item  := PRESET                      only as the first item (fp64, fp32, ane-fp16, ...)
+///          | SEL "=" PREC                SEL = OP[.PASS] | all[.PASS];  PASS = fwd | bwd-data | bwd-weight | bwd
+///          | SEL "." FIELD "=" VALUE     FIELD = storage | compute | rounding | acc
+///          | ROLE "=" FORMAT             ROLE = weights | master | adam-m | adam-v | grads
+///          | "loss-scale=" NUMBER
+///   PREC  := FORMAT ["/" FORMAT] ["/" ACC] ["/" ROUNDING]   storage[/compute][/acc][/rounding]; missing
+///            compute = storage; missing acc = sequential in the compute format; missing rounding = unchanged
+///   ACC   := accumulation preset (fp16-seq, fp32-seq, ...) or "[" key=value,... "]"
+/// Without a leading preset the base is fp32. canonical() prints the nearest preset followed by the
+/// overrides in table order; parse(canonical(p)) == p for every policy.
+#include <array>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "numerics/accumulate.hpp"
+#include "numerics/format.hpp"
+#include "numerics/rounding.hpp"
+#include "ops/op_kind.hpp"
+
+namespace roundoff::ops {
+
+/// How one op (in one pass) rounds.
+///   storage     outputs and tensors saved for backward are rounded to it; inputs are rounded to it on
+///               entry (a no-op when they already are values of it — the autocast model: an fp16 matmul
+///               reading an fp32 activation or weight sees its fp16 rounding)
+///   compute     every elementwise operation rounds its exact result to it, once
+///   rounding    the mode of both storage and compute roundings (Stochastic draws per element)
+///   accumulate  every reduction (sum, dot, GEMM); its result is then rounded to compute
+struct OpPrecision {
+  numerics::Format storage = numerics::formats::fp32;
+  numerics::Format compute = numerics::formats::fp32;
+  numerics::Rounding rounding = numerics::Rounding::NearestEven;
+  numerics::Accumulation accumulate{};
+  friend bool operator==(const OpPrecision&, const OpPrecision&) = default;
+};
+
+/// Sequential accumulation in format f (the "<f>-seq" preset when one exists).
+numerics::Accumulation sequential_in(const numerics::Format& f);
+/// storage = compute = f, sequential accumulation in f, round-to-nearest-even.
+OpPrecision uniform(const numerics::Format& f);
+
+/// A frozen table OpKind × Pass → OpPrecision plus the tensor-role formats. A value type (copy freely).
+class Policy {
+ public:
+  /// Every (op, pass) at `everywhere`; every role in its storage format; loss scale 1.
+  explicit Policy(const OpPrecision& everywhere = uniform(numerics::formats::fp32));
+
+  Policy& set(OpKind k, Pass p, const OpPrecision& prec);
+  Policy& set(OpKind k, const OpPrecision& prec);  ///< all three passes
+  Policy& set_role(TensorRole r, const numerics::Format& f);
+  Policy& set_loss_scale(double s);
+
+  const OpPrecision& at(OpKind k, Pass p) const { return table_[index_of(k)][index_of(p)]; }
+  OpPrecision& at(OpKind k, Pass p) { return table_[index_of(k)][index_of(p)]; }
+  const numerics::Format& storage_for(TensorRole r) const { return roles_[index_of(r)]; }
+  /// The initial loss scale the preset suggests (the trainer owns loss scaling; this is only a default).
+  double loss_scale() const { return loss_scale_; }
+
+  /// Canonical text: nearest preset + overrides in table order. parse(canonical()) == *this.
+  std::string canonical() const;
+  /// Parses a spec (see the file comment). Throws std::invalid_argument with one line naming the offending
+  /// token and listing the valid names.
+  static Policy parse(std::string_view spec);
+  /// A preset by name; throws std::invalid_argument listing the preset names.
+  static Policy preset(std::string_view name);
+  /// fp64 fp32 ane-fp16 ane-fp16-acc32 ane-matmul-only amp-fp16 amp-bf16 pure-fp16 pure-bf16
+  static const std::vector<std::string>& preset_names();
+
+  friend bool operator==(const Policy&, const Policy&) = default;
+
+ private:
+  std::array<std::array<OpPrecision, kPassCount>, kOpCount> table_{};
+  std::array<numerics::Format, kRoleCount> roles_{};
+  double loss_scale_ = 1.0;
+};
+
+/// Reads a policy from a command-line argument: when `arg` names a readable file, its content is the spec
+/// ('#' starts a comment to end of line; newlines separate items like commas); otherwise arg is the spec.
+Policy load_policy(const std::string& arg);
+
+/// Text of one OpPrecision as PREC ("fp16/fp32/fp32-seq/nearest-even": all four parts).
+std::string to_string(const OpPrecision& p);
+
+}  // namespace roundoff::ops

@@ -1,0 +1,137 @@
+#include "ops/probe.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ostream>
+
+namespace roundoff::ops {
+
+namespace {
+
+struct Accum {
+  std::vector<double> ulps;
+  double err2 = 0, ref2 = 0, max_rel = 0, dot_ratio = -1;
+  std::int64_t underflow = 0;
+  void add(double y, double r, double diff, const numerics::Format& f) {
+    if (!std::isfinite(y) || !std::isfinite(r)) return;
+    const double u = std::fabs(diff) / numerics::ulp(f, r);
+    ulps.push_back(u);
+    err2 += diff * diff;
+    ref2 += r * r;
+    if (r != 0) max_rel = std::max(max_rel, std::fabs(diff / r));
+    if (r != 0 && y == 0) ++underflow;
+  }
+  ErrorStats finish() {
+    ErrorStats s;
+    s.count = static_cast<std::int64_t>(ulps.size());
+    if (!ulps.empty()) {
+      std::sort(ulps.begin(), ulps.end());
+      s.median_ulp = ulps[ulps.size() / 2];
+      s.p95_ulp = ulps[std::min(ulps.size() - 1, static_cast<std::size_t>(0.95 * static_cast<double>(ulps.size())))];
+      s.max_ulp = ulps.back();
+      s.above_1ulp = ulps.end() - std::upper_bound(ulps.begin(), ulps.end(), 1.0);
+    }
+    s.max_rel = max_rel;
+    s.norm_rel = ref2 > 0 ? std::sqrt(err2 / ref2) : (err2 > 0 ? INFINITY : 0.0);
+    if (dot_ratio >= 0) s.dot_ratio = dot_ratio;
+    s.underflow = underflow;
+    return s;
+  }
+};
+
+}  // namespace
+
+ErrorStats compare(std::span<const double> y, std::span<const Ref> r, const numerics::Format& storage,
+                   std::span<const std::size_t> elements, std::span<const Ref> abs_dot, double u_acc) {
+  Accum a;
+  auto one = [&](std::size_t e) {
+    const Ref d = Ref(y[e]) - r[e];
+    const double diff = static_cast<double>(d);
+    a.add(y[e], static_cast<double>(r[e]), diff, storage);
+    if (!abs_dot.empty() && std::isfinite(y[e])) {
+      const double den = u_acc * static_cast<double>(abs_dot[e]);
+      const double ratio = den > 0 ? std::fabs(diff) / den : (diff == 0 ? 0.0 : INFINITY);
+      a.dot_ratio = std::max(a.dot_ratio, ratio);
+    }
+  };
+  if (elements.empty()) {
+    for (std::size_t e = 0; e < y.size(); ++e) one(e);
+  } else {
+    for (std::size_t e : elements) one(e);
+  }
+  return a.finish();
+}
+
+ErrorStats compare(std::span<const double> y, std::span<const double> r, const numerics::Format& storage) {
+  Accum a;
+  for (std::size_t e = 0; e < y.size(); ++e) a.add(y[e], r[e], static_cast<double>(Ref(y[e]) - Ref(r[e])), storage);
+  return a.finish();
+}
+
+RangeEvents range_events(std::span<const double> y, const numerics::Format& storage) {
+  RangeEvents ev;
+  const double tiny = numerics::min_normal(storage);
+  ev.elements = static_cast<std::int64_t>(y.size());
+  for (double v : y) {
+    if (std::isnan(v)) {
+      ++ev.nan;
+    } else if (std::isinf(v)) {
+      ++ev.inf;
+    } else {
+      const double a = std::fabs(v);
+      ev.max_abs = std::max(ev.max_abs, a);
+      if (a == 0) ++ev.zero;
+      else if (a < tiny) ++ev.subnormal;
+    }
+  }
+  return ev;
+}
+
+std::string_view name_of(RecordKind k) {
+  switch (k) {
+    case RecordKind::Local: return "local";
+    case RecordKind::Global: return "global";
+  }
+  return "";
+}
+
+void Tape::write_csv(std::ostream& out) const {
+  out << "step,layer,op,pass,tensor,kind,count,median_ulp,p95_ulp,max_ulp,above_1ulp,max_rel,norm_rel,dot_ratio,"
+         "underflow,elements,inf,nan,subnormal,zero,max_abs\n";
+  char buf[512];
+  for (const OpRecord& r : records_) {
+    const ErrorStats& e = r.error;
+    const RangeEvents& g = r.range;
+    std::snprintf(buf, sizeof buf, "%lld,%d,%s,%s,%s,%s,%lld,%.6g,%.6g,%.6g,%lld,%.6g,%.6g,%.6g,%lld,%lld,%lld,%lld,%lld,%lld,%.9g\n",
+                  static_cast<long long>(r.step), r.layer, std::string(name_of(r.op)).c_str(),
+                  std::string(name_of(r.pass)).c_str(), r.tensor.c_str(), std::string(name_of(r.kind)).c_str(),
+                  static_cast<long long>(e.count), e.median_ulp, e.p95_ulp, e.max_ulp,
+                  static_cast<long long>(e.above_1ulp), e.max_rel, e.norm_rel, e.dot_ratio,
+                  static_cast<long long>(e.underflow), static_cast<long long>(g.elements),
+                  static_cast<long long>(g.inf), static_cast<long long>(g.nan), static_cast<long long>(g.subnormal),
+                  static_cast<long long>(g.zero), g.max_abs);
+    out << buf;
+  }
+}
+
+void Tape::print_table(std::ostream& out) const {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%-14s %-10s %-10s %6s %8s %8s %8s %6s %9s %8s %4s %4s %6s %6s %10s\n", "op", "pass",
+                "tensor", "n", "med ulp", "p95 ulp", "max ulp", ">1ulp", "norm rel", "dot/γ", "inf", "nan", "subn",
+                "uflow", "max|y|");
+  out << buf;
+  for (const OpRecord& r : records_) {
+    const ErrorStats& e = r.error;
+    const RangeEvents& g = r.range;
+    std::snprintf(buf, sizeof buf, "%-14s %-10s %-10s %6lld %8.3g %8.3g %8.3g %6lld %9.2e %8.3g %4lld %4lld %6lld %6lld %10.4g\n",
+                  std::string(name_of(r.op)).c_str(), std::string(name_of(r.pass)).c_str(), r.tensor.c_str(),
+                  static_cast<long long>(e.count), e.median_ulp, e.p95_ulp, e.max_ulp,
+                  static_cast<long long>(e.above_1ulp), e.norm_rel, e.dot_ratio, static_cast<long long>(g.inf),
+                  static_cast<long long>(g.nan), static_cast<long long>(g.subnormal),
+                  static_cast<long long>(e.underflow), g.max_abs);
+    out << buf;
+  }
+}
+
+}  // namespace roundoff::ops

@@ -1,0 +1,110 @@
+#pragma once
+/// \file rmsnorm.hpp
+/// RMSNorm: y = x · r · w with r = 1/√(mean(x²) + eps), row-wise over (rows, cols).
+///
+/// Rounding contract (OpKind::RmsNorm): x, w rounded to storage on entry; Σx² is one dot(x, x) under the
+/// Accumulation (so an fp16 accumulator overflows when Σx² > 65504), rounded to compute; then, each rounded
+/// to compute: ms = Σx² / C, t = ms + eps, r = rsqrt(t) (one rounding), y = (x·r)·w; y and r → storage.
+/// Unit (Select) = one row (forward, backward-data) or one column of dw (backward-weight).
+#include <span>
+
+#include "ops/backend.hpp"
+#include "ops/shape.hpp"
+
+namespace roundoff::ops {
+
+/// y (rows, cols), rstd (rows) saved for backward; x (rows, cols), w (cols).
+template <class A>
+void rmsnorm_forward(std::span<typename A::Value> y, std::span<typename A::Value> rstd,
+                     std::span<const typename A::Value> x, std::span<const typename A::Value> w, RowShape s,
+                     double eps, const Ctx<A>& ctx, Select sel = {}) {
+  using V = typename A::Value;
+  const std::int64_t C = s.cols;
+  std::vector<V> xs(x.size()), ws(w.size());
+  ctx.in_array(x, xs, 0);
+  ctx.in_array(w, ws, 0);
+  const V n = ctx.c(static_cast<double>(C)), e = ctx.c(eps);
+  for_units(s.rows, sel, [&](std::int64_t r) {
+    const V* xr = xs.data() + r * C;
+    const auto k0 = static_cast<std::uint64_t>(r) * kSlots;
+    const V ss = ctx.dot(xr, 1, xr, 1, static_cast<std::size_t>(C), static_cast<std::uint64_t>(r));
+    const V inv = ctx.rsqrt(ctx.add(ctx.div(ss, n, k0), e, k0 + 1), k0 + 2);
+    rstd[static_cast<std::size_t>(r)] = ctx.store(inv, k0 + 3);
+    for (std::int64_t i = 0; i < C; ++i) {
+      const auto k = static_cast<std::uint64_t>(r * C + i) * kSlots;
+      y[static_cast<std::size_t>(r * C + i)] =
+          ctx.store(ctx.mul(ctx.mul(xr[i], inv, k), ws[static_cast<std::size_t>(i)], k + 1), k + 2);
+    }
+  });
+}
+
+/// dx (rows, cols) += ∂L/∂x given dy (rows, cols), x, w (cols), rstd (rows). Policy pass BackwardData.
+///   g_i = w_i·dy_i,  s = Σ_j g_j·x_j (Accumulation),  a = (r·r·r)·s / C,  dx_i += r·g_i − a·x_i.
+template <class A>
+void rmsnorm_backward_data(std::span<typename A::Value> dx, std::span<const typename A::Value> dy,
+                           std::span<const typename A::Value> x, std::span<const typename A::Value> w,
+                           std::span<const typename A::Value> rstd, RowShape s, const Ctx<A>& ctx, Select sel = {}) {
+  using V = typename A::Value;
+  const std::int64_t C = s.cols;
+  std::vector<V> xs(x.size()), ws(w.size()), dys(dy.size()), g(dy.size());
+  ctx.in_array(x, xs, 0);
+  ctx.in_array(w, ws, 0);
+  ctx.in_array(dy, dys, 0);
+  const V n = ctx.c(static_cast<double>(C));
+  for_units(s.rows, sel, [&](std::int64_t r) {
+    const std::size_t o = static_cast<std::size_t>(r * C);
+    const auto k0 = static_cast<std::uint64_t>(r) * kSlots;
+    const V inv = ctx.in(rstd[static_cast<std::size_t>(r)], k0);
+    for (std::int64_t i = 0; i < C; ++i)
+      g[o + static_cast<std::size_t>(i)] =
+          ctx.mul(ws[static_cast<std::size_t>(i)], dys[o + static_cast<std::size_t>(i)], (o + i) * kSlots);
+    const V sg = ctx.dot(g.data() + o, 1, xs.data() + o, 1, static_cast<std::size_t>(C), static_cast<std::uint64_t>(r));
+    const V a = ctx.div(ctx.mul(ctx.mul(ctx.mul(inv, inv, k0 + 1), inv, k0 + 2), sg, k0 + 3), n, k0 + 4);
+    for (std::int64_t i = 0; i < C; ++i) {
+      const std::size_t e = o + static_cast<std::size_t>(i);
+      const std::uint64_t k = e * kSlots;
+      const V d = ctx.sub(ctx.mul(inv, g[e], k + 1), ctx.mul(a, xs[e], k + 2), k + 3);
+      dx[e] = ctx.store(ctx.add(ctx.in(dx[e], k + 4), d, k + 5), k + 6);
+    }
+  });
+}
+
+/// dw (cols) += Σ_rows dy ⊙ (x·r): xhat = x·rstd (compute), then one dot over rows per column. Pass
+/// BackwardWeight.
+template <class A>
+void rmsnorm_backward_weight(std::span<typename A::Value> dw, std::span<const typename A::Value> dy,
+                             std::span<const typename A::Value> x, std::span<const typename A::Value> rstd,
+                             RowShape s, const Ctx<A>& ctx, Select sel = {}) {
+  using V = typename A::Value;
+  const std::int64_t C = s.cols;
+  std::vector<V> xhat(x.size()), dys(dy.size());
+  ctx.in_array(dy, dys, 0);
+  for_units(s.rows, {}, [&](std::int64_t r) {
+    const V inv = ctx.in(rstd[static_cast<std::size_t>(r)], static_cast<std::uint64_t>(r) * kSlots);
+    for (std::int64_t i = 0; i < C; ++i) {
+      const auto e = static_cast<std::size_t>(r * C + i);
+      xhat[e] = ctx.mul(ctx.in(x[e], e * kSlots), inv, e * kSlots + 1);
+    }
+  });
+  for_units(C, sel, [&](std::int64_t i) {
+    const auto k = static_cast<std::uint64_t>(i) * kSlots;
+    const V d = ctx.dot(dys.data() + i, C, xhat.data() + i, C, static_cast<std::size_t>(s.rows),
+                        static_cast<std::uint64_t>(i));
+    V& g = dw[static_cast<std::size_t>(i)];
+    g = ctx.store(ctx.add(ctx.in(g, k), d, k + 1), k + 2);
+  });
+}
+
+#define ROUNDOFF_RMSNORM_DECL(EXTERN, A)                                                                        \
+  EXTERN template void rmsnorm_forward<A>(std::span<A::Value>, std::span<A::Value>, std::span<const A::Value>,  \
+                                          std::span<const A::Value>, RowShape, double, const Ctx<A>&, Select);   \
+  EXTERN template void rmsnorm_backward_data<A>(std::span<A::Value>, std::span<const A::Value>,                 \
+                                                std::span<const A::Value>, std::span<const A::Value>,            \
+                                                std::span<const A::Value>, RowShape, const Ctx<A>&, Select);     \
+  EXTERN template void rmsnorm_backward_weight<A>(std::span<A::Value>, std::span<const A::Value>,               \
+                                                  std::span<const A::Value>, std::span<const A::Value>,          \
+                                                  RowShape, const Ctx<A>&, Select);
+ROUNDOFF_RMSNORM_DECL(extern, Emulated)
+ROUNDOFF_RMSNORM_DECL(extern, Reference)
+
+}  // namespace roundoff::ops

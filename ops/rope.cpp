@@ -1,0 +1,44 @@
+// RoPE angle tables (the only op whose two backends differ in how a constant is formed: f_i in binary64
+// rounded to compute vs f_i in MPFR) and the explicit instantiations.
+#include "ops/rope.hpp"
+
+#include <cmath>
+
+namespace roundoff::ops {
+
+namespace {
+double inv_freq_binary64(std::int64_t i, std::int64_t hs, double base) {
+  return std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(hs));
+}
+Ref inv_freq_ref(std::int64_t i, std::int64_t hs, double base) {
+  return boost::multiprecision::pow(Ref(base), Ref(-2 * i) / Ref(hs));
+}
+double inv_freq(const Ctx<Emulated>& ctx, std::int64_t i, std::int64_t hs, double base) {
+  return ctx.c(inv_freq_binary64(i, hs, base));
+}
+Ref inv_freq(const Ctx<Reference>&, std::int64_t i, std::int64_t hs, double base) { return inv_freq_ref(i, hs, base); }
+}  // namespace
+
+template <class A>
+void rope_angles(std::span<typename A::Value> cos_t, std::span<typename A::Value> sin_t, std::int64_t T,
+                 std::int64_t hs, double base, const Ctx<A>& ctx, Select sel) {
+  using V = typename A::Value;
+  const std::int64_t H = hs / 2;
+  std::vector<V> f(static_cast<std::size_t>(H));
+  for (std::int64_t i = 0; i < H; ++i) f[static_cast<std::size_t>(i)] = inv_freq(ctx, i, hs, base);
+  for_units(T, sel, [&](std::int64_t p) {
+    const V pos = ctx.c(static_cast<double>(p));
+    for (std::int64_t i = 0; i < H; ++i) {
+      const auto e = static_cast<std::size_t>(p * H + i);
+      const std::uint64_t k = e * kSlots;
+      const V theta = ctx.mul(pos, f[static_cast<std::size_t>(i)], k);
+      cos_t[e] = ctx.store(ctx.cos(theta, k + 1), k + 2);
+      sin_t[e] = ctx.store(ctx.sin(theta, k + 3), k + 4);
+    }
+  });
+}
+
+ROUNDOFF_ROPE_DECL(, Emulated)
+ROUNDOFF_ROPE_DECL(, Reference)
+
+}  // namespace roundoff::ops

@@ -1,0 +1,122 @@
+#pragma once
+/// \file runner.hpp
+/// Runner: the entry point a model uses. It holds a Policy (with a prebuilt context per (op, pass)), the
+/// stochastic-rounding seed and step, and an optional shadow: every sampled call also runs the Reference
+/// backend on the SAME (already rounded) inputs for a subset of units and records the op's local error and
+/// its range events in a Tape.
+///
+///   ops::Runner run(ops::Policy::parse("ane-fp16"), seed);
+///   ops::Tape tape;
+///   run.enable_shadow(&tape, {.every = 10, .units = 4});
+///   run.set_step(step);
+///   run.matmul_forward({ops::OpKind::Matmul, layer, "q"}, q, xn, wq, {N, C, C});
+///
+/// Every method has the argument order, shapes and add-into semantics of the op function it wraps (see the
+/// op headers); Site names the policy entry (Matmul vs Classifier, ResidualAttn vs ResidualFfn), the layer
+/// and the tensor for the tape. Stochastic rounding uses the stream mix(step, call index within the step),
+/// so a run is reproducible for any thread count as long as the op calls come in the same order.
+/// The trainer's global error (emulated vs a full-reference model) goes through record_global().
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "ops/adamw.hpp"
+#include "ops/backend.hpp"
+#include "ops/policy.hpp"
+#include "ops/probe.hpp"
+#include "ops/shape.hpp"
+
+namespace roundoff::ops {
+
+/// Where an op call sits: the policy entry, the layer (-1 outside blocks) and a tensor name for the tape.
+struct Site {
+  OpKind op;
+  int layer = -1;
+  std::string_view tensor = "";
+};
+
+class Runner {
+ public:
+  using Span = std::span<double>;
+  using CSpan = std::span<const double>;
+  using Tokens = std::span<const std::int32_t>;
+
+  explicit Runner(const Policy& policy, std::uint64_t seed = 0);
+
+  const Policy& policy() const { return policy_; }
+  /// Sets the training step (recorded on the tape, and part of the stochastic stream); resets the call index.
+  void set_step(std::int64_t step);
+  std::int64_t step() const { return step_; }
+  /// Turns the shadow on (tape non-null) or off (nullptr).
+  void enable_shadow(Tape* tape, const Sampling& sampling = {});
+  /// The emulated context of (op, pass) for the next call (advances the stochastic stream). For callers that
+  /// use an op function directly.
+  const Ctx<Emulated>& context(OpKind op, Pass pass);
+
+  void embedding_forward(Site s, Span out, Tokens tokens, CSpan wte, RowShape sh);
+  void embedding_backward_weight(Site s, Span dwte, CSpan dout, Tokens tokens, RowShape sh);
+  void rmsnorm_forward(Site s, Span y, Span rstd, CSpan x, CSpan w, RowShape sh, double eps);
+  void rmsnorm_backward_data(Site s, Span dx, CSpan dy, CSpan x, CSpan w, CSpan rstd, RowShape sh);
+  void rmsnorm_backward_weight(Site s, Span dw, CSpan dy, CSpan x, CSpan rstd, RowShape sh);
+  void matmul_forward(Site s, Span y, CSpan x, CSpan w, MatmulShape sh);
+  void matmul_backward_data(Site s, Span dx, CSpan dy, CSpan w, MatmulShape sh);
+  void matmul_backward_weight(Site s, Span dw, CSpan dy, CSpan x, MatmulShape sh);
+  void rope_angles(Site s, Span cos_t, Span sin_t, std::int64_t T, std::int64_t hs, double base);
+  void rope_forward(Site s, Span y, CSpan x, CSpan cos_t, CSpan sin_t, AttnShape sh);
+  void rope_backward_data(Site s, Span dx, CSpan dy, CSpan cos_t, CSpan sin_t, AttnShape sh);
+  void attn_scores_forward(Site s, Span preatt, CSpan q, CSpan k, AttnShape sh);
+  void attn_scores_backward_data(Site s, Span dq, Span dk, CSpan dpreatt, CSpan q, CSpan k, AttnShape sh);
+  void softmax_forward(Site s, Span att, CSpan preatt, AttnShape sh);
+  void softmax_backward_data(Site s, Span dpreatt, CSpan datt, CSpan att, AttnShape sh);
+  void attn_values_forward(Site s, Span out, CSpan att, CSpan v, AttnShape sh);
+  void attn_values_backward_data(Site s, Span datt, Span dv, CSpan dout, CSpan att, CSpan v, AttnShape sh);
+  void silu_forward(Site s, Span y, CSpan x, RowShape sh);
+  void silu_backward_data(Site s, Span dx, CSpan dy, CSpan x, RowShape sh);
+  void swiglu_forward(Site s, Span h, CSpan a, CSpan u, RowShape sh);
+  void swiglu_backward_data(Site s, Span da, Span du, CSpan dh, CSpan a, CSpan u, RowShape sh);
+  void residual_forward(Site s, Span out, CSpan x, CSpan f, double alpha, RowShape sh);
+  void residual_backward_data(Site s, Span dx, Span df, CSpan dout, double alpha, RowShape sh);
+  /// Returns the mean loss over the N tokens, reduced in binary64.
+  double cross_entropy_forward(Site s, Span losses, Span probs, CSpan logits, Tokens targets, RowShape sh);
+  void cross_entropy_backward_data(Site s, Span dlogits, CSpan probs, Tokens targets, double grad_scale,
+                                   RowShape sh);
+  /// AdamW on one parameter tensor (formats from the policy's tensor roles); t is the 1-based update count.
+  void adamw_update(Site s, Span w, Span m, Span v, CSpan g, Span weights, const AdamWConfig& cfg, std::int64_t t);
+
+  /// Global error: an emulated tensor against the same tensor of a full-reference model run.
+  void record_global(Site s, Pass pass, CSpan emulated, std::span<const Ref> reference);
+  void record_global(Site s, Pass pass, CSpan emulated, CSpan reference);
+
+  /// Output description used by the shadow (public for tests of new ops; see docs/adding-an-op.md).
+  struct UnitMap {
+    enum class Kind : std::uint8_t { Rows, Columns, Heads } kind = Kind::Rows;
+    std::int64_t width = 1;  ///< Rows: elements per unit; Columns: row length
+    std::int64_t rows = 0;   ///< Columns: number of rows
+    AttnShape attn{};        ///< Heads: (B, T, NH·hs) tensors, unit = head b·NH + h
+  };
+  struct Output {
+    std::string_view name;
+    Span data;
+    UnitMap map;
+    bool dot = false;  ///< a dot-product output: record the dot ratio (Reference rerun on |inputs|)
+    const numerics::Format* format = nullptr;  ///< ulp format when not the op's storage (AdamW roles)
+  };
+
+ private:
+  template <class EmuFn, class RefFn>
+  void run(Site s, Pass pass, std::int64_t n_units, std::initializer_list<Output> outs, EmuFn&& emu, RefFn&& ref);
+
+  Policy policy_;
+  std::uint64_t seed_;
+  std::int64_t step_ = 0;
+  std::uint64_t call_ = 0;
+  std::vector<Ctx<Emulated>> ctx_;  ///< kOpCount × kPassCount
+  std::array<std::int64_t, kOpCount * kPassCount> calls_{};
+  Tape* tape_ = nullptr;
+  Sampling sampling_{};
+};
+
+/// Evenly spaced units: k of n (all when k == 0 or k >= n): u_i = floor((2i + 1)·n / (2k)).
+std::vector<std::int64_t> spaced_units(std::int64_t n, std::int64_t k);
+
+}  // namespace roundoff::ops

@@ -1,0 +1,207 @@
+// Policy: preset layouts, canonical text round trip (every preset, ~1000 random specs), one-line errors.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include "ops/policy.hpp"
+
+namespace roundoff::ops {
+namespace {
+
+using numerics::Rounding;
+namespace fmts = numerics::formats;
+
+TEST(OpKind, NamesAreUniqueAndRoundTrip) {
+  for (OpKind k : kAllOps) {
+    ASSERT_TRUE(find_op(name_of(k)).has_value());
+    EXPECT_EQ(*find_op(name_of(k)), k);
+  }
+  for (Pass p : kAllPasses) EXPECT_EQ(*find_pass(name_of(p)), p);
+  for (TensorRole r : kAllRoles) EXPECT_EQ(*find_role(name_of(r)), r);
+  EXPECT_FALSE(find_op("softmx").has_value());
+}
+
+TEST(Policy, PresetsRoundTripToTheirName) {
+  for (const std::string& name : Policy::preset_names()) {
+    const Policy p = Policy::preset(name);
+    EXPECT_EQ(p.canonical(), name);
+    EXPECT_EQ(Policy::parse(p.canonical()), p) << name;
+  }
+}
+
+TEST(Policy, AneFp16Layout) {
+  const Policy p = Policy::preset("ane-fp16");
+  const OpPrecision f16 = uniform(fmts::fp16);
+  const OpPrecision f32 = uniform(fmts::fp32);
+  EXPECT_EQ(p.at(OpKind::Matmul, Pass::Forward), f16);
+  EXPECT_EQ(p.at(OpKind::Matmul, Pass::BackwardData), f16);
+  EXPECT_EQ(p.at(OpKind::Matmul, Pass::BackwardWeight), f32);
+  EXPECT_EQ(p.at(OpKind::Softmax, Pass::Forward), f16);
+  EXPECT_EQ(p.at(OpKind::Softmax, Pass::BackwardData), f16);
+  EXPECT_EQ(p.at(OpKind::ResidualFfn, Pass::Forward), f16);
+  EXPECT_EQ(p.at(OpKind::ResidualAttn, Pass::Forward), f32);
+  EXPECT_EQ(p.at(OpKind::RmsNorm, Pass::Forward), f32);
+  EXPECT_EQ(p.at(OpKind::Classifier, Pass::Forward), f32);
+  EXPECT_EQ(p.at(OpKind::CrossEntropy, Pass::Forward), f32);
+  EXPECT_EQ(p.at(OpKind::AdamW, Pass::Forward), f32);
+  EXPECT_EQ(p.at(OpKind::RopeAngles, Pass::Forward).storage, fmts::fp16);
+  EXPECT_EQ(p.at(OpKind::RopeAngles, Pass::Forward).compute, fmts::fp32);
+  EXPECT_EQ(p.at(OpKind::Matmul, Pass::Forward).accumulate.format, fmts::fp16);
+  const Policy a = Policy::preset("ane-fp16-acc32");
+  EXPECT_EQ(a.at(OpKind::Matmul, Pass::Forward).storage, fmts::fp16);
+  EXPECT_EQ(a.at(OpKind::Matmul, Pass::Forward).accumulate, sequential_in(fmts::fp32));
+  for (TensorRole r : kAllRoles) EXPECT_EQ(p.storage_for(r), fmts::fp32);
+}
+
+TEST(Policy, PureAndAmpLayouts) {
+  const Policy p = Policy::preset("pure-bf16");
+  EXPECT_EQ(p.at(OpKind::Softmax, Pass::Forward), uniform(fmts::bf16));
+  EXPECT_EQ(p.at(OpKind::AdamW, Pass::Forward), uniform(fmts::fp32));
+  EXPECT_EQ(p.storage_for(TensorRole::Weight), fmts::bf16);
+  EXPECT_EQ(p.storage_for(TensorRole::MasterWeight), fmts::fp32);
+  EXPECT_EQ(p.storage_for(TensorRole::AdamV), fmts::fp32);
+  const Policy a = Policy::preset("amp-fp16");
+  EXPECT_EQ(a.at(OpKind::Matmul, Pass::BackwardWeight).storage, fmts::fp16);
+  EXPECT_EQ(a.at(OpKind::Matmul, Pass::BackwardWeight).accumulate, sequential_in(fmts::fp32));
+  EXPECT_EQ(a.at(OpKind::Softmax, Pass::Forward), uniform(fmts::fp32));
+  EXPECT_EQ(a.at(OpKind::RmsNorm, Pass::Forward), uniform(fmts::fp32));
+  EXPECT_EQ(a.storage_for(TensorRole::Weight), fmts::fp32);
+}
+
+TEST(Policy, OverridesApplyLeftToRight) {
+  const Policy p = Policy::parse("ane-fp16,softmax=fp32,matmul.acc=fp32-seq,matmul.bwd-data=fp16/fp16-seq");
+  EXPECT_EQ(p.at(OpKind::Softmax, Pass::Forward), uniform(fmts::fp32));
+  EXPECT_EQ(p.at(OpKind::Matmul, Pass::Forward).storage, fmts::fp16);
+  EXPECT_EQ(p.at(OpKind::Matmul, Pass::Forward).accumulate, sequential_in(fmts::fp32));
+  EXPECT_EQ(p.at(OpKind::Matmul, Pass::BackwardData), uniform(fmts::fp16));
+  EXPECT_EQ(Policy::parse(p.canonical()), p);
+  const Policy q = Policy::parse("fp32,all.bwd.rounding=stochastic,weights=bf16,loss-scale=1024");
+  EXPECT_EQ(q.at(OpKind::Silu, Pass::BackwardData).rounding, Rounding::Stochastic);
+  EXPECT_EQ(q.at(OpKind::Silu, Pass::Forward).rounding, Rounding::NearestEven);
+  EXPECT_EQ(q.storage_for(TensorRole::Weight), fmts::bf16);
+  EXPECT_EQ(q.loss_scale(), 1024.0);
+  EXPECT_EQ(Policy::parse(q.canonical()), q);
+  // Without a preset the base is fp32.
+  EXPECT_EQ(Policy::parse("softmax=fp16"), Policy::parse("fp32,softmax=fp16"));
+  // A full PREC: storage/compute/acc/rounding.
+  const Policy r = Policy::parse("rmsnorm=fp16/fp32/fp32-seq/toward-zero");
+  EXPECT_EQ(r.at(OpKind::RmsNorm, Pass::BackwardWeight),
+            (OpPrecision{fmts::fp16, fmts::fp32, Rounding::TowardZero, sequential_in(fmts::fp32)}));
+}
+
+TEST(Policy, CanonicalPicksTheNearestPreset) {
+  EXPECT_EQ(Policy::parse("ane-fp16,softmax=fp32").canonical().rfind("ane-fp16,", 0), 0u);
+  EXPECT_EQ(Policy::parse("pure-bf16,adamw=bf16").canonical().rfind("pure-bf16,", 0), 0u);
+}
+
+/// Random valid specs: a random preset then random overrides drawn from every selector/field form.
+std::string random_spec(std::mt19937_64& rng) {
+  auto pick = [&](const auto& v) { return v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(rng)]; };
+  const std::vector<std::string> formats = {"fp64", "fp32", "bf16", "fp16", "tf32", "e5m2", "p12:emin-20:emax20"};
+  const std::vector<std::string> roundings = {"nearest-even", "toward-zero", "stochastic", "up", "odd"};
+  const std::vector<std::string> accs = {"fp16-seq", "fp32-seq", "bf16-seq", "fp64-seq", "fp16-pairwise",
+                                         "fp16-splitk32-fp32"};
+  std::vector<std::string> sels = {"all"};
+  for (OpKind k : kAllOps) sels.emplace_back(name_of(k));
+  std::vector<std::string> passes = {"", ".fwd", ".bwd-data", ".bwd-weight", ".bwd"};
+  std::string s = pick(Policy::preset_names());
+  const int n = std::uniform_int_distribution<int>(0, 8)(rng);
+  for (int i = 0; i < n; ++i) {
+    s += ",";
+    const int form = std::uniform_int_distribution<int>(0, 7)(rng);
+    const std::string sel = pick(sels) + pick(passes);
+    switch (form) {
+      case 0: s += sel + "=" + pick(formats); break;
+      case 1: s += sel + "=" + pick(formats) + "/" + pick(formats) + "/" + pick(accs) + "/" + pick(roundings); break;
+      case 2: s += sel + ".storage=" + pick(formats); break;
+      case 3: s += sel + ".compute=" + pick(formats); break;
+      case 4: s += sel + ".rounding=" + pick(roundings); break;
+      case 5: s += sel + ".acc=" + pick(accs); break;
+      case 6: s += std::string(pick(kRoleNames)) + "=" + pick(formats); break;
+      default: s += "loss-scale=" + std::to_string(std::uniform_int_distribution<int>(1, 1 << 20)(rng)) + ".5"; break;
+    }
+  }
+  return s;
+}
+
+TEST(Policy, RandomSpecsRoundTrip) {
+  std::mt19937_64 rng(20261122);
+  for (int i = 0; i < 1000; ++i) {
+    const std::string spec = random_spec(rng);
+    const Policy p = Policy::parse(spec);
+    const std::string c = p.canonical();
+    ASSERT_EQ(Policy::parse(c), p) << spec << "\n -> " << c;
+    ASSERT_EQ(Policy::parse(c).canonical(), c) << spec;
+  }
+}
+
+TEST(Policy, NonPresetAccumulationIsBracketed) {
+  const std::string acc = "[" + numerics::canonical(numerics::parse_accumulation("fp16-splitk32-fp32")) + "]";
+  const Policy p = Policy::parse("fp32,matmul.acc=" + acc);
+  EXPECT_EQ(p.at(OpKind::Matmul, Pass::Forward).accumulate, numerics::parse_accumulation("fp16-splitk32-fp32"));
+  EXPECT_EQ(Policy::parse(p.canonical()), p);
+}
+
+/// The error message of parse(spec), or "" when it parses.
+std::string error_of(const std::string& spec) {
+  try {
+    (void)Policy::parse(spec);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Policy, MalformedSpecsGiveOneLineErrors) {
+  struct Case {
+    std::string spec, must_contain;
+  };
+  const std::vector<Case> cases = {
+      {"ane-fp17", "item 1 'ane-fp17': unknown preset; valid: fp64, fp32, ane-fp16"},
+      {"ane-fp16,softmx=fp32", "item 2 'softmx=fp32': unknown op or role 'softmx'; valid: all, embedding"},
+      {"ane-fp16,softmax=fp33", "item 2 'softmax=fp33'"},
+      {"fp32,matmul.fwdd=fp16", "unknown pass or field 'fwdd'; valid passes: fwd, bwd-data, bwd-weight"},
+      {"fp32,matmul.acc=fp16-sek", "item 2 'matmul.acc=fp16-sek'"},
+      {"fp32,matmul.rounding=nearest", "item 2 'matmul.rounding=nearest'"},
+      {"fp32,,softmax=fp16", "item 2 '': empty item"},
+      {"fp32,ane-fp16", "a preset is only allowed as the first item"},
+      {"fp32,loss-scale=-1", "loss-scale must be a positive finite number"},
+      {"fp32,softmax=", "empty value"},
+      {"fp32,softmax.fwd.storage.x=fp16", "too many parts"},
+      {"fp32,softmax=fp16/fp16/nearest-even/up", "rounding given twice"},
+  };
+  for (const Case& c : cases) {
+    const std::string e = error_of(c.spec);
+    EXPECT_NE(e.find(c.must_contain), std::string::npos) << c.spec << " gave: " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
+}
+
+TEST(Policy, PolicyFile) {
+  const std::string path = ::testing::TempDir() + "roundoff_policy_test.policy";
+  {
+    std::ofstream f(path);
+    f << "# the ANE layout with an fp32 softmax\nane-fp16\nsoftmax=fp32   # upcast\n\nmatmul.acc=fp32-seq\n";
+  }
+  EXPECT_EQ(load_policy(path), Policy::parse("ane-fp16,softmax=fp32,matmul.acc=fp32-seq"));
+  {
+    std::ofstream f(path);
+    f << "ane-fp16\nsoftmx=fp32\n";
+  }
+  try {
+    (void)load_policy(path);
+    ADD_FAILURE() << "malformed policy file parsed";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("policy file '" + path + "': policy spec item 2 'softmx=fp32'"),
+              std::string::npos)
+        << e.what();
+  }
+  std::remove(path.c_str());
+  EXPECT_EQ(load_policy("pure-fp16"), Policy::preset("pure-fp16"));
+}
+
+}  // namespace
+}  // namespace roundoff::ops
