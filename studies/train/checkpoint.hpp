@@ -1,0 +1,32 @@
+#pragma once
+/// \file checkpoint.hpp
+/// Checkpoints: everything needed to continue a run bit-identically (master weights, AdamW moments,
+/// loss-scaler state, step counters, the run log). Random streams are counter-based and indexed by step,
+/// so the step is the RNG position.
+///
+/// File layout:
+///   line 1  "roundoff-checkpoint 1"
+///   line 2  "sha256 <64 hex digits of the payload>"
+///   payload: u64 n_json, JSON meta (n_json bytes), then master, m, v as (u64 count, count × binary64),
+///            all little-endian.
+/// Writes are atomic (studies::write_file_atomic). Loading verifies the magic, the checksum and the sizes
+/// and refuses a damaged file with one line naming it; it never modifies the file.
+#include <filesystem>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace roundoff::studies::train {
+
+struct Checkpoint {
+  nlohmann::json meta;  ///< run identity, counters, scaler state and the run log
+  std::vector<double> master, m, v;
+};
+
+/// Serialises and writes `ck` atomically to `path`.
+void save_checkpoint(const std::filesystem::path& path, const Checkpoint& ck);
+/// Reads and verifies a checkpoint; throws std::runtime_error ("checkpoint <path> is corrupt: …") if the
+/// file is truncated, has a bad header or its sha256 does not match.
+Checkpoint load_checkpoint(const std::filesystem::path& path);
+
+}  // namespace roundoff::studies::train

@@ -1,0 +1,382 @@
+// The transformer forward and backward passes over ops::Runner.
+#include "studies/train/model.hpp"
+
+#include <cmath>
+
+#include "numerics/round.hpp"
+
+namespace roundoff::studies::train {
+
+using ops::OpKind;
+using ops::Pass;
+
+namespace {
+
+using Span = std::span<double>;
+using CSpan = std::span<const double>;
+
+double rms(CSpan x) {
+  double s = 0;
+  for (const double v : x) s += v * v;
+  return x.empty() ? 0.0 : std::sqrt(s / static_cast<double>(x.size()));
+}
+
+double max_abs(CSpan x) {
+  double m = 0;
+  for (const double v : x) m = std::max(m, std::fabs(v));
+  return m;
+}
+
+std::string site_name(OpKind op, Pass pass, int layer, std::string_view tensor) {
+  std::string s = std::string(ops::name_of(op)) + "." + std::string(ops::name_of(pass)) + "(" + std::string(tensor) + ")";
+  if (layer >= 0) s += "[layer " + std::to_string(layer) + "]";
+  return s;
+}
+
+}  // namespace
+
+Transformer::Transformer(const ModelConfig& c, ResidualScale residual, const ops::Policy& policy, std::uint64_t seed)
+    : c_(c), rule_(residual_rule(residual, c.layers)), lay_(param_layout(c)), runner_(policy, seed) {
+  c_.validate();
+}
+
+void Transformer::inject(std::int64_t step, OpKind op, int layer, double factor) {
+  inject_step_ = step;
+  inject_op_ = op;
+  inject_layer_ = layer;
+  inject_factor_ = factor;
+}
+
+void Transformer::check(StepTelemetry* tel, OpKind op, Pass pass, int layer, std::string_view tensor, CSpan y) {
+  if (tel == nullptr) return;
+  if (tel->first_nonfinite_op.empty())
+    for (const double v : y)
+      if (!std::isfinite(v)) {
+        tel->first_nonfinite_op = site_name(op, pass, layer, tensor);
+        break;
+      }
+  if (!tel->detailed || tel->log == nullptr) return;
+  const numerics::Format& storage = runner_.policy().at(op, pass).storage;
+  const ops::RangeEvents ev = ops::range_events(y, storage);
+  const auto on = ops::name_of(op), pn = ops::name_of(pass);
+  tel->log->telemetry(tel->step, layer, on, pn, tensor, "inf", static_cast<double>(ev.inf));
+  tel->log->telemetry(tel->step, layer, on, pn, tensor, "nan", static_cast<double>(ev.nan));
+  tel->log->telemetry(tel->step, layer, on, pn, tensor, "subnormal", static_cast<double>(ev.subnormal));
+  tel->log->telemetry(tel->step, layer, on, pn, tensor, "zero_fraction",
+                      static_cast<double>(ev.zero) / static_cast<double>(std::max<std::int64_t>(ev.elements, 1)));
+  tel->log->telemetry(tel->step, layer, on, pn, tensor, "max_abs", ev.max_abs);
+}
+
+void Transformer::forward(const Batch& bt, std::span<const double> master, StepTelemetry* tel) {
+  const std::int64_t B = bt.batch, T = bt.seq, C = c_.d, H = c_.hidden, N = B * T, V = c_.vocab, NH = c_.heads,
+                     hs = c_.head_size();
+  const auto NC = static_cast<std::size_t>(N * C), NHid = static_cast<std::size_t>(N * H);
+  ParamViews<const double> p(master, lay_);
+  const ops::RowShape rows{N, C}, hid{N, H};
+  const ops::AttnShape ash{B, NH, T, hs};
+  const double eps = c_.norm_eps, post_eps = c_.norm_eps * rule_.post_norm_eps_factor;
+  const bool detailed = tel != nullptr && tel->detailed && tel->log != nullptr;
+  auto maybe_inject = [&](OpKind op, int layer, Span y) {
+    if (current_step_ == inject_step_ && op == inject_op_ && layer == inject_layer_)
+      for (double& v : y) v *= inject_factor_;
+  };
+  auto layer_of = [&](std::span<const double> all, int l) { return ParamViews<const double>::layer(all, c_.layers, l); };
+
+  acts_.resize(static_cast<std::size_t>(c_.layers));
+  cos_.assign(static_cast<std::size_t>(T * hs / 2), 0.0);
+  sin_.assign(cos_.size(), 0.0);
+  runner_.rope_angles({OpKind::RopeAngles, -1, "rope"}, cos_, sin_, T, hs, c_.rope_base);
+  check(tel, OpKind::RopeAngles, Pass::Forward, -1, "cos", cos_);
+
+  std::vector<double> x(NC);
+  runner_.embedding_forward({OpKind::Embedding, -1, "x0"}, x, bt.inputs, p.wte, rows);
+  check(tel, OpKind::Embedding, Pass::Forward, -1, "x0", x);
+
+  for (int l = 0; l < c_.layers; ++l) {
+    LayerActs& L = acts_[static_cast<std::size_t>(l)];
+    L.x_in = x;
+    // --- attention ---
+    if (rule_.post_norm) {
+      L.h1 = x;
+    } else {
+      L.h1.assign(NC, 0.0);
+      L.r1.assign(static_cast<std::size_t>(N), 0.0);
+      runner_.rmsnorm_forward({OpKind::RmsNorm, l, "ln1"}, L.h1, L.r1, x, layer_of(p.ln1w, l), rows, eps);
+      check(tel, OpKind::RmsNorm, Pass::Forward, l, "ln1", L.h1);
+    }
+    L.q.assign(NC, 0.0);
+    L.k.assign(NC, 0.0);
+    L.v.assign(NC, 0.0);
+    runner_.matmul_forward({OpKind::Matmul, l, "q"}, L.q, L.h1, layer_of(p.wq, l), {N, C, C});
+    check(tel, OpKind::Matmul, Pass::Forward, l, "q", L.q);
+    runner_.matmul_forward({OpKind::Matmul, l, "k"}, L.k, L.h1, layer_of(p.wk, l), {N, C, C});
+    check(tel, OpKind::Matmul, Pass::Forward, l, "k", L.k);
+    runner_.matmul_forward({OpKind::Matmul, l, "v"}, L.v, L.h1, layer_of(p.wv, l), {N, C, C});
+    maybe_inject(OpKind::Matmul, l, L.v);
+    check(tel, OpKind::Matmul, Pass::Forward, l, "v", L.v);
+    L.qr.assign(NC, 0.0);
+    L.kr.assign(NC, 0.0);
+    runner_.rope_forward({OpKind::RopeRotate, l, "q"}, L.qr, L.q, cos_, sin_, ash);
+    runner_.rope_forward({OpKind::RopeRotate, l, "k"}, L.kr, L.k, cos_, sin_, ash);
+    check(tel, OpKind::RopeRotate, Pass::Forward, l, "q", L.qr);
+    check(tel, OpKind::RopeRotate, Pass::Forward, l, "k", L.kr);
+    L.preatt.assign(static_cast<std::size_t>(ash.att_size()), 0.0);
+    runner_.attn_scores_forward({OpKind::AttnScores, l, "scores"}, L.preatt, L.qr, L.kr, ash);
+    maybe_inject(OpKind::AttnScores, l, L.preatt);
+    check(tel, OpKind::AttnScores, Pass::Forward, l, "scores", L.preatt);
+    if (detailed) tel->log->telemetry(tel->step, l, "attn-scores", "fwd", "scores", "max_logit", max_abs(L.preatt));
+    L.att.assign(L.preatt.size(), 0.0);
+    runner_.softmax_forward({OpKind::Softmax, l, "att"}, L.att, L.preatt, ash);
+    check(tel, OpKind::Softmax, Pass::Forward, l, "att", L.att);
+    L.y.assign(NC, 0.0);
+    runner_.attn_values_forward({OpKind::AttnValues, l, "y"}, L.y, L.att, L.v, ash);
+    check(tel, OpKind::AttnValues, Pass::Forward, l, "y", L.y);
+    L.o.assign(NC, 0.0);
+    runner_.matmul_forward({OpKind::Matmul, l, "o"}, L.o, L.y, layer_of(p.wo, l), {N, C, C});
+    check(tel, OpKind::Matmul, Pass::Forward, l, "o", L.o);
+    L.pre1.assign(NC, 0.0);
+    runner_.residual_forward({OpKind::ResidualAttn, l, "x"}, L.pre1, x, L.o, rule_.branch, rows);
+    check(tel, OpKind::ResidualAttn, Pass::Forward, l, "x", L.pre1);
+    if (detailed)
+      tel->log->telemetry(tel->step, l, "residual-attn", "fwd", "x", "swamping_ratio",
+                          rms(x) / (std::fabs(rule_.branch) * rms(L.o)));
+    if (rule_.post_norm) {
+      L.x_mid.assign(NC, 0.0);
+      L.rp1.assign(static_cast<std::size_t>(N), 0.0);
+      runner_.rmsnorm_forward({OpKind::RmsNorm, l, "post1"}, L.x_mid, L.rp1, L.pre1, layer_of(p.ln1w, l), rows, post_eps);
+      check(tel, OpKind::RmsNorm, Pass::Forward, l, "post1", L.x_mid);
+    } else {
+      L.x_mid = L.pre1;
+    }
+    // --- SwiGLU feed-forward ---
+    if (rule_.post_norm) {
+      L.h2 = L.x_mid;
+    } else {
+      L.h2.assign(NC, 0.0);
+      L.r2.assign(static_cast<std::size_t>(N), 0.0);
+      runner_.rmsnorm_forward({OpKind::RmsNorm, l, "ln2"}, L.h2, L.r2, L.x_mid, layer_of(p.ln2w, l), rows, eps);
+      check(tel, OpKind::RmsNorm, Pass::Forward, l, "ln2", L.h2);
+    }
+    L.g.assign(NHid, 0.0);
+    L.u.assign(NHid, 0.0);
+    runner_.matmul_forward({OpKind::Matmul, l, "w1"}, L.g, L.h2, layer_of(p.w1, l), {N, C, H});
+    check(tel, OpKind::Matmul, Pass::Forward, l, "w1", L.g);
+    runner_.matmul_forward({OpKind::Matmul, l, "w3"}, L.u, L.h2, layer_of(p.w3, l), {N, C, H});
+    check(tel, OpKind::Matmul, Pass::Forward, l, "w3", L.u);
+    L.a.assign(NHid, 0.0);
+    runner_.silu_forward({OpKind::Silu, l, "silu"}, L.a, L.g, hid);
+    check(tel, OpKind::Silu, Pass::Forward, l, "silu", L.a);
+    L.z.assign(NHid, 0.0);
+    runner_.swiglu_forward({OpKind::SwiGlu, l, "z"}, L.z, L.a, L.u, hid);
+    check(tel, OpKind::SwiGlu, Pass::Forward, l, "z", L.z);
+    L.f.assign(NC, 0.0);
+    runner_.matmul_forward({OpKind::Matmul, l, "w2"}, L.f, L.z, layer_of(p.w2, l), {N, H, C});
+    maybe_inject(OpKind::Matmul, l, L.f);
+    check(tel, OpKind::Matmul, Pass::Forward, l, "w2", L.f);
+    L.pre2.assign(NC, 0.0);
+    runner_.residual_forward({OpKind::ResidualFfn, l, "x"}, L.pre2, L.x_mid, L.f, rule_.branch, rows);
+    check(tel, OpKind::ResidualFfn, Pass::Forward, l, "x", L.pre2);
+    if (detailed)
+      tel->log->telemetry(tel->step, l, "residual-ffn", "fwd", "x", "swamping_ratio",
+                          rms(L.x_mid) / (std::fabs(rule_.branch) * rms(L.f)));
+    if (rule_.post_norm) {
+      x.assign(NC, 0.0);
+      L.rp2.assign(static_cast<std::size_t>(N), 0.0);
+      runner_.rmsnorm_forward({OpKind::RmsNorm, l, "post2"}, x, L.rp2, L.pre2, layer_of(p.ln2w, l), rows, post_eps);
+      check(tel, OpKind::RmsNorm, Pass::Forward, l, "post2", x);
+    } else {
+      x = L.pre2;
+    }
+    if (detailed) {
+      tel->log->telemetry(tel->step, l, "stream", "fwd", "x", "max_abs", max_abs(x));
+      tel->log->telemetry(tel->step, l, "stream", "fwd", "x", "rms", rms(x));
+    }
+  }
+  // --- head ---
+  x_final_ = x;
+  xf_.assign(NC, 0.0);
+  rf_.assign(static_cast<std::size_t>(N), 0.0);
+  runner_.rmsnorm_forward({OpKind::RmsNorm, -1, "lnf"}, xf_, rf_, x_final_, p.lnfw, rows, eps);
+  check(tel, OpKind::RmsNorm, Pass::Forward, -1, "lnf", xf_);
+  logits_.assign(static_cast<std::size_t>(N * V), 0.0);
+  runner_.matmul_forward({OpKind::Classifier, -1, "logits"}, logits_, xf_, p.wcls, {N, C, V});
+  check(tel, OpKind::Classifier, Pass::Forward, -1, "logits", logits_);
+  if (detailed) tel->log->telemetry(tel->step, -1, "classifier", "fwd", "logits", "max_abs", max_abs(logits_));
+  losses_.assign(static_cast<std::size_t>(N), 0.0);
+  probs_.assign(logits_.size(), 0.0);
+  mean_loss_ = runner_.cross_entropy_forward({OpKind::CrossEntropy, -1, "loss"}, losses_, probs_, logits_, bt.targets,
+                                             {N, V});
+  check(tel, OpKind::CrossEntropy, Pass::Forward, -1, "loss", losses_);
+}
+
+void Transformer::backward(const Batch& bt, std::span<const double> master, double loss_scale, std::span<double> grads,
+                           StepTelemetry* tel) {
+  const std::int64_t B = bt.batch, T = bt.seq, C = c_.d, H = c_.hidden, N = B * T, V = c_.vocab, NH = c_.heads,
+                     hs = c_.head_size();
+  const auto NC = static_cast<std::size_t>(N * C), NHid = static_cast<std::size_t>(N * H);
+  ParamViews<const double> p(master, lay_);
+  std::fill(grads.begin(), grads.end(), 0.0);
+  ParamViews<double> d(grads, lay_);
+  const ops::RowShape rows{N, C}, hid{N, H};
+  const ops::AttnShape ash{B, NH, T, hs};
+  auto layer_of = [&](std::span<const double> all, int l) { return ParamViews<const double>::layer(all, c_.layers, l); };
+  auto dlayer = [&](std::span<double> all, int l) { return ParamViews<double>::layer(all, c_.layers, l); };
+
+  std::vector<double> dlogits(static_cast<std::size_t>(N * V), 0.0);
+  runner_.cross_entropy_backward_data({OpKind::CrossEntropy, -1, "dlogits"}, dlogits, probs_, bt.targets,
+                                      loss_scale / static_cast<double>(N), {N, V});
+  check(tel, OpKind::CrossEntropy, Pass::BackwardData, -1, "dlogits", dlogits);
+  std::vector<double> dxf(NC, 0.0);
+  runner_.matmul_backward_data({OpKind::Classifier, -1, "dx"}, dxf, dlogits, p.wcls, {N, C, V});
+  check(tel, OpKind::Classifier, Pass::BackwardData, -1, "dx", dxf);
+  runner_.matmul_backward_weight({OpKind::Classifier, -1, "wcls"}, d.wcls, dlogits, xf_, {N, C, V});
+  check(tel, OpKind::Classifier, Pass::BackwardWeight, -1, "wcls", d.wcls);
+  std::vector<double> dx(NC, 0.0);
+  runner_.rmsnorm_backward_data({OpKind::RmsNorm, -1, "lnf"}, dx, dxf, x_final_, p.lnfw, rf_, rows);
+  runner_.rmsnorm_backward_weight({OpKind::RmsNorm, -1, "lnfw"}, d.lnfw, dxf, x_final_, rf_, rows);
+  check(tel, OpKind::RmsNorm, Pass::BackwardData, -1, "lnf", dx);
+
+  std::vector<double> scratch(NC);
+  for (int l = c_.layers - 1; l >= 0; --l) {
+    LayerActs& L = acts_[static_cast<std::size_t>(l)];
+    // --- feed-forward half: x_out = [post-norm](x_mid + β·f) ---
+    std::vector<double> dpre2;
+    if (rule_.post_norm) {
+      dpre2.assign(NC, 0.0);
+      runner_.rmsnorm_backward_data({OpKind::RmsNorm, l, "post2"}, dpre2, dx, L.pre2, layer_of(p.ln2w, l), L.rp2, rows);
+      runner_.rmsnorm_backward_weight({OpKind::RmsNorm, l, "ln2w"}, dlayer(d.ln2w, l), dx, L.pre2, L.rp2, rows);
+    } else {
+      dpre2 = dx;
+    }
+    std::vector<double> dxm(NC, 0.0), df(NC, 0.0);
+    runner_.residual_backward_data({OpKind::ResidualFfn, l, "dx"}, dxm, df, dpre2, rule_.branch, rows);
+    check(tel, OpKind::ResidualFfn, Pass::BackwardData, l, "df", df);
+    std::vector<double> dz(NHid, 0.0);
+    runner_.matmul_backward_data({OpKind::Matmul, l, "dz"}, dz, df, layer_of(p.w2, l), {N, H, C});
+    check(tel, OpKind::Matmul, Pass::BackwardData, l, "dz", dz);
+    runner_.matmul_backward_weight({OpKind::Matmul, l, "w2"}, dlayer(d.w2, l), df, L.z, {N, H, C});
+    std::vector<double> da(NHid, 0.0), du(NHid, 0.0), dg(NHid, 0.0);
+    runner_.swiglu_backward_data({OpKind::SwiGlu, l, "da"}, da, du, dz, L.a, L.u, hid);
+    check(tel, OpKind::SwiGlu, Pass::BackwardData, l, "da", da);
+    runner_.silu_backward_data({OpKind::Silu, l, "dg"}, dg, da, L.g, hid);
+    check(tel, OpKind::Silu, Pass::BackwardData, l, "dg", dg);
+    std::vector<double> dh2(NC, 0.0);
+    runner_.matmul_backward_data({OpKind::Matmul, l, "dh2"}, dh2, dg, layer_of(p.w1, l), {N, C, H});
+    runner_.matmul_backward_data({OpKind::Matmul, l, "dh2"}, dh2, du, layer_of(p.w3, l), {N, C, H});
+    check(tel, OpKind::Matmul, Pass::BackwardData, l, "dh2", dh2);
+    runner_.matmul_backward_weight({OpKind::Matmul, l, "w1"}, dlayer(d.w1, l), dg, L.h2, {N, C, H});
+    runner_.matmul_backward_weight({OpKind::Matmul, l, "w3"}, dlayer(d.w3, l), du, L.h2, {N, C, H});
+    if (rule_.post_norm) {
+      // h2 = x_mid: the two uses of x_mid meet in a residual-stream gradient sum (dx += dout).
+      std::fill(scratch.begin(), scratch.end(), 0.0);
+      runner_.residual_backward_data({OpKind::ResidualFfn, l, "dx"}, dxm, scratch, dh2, 1.0, rows);
+    } else {
+      runner_.rmsnorm_backward_data({OpKind::RmsNorm, l, "ln2"}, dxm, dh2, L.x_mid, layer_of(p.ln2w, l), L.r2, rows);
+      runner_.rmsnorm_backward_weight({OpKind::RmsNorm, l, "ln2w"}, dlayer(d.ln2w, l), dh2, L.x_mid, L.r2, rows);
+    }
+    check(tel, OpKind::RmsNorm, Pass::BackwardData, l, "dx_mid", dxm);
+    // --- attention half: x_mid = [post-norm](x_in + β·o) ---
+    std::vector<double> dpre1;
+    if (rule_.post_norm) {
+      dpre1.assign(NC, 0.0);
+      runner_.rmsnorm_backward_data({OpKind::RmsNorm, l, "post1"}, dpre1, dxm, L.pre1, layer_of(p.ln1w, l), L.rp1, rows);
+      runner_.rmsnorm_backward_weight({OpKind::RmsNorm, l, "ln1w"}, dlayer(d.ln1w, l), dxm, L.pre1, L.rp1, rows);
+    } else {
+      dpre1 = dxm;
+    }
+    std::vector<double> dxi(NC, 0.0), dout(NC, 0.0);
+    runner_.residual_backward_data({OpKind::ResidualAttn, l, "dx"}, dxi, dout, dpre1, rule_.branch, rows);
+    std::vector<double> dy(NC, 0.0);
+    runner_.matmul_backward_data({OpKind::Matmul, l, "dy"}, dy, dout, layer_of(p.wo, l), {N, C, C});
+    check(tel, OpKind::Matmul, Pass::BackwardData, l, "dy", dy);
+    runner_.matmul_backward_weight({OpKind::Matmul, l, "wo"}, dlayer(d.wo, l), dout, L.y, {N, C, C});
+    std::vector<double> datt(L.att.size(), 0.0), dv(NC, 0.0), dpreatt(L.att.size(), 0.0);
+    runner_.attn_values_backward_data({OpKind::AttnValues, l, "datt"}, datt, dv, dy, L.att, L.v, ash);
+    check(tel, OpKind::AttnValues, Pass::BackwardData, l, "datt", datt);
+    runner_.softmax_backward_data({OpKind::Softmax, l, "dpreatt"}, dpreatt, datt, L.att, ash);
+    check(tel, OpKind::Softmax, Pass::BackwardData, l, "dpreatt", dpreatt);
+    std::vector<double> dqr(NC, 0.0), dkr(NC, 0.0), dq(NC, 0.0), dk(NC, 0.0);
+    runner_.attn_scores_backward_data({OpKind::AttnScores, l, "dqk"}, dqr, dkr, dpreatt, L.qr, L.kr, ash);
+    check(tel, OpKind::AttnScores, Pass::BackwardData, l, "dq", dqr);
+    runner_.rope_backward_data({OpKind::RopeRotate, l, "dq"}, dq, dqr, cos_, sin_, ash);
+    runner_.rope_backward_data({OpKind::RopeRotate, l, "dk"}, dk, dkr, cos_, sin_, ash);
+    std::vector<double> dh1(NC, 0.0);
+    runner_.matmul_backward_data({OpKind::Matmul, l, "dh1"}, dh1, dq, layer_of(p.wq, l), {N, C, C});
+    runner_.matmul_backward_data({OpKind::Matmul, l, "dh1"}, dh1, dk, layer_of(p.wk, l), {N, C, C});
+    runner_.matmul_backward_data({OpKind::Matmul, l, "dh1"}, dh1, dv, layer_of(p.wv, l), {N, C, C});
+    check(tel, OpKind::Matmul, Pass::BackwardData, l, "dh1", dh1);
+    runner_.matmul_backward_weight({OpKind::Matmul, l, "wq"}, dlayer(d.wq, l), dq, L.h1, {N, C, C});
+    runner_.matmul_backward_weight({OpKind::Matmul, l, "wk"}, dlayer(d.wk, l), dk, L.h1, {N, C, C});
+    runner_.matmul_backward_weight({OpKind::Matmul, l, "wv"}, dlayer(d.wv, l), dv, L.h1, {N, C, C});
+    if (rule_.post_norm) {
+      std::fill(scratch.begin(), scratch.end(), 0.0);
+      runner_.residual_backward_data({OpKind::ResidualAttn, l, "dx"}, dxi, scratch, dh1, 1.0, rows);
+    } else {
+      runner_.rmsnorm_backward_data({OpKind::RmsNorm, l, "ln1"}, dxi, dh1, L.x_in, layer_of(p.ln1w, l), L.r1, rows);
+      runner_.rmsnorm_backward_weight({OpKind::RmsNorm, l, "ln1w"}, dlayer(d.ln1w, l), dh1, L.x_in, L.r1, rows);
+    }
+    check(tel, OpKind::RmsNorm, Pass::BackwardData, l, "dx_in", dxi);
+    dx = std::move(dxi);
+  }
+  runner_.embedding_backward_weight({OpKind::Embedding, -1, "wte"}, d.wte, dx, bt.inputs, rows);
+  // Weight gradients are held in the policy's gradient format.
+  const numerics::Format& gf = runner_.policy().storage_for(ops::TensorRole::Gradient);
+  if (!(gf == numerics::formats::fp64)) {
+    const numerics::RoundingPlan plan(gf);
+    numerics::round_array(plan, numerics::Rounding::NearestEven, grads, grads);
+  }
+  check(tel, OpKind::Embedding, Pass::BackwardWeight, -1, "grads", grads);
+}
+
+double Transformer::total_loss(const Batch& b, std::span<const double> master) {
+  current_step_ = -1;
+  runner_.set_step(-1);
+  forward(b, master, nullptr);
+  double total = 0;
+  for (const double l : losses_) total += l;
+  return total;
+}
+
+double Transformer::loss_and_grad(const Batch& b, std::span<const double> master, double loss_scale,
+                                  std::span<double> grads, StepTelemetry& telemetry) {
+  current_step_ = telemetry.step;
+  runner_.set_step(telemetry.step);
+  forward(b, master, &telemetry);
+  backward(b, master, loss_scale, grads, &telemetry);
+  return mean_loss_;
+}
+
+void Transformer::shadow(std::int64_t step, const Batch& b, std::span<const double> master, ops::Tape& tape,
+                         std::int64_t units) {
+  ops::Sampling sampling;
+  sampling.every = 1;
+  sampling.units = units;
+  runner_.enable_shadow(&tape, sampling);
+  std::vector<double> grads(master.size());
+  StepTelemetry tel;
+  tel.step = step;
+  current_step_ = -2;
+  runner_.set_step(step);
+  forward(b, master, &tel);
+  backward(b, master, 1.0, grads, &tel);
+  runner_.enable_shadow(nullptr);
+}
+
+void Transformer::apply_update(std::span<double> master, std::span<double> m, std::span<double> v,
+                               std::span<const double> grads, const Recipe& recipe, double lr, std::int64_t t,
+                               double coef) {
+  for (const ParamTensor tensor : kAllParamTensors) {
+    const std::size_t off = lay_.offset_of(tensor), n = lay_.size_of(tensor);
+    ops::AdamWConfig cfg;
+    cfg.lr = lr;
+    cfg.beta1 = recipe.beta1;
+    cfg.beta2 = recipe.beta2;
+    cfg.eps = recipe.eps;
+    cfg.weight_decay = is_decayed(tensor) ? recipe.weight_decay : 0.0;
+    cfg.grad_scale = coef;
+    runner_.adamw_update({OpKind::AdamW, -1, name_of(tensor)}, master.subspan(off, n), m.subspan(off, n),
+                         v.subspan(off, n), grads.subspan(off, n), {}, cfg, t);
+  }
+}
+
+}  // namespace roundoff::studies::train

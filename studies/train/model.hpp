@@ -1,0 +1,85 @@
+#pragma once
+/// \file model.hpp
+/// The Llama-family decoder of the trainer, every op through ops::Runner under a precision Policy.
+///
+/// Per block l (x: the residual stream, (B·T, C)):
+///   h  = RMSNorm(x; ln1w)                      (Pre-Norm; under DeepNorm h = x)
+///   q, k, v = h·Wqᵀ, h·Wkᵀ, h·Wvᵀ               (Matmul)
+///   q, k ← RoPE(q), RoPE(k)                     (RopeRotate, table from RopeAngles, base 10000)
+///   att = softmax(q·kᵀ/√hs, causal);  y = att·v  (AttnScores, Softmax, AttnValues)
+///   x ← x + β·(y·Woᵀ)                           (ResidualAttn; DeepNorm: x ← RMSNorm_{eps·α²}(x + o/α; ln1w))
+///   h2 = RMSNorm(x; ln2w)                       (Pre-Norm; under DeepNorm h2 = x)
+///   z = SiLU(h2·W1ᵀ) ⊙ (h2·W3ᵀ);  f = z·W2ᵀ      (Matmul, Silu, SwiGlu, Matmul)
+///   x ← x + β·f                                 (ResidualFfn; DeepNorm: x ← RMSNorm_{eps·α²}(x + f/α; ln2w))
+/// then logits = RMSNorm(x; lnfw)·Wclsᵀ (Classifier) and the mean cross-entropy (CrossEntropy, binary64 mean).
+/// β is the residual rule's branch multiplier (1, 1/√(2L), or 1/α).
+///
+/// Weights are read from the master buffer; each op rounds its inputs to its storage format on entry, so
+/// 16-bit working weights need no separate copy. Weight gradients are rounded to the policy's Gradient
+/// role format after the backward pass. Telemetry: every step, each op output is scanned for non-finite
+/// values (the first one names the op); at detailed steps, per-op range events (inf, nan, subnormal, zero
+/// counts and max |y|), per-layer max |x| and rms of the stream, the swamping ratio rms(x)/rms(β·F) of each
+/// residual add, and the max attention logit per layer.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ops/policy.hpp"
+#include "ops/probe.hpp"
+#include "ops/runner.hpp"
+#include "studies/train/config.hpp"
+#include "studies/train/model_interface.hpp"
+#include "studies/train/params.hpp"
+
+namespace roundoff::studies::train {
+
+class Transformer final : public Model {
+ public:
+  /// `seed` drives the stochastic-rounding stream (with the step and call index; see ops::Runner).
+  Transformer(const ModelConfig& c, ResidualScale residual, const ops::Policy& policy, std::uint64_t seed);
+
+  double total_loss(const Batch& b, std::span<const double> master) override;
+  double loss_and_grad(const Batch& b, std::span<const double> master, double loss_scale, std::span<double> grads,
+                       StepTelemetry& telemetry) override;
+  void apply_update(std::span<double> master, std::span<double> m, std::span<double> v, std::span<const double> grads,
+                    const Recipe& recipe, double lr, std::int64_t t, double coef) override;
+
+  /// One forward+backward on `b` with the MPFR shadow on (ops::Runner::enable_shadow): every op call records
+  /// its local error on `units` evenly spaced units into `tape` (tagged with `step`).
+  void shadow(std::int64_t step, const Batch& b, std::span<const double> master, ops::Tape& tape, std::int64_t units);
+
+  const ops::Policy& policy() const { return runner_.policy(); }
+  /// Test hook: multiplies the output of the named op site (op name + layer) by `factor` in the forward
+  /// pass at `step` (e.g. 1e6 to inject an overflow); step < 0 disables.
+  void inject(std::int64_t step, ops::OpKind op, int layer, double factor);
+
+ private:
+  /// Saved activations of one block (row-major, N = B·T rows).
+  struct LayerActs {
+    std::vector<double> x_in, h1, r1, q, k, v, qr, kr, preatt, att, y, o, pre1, rp1, x_mid, h2, r2, g, u, a, z, f,
+        pre2, rp2;
+  };
+  void forward(const Batch& b, std::span<const double> master, StepTelemetry* tel);
+  void backward(const Batch& b, std::span<const double> master, double loss_scale, std::span<double> grads,
+                StepTelemetry* tel);
+  /// Scans y for non-finite values (names the first op) and, at detailed steps, logs its range events.
+  void check(StepTelemetry* tel, ops::OpKind op, ops::Pass pass, int layer, std::string_view tensor,
+             std::span<const double> y);
+
+  ModelConfig c_;
+  ResidualRule rule_;
+  ParamLayout lay_;
+  ops::Runner runner_;
+  std::vector<LayerActs> acts_;
+  std::vector<double> x_final_, xf_, rf_, logits_, probs_, losses_, cos_, sin_;
+  double mean_loss_ = 0;
+  std::int64_t inject_step_ = -1;
+  ops::OpKind inject_op_ = ops::OpKind::Matmul;
+  int inject_layer_ = 0;
+  double inject_factor_ = 1;
+  std::int64_t current_step_ = 0;
+};
+
+}  // namespace roundoff::studies::train

@@ -1,0 +1,51 @@
+#pragma once
+/// \file model_interface.hpp
+/// What the trainer needs from a model: a batch type and forward / forward+backward over master weights.
+/// The model owns its precision (a Policy); the trainer owns the weights, the optimizer and the schedule.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "studies/train/config.hpp"
+#include "studies/train/params.hpp"
+#include "studies/train/run_log.hpp"
+
+namespace roundoff::studies::train {
+
+/// B sequences of T tokens; targets[b·T + t] is the token after inputs[b·T + t].
+struct Batch {
+  int batch = 0;  ///< B
+  int seq = 0;    ///< T (≤ the config's seq)
+  std::vector<std::int32_t> inputs, targets;
+};
+
+/// Where a training step reports its telemetry. `detailed` asks for the per-layer activation statistics
+/// (sampled steps only); range events and the first non-finite op are always reported.
+struct StepTelemetry {
+  std::int64_t step = 0;
+  RunLog* log = nullptr;
+  bool detailed = false;
+  /// Set by the model to "<op>.<pass>[layer]" of the first op (in execution order) that produced a
+  /// non-finite value in this step, if any.
+  std::string first_nonfinite_op;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  /// Σ over the B·T predicted tokens of −ln p(target), reduced in binary64; forward pass only.
+  virtual double total_loss(const Batch& b, std::span<const double> master) = 0;
+  /// Forward and backward: returns the mean loss (nats/token) and overwrites `grads` (master layout) with
+  /// the gradient of loss_scale·mean loss as the policy's backward pass produces it (not yet unscaled).
+  virtual double loss_and_grad(const Batch& b, std::span<const double> master, double loss_scale,
+                               std::span<double> grads, StepTelemetry& telemetry) = 0;
+  /// One AdamW update of master, m, v (master layout) from unscaled gradients, under the model's
+  /// precision (the OPT group): lr at this step, t = 1-based applied-update count, coef = clip multiplier,
+  /// weight decay on is_decayed() tensors only.
+  virtual void apply_update(std::span<double> master, std::span<double> m, std::span<double> v,
+                            std::span<const double> grads, const Recipe& recipe, double lr, std::int64_t t,
+                            double coef) = 0;
+};
+
+}  // namespace roundoff::studies::train

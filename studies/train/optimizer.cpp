@@ -1,0 +1,74 @@
+// Unscaling, clipping and AdamW on master weights.
+#include "studies/train/optimizer.hpp"
+
+#include <cmath>
+
+#include "numerics/round.hpp"
+
+namespace roundoff::studies::train {
+namespace {
+
+using numerics::Rounding;
+
+/// Rounds binary64 results to the state format (identity for fp64).
+struct Rounder {
+  numerics::RoundingPlan plan;
+  bool identity;
+  explicit Rounder(const numerics::Format& f) : plan(f), identity(f == numerics::formats::fp64) {}
+  double operator()(double x) const { return identity ? x : numerics::round_to(plan, Rounding::NearestEven, x); }
+};
+
+}  // namespace
+
+bool unscale_gradients(std::span<double> grads, double scale) {
+  const numerics::RoundingPlan fp32(numerics::formats::fp32);
+  bool finite = true;
+  const double inv = 1.0 / scale;
+  int exponent = 0;
+  const bool exact_inverse = std::frexp(scale, &exponent) == 0.5;  // S a power of two: g·(1/S) is exact
+  for (double& g : grads) {
+    g = numerics::round_to(fp32, Rounding::NearestEven, exact_inverse ? g * inv : g / scale);
+    finite = finite && std::isfinite(g);
+  }
+  return finite;
+}
+
+double global_norm_fp32(std::span<const double> grads) {
+  double sum = 0;
+  for (const double g : grads) sum += g * g;
+  return numerics::round_to(numerics::formats::fp32, Rounding::NearestEven, std::sqrt(sum));
+}
+
+double clip_coefficient(double norm, double max_norm) {
+  if (max_norm <= 0) return 1.0;
+  const numerics::RoundingPlan fp32(numerics::formats::fp32);
+  const double denom = numerics::round_to(fp32, Rounding::NearestEven, norm + 1e-6);
+  const double c = numerics::round_to(fp32, Rounding::NearestEven, max_norm / denom);
+  return c < 1.0 ? c : 1.0;
+}
+
+void adamw_update(std::span<double> master, std::span<double> m, std::span<double> v, std::span<const double> grads,
+                  const ParamLayout& layout, const Recipe& recipe, double lr, std::int64_t t, double coef,
+                  const AdamFormats& formats) {
+  const Rounder r(formats.compute), to_master(formats.master), to_m(formats.m), to_v(formats.v);
+  const double b1 = r(recipe.beta1), b2 = r(recipe.beta2);
+  const double one_b1 = r(1.0 - recipe.beta1), one_b2 = r(1.0 - recipe.beta2);
+  // Bias corrections 1 − β^t: binary64, rounded once (a host-side constant, as in PyTorch and llm.c).
+  const double bc1 = r(1.0 - std::pow(recipe.beta1, static_cast<double>(t)));
+  const double bc2 = r(1.0 - std::pow(recipe.beta2, static_cast<double>(t)));
+  const double lr_r = r(lr), eps = r(recipe.eps), gs = r(coef);
+  for (const ParamTensor tensor : kAllParamTensors) {
+    const std::size_t off = layout.offset_of(tensor), n = layout.size_of(tensor);
+    const double wd = is_decayed(tensor) ? r(recipe.weight_decay) : 0.0;
+    for (std::size_t k = off; k < off + n; ++k) {
+      const double g = coef != 1.0 ? r(grads[k] * gs) : grads[k];
+      m[k] = to_m(r(r(b1 * m[k]) + r(one_b1 * g)));
+      v[k] = to_v(r(r(b2 * v[k]) + r(one_b2 * r(g * g))));
+      const double m_hat = r(m[k] / bc1), v_hat = r(v[k] / bc2);
+      const double step = r(r(m_hat / r(r(std::sqrt(v_hat)) + eps)) + r(wd * master[k]));
+      master[k] = to_master(r(master[k] - r(lr_r * step)));
+    }
+  }
+}
+
+}  // namespace roundoff::studies::train

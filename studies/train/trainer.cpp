@@ -1,0 +1,369 @@
+// The training loop.
+#include "studies/train/trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ostream>
+#include <stdexcept>
+
+#include "studies/common/provenance.hpp"
+#include "studies/data/batches.hpp"
+#include "studies/data/sha256.hpp"
+#include "studies/train/checkpoint.hpp"
+#include "studies/train/optimizer.hpp"
+
+namespace roundoff::studies::train {
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string duration_text(double seconds) {
+  const auto s = static_cast<long long>(seconds + 0.5);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%lldm%02llds", s / 60, s % 60);
+  return buf;
+}
+
+nlohmann::json config_json(const ModelConfig& c) {
+  return {{"name", c.name}, {"d", c.d},         {"layers", c.layers}, {"heads", c.heads},
+          {"seq", c.seq},   {"batch", c.batch}, {"vocab", c.vocab},   {"hidden", c.hidden},
+          {"tokenizer", std::string(name_of(c.tokenizer))}, {"norm_eps", c.norm_eps},
+          {"rope_base", c.rope_base}};
+}
+
+nlohmann::json recipe_json(const Recipe& r) {
+  return {{"lr", r.lr},
+          {"warmup", r.warmup},
+          {"final_lr_ratio", r.final_lr_ratio},
+          {"beta1", r.beta1},
+          {"beta2", r.beta2},
+          {"eps", r.eps},
+          {"weight_decay", r.weight_decay},
+          {"clip_norm", r.clip_norm},
+          {"init_std", r.init_std},
+          {"init", std::string(name_of(r.init))}};
+}
+
+bool all_finite(std::span<const double> v) {
+  for (const double x : v)
+    if (!std::isfinite(x)) return false;
+  return true;
+}
+
+}  // namespace
+
+EvalSet make_eval_set(std::span<const std::int32_t> tokens, int seq, int batch, std::int64_t max_tokens,
+                      const std::function<std::int64_t(std::int32_t)>& bytes_of) {
+  EvalSet set;
+  const auto windows = data::validation_windows(tokens.size(), static_cast<std::size_t>(seq));
+  Batch current;
+  auto flush = [&] {
+    if (current.batch > 0) set.batches.push_back(std::move(current));
+    current = Batch{};
+  };
+  for (const data::EvalWindow& w : windows) {
+    const auto len = static_cast<int>(w.length);
+    if (max_tokens > 0 && set.tokens + len > max_tokens) break;
+    if (current.batch > 0 && (current.seq != len || current.batch == batch)) flush();
+    current.seq = len;
+    ++current.batch;
+    for (std::size_t i = 0; i < w.length; ++i) {
+      current.inputs.push_back(tokens[w.start + i]);
+      current.targets.push_back(tokens[w.start + i + 1]);
+      set.bytes += bytes_of(tokens[w.start + i + 1]);
+    }
+    set.tokens += len;
+  }
+  flush();
+  return set;
+}
+
+Batch train_batch(std::span<const std::int32_t> train, int seq, int batch, std::uint64_t seed,
+                  std::int64_t step) {
+  const data::BatchSampler sampler(train.size(), static_cast<std::size_t>(seq), static_cast<std::size_t>(batch),
+                                   seed);
+  const std::vector<data::Token> windows = sampler.batch(train, static_cast<std::uint64_t>(step));
+  Batch b;
+  b.batch = batch;
+  b.seq = seq;
+  const auto S = static_cast<std::size_t>(seq);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(batch); ++r)
+    for (std::size_t t = 0; t < S; ++t) {
+      b.inputs.push_back(windows[r * (S + 1) + t]);
+      b.targets.push_back(windows[r * (S + 1) + t + 1]);
+    }
+  return b;
+}
+
+Trainer::Trainer(TrainOptions opts, Model& own, Model& fp32, const TrainData& data, std::ostream* progress,
+                 ShadowHook shadow)
+    : opts_(std::move(opts)),
+      own_(own),
+      fp32_(fp32),
+      data_(data),
+      progress_(progress),
+      shadow_(std::move(shadow)),
+      layout_(param_layout(opts_.config)),
+      scaler_(opts_.loss_scale) {
+  opts_.config.validate();
+  if (opts_.steps < 1) throw std::invalid_argument("--steps must be >= 1");
+  if (opts_.recipe.warmup < 1) throw std::invalid_argument("--warmup must be >= 1");
+  if (!(opts_.recipe.lr > 0)) throw std::invalid_argument("--lr must be > 0");
+}
+
+nlohmann::json Trainer::identity() const {
+  return {{"config", config_json(opts_.config)},
+          {"recipe", recipe_json(opts_.recipe)},
+          {"policy", opts_.policy},
+          {"residual_scale", std::string(name_of(opts_.residual))},
+          {"loss_scale", opts_.loss_scale.canonical()},
+          {"steps", opts_.steps},
+          {"seed", opts_.seed},
+          {"data_source", data_.source},
+          {"tokenizer", data_.tokenizer},
+          {"train_tokens", data_.train.size()}};
+}
+
+void Trainer::start() {
+  const auto ckpt = opts_.out / "checkpoint.bin";
+  const bool have_out = !opts_.out.empty();
+  const bool exists = have_out && std::filesystem::exists(ckpt);
+  if (exists && !opts_.resume)
+    throw std::runtime_error("checkpoint " + ckpt.string() +
+                             " already exists; pass --resume to continue that run or choose another --out");
+  if (opts_.resume && !exists)
+    throw std::runtime_error("--resume: no checkpoint at " + ckpt.string());
+  if (opts_.resume) {
+    Checkpoint ck = load_checkpoint(ckpt);
+    const auto& meta = ck.meta;
+    if (meta.at("identity") != identity())
+      throw std::runtime_error("checkpoint " + ckpt.string() +
+                               " belongs to a different run (config, policy, seed, steps, recipe or data differ): " +
+                               meta.at("identity").dump());
+    if (ck.master.size() != layout_.total)
+      throw std::runtime_error("checkpoint " + ckpt.string() + " has the wrong number of parameters");
+    master_ = std::move(ck.master);
+    m_ = std::move(ck.m);
+    v_ = std::move(ck.v);
+    step_ = meta.at("step").get<std::int64_t>();
+    adam_t_ = meta.at("adam_t").get<std::int64_t>();
+    skipped_ = meta.at("skipped_steps").get<std::int64_t>();
+    scaler_.restore(meta.at("loss_scale_value").get<double>(), meta.at("loss_scale_clean_steps").get<std::int64_t>());
+    if (!meta.at("first_nonfinite_step").is_null())
+      first_nonfinite_step_ = meta.at("first_nonfinite_step").get<std::int64_t>();
+    first_nonfinite_op_ = meta.at("first_nonfinite_op").get<std::string>();
+    diverged_ = meta.at("diverged").get<bool>();
+    last_train_loss_ = meta.at("last_train_loss").get<double>();
+    log_ = RunLog::from_json(meta.at("log"));
+  } else {
+    master_ = init_params(opts_.config, opts_.recipe, residual_rule(opts_.residual, opts_.config.layers), opts_.seed);
+    m_.assign(layout_.total, 0.0);
+    v_.assign(layout_.total, 0.0);
+    log_.curve(0, "loss_scale", scaler_.scale());
+  }
+  grads_.assign(layout_.total, 0.0);
+  started_at_ = step_;
+  wall_start_ = now_seconds();
+}
+
+bool Trainer::done() const {
+  return step_ >= opts_.steps || diverged_ || (opts_.stop_after > 0 && step_ - started_at_ >= opts_.stop_after);
+}
+
+void Trainer::step() {
+  const std::int64_t s = step_;
+  const ModelConfig& c = opts_.config;
+  const Batch batch = train_batch(data_.train, c.seq, c.batch, opts_.seed, s);
+  const double scale = scaler_.scale();
+  StepTelemetry tel;
+  tel.step = s;
+  tel.log = &log_;
+  tel.detailed = opts_.telemetry_every > 0 && s % opts_.telemetry_every == 0;
+  if (shadow_ && opts_.shadow_every > 0 && s % opts_.shadow_every == 0) shadow_(s, master_, log_);
+
+  const double loss = own_.loss_and_grad(batch, master_, scale, grads_, tel);
+  if (tel.detailed) log_gradient_underflow(s, batch);
+  const bool grads_finite = unscale_gradients(grads_, scale);
+  const bool finite = grads_finite && std::isfinite(loss);
+  if (!finite && !first_nonfinite_step_) {
+    first_nonfinite_step_ = s;
+    first_nonfinite_op_ = tel.first_nonfinite_op.empty() ? std::string("unknown") : tel.first_nonfinite_op;
+    log_.event(s, "nonfinite", "first non-finite value in " + first_nonfinite_op_);
+  }
+  log_.curve(s, "train_loss", loss);
+  const double lr = learning_rate(opts_.recipe, s, opts_.steps);
+  if (scaler_.skips(grads_finite)) {
+    ++skipped_;
+    log_.event(s, "skip", "non-finite gradients at loss scale " + format_value(scale) +
+                              (tel.first_nonfinite_op.empty() ? "" : " (first in " + tel.first_nonfinite_op + ")"));
+    log_.curve(s, "skipped", 1.0);
+  } else {
+    const double norm = global_norm_fp32(grads_);
+    const double coef = clip_coefficient(norm, opts_.recipe.clip_norm);
+    ++adam_t_;
+    if (tel.detailed) before_ = master_;
+    own_.apply_update(master_, m_, v_, grads_, opts_.recipe, lr, adam_t_, coef);
+    log_.curve(s, "grad_norm", norm);
+    log_.curve(s, "lr", lr);
+    if (tel.detailed) log_stagnation(s);
+    if (!all_finite(master_)) {
+      diverged_ = true;
+      log_.event(s, "diverged", "master weights became non-finite; run stopped");
+    }
+  }
+  if (const auto change = scaler_.update(s, grads_finite)) {
+    log_.event(s, "loss_scale", std::string(change->reason) + " " + format_value(change->from) + " -> " +
+                                    format_value(change->to));
+    log_.curve(s + 1, "loss_scale", change->to);
+  }
+  last_train_loss_ = loss;
+  step_ = s + 1;
+
+  const bool eval_due = opts_.eval_every > 0 && step_ % opts_.eval_every == 0 && step_ < opts_.steps;
+  if (eval_due) evaluate_and_log();
+  const bool ckpt_due = (opts_.checkpoint_every > 0 && step_ % opts_.checkpoint_every == 0) || eval_due ||
+                        step_ == opts_.steps || done();
+  if (ckpt_due) save();
+
+  if (progress_ && opts_.progress_every > 0 && (step_ % opts_.progress_every == 0 || step_ == opts_.steps)) {
+    const double elapsed = now_seconds() - wall_start_;
+    const double done_here = static_cast<double>(step_ - started_at_);
+    const double tok_s = done_here * c.batch * c.seq / std::max(elapsed, 1e-9);
+    const double eta = elapsed / done_here * static_cast<double>(opts_.steps - step_);
+    char line[200];
+    std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  lr %.2e  scale %g  %.0f tok/s  ETA %s\n",
+                  static_cast<long long>(step_), static_cast<long long>(opts_.steps), loss, lr, scaler_.scale(),
+                  tok_s, duration_text(eta).c_str());
+    *progress_ << line << std::flush;
+  }
+}
+
+void Trainer::log_gradient_underflow(std::int64_t s, const Batch& batch) {
+  std::vector<double> g32(layout_.total);
+  StepTelemetry quiet;
+  quiet.step = s;
+  fp32_.loss_and_grad(batch, master_, 1.0, g32, quiet);
+  for (const ParamTensor t : kAllParamTensors) {
+    std::int64_t lost = 0, nonzero = 0;
+    for (std::size_t k = layout_.offset_of(t); k < layout_.offset_of(t) + layout_.size_of(t); ++k) {
+      if (g32[k] == 0) continue;
+      ++nonzero;
+      if (grads_[k] == 0) ++lost;
+    }
+    if (nonzero > 0)
+      log_.telemetry(s, -1, "grad", "bwd-weight", name_of(t), "underflow_fraction",
+                     static_cast<double>(lost) / static_cast<double>(nonzero));
+  }
+}
+
+void Trainer::log_stagnation(std::int64_t s) {
+  for (const ParamTensor t : kAllParamTensors) {
+    std::int64_t stuck = 0, pushed = 0;
+    for (std::size_t k = layout_.offset_of(t); k < layout_.offset_of(t) + layout_.size_of(t); ++k) {
+      if (grads_[k] == 0) continue;
+      ++pushed;
+      if (master_[k] == before_[k]) ++stuck;
+    }
+    if (pushed > 0)
+      log_.telemetry(s, -1, "adamw", "fwd", name_of(t), "stagnation_fraction",
+                     static_cast<double>(stuck) / static_cast<double>(pushed));
+  }
+}
+
+Trainer::EvalResult Trainer::evaluate(Model& m, const EvalSet& set) {
+  double total = 0;
+  for (const Batch& b : set.batches) total += m.total_loss(b, master_);
+  const double loss = total / static_cast<double>(set.tokens);
+  const double bpb = total / (std::log(2.0) * static_cast<double>(set.bytes));
+  return {loss, bpb};
+}
+
+void Trainer::evaluate_and_log() {
+  const EvalResult f = evaluate(fp32_, data_.val);
+  const EvalResult o = evaluate(own_, data_.val);
+  log_.curve(step_, "val_loss_fp32", f.loss);
+  log_.curve(step_, "val_bpb_fp32", f.bpb);
+  log_.curve(step_, "val_loss_own", o.loss);
+  log_.curve(step_, "val_bpb_own", o.bpb);
+}
+
+void Trainer::save() {
+  if (opts_.out.empty()) return;
+  Checkpoint ck;
+  ck.meta = {{"identity", identity()},
+             {"step", step_},
+             {"adam_t", adam_t_},
+             {"skipped_steps", skipped_},
+             {"loss_scale_value", scaler_.scale()},
+             {"loss_scale_clean_steps", scaler_.clean_steps()},
+             {"first_nonfinite_step", first_nonfinite_step_ ? nlohmann::json(*first_nonfinite_step_) : nlohmann::json()},
+             {"first_nonfinite_op", first_nonfinite_op_},
+             {"diverged", diverged_},
+             {"last_train_loss", last_train_loss_},
+             {"log", log_.to_json()}};
+  ck.master = master_;
+  ck.m = m_;
+  ck.v = v_;
+  save_checkpoint(opts_.out / "checkpoint.bin", ck);
+}
+
+std::string Trainer::weights_sha256() const {
+  return data::sha256_hex(std::string_view(reinterpret_cast<const char*>(master_.data()),
+                                           master_.size() * sizeof(double)));
+}
+
+nlohmann::json Trainer::finish() {
+  const bool complete = step_ >= opts_.steps || diverged_;
+  nlohmann::json summary = identity();
+  summary["steps_completed"] = step_;
+  summary["complete"] = complete;
+  summary["diverged"] = diverged_;
+  summary["skipped_steps"] = skipped_;
+  summary["first_nonfinite_step"] = first_nonfinite_step_ ? nlohmann::json(*first_nonfinite_step_) : nlohmann::json();
+  summary["first_nonfinite_op"] = first_nonfinite_step_ ? nlohmann::json(first_nonfinite_op_) : nlohmann::json();
+  summary["final_loss_scale"] = scaler_.scale();
+  summary["train_loss_last"] = last_train_loss_;
+  summary["weights_sha256"] = weights_sha256();
+  summary["val_tokens"] = data_.val.tokens;
+  summary["val_bytes"] = data_.val.bytes;
+  summary["threads"] = opts_.threads;
+  if (complete) {
+    const EvalResult f = evaluate(fp32_, data_.val);
+    const EvalResult o = evaluate(own_, data_.val);
+    const EvalResult t = evaluate(fp32_, data_.test);
+    summary["val_loss_fp32"] = f.loss;
+    summary["val_bpb_fp32"] = f.bpb;
+    summary["val_loss_own"] = o.loss;
+    summary["val_bpb_own"] = o.bpb;
+    summary["test_loss_fp32"] = t.loss;
+    summary["test_bpb_fp32"] = t.bpb;
+    summary["test_tokens"] = data_.test.tokens;
+  }
+  summary.update(provenance("roundoff train"));
+  if (!opts_.out.empty()) {
+    RunLog out_log = log_;
+    if (complete) {
+      out_log.curve(step_, "val_loss_fp32", summary["val_loss_fp32"].get<double>());
+      out_log.curve(step_, "val_bpb_fp32", summary["val_bpb_fp32"].get<double>());
+      out_log.curve(step_, "val_loss_own", summary["val_loss_own"].get<double>());
+      out_log.curve(step_, "val_bpb_own", summary["val_bpb_own"].get<double>());
+      out_log.curve(step_, "test_loss_fp32", summary["test_loss_fp32"].get<double>());
+    }
+    write_file_atomic(opts_.out / "curves.csv", out_log.curves_csv());
+    write_file_atomic(opts_.out / "telemetry.csv", out_log.telemetry_csv());
+    write_file_atomic(opts_.out / "events.csv", out_log.events_csv());
+    write_json_atomic(opts_.out / "summary.json", summary);
+  }
+  return summary;
+}
+
+nlohmann::json Trainer::run() {
+  start();
+  while (!done()) step();
+  return finish();
+}
+
+}  // namespace roundoff::studies::train

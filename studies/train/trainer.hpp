@@ -1,0 +1,139 @@
+#pragma once
+/// \file trainer.hpp
+/// The training loop (STUDY_PROTOCOL.md §4.3): seeded init, deterministic batches, loss scaling,
+/// unscale → fp32 global-norm clip → AdamW, linear warmup + cosine schedule, periodic evaluation in fp32
+/// and in the run's own precision, checkpoints that resume bit-identically, and the results directory:
+///   DIR/summary.json   run identity, final metrics, provenance (see docs/trainer.md for every key)
+///   DIR/curves.csv     step,metric,value
+///   DIR/telemetry.csv  step,layer,op,pass,tensor,metric,value
+///   DIR/events.csv     step,kind,detail (loss-scale changes, skipped steps, non-finite values)
+///   DIR/checkpoint.bin the state after the last completed step (checkpoint.hpp)
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <iosfwd>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "studies/train/config.hpp"
+#include "studies/train/loss_scaler.hpp"
+#include "studies/train/model_interface.hpp"
+#include "studies/train/params.hpp"
+#include "studies/train/run_log.hpp"
+
+namespace roundoff::studies::train {
+
+/// A tokenised evaluation split cut into the fixed in-order windows of data::validation_windows, grouped
+/// into batches of up to B full windows (a shorter last window forms its own batch).
+struct EvalSet {
+  std::vector<Batch> batches;
+  std::int64_t tokens = 0;  ///< predicted tokens
+  std::int64_t bytes = 0;   ///< bytes those tokens stand for (bits per byte)
+};
+
+/// Everything the loop reads from the data: train tokens, eval sets and where they came from.
+struct TrainData {
+  std::vector<std::int32_t> train;
+  EvalSet val, test;
+  std::string source;     ///< "brown-1.9.80" or "excerpt"
+  std::string tokenizer;  ///< "bytes" or "bpe-<V>"
+};
+
+/// Run options (the `roundoff train` flags).
+struct TrainOptions {
+  ModelConfig config;
+  Recipe recipe;
+  ResidualScale residual = ResidualScale::None;
+  LossScaleSpec loss_scale;
+  std::string policy;         ///< canonical policy text
+  std::int64_t steps = 200;
+  std::uint64_t seed = 1;
+  std::int64_t eval_every = 0;        ///< 0: evaluate at the end only
+  std::int64_t telemetry_every = 50;  ///< detailed activation telemetry every N steps (and step 0)
+  std::int64_t shadow_every = 0;      ///< 0: no MPFR shadow
+  std::int64_t checkpoint_every = 0;  ///< 0: checkpoint at evaluations and at the end only
+  std::int64_t stop_after = 0;        ///< > 0: stop after this many steps of this invocation (sharding)
+  std::int64_t progress_every = 10;   ///< stderr progress line every N steps; 0: silent
+  int threads = 1;
+  std::filesystem::path out;          ///< results directory (empty: write nothing — benchmarks)
+  bool resume = false;
+};
+
+/// Hook for MPFR shadow attribution at sampled steps: called with the step and the current master weights.
+using ShadowHook = std::function<void(std::int64_t step, std::span<const double> master, RunLog& log)>;
+
+class Trainer {
+ public:
+  /// `own` runs the policy; `fp32` is the same model under the fp32 policy (evaluation only).
+  Trainer(TrainOptions opts, Model& own, Model& fp32, const TrainData& data, std::ostream* progress,
+          ShadowHook shadow = {});
+
+  /// Initialises from the seed, or loads DIR/checkpoint.bin when resuming. Throws std::runtime_error if
+  /// a checkpoint exists and resume is off (it is never overwritten), if resume is on and there is none, if
+  /// it is corrupt, or if it belongs to a different run (config, policy, seed, steps, recipe, data).
+  void start();
+  /// True when all steps are done, the run diverged, or stop_after steps ran in this invocation.
+  bool done() const;
+  /// One optimisation step (plus the evaluation, telemetry and checkpoint due at it).
+  void step();
+  /// Final evaluation (val in fp32 and own precision, test in fp32), writes the results; returns summary.
+  nlohmann::json finish();
+  /// start(); while (!done()) step(); finish() — returns the summary (partial if stopped early).
+  nlohmann::json run();
+
+  std::span<const double> master() const { return master_; }
+  std::int64_t steps_completed() const { return step_; }
+  const RunLog& log() const { return log_; }
+  /// sha256 of the master weights as little-endian binary64 in buffer order.
+  std::string weights_sha256() const;
+
+ private:
+  struct EvalResult {
+    double loss, bpb;
+  };
+  EvalResult evaluate(Model& m, const EvalSet& set);
+  void evaluate_and_log();
+  /// Per tensor: fraction of weight-gradient elements that are 0 in the run's precision but not in an
+  /// fp32 pass over the same batch and weights (STUDY_PROTOCOL §4.4 "gradient underflow fraction").
+  void log_gradient_underflow(std::int64_t step, const Batch& batch);
+  /// Per tensor: fraction of elements with a non-zero gradient whose master weight did not change.
+  void log_stagnation(std::int64_t step);
+  void save();
+  nlohmann::json identity() const;
+
+  TrainOptions opts_;
+  Model& own_;
+  Model& fp32_;
+  const TrainData& data_;
+  std::ostream* progress_;
+  ShadowHook shadow_;
+  ParamLayout layout_;
+  std::vector<double> master_, m_, v_, grads_, before_;
+  LossScaler scaler_;
+  RunLog log_;
+  std::int64_t step_ = 0;        ///< steps completed
+  std::int64_t adam_t_ = 0;      ///< applied (non-skipped) updates
+  std::int64_t skipped_ = 0;
+  std::int64_t started_at_ = 0;  ///< step_ when this invocation started
+  std::optional<std::int64_t> first_nonfinite_step_;
+  std::string first_nonfinite_op_;
+  bool diverged_ = false;
+  double last_train_loss_ = 0;
+  double wall_start_ = 0;
+};
+
+/// Cuts tokenised split `tokens` into the fixed evaluation windows, batched by `batch`. When
+/// max_tokens > 0 only the leading windows covering at most max_tokens predictions are kept (a documented
+/// fixed subset for quick runs). `bytes_of` returns the bytes a token stands for.
+EvalSet make_eval_set(std::span<const std::int32_t> tokens, int seq, int batch, std::int64_t max_tokens,
+                      const std::function<std::int64_t(std::int32_t)>& bytes_of);
+
+/// The training batch of `step` (data::BatchSampler over the train tokens).
+Batch train_batch(std::span<const std::int32_t> train, int seq, int batch, std::uint64_t seed,
+                  std::int64_t step);
+
+}  // namespace roundoff::studies::train

@@ -1,0 +1,221 @@
+// Trainer building blocks: configs, schedule, loss scaler, init, AdamW, checkpoints.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "studies/train/checkpoint.hpp"
+#include "studies/train/config.hpp"
+#include "studies/train/loss_scaler.hpp"
+#include "studies/train/optimizer.hpp"
+#include "studies/train/params.hpp"
+
+namespace roundoff::studies::train {
+namespace {
+
+TEST(TrainConfig, PresetsMatchTheProtocolTable) {
+  const ModelConfig t0 = t0_config(), t1 = t1_config();
+  EXPECT_EQ(t0.hidden, 176);
+  EXPECT_EQ(t1.hidden, 352);
+  EXPECT_EQ(t0.vocab, 256);
+  EXPECT_EQ(t1.vocab, 512);
+  EXPECT_EQ(swiglu_hidden(256), 704);
+  EXPECT_EQ(swiglu_hidden(1024), 2816);
+  // Non-embedding parameter count of T0 (STUDY_PROTOCOL §4.2: 100.7 k): 2·(4·64² + 3·64·176 + 2·64).
+  const ParamLayout lay = param_layout(t0);
+  const std::size_t non_emb = lay.total - lay.size_of(ParamTensor::Embedding) - lay.size_of(ParamTensor::Classifier) -
+                              lay.size_of(ParamTensor::FinalNorm);
+  EXPECT_EQ(non_emb, 2u * (4 * 64 * 64 + 3 * 64 * 176 + 2 * 64));
+  EXPECT_NO_THROW(t0.validate());
+  EXPECT_NO_THROW(t1.validate());
+  ModelConfig bad = t0;
+  bad.heads = 3;
+  EXPECT_THROW(bad.validate(), std::invalid_argument);
+  bad = t0;
+  bad.vocab = 300;
+  EXPECT_THROW(bad.validate(), std::invalid_argument);
+  EXPECT_THROW(config_by_name("T9"), std::invalid_argument);
+}
+
+TEST(TrainConfig, ResidualRules) {
+  const ResidualRule a = residual_rule(ResidualScale::InvSqrt2L, 4);
+  EXPECT_DOUBLE_EQ(a.branch, 1.0 / std::sqrt(8.0));
+  EXPECT_EQ(a.alpha, 1.0);
+  EXPECT_FALSE(a.post_norm);
+  const ResidualRule d = residual_rule(ResidualScale::DeepNorm, 4);
+  EXPECT_NEAR(d.alpha, 1.682, 5e-4);      // (2·4)^¼
+  EXPECT_DOUBLE_EQ(d.branch, 1 / d.alpha);
+  EXPECT_NEAR(d.init_gain, 0.420, 5e-4);  // (8·4)^-¼
+  EXPECT_TRUE(d.post_norm);
+  EXPECT_EQ(parse_residual_scale("deepnorm"), ResidualScale::DeepNorm);
+  EXPECT_THROW(parse_residual_scale("deep"), std::invalid_argument);
+}
+
+TEST(TrainSchedule, WarmupThenCosineToTenPercent) {
+  Recipe r;
+  r.lr = 1e-3;
+  r.warmup = 10;
+  EXPECT_DOUBLE_EQ(learning_rate(r, 0, 100), 1e-4);
+  EXPECT_DOUBLE_EQ(learning_rate(r, 9, 100), 1e-3);
+  EXPECT_DOUBLE_EQ(learning_rate(r, 10, 100), 1e-3);
+  EXPECT_NEAR(learning_rate(r, 99, 100), 1e-4, 1e-18);
+  // Inside the cosine: lr·(0.1 + 0.9·½(1 + cos(π·(s − warmup)/(total − 1 − warmup)))).
+  EXPECT_NEAR(learning_rate(r, 54, 100), 1e-3 * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 44 / 89.0))), 1e-15);
+  for (std::int64_t s = 11; s < 100; ++s) EXPECT_LE(learning_rate(r, s, 100), learning_rate(r, s - 1, 100));
+}
+
+TEST(LossScaler, ParsesAndPrintsCanonically) {
+  EXPECT_EQ(LossScaleSpec::parse("none").canonical(), "none");
+  EXPECT_EQ(LossScaleSpec::parse("static:256").canonical(), "static:256");
+  EXPECT_EQ(LossScaleSpec::parse("dynamic").canonical(), "dynamic:65536,2,0.5,2000");
+  EXPECT_EQ(LossScaleSpec::parse("dynamic:1024,2,0.5,100").canonical(), "dynamic:1024,2,0.5,100");
+  for (const char* bad : {"", "static", "static:-1", "static:x", "dynamic:1,2", "dynamic:1,0.5,0.5,10",
+                          "dynamic:1,2,2,10", "dynamic:1,2,0.5,1.5", "none:3", "gradscaler"})
+    EXPECT_THROW(LossScaleSpec::parse(bad), std::invalid_argument) << bad;
+  const auto spec = LossScaleSpec::parse("dynamic:1024,2,0.5,100");
+  EXPECT_EQ(LossScaleSpec::parse(spec.canonical()).canonical(), spec.canonical());
+}
+
+TEST(LossScaler, GradScalerSemantics) {
+  LossScaler s(LossScaleSpec::parse("dynamic:1024,2,0.5,3"));
+  EXPECT_EQ(s.scale(), 1024);
+  EXPECT_TRUE(s.skips(false));
+  EXPECT_FALSE(s.skips(true));
+  auto c = s.update(0, false);  // overflow: back off, reset the clean count
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->to, 512);
+  EXPECT_FALSE(s.update(1, true));
+  EXPECT_FALSE(s.update(2, true));
+  c = s.update(3, true);  // third clean step in a row: grow
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->to, 1024);
+  EXPECT_EQ(s.clean_steps(), 0);
+  LossScaler st(LossScaleSpec::parse("static:256"));
+  EXPECT_TRUE(st.skips(false));
+  EXPECT_FALSE(st.update(0, false));
+  EXPECT_EQ(st.scale(), 256);
+  LossScaler none(LossScaleSpec::parse("none"));
+  EXPECT_EQ(none.scale(), 1);
+  EXPECT_FALSE(none.skips(false));
+}
+
+TEST(TrainInit, SeededAndScaled) {
+  const ModelConfig c = t0_config();
+  Recipe r;
+  const auto rule = residual_rule(ResidualScale::None, c.layers);
+  const auto a = init_params(c, r, rule, 7), b = init_params(c, r, rule, 7), other = init_params(c, r, rule, 8);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, other);
+  const ParamLayout lay = param_layout(c);
+  auto rms = [&](const std::vector<double>& w, ParamTensor t) {
+    double s = 0;
+    for (std::size_t i = 0; i < lay.size_of(t); ++i) s += w[lay.offset_of(t) + i] * w[lay.offset_of(t) + i];
+    return std::sqrt(s / static_cast<double>(lay.size_of(t)));
+  };
+  // 8192 draws of N(0, 0.02²): the sample rms is within 5 % with overwhelming probability (sd ≈ 0.8 %).
+  EXPECT_NEAR(rms(a, ParamTensor::Wq), 0.02, 0.001);
+  EXPECT_EQ(a[lay.offset_of(ParamTensor::AttnNorm)], 1.0);
+  for (const double w : a) EXPECT_EQ(w, static_cast<double>(static_cast<float>(w)));
+  r.init = InitRule::Gpt2Scaled;
+  const auto g = init_params(c, r, rule, 7);
+  // Same draws, scaled by 1/√(2L) on Wo and W2 only.
+  const std::size_t wo = lay.offset_of(ParamTensor::Wo);
+  EXPECT_EQ(g[wo], static_cast<double>(static_cast<float>(0.02 / 2.0 * (a[wo] / 0.02))));
+  EXPECT_EQ(g[lay.offset_of(ParamTensor::Wq)], a[lay.offset_of(ParamTensor::Wq)]);
+}
+
+TEST(TrainOptimizer, Fp32AdamWEqualsPlainFloatCode) {
+  const ModelConfig c = t0_config();
+  const ParamLayout lay = param_layout(c);
+  Recipe r;
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> wf(lay.total), mf(lay.total, 0.f), vf(lay.total, 0.f), gf(lay.total);
+  for (auto& x : wf) x = 0.02f * nd(rng);
+  std::vector<double> w(wf.begin(), wf.end()), m(lay.total, 0.0), v(lay.total, 0.0), g(lay.total);
+  for (int t = 1; t <= 3; ++t) {
+    for (std::size_t i = 0; i < lay.total; ++i) {
+      gf[i] = 1e-3f * nd(rng);
+      g[i] = gf[i];
+    }
+    const double lr = 1e-3, coef = 0.75;
+    adamw_update(w, m, v, g, lay, r, lr, t, coef, AdamFormats{});
+    const float b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, lrf = static_cast<float>(lr), cf = static_cast<float>(coef);
+    const float bc1 = static_cast<float>(1.0 - std::pow(0.9, t)), bc2 = static_cast<float>(1.0 - std::pow(0.95, t));
+    for (const ParamTensor tensor : kAllParamTensors)
+      for (std::size_t k = lay.offset_of(tensor); k < lay.offset_of(tensor) + lay.size_of(tensor); ++k) {
+        const float gg = gf[k] * cf;
+        const float wd = is_decayed(tensor) ? 0.1f : 0.0f;
+        mf[k] = b1 * mf[k] + static_cast<float>(1.0 - 0.9) * gg;
+        vf[k] = b2 * vf[k] + static_cast<float>(1.0 - 0.95) * (gg * gg);
+        const float mh = mf[k] / bc1, vh = vf[k] / bc2;
+        wf[k] = wf[k] - lrf * (mh / (std::sqrt(vh) + eps) + wd * wf[k]);
+      }
+    for (std::size_t i = 0; i < lay.total; ++i) {
+      ASSERT_EQ(w[i], static_cast<double>(wf[i])) << "step " << t << " element " << i;
+      ASSERT_EQ(m[i], static_cast<double>(mf[i]));
+      ASSERT_EQ(v[i], static_cast<double>(vf[i]));
+    }
+  }
+}
+
+TEST(TrainOptimizer, UnscaleClipAndNorm) {
+  std::vector<double> g{3.0 * 1024, 4.0 * 1024};
+  EXPECT_TRUE(unscale_gradients(g, 1024));
+  EXPECT_EQ(g[0], 3.0);
+  EXPECT_EQ(global_norm_fp32(g), 5.0);
+  EXPECT_EQ(clip_coefficient(5.0, 1.0), static_cast<double>(1.0f / static_cast<float>(5.0 + 1e-6)));
+  EXPECT_EQ(clip_coefficient(0.5, 1.0), 1.0);
+  EXPECT_EQ(clip_coefficient(50.0, 0.0), 1.0);
+  std::vector<double> bad{1.0, INFINITY};
+  EXPECT_FALSE(unscale_gradients(bad, 2.0));
+  std::vector<double> over{1e39};  // finite in binary64, overflows fp32 after unscaling by 1
+  EXPECT_FALSE(unscale_gradients(over, 1.0));
+}
+
+TEST(TrainCheckpoint, RoundTripsAndRefusesCorruption) {
+  const auto dir = std::filesystem::temp_directory_path() / "roundoff_ckpt_test";
+  std::filesystem::remove_all(dir);
+  Checkpoint ck;
+  ck.meta = {{"step", 12}, {"x", 0.1}};
+  ck.master = {1.0, -2.5, 0x1p-30};
+  ck.m = {0.0, 1e-8, 3.0};
+  ck.v = {5.0, 6.0, 7.0};
+  const auto path = dir / "checkpoint.bin";
+  save_checkpoint(path, ck);
+  const Checkpoint back = load_checkpoint(path);
+  EXPECT_EQ(back.meta, ck.meta);
+  EXPECT_EQ(back.master, ck.master);
+  EXPECT_EQ(back.m, ck.m);
+  EXPECT_EQ(back.v, ck.v);
+  // Flip one payload byte: refused, with a message naming the file and the checksum.
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  bytes[bytes.size() - 3] = static_cast<char>(bytes[bytes.size() - 3] ^ 0x10);
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << bytes;
+  }
+  try {
+    load_checkpoint(path);
+    FAIL() << "a corrupt checkpoint was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("corrupt"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("sha256"), std::string::npos) << e.what();
+  }
+  // Truncated file.
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << bytes.substr(0, 40);
+  }
+  EXPECT_THROW(load_checkpoint(path), std::runtime_error);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace roundoff::studies::train
