@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -62,7 +63,7 @@ std::optional<Plan> plan_for(const Accumulation& a) {
 
 constexpr std::uint16_t kNegZeroHalf = 0x8000;
 constexpr std::size_t kPanel = 64;  ///< columns per packed B panel
-constexpr std::size_t kMr = 4;      ///< rows per micro-tile
+constexpr std::size_t kMr = 8;      ///< rows per micro-tile (16 accumulator vectors)
 
 /// Input classes: 0 = no kernel; 1 = products exact in fp32 (≤ 12 bits, 2^-63 <= |x| < 2^63, or 0/inf/NaN);
 /// 2 = additionally an fp16 value.
@@ -81,30 +82,18 @@ int classify_input(double x) {
   return (m & ((std::uint64_t{1} << (52 - frac_bits)) - 1)) == 0 ? 2 : 1;
 }
 
-/// Initial-C classes: 0 = not a binary32 value; 1 = binary32; 2 = fp16 value.
-int classify_c(double x) {
-  if (std::isnan(x)) return 2;
-  const float f = static_cast<float>(x);
-  if (static_cast<double>(f) != x) return 0;
-  if (std::isinf(x) || x == 0) return 2;
-  int E = 0;
-  (void)std::frexp(x, &E);
-  --E;  // x = 1.f·2^E
-  if (E > 15 || E < -24) return 1;
-  const int frac_bits = E >= -14 ? 10 : E + 24;
-  const double scaled = std::ldexp(x, frac_bits - E);
-  return scaled == std::nearbyint(scaled) ? 2 : 1;
-}
+/// The binary32 value of x, NaNs replaced by the quiet NaN 0x7FC00000 (see round_bf16_rne).
+float to_float(double x) { return std::isnan(x) ? std::numeric_limits<float>::quiet_NaN() : static_cast<float>(x); }
 
 // ---------------------------------------------------------------------------------------------------------
 // fp32-lane kernels (AVX-512 F): one step s ← round_acc(s + a·b) on 16 lanes.
 
+/// Round-half-even of binary32 bits to bf16 (kept as binary32), subnormals included. NaNs in the kernels are
+/// always 0x7FC00000 or 0xFFC00000, possibly with the last bit set by round-to-odd (input NaNs are replaced by
+/// the quiet NaN when packed), so the addition cannot carry out of a NaN.
 ROUNDOFF_AVX512 ROUNDOFF_INLINE __m512 round_bf16_rne(__m512i t) {
-  const __m512 tf = _mm512_castsi512_ps(t);
-  const __mmask16 nan = _mm512_cmp_ps_mask(tf, tf, _CMP_UNORD_Q);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(t, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_add_epi32(t, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
-  r = _mm512_mask_mov_epi32(r, nan, t);  // NaNs here are quiet (bit 22 set): masking keeps them NaN
+  const __m512i r = _mm512_add_epi32(_mm512_add_epi32(t, _mm512_set1_epi32(0x7FFF)), lsb);
   return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
 }
 
@@ -113,13 +102,13 @@ ROUNDOFF_AVX512 ROUNDOFF_INLINE __m512 mac(__m512 a, __m512 b, __m512 s) {
   if constexpr (acc == Acc::Fp32) {
     return _mm512_fmadd_ps(a, b, s);
   } else {
-    // Round to odd: when the sum is inexact, rd and ru are adjacent and exactly one of them is odd (overflow:
-    // ±max, not ±inf); when exact, ru carries IEEE's sign of an exact zero sum (+0 unless both are −0).
+    // Round to odd = the odd one of rd and ru. Inexact: they are adjacent, exactly one is odd (on overflow the
+    // odd one is ±max, not ±inf). Exact: rd == ru, except for an exact zero sum, where rd = −0 is even and ru
+    // carries IEEE's sign (+0 unless both addends are −0).
     const __m512 rd = _mm512_fmadd_round_ps(a, b, s, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
     const __m512 ru = _mm512_fmadd_round_ps(a, b, s, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
-    const __mmask16 inexact = _mm512_cmp_ps_mask(rd, ru, _CMP_NEQ_UQ);
-    const __mmask16 take_rd = _mm512_mask_test_epi32_mask(inexact, _mm512_castps_si512(rd), _mm512_set1_epi32(1));
-    const __m512i t = _mm512_castps_si512(_mm512_mask_mov_ps(ru, take_rd, rd));
+    const __mmask16 rd_odd = _mm512_test_epi32_mask(_mm512_castps_si512(rd), _mm512_set1_epi32(1));
+    const __m512i t = _mm512_castps_si512(_mm512_mask_mov_ps(ru, rd_odd, rd));
     if constexpr (acc == Acc::Fp16) {
       return _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_castsi512_ps(t), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     } else {
@@ -180,11 +169,24 @@ ROUNDOFF_AVX512 void tile_f32(const float* Ap, std::size_t lda, const float* Bp,
 template <Acc acc>
 ROUNDOFF_AVX512 void tile_f32_rows(std::size_t rows, const float* Ap, std::size_t lda, const float* Bp,
                                    std::size_t ldb, std::size_t K, std::size_t block, float* tile, std::size_t ldt) {
-  switch (rows) {
-    case 4: tile_f32<acc, 4>(Ap, lda, Bp, ldb, K, block, tile, ldt); break;
-    case 3: tile_f32<acc, 3>(Ap, lda, Bp, ldb, K, block, tile, ldt); break;
-    case 2: tile_f32<acc, 2>(Ap, lda, Bp, ldb, K, block, tile, ldt); break;
-    default: tile_f32<acc, 1>(Ap, lda, Bp, ldb, K, block, tile, ldt); break;
+  // Ragged row counts as tiles of 8, 4, 2, 1 rows (each output row is computed the same way in any of them).
+  for (std::size_t r0 = 0; r0 < rows;) {
+    const std::size_t left = rows - r0;
+    const float* a = Ap + r0 * lda;
+    float* t = tile + r0 * ldt;
+    if (left >= 8) {
+      tile_f32<acc, 8>(a, lda, Bp, ldb, K, block, t, ldt);
+      r0 += 8;
+    } else if (left >= 4) {
+      tile_f32<acc, 4>(a, lda, Bp, ldb, K, block, t, ldt);
+      r0 += 4;
+    } else if (left >= 2) {
+      tile_f32<acc, 2>(a, lda, Bp, ldb, K, block, t, ldt);
+      r0 += 2;
+    } else {
+      tile_f32<acc, 1>(a, lda, Bp, ldb, K, block, t, ldt);
+      r0 += 1;
+    }
   }
 }
 
@@ -192,7 +194,7 @@ ROUNDOFF_AVX512 void tile_f32_rows(std::size_t rows, const float* Ap, std::size_
 // Native fp16 kernel (AVX512-FP16): s ← fma_fp16(a, b, s) on 32 lanes, one correctly rounded operation.
 
 template <std::size_t MR>
-ROUNDOFF_AVX512FP16 void tile_ph(const std::uint16_t* Ap, std::size_t lda, const std::uint16_t* Bp, std::size_t K,
+ROUNDOFF_AVX512FP16 void tile_ph(const std::uint32_t* Ap, std::size_t lda, const std::uint16_t* Bp, std::size_t K,
                                  std::size_t block, float* tile, std::size_t ldt) {
   // tile: MR×64 floats (fp16 values when sequential; fp32 totals when blocked).
   if (block == 0) {
@@ -209,7 +211,7 @@ ROUNDOFF_AVX512FP16 void tile_ph(const std::uint16_t* Ap, std::size_t lda, const
       const __m512h b1 = _mm512_castsi512_ph(_mm512_loadu_si512(Bp + k * kPanel + 32));
 #pragma GCC unroll 8
       for (std::size_t r = 0; r < MR; ++r) {
-        const __m512h a = _mm512_castsi512_ph(_mm512_set1_epi16(static_cast<short>(Ap[r * lda + k])));
+        const __m512h a = _mm512_castps_ph(_mm512_broadcastss_ps(_mm_load_ss(reinterpret_cast<const float*>(Ap + r * lda + k))));
         s[r][0] = _mm512_fmadd_ph(a, b0, s[r][0]);
         s[r][1] = _mm512_fmadd_ph(a, b1, s[r][1]);
       }
@@ -235,7 +237,7 @@ ROUNDOFF_AVX512FP16 void tile_ph(const std::uint16_t* Ap, std::size_t lda, const
         const __m512h b1 = _mm512_castsi512_ph(_mm512_loadu_si512(Bp + k * kPanel + 32));
 #pragma GCC unroll 8
         for (std::size_t r = 0; r < MR; ++r) {
-          const __m512h a = _mm512_castsi512_ph(_mm512_set1_epi16(static_cast<short>(Ap[r * lda + k])));
+          const __m512h a = _mm512_castps_ph(_mm512_broadcastss_ps(_mm_load_ss(reinterpret_cast<const float*>(Ap + r * lda + k))));
           p[r][0] = _mm512_fmadd_ph(a, b0, p[r][0]);
           p[r][1] = _mm512_fmadd_ph(a, b1, p[r][1]);
         }
@@ -253,14 +255,26 @@ ROUNDOFF_AVX512FP16 void tile_ph(const std::uint16_t* Ap, std::size_t lda, const
   }
 }
 
-ROUNDOFF_AVX512FP16 void tile_ph_rows(std::size_t rows, const std::uint16_t* Ap, std::size_t lda,
+ROUNDOFF_AVX512FP16 void tile_ph_rows(std::size_t rows, const std::uint32_t* Ap, std::size_t lda,
                                       const std::uint16_t* Bp, std::size_t K, std::size_t block, float* tile,
                                       std::size_t ldt) {
-  switch (rows) {
-    case 4: tile_ph<4>(Ap, lda, Bp, K, block, tile, ldt); break;
-    case 3: tile_ph<3>(Ap, lda, Bp, K, block, tile, ldt); break;
-    case 2: tile_ph<2>(Ap, lda, Bp, K, block, tile, ldt); break;
-    default: tile_ph<1>(Ap, lda, Bp, K, block, tile, ldt); break;
+  for (std::size_t r0 = 0; r0 < rows;) {
+    const std::size_t left = rows - r0;
+    const std::uint32_t* a = Ap + r0 * lda;
+    float* t = tile + r0 * ldt;
+    if (left >= 8) {
+      tile_ph<8>(a, lda, Bp, K, block, t, ldt);
+      r0 += 8;
+    } else if (left >= 4) {
+      tile_ph<4>(a, lda, Bp, K, block, t, ldt);
+      r0 += 4;
+    } else if (left >= 2) {
+      tile_ph<2>(a, lda, Bp, K, block, t, ldt);
+      r0 += 2;
+    } else {
+      tile_ph<1>(a, lda, Bp, K, block, t, ldt);
+      r0 += 1;
+    }
   }
 }
 
@@ -272,6 +286,51 @@ ROUNDOFF_AVX512 void to_half(const float* src, std::uint16_t* dst, std::size_t n
   }
 }
 
+/// fp16 values as 32-bit words holding the fp16 bits twice, so that one vbroadcastss (a load-port-only
+/// broadcast) fills all 32 fp16 lanes. n a multiple of 16.
+ROUNDOFF_AVX512 void to_half_pairs(const float* src, std::uint32_t* dst, std::size_t n) {
+  for (std::size_t i = 0; i < n; i += 16) {
+    const __m512i h = _mm512_cvtepu16_epi32(_mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    _mm512_storeu_si512(dst + i, _mm512_or_si512(h, _mm512_slli_epi32(h, 16)));
+  }
+}
+
+/// Converts n contiguous doubles to floats and returns the lowest class met: like classify_input when
+/// `inputs`; otherwise (initial C) 0 = not a binary32 value, 1 = binary32, 2 = fp16 value.
+ROUNDOFF_AVX512 int pack_run(const double* src, float* dst, std::size_t n, bool inputs) {
+  __mmask16 bad = 0, not_half = 0;
+  for (std::size_t i = 0; i < n; i += 16) {
+    const std::size_t len = std::min<std::size_t>(16, n - i);
+    const auto valid = static_cast<__mmask16>((1u << len) - 1u);
+    const auto vlo = static_cast<__mmask8>(valid & 0xFF), vhi = static_cast<__mmask8>(valid >> 8);
+    const __m512d lo = _mm512_maskz_loadu_pd(vlo, src + i), hi = _mm512_maskz_loadu_pd(vhi, src + i + 8);
+    const __m256 flo = _mm512_cvtpd_ps(lo), fhi = _mm512_cvtpd_ps(hi);
+    // Exactly a binary32 value (NaN compares unordered: accepted).
+    const __mmask8 exlo = _mm512_cmp_pd_mask(_mm512_cvtps_pd(flo), lo, _CMP_EQ_UQ);
+    const __mmask8 exhi = _mm512_cmp_pd_mask(_mm512_cvtps_pd(fhi), hi, _CMP_EQ_UQ);
+    const auto exact = static_cast<__mmask16>(exlo | (static_cast<unsigned>(exhi) << 8));
+    const __m512 f = _mm512_insertf32x8(_mm512_castps256_ps512(flo), fhi, 1);
+    __mmask16 ok = exact;
+    if (inputs) {
+      const __m512i fi = _mm512_castps_si512(f);
+      const __m512i e = _mm512_and_si512(_mm512_srli_epi32(fi, 23), _mm512_set1_epi32(0xFF));
+      const __mmask16 special = _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(0xFF)) |
+                                _mm512_testn_epi32_mask(fi, _mm512_set1_epi32(0x7FFFFFFF));
+      const __mmask16 in_range = _mm512_cmpge_epi32_mask(e, _mm512_set1_epi32(127 - 63)) &
+                                 _mm512_cmple_epi32_mask(e, _mm512_set1_epi32(127 + 62));
+      const __mmask16 short_sig = _mm512_testn_epi32_mask(fi, _mm512_set1_epi32(0xFFF));  // <= 12 bits
+      ok &= static_cast<__mmask16>(special | (in_range & short_sig));
+    }
+    bad |= static_cast<__mmask16>(valid & ~ok);
+    const __m512 f_canon = _mm512_mask_mov_ps(f, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q),
+                                              _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
+    const __m512 back = _mm512_cvtph_ps(_mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    not_half |= static_cast<__mmask16>(valid & ~_mm512_cmp_ps_mask(back, f, _CMP_EQ_UQ));
+    _mm512_mask_storeu_ps(dst + i, valid, f_canon);
+  }
+  return bad ? 0 : not_half ? 1 : 2;
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Driver.
 
@@ -279,23 +338,14 @@ struct Packed {
   std::size_t M, N, K, Kpad, panels;
   std::vector<float> A;  ///< M×Kpad row-major
   std::vector<float> B;  ///< panels × K × kPanel
-  std::vector<std::uint16_t> Ah, Bh;
+  std::vector<std::uint32_t> Ah;  ///< fp16 bits twice per word (native path)
+  std::vector<std::uint16_t> Bh;
 };
 
-/// |exact (x + y)| > bound, for doubles x, y (TwoSum gives the exact sum as hi + lo).
-bool sum_exceeds(double x, double y, double bound) {
-  double hi, lo;
-  two_sum(x, y, hi, lo);
-  if (hi < 0) {
-    hi = -hi;
-    lo = -lo;
-  }
-  return hi > bound || (hi == bound && lo > 0);
-}
-
 /// Overflow events of one output, replayed step by step with the correctly rounded scalar operations and
-/// counted as numerics::gemm counts them: an operation on finite operands whose result is not finite, or is
-/// ±max_finite while the exact result is larger.
+/// counted as numerics::gemm counts them (IEEE 754 §7.4): operands finite and the result rounded with an
+/// unbounded exponent range above max_finite. For round-to-nearest in the (non-saturating) formats of these
+/// kernels that is exactly: finite operands and a result that is ±inf.
 std::int64_t replay_overflows(const Plan& plan, std::size_t i, std::size_t j, std::size_t K, ConstMatrix A,
                               ConstMatrix B, bool accumulate, double c0) {
   const RoundingPlan acc(plan.acc == Acc::Fp16   ? formats::fp16
@@ -304,16 +354,13 @@ std::int64_t replay_overflows(const Plan& plan, std::size_t i, std::size_t j, st
   const RoundingPlan outer(formats::fp32);
   const Rounding rn = Rounding::NearestEven;
   std::int64_t n = 0;
-  auto event = [&n](const RoundingPlan& f, double r, double x, double y) {  // r = round(x + y), x, y finite
-    if (!std::isfinite(r) || (std::fabs(r) == f.max_finite && sum_exceeds(x, y, f.max_finite))) ++n;
-  };
   auto partial = [&](std::size_t k0, std::size_t k1, bool has_init, double init) {
     double s = init;
     bool have = has_init;
     for (std::size_t k = k0; k < k1; ++k) {
-      const double x = A(i, k), y = B(k, j);  // x·y is exact in binary64 for the inputs the kernels accept
+      const double x = A(i, k), y = B(k, j);
       const double r = have ? numerics::fma(acc, rn, x, y, s) : numerics::mul(acc, rn, x, y);
-      if (std::isfinite(x) && std::isfinite(y) && (!have || std::isfinite(s))) event(acc, r, x * y, have ? s : 0.0);
+      if (std::isinf(r) && std::isfinite(x) && std::isfinite(y) && (!have || std::isfinite(s))) ++n;
       s = r;
       have = true;
     }
@@ -328,48 +375,23 @@ std::int64_t replay_overflows(const Plan& plan, std::size_t i, std::size_t j, st
   for (std::size_t k0 = 0; k0 < K; k0 += plan.block) {
     const double p = partial(k0, std::min(K, k0 + plan.block), false, 0.0);
     const double r = have ? numerics::add(outer, rn, total, p) : numerics::round_to(outer, rn, p);
-    if (std::isfinite(p) && (!have || std::isfinite(total))) event(outer, r, p, have ? total : 0.0);
+    if (std::isinf(r) && std::isfinite(p) && (!have || std::isfinite(total))) ++n;
     total = r;
     have = true;
   }
   return n;
 }
 
-/// Overflow events of the whole product. An output can only have one when some partial sum reaches the
-/// accumulator's max_finite; with |round(v)| <= (1+u)|v| + 2^-100 every partial sum is at most
-/// (|C_ij| + Σ_k |a_ik||b_kj|)·(1+u)^(K+1) + K·2^-100, and Σ_k |a_ik||b_kj| is at most
-/// min(Σ_k|a_ik|·max_k|b_kj|, max_k|a_ik|·Σ_k|b_kj|). Outputs whose bound (with a factor-2 margin for the
-/// binary64 evaluation of the bound) stays below max_finite had none; the others are replayed.
-std::int64_t count_overflows(const Plan& plan, const Packed& pk, ConstMatrix A, ConstMatrix B, bool accumulate,
-                             const std::vector<double>& c_initial) {
-  const std::size_t M = pk.M, N = pk.N, K = pk.K;
-  const Format f = plan.acc == Acc::Fp16 ? formats::fp16 : plan.acc == Acc::Bf16 ? formats::bf16 : formats::fp32;
-  const double max_finite = RoundingPlan(f).max_finite;
-  const double growth = std::pow(1.0 + std::ldexp(1.0, -f.precision), static_cast<double>(K + 1));
-  std::vector<double> rsum(M, 0.0), rmax(M, 0.0), csum(N, 0.0), cmax(N, 0.0);
-  for (std::size_t i = 0; i < M; ++i)
-    for (std::size_t k = 0; k < K; ++k) {
-      const double v = std::fabs(static_cast<double>(pk.A[i * pk.Kpad + k]));
-      rsum[i] += v;
-      rmax[i] = std::isnan(v) || std::isnan(rmax[i]) ? v + rmax[i] : std::max(rmax[i], v);
-    }
-  for (std::size_t j = 0; j < N; ++j) {
-    const std::size_t p = j / kPanel, c = j % kPanel;
-    for (std::size_t k = 0; k < K; ++k) {
-      const double v = std::fabs(static_cast<double>(pk.B[(p * K + k) * kPanel + c]));
-      csum[j] += v;
-      cmax[j] = std::isnan(v) || std::isnan(cmax[j]) ? v + cmax[j] : std::max(cmax[j], v);
-    }
-  }
+/// Overflow events of the whole product. An event makes a partial sum ±inf, and inf/NaN are absorbing (in the
+/// running sum, in a block sum and in the outer total that receives it), so only outputs that end non-finite
+/// can have had one; those are replayed.
+std::int64_t count_overflows(const Plan& plan, const Packed& pk, ConstMatrix A, ConstMatrix B, const double* C,
+                             std::size_t ldc, bool accumulate, const std::vector<double>& c_initial) {
   std::int64_t n = 0;
-  for (std::size_t i = 0; i < M; ++i)
-    for (std::size_t j = 0; j < N; ++j) {
-      const double c0 = accumulate ? c_initial[i * N + j] : 0.0;
-      const double b1 = rsum[i] * cmax[j], b2 = rmax[i] * csum[j];
-      const double b = b1 < b2 ? b1 : b2;  // non-finite only with inf/NaN inputs: then replayed
-      const double bound = (std::fabs(c0) + b) * growth + static_cast<double>(K) * std::ldexp(1.0, -100);
-      if (!(2.0 * bound < max_finite)) n += replay_overflows(plan, i, j, K, A, B, accumulate, c0);
-    }
+  for (std::size_t i = 0; i < pk.M; ++i)
+    for (std::size_t j = 0; j < pk.N; ++j)
+      if (!std::isfinite(C[i * ldc + j]))
+        n += replay_overflows(plan, i, j, pk.K, A, B, accumulate, accumulate ? c_initial[i * pk.N + j] : 0.0);
   return n;
 }
 
@@ -447,10 +469,15 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
 #pragma omp for schedule(static) nowait
     for (std::ptrdiff_t i = 0; i < m_signed; ++i) {
       const auto row = static_cast<std::size_t>(i);
+      float* dst = pk.A.data() + row * pk.Kpad;
+      if (!A.transposed) {
+        worst = std::min(worst, pack_run(A.data + row * A.ld, dst, K, true));
+        continue;
+      }
       for (std::size_t k = 0; k < K; ++k) {
         const double x = A(row, k);
         worst = std::min(worst, classify_input(x));
-        pk.A[row * pk.Kpad + k] = static_cast<float>(x);
+        dst[k] = to_float(x);
       }
     }
 #pragma omp for schedule(static)
@@ -458,21 +485,22 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
       const std::size_t p = static_cast<std::size_t>(pk_idx) / K, k = static_cast<std::size_t>(pk_idx) % K;
       const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0);
       float* dst = pk.B.data() + (p * K + k) * kPanel;
+      if (!B.transposed) {
+        worst = std::min(worst, pack_run(B.data + k * B.ld + j0, dst, jn, true));
+        continue;
+      }
       for (std::size_t c = 0; c < jn; ++c) {
         const double x = B(k, j0 + c);
         worst = std::min(worst, classify_input(x));
-        dst[c] = static_cast<float>(x);
+        dst[c] = to_float(x);
       }
     }
   }
   if (worst == 0) return false;
   if (accumulate) {
-    for (std::size_t i = 0; i < M; ++i)
-      for (std::size_t j = 0; j < N; ++j) {
-        const int c = classify_c(C[i * ldc + j]);
-        if (c == 0) return false;
-        worst = std::min(worst, c);
-      }
+    std::vector<float> row(N);
+    for (std::size_t i = 0; i < M && worst > 0; ++i) worst = std::min(worst, pack_run(C + i * ldc, row.data(), N, false));
+    if (worst == 0) return false;
   }
   std::vector<double> c_initial;  // only needed to replay overflowing outputs
   if (stats && accumulate) {
@@ -485,7 +513,7 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
   if (native) {
     pk.Ah.resize(pk.A.size());
     pk.Bh.resize(pk.B.size());
-    to_half(pk.A.data(), pk.Ah.data(), pk.A.size());
+    to_half_pairs(pk.A.data(), pk.Ah.data(), pk.A.size());
     to_half(pk.B.data(), pk.Bh.data(), pk.B.size());
   }
 
@@ -504,7 +532,7 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
         const std::size_t rows = std::min(kMr, i_end - i);
         for (std::size_t r = 0; r < kMr; ++r)
           for (std::size_t c = 0; c < kPanel; ++c)
-            tile[r * kPanel + c] = (accumulate && r < rows && c < jn) ? static_cast<float>(C[(i + r) * ldc + j0 + c]) : -0.0f;
+            tile[r * kPanel + c] = (accumulate && r < rows && c < jn) ? to_float(C[(i + r) * ldc + j0 + c]) : -0.0f;
         if (native) {
           tile_ph_rows(rows, pk.Ah.data() + i * pk.Kpad, pk.Kpad, pk.Bh.data() + p * K * kPanel, K, plan.block, tile,
                        kPanel);
@@ -528,7 +556,7 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
 
   if (stats) {
     stats->terms += static_cast<std::int64_t>(M * N * K);
-    stats->overflows += count_overflows(plan, pk, A, B, accumulate, c_initial);
+    stats->overflows += count_overflows(plan, pk, A, B, C, ldc, accumulate, c_initial);
   }
   return true;
 }

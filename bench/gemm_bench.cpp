@@ -1,0 +1,195 @@
+// GEMM benchmarks: gemm/<variant>/<n>, square n×n×n, rate counter FLOPS = 2n³ per iteration.
+//
+// Baseline gemm/eigen-fp32/<n>: Eigen::MatrixXf product, one thread, compiled for AVX-512 (the fp32 speed this
+// core actually has; the project's portable -O2 flags would give Eigen only SSE2 and flatter every ratio).
+// The Eigen code below is compiled with a target pragma and runs only when the CPU has AVX-512; everything else
+// goes through the public numerics::gemm, which picks its kernel at run time.
+//
+// Variants (inputs are fp16 or bf16 values held in doubles, as numerics::gemm takes them; packing is timed):
+//   fp16-seq, bf16-seq          fp16 / bf16 inputs, fused sequential accumulation in the same format
+//   fp16-seq-rto                fp16-seq restricted to the AVX-512F round-to-odd kernel (CPUs without AVX512-FP16)
+//   fp16-in-fp32-seq, bf16-in-fp32-seq   fp32 sequential accumulation
+//   fp16-splitk32-fp32          blocks of 32 summed in fp16, block sums combined in fp32
+//   generic                     fp16-pairwise, which no kernel handles (the any-format any-order path)
+//   generic-fp16-seq            fp16-seq with the kernels switched off
+//   <variant>-1t, <variant>-2t  n = 512 on 1 and 2 threads, wall-clock time (rows split; results identical)
+// GCC 12's AVX-512 intrinsics (inlined into Eigen) trip -Wmaybe-uninitialized on _mm512_undefined_*().
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <benchmark/benchmark.h>
+
+#include <cstddef>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "numerics/accumulate.hpp"
+#include "numerics/gemm_kernels.hpp"
+#include "numerics/round.hpp"
+
+// ---- Eigen baseline, compiled for AVX-512 + FMA. Eigen picks its SIMD from these macros, which a target pragma
+// does not define, so they are set by hand for this block only.
+#pragma GCC push_options
+#pragma GCC target("sse3,ssse3,sse4.1,sse4.2,avx,avx2,fma,f16c,avx512f,avx512dq,avx512bw,avx512vl")
+#define __SSE3__ 1
+#define __SSSE3__ 1
+#define __SSE4_1__ 1
+#define __SSE4_2__ 1
+#define __AVX__ 1
+#define __AVX2__ 1
+#define __FMA__ 1
+#define __F16C__ 1
+#define __AVX512F__ 1
+#define __AVX512DQ__ 1
+#define __AVX512BW__ 1
+#define __AVX512VL__ 1
+#include <Eigen/Core>
+
+namespace {
+struct EigenGemm {
+  Eigen::MatrixXf a, b, c;
+  explicit EigenGemm(int n) : a(Eigen::MatrixXf::Random(n, n)), b(Eigen::MatrixXf::Random(n, n)), c(n, n) {
+    Eigen::setNbThreads(1);
+  }
+  __attribute__((noinline)) void run() { c.noalias() = a * b; }
+  float probe() const { return c(0, 0); }
+};
+std::string eigen_simd() { return Eigen::SimdInstructionSetsInUse(); }
+__attribute__((noinline)) EigenGemm* make_eigen(int n) { return new EigenGemm(n); }
+__attribute__((noinline)) void destroy_eigen(EigenGemm* e) { delete e; }
+__attribute__((noinline)) void run_eigen(EigenGemm* e) { e->run(); }
+}  // namespace
+#undef __SSE3__
+#undef __SSSE3__
+#undef __SSE4_1__
+#undef __SSE4_2__
+#undef __AVX__
+#undef __AVX2__
+#undef __FMA__
+#undef __F16C__
+#undef __AVX512F__
+#undef __AVX512DQ__
+#undef __AVX512BW__
+#undef __AVX512VL__
+#pragma GCC pop_options
+
+namespace {
+
+using namespace roundoff::numerics;
+
+bool cpu_has_avx512() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
+}
+
+void set_flops(benchmark::State& state, int n) {
+  const double nd = n;
+  state.counters["FLOPS"] = benchmark::Counter(2.0 * nd * nd * nd, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void bench_eigen(benchmark::State& state, int n) {
+  if (!cpu_has_avx512()) {
+    state.SkipWithError("the Eigen baseline is built for AVX-512; this CPU lacks it");
+    return;
+  }
+  EigenGemm* e = make_eigen(n);
+  for (auto _ : state) {
+    run_eigen(e);
+    benchmark::DoNotOptimize(e->c.data());
+  }
+  set_flops(state, n);
+  state.SetLabel(eigen_simd());
+  destroy_eigen(e);
+}
+
+std::vector<double> random_matrix(const Format& f, int n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> gauss(0.0, 1.0);
+  const RoundingPlan plan(f);
+  std::vector<double> m(static_cast<std::size_t>(n) * static_cast<std::size_t>(n));
+  for (double& x : m) x = round_to(plan, Rounding::NearestEven, gauss(rng));
+  return m;
+}
+
+Accumulation make_acc(const Format& f, Order order = Order::Sequential, int block = 0) {
+  Accumulation a;
+  a.format = f;
+  a.order = order;
+  a.block = block;
+  return a;
+}
+
+struct Variant {
+  std::string name;
+  Accumulation acc;
+  Format inputs;
+  kernels::Isa isa_limit = kernels::Isa::Avx512Fp16;
+  bool kernels_on = true;
+};
+
+void bench_variant(benchmark::State& state, const Variant& v, int n, int threads) {
+  const auto nz = static_cast<std::size_t>(n);
+  const auto A = random_matrix(v.inputs, n, 1), B = random_matrix(v.inputs, n, 2);
+  std::vector<double> C(nz * nz);
+  kernels::set_isa_limit(v.isa_limit);
+  kernels::set_enabled(v.kernels_on);
+  const char* kernel = v.kernels_on ? kernels::kernel_name(v.acc) : nullptr;
+  for (auto _ : state) {
+    gemm(v.acc, nz, nz, nz, ConstMatrix{A.data(), nz}, ConstMatrix{B.data(), nz}, C.data(), nz, false, {}, nullptr,
+         threads);
+    benchmark::DoNotOptimize(C.data());
+  }
+  kernels::set_isa_limit(kernels::Isa::Avx512Fp16);
+  kernels::set_enabled(true);
+  set_flops(state, n);
+  state.SetLabel(std::string("kernel=") + (kernel ? kernel : "generic") + " threads=" + std::to_string(threads));
+}
+
+void register_all() {
+  for (const int n : {256, 512})
+    benchmark::RegisterBenchmark(("gemm/eigen-fp32/" + std::to_string(n)).c_str(),
+                                 [n](benchmark::State& s) { bench_eigen(s, n); })
+        ->Unit(benchmark::kMillisecond);
+  const std::vector<Variant> fast = {
+      {"fp16-seq", make_acc(formats::fp16), formats::fp16},
+      {"fp16-seq-rto", make_acc(formats::fp16), formats::fp16, kernels::Isa::Avx512},
+      {"bf16-seq", make_acc(formats::bf16), formats::bf16},
+      {"fp16-in-fp32-seq", make_acc(formats::fp32), formats::fp16},
+      {"bf16-in-fp32-seq", make_acc(formats::fp32), formats::bf16},
+      {"fp16-splitk32-fp32", make_acc(formats::fp16, Order::Blocked, 32), formats::fp16},
+  };
+  // Single-thread figures use the thread's CPU time, like the Eigen baseline (robust on a shared machine).
+  // The thread-scaling pair -1t/-2t uses wall time, the only fair clock for a multi-threaded run.
+  for (const auto& v : fast)
+    for (const int n : {256, 512}) {
+      benchmark::RegisterBenchmark(("gemm/" + v.name + "/" + std::to_string(n)).c_str(),
+                                   [v, n](benchmark::State& s) { bench_variant(s, v, n, 1); })
+          ->Unit(benchmark::kMillisecond);
+      if (n != 512) continue;
+      for (const int threads : {1, 2})
+        benchmark::RegisterBenchmark(("gemm/" + v.name + "-" + std::to_string(threads) + "t/" + std::to_string(n)).c_str(),
+                                     [v, n, threads](benchmark::State& s) { bench_variant(s, v, n, threads); })
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+    }
+  const std::vector<Variant> slow = {
+      {"generic", make_acc(formats::fp16, Order::Pairwise), formats::fp16},
+      {"generic-fp16-seq", make_acc(formats::fp16), formats::fp16, kernels::Isa::Avx512Fp16, false},
+  };
+  for (const auto& v : slow)
+    for (const int n : {64, 128})
+      benchmark::RegisterBenchmark(("gemm/" + v.name + "/" + std::to_string(n)).c_str(),
+                                   [v, n](benchmark::State& s) { bench_variant(s, v, n, 1); })
+          ->Unit(benchmark::kMillisecond);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
