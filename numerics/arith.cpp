@@ -12,9 +12,10 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-/// The sign IEEE 754 gives an exact zero sum x + y (x, y not both zero with equal signs): +0, or -0 in Down.
+/// The sign IEEE 754 (§6.3) gives an exact zero sum x + y: two zeros of the same sign keep it (x + x = x, in
+/// every mode); otherwise +0, or -0 in Down.
 double zero_sum(Rounding m, double a, double b) {
-  if (a == 0 && b == 0 && std::signbit(a) && std::signbit(b)) return -0.0;
+  if (a == 0 && b == 0 && std::signbit(a) == std::signbit(b)) return a;
   return m == Rounding::Down ? -0.0 : 0.0;
 }
 
@@ -128,6 +129,12 @@ bool sigmoid_rz(mpfr_ptr y, double x) {
   if (x == 0) {
     mpfr_set_d(y, 0.5, MPFR_RNDZ);
     return false;
+  }
+  if (x < -1000) {
+    // sigmoid(x) < e^x < 2^-1442, below half of every format's smallest subnormal: report an inexact zero (the
+    // caller's underflow branch). The loop below would never end: e^-x overflows MPFR's exponent range.
+    mpfr_set_zero(y, 1);
+    return true;
   }
   Mpfr xm(53);
   mpfr_set_d(xm, x, MPFR_RNDN);

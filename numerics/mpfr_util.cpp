@@ -1,5 +1,6 @@
 #include "numerics/mpfr_util.hpp"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -49,7 +50,8 @@ double parse_and_round(const RoundingPlan& plan, Rounding mode, const std::strin
   Mpfr y(rz_precision(plan, mode));
   char* end = nullptr;
   const int t = mpfr_strtofr(y, text.c_str(), &end, 0, MPFR_RNDZ);
-  if (text.empty() || end == nullptr || *end != '\0')
+  // mpfr_strtofr skips leading white space; a literal has none.
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) || end == nullptr || *end != '\0')
     throw std::invalid_argument("not a number: '" + text + "' (expected decimal, hex-float like 0x1.8p+3, inf or nan)");
   if (mpfr_zero_p(y) && t != 0) {
     // Underflow below MPFR's own range cannot happen for realistic literals; report rather than guess.
