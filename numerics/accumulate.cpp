@@ -191,9 +191,19 @@ void check_valid(const Accumulation& a) {
   if (auto why = validate(a)) throw std::invalid_argument("invalid accumulation: " + *why);
 }
 
+Format result_format(const Accumulation& a) {
+  if (a.order == Order::Blocked) return a.outer_format;
+  if (a.promote_every > 0) return a.promote_format;
+  return a.format;
+}
+
 std::string canonical(const Accumulation& a) {
   for (const auto& p : presets())
     if (p.acc == a) return p.name;
+  return spec_text(a);
+}
+
+std::string spec_text(const Accumulation& a) {
   const Accumulation d{};
   std::string s = "acc=" + name_of(a.format) + ":" + std::string(name_of(a.rounding));
   s += ",order=" + std::string(name_of(a.order));

@@ -89,6 +89,9 @@ std::optional<std::string> validate(const Accumulation& a);
 /// Throws std::invalid_argument with the reason when validate(a) fails. sum/dot/gemm call it.
 void check_valid(const Accumulation& a);
 
+/// The format the result is in: outer_format for Blocked, promote_format with promotion, else the accumulator's.
+Format result_format(const Accumulation& a);
+
 /// Counters a reduction reports.
 struct AccumStats {
   std::int64_t overflows = 0;  ///< partial sums that overflowed to inf (or saturated)
@@ -98,6 +101,8 @@ struct AccumStats {
 /// Canonical text, e.g. "fp16-seq", "acc=fp16:nearest-even,order=blocked:32,outer=fp32,fused". Presets print as
 /// their preset name; parse_accumulation(canonical(a)) == a.
 std::string canonical(const Accumulation& a);
+/// The key=value form even for presets ("acc=fp16:nearest-even,order=seq,fused"); parse_accumulation inverts it.
+std::string spec_text(const Accumulation& a);
 /// Preset name or key=value spec. Presets, for F in {fp16, bf16}: F-seq, F-unfused-seq (products rounded to F),
 /// F-reverse, F-pairwise, F-kahan, F-sr (stochastic), F-splitk{16,32,64,128}-fp32 (blocked, fp32 outer sum),
 /// F-promote128-fp32; and fp32-seq, fp32-pairwise, fp64-seq, tc-v100 (fp32 accumulator, group 4, no extra bits,

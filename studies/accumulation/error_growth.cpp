@@ -1,0 +1,313 @@
+#include "studies/accumulation/error_growth.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "numerics/accumulate.hpp"
+#include "numerics/exact_dot.hpp"
+#include "numerics/round.hpp"
+#include "studies/common/provenance.hpp"
+
+namespace roundoff::studies {
+
+using namespace numerics;
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+enum class Data : std::uint8_t { ZeroMean, SumSq, Softmax };
+constexpr Data kAllData[] = {Data::ZeroMean, Data::SumSq, Data::Softmax};
+const char* name_of(Data d) {
+  switch (d) {
+    case Data::ZeroMean: return "zero-mean";
+    case Data::SumSq: return "sumsq";
+    case Data::Softmax: return "softmax";
+  }
+  return "?";
+}
+
+/// Standard normal deviates from a counter-based stream (Box–Muller on 53-bit uniforms).
+class Normals {
+ public:
+  explicit Normals(StochasticBits bits) : bits_(bits) {}
+  double next() {
+    if (have_spare_) {
+      have_spare_ = false;
+      return spare_;
+    }
+    const double u1 = (static_cast<double>(bits_.draw(k_++) >> 11) + 1.0) * 0x1p-53;  // (0, 1]
+    const double u2 = static_cast<double>(bits_.draw(k_++) >> 11) * 0x1p-53;          // [0, 1)
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    spare_ = r * std::sin(2.0 * std::numbers::pi * u2);
+    have_spare_ = true;
+    return r * std::cos(2.0 * std::numbers::pi * u2);
+  }
+
+ private:
+  StochasticBits bits_;
+  std::uint64_t k_ = 0;
+  bool have_spare_ = false;
+  double spare_ = 0;
+};
+
+/// The stream of one (input format, data, n, trial) cell: a pure function of the seed and the cell.
+StochasticBits cell_bits(std::uint64_t seed, int format_index, Data d, std::size_t n, int trial) {
+  const std::uint64_t id = (static_cast<std::uint64_t>(format_index) << 56) ^
+                           (static_cast<std::uint64_t>(d) << 48) ^ (static_cast<std::uint64_t>(n) << 24) ^
+                           static_cast<std::uint64_t>(trial);
+  return StochasticBits{seed, mix64(id)};
+}
+
+struct Inputs {
+  std::vector<double> x, y;  // y empty: a plain sum of x
+};
+
+Inputs make_inputs(const RoundingPlan& plan, Data d, std::size_t n, StochasticBits bits) {
+  Normals g(bits);
+  Inputs in;
+  in.x.resize(n);
+  for (auto& v : in.x) v = round_to(plan, Rounding::NearestEven, g.next());
+  switch (d) {
+    case Data::ZeroMean:
+      in.y.resize(n);
+      for (auto& v : in.y) v = round_to(plan, Rounding::NearestEven, g.next());
+      break;
+    case Data::SumSq: in.y = in.x; break;
+    case Data::Softmax: {
+      const double m = *std::max_element(in.x.begin(), in.x.end());
+      for (auto& v : in.x) v = round_to(plan, Rounding::NearestEven, std::exp(v - m));
+      break;
+    }
+  }
+  return in;
+}
+
+/// Deterministic (γ) and first-order probabilistic bounds on |ŝ − s| in units of u·Σ|x_i y_i|.
+std::pair<double, double> bounds(const Accumulation& a, std::size_t n, bool is_dot) {
+  const double u = unit_roundoff(a.format);
+  const double nn = static_cast<double>(n);
+  const double m = a.rounding == Rounding::NearestEven ? 1.0 : 2.0;  // |δ| < 2u for directed and stochastic
+  auto gamma = [](double k, double uu) { return k * uu < 1 ? k * uu / (1 - k * uu) : kNaN; };
+  if (a.adder.group > 0) return {kNaN, kNaN};
+  switch (a.order) {
+    case Order::Sequential:
+    case Order::Reverse: {
+      const double k = is_dot ? nn : nn - 1;
+      return {gamma(k, m * u) / u, kLambda * m * std::sqrt(k)};
+    }
+    case Order::Pairwise: {
+      const double k = std::ceil(std::log2(nn)) + (is_dot ? 1 : 0);
+      return {gamma(k, m * u) / u, kLambda * m * std::sqrt(k)};
+    }
+    case Order::Blocked: {
+      const double b = static_cast<double>(a.block);
+      const double k1 = std::min(b, nn) - (is_dot ? 0 : 1), k2 = std::ceil(nn / b) - 1;
+      const double uo = unit_roundoff(a.outer_format);
+      const double g = std::pow(1 + m * u, k1) * std::pow(1 + m * uo, k2) - 1;
+      return {g / u, kLambda * m * std::sqrt(k1 + k2 * (uo / u) * (uo / u))};
+    }
+    case Order::Kahan: return {(is_dot ? 3.0 : 2.0) + 4.0 * nn * u, kNaN};
+  }
+  return {kNaN, kNaN};
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return kNaN;
+  std::sort(v.begin(), v.end());
+  const auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size())));
+  return v[std::clamp<std::size_t>(rank, 1, v.size()) - 1];
+}
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? kNaN : s / static_cast<double>(v.size());
+}
+
+/// Least squares of log y on log n over the points with y > 0.
+ErrorGrowthFit fit(const std::vector<std::pair<double, double>>& pts) {
+  ErrorGrowthFit f;
+  double sx = 0, sy = 0, sxx = 0, sxy = 0, syy = 0;
+  int k = 0;
+  for (const auto& [n, y] : pts) {
+    if (!(y > 0) || !std::isfinite(y)) continue;
+    const double lx = std::log(n), ly = std::log(y);
+    sx += lx, sy += ly, sxx += lx * lx, sxy += lx * ly, syy += ly * ly;
+    ++k;
+  }
+  f.points = k;
+  if (k < 3) {
+    f.exponent = f.constant = f.r2 = kNaN;
+    return f;
+  }
+  const double kk = k, den = kk * sxx - sx * sx;
+  f.exponent = (kk * sxy - sx * sy) / den;
+  const double b = (sy - f.exponent * sx) / kk;
+  f.constant = std::exp(b);
+  const double ss_tot = syy - sy * sy / kk;
+  double ss_res = 0;
+  for (const auto& [n, y] : pts) {
+    if (!(y > 0) || !std::isfinite(y)) continue;
+    const double r = std::log(y) - (b + f.exponent * std::log(n));
+    ss_res += r * r;
+  }
+  f.r2 = ss_tot > 0 ? 1 - ss_res / ss_tot : 1.0;
+  return f;
+}
+
+std::vector<std::string> accumulations_for(const std::string& in) {
+  std::vector<std::string> v = {in + "-seq",          in + "-unfused-seq",  in + "-pairwise",
+                                in + "-splitk16-fp32", in + "-splitk32-fp32", in + "-splitk64-fp32",
+                                in + "-kahan",        "fp32-seq",           in + "-sr"};
+  if (in == "fp16") v.push_back("tc-v100");
+  return v;
+}
+
+std::string fmt(double x) {
+  if (std::isnan(x)) return "";
+  std::ostringstream os;
+  os.precision(7);
+  os << x;
+  return os.str();
+}
+
+}  // namespace
+
+ErrorGrowthResult run_error_growth(const ErrorGrowthOptions& opt, std::ostream* progress) {
+  const int trials = opt.trials > 0 ? opt.trials : (opt.quick ? 8 : 1000);
+  const std::size_t n_max = opt.quick ? 1024 : 4096;
+  ErrorGrowthResult res;
+  const std::pair<std::string, Format> input_formats[] = {{"fp16", formats::fp16}, {"bf16", formats::bf16}};
+  for (int fi = 0; fi < 2; ++fi) {
+    const auto& [in_name, in_fmt] = input_formats[fi];
+    const RoundingPlan in_plan(in_fmt);
+    std::vector<std::pair<std::string, Accumulation>> accs;
+    for (const auto& name : accumulations_for(in_name)) accs.emplace_back(name, parse_accumulation(name));
+    for (const Data d : kAllData) {
+      const bool is_dot = d != Data::Softmax;
+      const std::size_t row0 = res.rows.size();
+      for (std::size_t n = 16; n <= n_max; n *= 2) {
+        if (progress) *progress << "  " << in_name << " " << name_of(d) << " n=" << n << "\n" << std::flush;
+        struct Acc {
+          std::vector<double> ulps, norm, signed_norm, signed_rel;
+          std::int64_t overflows = 0;
+        };
+        std::vector<Acc> per(accs.size());
+        for (int t = 0; t < trials; ++t) {
+          const StochasticBits bits = cell_bits(opt.seed, fi, d, n, t);
+          const Inputs inp = make_inputs(in_plan, d, n, bits);
+          const double* y = is_dot ? inp.y.data() : nullptr;
+          const ExactSum exact = is_dot ? exact_dot(in_fmt, inp.x.data(), 1, y, 1, n) : exact_sum(inp.x.data(), 1, n);
+          const double scale =
+              is_dot ? exact_abs_dot(inp.x.data(), 1, y, 1, n).to_double() : exact_sum(inp.x.data(), 1, n).to_double();
+          const double exact_d = exact.to_double();
+          for (std::size_t k = 0; k < accs.size(); ++k) {
+            const Accumulation& a = accs[k].second;
+            AccumStats st;
+            const StochasticBits sr{opt.seed ^ 0x5eed, bits.stream};
+            const double r = is_dot ? dot(a, inp.x.data(), 1, y, 1, n, sr, &st) : sum(a, inp.x, sr, &st);
+            const double u = unit_roundoff(a.format);
+            const double err = signed_error(exact, r);
+            per[k].ulps.push_back(error_ulps(in_fmt, exact, r));
+            per[k].norm.push_back(std::fabs(err) / (u * scale));
+            per[k].signed_norm.push_back(err / (u * scale));
+            if (d != Data::ZeroMean) per[k].signed_rel.push_back(err / exact_d);
+            per[k].overflows += st.overflows;
+          }
+        }
+        for (std::size_t k = 0; k < accs.size(); ++k) {
+          ErrorGrowthRow row;
+          row.inputs = in_name;
+          row.accumulation = accs[k].first;
+          row.data = name_of(d);
+          row.n = n;
+          row.trials = trials;
+          const Acc& p = per[k];
+          row.median_ulps = percentile(p.ulps, 0.5);
+          row.p95_ulps = percentile(p.ulps, 0.95);
+          row.max_ulps = percentile(p.ulps, 1.0);
+          row.mean_ulps = mean(p.ulps);
+          row.median_norm = percentile(p.norm, 0.5);
+          row.p95_norm = percentile(p.norm, 0.95);
+          row.max_norm = percentile(p.norm, 1.0);
+          row.mean_signed_norm = mean(p.signed_norm);
+          row.mean_signed_rel = d == Data::ZeroMean ? kNaN : mean(p.signed_rel);
+          std::tie(row.gamma_norm, row.prob_norm) = bounds(accs[k].second, n, is_dot);
+          int over = 0;
+          for (double e : p.norm) over += e > row.prob_norm ? 1 : 0;
+          row.frac_over_prob = std::isnan(row.prob_norm) ? kNaN : over / static_cast<double>(trials);
+          row.overflows = p.overflows;
+          res.rows.push_back(row);
+        }
+      }
+      for (const auto& [name, a] : accs) {
+        for (const char* metric : {"median_ulps", "median_norm"}) {
+          std::vector<std::pair<double, double>> pts;
+          for (std::size_t r = row0; r < res.rows.size(); ++r) {
+            const auto& row = res.rows[r];
+            if (row.accumulation != name) continue;
+            pts.emplace_back(static_cast<double>(row.n),
+                             std::string(metric) == "median_ulps" ? row.median_ulps : row.median_norm);
+          }
+          ErrorGrowthFit f = fit(pts);
+          f.inputs = in_name;
+          f.accumulation = name;
+          f.data = name_of(d);
+          f.metric = metric;
+          res.fits.push_back(f);
+        }
+      }
+    }
+  }
+  return res;
+}
+
+ErrorGrowthResult run_and_write_error_growth(const ErrorGrowthOptions& opt, std::ostream* progress) {
+  const ErrorGrowthResult res = run_error_growth(opt, progress);
+  std::ostringstream csv;
+  csv << "inputs,accumulation,data,n,trials,ulp_format,median_ulps,p95_ulps,max_ulps,mean_ulps,median_norm,p95_norm,"
+         "max_norm,mean_signed_norm,mean_signed_rel,gamma_norm,prob_norm,frac_over_prob,overflows\n";
+  for (const auto& r : res.rows) {
+    csv << r.inputs << "," << r.accumulation << "," << r.data << "," << r.n << "," << r.trials << "," << r.inputs
+        << "," << fmt(r.median_ulps) << "," << fmt(r.p95_ulps) << "," << fmt(r.max_ulps) << "," << fmt(r.mean_ulps)
+        << "," << fmt(r.median_norm) << "," << fmt(r.p95_norm) << "," << fmt(r.max_norm) << ","
+        << fmt(r.mean_signed_norm) << "," << fmt(r.mean_signed_rel) << "," << fmt(r.gamma_norm) << ","
+        << fmt(r.prob_norm) << "," << fmt(r.frac_over_prob) << "," << r.overflows << "\n";
+  }
+  std::ostringstream fits;
+  fits << "inputs,accumulation,data,metric,exponent,constant,r2,points\n";
+  for (const auto& f : res.fits)
+    fits << f.inputs << "," << f.accumulation << "," << f.data << "," << f.metric << "," << fmt(f.exponent) << ","
+         << fmt(f.constant) << "," << fmt(f.r2) << "," << f.points << "\n";
+  write_file_atomic(opt.out / "error_growth.csv", csv.str());
+  write_file_atomic(opt.out / "error_growth_fits.csv", fits.str());
+  nlohmann::json j = provenance(opt.command);
+  j["study"] = "accumulation error growth";
+  j["seed"] = opt.seed;
+  j["trials"] = res.rows.empty() ? 0 : res.rows.front().trials;
+  j["quick"] = opt.quick;
+  j["lambda"] = kLambda;
+  j["files"] = {"error_growth.csv", "error_growth_fits.csv"};
+  j["columns"] = {
+      {"median_ulps/p95_ulps/max_ulps/mean_ulps", "|result − exact| / ulp_F(exact), F = ulp_format (the inputs' format)"},
+      {"median_norm/p95_norm/max_norm", "|result − exact| / (u·Σ|x_i y_i|), u = unit roundoff of the accumulator format"},
+      {"mean_signed_norm", "mean (result − exact) / (u·Σ|x_i y_i|)"},
+      {"mean_signed_rel", "mean (result − exact) / exact (same-sign data only)"},
+      {"gamma_norm", "Higham's deterministic bound in units of u·Σ|x_i y_i| (γ_n sequential, γ_(⌈log2 n⌉+1) pairwise, "
+                     "(1+u)^b(1+u_outer)^(n/b−1)−1 blocked, 2u/3u + 4nu² Kahan; 2u per rounding for stochastic)"},
+      {"prob_norm", "first-order probabilistic bound λ√k·u (Higham & Mary 2019) in the same unit, k = roundings per term"},
+      {"frac_over_prob", "fraction of runs above prob_norm"},
+      {"overflows", "overflow events summed over the trials"}};
+  nlohmann::json accs = nlohmann::json::object();
+  for (const auto& r : res.rows) accs[r.accumulation] = spec_text(parse_accumulation(r.accumulation));
+  j["accumulations"] = accs;
+  write_json_atomic(opt.out / "error_growth.json", j);
+  return res;
+}
+
+}  // namespace roundoff::studies
