@@ -17,6 +17,8 @@ struct Named {
   Format format;
 };
 
+void PrintTo(const Named& n, std::ostream* os) { *os << n.name; }
+
 /// Presets and custom variants whose rules differ: no subnormals, saturation, no specials.
 const Named kTargets[] = {
     {"fp16", formats::fp16},
