@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -64,23 +65,6 @@ std::optional<Plan> plan_for(const Accumulation& a) {
 constexpr std::uint16_t kNegZeroHalf = 0x8000;
 constexpr std::size_t kPanel = 64;  ///< columns per packed B panel
 constexpr std::size_t kMr = 8;      ///< rows per micro-tile (16 accumulator vectors)
-
-/// Input classes: 0 = no kernel; 1 = products exact in fp32 (≤ 12 bits, 2^-63 <= |x| < 2^63, or 0/inf/NaN);
-/// 2 = additionally an fp16 value.
-int classify_input(double x) {
-  std::uint64_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  const int e = static_cast<int>((bits >> 52) & 0x7FF);
-  const std::uint64_t m = bits & ((std::uint64_t{1} << 52) - 1);
-  if (e == 0x7FF) return 2;        // inf, NaN
-  if (e == 0) return m == 0 ? 2 : 0;  // ±0; binary64 subnormals are far below 2^-63
-  const int E = e - 1023;
-  if (E < -63 || E > 62) return 0;
-  if ((m & ((std::uint64_t{1} << 41) - 1)) != 0) return 0;  // more than 12 significant bits
-  if (E > 15 || E < -24) return 1;
-  const int frac_bits = E >= -14 ? 10 : E + 24;  // fraction bits an fp16 value keeps at this exponent
-  return (m & ((std::uint64_t{1} << (52 - frac_bits)) - 1)) == 0 ? 2 : 1;
-}
 
 /// The binary32 value of x, NaNs replaced by the quiet NaN 0x7FC00000 (see round_bf16_rne).
 float to_float(double x) { return std::isnan(x) ? std::numeric_limits<float>::quiet_NaN() : static_cast<float>(x); }
@@ -278,26 +262,14 @@ ROUNDOFF_AVX512FP16 void tile_ph_rows(std::size_t rows, const std::uint32_t* Ap,
   }
 }
 
-/// float → fp16 bits for arrays of fp16 values (exact), n a multiple of 16.
-ROUNDOFF_AVX512 void to_half(const float* src, std::uint16_t* dst, std::size_t n) {
-  for (std::size_t i = 0; i < n; i += 16) {
-    const __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), h);
-  }
-}
-
-/// fp16 values as 32-bit words holding the fp16 bits twice, so that one vbroadcastss (a load-port-only
-/// broadcast) fills all 32 fp16 lanes. n a multiple of 16.
-ROUNDOFF_AVX512 void to_half_pairs(const float* src, std::uint32_t* dst, std::size_t n) {
-  for (std::size_t i = 0; i < n; i += 16) {
-    const __m512i h = _mm512_cvtepu16_epi32(_mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
-    _mm512_storeu_si512(dst + i, _mm512_or_si512(h, _mm512_slli_epi32(h, 16)));
-  }
-}
-
-/// Converts n contiguous doubles to floats and returns the lowest class met: like classify_input when
-/// `inputs`; otherwise (initial C) 0 = not a binary32 value, 1 = binary32, 2 = fp16 value.
-ROUNDOFF_AVX512 int pack_run(const double* src, float* dst, std::size_t n, bool inputs) {
+/// Classifies n contiguous doubles and returns the lowest class met. Inputs (`inputs`): 0 = no kernel (not a
+/// binary32 value, more than 12 significant bits, or a finite nonzero |x| outside [2^-63, 2^63)), 1 = every
+/// product exact in fp32, 2 = additionally every value an fp16 value. Initial C (!inputs): 0 = not a binary32
+/// value, 1 = binary32, 2 = fp16 value. Writes the values, where the pointers are not null, as binary32 (NaNs
+/// replaced by the quiet NaN, see round_bf16_rne), as fp16 bits, and as fp16 bits twice per 32-bit word
+/// (fp16 outputs are meaningful only when the result is 2).
+ROUNDOFF_AVX512 int pack_run(const double* src, std::size_t n, bool inputs, float* f32, std::uint16_t* h16,
+                             std::uint32_t* h32) {
   __mmask16 bad = 0, not_half = 0;
   for (std::size_t i = 0; i < n; i += 16) {
     const std::size_t len = std::min<std::size_t>(16, n - i);
@@ -322,11 +294,18 @@ ROUNDOFF_AVX512 int pack_run(const double* src, float* dst, std::size_t n, bool 
       ok &= static_cast<__mmask16>(special | (in_range & short_sig));
     }
     bad |= static_cast<__mmask16>(valid & ~ok);
-    const __m512 f_canon = _mm512_mask_mov_ps(f, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q),
-                                              _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
-    const __m512 back = _mm512_cvtph_ps(_mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    not_half |= static_cast<__mmask16>(valid & ~_mm512_cmp_ps_mask(back, f, _CMP_EQ_UQ));
-    _mm512_mask_storeu_ps(dst + i, valid, f_canon);
+    const __m256i h = _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    not_half |= static_cast<__mmask16>(valid & ~_mm512_cmp_ps_mask(_mm512_cvtph_ps(h), f, _CMP_EQ_UQ));
+    if (f32) {
+      const __m512 f_canon = _mm512_mask_mov_ps(f, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q),
+                                                _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
+      _mm512_mask_storeu_ps(f32 + i, valid, f_canon);
+    }
+    if (h16) _mm256_mask_storeu_epi16(h16 + i, valid, h);
+    if (h32) {
+      const __m512i w = _mm512_cvtepu16_epi32(h);
+      _mm512_mask_storeu_epi32(h32 + i, valid, _mm512_or_si512(w, _mm512_slli_epi32(w, 16)));
+    }
   }
   return bad ? 0 : not_half ? 1 : 2;
 }
@@ -334,13 +313,86 @@ ROUNDOFF_AVX512 int pack_run(const double* src, float* dst, std::size_t n, bool 
 // ---------------------------------------------------------------------------------------------------------
 // Driver.
 
+/// Packed operands (uninitialised storage: every element read is written first).
 struct Packed {
-  std::size_t M, N, K, Kpad, panels;
-  std::vector<float> A;  ///< M×Kpad row-major
-  std::vector<float> B;  ///< panels × K × kPanel
-  std::vector<std::uint32_t> Ah;  ///< fp16 bits twice per word (native path)
-  std::vector<std::uint16_t> Bh;
+  std::size_t M, N, K, panels;
+  std::unique_ptr<float[]> A;           ///< M×K row-major (fp32-lane kernels)
+  std::unique_ptr<float[]> B;           ///< panels × K × kPanel, zero-padded columns
+  std::unique_ptr<std::uint32_t[]> Ah;  ///< native fp16 path: fp16 bits twice per word, M×K
+  std::unique_ptr<std::uint16_t[]> Bh;  ///< native fp16 path: panels × K × kPanel fp16 bits
 };
+
+/// Packs rows [0, M) of A and the K×kPanel panels of B into the buffers that are allocated, classifying every
+/// value (see pack_run); returns the lowest class. Transposed operands are gathered into `scratch` first.
+/// Called inside a parallel region: the loops are work-shared without a closing barrier.
+int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, std::vector<double>& scratch) {
+  const std::size_t M = pk.M, N = pk.N, K = pk.K;
+  int worst = 2;
+  const auto rows = static_cast<std::ptrdiff_t>(M);
+#pragma omp for schedule(static) nowait
+  for (std::ptrdiff_t ii = 0; ii < rows; ++ii) {
+    const auto i = static_cast<std::size_t>(ii);
+    const double* src = A.data + i * A.ld;
+    if (A.transposed) {
+      scratch.resize(K);
+      for (std::size_t k = 0; k < K; ++k) scratch[k] = A(i, k);
+      src = scratch.data();
+    }
+    worst = std::min(worst, pack_run(src, K, true, pk.A ? pk.A.get() + i * K : nullptr, nullptr,
+                                     pk.Ah ? pk.Ah.get() + i * K : nullptr));
+  }
+  const auto segments = static_cast<std::ptrdiff_t>(pk.panels * K);
+#pragma omp for schedule(static) nowait
+  for (std::ptrdiff_t idx = 0; idx < segments; ++idx) {
+    const std::size_t p = static_cast<std::size_t>(idx) / K, k = static_cast<std::size_t>(idx) % K;
+    const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0), at = (p * K + k) * kPanel;
+    const double* src = B.data + k * B.ld + j0;
+    if (B.transposed) {
+      scratch.resize(jn);
+      for (std::size_t c = 0; c < jn; ++c) scratch[c] = B(k, j0 + c);
+      src = scratch.data();
+    }
+    worst = std::min(worst, pack_run(src, jn, true, pk.B ? pk.B.get() + at : nullptr,
+                                     pk.Bh ? pk.Bh.get() + at : nullptr, nullptr));
+    for (std::size_t c = jn; c < kPanel; ++c) {
+      if (pk.B) pk.B[at + c] = 0.0f;
+      if (pk.Bh) pk.Bh[at + c] = 0;
+    }
+  }
+  return worst;
+}
+
+/// Rows [i_begin, i_end) of C from the packed operands, panel by panel, in micro-tiles of kMr rows.
+void compute_rows(const Plan& plan, const Packed& pk, bool native, bool accumulate, double* C, std::size_t ldc,
+                  std::size_t i_begin, std::size_t i_end) {
+  const std::size_t N = pk.N, K = pk.K;
+  float tile[kMr * kPanel];
+  for (std::size_t p = 0; p < pk.panels; ++p) {
+    const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0);
+    for (std::size_t i = i_begin; i < i_end; i += kMr) {
+      const std::size_t rows = std::min(kMr, i_end - i);
+      for (std::size_t r = 0; r < kMr; ++r)
+        for (std::size_t c = 0; c < kPanel; ++c)
+          tile[r * kPanel + c] = (accumulate && r < rows && c < jn) ? to_float(C[(i + r) * ldc + j0 + c]) : -0.0f;
+      if (native) {
+        tile_ph_rows(rows, pk.Ah.get() + i * K, K, pk.Bh.get() + p * K * kPanel, K, plan.block, tile, kPanel);
+      } else {
+        for (std::size_t half = 0; half < 2 && 32 * half < jn; ++half) {
+          const float* Ap = pk.A.get() + i * K;
+          const float* Bp = pk.B.get() + p * K * kPanel + 32 * half;
+          float* t = tile + 32 * half;
+          switch (plan.acc) {
+            case Acc::Fp16: tile_f32_rows<Acc::Fp16>(rows, Ap, K, Bp, kPanel, K, plan.block, t, kPanel); break;
+            case Acc::Bf16: tile_f32_rows<Acc::Bf16>(rows, Ap, K, Bp, kPanel, K, plan.block, t, kPanel); break;
+            case Acc::Fp32: tile_f32_rows<Acc::Fp32>(rows, Ap, K, Bp, kPanel, K, plan.block, t, kPanel); break;
+          }
+        }
+      }
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t c = 0; c < jn; ++c) C[(i + r) * ldc + j0 + c] = static_cast<double>(tile[r * kPanel + c]);
+    }
+  }
+}
 
 /// Overflow events of one output, replayed step by step with the correctly rounded scalar operations and
 /// counted as numerics::gemm counts them (IEEE 754 §7.4): operands finite and the result rounded with an
@@ -451,51 +503,20 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
   const Plan plan = *plan_opt;
   const int nthreads = threads > 0 ? threads : omp_get_max_threads();
 
-  // Pack A (rows, K padded to 32 for the fp16 conversion) and B (panels of kPanel columns, zero padded),
-  // classifying every input on the way.
   Packed pk;
   pk.M = M;
   pk.N = N;
   pk.K = K;
-  pk.Kpad = (K + 31) / 32 * 32;
   pk.panels = (N + kPanel - 1) / kPanel;
-  pk.A.assign(M * pk.Kpad, 0.0f);
-  pk.B.assign(pk.panels * K * kPanel, 0.0f);
-  int worst = 2;
-  // Packing is serial: vectorised it costs well under a millisecond at n = 512, and one parallel region per
-  // call (the compute below) keeps threads from waiting at extra barriers.
-  for (std::size_t row = 0; row < M && worst > 0; ++row) {
-    float* dst = pk.A.data() + row * pk.Kpad;
-    if (!A.transposed) {
-      worst = std::min(worst, pack_run(A.data + row * A.ld, dst, K, true));
-      continue;
-    }
-    for (std::size_t k = 0; k < K; ++k) {
-      const double x = A(row, k);
-      worst = std::min(worst, classify_input(x));
-      dst[k] = to_float(x);
-    }
-  }
-  for (std::size_t p = 0; p < pk.panels && worst > 0; ++p) {
-    const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0);
-    for (std::size_t k = 0; k < K; ++k) {
-      float* dst = pk.B.data() + (p * K + k) * kPanel;
-      if (!B.transposed) {
-        worst = std::min(worst, pack_run(B.data + k * B.ld + j0, dst, jn, true));
-        continue;
-      }
-      for (std::size_t c = 0; c < jn; ++c) {
-        const double x = B(k, j0 + c);
-        worst = std::min(worst, classify_input(x));
-        dst[c] = to_float(x);
-      }
-    }
-  }
-  if (worst == 0) return false;
-  if (accumulate) {
-    std::vector<float> row(N);
-    for (std::size_t i = 0; i < M && worst > 0; ++i) worst = std::min(worst, pack_run(C + i * ldc, row.data(), N, false));
-    if (worst == 0) return false;
+  // The native fp16 kernel needs every input (and C) to be an fp16 value: packed optimistically as fp16; if
+  // some value is not, the operands are packed again as binary32 for the round-to-odd kernel.
+  const bool try_native = plan.acc == Acc::Fp16 && isa == Isa::Avx512Fp16;
+  if (try_native) {
+    pk.Ah.reset(new std::uint32_t[M * K]);
+    pk.Bh.reset(new std::uint16_t[pk.panels * K * kPanel]);
+  } else {
+    pk.A.reset(new float[M * K]);
+    pk.B.reset(new float[pk.panels * K * kPanel]);
   }
   std::vector<double> c_initial;  // only needed to replay overflowing outputs
   if (stats && accumulate) {
@@ -503,51 +524,50 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
     for (std::size_t i = 0; i < M; ++i)
       for (std::size_t j = 0; j < N; ++j) c_initial[i * N + j] = C[i * ldc + j];
   }
-  // Native fp16 only when every input (and C) is an fp16 value; blocked fp16 keeps fp32 totals in C.
-  const bool native = plan.acc == Acc::Fp16 && isa == Isa::Avx512Fp16 && worst == 2;
-  if (native) {
-    pk.Ah.resize(pk.A.size());
-    pk.Bh.resize(pk.B.size());
-    to_half_pairs(pk.A.data(), pk.Ah.data(), pk.A.size());
-    to_half(pk.B.data(), pk.Bh.data(), pk.B.size());
-  }
 
   // Threads split output rows in chunks of whole micro-tiles; every output is computed the same way by
-  // whichever thread owns it.
+  // whichever thread owns it. One parallel region: pack (work-shared), agree on the kernel, compute.
   const std::size_t per_thread = (M + static_cast<std::size_t>(nthreads) - 1) / static_cast<std::size_t>(nthreads);
   const std::size_t chunk = (per_thread + kMr - 1) / kMr * kMr;
   const auto nchunks = static_cast<std::ptrdiff_t>((M + chunk - 1) / chunk);
-#pragma omp parallel for num_threads(nthreads) schedule(static, 1)
-  for (std::ptrdiff_t ci = 0; ci < nchunks; ++ci) {
-    const std::size_t i_begin = static_cast<std::size_t>(ci) * chunk, i_end = std::min(M, i_begin + chunk);
-    float tile[kMr * kPanel];
-    for (std::size_t p = 0; p < pk.panels; ++p) {
-      const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0);
-      for (std::size_t i = i_begin; i < i_end; i += kMr) {
-        const std::size_t rows = std::min(kMr, i_end - i);
-        for (std::size_t r = 0; r < kMr; ++r)
-          for (std::size_t c = 0; c < kPanel; ++c)
-            tile[r * kPanel + c] = (accumulate && r < rows && c < jn) ? to_float(C[(i + r) * ldc + j0 + c]) : -0.0f;
-        if (native) {
-          tile_ph_rows(rows, pk.Ah.data() + i * pk.Kpad, pk.Kpad, pk.Bh.data() + p * K * kPanel, K, plan.block, tile,
-                       kPanel);
-        } else {
-          for (std::size_t half = 0; half < 2 && 32 * half < jn; ++half) {
-            const float* Ap = pk.A.data() + i * pk.Kpad;
-            const float* Bp = pk.B.data() + p * K * kPanel + 32 * half;
-            float* t = tile + 32 * half;
-            switch (plan.acc) {
-              case Acc::Fp16: tile_f32_rows<Acc::Fp16>(rows, Ap, pk.Kpad, Bp, kPanel, K, plan.block, t, kPanel); break;
-              case Acc::Bf16: tile_f32_rows<Acc::Bf16>(rows, Ap, pk.Kpad, Bp, kPanel, K, plan.block, t, kPanel); break;
-              case Acc::Fp32: tile_f32_rows<Acc::Fp32>(rows, Ap, pk.Kpad, Bp, kPanel, K, plan.block, t, kPanel); break;
-            }
-          }
-        }
-        for (std::size_t r = 0; r < rows; ++r)
-          for (std::size_t c = 0; c < jn; ++c) C[(i + r) * ldc + j0 + c] = static_cast<double>(tile[r * kPanel + c]);
+  int worst = 2;
+  bool native = false;
+#pragma omp parallel num_threads(nthreads)
+  {
+    std::vector<double> scratch;
+    int w = pack_operands(pk, A, B, scratch);
+    if (accumulate) {
+      const auto rows = static_cast<std::ptrdiff_t>(M);
+#pragma omp for schedule(static) nowait
+      for (std::ptrdiff_t i = 0; i < rows; ++i)
+        w = std::min(w, pack_run(C + static_cast<std::size_t>(i) * ldc, N, false, nullptr, nullptr, nullptr));
+    }
+#pragma omp critical(roundoff_gemm_kernels_worst)
+    worst = std::min(worst, w);
+#pragma omp barrier
+#pragma omp single
+    {
+      native = try_native && worst == 2;
+      if (try_native && worst == 1) {  // not all fp16: binary32 operands for the round-to-odd kernel
+        pk.Ah.reset();
+        pk.Bh.reset();
+        pk.A.reset(new float[M * K]);
+        pk.B.reset(new float[pk.panels * K * kPanel]);
+      }
+    }
+    if (worst > 0 && try_native && !native) {
+      (void)pack_operands(pk, A, B, scratch);
+#pragma omp barrier
+    }
+    if (worst > 0) {
+#pragma omp for schedule(static, 1)
+      for (std::ptrdiff_t ci = 0; ci < nchunks; ++ci) {
+        const std::size_t i_begin = static_cast<std::size_t>(ci) * chunk;
+        compute_rows(plan, pk, native, accumulate, C, ldc, i_begin, std::min(M, i_begin + chunk));
       }
     }
   }
+  if (worst == 0) return false;
 
   if (stats) {
     stats->terms += static_cast<std::int64_t>(M * N * K);
