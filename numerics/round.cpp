@@ -212,7 +212,7 @@ void round_array(const RoundingPlan& plan, Rounding mode, std::span<const double
 namespace {
 void check_float_format(const RoundingPlan& plan) {
   const Format& f = plan.format;
-  if (f.emax > 127 || min_positive(f) < 0x1p-149)
+  if (f.emax > 127 || plan.qexp_min < -149)  // 2^qexp_min = min_positive(f)
     throw std::invalid_argument("round_array(float): format " + name_of(f) + " exceeds the binary32 range");
 }
 }  // namespace

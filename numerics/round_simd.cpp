@@ -37,7 +37,11 @@ struct FloatTarget {
   std::int32_t qexp_min;          ///< emin - p + 1
 };
 
-std::optional<FloatTarget> float_target(const Format& f) {
+/// 2^k as a normal float, |k| <= 126 (no libm call: float_target runs once per array call).
+float pow2f(int k) { return std::bit_cast<float>(static_cast<std::uint32_t>(k + 127) << 23); }
+
+std::optional<FloatTarget> float_target(const RoundingPlan& plan) {
+  const Format& f = plan.format;
   if (f.specials != Specials::Ieee || !f.subnormals || f.saturate) return std::nullopt;
   if (f.precision < 2 || f.precision > 23 || f.emin < -126 || f.emax > 127) return std::nullopt;
   const int qexp_min = f.emin - f.precision + 1;
@@ -47,11 +51,11 @@ std::optional<FloatTarget> float_target(const Format& f) {
   FloatTarget t{};
   t.s0 = static_cast<std::uint32_t>(24 - f.precision);
   t.emin_biased = static_cast<std::uint32_t>(f.emin + 127);
-  t.max_bits = std::bit_cast<std::uint32_t>(static_cast<float>(max_finite(f)));
-  t.up_hi = std::ldexp(1.0f, k_hi);
-  t.up_lo = std::ldexp(1.0f, k_lo);
-  t.down_hi = std::ldexp(1.0f, -k_hi);
-  t.down_lo = std::ldexp(1.0f, -k_lo);
+  t.max_bits = std::bit_cast<std::uint32_t>(static_cast<float>(plan.max_finite));
+  t.up_hi = pow2f(k_hi);
+  t.up_lo = pow2f(k_lo);
+  t.down_hi = pow2f(-k_hi);
+  t.down_lo = pow2f(-k_lo);
   t.qexp_min = qexp_min;
   return t;
 }
@@ -168,30 +172,63 @@ inline I4 increments4(I4 above, I4 tie, I4 nonzero, I4 odd, I4 neg) {
   return I4{};
 }
 
+/// Normal range as add-and-mask on the magnitude encoding a: adding `bias` below the format's last bit
+/// (mask `low`) carries into it exactly when the mode increments.
 template <Rounding M>
-inline U4 round_bits4(const FloatTarget& t, Overflow o, U4 u) {
-  const U4 sign = u & kSign, a = u & kAbs;
-  const I4 neg = sign != 0;
-  const U4 zero{}, pw = zero + (1u << t.s0), r = a & (pw - 1), half = pw >> 1;
-  const I4 inc_n = increments4<M>(r > half, r == half, r != 0, (a & pw) != 0, neg);
-  const U4 res_n = (a - r) + (std::bit_cast<U4>(inc_n) & pw);
+inline U4 normal_range4(const FloatTarget& t, U4 a, I4 neg) {
+  const U4 low = U4{} + ((1u << t.s0) - 1), keep = ~low;
+  switch (M) {
+    case Rounding::NearestEven: return (a + (low >> 1) + ((a >> t.s0) & 1)) & keep;
+    case Rounding::NearestAway: return (a + (low >> 1) + 1) & keep;
+    case Rounding::TowardZero: return a & keep;
+    case Rounding::Up: return (a + (low & ~std::bit_cast<U4>(neg))) & keep;
+    case Rounding::Down: return (a + (low & std::bit_cast<U4>(neg))) & keep;
+    case Rounding::Odd: return (a & keep) | (std::bit_cast<U4>((a & low) != 0) & (low + 1));
+    case Rounding::Stochastic: return a;
+  }
+  return a;
+}
+
+/// Subnormal range: |x|·2^-qexp_min = q + fr exactly (fr in [0, 1)), rounded to an integer and scaled back.
+template <Rounding M>
+inline U4 subnormal_range4(const FloatTarget& t, U4 a, I4 neg) {
   const F4 lim = F4{} + 0x1p23f;
   const F4 s = (std::bit_cast<F4>(a) * t.up_hi) * t.up_lo;
   const F4 sc = s < lim ? s : lim;
   const I4 q = __builtin_convertvector(sc, I4);
   const F4 fr = sc - __builtin_convertvector(q, F4);
-  const I4 inc_s = increments4<M>(fr > 0.5f, fr == 0.5f, fr != 0.0f, (q & 1) != 0, neg);
-  const F4 q_up = __builtin_convertvector(q - inc_s, F4);  // inc_s is 0 or -1
-  const U4 res_s = std::bit_cast<U4>((q_up * t.down_hi) * t.down_lo);
-  const U4 inf = zero + kInfBits;
-  U4 res = (a >> 23) >= t.emin_biased ? res_n : res_s;
-  res = res > t.max_bits ? (neg ? zero + o.neg : zero + o.pos) : res;
-  res = a == inf ? inf : res;
-  return a > inf ? zero + kQuietNaN : (res | sign);
+  const I4 inc = increments4<M>(fr > 0.5f, fr == 0.5f, fr != 0.0f, -(q & 1), neg);
+  const F4 q_up = __builtin_convertvector(q - inc, F4);  // inc is 0 or -1
+  return std::bit_cast<U4>((q_up * t.down_hi) * t.down_lo);
+}
+
+/// Four lanes of round_bits. Compares are on signed lanes: every compared quantity lies in [0, 2^31).
+/// The subnormal-range computation runs only when some lane needs it.
+template <Rounding M>
+inline U4 round_bits4(const FloatTarget& t, Overflow o, U4 u) {
+  constexpr bool kOverflowIsInf = M == Rounding::NearestEven || M == Rounding::NearestAway;
+  const U4 zero{}, sign = u & kSign, a = u & kAbs;
+  const I4 ai = std::bit_cast<I4>(a);
+  const I4 neg = std::bit_cast<I4>(u) < 0;
+  const I4 small = (ai < static_cast<std::int32_t>(t.emin_biased << 23)) & (ai != 0);  // zero: either range
+  U4 res = normal_range4<M>(t, a, neg);
+  std::uint64_t halves[2];
+  std::memcpy(halves, &small, sizeof halves);
+  if (halves[0] | halves[1]) res = small ? subnormal_range4<M>(t, a, neg) : res;
+  const I4 inf = I4{} + static_cast<std::int32_t>(kInfBits);
+  const I4 over = std::bit_cast<I4>(res) > static_cast<std::int32_t>(t.max_bits);
+  if constexpr (kOverflowIsInf) {
+    res = over ? zero + kInfBits : res;  // an inf input also lands here
+  } else {
+    res = over ? (neg ? zero + o.neg : zero + o.pos) : res;
+    res = ai == inf ? zero + kInfBits : res;
+  }
+  return ai > inf ? zero + kQuietNaN : (res | sign);
 }
 
 template <Rounding M>
-void portable_loop(const FloatTarget& t, Overflow o, const float* src, float* dst, std::size_t n) {
+void portable_loop(const FloatTarget& target, Overflow o, const float* src, float* dst, std::size_t n) {
+  const FloatTarget t = target;  // a local copy: stores to dst cannot alias it, so constants stay in registers
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     U4 u0, u1;
@@ -383,6 +420,9 @@ __attribute__((target("avx512f,avx512dq"))) void stochastic_avx512(const FloatTa
   const __m512i inf = _mm512_set1_epi32(static_cast<int>(kInfBits));
   const __m512i qnan = _mm512_set1_epi32(static_cast<int>(kQuietNaN));
   const __m512 down_hi = _mm512_set1_ps(t.down_hi), down_lo = _mm512_set1_ps(t.down_lo);
+  const __m512i low = _mm512_set1_epi32(static_cast<int>((1u << t.s0) - 1));
+  const __m512i odd_dwords = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const __m128i top_shift = _mm_cvtsi32_si128(static_cast<int>(32 - t.s0));
 
   // z_j = key + (first_index + j + 1)·φ for lanes j = 0..15 (mod 2^64), then + 16φ per step.
   const std::uint64_t key = bits.key();
@@ -408,26 +448,39 @@ __attribute__((target("avx512f,avx512dq"))) void stochastic_avx512(const FloatTa
     const __m512i a = _mm512_and_si512(u, abs_mask);
     const __m512i e = _mm512_srli_epi32(a, 23);
     const __mmask16 normal = _mm512_cmpge_epu32_mask(e, emin_b);
-    // Subnormal range: significand sig (hidden bit for normal floats), shift s = s0 + emin+127 - max(E,1).
-    const __m512i sig = _mm512_mask_or_epi32(_mm512_and_si512(a, frac_mask), _mm512_test_epi32_mask(e, e),
-                                             _mm512_and_si512(a, frac_mask), hidden);
-    const __m512i s_sub = _mm512_min_epi32(_mm512_sub_epi32(sub_base, _mm512_max_epu32(e, one)), s_cap);
-    const __m512i v = _mm512_mask_mov_epi32(sig, normal, a);
-    const __m512i s = _mm512_mask_mov_epi32(s_sub, normal, s0);
+    __m512i res;
+    if (static_cast<__mmask16>(normal | _mm512_testn_epi32_mask(a, a)) == 0xFFFF) {
+      // Every lane in the normal range or zero: frac64 = r·2^(64-s0), r = the low s0 bits of a, with no
+      // bits below, so draw < frac64 iff (draw >> (64 - s0)) < r: a 32-bit compare on the draws' high halves.
+      const __m512i top = _mm512_permutex2var_epi32(draw_lo, odd_dwords, draw_hi);
+      const __mmask16 up = _mm512_cmplt_epu32_mask(_mm512_srl_epi32(top, top_shift), _mm512_and_si512(a, low));
+      const __m512i trunc_n = _mm512_and_si512(a, keep);
+      res = _mm512_mask_add_epi32(trunc_n, up, trunc_n, pw);
+    } else {
+      // General case: fraction of v over 2^s with v = a, s = s0 in the normal range, and in the subnormal
+      // range v = the significand (hidden bit for normal floats), s = s0 + emin+127 - max(E,1), capped at 88.
+      const __m512i sig = _mm512_mask_or_epi32(_mm512_and_si512(a, frac_mask), _mm512_test_epi32_mask(e, e),
+                                               _mm512_and_si512(a, frac_mask), hidden);
+      const __m512i s_sub = _mm512_min_epi32(_mm512_sub_epi32(sub_base, _mm512_max_epu32(e, one)), s_cap);
+      const __m512i v = _mm512_mask_mov_epi32(sig, normal, a);
+      const __m512i s = _mm512_mask_mov_epi32(s_sub, normal, s0);
 
-    const __mmask8 up_lo = stochastic_up_x8(_mm512_cvtepu32_epi64(_mm512_castsi512_si256(v)),
-                                            _mm512_cvtepu32_epi64(_mm512_castsi512_si256(s)), draw_lo);
-    const __mmask8 up_hi = stochastic_up_x8(_mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(v, 1)),
-                                            _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(s, 1)), draw_hi);
-    const auto up = static_cast<__mmask16>(up_lo | (static_cast<unsigned>(up_hi) << 8));
+      const __mmask8 up_lo = stochastic_up_x8(_mm512_cvtepu32_epi64(_mm512_castsi512_si256(v)),
+                                              _mm512_cvtepu32_epi64(_mm512_castsi512_si256(s)), draw_lo);
+      const __mmask8 up_hi = stochastic_up_x8(_mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(v, 1)),
+                                              _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(s, 1)), draw_hi);
+      const auto up = static_cast<__mmask16>(up_lo | (static_cast<unsigned>(up_hi) << 8));
 
-    const __m512i trunc_n = _mm512_and_si512(a, keep);
-    const __m512i res_n = _mm512_mask_add_epi32(trunc_n, up, trunc_n, pw);
-    const __m512i q = _mm512_srlv_epi32(sig, s_sub);  // counts >= 32 give 0
-    const __m512i q_up = _mm512_mask_add_epi32(q, up, q, one);
-    const __m512i res_s =
-        _mm512_castps_si512(_mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(q_up), down_hi), down_lo));
-    __m512i res = _mm512_mask_mov_epi32(res_s, normal, res_n);
+      const __m512i trunc_n = _mm512_and_si512(a, keep);
+      const __m512i res_n = _mm512_mask_add_epi32(trunc_n, up, trunc_n, pw);
+      const __m512i q = _mm512_srlv_epi32(sig, s_sub);  // counts >= 32 give 0
+      // Increment only subnormal-range lanes: in the others q = 0, and 1·2^qexp_min may be a float
+      // subnormal (bf16), whose multiply would take a microcode assist.
+      const __m512i q_up = _mm512_mask_add_epi32(q, static_cast<__mmask16>(up & ~normal), q, one);
+      const __m512i res_s =
+          _mm512_castps_si512(_mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(q_up), down_hi), down_lo));
+      res = _mm512_mask_mov_epi32(res_s, normal, res_n);
+    }
     res = _mm512_mask_mov_epi32(res, _mm512_cmpgt_epu32_mask(res, max_bits), inf);  // inf input stays inf
     res = _mm512_or_si512(res, _mm512_andnot_si512(abs_mask, u));
     res = _mm512_mask_mov_epi32(res, _mm512_cmpgt_epu32_mask(a, inf), qnan);
@@ -514,7 +567,7 @@ namespace {
 bool dispatch(Path path, const RoundingPlan& plan, Rounding mode, std::span<const float> src, std::span<float> dst,
               StochasticBits bits, std::uint64_t first_index, const std::uint64_t* draws) {
   if (src.size() != dst.size()) return false;
-  const std::optional<FloatTarget> t = float_target(plan.format);
+  const std::optional<FloatTarget> t = float_target(plan);
   if (!t) return false;
   const float* s = src.data();
   float* d = dst.data();
