@@ -3,10 +3,12 @@
 // binary64), each computed by the library and checked against the value it must have.
 #include <cmath>
 #include <cstdio>
+#include <iostream>
 #include <string>
 
 #include "numerics/arith.hpp"
 #include "numerics/mpfr_util.hpp"
+#include "ops/demo.hpp"
 #include "studies/cli/cli_format.hpp"
 #include "studies/cli/commands.hpp"
 
@@ -79,13 +81,16 @@ void traps() {
 }  // namespace
 
 void add_demo_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("demo", "The main job: formats, rounding modes, the double-rounding traps.");
+  auto* cmd = app.add_subcommand("demo", "The main job: formats, rounding modes, the double-rounding traps, per-op error of a block.");
   cmd->footer("Example:\n  roundoff demo");
   cmd->callback([] {
     std::printf("roundoff demo\n");
     formats_table();
     modes_table();
     traps();
+    section("Per-op local error of one transformer block under ane-fp16 (MPFR shadow on the same inputs)");
+    std::fflush(stdout);
+    ops::print_block_error_demo(std::cout);
   });
 }
 
