@@ -202,19 +202,21 @@ inline U4 subnormal_range4(const FloatTarget& t, U4 a, I4 neg) {
   return std::bit_cast<U4>((q_up * t.down_hi) * t.down_lo);
 }
 
+/// Lanes in the subnormal range (zero is handled by either range).
+inline I4 small_lanes(const FloatTarget& t, I4 ai) {
+  return (ai < static_cast<std::int32_t>(t.emin_biased << 23)) & (ai != 0);
+}
+
 /// Four lanes of round_bits. Compares are on signed lanes: every compared quantity lies in [0, 2^31).
-/// The subnormal-range computation runs only when some lane needs it.
+/// The subnormal-range computation runs only when any_small (some lane of the group needs it).
 template <Rounding M>
-inline U4 round_bits4(const FloatTarget& t, Overflow o, U4 u) {
+inline U4 round_bits4(const FloatTarget& t, Overflow o, U4 u, bool any_small) {
   constexpr bool kOverflowIsInf = M == Rounding::NearestEven || M == Rounding::NearestAway;
   const U4 zero{}, sign = u & kSign, a = u & kAbs;
   const I4 ai = std::bit_cast<I4>(a);
   const I4 neg = std::bit_cast<I4>(u) < 0;
-  const I4 small = (ai < static_cast<std::int32_t>(t.emin_biased << 23)) & (ai != 0);  // zero: either range
   U4 res = normal_range4<M>(t, a, neg);
-  std::uint64_t halves[2];
-  std::memcpy(halves, &small, sizeof halves);
-  if (halves[0] | halves[1]) res = small ? subnormal_range4<M>(t, a, neg) : res;
+  if (any_small) res = small_lanes(t, ai) ? subnormal_range4<M>(t, a, neg) : res;
   const I4 inf = I4{} + static_cast<std::int32_t>(kInfBits);
   const I4 over = std::bit_cast<I4>(res) > static_cast<std::int32_t>(t.max_bits);
   if constexpr (kOverflowIsInf) {
@@ -234,7 +236,13 @@ void portable_loop(const FloatTarget& target, Overflow o, const float* src, floa
     U4 u0, u1;
     std::memcpy(&u0, src + i, sizeof u0);
     std::memcpy(&u1, src + i + 4, sizeof u1);
-    const U4 r0 = round_bits4<M>(t, o, u0), r1 = round_bits4<M>(t, o, u1);
+    // One branch per 8 lanes on whether any needs the subnormal-range computation: rarely taken for
+    // typical tensors, and mostly taken (so still predictable) when many values are tiny.
+    const I4 small = small_lanes(t, std::bit_cast<I4>(u0 & kAbs)) | small_lanes(t, std::bit_cast<I4>(u1 & kAbs));
+    std::uint64_t halves[2];
+    std::memcpy(halves, &small, sizeof halves);
+    const bool any_small = (halves[0] | halves[1]) != 0;
+    const U4 r0 = round_bits4<M>(t, o, u0, any_small), r1 = round_bits4<M>(t, o, u1, any_small);
     std::memcpy(dst + i, &r0, sizeof r0);
     std::memcpy(dst + i + 4, &r1, sizeof r1);
   }
