@@ -28,7 +28,7 @@ void Ctx<Emulated>::gemm(std::size_t M, std::size_t N, std::size_t K, numerics::
 
 void Ctx<Emulated>::in_array(std::span<const double> src, std::span<double> dst, std::uint64_t first_key) const {
   if (mode_ == numerics::Rounding::Stochastic) {
-    for (std::size_t i = 0; i < src.size(); ++i) dst[i] = in(src[i], first_key + i * kSlots);
+    for (std::size_t i = 0; i < src.size(); ++i) dst[i] = in(src[i], first_key + i * kSlots + (kSlots - 2));
   } else {
     numerics::round_array(storage_, mode_, src, dst);
   }

@@ -13,8 +13,8 @@
 ///
 /// Op bodies use only the Ctx<A> methods below, so one template source serves both. Keys `k` name the
 /// element an operation belongs to: stochastic rounding draws bits.draw(k), so results do not depend on
-/// thread count or call order. Ops form k as element_index·kSlots + slot (slot < kSlots distinguishes the
-/// several roundings of one element).
+/// thread count or call order. Ops form k as element_index·kSlots + slot (slot < kSlots − 2 distinguishes the
+/// several roundings of one element; the last two slots belong to in_array and to reductions).
 #include <boost/multiprecision/mpfr.hpp>
 
 #include <cstddef>
@@ -104,7 +104,8 @@ class Ctx<Emulated> {
   /// accumulator format. `threads` = 1 inside an already parallel region.
   void gemm(std::size_t M, std::size_t N, std::size_t K, numerics::ConstMatrix A, numerics::ConstMatrix B, double* C,
             std::size_t ldc, bool accumulate, std::uint64_t r) const;
-  /// Inputs cast on entry for a whole array: dst[i] = in(src[i]) (keys first_key + i·kSlots).
+  /// Inputs cast on entry for a whole array: dst[i] = in(src[i]) (keys first_key + i·kSlots + kSlots − 2,
+  /// a slot no op body uses; kSlots − 1 is the reductions' conversion to compute).
   void in_array(std::span<const double> src, std::span<double> dst, std::uint64_t first_key) const;
 
  private:

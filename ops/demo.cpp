@@ -122,7 +122,7 @@ void print_block_error_demo(std::ostream& out) {
   run_block(run, BlockConfig{});
   out << "One transformer block (d = 64, 4 heads, T = 32, SwiGLU 176) forward + backward under\n  "
       << pol.canonical() << "\nLocal error of each op against MPFR on the same inputs (8 rows/heads per call; "
-      << "ulp of the op's storage format; dot/γ = max |err| / (u_acc·Σ|a||b|)):\n";
+      << "ulp of the op's storage format; dot rat = max |err| / (u_acc·Σ|a||b|)):\n";
   tape.print_table(out);
 }
 

@@ -118,7 +118,7 @@ void Tape::write_csv(std::ostream& out) const {
 void Tape::print_table(std::ostream& out) const {
   char buf[512];
   std::snprintf(buf, sizeof buf, "%-14s %-10s %-10s %6s %8s %8s %8s %6s %9s %8s %4s %4s %6s %6s %10s\n", "op", "pass",
-                "tensor", "n", "med ulp", "p95 ulp", "max ulp", ">1ulp", "norm rel", "dot/γ", "inf", "nan", "subn",
+                "tensor", "n", "med ulp", "p95 ulp", "max ulp", ">1ulp", "norm rel", "dot rat", "inf", "nan", "subn",
                 "uflow", "max|y|");
   out << buf;
   for (const OpRecord& r : records_) {
