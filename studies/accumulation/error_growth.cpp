@@ -246,13 +246,15 @@ ErrorGrowthResult run_error_growth(const ErrorGrowthOptions& opt, std::ostream* 
         }
       }
       for (const auto& [name, a] : accs) {
-        for (const char* metric : {"median_ulps", "median_norm"}) {
+        for (const std::string metric : {"median_ulps", "p95_ulps", "median_norm"}) {
           std::vector<std::pair<double, double>> pts;
           for (std::size_t r = row0; r < res.rows.size(); ++r) {
             const auto& row = res.rows[r];
             if (row.accumulation != name) continue;
-            pts.emplace_back(static_cast<double>(row.n),
-                             std::string(metric) == "median_ulps" ? row.median_ulps : row.median_norm);
+            const double y = metric == "median_ulps" ? row.median_ulps
+                             : metric == "p95_ulps"  ? row.p95_ulps
+                                                     : row.median_norm;
+            pts.emplace_back(static_cast<double>(row.n), y);
           }
           ErrorGrowthFit f = fit(pts);
           f.inputs = in_name;

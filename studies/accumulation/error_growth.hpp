@@ -13,7 +13,8 @@
 /// (numerics/exact_dot.hpp). Per run: error in ulps of the result format at the exact value (NUMERICS.md
 /// convention); the normalised error |ŝ − s| / (u·Σ|x_i y_i|) with u the accumulator format's unit roundoff; and
 /// the signed relative error (ŝ − s)/s for the same-sign data (the bias). Per cell: median, p95, max, and means.
-/// Growth exponents: least squares of log(median) on log(n) per (inputs, accumulation, data).
+/// Growth exponents: least squares of log(metric) on log(n) per (inputs, accumulation, data), for the median and
+/// p95 error in ulps and the median normalised error.
 ///
 /// Data are drawn from a counter-based stream (StochasticBits keyed by seed and cell), so a run is bit-reproducible
 /// from its seed and independent of evaluation order.
@@ -48,7 +49,7 @@ struct ErrorGrowthRow {
   std::int64_t overflows = 0;
 };
 
-/// Growth fit median = C·n^α of one metric over n.
+/// Growth fit metric = C·n^α over n (metric: median_ulps, p95_ulps or median_norm).
 struct ErrorGrowthFit {
   std::string inputs, accumulation, data, metric;
   double exponent = 0, constant = 0, r2 = 0;
