@@ -10,9 +10,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstring>
-#include <memory>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <vector>
 

@@ -99,6 +99,15 @@ std::vector<double> random_values(std::mt19937_64& rng, const Format& f, std::si
   return v;
 }
 
+/// Unfused with products rounded to fp32: the kernels' products are exact in fp32, so this is a kernel case.
+Accumulation unfused_exact(const Format& f) {
+  Accumulation a;
+  a.format = f;
+  a.fused = false;
+  a.product_format = formats::fp32;
+  return a;
+}
+
 struct Case {
   std::string accumulation;  ///< canonical name, for messages
   Accumulation acc;
@@ -209,7 +218,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"fp16-splitk32-fp32", make_acc(formats::fp16, Order::Blocked, 32), formats::fp16},
                       Case{"bf16-blocked16-fp32", make_acc(formats::bf16, Order::Blocked, 16), formats::bf16},
                       Case{"fp16-blocked7-fp32", make_acc(formats::fp16, Order::Blocked, 7), formats::fp16},
-                      Case{"fp32-blocked5-fp32", make_acc(formats::fp32, Order::Blocked, 5), formats::bf16}),
+                      Case{"fp32-blocked5-fp32", make_acc(formats::fp32, Order::Blocked, 5), formats::bf16},
+                      Case{"fp16-unfused-fp32products", unfused_exact(formats::fp16), formats::fp16},
+                      Case{"bf16-unfused-fp32products", unfused_exact(formats::bf16), formats::bf16}),
     [](const ::testing::TestParamInfo<Case>& param_info) {
       std::string name = param_info.param.accumulation + "_in_" + (param_info.param.inputs == formats::fp16 ? "fp16" : "bf16");
       for (char& c : name) {
