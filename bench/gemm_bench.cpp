@@ -16,6 +16,7 @@
 // GCC 12's AVX-512 intrinsics (inlined into Eigen) trip -Wmaybe-uninitialized on _mm512_undefined_*().
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <benchmark/benchmark.h>
+#include <sys/resource.h>
 
 #include <cstddef>
 #include <random>
@@ -82,6 +83,13 @@ bool cpu_has_avx512() {
          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
 }
 
+double cpu_seconds(int who) {
+  rusage r{};
+  getrusage(who, &r);
+  return static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
+}
+
 void set_flops(benchmark::State& state, int n) {
   const double nd = n;
   state.counters["FLOPS"] = benchmark::Counter(2.0 * nd * nd * nd, benchmark::Counter::kIsIterationInvariantRate);
@@ -134,10 +142,18 @@ void bench_variant(benchmark::State& state, const Variant& v, int n, int threads
   kernels::set_isa_limit(v.isa_limit);
   kernels::set_enabled(v.kernels_on);
   const char* kernel = v.kernels_on ? kernels::kernel_name(v.acc) : nullptr;
+  const double self0 = cpu_seconds(RUSAGE_SELF), main0 = cpu_seconds(RUSAGE_THREAD);
   for (auto _ : state) {
     gemm(v.acc, nz, nz, nz, ConstMatrix{A.data(), nz}, ConstMatrix{B.data(), nz}, C.data(), nz, false, {}, nullptr,
          threads);
     benchmark::DoNotOptimize(C.data());
+  }
+  if (threads > 1) {
+    // CPU time of the benchmark thread and of all other threads, per call: with OMP_WAIT_POLICY=passive their
+    // maximum is what a call would take on idle cores (a proxy when the machine is shared; see docs).
+    const double main_cpu = cpu_seconds(RUSAGE_THREAD) - main0, all_cpu = cpu_seconds(RUSAGE_SELF) - self0;
+    state.counters["cpu_main_ms"] = benchmark::Counter(1e3 * main_cpu, benchmark::Counter::kAvgIterations);
+    state.counters["cpu_others_ms"] = benchmark::Counter(1e3 * (all_cpu - main_cpu), benchmark::Counter::kAvgIterations);
   }
   kernels::set_isa_limit(kernels::Isa::Avx512Fp16);
   kernels::set_enabled(true);
