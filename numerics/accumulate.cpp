@@ -443,15 +443,42 @@ class Run {
     const auto& probe = p_.probe(pl);
     if (probe && std::fabs(op(*probe)) > pl.max_finite) ++overflows_;
   }
+  /// Fast round-to-nearest-even of the exact value hi + lo (a TwoSum/TwoProduct pair, |lo| <= ulp(hi)/2) for the
+  /// common case: |hi| in [min_normal, max_finite) of a format with p <= 50 and a moderate exponent range. hi is
+  /// rounded to a multiple of its quantum q = 2^(⌊log2|hi|⌋−p+1) by (hi + C) − C, C = 1.5·2^52·q (the sum's ulp is
+  /// q, so binary64's ties-to-even is the format's); p-bit midpoints are binary64 values, so hi + lo and hi round
+  /// alike unless hi is a midpoint and lo != 0, when lo's sign picks the neighbour. Returns false otherwise (the
+  /// caller uses the general path); the twin tests cover both.
+  bool fast_nearest(const RoundingPlan& pl, double hi, double lo, double& r) const {
+    if (a_.rounding != Rounding::NearestEven) return false;
+    const Format& f = pl.format;
+    if (f.precision > 50 || f.emax > 900 || f.emin - f.precision + 1 < -1000) return false;
+    const double mag = std::fabs(hi);
+    if (!(mag >= pl.min_normal && mag < pl.max_finite)) return false;
+    const int e = static_cast<int>((std::bit_cast<std::uint64_t>(hi) >> 52) & 0x7FF) - 1023;
+    const double q = std::bit_cast<double>(static_cast<std::uint64_t>(e - f.precision + 1 + 1023) << 52);
+    const double c = q * 0x1.8p52;
+    double v = (hi + c) - c;
+    const double d = hi - v;  // exact: both are multiples of 2^(e−52) within q/2
+    if (lo != 0 && std::fabs(d) == 0.5 * q && (d > 0) == (lo > 0)) v += 2 * d;
+    r = v;
+    return true;
+  }
+
   double round(const RoundingPlan& pl, double v) {
     const std::uint64_t d = draw();
-    const double r = round_to(pl, a_.rounding, v, d);
+    double r;
+    if (fast_nearest(pl, v, 0.0, r)) return r;
+    r = round_to(pl, a_.rounding, v, d);
     count(pl, r, std::isfinite(v), [&](const RoundingPlan& q) { return round_to(q, a_.rounding, v, d); });
     return r;
   }
   double add(const RoundingPlan& pl, double x, double y) {
     const std::uint64_t d = draw();
-    const double r = numerics::add(pl, a_.rounding, x, y, d);
+    double r, hi, lo;
+    two_sum(x, y, hi, lo);
+    if (std::isfinite(hi) && fast_nearest(pl, hi, lo, r)) return r;
+    r = numerics::add(pl, a_.rounding, x, y, d);
     count(pl, r, std::isfinite(x) && std::isfinite(y),
           [&](const RoundingPlan& q) { return numerics::add(q, a_.rounding, x, y, d); });
     return r;
@@ -459,14 +486,24 @@ class Run {
   double sub(const RoundingPlan& pl, double x, double y) { return add(pl, x, -y); }
   double mul(const RoundingPlan& pl, double x, double y) {
     const std::uint64_t d = draw();
-    const double r = numerics::mul(pl, a_.rounding, x, y, d);
+    double r, hi, lo;
+    two_prod(x, y, hi, lo);
+    if (lo == 0 && std::isfinite(hi) && std::fabs(hi) >= 0x1p-960 && fast_nearest(pl, hi, 0.0, r)) return r;
+    r = numerics::mul(pl, a_.rounding, x, y, d);
     count(pl, r, std::isfinite(x) && std::isfinite(y),
           [&](const RoundingPlan& q) { return numerics::mul(q, a_.rounding, x, y, d); });
     return r;
   }
   double fma(const RoundingPlan& pl, double x, double y, double z) {
     const std::uint64_t d = draw();
-    const double r = numerics::fma(pl, a_.rounding, x, y, z, d);
+    double r, p, pe;
+    two_prod(x, y, p, pe);
+    if (pe == 0 && std::isfinite(p) && std::fabs(p) >= 0x1p-960 && std::isfinite(z)) {
+      double hi, lo;
+      two_sum(p, z, hi, lo);
+      if (std::isfinite(hi) && fast_nearest(pl, hi, lo, r)) return r;
+    }
+    r = numerics::fma(pl, a_.rounding, x, y, z, d);
     count(pl, r, std::isfinite(x) && std::isfinite(y) && std::isfinite(z),
           [&](const RoundingPlan& q) { return numerics::fma(q, a_.rounding, x, y, z, d); });
     return r;
