@@ -46,7 +46,7 @@ def load(data_dir):
 
 
 def fig_ulps(rows, fits, path):
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
     for ax, inputs in zip(axes, ["fp16", "bf16"]):
         sub = rows[(rows.inputs == inputs) & (rows.data == "zero-mean")]
         for order in ORDER:
@@ -70,7 +70,7 @@ def fig_ulps(rows, fits, path):
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("median |error| in ulps of the input format\n(at the exact value)")
     for ax in axes:
-        ax.legend(fontsize=7, ncol=2, loc="lower right")
+        ax.legend(fontsize=7, ncol=3, loc="center", bbox_to_anchor=(0.5, 0.47), framealpha=0.9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
