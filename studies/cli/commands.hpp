@@ -21,5 +21,6 @@ void add_policy_command(CLI::App& app);
 void add_data_command(CLI::App& app);
 void add_dot_command(CLI::App& app);
 void add_accumulate_command(CLI::App& app);
+void add_train_command(CLI::App& app);
 
 }  // namespace roundoff::cli

@@ -40,8 +40,9 @@ Transformer::Transformer(const ModelConfig& c, ResidualScale residual, const ops
   c_.validate();
 }
 
-void Transformer::inject(std::int64_t step, OpKind op, int layer, double factor) {
+void Transformer::inject(std::int64_t step, OpKind op, int layer, std::string tensor, double factor) {
   inject_step_ = step;
+  inject_tensor_ = std::move(tensor);
   inject_op_ = op;
   inject_layer_ = layer;
   inject_factor_ = factor;
@@ -76,8 +77,8 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
   const ops::AttnShape ash{B, NH, T, hs};
   const double eps = c_.norm_eps, post_eps = c_.norm_eps * rule_.post_norm_eps_factor;
   const bool detailed = tel != nullptr && tel->detailed && tel->log != nullptr;
-  auto maybe_inject = [&](OpKind op, int layer, Span y) {
-    if (current_step_ == inject_step_ && op == inject_op_ && layer == inject_layer_)
+  auto maybe_inject = [&](OpKind op, int layer, std::string_view tensor, Span y) {
+    if (current_step_ == inject_step_ && op == inject_op_ && layer == inject_layer_ && tensor == inject_tensor_)
       for (double& v : y) v *= inject_factor_;
   };
   auto layer_of = [&](std::span<const double> all, int l) { return ParamViews<const double>::layer(all, c_.layers, l); };
@@ -112,7 +113,7 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
     runner_.matmul_forward({OpKind::Matmul, l, "k"}, L.k, L.h1, layer_of(p.wk, l), {N, C, C});
     check(tel, OpKind::Matmul, Pass::Forward, l, "k", L.k);
     runner_.matmul_forward({OpKind::Matmul, l, "v"}, L.v, L.h1, layer_of(p.wv, l), {N, C, C});
-    maybe_inject(OpKind::Matmul, l, L.v);
+    maybe_inject(OpKind::Matmul, l, "v", L.v);
     check(tel, OpKind::Matmul, Pass::Forward, l, "v", L.v);
     L.qr.assign(NC, 0.0);
     L.kr.assign(NC, 0.0);
@@ -122,7 +123,7 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
     check(tel, OpKind::RopeRotate, Pass::Forward, l, "k", L.kr);
     L.preatt.assign(static_cast<std::size_t>(ash.att_size()), 0.0);
     runner_.attn_scores_forward({OpKind::AttnScores, l, "scores"}, L.preatt, L.qr, L.kr, ash);
-    maybe_inject(OpKind::AttnScores, l, L.preatt);
+    maybe_inject(OpKind::AttnScores, l, "scores", L.preatt);
     check(tel, OpKind::AttnScores, Pass::Forward, l, "scores", L.preatt);
     if (detailed) tel->log->telemetry(tel->step, l, "attn-scores", "fwd", "scores", "max_logit", max_abs(L.preatt));
     L.att.assign(L.preatt.size(), 0.0);
@@ -171,7 +172,7 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
     check(tel, OpKind::SwiGlu, Pass::Forward, l, "z", L.z);
     L.f.assign(NC, 0.0);
     runner_.matmul_forward({OpKind::Matmul, l, "w2"}, L.f, L.z, layer_of(p.w2, l), {N, H, C});
-    maybe_inject(OpKind::Matmul, l, L.f);
+    maybe_inject(OpKind::Matmul, l, "w2", L.f);
     check(tel, OpKind::Matmul, Pass::Forward, l, "w2", L.f);
     L.pre2.assign(NC, 0.0);
     runner_.residual_forward({OpKind::ResidualFfn, l, "x"}, L.pre2, L.x_mid, L.f, rule_.branch, rows);

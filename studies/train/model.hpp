@@ -51,9 +51,9 @@ class Transformer final : public Model {
   void shadow(std::int64_t step, const Batch& b, std::span<const double> master, ops::Tape& tape, std::int64_t units);
 
   const ops::Policy& policy() const { return runner_.policy(); }
-  /// Test hook: multiplies the output of the named op site (op name + layer) by `factor` in the forward
-  /// pass at `step` (e.g. 1e6 to inject an overflow); step < 0 disables.
-  void inject(std::int64_t step, ops::OpKind op, int layer, double factor);
+  /// Test hook: multiplies the forward output of one site (op, layer, tensor: the Matmul "v" or "w2", or
+  /// the AttnScores "scores") by `factor` at training step `step` (e.g. 1e6 to inject an overflow).
+  void inject(std::int64_t step, ops::OpKind op, int layer, std::string tensor, double factor);
 
  private:
   /// Saved activations of one block (row-major, N = B·T rows).
@@ -78,6 +78,7 @@ class Transformer final : public Model {
   std::int64_t inject_step_ = -1;
   ops::OpKind inject_op_ = ops::OpKind::Matmul;
   int inject_layer_ = 0;
+  std::string inject_tensor_;
   double inject_factor_ = 1;
   std::int64_t current_step_ = 0;
 };

@@ -1,0 +1,158 @@
+// `roundoff train`: train the Llama-family model under a precision policy (docs/trainer.md).
+#include <omp.h>
+
+#include <iostream>
+#include <optional>
+#include <string>
+
+#include "ops/policy.hpp"
+#include "studies/cli/commands.hpp"
+#include "studies/train/session.hpp"
+
+namespace roundoff::cli {
+
+namespace {
+
+struct TrainArgs {
+  std::string config = "T0", tokenizer, precision = "fp32", residual = "none", init = "normal", loss_scale = "auto";
+  int d = 0, layers = 0, heads = 0, seq = 0, batch = 0, vocab = 0;
+  std::int64_t steps = 200, warmup = 100, eval_every = 0, eval_tokens = 0, shadow_every = 0, shadow_units = 4,
+               telemetry_every = 50, checkpoint_every = 0, stop_after = 0, progress_every = 10;
+  std::uint64_t seed = 1;
+  double lr = 1e-3, clip = 1.0, weight_decay = 0.1;
+  int threads = 1;
+  std::string out, corpus;
+  bool resume = false;
+};
+
+studies::train::ModelConfig build_config(const TrainArgs& a, const CLI::App& cmd) {
+  namespace tr = studies::train;
+  tr::ModelConfig c = tr::config_by_name(a.config);
+  const bool custom = a.config == "custom";
+  auto given = [&](const char* name) { return cmd.count(name) > 0; };
+  for (const char* flag : {"--d", "--layers", "--heads", "--seq", "--batch", "--vocab", "--tokenizer"})
+    if (given(flag) && !custom)
+      throw CliError(std::string("train: ") + flag + " is only valid with --config custom (T0 and T1 are fixed)");
+  if (given("--d")) {
+    c.d = a.d;
+    c.hidden = tr::swiglu_hidden(a.d);
+  }
+  if (given("--layers")) c.layers = a.layers;
+  if (given("--heads")) c.heads = a.heads;
+  if (given("--seq")) c.seq = a.seq;
+  if (given("--batch")) c.batch = a.batch;
+  if (given("--tokenizer")) {
+    if (a.tokenizer == "byte") {
+      c.tokenizer = tr::TokenizerKind::Byte;
+      c.vocab = 256;
+    } else if (a.tokenizer == "bpe") {
+      c.tokenizer = tr::TokenizerKind::Bpe;
+      c.vocab = 512;
+    } else {
+      throw CliError("train: unknown --tokenizer '" + a.tokenizer + "' (valid: byte, bpe)");
+    }
+  }
+  if (given("--vocab")) c.vocab = a.vocab;
+  c.validate();
+  return c;
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto args = std::make_shared<TrainArgs>();
+  CLI::App* cmd = app.add_subcommand("train", "Train the small Llama-family model under a --precision policy");
+  cmd->footer(
+      "Examples:\n"
+      "  roundoff train --config T0 --precision fp32 --steps 200 --out runs/t0-fp32\n"
+      "  roundoff train --config T0 --precision ane-fp16 --loss-scale static:256 --residual-scale inv-sqrt-2L "
+      "--out runs/t0-ane\n"
+      "  roundoff train --config custom --d 32 --layers 4 --heads 4 --precision amp-fp16 "
+      "--loss-scale dynamic:65536,2,0.5,100 --out runs/d32\n"
+      "  roundoff train ... --out runs/t0-ane --resume        # continue from runs/t0-ane/checkpoint.bin\n"
+      "Outputs: DIR/summary.json, curves.csv, telemetry.csv, events.csv, checkpoint.bin (docs/trainer.md).");
+  cmd->add_option("--config", args->config, "T0 | T1 | custom")->capture_default_str();
+  cmd->add_option("--d", args->d, "custom: model width (SwiGLU hidden = 2.75·d rounded to 16)");
+  cmd->add_option("--layers", args->layers, "custom: number of blocks");
+  cmd->add_option("--heads", args->heads, "custom: attention heads (must divide d; d/heads even)");
+  cmd->add_option("--seq", args->seq, "custom: context length");
+  cmd->add_option("--batch", args->batch, "custom: sequences per step");
+  cmd->add_option("--tokenizer", args->tokenizer, "custom: byte | bpe");
+  cmd->add_option("--vocab", args->vocab, "custom: BPE vocabulary size (byte: 256)");
+  cmd->add_option("--precision", args->precision, "policy: preset, spec or file (see `roundoff policy`)")
+      ->capture_default_str();
+  cmd->add_option("--residual-scale", args->residual, "none | inv-sqrt-2L | deepnorm")->capture_default_str();
+  cmd->add_option("--init", args->init, "normal | gpt2-scaled (std/sqrt(2L) on Wo, W2)")->capture_default_str();
+  cmd->add_option("--loss-scale", args->loss_scale,
+                  "auto | none | static:S | dynamic[:init,growth,backoff,interval]")
+      ->capture_default_str();
+  cmd->add_option("--steps", args->steps, "optimisation steps")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "drives init, batches and stochastic rounding")->capture_default_str();
+  cmd->add_option("--lr", args->lr, "peak learning rate")->capture_default_str();
+  cmd->add_option("--warmup", args->warmup, "linear warmup steps (capped at --steps)")->capture_default_str();
+  cmd->add_option("--clip", args->clip, "global gradient-norm clip (0: off)")->capture_default_str();
+  cmd->add_option("--weight-decay", args->weight_decay, "AdamW decay on matrices")->capture_default_str();
+  cmd->add_option("--eval-every", args->eval_every, "evaluate val every N steps (0: at the end only)")
+      ->capture_default_str();
+  cmd->add_option("--eval-tokens", args->eval_tokens, "evaluate on the first N val/test tokens (0: whole split)")
+      ->capture_default_str();
+  cmd->add_option("--shadow-every", args->shadow_every, "MPFR shadow on the probe batch every N steps (0: off)")
+      ->capture_default_str();
+  cmd->add_option("--shadow-units", args->shadow_units, "rows/heads per shadowed op call")->capture_default_str();
+  cmd->add_option("--telemetry-every", args->telemetry_every, "activation/gradient telemetry every N steps")
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-every", args->checkpoint_every, "extra checkpoints every N steps (0: at evals)")
+      ->capture_default_str();
+  cmd->add_option("--stop-after", args->stop_after, "stop after N steps of this invocation (sharding)")
+      ->capture_default_str();
+  cmd->add_option("--progress-every", args->progress_every, "stderr progress every N steps (0: quiet)")
+      ->capture_default_str();
+  cmd->add_option("--threads", args->threads, "OpenMP threads (results do not depend on it)")->capture_default_str();
+  cmd->add_option("--corpus", args->corpus, "prepared corpus directory (default: data/brown, else the excerpt)");
+  cmd->add_option("--out", args->out, "results directory")->required();
+  cmd->add_flag("--resume", args->resume, "continue from DIR/checkpoint.bin");
+  cmd->callback([args, cmd] {
+    namespace tr = studies::train;
+    const TrainArgs& a = *args;
+    if (a.threads < 1) throw CliError("train: --threads must be >= 1");
+    tr::SessionSpec spec;
+    spec.policy = ops::load_policy(a.precision);
+    tr::TrainOptions& o = spec.options;
+    o.config = build_config(a, *cmd);
+    o.residual = tr::parse_residual_scale(a.residual);
+    o.recipe.init = tr::parse_init_rule(a.init);
+    o.recipe.lr = a.lr;
+    o.recipe.clip_norm = a.clip;
+    o.recipe.weight_decay = a.weight_decay;
+    o.steps = a.steps;
+    o.recipe.warmup = static_cast<int>(std::max<std::int64_t>(1, std::min(a.warmup, a.steps)));
+    o.loss_scale = tr::resolve_loss_scale(a.loss_scale, spec.policy);
+    o.seed = a.seed;
+    o.eval_every = a.eval_every;
+    o.shadow_every = a.shadow_every;
+    o.telemetry_every = a.telemetry_every;
+    o.checkpoint_every = a.checkpoint_every;
+    o.stop_after = a.stop_after;
+    o.progress_every = a.progress_every;
+    o.threads = a.threads;
+    o.out = a.out;
+    o.resume = a.resume;
+    spec.eval_tokens = a.eval_tokens;
+    spec.shadow_units = a.shadow_units;
+    if (!a.corpus.empty()) spec.corpus_dir = a.corpus;
+    omp_set_num_threads(a.threads);
+    const tr::TrainData data = tr::load_train_data(o.config, spec.corpus_dir, a.eval_tokens);
+    std::cerr << "train: " << o.config.name << " (" << data.tokenizer << ", " << data.source << "), policy "
+              << spec.policy.canonical() << ", loss scale " << o.loss_scale.canonical() << ", "
+              << o.steps << " steps, seed " << o.seed << "\n";
+    const nlohmann::json s = tr::run_session(spec, data, &std::cerr);
+    std::cout << "steps " << s["steps_completed"] << "/" << s["steps"];
+    if (s.contains("val_loss_fp32"))
+      std::cout << "  val_loss_fp32 " << s["val_loss_fp32"] << "  val_loss_own " << s["val_loss_own"]
+                << "  val_bpb_fp32 " << s["val_bpb_fp32"];
+    std::cout << "  skipped " << s["skipped_steps"] << "  first_nonfinite_step " << s["first_nonfinite_step"]
+              << "\nweights_sha256 " << s["weights_sha256"].get<std::string>() << "\nresults in " << a.out << "\n";
+  });
+}
+
+}  // namespace roundoff::cli

@@ -1,0 +1,77 @@
+// Building and running a complete training session.
+#include "studies/train/session.hpp"
+
+#include <ostream>
+
+#include "ops/probe.hpp"
+#include "studies/data/bpe.hpp"
+#include "studies/data/corpus.hpp"
+#include "studies/data/tokenizer.hpp"
+#include "studies/train/model.hpp"
+
+namespace roundoff::studies::train {
+
+LossScaleSpec resolve_loss_scale(const std::string& text, const ops::Policy& policy) {
+  if (text != "auto") return LossScaleSpec::parse(text);
+  const double s = policy.loss_scale();
+  if (s == 1.0) return LossScaleSpec::parse("none");
+  if (s == 65536.0) return LossScaleSpec::parse("dynamic");
+  LossScaleSpec spec;
+  spec.kind = LossScaleKind::Static;
+  spec.init = s;
+  return spec;
+}
+
+TrainData load_train_data(const ModelConfig& c, const std::optional<std::filesystem::path>& corpus_dir,
+                          std::int64_t eval_tokens) {
+  const data::Corpus corpus = data::load_corpus(corpus_dir);
+  std::unique_ptr<data::Tokenizer> tok;
+  switch (c.tokenizer) {
+    case TokenizerKind::Byte: tok = std::make_unique<data::ByteTokenizer>(); break;
+    case TokenizerKind::Bpe: tok = data::make_tokenizer("bpe-" + std::to_string(c.vocab), corpus.train); break;
+  }
+  if (tok->vocab_size() != static_cast<std::size_t>(c.vocab))
+    throw std::runtime_error("tokenizer " + tok->name() + " has " + std::to_string(tok->vocab_size()) +
+                             " tokens but the model expects vocab " + std::to_string(c.vocab) +
+                             " (the train split is too small for that many merges)");
+  TrainData d;
+  d.train = tok->encode(corpus.train);
+  const std::vector<data::Token> val = tok->encode(corpus.val), test = tok->encode(corpus.test);
+  const data::Tokenizer& t = *tok;
+  auto bytes_of = [&t](std::int32_t id) { return static_cast<std::int64_t>(t.token_bytes(id).size()); };
+  d.val = make_eval_set(val, c.seq, c.batch, eval_tokens, bytes_of);
+  d.test = make_eval_set(test, c.seq, c.batch, eval_tokens, bytes_of);
+  d.source = corpus.source;
+  d.tokenizer = tok->name();
+  return d;
+}
+
+nlohmann::json run_session(SessionSpec spec, const TrainData& data, std::ostream* progress) {
+  TrainOptions& o = spec.options;
+  o.policy = spec.policy.canonical();
+  Transformer own(o.config, o.residual, spec.policy, o.seed);
+  Transformer fp32(o.config, o.residual, ops::Policy::preset("fp32"), o.seed);
+  ShadowHook hook;
+  if (o.shadow_every > 0) {
+    if (data.val.batches.empty()) throw std::runtime_error("--shadow-every needs a non-empty validation split");
+    const Batch probe = data.val.batches.front();  // the fixed probe batch: the first B val windows
+    const std::int64_t units = spec.shadow_units;
+    hook = [&own, probe, units](std::int64_t step, std::span<const double> master, RunLog& log) {
+      ops::Tape tape;
+      own.shadow(step, probe, master, tape, units);
+      for (const ops::OpRecord& r : tape.records()) {
+        const auto op = ops::name_of(r.op), pass = ops::name_of(r.pass);
+        log.telemetry(step, r.layer, op, pass, r.tensor, "shadow_median_ulp", r.error.median_ulp);
+        log.telemetry(step, r.layer, op, pass, r.tensor, "shadow_p95_ulp", r.error.p95_ulp);
+        log.telemetry(step, r.layer, op, pass, r.tensor, "shadow_max_ulp", r.error.max_ulp);
+        log.telemetry(step, r.layer, op, pass, r.tensor, "shadow_norm_rel", r.error.norm_rel);
+        log.telemetry(step, r.layer, op, pass, r.tensor, "shadow_underflow", static_cast<double>(r.error.underflow));
+      }
+    };
+  }
+  Trainer trainer(o, own, fp32, data, progress, hook);
+  nlohmann::json summary = trainer.run();
+  return summary;
+}
+
+}  // namespace roundoff::studies::train

@@ -1,0 +1,41 @@
+#pragma once
+/// \file session.hpp
+/// One complete training run as the CLI, the demo and the benchmarks start it: loads the corpus (the full
+/// prepared Brown corpus when present, else the committed excerpt), tokenises it, builds the model under
+/// the policy and an fp32 twin for evaluation, optionally hooks the MPFR shadow, and runs the Trainer.
+#include <cstdint>
+#include <filesystem>
+#include <iosfwd>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "ops/policy.hpp"
+#include "studies/train/loss_scaler.hpp"
+#include "studies/train/trainer.hpp"
+
+namespace roundoff::studies::train {
+
+struct SessionSpec {
+  TrainOptions options;  ///< options.policy is overwritten with policy.canonical()
+  ops::Policy policy;
+  std::optional<std::filesystem::path> corpus_dir;  ///< default: data::load_corpus()'s choice
+  std::int64_t eval_tokens = 0;   ///< > 0: evaluate on the leading windows covering this many tokens
+  std::int64_t shadow_units = 4;  ///< units per shadowed op call (rows, heads, columns)
+};
+
+/// "auto" → none when the policy suggests no loss scale, dynamic (GradScaler defaults) when it suggests
+/// 2^16, static:S otherwise; anything else is parsed by LossScaleSpec::parse.
+LossScaleSpec resolve_loss_scale(const std::string& text, const ops::Policy& policy);
+
+/// Tokenised splits for `c` (byte or BPE-V trained on the train split).
+TrainData load_train_data(const ModelConfig& c, const std::optional<std::filesystem::path>& corpus_dir,
+                          std::int64_t eval_tokens);
+
+/// Runs (or resumes) the training described by `spec` on `data`; progress lines go to `progress`
+/// (may be null). Returns the summary written to DIR/summary.json. Shadow records land in the run's
+/// telemetry (op = <op>, pass, tensor, metric ∈ {median_ulp, p95_ulp, max_ulp, norm_rel, underflow}).
+nlohmann::json run_session(SessionSpec spec, const TrainData& data, std::ostream* progress);
+
+}  // namespace roundoff::studies::train

@@ -1,0 +1,195 @@
+// The ops-based Transformer: fp64 gradient check (finite differences and the native twin), equality with a
+// plain float implementation in the fp32 forward loss, thread-count determinism, resume under stochastic
+// rounding, an injected overflow, and a smoke run per policy that must lower the loss.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "ops/policy.hpp"
+#include "studies/data/corpus.hpp"
+#include "studies/train/model.hpp"
+#include "studies/train/session.hpp"
+#include "tests/studies/native_model.hpp"
+
+namespace roundoff::studies::train {
+namespace {
+
+ModelConfig small_config(int d, int seq, int batch) {
+  ModelConfig c = t0_config();
+  c.name = "custom";
+  c.d = d;
+  c.layers = 2;
+  c.heads = 2;
+  c.seq = seq;
+  c.batch = batch;
+  c.hidden = swiglu_hidden(d);
+  return c;
+}
+
+const TrainData& excerpt_data(const ModelConfig& c) {
+  static std::map<std::pair<int, int>, TrainData> cache;
+  auto key = std::make_pair(c.seq, c.batch);
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, load_train_data(c, data::excerpt_dir(), 1024)).first;
+  return it->second;
+}
+
+std::filesystem::path fresh_dir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("roundoff_trainm_" + name);
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+void gradient_check(ResidualScale rs) {
+  omp_set_num_threads(1);
+  const ModelConfig c = small_config(8, 4, 2);
+  Transformer model(c, rs, ops::Policy::preset("fp64"), 1);
+  testing::NativeModel<double> twin(c, rs);
+  Recipe r;
+  r.init_std = 0.2;
+  std::vector<double> w = init_params(c, r, residual_rule(rs, c.layers), 5);
+  const Batch b = train_batch(excerpt_data(c).train, c.seq, c.batch, 9, 0);
+  std::vector<double> g(w.size()), g_twin(w.size());
+  StepTelemetry tel, tel2;
+  const double loss = model.loss_and_grad(b, w, 1.0, g, tel);
+  const double loss_twin = twin.loss_and_grad(b, w, 1.0, g_twin, tel2);
+  EXPECT_NEAR(loss, loss_twin, 1e-12 * loss);
+  double gmax = 0;
+  for (const double x : g_twin) gmax = std::max(gmax, std::abs(x));
+  for (std::size_t i = 0; i < g.size(); ++i)
+    ASSERT_NEAR(g[i], g_twin[i], 1e-10 * gmax) << "element " << i << " (" << name_of(rs) << ")";
+  const ParamLayout lay = param_layout(c);
+  const double n_tok = static_cast<double>(b.batch * b.seq);
+  for (const ParamTensor t : kAllParamTensors) {
+    for (std::size_t j = 0; j < 3; ++j) {
+      const std::size_t k = t == ParamTensor::Embedding
+                                ? lay.offset_of(t) + static_cast<std::size_t>(b.inputs[j % b.inputs.size()] * c.d) + j % c.d
+                                : lay.offset_of(t) + (j * 7919) % lay.size_of(t);
+      const double h = 1e-5, w0 = w[k];
+      w[k] = w0 + h;
+      const double up = model.total_loss(b, w) / n_tok;
+      w[k] = w0 - h;
+      const double down = model.total_loss(b, w) / n_tok;
+      w[k] = w0;
+      // Central difference: truncation h²·|f'''|/6 and cancellation ~1e-16/h, both ≪ 1e-7.
+      EXPECT_NEAR((up - down) / (2 * h), g[k], 1e-7) << name_of(t) << " element " << k;
+    }
+  }
+}
+
+TEST(TrainModel, Fp64GradientMatchesFiniteDifferencesAndNativeTwin) { gradient_check(ResidualScale::None); }
+TEST(TrainModel, Fp64GradientDeepNorm) { gradient_check(ResidualScale::DeepNorm); }
+
+nlohmann::json run(const ModelConfig& c, const std::string& policy, const std::filesystem::path& out,
+                   std::int64_t steps, const std::function<void(TrainOptions&)>& tweak = {}) {
+  omp_set_num_threads(1);
+  SessionSpec spec;
+  spec.policy = ops::load_policy(policy);
+  TrainOptions& o = spec.options;
+  o.config = c;
+  o.steps = steps;
+  o.recipe.lr = 3e-3;
+  o.recipe.warmup = std::max<int>(1, static_cast<int>(steps / 10));
+  o.seed = 3;
+  o.progress_every = 0;
+  o.telemetry_every = 25;
+  o.out = out;
+  o.loss_scale = resolve_loss_scale("auto", spec.policy);
+  if (tweak) tweak(o);
+  return run_session(spec, excerpt_data(c), nullptr);
+}
+
+TEST(TrainModel, SameWeightsForOneAndTwoThreads) {
+  const ModelConfig c = small_config(16, 16, 2);
+  for (const std::string policy : {"ane-fp16,all.rounding=stochastic"}) {
+    const auto a = run(c, policy, fresh_dir("t1"), 2);
+    const auto b = run(c, policy, fresh_dir("t2"), 2, [](TrainOptions&) { omp_set_num_threads(2); });
+    const auto again = run(c, policy, fresh_dir("t3"), 2);
+    omp_set_num_threads(1);
+    EXPECT_EQ(a["weights_sha256"], b["weights_sha256"]) << policy;
+    EXPECT_EQ(a["weights_sha256"], again["weights_sha256"]) << policy;
+    EXPECT_EQ(a["val_loss_own"], b["val_loss_own"]) << policy;
+  }
+}
+
+TEST(TrainModel, ResumeUnderStochasticRoundingEqualsUninterrupted) {
+  const ModelConfig c = small_config(16, 16, 2);
+  const std::string policy = "ane-fp16,all.rounding=stochastic";
+  const auto a = run(c, policy, fresh_dir("whole"), 6);
+  const auto dir = fresh_dir("parts");
+  run(c, policy, dir, 6, [](TrainOptions& o) { o.stop_after = 4; });
+  const auto b = run(c, policy, dir, 6, [](TrainOptions& o) { o.resume = true; });
+  EXPECT_EQ(a["weights_sha256"], b["weights_sha256"]);
+}
+
+TEST(TrainModel, InjectedOverflowIsReportedWithStepAndOp) {
+  const ModelConfig c = small_config(16, 16, 2);
+  const TrainData& data = excerpt_data(c);
+  omp_set_num_threads(1);
+  const ops::Policy policy = ops::Policy::preset("ane-fp16");
+  Transformer own(c, ResidualScale::None, policy, 3), fp32(c, ResidualScale::None, ops::Policy::preset("fp32"), 3);
+  own.inject(3, ops::OpKind::Matmul, 1, "w2", 1e9);  // W2 output of layer 1 at step 3: the fp16 FFN add overflows
+  TrainOptions o;
+  o.config = c;
+  o.steps = 6;
+  o.recipe.warmup = 2;
+  o.progress_every = 0;
+  o.loss_scale = LossScaleSpec::parse("static:256");
+  o.policy = policy.canonical();
+  const auto dir = fresh_dir("inject");
+  o.out = dir;
+  Trainer t(o, own, fp32, data, nullptr);
+  const auto s = t.run();
+  EXPECT_EQ(s["first_nonfinite_step"], 3);
+  EXPECT_EQ(s["first_nonfinite_op"], "residual-ffn.fwd(x)[layer 1]");
+  EXPECT_EQ(s["skipped_steps"], 1);
+  std::ifstream events(dir / "events.csv");
+  std::stringstream ev;
+  ev << events.rdbuf();
+  EXPECT_NE(ev.str().find("3,nonfinite,first non-finite value in residual-ffn.fwd(x)[layer 1]"), std::string::npos)
+      << ev.str();
+  EXPECT_NE(ev.str().find("3,skip,"), std::string::npos) << ev.str();
+}
+
+TEST(TrainModel, TelemetryIsRecorded) {
+  const ModelConfig c = small_config(16, 16, 2);
+  const auto dir = fresh_dir("telemetry");
+  run(c, "ane-fp16", dir, 2, [](TrainOptions& o) {
+    o.telemetry_every = 1;
+    o.shadow_every = 1;
+  });
+  std::ifstream in(dir / "telemetry.csv");
+  std::stringstream s;
+  s << in.rdbuf();
+  for (const char* needle : {",swamping_ratio,", ",max_logit,", "stream,fwd,x,max_abs", ",underflow_fraction,",
+                             ",stagnation_fraction,", ",shadow_max_ulp,", "softmax,fwd,att,"})
+    EXPECT_NE(s.str().find(needle), std::string::npos) << needle;
+}
+
+/// Each policy lowers the validation loss by at least 1 nat from the uniform ln 256 within `steps`.
+void smoke(const ModelConfig& c, std::int64_t steps) {
+  for (const std::string policy : {"fp32", "ane-fp16", "ane-fp16-acc32", "ane-matmul-only", "amp-bf16"}) {
+    const auto s = run(c, policy, fresh_dir("smoke"), steps, [](TrainOptions& o) { o.telemetry_every = 0; });
+    const double start = std::log(256.0);
+    EXPECT_LT(s["val_loss_fp32"].get<double>(), start - 1.0) << policy;
+    EXPECT_TRUE(std::isfinite(s["val_loss_own"].get<double>())) << policy;
+    EXPECT_TRUE(s["first_nonfinite_step"].is_null()) << policy;
+  }
+}
+
+TEST(TrainSmoke, EveryPolicyLowersTheLoss) { smoke(small_config(16, 16, 2), 80); }
+
+/// The 200-step T0 run per policy. Minutes per policy while fp32 GEMMs take the exact (slow)
+/// accumulation path; runs only with ROUNDOFF_SLOW=1.
+TEST(TrainSmokeSlow, T0TwoHundredStepsEveryPolicy) {
+  if (std::getenv("ROUNDOFF_SLOW") == nullptr) GTEST_SKIP() << "set ROUNDOFF_SLOW=1 to run";
+  smoke(t0_config(), 200);
+}
+
+}  // namespace
+}  // namespace roundoff::studies::train
