@@ -19,6 +19,7 @@ void add_arith_command(CLI::App& app);
 void add_demo_command(CLI::App& app);
 void add_policy_command(CLI::App& app);
 void add_data_command(CLI::App& app);
+void add_op_error_command(CLI::App& app);
 void add_dot_command(CLI::App& app);
 void add_accumulate_command(CLI::App& app);
 void add_train_command(CLI::App& app);

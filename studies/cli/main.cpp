@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   roundoff::cli::add_demo_command(app);
   roundoff::cli::add_policy_command(app);
   roundoff::cli::add_data_command(app);
+  roundoff::cli::add_op_error_command(app);
   roundoff::cli::add_dot_command(app);
   roundoff::cli::add_accumulate_command(app);
   roundoff::cli::add_train_command(app);
