@@ -166,6 +166,9 @@ for i, r in enumerate(meta["ranked_ane_fp16"], 1):
       f"{g(r['max_ulp'])} | {g(r['max_rel'])} | {g(r['norm_rel'])} | {g(r['dot_ratio'])} | {r['inf']} | {r['nan']} | "
       f"{r['underflow']} |")
 w("")
+w("Note: the forward cases of matmul `q` (1024 → 1024) and `w1` (1024 → 2816) compute the same 256 output columns "
+  "with K = 1024 from the same seed, so their forward rows are one measurement listed twice. Weight gradients, "
+  "the classifier, RMSNorm, cross-entropy and AdamW run in fp32 under this preset (the CPU side of AutoANE).\n")
 
 # Preset comparison at unit scale: normwise relative error per (op, pass, tensor).
 unit = ops_df[ops_df.scale == 1.0]
