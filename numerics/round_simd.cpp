@@ -115,7 +115,7 @@ inline std::uint32_t unscale(const FloatTarget& t, std::int32_t q) {
   return std::bit_cast<std::uint32_t>((static_cast<float>(q) * t.down_hi) * t.down_lo);
 }
 
-/// One element, deterministic mode M. Branch-free so that the loop vectorises with baseline SSE2.
+/// One element, deterministic mode M (the scalar tail of portable_loop; round_bits4 is the 4-lane form).
 template <Rounding M>
 inline std::uint32_t round_bits(const FloatTarget& t, Overflow o, std::uint32_t u) {
   const std::uint32_t sign = u & kSign, a = u & kAbs;

@@ -12,10 +12,10 @@
 /// subnormals (no FTZ/DAZ), as for the scalar path's float conversions.
 ///
 /// Paths:
-///  - Portable: integer bit trick on the binary32 encoding for targets in the normal range (round at bit
-///    23 - (p - 1) of the encoding; the carry walks into the exponent), exact float scaling for targets in
-///    the subnormal range; all seven modes; no ISA requirement, SSE2 auto-vectorisable for the
-///    deterministic modes.
+///  - Portable: add-and-mask on the binary32 encoding for targets in the normal range (the carry walks into
+///    the exponent), exact float scaling and a truncating conversion for targets in the subnormal range;
+///    all seven modes; no ISA requirement (GCC/Clang vector extensions in 4-lane groups, SSE2 on x86-64;
+///    scalar tails; the stochastic variant is scalar). Independent of the FP rounding mode.
 ///  - F16C (AVX2 + F16C): fp16 nearest-even / toward-zero / up / down via vcvtps2ph + vcvtph2ps.
 ///  - AVX-512 (F + DQ): fp16 as F16C but 16 lanes; bf16 all deterministic modes by add-and-mask on the
 ///    encoding (subnormals exact, unlike vcvtneps2bf16); stochastic rounding for every handled format with
@@ -47,7 +47,7 @@ bool round_float_with(Path path, const RoundingPlan& plan, Rounding mode, std::s
 bool round_float_stochastic_with_draws(Path path, const RoundingPlan& plan, std::span<const float> src,
                                        std::span<float> dst, std::span<const std::uint64_t> draws);
 
-/// Integer bit-trick paths with no ISA requirement (the compiler may auto-vectorise them).
+/// The portable path (no ISA requirement).
 bool round_float_portable(const RoundingPlan& plan, Rounding mode, std::span<const float> src,
                           std::span<float> dst, StochasticBits bits, std::uint64_t first_index);
 /// The best path the running CPU supports (AVX-512 / F16C), else round_float_portable.
