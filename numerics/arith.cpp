@@ -43,6 +43,12 @@ double sub(const RoundingPlan& p, Rounding m, double a, double b, std::uint64_t 
 
 double mul(const RoundingPlan& p, Rounding m, double a, double b, std::uint64_t draw) {
   if (!std::isfinite(a) || !std::isfinite(b) || a == 0 || b == 0) return round_to(p, m, a * b, draw);
+  {
+    double hi, lo;  // fast path: a product exact in binary64, far from its underflow and overflow
+    two_prod(a, b, hi, lo);
+    const double ah = std::fabs(hi);
+    if (lo == 0 && ah >= 0x1p-960 && ah <= 0x1p1000) return round_to(p, m, hi, draw);
+  }
   int ea, eb;
   const double ma = std::frexp(a, &ea), mb = std::frexp(b, &eb);
   double hi, lo;

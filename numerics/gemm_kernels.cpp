@@ -262,13 +262,15 @@ ROUNDOFF_AVX512FP16 void tile_ph_rows(std::size_t rows, const std::uint32_t* Ap,
 }
 
 /// Classifies n contiguous doubles and returns the lowest class met. Inputs (`inputs`): 0 = no kernel (not a
-/// binary32 value, more than 12 significant bits, or a finite nonzero |x| outside [2^-63, 2^63)), 1 = every
+/// binary32 value, more than 12 significant bits, or a finite nonzero |x| outside [2^-63, 2^63); with
+/// `any_binary32`, for the fused fp32 accumulator whose hardware FMA rounds the exact a·b + s once, only the
+/// first condition), 1 = every
 /// product exact in fp32, 2 = additionally every value an fp16 value. Initial C (!inputs): 0 = not a binary32
 /// value, 1 = binary32, 2 = fp16 value. Writes the values, where the pointers are not null, as binary32 (NaNs
 /// replaced by the quiet NaN, see round_bf16_rne), as fp16 bits, and as fp16 bits twice per 32-bit word
 /// (fp16 outputs are meaningful only when the result is 2).
-ROUNDOFF_AVX512 int pack_run(const double* src, std::size_t n, bool inputs, float* f32, std::uint16_t* h16,
-                             std::uint32_t* h32) {
+ROUNDOFF_AVX512 int pack_run(const double* src, std::size_t n, bool inputs, bool any_binary32, float* f32,
+                             std::uint16_t* h16, std::uint32_t* h32) {
   __mmask16 bad = 0, not_half = 0;
   for (std::size_t i = 0; i < n; i += 16) {
     const std::size_t len = std::min<std::size_t>(16, n - i);
@@ -282,7 +284,7 @@ ROUNDOFF_AVX512 int pack_run(const double* src, std::size_t n, bool inputs, floa
     const auto exact = static_cast<__mmask16>(exlo | (static_cast<unsigned>(exhi) << 8));
     const __m512 f = _mm512_insertf32x8(_mm512_castps256_ps512(flo), fhi, 1);
     __mmask16 ok = exact;
-    if (inputs) {
+    if (inputs && !any_binary32) {
       const __m512i fi = _mm512_castps_si512(f);
       const __m512i e = _mm512_and_si512(_mm512_srli_epi32(fi, 23), _mm512_set1_epi32(0xFF));
       const __mmask16 special = _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(0xFF)) |
@@ -315,6 +317,7 @@ ROUNDOFF_AVX512 int pack_run(const double* src, std::size_t n, bool inputs, floa
 /// Packed operands (uninitialised storage: every element read is written first).
 struct Packed {
   std::size_t M, N, K, panels;
+  bool any_binary32 = false;  ///< fused fp32 accumulator: any binary32 inputs (one hardware FMA per step)
   std::unique_ptr<float[]> A;           ///< M×K row-major (fp32-lane kernels)
   std::unique_ptr<float[]> B;           ///< panels × K × kPanel, zero-padded columns
   std::unique_ptr<std::uint32_t[]> Ah;  ///< native fp16 path: fp16 bits twice per word, M×K
@@ -337,7 +340,7 @@ int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, std::vector<double>&
       for (std::size_t k = 0; k < K; ++k) scratch[k] = A(i, k);
       src = scratch.data();
     }
-    worst = std::min(worst, pack_run(src, K, true, pk.A ? pk.A.get() + i * K : nullptr, nullptr,
+    worst = std::min(worst, pack_run(src, K, true, pk.any_binary32, pk.A ? pk.A.get() + i * K : nullptr, nullptr,
                                      pk.Ah ? pk.Ah.get() + i * K : nullptr));
   }
   const auto segments = static_cast<std::ptrdiff_t>(pk.panels * K);
@@ -351,7 +354,7 @@ int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, std::vector<double>&
       for (std::size_t c = 0; c < jn; ++c) scratch[c] = B(k, j0 + c);
       src = scratch.data();
     }
-    worst = std::min(worst, pack_run(src, jn, true, pk.B ? pk.B.get() + at : nullptr,
+    worst = std::min(worst, pack_run(src, jn, true, pk.any_binary32, pk.B ? pk.B.get() + at : nullptr,
                                      pk.Bh ? pk.Bh.get() + at : nullptr, nullptr));
     for (std::size_t c = jn; c < kPanel; ++c) {
       if (pk.B) pk.B[at + c] = 0.0f;
@@ -507,6 +510,7 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
   pk.N = N;
   pk.K = K;
   pk.panels = (N + kPanel - 1) / kPanel;
+  pk.any_binary32 = plan.acc == Acc::Fp32 && a.fused;
   // The native fp16 kernel needs every input (and C) to be an fp16 value: packed optimistically as fp16; if
   // some value is not, the operands are packed again as binary32 for the round-to-odd kernel.
   const bool try_native = plan.acc == Acc::Fp16 && isa == Isa::Avx512Fp16;
@@ -539,7 +543,7 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
       const auto rows = static_cast<std::ptrdiff_t>(M);
 #pragma omp for schedule(static) nowait
       for (std::ptrdiff_t i = 0; i < rows; ++i)
-        w = std::min(w, pack_run(C + static_cast<std::size_t>(i) * ldc, N, false, nullptr, nullptr, nullptr));
+        w = std::min(w, pack_run(C + static_cast<std::size_t>(i) * ldc, N, false, false, nullptr, nullptr, nullptr));
     }
 #pragma omp critical(roundoff_gemm_kernels_worst)
     worst = std::min(worst, w);

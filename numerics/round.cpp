@@ -14,8 +14,14 @@ RoundingPlan::RoundingPlan(const Format& f)
     : format(f),
       max_finite(numerics::max_finite(f)),
       min_normal(numerics::min_normal(f)),
-      qexp_min(f.subnormals ? f.emin - f.precision + 1 : f.emin) {
+      qexp_min(f.subnormals ? f.emin - f.precision + 1 : f.emin),
+      fast_lo_bits(0),
+      fast_hi_bits(0),
+      drop_bits(53 - f.precision) {
   check_valid(f);
+  fast_lo_bits = std::bit_cast<std::uint64_t>(std::ldexp(1.0, f.emin));
+  fast_hi_bits = f.emax < 1023 ? std::bit_cast<std::uint64_t>(std::ldexp(1.0, f.emax + 1)) - 1
+                               : std::bit_cast<std::uint64_t>(std::numeric_limits<double>::max());
 }
 
 namespace {
@@ -133,6 +139,33 @@ double round_parts(const RoundingPlan& plan, Rounding mode, ExactParts v, std::u
 }
 
 double round_to(const RoundingPlan& plan, Rounding mode, double x, std::uint64_t draw) {
+  const std::uint64_t bits = std::bit_cast<std::uint64_t>(x);
+  const std::uint64_t mag = bits & ~(std::uint64_t{1} << 63);
+  if (mag >= plan.fast_lo_bits && mag <= plan.fast_hi_bits && mode != Rounding::Stochastic) {
+    // Normal binades of the format: rounding is integer arithmetic on the binary64 encoding (a carry out of the
+    // significand correctly moves to the next binade; past 2^(emax+1) the overflow rule applies).
+    const int sh = plan.drop_bits;
+    if (sh == 0) return x;
+    const bool neg = bits >> 63;
+    const std::uint64_t low = (std::uint64_t{1} << sh) - 1;
+    const std::uint64_t rem = mag & low;
+    std::uint64_t r = mag & ~low;
+    const std::uint64_t half = std::uint64_t{1} << (sh - 1);
+    bool inc = false;
+    switch (mode) {
+      case Rounding::NearestEven: inc = rem > half || (rem == half && ((mag >> sh) & 1)); break;
+      case Rounding::NearestAway: inc = rem >= half; break;
+      case Rounding::TowardZero: break;
+      case Rounding::Up: inc = rem != 0 && !neg; break;
+      case Rounding::Down: inc = rem != 0 && neg; break;
+      case Rounding::Odd: inc = rem != 0 && ((mag >> sh) & 1) == 0; break;
+      case Rounding::Stochastic: break;  // excluded above
+    }
+    if (inc) r += low + 1;
+    const double y = std::bit_cast<double>(r);
+    if (y > plan.max_finite) return overflow_value(plan, mode, neg);
+    return neg ? -y : y;
+  }
   if (!std::isfinite(x)) return special_value(plan, x);
   if (x == 0) return x;
   std::uint64_t m;
@@ -144,6 +177,7 @@ double round_to(const RoundingPlan& plan, Rounding mode, double x, std::uint64_t
 double round_pair_scaled(const RoundingPlan& plan, Rounding mode, double hi, double lo, int scale,
                          std::uint64_t draw) {
   if (!std::isfinite(hi) || !std::isfinite(lo)) return round_to(plan, mode, hi + lo, draw);
+  if (lo == 0 && scale == 0) return round_to(plan, mode, hi, draw);
   if (hi == 0) {
     if (lo == 0) return hi;  // signed zero as computed by the caller
     std::uint64_t m;

@@ -29,6 +29,11 @@ struct RoundingPlan {
   double max_finite;
   double min_normal;
   int qexp_min;  ///< exponent of the smallest quantum: emin-p+1 (subnormals) or emin (no subnormals)
+  // Fast path of round_to for doubles whose magnitude lies in the format's normal binades: the magnitude's
+  // bit pattern is in [fast_lo_bits, fast_hi_bits] and rounding clears the low `drop_bits` bits.
+  std::uint64_t fast_lo_bits;
+  std::uint64_t fast_hi_bits;
+  int drop_bits;
   explicit RoundingPlan(const Format& f);
 };
 

@@ -315,6 +315,41 @@ TEST(GemmKernelsDecline, WhenNoBitIdenticalKernelExists) {
   k::set_enabled(true);
 }
 
+TEST(GemmKernelsFp32, AnyBinary32InputsWithFusedFp32Accumulation) {
+  if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX-512";
+  // Full 24-bit inputs (products not exact in fp32), subnormal and overflowing sums: the hardware fp32 FMA
+  // rounds a·b + s once, so the kernel must equal the definition (numerics::fma steps) bit for bit.
+  std::mt19937_64 rng(77);
+  std::normal_distribution<double> gauss(0.0, 1.0);
+  const RoundingPlan f32(formats::fp32);
+  for (const int scale : {0, -70, 60}) {
+    for (const Accumulation& acc : {make_acc(formats::fp32), make_acc(formats::fp32, Order::Blocked, 16)}) {
+      const std::size_t M = 9, N = 37, K = 53;
+      std::vector<double> A(M * K), B(K * N), C(M * N), C0(M * N);
+      for (auto& x : A) x = round_to(f32, Rounding::NearestEven, std::ldexp(gauss(rng), scale));
+      for (auto& x : B) x = round_to(f32, Rounding::NearestEven, std::ldexp(gauss(rng), scale));
+      for (auto& x : C0) x = round_to(f32, Rounding::NearestEven, gauss(rng));
+      for (const bool accumulate : {false, true}) {
+        C = C0;
+        ASSERT_TRUE(k::gemm_fast(acc, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, C.data(), N,
+                                 accumulate, nullptr, 1));
+        for (std::size_t i = 0; i < M; ++i)
+          for (std::size_t j = 0; j < N; ++j) {
+            std::int64_t ov = 0;
+            const double want = reference(acc, A, B, N, K, i, j, accumulate, C0[i * N + j], ov);
+            ASSERT_TRUE(same(C[i * N + j], want)) << "scale " << scale << " i " << i << " j " << j << " got "
+                                                  << C[i * N + j] << " want " << want;
+          }
+      }
+    }
+  }
+  Accumulation unfused = make_acc(formats::fp32);
+  unfused.fused = false;  // products rounded to fp32 first: a 24-bit input must send it to the generic path
+  const double wide[] = {1.0 + std::ldexp(1.0, -20), 2.0, 3.0, 4.0}, ok[] = {1.0, 2.0, 3.0, 4.0};
+  double C[4] = {};
+  EXPECT_FALSE(k::gemm_fast(unfused, 2, 2, 2, ConstMatrix{wide, 2}, ConstMatrix{ok, 2}, C, 2, false, nullptr, 1));
+}
+
 TEST(GemmKernelsLayout, TransposedOperandsAndLeadingDimensions) {
   if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX-512";
   std::mt19937_64 rng(7);
