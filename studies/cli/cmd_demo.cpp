@@ -9,6 +9,7 @@
 #include "numerics/arith.hpp"
 #include "numerics/mpfr_util.hpp"
 #include "ops/demo.hpp"
+#include "studies/accumulation/demo.hpp"
 #include "studies/cli/cli_format.hpp"
 #include "studies/cli/commands.hpp"
 
@@ -81,13 +82,17 @@ void traps() {
 }  // namespace
 
 void add_demo_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("demo", "The main job: formats, rounding modes, the double-rounding traps, per-op error of a block.");
+  auto* cmd = app.add_subcommand("demo", "The main job: formats, rounding modes, the double-rounding traps, accumulation orders, per-op error of a block.");
   cmd->footer("Example:\n  roundoff demo");
   cmd->callback([] {
     std::printf("roundoff demo\n");
     formats_table();
     modes_table();
     traps();
+    section("Accumulation order: the same dot products formed differently");
+    std::fflush(stdout);
+    studies::print_accumulation_demo(std::cout);
+    std::cout.flush();
     section("Per-op local error of one transformer block under ane-fp16 (MPFR shadow on the same inputs)");
     std::fflush(stdout);
     ops::print_block_error_demo(std::cout);
