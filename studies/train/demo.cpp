@@ -22,20 +22,20 @@
 namespace roundoff::studies::train {
 namespace {
 
-/// The demo's run: shapes and budget. T0 proper (d 64) costs seconds per fp32 step while fp32 GEMMs take
-/// the exact accumulation path, so the demo uses T0's architecture at half width and half context.
+/// The demo's run: shapes and budget. T0 proper (d 64, seq 64) costs seconds per fp32 step while fp32
+/// GEMMs take the exact accumulation path, so the demo uses T0's architecture at d 32 and seq 16.
 ModelConfig demo_config() {
   ModelConfig c = t0_config();
   c.name = "custom";
   c.d = 32;
   c.heads = 4;
-  c.seq = 32;
+  c.seq = 16;
   c.batch = 4;
   c.hidden = swiglu_hidden(c.d);
   return c;
 }
-constexpr std::int64_t kSteps = 150;
-constexpr std::int64_t kEvalTokens = 4096;
+constexpr std::int64_t kSteps = 100;
+constexpr std::int64_t kEvalTokens = 2048;
 constexpr std::uint64_t kSeed = 1;
 
 std::string read_file(const std::filesystem::path& p) {
@@ -100,9 +100,9 @@ int run_training_demo(std::ostream& out, const std::filesystem::path& out_dir) {
     o.steps = kSteps;
     o.seed = kSeed;
     o.recipe.lr = 3e-3;
-    o.recipe.warmup = 15;
-    o.eval_every = 75;
-    o.telemetry_every = 75;
+    o.recipe.warmup = 10;
+    o.eval_every = 50;
+    o.telemetry_every = 50;
     o.shadow_every = policy == "fp32" ? 0 : kSteps - 1;  // step 0 and the last step
     o.progress_every = 25;
     o.loss_scale = resolve_loss_scale("auto", spec.policy);
