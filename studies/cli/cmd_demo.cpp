@@ -10,6 +10,7 @@
 #include "numerics/mpfr_util.hpp"
 #include "ops/demo.hpp"
 #include "studies/accumulation/demo.hpp"
+#include "studies/train/demo.hpp"
 #include "studies/cli/cli_format.hpp"
 #include "studies/cli/commands.hpp"
 
@@ -82,8 +83,10 @@ void traps() {
 }  // namespace
 
 void add_demo_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("demo", "The main job: formats, rounding modes, the double-rounding traps, accumulation orders, per-op error of a block.");
-  cmd->footer("Example:\n  roundoff demo");
+  auto* cmd = app.add_subcommand("demo", "The main job: formats, rounding modes, the double-rounding traps, accumulation orders, per-op error of a block, and T0 trained under fp32 and ane-fp16.");
+  static std::string out_dir = "out/demo";
+  cmd->add_option("--out", out_dir, "Directory for the training part's CSV, runs and figure")->capture_default_str();
+  cmd->footer("Example:\n  roundoff demo\n  roundoff demo --out /tmp/demo");
   cmd->callback([] {
     std::printf("roundoff demo\n");
     formats_table();
@@ -96,6 +99,9 @@ void add_demo_command(CLI::App& app) {
     section("Per-op local error of one transformer block under ane-fp16 (MPFR shadow on the same inputs)");
     std::fflush(stdout);
     ops::print_block_error_demo(std::cout);
+    std::cout.flush();
+    if (const int rc = studies::train::run_training_demo(std::cout, out_dir); rc != 0)
+      throw CliError("demo: the training part failed (exit " + std::to_string(rc) + ")");
   });
 }
 
