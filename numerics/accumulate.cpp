@@ -310,18 +310,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-/// Splits a finite nonzero double into m·2^e with m an integer < 2^53.
-void split(double x, std::uint64_t& m, int& e) {
-  const auto bits = std::bit_cast<std::uint64_t>(x);
-  const int ef = static_cast<int>((bits >> 52) & 0x7FF);
-  m = bits & ((std::uint64_t{1} << 52) - 1);
-  if (ef == 0) {
-    e = -1074;
-  } else {
-    m |= std::uint64_t{1} << 52;
-    e = ef - 1075;
-  }
-}
 
 int bit_length(u128 m) {
   const auto hi = static_cast<std::uint64_t>(m >> 64);
@@ -602,7 +590,7 @@ class Run {
     if (x == 0) return;
     std::uint64_t m;
     int e;
-    split(x, m, e);
+    split_double(x, m, e);
     push(v, std::signbit(x), m, e);
   }
 
@@ -629,8 +617,8 @@ class Run {
           } else if (x != 0 && y != 0) {
             std::uint64_t mx, my;
             int ex, ey;
-            split(x, mx, ex);
-            split(y, my, ey);
+            split_double(x, mx, ex);
+            split_double(y, my, ey);
             push(addends_, std::signbit(x) != std::signbit(y), u128{mx} * my, ex + ey);
           }
         } else {

@@ -13,18 +13,6 @@ namespace {
 
 using Limbs = std::array<std::uint64_t, ExactSum::kLimbs>;
 
-/// Splits a finite nonzero double into m·2^e with m an integer < 2^53.
-void split(double x, std::uint64_t& m, int& e) {
-  const auto bits = std::bit_cast<std::uint64_t>(x);
-  const int ef = static_cast<int>((bits >> 52) & 0x7FF);
-  m = bits & ((std::uint64_t{1} << 52) - 1);
-  if (ef == 0) {
-    e = -1074;
-  } else {
-    m |= std::uint64_t{1} << 52;
-    e = ef - 1075;
-  }
-}
 
 /// Index of the highest set bit of the array, or -1 when it is zero.
 int top_bit(const Limbs& a) {
@@ -67,7 +55,7 @@ void ExactSum::add(double x) {
   if (x == 0) return;
   std::uint64_t m;
   int e;
-  split(x, m, e);
+  split_double(x, m, e);
   add_parts(std::signbit(x), m, e);
 }
 
@@ -79,8 +67,8 @@ void ExactSum::add_product(double x, double y) {
   if (x == 0 || y == 0) return;
   std::uint64_t mx, my;
   int ex, ey;
-  split(x, mx, ex);
-  split(y, my, ey);
+  split_double(x, mx, ex);
+  split_double(y, my, ey);
   add_parts(std::signbit(x) != std::signbit(y), u128{mx} * my, ex + ey);
 }
 

@@ -65,18 +65,6 @@ double special_value(const RoundingPlan& plan, double x) {
   return x;
 }
 
-/// Splits a finite nonzero double into m·2^e with m an integer < 2^53.
-inline void split(double x, std::uint64_t& m, int& e) {
-  std::uint64_t bits = std::bit_cast<std::uint64_t>(x);
-  const int ef = static_cast<int>((bits >> 52) & 0x7FF);
-  m = bits & ((std::uint64_t{1} << 52) - 1);
-  if (ef == 0) {
-    e = -1074;
-  } else {
-    m |= std::uint64_t{1} << 52;
-    e = ef - 1075;
-  }
-}
 
 }  // namespace
 
@@ -170,7 +158,7 @@ double round_to(const RoundingPlan& plan, Rounding mode, double x, std::uint64_t
   if (x == 0) return x;
   std::uint64_t m;
   int e;
-  split(x, m, e);
+  split_double(x, m, e);
   return round_parts(plan, mode, ExactParts{std::signbit(x), m, e, false}, draw);
 }
 
@@ -182,15 +170,15 @@ double round_pair_scaled(const RoundingPlan& plan, Rounding mode, double hi, dou
     if (lo == 0) return hi;  // signed zero as computed by the caller
     std::uint64_t m;
     int e;
-    split(lo, m, e);
+    split_double(lo, m, e);
     return round_parts(plan, mode, ExactParts{std::signbit(lo), m, e + scale, false}, draw);
   }
   std::uint64_t mh, ml;
   int eh, el;
-  split(hi, mh, eh);
+  split_double(hi, mh, eh);
   ExactParts v{std::signbit(hi), u128{mh} << 64, eh - 64, false};
   if (lo != 0) {
-    split(lo, ml, el);
+    split_double(lo, ml, el);
     const bool same = std::signbit(lo) == std::signbit(hi);
     const int d = v.exp - el;  // lo = ml·2^el = (ml·2^-d)·2^v.exp
     u128 part;

@@ -12,6 +12,7 @@
 ///   - the sign of zero preserved (a negative value that rounds to zero gives -0).
 /// Stochastic rounding rounds up (in magnitude) with probability equal to the distance to the lower
 /// neighbour over the gap, computed from a 64-bit draw: the probability is exact to 2^-64.
+#include <bit>
 #include <cstdint>
 #include <span>
 
@@ -45,6 +46,19 @@ struct ExactParts {
   int exp = 0;
   bool sticky = false;
 };
+
+/// Splits a finite nonzero double into m·2^e with m an integer < 2^53 (exact).
+inline void split_double(double x, std::uint64_t& m, int& e) {
+  const auto bits = std::bit_cast<std::uint64_t>(x);
+  const int ef = static_cast<int>((bits >> 52) & 0x7FF);
+  m = bits & ((std::uint64_t{1} << 52) - 1);
+  if (ef == 0) {
+    e = -1074;
+  } else {
+    m |= std::uint64_t{1} << 52;
+    e = ef - 1075;
+  }
+}
 
 /// Rounds an exact value given in parts. `draw` is the 64-bit random number used by Rounding::Stochastic.
 double round_parts(const RoundingPlan& plan, Rounding mode, ExactParts v, std::uint64_t draw = 0);
