@@ -12,8 +12,9 @@ namespace roundoff::numerics {
 
 RoundingPlan::RoundingPlan(const Format& f)
     : format(f),
-      max_finite(numerics::max_finite(f)),
-      min_normal(numerics::min_normal(f)),
+      // ldexp rather than the constexpr helpers' loops: plans are built per reduction call, on hot paths.
+      max_finite(std::ldexp(2.0 - std::ldexp(1.0, (f.specials == Specials::NanOnly ? 2 : 1) - f.precision), f.emax)),
+      min_normal(std::ldexp(1.0, f.emin)),
       qexp_min(f.subnormals ? f.emin - f.precision + 1 : f.emin),
       fast_lo_bits(0),
       fast_hi_bits(0),

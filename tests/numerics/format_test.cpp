@@ -48,3 +48,14 @@ TEST(Format, ParsesPresetsAndCustomAndRejectsBadSpecs) {
   EXPECT_THROW(parse_format("p8:emin5:emax3"), std::invalid_argument);
   EXPECT_THROW(parse_format("p8:emin-6"), std::invalid_argument);
 }
+
+TEST(Format, PlanConstantsEqualTheDerivedConstants) {
+  for (const auto& n : preset_format_names()) {
+    const Format f = parse_format(n);
+    const RoundingPlan plan(f);
+    EXPECT_EQ(plan.max_finite, max_finite(f)) << n;
+    EXPECT_EQ(plan.min_normal, min_normal(f)) << n;
+  }
+  const Format nanonly = parse_format("p5:emin-6:emax7:nanonly");
+  EXPECT_EQ(RoundingPlan(nanonly).max_finite, max_finite(nanonly));
+}
