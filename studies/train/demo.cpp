@@ -43,9 +43,13 @@ std::vector<std::string> split(const std::string& line) {
   return out;
 }
 
+/// One (op, pass) row of the attribution table: local error (MPFR shadow, the op's own rounding) and global
+/// error (the op's output against a full fp64 run of the model on the same weights and batch).
 struct Attribution {
   double median_ulp = 0, p95_ulp = 0, max_ulp = 0, norm_rel = 0;
   int calls = 0;
+  double global_median_ulp = 0, global_norm_rel = 0;
+  int global_calls = 0;
 };
 
 constexpr const char* kPlotScript = R"PY(
@@ -133,11 +137,12 @@ int run_training_demo(std::ostream& out, const std::filesystem::path& out_dir) {
   std::vector<std::vector<std::string>> shadow_rows;
   while (std::getline(tel, row)) {
     auto cells = split(row);
-    if (cells.size() != 7 || cells[5].rfind("shadow_", 0) != 0) continue;
+    if (cells.size() != 7 || (cells[5].rfind("shadow_", 0) != 0 && cells[5].rfind("global_", 0) != 0)) continue;
     last = std::max<std::int64_t>(last, std::stoll(cells[0]));
     shadow_rows.push_back(std::move(cells));
   }
-  std::string attribution = "op,pass,calls,max_median_ulp,max_p95_ulp,max_ulp,mean_norm_rel\n";
+  std::string attribution =
+      "op,pass,calls,max_median_ulp,max_p95_ulp,max_ulp,mean_norm_rel,global_max_median_ulp,global_mean_norm_rel\n";
   for (const auto& cells : shadow_rows) {
     if (std::stoll(cells[0]) != last) continue;
     Attribution& at = table[{cells[2], cells[3]}];
@@ -149,19 +154,31 @@ int run_training_demo(std::ostream& out, const std::filesystem::path& out_dir) {
     if (cells[5] == "shadow_p95_ulp") at.p95_ulp = std::max(at.p95_ulp, v);
     if (cells[5] == "shadow_max_ulp") at.max_ulp = std::max(at.max_ulp, v);
     if (cells[5] == "shadow_norm_rel" && std::isfinite(v)) at.norm_rel += v;
+    if (cells[5] == "global_median_ulp") {
+      at.global_median_ulp = std::max(at.global_median_ulp, v);
+      ++at.global_calls;
+    }
+    if (cells[5] == "global_norm_rel" && std::isfinite(v)) at.global_norm_rel += v;
   }
-  out << "\nPer-op local error of ane-fp16 against MPFR (shadow on the fixed probe batch, step " << last
-      << "; ulps of each op's storage format):\n";
-  std::snprintf(line, sizeof line, "%-14s %-11s %6s %12s %10s %10s %14s\n", "op", "pass", "calls", "median(ulp)",
-                "p95(ulp)", "max(ulp)", "mean normwise");
+  out << "\nPer-op error of ane-fp16 at step " << last
+      << " on the fixed probe batch (ulps of each op's storage format). Local: the op's own rounding, against MPFR\n"
+         "on the same rounded inputs. Global: the op's output against a full fp64 run of the model (forward\n"
+         "activations and weight gradients), i.e. including everything earlier ops passed down; '-' = not recorded.\n";
+  std::snprintf(line, sizeof line, "%-14s %-11s %6s %12s %10s %10s %14s | %12s %14s\n", "op", "pass", "calls",
+                "median(ulp)", "p95(ulp)", "max(ulp)", "mean normwise", "glob median", "glob normwise");
   out << line;
   for (const auto& [key, at] : table) {
     const double mean_rel = at.calls ? at.norm_rel / at.calls : 0.0;
-    std::snprintf(line, sizeof line, "%-14s %-11s %6d %12.3g %10.3g %10.3g %14.3g\n", key.first.c_str(),
-                  key.second.c_str(), at.calls, at.median_ulp, at.p95_ulp, at.max_ulp, mean_rel);
+    const double g_rel = at.global_calls ? at.global_norm_rel / at.global_calls : 0.0;
+    char glob[64] = "           -              -";
+    if (at.global_calls) std::snprintf(glob, sizeof glob, "%12.3g %14.3g", at.global_median_ulp, g_rel);
+    std::snprintf(line, sizeof line, "%-14s %-11s %6d %12.3g %10.3g %10.3g %14.3g | %s\n", key.first.c_str(),
+                  key.second.c_str(), at.calls, at.median_ulp, at.p95_ulp, at.max_ulp, mean_rel, glob);
     out << line;
     attribution += key.first + "," + key.second + "," + std::to_string(at.calls) + "," + format_value(at.median_ulp) +
-                   "," + format_value(at.p95_ulp) + "," + format_value(at.max_ulp) + "," + format_value(mean_rel) + "\n";
+                   "," + format_value(at.p95_ulp) + "," + format_value(at.max_ulp) + "," + format_value(mean_rel) + "," +
+                   (at.global_calls ? format_value(at.global_median_ulp) + "," + format_value(g_rel) : std::string(",")) +
+                   "\n";
   }
   write_file_atomic(out_dir / "demo_curves.csv", curves);
   write_file_atomic(out_dir / "demo_attribution.csv", attribution);

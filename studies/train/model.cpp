@@ -1,6 +1,7 @@
 // The transformer forward and backward passes over ops::Runner.
 #include "studies/train/model.hpp"
 
+#include <array>
 #include <cmath>
 
 #include "numerics/round.hpp"
@@ -347,8 +348,8 @@ double Transformer::loss_and_grad(const Batch& b, std::span<const double> master
   return mean_loss_;
 }
 
-void Transformer::shadow(std::int64_t step, const Batch& b, std::span<const double> master, ops::Tape& tape,
-                         std::int64_t units) {
+void Transformer::shadow(std::int64_t step, const Batch& b, std::span<const double> master, double loss_scale,
+                         ops::Tape& tape, std::int64_t units) {
   ops::Sampling sampling;
   sampling.every = 1;
   sampling.units = units;
@@ -359,7 +360,83 @@ void Transformer::shadow(std::int64_t step, const Batch& b, std::span<const doub
   current_step_ = -2;
   runner_.set_step(step);
   forward(b, master, &tel);
-  backward(b, master, 1.0, grads, &tel);
+  backward(b, master, loss_scale, grads, &tel);
+  runner_.enable_shadow(nullptr);
+}
+
+namespace {
+
+/// The op whose backward-weight pass produces the gradient of t.
+OpKind op_of(ParamTensor t) {
+  switch (t) {
+    case ParamTensor::Embedding: return OpKind::Embedding;
+    case ParamTensor::AttnNorm:
+    case ParamTensor::FfnNorm:
+    case ParamTensor::FinalNorm: return OpKind::RmsNorm;
+    case ParamTensor::Wq:
+    case ParamTensor::Wk:
+    case ParamTensor::Wv:
+    case ParamTensor::Wo:
+    case ParamTensor::W1:
+    case ParamTensor::W3:
+    case ParamTensor::W2: return OpKind::Matmul;
+    case ParamTensor::Classifier: return OpKind::Classifier;
+  }
+  return OpKind::Matmul;
+}
+
+}  // namespace
+
+void Transformer::global_error(std::int64_t step, const Batch& b, std::span<const double> master, double loss_scale,
+                               Transformer& reference, ops::Tape& tape) {
+  std::vector<double> g_ref(master.size()), g_own(master.size());
+  for (Transformer* m : {&reference, this}) {
+    m->current_step_ = -2;  // never the injection step
+    m->runner_.set_step(step);
+    m->forward(b, master, nullptr);
+    m->backward(b, master, loss_scale, m == this ? std::span<double>(g_own) : std::span<double>(g_ref), nullptr);
+  }
+  struct ActSite {
+    std::vector<double> LayerActs::*member;
+    OpKind op;
+    const char* tensor;
+    bool post_norm_only;
+  };
+  static constexpr std::array<ActSite, 19> kSites{{
+      {&LayerActs::h1, OpKind::RmsNorm, "ln1", false},       {&LayerActs::q, OpKind::Matmul, "q", false},
+      {&LayerActs::k, OpKind::Matmul, "k", false},           {&LayerActs::v, OpKind::Matmul, "v", false},
+      {&LayerActs::qr, OpKind::RopeRotate, "q", false},      {&LayerActs::kr, OpKind::RopeRotate, "k", false},
+      {&LayerActs::preatt, OpKind::AttnScores, "scores", false}, {&LayerActs::att, OpKind::Softmax, "att", false},
+      {&LayerActs::y, OpKind::AttnValues, "y", false},       {&LayerActs::o, OpKind::Matmul, "o", false},
+      {&LayerActs::pre1, OpKind::ResidualAttn, "x", false},  {&LayerActs::x_mid, OpKind::RmsNorm, "post1", true},
+      {&LayerActs::h2, OpKind::RmsNorm, "ln2", false},       {&LayerActs::g, OpKind::Matmul, "w1", false},
+      {&LayerActs::u, OpKind::Matmul, "w3", false},          {&LayerActs::a, OpKind::Silu, "silu", false},
+      {&LayerActs::z, OpKind::SwiGlu, "z", false},           {&LayerActs::f, OpKind::Matmul, "w2", false},
+      {&LayerActs::pre2, OpKind::ResidualFfn, "x", false},
+  }};
+  runner_.enable_shadow(&tape);  // record_global writes to the tape; no op runs while it is on
+  for (int l = 0; l < c_.layers; ++l) {
+    const LayerActs &own = acts_[static_cast<std::size_t>(l)], &ref = reference.acts_[static_cast<std::size_t>(l)];
+    for (const ActSite& s : kSites) {
+      if (s.post_norm_only && !rule_.post_norm) continue;
+      if (s.op == OpKind::RmsNorm && !s.post_norm_only && rule_.post_norm) continue;  // h = x: no norm ran
+      runner_.record_global({s.op, l, s.tensor}, Pass::Forward, own.*s.member, ref.*s.member);
+    }
+  }
+  runner_.record_global({OpKind::RmsNorm, -1, "lnf"}, Pass::Forward, xf_, reference.xf_);
+  runner_.record_global({OpKind::Classifier, -1, "logits"}, Pass::Forward, logits_, reference.logits_);
+  runner_.record_global({OpKind::CrossEntropy, -1, "loss"}, Pass::Forward, losses_, reference.losses_);
+  for (const ParamTensor t : kAllParamTensors) {
+    const bool per_layer = t != ParamTensor::Embedding && t != ParamTensor::FinalNorm && t != ParamTensor::Classifier;
+    const int layers = lay_.layers[static_cast<std::size_t>(t)];
+    const std::size_t n = lay_.layer_size(t);
+    for (int l = 0; l < layers; ++l) {
+      const std::size_t off = lay_.offset_of(t) + n * static_cast<std::size_t>(l);
+      runner_.record_global({op_of(t), per_layer ? l : -1, name_of(t)}, Pass::BackwardWeight,
+                            std::span<const double>(g_own).subspan(off, n),
+                            std::span<const double>(g_ref).subspan(off, n));
+    }
+  }
   runner_.enable_shadow(nullptr);
 }
 

@@ -46,9 +46,19 @@ class Transformer final : public Model {
   void apply_update(std::span<double> master, std::span<double> m, std::span<double> v, std::span<const double> grads,
                     const Recipe& recipe, double lr, std::int64_t t, double coef) override;
 
-  /// One forward+backward on `b` with the MPFR shadow on (ops::Runner::enable_shadow): every op call records
-  /// its local error on `units` evenly spaced units into `tape` (tagged with `step`).
-  void shadow(std::int64_t step, const Batch& b, std::span<const double> master, ops::Tape& tape, std::int64_t units);
+  /// One forward+backward on `b` (loss scale `loss_scale`) with the MPFR shadow on (ops::Runner::enable_shadow):
+  /// every op call records its local error on `units` evenly spaced units into `tape` (tagged with `step`).
+  void shadow(std::int64_t step, const Batch& b, std::span<const double> master, double loss_scale, ops::Tape& tape,
+              std::int64_t units);
+
+  /// Global error: one forward+backward on `b` (loss scale `loss_scale`) by this model and by `reference`
+  /// (normally the same config under the `fp64` policy: its rounding error, ≲ γ_n·2^-53 relative, is far below
+  /// any emulated format's ulp), then every saved forward activation and every weight gradient (per tensor
+  /// and layer) of this model against the reference's, recorded as RecordKind::Global in `tape` (ulps in
+  /// the storage format of the op that produced the tensor). Unlike the local error, this includes the
+  /// error every earlier op passed down. Both models' stochastic streams are keyed by `step`.
+  void global_error(std::int64_t step, const Batch& b, std::span<const double> master, double loss_scale,
+                    Transformer& reference, ops::Tape& tape);
 
   const ops::Policy& policy() const { return runner_.policy(); }
   /// Test hook: multiplies the forward output of one site (op, layer, tensor: the Matmul "v" or "w2", or

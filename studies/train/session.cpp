@@ -51,21 +51,27 @@ nlohmann::json run_session(SessionSpec spec, const TrainData& data, std::ostream
   o.policy = spec.policy.canonical();
   Transformer own(o.config, o.residual, spec.policy, o.seed);
   Transformer fp32(o.config, o.residual, ops::Policy::preset("fp32"), o.seed);
+  Transformer reference(o.config, o.residual, ops::Policy::preset("fp64"), o.seed);
   ShadowHook hook;
   if (o.shadow_every > 0) {
     if (data.val.batches.empty()) throw std::runtime_error("--shadow-every needs a non-empty validation split");
     const Batch probe = data.val.batches.front();  // the fixed probe batch: the first B val windows
     const std::int64_t units = spec.shadow_units;
-    hook = [&own, probe, units](std::int64_t step, std::span<const double> master, RunLog& log) {
+    hook = [&own, &reference, probe, units](std::int64_t step, std::span<const double> master, double loss_scale,
+                                           RunLog& log) {
       ops::Tape tape;
-      own.shadow(step, probe, master, tape, units);
+      own.shadow(step, probe, master, loss_scale, tape, units);
+      own.global_error(step, probe, master, loss_scale, reference, tape);
       for (const ops::OpRecord& r : tape.records()) {
         const auto op = ops::name_of(r.op), pass = ops::name_of(r.pass);
-        log.telemetry(step, r.layer, op, pass, r.tensor, "shadow_median_ulp", r.error.median_ulp);
-        log.telemetry(step, r.layer, op, pass, r.tensor, "shadow_p95_ulp", r.error.p95_ulp);
-        log.telemetry(step, r.layer, op, pass, r.tensor, "shadow_max_ulp", r.error.max_ulp);
-        log.telemetry(step, r.layer, op, pass, r.tensor, "shadow_norm_rel", r.error.norm_rel);
-        log.telemetry(step, r.layer, op, pass, r.tensor, "shadow_underflow", static_cast<double>(r.error.underflow));
+        const std::string kind = r.kind == ops::RecordKind::Global ? "global_" : "shadow_";
+        auto put = [&](const char* metric, double v) { log.telemetry(step, r.layer, op, pass, r.tensor, kind + metric, v); };
+        put("median_ulp", r.error.median_ulp);
+        put("p95_ulp", r.error.p95_ulp);
+        put("max_ulp", r.error.max_ulp);
+        put("norm_rel", r.error.norm_rel);
+        put("underflow", static_cast<double>(r.error.underflow));
+        if (r.range.inf + r.range.nan > 0) put("nonfinite", static_cast<double>(r.range.inf + r.range.nan));
       }
     };
   }

@@ -182,7 +182,7 @@ void Trainer::step() {
   tel.step = s;
   tel.log = &log_;
   tel.detailed = opts_.telemetry_every > 0 && s % opts_.telemetry_every == 0;
-  if (shadow_ && opts_.shadow_every > 0 && s % opts_.shadow_every == 0) shadow_(s, master_, log_);
+  if (shadow_ && opts_.shadow_every > 0 && s % opts_.shadow_every == 0) shadow_(s, master_, scale, log_);
 
   const double loss = own_.loss_and_grad(batch, master_, scale, grads_, tel);
   if (tel.detailed) log_gradient_underflow(s, batch);

@@ -63,8 +63,10 @@ struct TrainOptions {
   bool resume = false;
 };
 
-/// Hook for MPFR shadow attribution at sampled steps: called with the step and the current master weights.
-using ShadowHook = std::function<void(std::int64_t step, std::span<const double> master, RunLog& log)>;
+/// Hook for shadow attribution at sampled steps: called before the step's own update with the step, the
+/// current master weights and the current loss scale.
+using ShadowHook =
+    std::function<void(std::int64_t step, std::span<const double> master, double loss_scale, RunLog& log)>;
 
 class Trainer {
  public:

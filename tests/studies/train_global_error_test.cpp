@@ -1,0 +1,77 @@
+// Global error of the trainer's model: every forward activation and weight gradient against a full fp64 run.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "ops/policy.hpp"
+#include "studies/data/corpus.hpp"
+#include "studies/train/model.hpp"
+#include "studies/train/session.hpp"
+
+namespace roundoff::studies::train {
+namespace {
+
+ModelConfig tiny() {
+  ModelConfig c = t0_config();
+  c.name = "custom";
+  c.d = 16;
+  c.layers = 2;
+  c.heads = 2;
+  c.seq = 8;
+  c.batch = 2;
+  c.hidden = swiglu_hidden(c.d);
+  return c;
+}
+
+std::vector<ops::OpRecord> global_records(const std::string& policy, ResidualScale rs) {
+  omp_set_num_threads(1);
+  const ModelConfig c = tiny();
+  static const TrainData data = load_train_data(c, data::excerpt_dir(), 256);
+  Transformer own(c, rs, ops::load_policy(policy), 7), ref(c, rs, ops::Policy::preset("fp64"), 7);
+  const std::vector<double> w = init_params(c, Recipe{}, residual_rule(rs, c.layers), 7);
+  ops::Tape tape;
+  own.global_error(4, data.val.batches.front(), w, 1024.0, ref, tape);
+  return tape.records();
+}
+
+TEST(TrainGlobalError, Fp64ModelAgainstItselfIsExact) {
+  for (const ResidualScale rs : {ResidualScale::None, ResidualScale::DeepNorm}) {
+    const auto recs = global_records("fp64", rs);
+    ASSERT_FALSE(recs.empty());
+    for (const ops::OpRecord& r : recs) {
+      EXPECT_EQ(r.kind, ops::RecordKind::Global);
+      EXPECT_EQ(r.error.max_ulp, 0.0) << ops::name_of(r.op) << " " << r.tensor << " layer " << r.layer;
+      EXPECT_EQ(r.step, 4);
+    }
+  }
+}
+
+TEST(TrainGlobalError, EverySiteAndGradientIsRecordedUnderAneFp16) {
+  const auto recs = global_records("ane-fp16", ResidualScale::None);
+  // Pre-Norm: 18 activations per layer (no post-norms), lnf, logits, loss; gradients: 9 per layer + 3.
+  const ModelConfig c = tiny();
+  std::int64_t fwd = 0, wgrad = 0;
+  std::set<std::string> names;
+  for (const ops::OpRecord& r : recs) {
+    if (r.pass == ops::Pass::Forward) ++fwd;
+    if (r.pass == ops::Pass::BackwardWeight) ++wgrad;
+    names.insert(std::string(ops::name_of(r.op)) + "." + r.tensor);
+    EXPECT_TRUE(std::isfinite(r.error.norm_rel)) << r.tensor;
+  }
+  EXPECT_EQ(fwd, 18 * c.layers + 3);
+  EXPECT_EQ(wgrad, 9 * c.layers + 3);
+  // fp16 storage of activations: every forward output after the embedding carries error, which cannot vanish
+  // by accident on all of them; the loss differs from the fp64 loss.
+  std::map<std::string, double> err;
+  for (const ops::OpRecord& r : recs) err[std::string(ops::name_of(r.op)) + "." + r.tensor] += r.error.norm_rel;
+  EXPECT_GT(err["cross-entropy.loss"], 0.0);
+  EXPECT_GT(err["matmul.w2"], 0.0);
+  EXPECT_GT(err["matmul.wq"], 0.0);  // a weight gradient
+  EXPECT_TRUE(names.count("softmax.att") == 1 && names.count("classifier.wcls") == 1);
+}
+
+}  // namespace
+}  // namespace roundoff::studies::train
