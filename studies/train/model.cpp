@@ -1,6 +1,7 @@
 // The transformer forward and backward passes over ops::Runner.
 #include "studies/train/model.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -69,6 +70,22 @@ void Transformer::check(StepTelemetry* tel, OpKind op, Pass pass, int layer, std
   tel->log->telemetry(tel->step, layer, on, pn, tensor, "max_abs", ev.max_abs);
 }
 
+void Transformer::check_norm(StepTelemetry* tel, int layer, std::string_view tensor, CSpan x, CSpan rstd,
+                             std::int64_t cols) {
+  if (tel == nullptr) return;
+  std::int64_t collapsed = 0;
+  const auto C = static_cast<std::size_t>(cols);
+  for (std::size_t r = 0; r < rstd.size(); ++r) {
+    if (rstd[r] != 0.0) continue;
+    const CSpan row = x.subspan(r * C, C);
+    if (std::any_of(row.begin(), row.end(), [](double v) { return v != 0.0; })) ++collapsed;
+  }
+  if (collapsed > 0 && tel->first_collapsed_norm.empty())
+    tel->first_collapsed_norm = site_name(OpKind::RmsNorm, Pass::Forward, layer, tensor);
+  if (tel->detailed && tel->log != nullptr)
+    tel->log->telemetry(tel->step, layer, "rmsnorm", "fwd", tensor, "collapsed_rows", static_cast<double>(collapsed));
+}
+
 void Transformer::forward(const Batch& bt, std::span<const double> master, StepTelemetry* tel) {
   const std::int64_t B = bt.batch, T = bt.seq, C = c_.d, H = c_.hidden, N = B * T, V = c_.vocab, NH = c_.heads,
                      hs = c_.head_size();
@@ -105,6 +122,7 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
       L.r1.assign(static_cast<std::size_t>(N), 0.0);
       runner_.rmsnorm_forward({OpKind::RmsNorm, l, "ln1"}, L.h1, L.r1, x, layer_of(p.ln1w, l), rows, eps);
       check(tel, OpKind::RmsNorm, Pass::Forward, l, "ln1", L.h1);
+      check_norm(tel, l, "ln1", x, L.r1, C);
     }
     L.q.assign(NC, 0.0);
     L.k.assign(NC, 0.0);
@@ -147,6 +165,7 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
       L.rp1.assign(static_cast<std::size_t>(N), 0.0);
       runner_.rmsnorm_forward({OpKind::RmsNorm, l, "post1"}, L.x_mid, L.rp1, L.pre1, layer_of(p.ln1w, l), rows, post_eps);
       check(tel, OpKind::RmsNorm, Pass::Forward, l, "post1", L.x_mid);
+      check_norm(tel, l, "post1", L.pre1, L.rp1, C);
     } else {
       L.x_mid = L.pre1;
     }
@@ -158,6 +177,7 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
       L.r2.assign(static_cast<std::size_t>(N), 0.0);
       runner_.rmsnorm_forward({OpKind::RmsNorm, l, "ln2"}, L.h2, L.r2, L.x_mid, layer_of(p.ln2w, l), rows, eps);
       check(tel, OpKind::RmsNorm, Pass::Forward, l, "ln2", L.h2);
+      check_norm(tel, l, "ln2", L.x_mid, L.r2, C);
     }
     L.g.assign(NHid, 0.0);
     L.u.assign(NHid, 0.0);
@@ -186,6 +206,7 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
       L.rp2.assign(static_cast<std::size_t>(N), 0.0);
       runner_.rmsnorm_forward({OpKind::RmsNorm, l, "post2"}, x, L.rp2, L.pre2, layer_of(p.ln2w, l), rows, post_eps);
       check(tel, OpKind::RmsNorm, Pass::Forward, l, "post2", x);
+      check_norm(tel, l, "post2", L.pre2, L.rp2, C);
     } else {
       x = L.pre2;
     }
@@ -200,6 +221,7 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
   rf_.assign(static_cast<std::size_t>(N), 0.0);
   runner_.rmsnorm_forward({OpKind::RmsNorm, -1, "lnf"}, xf_, rf_, x_final_, p.lnfw, rows, eps);
   check(tel, OpKind::RmsNorm, Pass::Forward, -1, "lnf", xf_);
+  check_norm(tel, -1, "lnf", x_final_, rf_, C);
   logits_.assign(static_cast<std::size_t>(N * V), 0.0);
   runner_.matmul_forward({OpKind::Classifier, -1, "logits"}, logits_, xf_, p.wcls, {N, C, V});
   check(tel, OpKind::Classifier, Pass::Forward, -1, "logits", logits_);

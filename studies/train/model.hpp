@@ -77,6 +77,11 @@ class Transformer final : public Model {
   /// Scans y for non-finite values (names the first op) and, at detailed steps, logs its range events.
   void check(StepTelemetry* tel, ops::OpKind op, ops::Pass pass, int layer, std::string_view tensor,
              std::span<const double> y);
+  /// RMSNorm range event the output scan cannot see: a row whose Σx² overflowed the compute format has
+  /// rstd = 1/√inf = 0, so the row becomes silent zeros. Counts rows with rstd = 0 but x ≠ 0 (names the first
+  /// such norm of the step; at detailed steps logs `collapsed_rows`).
+  void check_norm(StepTelemetry* tel, int layer, std::string_view tensor, std::span<const double> x,
+                  std::span<const double> rstd, std::int64_t cols);
 
   ModelConfig c_;
   ResidualRule rule_;

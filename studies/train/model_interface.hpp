@@ -29,6 +29,9 @@ struct StepTelemetry {
   /// Set by the model to "<op>.<pass>[layer]" of the first op (in execution order) that produced a
   /// non-finite value in this step, if any.
   std::string first_nonfinite_op;
+  /// Set by the model to "rmsnorm.fwd(<tensor>)[layer]" of the first RMSNorm in this step that turned a
+  /// non-zero row into zeros because its Σx² overflowed (rstd = 0), if any.
+  std::string first_collapsed_norm;
 };
 
 class Model {

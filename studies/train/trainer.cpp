@@ -155,6 +155,10 @@ void Trainer::start() {
     if (!meta.at("first_nonfinite_step").is_null())
       first_nonfinite_step_ = meta.at("first_nonfinite_step").get<std::int64_t>();
     first_nonfinite_op_ = meta.at("first_nonfinite_op").get<std::string>();
+    collapsed_norm_steps_ = meta.at("collapsed_norm_steps").get<std::int64_t>();
+    if (!meta.at("first_collapsed_norm_step").is_null())
+      first_collapsed_norm_step_ = meta.at("first_collapsed_norm_step").get<std::int64_t>();
+    first_collapsed_norm_ = meta.at("first_collapsed_norm").get<std::string>();
     diverged_ = meta.at("diverged").get<bool>();
     last_train_loss_ = meta.at("last_train_loss").get<double>();
     log_ = RunLog::from_json(meta.at("log"));
@@ -192,6 +196,14 @@ void Trainer::step() {
     first_nonfinite_step_ = s;
     first_nonfinite_op_ = tel.first_nonfinite_op.empty() ? std::string("unknown") : tel.first_nonfinite_op;
     log_.event(s, "nonfinite", "first non-finite value in " + first_nonfinite_op_);
+  }
+  if (!tel.first_collapsed_norm.empty()) {
+    ++collapsed_norm_steps_;
+    if (!first_collapsed_norm_step_) {
+      first_collapsed_norm_step_ = s;
+      first_collapsed_norm_ = tel.first_collapsed_norm;
+      log_.event(s, "norm_collapse", "sum of squares overflowed, rows became zeros, first in " + first_collapsed_norm_);
+    }
   }
   log_.curve(s, "train_loss", loss);
   const double lr = learning_rate(opts_.recipe, s, opts_.steps);
@@ -301,6 +313,10 @@ void Trainer::save() {
              {"loss_scale_clean_steps", scaler_.clean_steps()},
              {"first_nonfinite_step", first_nonfinite_step_ ? nlohmann::json(*first_nonfinite_step_) : nlohmann::json()},
              {"first_nonfinite_op", first_nonfinite_op_},
+             {"collapsed_norm_steps", collapsed_norm_steps_},
+             {"first_collapsed_norm_step",
+              first_collapsed_norm_step_ ? nlohmann::json(*first_collapsed_norm_step_) : nlohmann::json()},
+             {"first_collapsed_norm", first_collapsed_norm_},
              {"diverged", diverged_},
              {"last_train_loss", last_train_loss_},
              {"log", log_.to_json()}};
@@ -324,6 +340,11 @@ nlohmann::json Trainer::finish() {
   summary["skipped_steps"] = skipped_;
   summary["first_nonfinite_step"] = first_nonfinite_step_ ? nlohmann::json(*first_nonfinite_step_) : nlohmann::json();
   summary["first_nonfinite_op"] = first_nonfinite_step_ ? nlohmann::json(first_nonfinite_op_) : nlohmann::json();
+  summary["collapsed_norm_steps"] = collapsed_norm_steps_;
+  summary["first_collapsed_norm_step"] =
+      first_collapsed_norm_step_ ? nlohmann::json(*first_collapsed_norm_step_) : nlohmann::json();
+  summary["first_collapsed_norm"] =
+      first_collapsed_norm_step_ ? nlohmann::json(first_collapsed_norm_) : nlohmann::json();
   summary["final_loss_scale"] = scaler_.scale();
   summary["train_loss_last"] = last_train_loss_;
   summary["weights_sha256"] = weights_sha256();

@@ -123,6 +123,9 @@ class Trainer {
   std::int64_t started_at_ = 0;  ///< step_ when this invocation started
   std::optional<std::int64_t> first_nonfinite_step_;
   std::string first_nonfinite_op_;
+  std::int64_t collapsed_norm_steps_ = 0;  ///< steps in which an RMSNorm row collapsed to zeros (Σx² overflow)
+  std::optional<std::int64_t> first_collapsed_norm_step_;
+  std::string first_collapsed_norm_;
   bool diverged_ = false;
   double last_train_loss_ = 0;
   double wall_start_ = 0;
