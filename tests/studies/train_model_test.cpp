@@ -1,14 +1,19 @@
-// The ops-based Transformer: fp64 gradient check (finite differences and the native twin), equality with a
-// plain float implementation in the fp32 forward loss, thread-count determinism, resume under stochastic
+// The ops-based Transformer: fp64 gradient check (finite differences and the native twin), one fp32-policy
+// step (loss, every gradient element, master weights and moments after AdamW) equal bit for bit to the plain
+// float implementation tests/studies/native_model.hpp, thread-count determinism, resume under stochastic
 // rounding, an injected overflow, and a smoke run per policy that must lower the loss.
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <sstream>
+#include <string>
 
 #include "ops/policy.hpp"
 #include "studies/data/corpus.hpp"
@@ -84,6 +89,68 @@ void gradient_check(ResidualScale rs) {
 
 TEST(TrainModel, Fp64GradientMatchesFiniteDifferencesAndNativeTwin) { gradient_check(ResidualScale::None); }
 TEST(TrainModel, Fp64GradientDeepNorm) { gradient_check(ResidualScale::DeepNorm); }
+
+/// Elements of `a` and `b` whose bit patterns differ; `what` names the first one.
+std::size_t bit_mismatches(std::span<const double> a, std::span<const double> b, std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::bit_cast<std::uint64_t>(a[i]) != std::bit_cast<std::uint64_t>(b[i]) && n++ == 0) {
+      std::ostringstream os;
+      os << "first at element " << i << ": " << std::hexfloat << a[i] << " vs " << b[i];
+      what = os.str();
+    }
+  return n;
+}
+
+/// Issue 5: a training step under the `fp32` policy equals the straightforward float implementation
+/// (testing::NativeModel<float>, which follows each op's rounding contract in plain float arithmetic) bit for
+/// bit: the mean loss, every weight gradient and, after one AdamW update, every master weight and moment.
+/// d = 12 with 2 heads gives hs = 6, so the attention scale 1/√6 is a rounded constant.
+void fp32_step_check(ResidualScale rs) {
+  const ModelConfig c = small_config(12, 5, 2);
+  Transformer model(c, rs, ops::Policy::preset("fp32"), 1);
+  testing::NativeModel<float> twin(c, rs);
+  Recipe r;
+  r.init_std = 0.2;
+  const std::vector<double> w = init_params(c, r, residual_rule(rs, c.layers), 5);  // fp32 values
+  const Batch b = train_batch(excerpt_data(c).train, c.seq, c.batch, 9, 0);
+  std::vector<double> g(w.size()), g_twin(w.size());
+  StepTelemetry tel, tel2;
+  const double loss = model.loss_and_grad(b, w, 1.0, g, tel);
+  const double loss_twin = twin.loss_and_grad(b, w, 1.0, g_twin, tel2);
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(loss), std::bit_cast<std::uint64_t>(loss_twin))
+      << std::hexfloat << loss << " vs " << loss_twin << " (" << name_of(rs) << ")";
+  const ParamLayout lay = param_layout(c);
+  std::size_t nonzero = 0;
+  for (const ParamTensor t : kAllParamTensors) {
+    const std::size_t off = lay.offset_of(t), n = lay.size_of(t);
+    std::string what;
+    EXPECT_EQ(bit_mismatches(std::span(g).subspan(off, n), std::span(g_twin).subspan(off, n), what), 0u)
+        << "gradient of " << name_of(t) << " (" << name_of(rs) << "), " << what;
+    for (std::size_t k = off; k < off + n; ++k) nonzero += g[k] != 0.0;
+  }
+  EXPECT_GT(nonzero, w.size() / 2) << name_of(rs);
+  std::vector<double> wm = w, m(w.size(), 0.0), v(w.size(), 0.0);
+  std::vector<double> wt = w, mt(w.size(), 0.0), vt(w.size(), 0.0);
+  const double lr = 1e-3, coef = 0.75;
+  model.apply_update(wm, m, v, g, r, lr, 1, coef);
+  twin.apply_update(wt, mt, vt, g_twin, r, lr, 1, coef);
+  for (const ParamTensor t : kAllParamTensors) {
+    const std::size_t off = lay.offset_of(t), n = lay.size_of(t);
+    std::string what;
+    EXPECT_EQ(bit_mismatches(std::span(wm).subspan(off, n), std::span(wt).subspan(off, n), what), 0u)
+        << "master weights of " << name_of(t) << " (" << name_of(rs) << "), " << what;
+    EXPECT_EQ(bit_mismatches(std::span(m).subspan(off, n), std::span(mt).subspan(off, n), what), 0u)
+        << "AdamW m of " << name_of(t) << " (" << name_of(rs) << "), " << what;
+    EXPECT_EQ(bit_mismatches(std::span(v).subspan(off, n), std::span(vt).subspan(off, n), what), 0u)
+        << "AdamW v of " << name_of(t) << " (" << name_of(rs) << "), " << what;
+  }
+}
+
+TEST(TrainModel, Fp32PolicyStepEqualsPlainFloatModelBitForBit) {
+  for (const ResidualScale rs : {ResidualScale::None, ResidualScale::InvSqrt2L, ResidualScale::DeepNorm})
+    fp32_step_check(rs);
+}
 
 nlohmann::json run(const ModelConfig& c, const std::string& policy, const std::filesystem::path& out,
                    std::int64_t steps, const std::function<void(TrainOptions&)>& tweak = {}) {
