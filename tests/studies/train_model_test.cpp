@@ -8,7 +8,6 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <span>
@@ -250,13 +249,6 @@ void smoke(const ModelConfig& c, std::int64_t steps) {
 }
 
 TEST(TrainSmoke, EveryPolicyLowersTheLoss) { smoke(small_config(16, 16, 2), 80); }
-
-/// The 200-step T0 run per policy. Minutes per policy while fp32 GEMMs take the exact (slow)
-/// accumulation path; runs only with ROUNDOFF_SLOW=1.
-TEST(TrainSmokeSlow, T0TwoHundredStepsEveryPolicy) {
-  if (std::getenv("ROUNDOFF_SLOW") == nullptr) GTEST_SKIP() << "set ROUNDOFF_SLOW=1 to run";
-  smoke(t0_config(), 200);
-}
 
 }  // namespace
 }  // namespace roundoff::studies::train
