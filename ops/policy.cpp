@@ -48,6 +48,18 @@ Policy& Policy::set_loss_scale(double s) {
   loss_scale_ = s;
   return *this;
 }
+Policy& Policy::set_attention_order(AttentionOrder o) {
+  attention_order_ = o;
+  return *this;
+}
+
+std::string_view name_of(AttentionOrder o) {
+  switch (o) {
+    case AttentionOrder::Materialised: return "materialised";
+    case AttentionOrder::Online: return "online";
+  }
+  return "";
+}
 
 // ---- presets ------------------------------------------------------------------------------------------------
 
@@ -228,6 +240,8 @@ std::vector<std::string> overrides(const Policy& base, const Policy& p) {
     if (!(p.storage_for(r) == base.storage_for(r)))
       out.push_back(std::string(name_of(r)) + "=" + numerics::name_of(p.storage_for(r)));
   if (p.loss_scale() != base.loss_scale()) out.push_back("loss-scale=" + number_text(p.loss_scale()));
+  if (p.attention_order() != base.attention_order())
+    out.push_back("attention=" + std::string(name_of(p.attention_order())));
   return out;
 }
 
@@ -327,6 +341,13 @@ void apply_field(std::size_t index, const std::string& token, Field f, const std
   }
 }
 
+/// "materialised, online" for error messages.
+std::string attention_order_list() {
+  std::string s;
+  for (AttentionOrder o : kAllAttentionOrders) s += (s.empty() ? "" : ", ") + std::string(name_of(o));
+  return s;
+}
+
 void apply_item(Policy& p, std::size_t index, const std::string& token) {
   const std::size_t eq = token.find('=');
   if (eq == std::string::npos)
@@ -343,12 +364,22 @@ void apply_item(Policy& p, std::size_t index, const std::string& token) {
     p.set_loss_scale(s);
     return;
   }
+  if (lhs == "attention") {
+    std::optional<AttentionOrder> order;
+    for (AttentionOrder o : kAllAttentionOrders)
+      if (name_of(o) == rhs) order = o;
+    if (!order) fail(index, token, "unknown attention order '" + rhs + "'; valid: " + attention_order_list());
+    p.set_attention_order(*order);
+    return;
+  }
   if (auto role = find_role(lhs)) {
     p.set_role(*role, guarded(index, token, [&] { return numerics::parse_format(rhs); }));
     return;
   }
   const std::vector<std::string> sel = split_top(lhs, '.');
   if (sel.size() > 3) fail(index, token, "selector has too many parts; expected OP[.PASS][.FIELD]");
+  if (sel[0] == "attention")
+    fail(index, token, "attention takes no pass or field; expected attention=ORDER, ORDER: " + attention_order_list());
   std::vector<OpKind> ops;
   if (sel[0] == "all") {
     ops.assign(kAllOps.begin(), kAllOps.end());
@@ -357,7 +388,7 @@ void apply_item(Policy& p, std::size_t index, const std::string& token) {
   } else {
     fail(index, token,
          "unknown op or role '" + sel[0] + "'; valid: all, " + std::string(op_names_list()) + ", " +
-             join(kRoleNames) + ", loss-scale");
+             join(kRoleNames) + ", loss-scale, attention");
   }
   std::vector<Pass> passes(kAllPasses.begin(), kAllPasses.end());
   std::optional<Field> field;

@@ -10,11 +10,13 @@
 ///          | SEL "." FIELD "=" VALUE     FIELD = storage | compute | rounding | acc
 ///          | ROLE "=" FORMAT             ROLE = weights | master | adam-m | adam-v | grads
 ///          | "loss-scale=" NUMBER
+///          | "attention=" ORDER            ORDER = materialised | online (AttentionOrder)
 ///   PREC  := FORMAT ["/" FORMAT] ["/" ACC] ["/" ROUNDING]   storage[/compute][/acc][/rounding]; missing
 ///            compute = storage; missing acc = sequential in the compute format; missing rounding = unchanged
 ///   ACC   := accumulation preset (fp16-seq, fp32-seq, ...) or "[" key=value,... "]"
-/// Without a leading preset the base is fp32. canonical() prints the nearest preset followed by the
-/// overrides in table order; parse(canonical(p)) == p for every policy.
+/// Without a leading preset the base is fp32 (every preset is materialised). canonical() prints the nearest
+/// preset followed by the overrides in table order (attention= only when online); parse(canonical(p)) == p
+/// for every policy.
 #include <array>
 #include <string>
 #include <string_view>
@@ -42,6 +44,20 @@ struct OpPrecision {
   friend bool operator==(const OpPrecision&, const OpPrecision&) = default;
 };
 
+/// How causal softmax·V is evaluated (the model picks the ops; the precisions stay the Softmax and AttnValues
+/// entries):
+///   Materialised  softmax_forward then attn_values_forward (ops/attention.hpp): the T×T weights are rounded
+///                 and stored, then multiplied with V.
+///   Online        online_attention_forward (ops/online_attention.hpp): one pass over each row with a running
+///                 max, denominator and output rescaled when the max grows (FlashAttention); the backward
+///                 recomputes the weights from the saved log-sum-exp (softmax_from_lse).
+enum class AttentionOrder : std::uint8_t { Materialised, Online };
+inline constexpr std::size_t kAttentionOrderCount = 2;
+inline constexpr std::array<AttentionOrder, kAttentionOrderCount> kAllAttentionOrders{AttentionOrder::Materialised,
+                                                                                     AttentionOrder::Online};
+/// "materialised", "online".
+std::string_view name_of(AttentionOrder o);
+
 /// Sequential accumulation in format f (the "<f>-seq" preset when one exists).
 numerics::Accumulation sequential_in(const numerics::Format& f);
 /// storage = compute = f, sequential accumulation in f, round-to-nearest-even.
@@ -57,12 +73,15 @@ class Policy {
   Policy& set(OpKind k, const OpPrecision& prec);  ///< all three passes
   Policy& set_role(TensorRole r, const numerics::Format& f);
   Policy& set_loss_scale(double s);
+  Policy& set_attention_order(AttentionOrder o);
 
   const OpPrecision& at(OpKind k, Pass p) const { return table_[index_of(k)][index_of(p)]; }
   OpPrecision& at(OpKind k, Pass p) { return table_[index_of(k)][index_of(p)]; }
   const numerics::Format& storage_for(TensorRole r) const { return roles_[index_of(r)]; }
   /// The initial loss scale the preset suggests (the trainer owns loss scaling; this is only a default).
   double loss_scale() const { return loss_scale_; }
+  /// Materialised unless the spec says attention=online.
+  AttentionOrder attention_order() const { return attention_order_; }
 
   /// Canonical text: nearest preset + overrides in table order. parse(canonical()) == *this.
   std::string canonical() const;
@@ -80,6 +99,7 @@ class Policy {
   std::array<std::array<OpPrecision, kPassCount>, kOpCount> table_{};
   std::array<numerics::Format, kRoleCount> roles_{};
   double loss_scale_ = 1.0;
+  AttentionOrder attention_order_ = AttentionOrder::Materialised;
 };
 
 /// Reads a policy from a command-line argument: when `arg` names a readable file, its content is the spec

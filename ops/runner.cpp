@@ -5,6 +5,7 @@
 #include "ops/cross_entropy.hpp"
 #include "ops/embedding.hpp"
 #include "ops/matmul.hpp"
+#include "ops/online_attention.hpp"
 #include "ops/residual.hpp"
 #include "ops/rmsnorm.hpp"
 #include "ops/rope.hpp"
@@ -280,6 +281,27 @@ void Runner::attn_values_backward_data(Site s, Span datt, Span dv, CSpan dout, C
       [&](const Ctx<Emulated>& c) { ops::attn_values_backward_data<Emulated>(datt, dv, dout, att, v, sh, c); },
       [&](const RC& c, Select sel, RefOuts& o, bool abs) {
         ops::attn_values_backward_data<Reference>(o[0], o[1], L(dout, abs), L(att, abs), L(v, abs), sh, c, sel);
+      });
+}
+
+void Runner::online_attention_forward(Site s, Span y, Span lse, CSpan preatt, CSpan v, AttnShape sh) {
+  const Site site{OpKind::AttnValues, s.layer, s.tensor};
+  const Ctx<Emulated>& sm = context(OpKind::Softmax, Pass::Forward);
+  const OpPrecision& sm_prec = policy_.at(OpKind::Softmax, Pass::Forward);
+  run(site, Pass::Forward, sh.heads(), {{"y", y, heads(sh)}, {"lse", lse, rows(sh.T), false, &sm_prec.storage}},
+      [&](const Ctx<Emulated>& c) { ops::online_attention_forward<Emulated>(y, lse, preatt, v, sh, sm, c); },
+      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
+        const RC rsm(sm_prec);
+        ops::online_attention_forward<Reference>(o[0], o[1], L(preatt, abs), L(v, abs), sh, rsm, c, sel);
+      });
+}
+
+void Runner::softmax_from_lse(Site s, Span att, CSpan preatt, CSpan lse, AttnShape sh) {
+  const Site site{OpKind::Softmax, s.layer, s.tensor};
+  run(site, Pass::BackwardData, sh.heads() * sh.T, {{"att", att, rows(sh.T)}},
+      [&](const Ctx<Emulated>& c) { ops::softmax_from_lse<Emulated>(att, preatt, lse, sh, c); },
+      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
+        ops::softmax_from_lse<Reference>(o[0], L(preatt, abs), L(lse, abs), sh, c, sel);
       });
 }
 

@@ -70,6 +70,16 @@ class Runner {
   void softmax_backward_data(Site s, Span dpreatt, CSpan datt, CSpan att, AttnShape sh);
   void attn_values_forward(Site s, Span out, CSpan att, CSpan v, AttnShape sh);
   void attn_values_backward_data(Site s, Span datt, Span dv, CSpan dout, CSpan att, CSpan v, AttnShape sh);
+  /// The online order of softmax·V (ops/online_attention.hpp, Policy::attention_order() == Online): y and the
+  /// row log-sum-exp lse (B, NH, T) from preatt and v, under the Softmax and AttnValues forward entries. One
+  /// fused op, so it is recorded (and sampled) as (attn-values, fwd) whatever s.op says: outputs "y" (ulps of
+  /// attn-values storage) and "lse" (ulps of softmax storage); unit = head. Replaces softmax_forward +
+  /// attn_values_forward.
+  void online_attention_forward(Site s, Span y, Span lse, CSpan preatt, CSpan v, AttnShape sh);
+  /// Backward of the online order, first step: att = exp(preatt − lse) under the (softmax, bwd-data) entry
+  /// (recorded as that whatever s.op says; unit = query row); then attn_values_backward_data and
+  /// softmax_backward_data run on this att exactly as in the materialised order. Overwrites att.
+  void softmax_from_lse(Site s, Span att, CSpan preatt, CSpan lse, AttnShape sh);
   void silu_forward(Site s, Span y, CSpan x, RowShape sh);
   void silu_backward_data(Site s, Span dx, CSpan dy, CSpan x, RowShape sh);
   void swiglu_forward(Site s, Span h, CSpan a, CSpan u, RowShape sh);

@@ -97,6 +97,30 @@ TEST(Policy, CanonicalPicksTheNearestPreset) {
   EXPECT_EQ(Policy::parse("pure-bf16,adamw=bf16").canonical().rfind("pure-bf16,", 0), 0u);
 }
 
+TEST(Policy, AttentionOrderParsesAndRoundTrips) {
+  for (const std::string& name : Policy::preset_names())
+    EXPECT_EQ(Policy::preset(name).attention_order(), AttentionOrder::Materialised) << name;
+  for (AttentionOrder o : kAllAttentionOrders) {
+    const Policy p = Policy::parse("ane-fp16,attention=" + std::string(name_of(o)));
+    EXPECT_EQ(p.attention_order(), o);
+    EXPECT_EQ(Policy::parse(p.canonical()), p);
+  }
+  const Policy on = Policy::parse("ane-fp16,attention=online");
+  EXPECT_EQ(on.canonical(), "ane-fp16,attention=online");
+  EXPECT_NE(on, Policy::preset("ane-fp16"));
+  // The default is not printed: an explicit attention=materialised is the preset itself.
+  EXPECT_EQ(Policy::parse("ane-fp16,attention=materialised"), Policy::preset("ane-fp16"));
+  EXPECT_EQ(Policy::parse("ane-fp16,attention=materialised").canonical(), "ane-fp16");
+  // Items apply left to right; without a preset the base is fp32; it composes with the other overrides.
+  EXPECT_EQ(Policy::parse("fp32,attention=online,attention=materialised").attention_order(),
+            AttentionOrder::Materialised);
+  EXPECT_EQ(Policy::parse("attention=online"), Policy::parse("fp32,attention=online"));
+  const Policy q = Policy::parse("pure-bf16,attention=online,softmax=fp32,loss-scale=8");
+  EXPECT_EQ(q.canonical(), "pure-bf16,softmax=fp32/fp32/fp32-seq/nearest-even,loss-scale=8,attention=online");
+  EXPECT_EQ(Policy::parse(q.canonical()), q);
+  EXPECT_EQ(Policy().set_attention_order(AttentionOrder::Online).attention_order(), AttentionOrder::Online);
+}
+
 /// Random valid specs: a random preset then random overrides drawn from every selector/field form.
 std::string random_spec(std::mt19937_64& rng) {
   auto pick = [&](const auto& v) { return v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(rng)]; };
@@ -111,7 +135,7 @@ std::string random_spec(std::mt19937_64& rng) {
   const int n = std::uniform_int_distribution<int>(0, 8)(rng);
   for (int i = 0; i < n; ++i) {
     s += ",";
-    const int form = std::uniform_int_distribution<int>(0, 7)(rng);
+    const int form = std::uniform_int_distribution<int>(0, 8)(rng);
     const std::string sel = pick(sels) + pick(passes);
     switch (form) {
       case 0: s += sel + "=" + pick(formats); break;
@@ -121,6 +145,7 @@ std::string random_spec(std::mt19937_64& rng) {
       case 4: s += sel + ".rounding=" + pick(roundings); break;
       case 5: s += sel + ".acc=" + pick(accs); break;
       case 6: s += std::string(pick(kRoleNames)) + "=" + pick(formats); break;
+      case 7: s += "attention=" + std::string(name_of(pick(kAllAttentionOrders))); break;
       default: s += "loss-scale=" + std::to_string(std::uniform_int_distribution<int>(1, 1 << 20)(rng)) + ".5"; break;
     }
   }
@@ -172,6 +197,12 @@ TEST(Policy, MalformedSpecsGiveOneLineErrors) {
       {"fp32,softmax=", "empty value"},
       {"fp32,softmax.fwd.storage.x=fp16", "too many parts"},
       {"fp32,softmax=fp16/fp16/nearest-even/up", "rounding given twice"},
+      {"ane-fp16,attention=flash",
+       "item 2 'attention=flash': unknown attention order 'flash'; valid: materialised, online"},
+      {"ane-fp16,attention=Online", "unknown attention order 'Online'; valid: materialised, online"},
+      {"fp32,attention.fwd=online", "item 2 'attention.fwd=online': attention takes no pass or field"},
+      {"fp32,attention=", "item 2 'attention=': empty value"},
+      {"fp32,atention=online", "unknown op or role 'atention'; valid: all, embedding"},
   };
   for (const Case& c : cases) {
     const std::string e = error_of(c.spec);
