@@ -710,19 +710,30 @@ double run(const Plans& plans, const Src& src, std::size_t n, bool has_init, dou
   return v;
 }
 
+/// The Plans of the last Accumulation this thread reduced under: ops call dot/sum once per output element
+/// with the same Accumulation, and validating it and building eight RoundingPlans per call dominated short
+/// reductions. Throws std::invalid_argument for an invalid Accumulation (checked when it is first seen).
+/// Nothing inside a reduction calls back into sum/dot, so the reference stays valid for the whole call.
+const Plans& plans_for(const Accumulation& a) {
+  thread_local std::optional<Plans> last;
+  if (!last || !(last->a == a)) {
+    check_valid(a);
+    last.emplace(a);
+  }
+  return *last;
+}
+
 }  // namespace
 
 double sum(const Accumulation& a, std::span<const double> x, StochasticBits bits, AccumStats* stats) {
-  check_valid(a);
-  const Plans plans(a);
+  const Plans& plans = plans_for(a);
   return run(plans, SumSource{x.data(), 1}, x.size(), false, 0.0, bits, stats);
 }
 
 double dot(const Accumulation& a, const double* x, std::ptrdiff_t incx, const double* y, std::ptrdiff_t incy,
            std::size_t n, StochasticBits bits, AccumStats* stats) {
-  check_valid(a);
   if (n > 0 && (x == nullptr || y == nullptr)) throw std::invalid_argument("dot: null operand with n > 0");
-  const Plans plans(a);
+  const Plans& plans = plans_for(a);
   return run(plans, DotSource{x, incx, y, incy}, n, false, 0.0, bits, stats);
 }
 
