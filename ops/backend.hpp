@@ -17,6 +17,7 @@
 /// several roundings of one element; the last two slots belong to in_array and to reductions).
 #include <boost/multiprecision/mpfr.hpp>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -63,7 +64,8 @@ class Ctx<Emulated> {
  public:
   using V = double;
   explicit Ctx(const OpPrecision& p, numerics::StochasticBits bits = {})
-      : prec_(p), storage_(p.storage), compute_(p.compute), mode_(p.rounding), bits_(bits) {}
+      : prec_(p), storage_(p.storage), compute_(p.compute), mode_(p.rounding), bits_(bits),
+        native_(native_kind(p.compute, p.rounding)) {}
 
   const OpPrecision& precision() const { return prec_; }
   const numerics::RoundingPlan& storage_plan() const { return storage_; }
@@ -83,11 +85,26 @@ class Ctx<Emulated> {
   /// A value converted to compute (e.g. a reduction result in the accumulator format).
   double to_compute(double x, std::uint64_t k) const { return numerics::round_to(compute_, mode_, x, draw(k)); }
 
-  double add(double a, double b, std::uint64_t k) const { return numerics::add(compute_, mode_, a, b, draw(k)); }
-  double sub(double a, double b, std::uint64_t k) const { return numerics::sub(compute_, mode_, a, b, draw(k)); }
-  double mul(double a, double b, std::uint64_t k) const { return numerics::mul(compute_, mode_, a, b, draw(k)); }
-  double div(double a, double b, std::uint64_t k) const { return numerics::div(compute_, mode_, a, b, draw(k)); }
-  double sqrt(double a, std::uint64_t k) const { return numerics::sqrt(compute_, mode_, a, draw(k)); }
+  double add(double a, double b, std::uint64_t k) const {
+    double r;
+    return native(a, b, [](auto x, auto y) { return x + y; }, r) ? r : numerics::add(compute_, mode_, a, b, draw(k));
+  }
+  double sub(double a, double b, std::uint64_t k) const {
+    double r;
+    return native(a, b, [](auto x, auto y) { return x - y; }, r) ? r : numerics::sub(compute_, mode_, a, b, draw(k));
+  }
+  double mul(double a, double b, std::uint64_t k) const {
+    double r;
+    return native(a, b, [](auto x, auto y) { return x * y; }, r) ? r : numerics::mul(compute_, mode_, a, b, draw(k));
+  }
+  double div(double a, double b, std::uint64_t k) const {
+    double r;
+    return native(a, b, [](auto x, auto y) { return x / y; }, r) ? r : numerics::div(compute_, mode_, a, b, draw(k));
+  }
+  double sqrt(double a, std::uint64_t k) const {
+    double r;
+    return native(a, a, [](auto x, auto) { return std::sqrt(x); }, r) ? r : numerics::sqrt(compute_, mode_, a, draw(k));
+  }
   double exp(double a, std::uint64_t k) const { return numerics::exp(compute_, mode_, a, draw(k)); }
   double log(double a, std::uint64_t k) const { return numerics::log(compute_, mode_, a, draw(k)); }
   double sigmoid(double a, std::uint64_t k) const { return numerics::sigmoid(compute_, mode_, a, draw(k)); }
@@ -109,6 +126,32 @@ class Ctx<Emulated> {
   void in_array(std::span<const double> src, std::span<double> dst, std::uint64_t first_key) const;
 
  private:
+  /// Native fast path of add/sub/mul/div/sqrt: when the compute format IS IEEE binary32 (or binary64) with
+  /// round-to-nearest-even, the hardware operation on operands that are exactly values of that format is the
+  /// correctly rounded result numerics:: would return (IEEE 754 §5.1; the build has -ffp-contract=off and no
+  /// flush-to-zero). Operands outside the format (e.g. binary64 storage under an fp32 compute) and non-finite
+  /// results take the numerics:: path. tests/ops/native_path_test.cpp checks the two agree bit for bit.
+  enum class Native : std::uint8_t { None, Binary32, Binary64 };
+  static Native native_kind(const numerics::Format& f, numerics::Rounding m) {
+    if (m != numerics::Rounding::NearestEven) return Native::None;
+    if (f == numerics::formats::fp32) return Native::Binary32;
+    if (f == numerics::formats::fp64) return Native::Binary64;
+    return Native::None;
+  }
+  template <class Op>
+  bool native(double a, double b, Op&& op, double& r) const {
+    switch (native_) {
+      case Native::None: return false;
+      case Native::Binary32: {
+        const float fa = static_cast<float>(a), fb = static_cast<float>(b);
+        if (static_cast<double>(fa) != a || static_cast<double>(fb) != b) return false;
+        r = static_cast<double>(static_cast<float>(op(fa, fb)));
+        return std::isfinite(r);
+      }
+      case Native::Binary64: r = op(a, b); return std::isfinite(r);
+    }
+    return false;
+  }
   std::uint64_t draw(std::uint64_t k) const {
     return mode_ == numerics::Rounding::Stochastic ? bits_.draw(k) : 0;
   }
@@ -116,6 +159,7 @@ class Ctx<Emulated> {
   numerics::RoundingPlan storage_, compute_;
   numerics::Rounding mode_;
   numerics::StochasticBits bits_;
+  Native native_;
 };
 
 /// Reference context: exact (133-bit) arithmetic, same algorithm, no format roundings.
