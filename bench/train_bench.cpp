@@ -1,4 +1,5 @@
-// Training-step time: step/<config>/<policy> for T0 and T1 under fp32 and ane-fp16 (one thread).
+// Training-step time: step/<config>/<policy>/threads:<n> for T0 and T1 under fp32 and ane-fp16, on 1 and 2
+// OpenMP threads (threads split independent outputs only, so the bits do not depend on n).
 // One iteration = one full optimisation step (forward, backward, unscale, clip, AdamW) on the committed
 // excerpt; no evaluation, telemetry or checkpoints.
 #include <benchmark/benchmark.h>
@@ -18,7 +19,7 @@ namespace tr = roundoff::studies::train;
 namespace {
 
 void step_bench(benchmark::State& state, const std::string& config, const std::string& policy) {
-  omp_set_num_threads(1);
+  omp_set_num_threads(static_cast<int>(state.range(0)));
   const tr::ModelConfig c = tr::config_by_name(config);
   const tr::TrainData data = tr::load_train_data(c, roundoff::studies::data::excerpt_dir(), 1024);
   tr::TrainOptions o;
@@ -40,12 +41,16 @@ void step_bench(benchmark::State& state, const std::string& config, const std::s
 }  // namespace
 
 BENCHMARK_CAPTURE(step_bench, T0_fp32, std::string("T0"), std::string("fp32"))
-    ->Name("step/T0/fp32")->Unit(benchmark::kMillisecond)->MinTime(2.0);
+    ->Name("step/T0/fp32")
+    ->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 BENCHMARK_CAPTURE(step_bench, T0_ane, std::string("T0"), std::string("ane-fp16"))
-    ->Name("step/T0/ane-fp16")->Unit(benchmark::kMillisecond)->MinTime(2.0);
+    ->Name("step/T0/ane-fp16")
+    ->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 BENCHMARK_CAPTURE(step_bench, T1_fp32, std::string("T1"), std::string("fp32"))
-    ->Name("step/T1/fp32")->Unit(benchmark::kMillisecond)->MinTime(2.0);
+    ->Name("step/T1/fp32")
+    ->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 BENCHMARK_CAPTURE(step_bench, T1_ane, std::string("T1"), std::string("ane-fp16"))
-    ->Name("step/T1/ane-fp16")->Unit(benchmark::kMillisecond)->MinTime(2.0);
+    ->Name("step/T1/ane-fp16")
+    ->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
 
 BENCHMARK_MAIN();
