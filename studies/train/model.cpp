@@ -146,10 +146,19 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
     check(tel, OpKind::AttnScores, Pass::Forward, l, "scores", L.preatt);
     if (detailed) tel->log->telemetry(tel->step, l, "attn-scores", "fwd", "scores", "max_logit", max_abs(L.preatt));
     L.att.assign(L.preatt.size(), 0.0);
-    runner_.softmax_forward({OpKind::Softmax, l, "att"}, L.att, L.preatt, ash);
-    check(tel, OpKind::Softmax, Pass::Forward, l, "att", L.att);
     L.y.assign(NC, 0.0);
-    runner_.attn_values_forward({OpKind::AttnValues, l, "y"}, L.y, L.att, L.v, ash);
+    switch (runner_.policy().attention_order()) {
+      case ops::AttentionOrder::Materialised:
+        runner_.softmax_forward({OpKind::Softmax, l, "att"}, L.att, L.preatt, ash);
+        check(tel, OpKind::Softmax, Pass::Forward, l, "att", L.att);
+        runner_.attn_values_forward({OpKind::AttnValues, l, "y"}, L.y, L.att, L.v, ash);
+        break;
+      case ops::AttentionOrder::Online:  // att is recomputed from lse in the backward pass
+        L.lse.assign(static_cast<std::size_t>(B * NH * T), 0.0);
+        runner_.online_attention_forward({OpKind::AttnValues, l, "y"}, L.y, L.lse, L.preatt, L.v, ash);
+        check(tel, OpKind::Softmax, Pass::Forward, l, "lse", L.lse);
+        break;
+    }
     check(tel, OpKind::AttnValues, Pass::Forward, l, "y", L.y);
     L.o.assign(NC, 0.0);
     runner_.matmul_forward({OpKind::Matmul, l, "o"}, L.o, L.y, layer_of(p.wo, l), {N, C, C});
@@ -314,6 +323,8 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
     runner_.matmul_backward_data({OpKind::Matmul, l, "dy"}, dy, dout, layer_of(p.wo, l), {N, C, C});
     check(tel, OpKind::Matmul, Pass::BackwardData, l, "dy", dy);
     runner_.matmul_backward_weight({OpKind::Matmul, l, "wo"}, dlayer(d.wo, l), dout, L.y, {N, C, C});
+    if (runner_.policy().attention_order() == ops::AttentionOrder::Online)
+      runner_.softmax_from_lse({OpKind::Softmax, l, "att"}, L.att, L.preatt, L.lse, ash);
     std::vector<double> datt(L.att.size(), 0.0), dv(NC, 0.0), dpreatt(L.att.size(), 0.0);
     runner_.attn_values_backward_data({OpKind::AttnValues, l, "datt"}, datt, dv, dy, L.att, L.v, ash);
     check(tel, OpKind::AttnValues, Pass::BackwardData, l, "datt", datt);

@@ -6,7 +6,9 @@
 ///   h  = RMSNorm(x; ln1w)                      (Pre-Norm; under DeepNorm h = x)
 ///   q, k, v = h·Wqᵀ, h·Wkᵀ, h·Wvᵀ               (Matmul)
 ///   q, k ← RoPE(q), RoPE(k)                     (RopeRotate, table from RopeAngles, base 10000)
-///   att = softmax(q·kᵀ/√hs, causal);  y = att·v  (AttnScores, Softmax, AttnValues)
+///   att = softmax(q·kᵀ/√hs, causal);  y = att·v  (AttnScores, Softmax, AttnValues; under the policy's
+///                                               attention=online: one online pass giving y and the row lse,
+///                                               att recomputed as exp(s − lse) for the backward)
 ///   x ← x + β·(y·Woᵀ)                           (ResidualAttn; DeepNorm: x ← RMSNorm_{eps·α²}(x + o/α; ln1w))
 ///   h2 = RMSNorm(x; ln2w)                       (Pre-Norm; under DeepNorm h2 = x)
 ///   z = SiLU(h2·W1ᵀ) ⊙ (h2·W3ᵀ);  f = z·W2ᵀ      (Matmul, Silu, SwiGlu, Matmul)
@@ -70,6 +72,7 @@ class Transformer final : public Model {
   struct LayerActs {
     std::vector<double> x_in, h1, r1, q, k, v, qr, kr, preatt, att, y, o, pre1, rp1, x_mid, h2, r2, g, u, a, z, f,
         pre2, rp2;
+    std::vector<double> lse;  ///< (B, NH, T) row log-sum-exp of the online attention order (att: recomputed)
   };
   void forward(const Batch& b, std::span<const double> master, StepTelemetry* tel);
   void backward(const Batch& b, std::span<const double> master, double loss_scale, std::span<double> grads,
