@@ -69,7 +69,7 @@ struct Sampling {
     return a;
   }();
   std::int64_t every = 1;  ///< shadow call 0, N, 2N, ... of each (op, pass); 0 = never
-  std::int64_t units = 8;  ///< units (rows, heads, columns — see each op) per shadowed call, evenly spaced; 0 = all
+  std::int64_t units = 8;  ///< units (rows, heads, columns — see each op) per shadowed call, stratified (spaced_units); 0 = all
 };
 
 /// Records in call order.

@@ -20,7 +20,11 @@ std::vector<std::int64_t> spaced_units(std::int64_t n, std::int64_t k) {
     for (std::int64_t i = 0; i < n; ++i) u.push_back(i);
     return u;
   }
-  for (std::int64_t i = 0; i < k; ++i) u.push_back((2 * i + 1) * n / (2 * k));
+  for (std::int64_t i = 0; i < k; ++i) {
+    const std::int64_t lo = i * n / k, hi = (i + 1) * n / k;  // stratum i: [lo, hi), non-empty as k < n
+    const auto h = numerics::mix64(static_cast<std::uint64_t>(n) * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(i));
+    u.push_back(lo + static_cast<std::int64_t>(h % static_cast<std::uint64_t>(hi - lo)));
+  }
   return u;
 }
 

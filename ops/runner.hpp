@@ -126,7 +126,10 @@ class Runner {
   Sampling sampling_{};
 };
 
-/// Evenly spaced units: k of n (all when k == 0 or k >= n): u_i = floor((2i + 1)·n / (2k)).
+/// k of n units (all when k == 0 or k >= n), one per stratum [⌊i·n/k⌋, ⌊(i+1)·n/k⌋) at an offset hashed from
+/// (n, i): deterministic, spread over all n, and never aliased with an inner dimension. (Evenly spaced
+/// midpoints put every sampled softmax row of a (B·NH·T)-row tensor at t = 0 when n/k is a multiple of T, so
+/// the shadow only ever saw one-element rows and reported 0 ulp.)
 std::vector<std::int64_t> spaced_units(std::int64_t n, std::int64_t k);
 
 }  // namespace roundoff::ops

@@ -117,6 +117,22 @@ TEST(Runner, SamplingControlsUnitsAndCalls) {
   EXPECT_EQ(t2.records().size(), 3u);  // calls 0, 2, 4 of silu; matmul not sampled
 }
 
+TEST(Runner, SampledUnitsAreStratifiedAndDoNotAliasWithAnInnerDimension) {
+  // 1024 softmax rows = B·NH·T with T = 64, 8 sampled: evenly spaced midpoints all had t = 0.
+  const std::vector<std::int64_t> u = spaced_units(1024, 8);
+  ASSERT_EQ(u.size(), 8u);
+  std::set<std::int64_t> t;
+  for (std::size_t i = 0; i < u.size(); ++i) {
+    EXPECT_GE(u[i], static_cast<std::int64_t>(i) * 128);
+    EXPECT_LT(u[i], static_cast<std::int64_t>(i + 1) * 128);
+    t.insert(u[i] % 64);
+  }
+  EXPECT_GE(t.size(), 4u) << "sampled rows should reach different positions t";
+  EXPECT_EQ(u, spaced_units(1024, 8));
+  EXPECT_EQ(spaced_units(5, 0).size(), 5u);
+  EXPECT_EQ(spaced_units(5, 9).size(), 5u);
+}
+
 TEST(Runner, TapeCsvIsTidy) {
   Tape tape;
   (void)block("ane-fp16", 2, &tape);
