@@ -123,8 +123,8 @@ int run_training_demo(std::ostream& out, const std::filesystem::path& out_dir) {
                   (*s)["first_nonfinite_step"].is_null() ? "none" : (*s)["first_nonfinite_op"].get<std::string>().c_str());
     out << line;
   }
-  std::snprintf(line, sizeof line, "validation gap (ane-fp16 - fp32, fp32 eval): %+.4f nats (%+.2f %%); eval-precision "
-                "gap of ane-fp16: %+.4f nats\n",
+  std::snprintf(line, sizeof line, "validation gap (ane-fp16 - fp32, fp32 eval): %+.6f nats (%+.4f %%); eval-precision "
+                "gap of ane-fp16: %+.6f nats\n",
                 l16 - l32, 100.0 * (l16 - l32) / l32, b["val_loss_own"].get<double>() - l16);
   out << line;
 
