@@ -14,26 +14,14 @@
 #include "studies/train/model.hpp"
 #include "studies/train/session.hpp"
 #include "tests/studies/native_model.hpp"
+#include "tests/studies/train_test_util.hpp"
 
 namespace roundoff::studies::train {
 namespace {
 
-ModelConfig small() {
-  ModelConfig c = t0_config();
-  c.name = "custom";
-  c.d = 16;
-  c.layers = 2;
-  c.heads = 2;
-  c.seq = 16;
-  c.batch = 2;
-  c.hidden = swiglu_hidden(c.d);
-  return c;
-}
+ModelConfig small() { return testing::small_config(16, 16, 2); }
 
-const TrainData& data_for(const ModelConfig& c) {
-  static const TrainData d = load_train_data(c, data::excerpt_dir(), 512);
-  return d;
-}
+const TrainData& data_for(const ModelConfig& c) { return testing::excerpt_data(c); }
 
 TEST(TrainAttentionOrder, OnlineFp64GradientMatchesTheBinary64Twin) {
   omp_set_num_threads(1);
@@ -70,8 +58,7 @@ nlohmann::json run(const std::string& policy, const std::string& name) {
   o.seed = 3;
   o.progress_every = 0;
   o.telemetry_every = 0;
-  o.out = std::filesystem::temp_directory_path() / ("roundoff_attn_order_" + name);
-  std::filesystem::remove_all(o.out);
+  o.out = testing::fresh_dir("attention_order_" + name);
   o.loss_scale = resolve_loss_scale("auto", spec.policy);
   return run_session(spec, data_for(c), nullptr);
 }

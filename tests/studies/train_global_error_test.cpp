@@ -10,26 +10,17 @@
 #include "studies/data/corpus.hpp"
 #include "studies/train/model.hpp"
 #include "studies/train/session.hpp"
+#include "tests/studies/train_test_util.hpp"
 
 namespace roundoff::studies::train {
 namespace {
 
-ModelConfig tiny() {
-  ModelConfig c = t0_config();
-  c.name = "custom";
-  c.d = 16;
-  c.layers = 2;
-  c.heads = 2;
-  c.seq = 8;
-  c.batch = 2;
-  c.hidden = swiglu_hidden(c.d);
-  return c;
-}
+ModelConfig tiny() { return testing::small_config(16, 8, 2); }
 
 std::vector<ops::OpRecord> global_records(const std::string& policy, ResidualScale rs) {
   omp_set_num_threads(1);
   const ModelConfig c = tiny();
-  static const TrainData data = load_train_data(c, data::excerpt_dir(), 256);
+  const TrainData& data = testing::excerpt_data(c);
   Transformer own(c, rs, ops::load_policy(policy), 7), ref(c, rs, ops::Policy::preset("fp64"), 7);
   const std::vector<double> w = init_params(c, Recipe{}, residual_rule(rs, c.layers), 7);
   ops::Tape tape;

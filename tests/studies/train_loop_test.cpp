@@ -9,23 +9,14 @@
 
 #include "studies/train/trainer.hpp"
 #include "tests/studies/native_model.hpp"
+#include "tests/studies/train_test_util.hpp"
 
 namespace roundoff::studies::train {
 namespace {
 
 using testing::NativeModel;
 
-ModelConfig tiny_config() {
-  ModelConfig c = t0_config();
-  c.name = "custom";
-  c.d = 16;
-  c.layers = 2;
-  c.heads = 2;
-  c.seq = 8;
-  c.batch = 2;
-  c.hidden = swiglu_hidden(16);
-  return c;
-}
+ModelConfig tiny_config() { return testing::small_config(16, 8, 2); }
 
 /// A repetitive byte corpus, tokenised as bytes.
 TrainData synthetic_data(const ModelConfig& c) {

@@ -19,35 +19,14 @@
 #include "studies/train/model.hpp"
 #include "studies/train/session.hpp"
 #include "tests/studies/native_model.hpp"
+#include "tests/studies/train_test_util.hpp"
 
 namespace roundoff::studies::train {
 namespace {
 
-ModelConfig small_config(int d, int seq, int batch) {
-  ModelConfig c = t0_config();
-  c.name = "custom";
-  c.d = d;
-  c.layers = 2;
-  c.heads = 2;
-  c.seq = seq;
-  c.batch = batch;
-  c.hidden = swiglu_hidden(d);
-  return c;
-}
-
-const TrainData& excerpt_data(const ModelConfig& c) {
-  static std::map<std::pair<int, int>, TrainData> cache;
-  auto key = std::make_pair(c.seq, c.batch);
-  auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, load_train_data(c, data::excerpt_dir(), 1024)).first;
-  return it->second;
-}
-
-std::filesystem::path fresh_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("roundoff_trainm_" + name);
-  std::filesystem::remove_all(dir);
-  return dir;
-}
+using testing::excerpt_data;
+using testing::fresh_dir;
+using testing::small_config;
 
 void gradient_check(ResidualScale rs) {
   omp_set_num_threads(1);

@@ -10,21 +10,15 @@
 #include "studies/train/model.hpp"
 #include "studies/train/session.hpp"
 #include "studies/train/trainer.hpp"
+#include "tests/studies/train_test_util.hpp"
 
 namespace roundoff::studies::train {
 namespace {
 
 nlohmann::json run_injected(const std::string& policy_text, double factor) {
   omp_set_num_threads(1);
-  ModelConfig c = t0_config();
-  c.name = "custom";
-  c.d = 16;
-  c.layers = 2;
-  c.heads = 2;
-  c.seq = 16;
-  c.batch = 2;
-  c.hidden = swiglu_hidden(c.d);
-  static const TrainData data = load_train_data(c, data::excerpt_dir(), 256);
+  const ModelConfig c = testing::small_config(16, 16, 2);
+  const TrainData& data = testing::excerpt_data(c);
   const ops::Policy policy = ops::load_policy(policy_text);
   Transformer own(c, ResidualScale::None, policy, 3), fp32(c, ResidualScale::None, ops::Policy::preset("fp32"), 3);
   // Layer 0's FFN output ×factor at step 2: the fp16 stream stays finite (|x| < 65504) but layer 1's Σx² does not.
@@ -36,9 +30,7 @@ nlohmann::json run_injected(const std::string& policy_text, double factor) {
   o.progress_every = 0;
   o.loss_scale = LossScaleSpec::parse("none");
   o.policy = policy.canonical();
-  const auto dir = std::filesystem::temp_directory_path() / "roundoff_norm_collapse";
-  std::filesystem::remove_all(dir);
-  o.out = dir;
+  o.out = testing::fresh_dir("norm_collapse_" + policy_text);
   Trainer t(o, own, fp32, data, nullptr);
   return t.run();
 }

@@ -12,6 +12,7 @@
 #include "ops/policy.hpp"
 #include "studies/data/corpus.hpp"
 #include "studies/train/session.hpp"
+#include "tests/studies/train_test_util.hpp"
 
 namespace roundoff::studies::train {
 namespace {
@@ -30,8 +31,7 @@ void smoke_t0(const std::string& policy) {
   o.seed = 3;
   o.progress_every = 0;
   o.telemetry_every = 0;
-  const auto dir = std::filesystem::temp_directory_path() / ("roundoff_smoke_t0_" + policy);
-  std::filesystem::remove_all(dir);
+  const auto dir = testing::fresh_dir("smoke_t0_" + policy);
   o.out = dir;
   o.loss_scale = resolve_loss_scale("auto", spec.policy);
   const nlohmann::json s = run_session(spec, data, nullptr);

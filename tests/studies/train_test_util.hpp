@@ -1,0 +1,46 @@
+#pragma once
+/// \file train_test_util.hpp
+/// Shared set-up of the trainer tests: a small custom config, the committed excerpt tokenised for it, and a
+/// fresh results directory. ctest runs every test in its own process, in parallel, so each test must pass a
+/// name of its own to fresh_dir.
+#include <filesystem>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "studies/data/corpus.hpp"
+#include "studies/train/config.hpp"
+#include "studies/train/session.hpp"
+
+namespace roundoff::studies::train::testing {
+
+/// T0's architecture at width d (2 layers, 2 heads, SwiGLU hidden for d), sequence seq, batch batch.
+inline ModelConfig small_config(int d, int seq, int batch) {
+  ModelConfig c = t0_config();
+  c.name = "custom";
+  c.d = d;
+  c.layers = 2;
+  c.heads = 2;
+  c.seq = seq;
+  c.batch = batch;
+  c.hidden = swiglu_hidden(d);
+  return c;
+}
+
+/// The committed excerpt for c's tokeniser and window shape, evaluated on its first 1024 val/test tokens.
+inline const TrainData& excerpt_data(const ModelConfig& c) {
+  static std::map<std::pair<int, int>, TrainData> cache;
+  const auto key = std::make_pair(c.seq, c.batch);
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, load_train_data(c, data::excerpt_dir(), 1024)).first;
+  return it->second;
+}
+
+/// An empty directory under the temp dir, unique to `name`.
+inline std::filesystem::path fresh_dir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("roundoff_train_test_" + name);
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+}  // namespace roundoff::studies::train::testing
