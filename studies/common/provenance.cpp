@@ -1,5 +1,7 @@
 #include "studies/common/provenance.hpp"
 
+#include "git_revision.inc"  // ROUNDOFF_GIT_REVISION, generated at every build
+
 #include <fcntl.h>
 #include <unistd.h>
 
