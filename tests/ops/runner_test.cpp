@@ -60,6 +60,7 @@ TEST(Runner, ShadowCoversEveryBlockOpAndBoundsHold) {
   Tape tape;
   (void)block("ane-fp16", 2, &tape);
   std::set<std::pair<OpKind, Pass>> seen;
+  const Policy policy = Policy::preset("ane-fp16");
   for (const OpRecord& r : tape.records()) {
     seen.insert({r.op, r.pass});
     EXPECT_GT(r.error.count, 0) << name_of(r.op) << " " << r.tensor;
@@ -68,7 +69,7 @@ TEST(Runner, ShadowCoversEveryBlockOpAndBoundsHold) {
     if (r.op == OpKind::Matmul && r.pass == Pass::Forward) {
       // Forward fp16 GEMMs on O(1) inputs (no underflow; the backward ones see subnormal gradients, where
       // only an absolute bound holds), K ≤ 88: |err| ≤ γ_K·u_acc⁻¹·(u_acc Σ|a||b|) + u_s|y|, and |y| ≤ Σ|a||b|: ratio ≤ γ_K/u + 1·u_s/u_acc.
-      const OpPrecision& p = Policy::preset("ane-fp16").at(r.op, r.pass);
+      const OpPrecision& p = policy.at(r.op, r.pass);  // not preset(...).at(...): that dangles
       const double ua = numerics::unit_roundoff(p.accumulate.format), us = numerics::unit_roundoff(p.storage);
       const double K = 88;
       EXPECT_LE(r.error.dot_ratio, K / (1 - K * ua) * (1 + us) + us / ua) << r.tensor;
