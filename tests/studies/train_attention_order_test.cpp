@@ -46,21 +46,9 @@ TEST(TrainAttentionOrder, OnlineFp64GradientMatchesTheBinary64Twin) {
 }
 
 nlohmann::json run(const std::string& policy, const std::string& name) {
-  omp_set_num_threads(1);
-  const ModelConfig c = small();
-  SessionSpec spec;
-  spec.policy = ops::load_policy(policy);
-  TrainOptions& o = spec.options;
-  o.config = c;
-  o.steps = 40;
-  o.recipe.lr = 3e-3;
-  o.recipe.warmup = 4;
-  o.seed = 3;
-  o.progress_every = 0;
-  o.telemetry_every = 0;
-  o.out = testing::fresh_dir("attention_order_" + name);
-  o.loss_scale = resolve_loss_scale("auto", spec.policy);
-  return run_session(spec, data_for(c), nullptr);
+  return testing::train_run(small(), policy, testing::fresh_dir("attention_order_" + name), 40, [](TrainOptions& o) {
+    o.telemetry_every = 0;
+  });
 }
 
 TEST(TrainAttentionOrder, OnlineAneFp16LearnsAndDiffersFromMaterialised) {

@@ -132,21 +132,7 @@ TEST(TrainModel, Fp32PolicyStepEqualsPlainFloatModelBitForBit) {
 
 nlohmann::json run(const ModelConfig& c, const std::string& policy, const std::filesystem::path& out,
                    std::int64_t steps, const std::function<void(TrainOptions&)>& tweak = {}) {
-  omp_set_num_threads(1);
-  SessionSpec spec;
-  spec.policy = ops::load_policy(policy);
-  TrainOptions& o = spec.options;
-  o.config = c;
-  o.steps = steps;
-  o.recipe.lr = 3e-3;
-  o.recipe.warmup = std::max<int>(1, static_cast<int>(steps / 10));
-  o.seed = 3;
-  o.progress_every = 0;
-  o.telemetry_every = 25;
-  o.out = out;
-  o.loss_scale = resolve_loss_scale("auto", spec.policy);
-  if (tweak) tweak(o);
-  return run_session(spec, excerpt_data(c), nullptr);
+  return testing::train_run(c, policy, out, steps, tweak);
 }
 
 TEST(TrainModel, SameWeightsForOneAndTwoThreads) {

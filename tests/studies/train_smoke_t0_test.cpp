@@ -18,23 +18,11 @@ namespace roundoff::studies::train {
 namespace {
 
 void smoke_t0(const std::string& policy) {
-  omp_set_num_threads(1);
-  const ModelConfig c = t0_config();
-  const TrainData data = load_train_data(c, data::excerpt_dir(), 1024);
-  SessionSpec spec;
-  spec.policy = ops::load_policy(policy);
-  TrainOptions& o = spec.options;
-  o.config = c;
-  o.steps = 200;
-  o.recipe.lr = 3e-3;
-  o.recipe.warmup = 20;
-  o.seed = 3;
-  o.progress_every = 0;
-  o.telemetry_every = 0;
   const auto dir = testing::fresh_dir("smoke_t0_" + policy);
-  o.out = dir;
-  o.loss_scale = resolve_loss_scale("auto", spec.policy);
-  const nlohmann::json s = run_session(spec, data, nullptr);
+  const nlohmann::json s = testing::train_run(t0_config(), policy, dir, 200, [](TrainOptions& o) {
+    o.recipe.warmup = 20;
+    o.telemetry_every = 0;
+  });
   const double start = std::log(256.0);
   EXPECT_LT(s["val_loss_fp32"].get<double>(), start - 1.0) << policy;
   EXPECT_TRUE(std::isfinite(s["val_loss_own"].get<double>())) << policy;

@@ -3,11 +3,16 @@
 /// Shared set-up of the trainer tests: a small custom config, the committed excerpt tokenised for it, and a
 /// fresh results directory. ctest runs every test in its own process, in parallel, so each test must pass a
 /// name of its own to fresh_dir.
+#include <omp.h>
+
+#include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
 
+#include "ops/policy.hpp"
 #include "studies/data/corpus.hpp"
 #include "studies/train/config.hpp"
 #include "studies/train/session.hpp"
@@ -41,6 +46,27 @@ inline std::filesystem::path fresh_dir(const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() / ("roundoff_train_test_" + name);
   std::filesystem::remove_all(dir);
   return dir;
+}
+
+/// One training session on the excerpt, one thread: lr 3e-3, warmup steps/10, seed 3, telemetry every 25
+/// steps, the policy's own loss-scale suggestion; `tweak` may change any option before the run.
+inline nlohmann::json train_run(const ModelConfig& c, const std::string& policy, const std::filesystem::path& out,
+                                std::int64_t steps, const std::function<void(TrainOptions&)>& tweak = {}) {
+  omp_set_num_threads(1);
+  SessionSpec spec;
+  spec.policy = ops::load_policy(policy);
+  TrainOptions& o = spec.options;
+  o.config = c;
+  o.steps = steps;
+  o.recipe.lr = 3e-3;
+  o.recipe.warmup = std::max<int>(1, static_cast<int>(steps / 10));
+  o.seed = 3;
+  o.progress_every = 0;
+  o.telemetry_every = 25;
+  o.out = out;
+  o.loss_scale = resolve_loss_scale("auto", spec.policy);
+  if (tweak) tweak(o);
+  return run_session(spec, excerpt_data(c), nullptr);
 }
 
 }  // namespace roundoff::studies::train::testing
