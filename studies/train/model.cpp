@@ -382,7 +382,7 @@ double Transformer::loss_and_grad(const Batch& b, std::span<const double> master
 }
 
 void Transformer::shadow(std::int64_t step, const Batch& b, std::span<const double> master, double loss_scale,
-                         ops::Tape& tape, std::int64_t units) {
+                         ops::Tape& tape, std::int64_t units, Transformer* reference) {
   ops::Sampling sampling;
   sampling.every = 1;
   sampling.units = units;
@@ -395,6 +395,7 @@ void Transformer::shadow(std::int64_t step, const Batch& b, std::span<const doub
   forward(b, master, &tel);
   backward(b, master, loss_scale, grads, &tel);
   runner_.enable_shadow(nullptr);
+  if (reference != nullptr) record_global(step, b, master, loss_scale, grads, *reference, tape);
 }
 
 namespace {
@@ -422,13 +423,21 @@ OpKind op_of(ParamTensor t) {
 
 void Transformer::global_error(std::int64_t step, const Batch& b, std::span<const double> master, double loss_scale,
                                Transformer& reference, ops::Tape& tape) {
-  std::vector<double> g_ref(master.size()), g_own(master.size());
-  for (Transformer* m : {&reference, this}) {
-    m->current_step_ = -2;  // never the injection step
-    m->runner_.set_step(step);
-    m->forward(b, master, nullptr);
-    m->backward(b, master, loss_scale, m == this ? std::span<double>(g_own) : std::span<double>(g_ref), nullptr);
-  }
+  std::vector<double> grads(master.size());
+  current_step_ = -2;  // never the injection step
+  runner_.set_step(step);
+  forward(b, master, nullptr);
+  backward(b, master, loss_scale, grads, nullptr);
+  record_global(step, b, master, loss_scale, grads, reference, tape);
+}
+
+void Transformer::record_global(std::int64_t step, const Batch& b, std::span<const double> master, double loss_scale,
+                                std::span<const double> grads, Transformer& reference, ops::Tape& tape) {
+  std::vector<double> g_ref(master.size());
+  reference.current_step_ = -2;
+  reference.runner_.set_step(step);
+  reference.forward(b, master, nullptr);
+  reference.backward(b, master, loss_scale, g_ref, nullptr);
   struct ActSite {
     std::vector<double> LayerActs::*member;
     OpKind op;
@@ -466,8 +475,7 @@ void Transformer::global_error(std::int64_t step, const Batch& b, std::span<cons
     for (int l = 0; l < layers; ++l) {
       const std::size_t off = lay_.offset_of(t) + n * static_cast<std::size_t>(l);
       runner_.record_global({op_of(t), per_layer ? l : -1, name_of(t)}, Pass::BackwardWeight,
-                            std::span<const double>(g_own).subspan(off, n),
-                            std::span<const double>(g_ref).subspan(off, n));
+                            grads.subspan(off, n), std::span<const double>(g_ref).subspan(off, n));
     }
   }
   runner_.enable_shadow(nullptr);

@@ -49,9 +49,11 @@ class Transformer final : public Model {
                     const Recipe& recipe, double lr, std::int64_t t, double coef) override;
 
   /// One forward+backward on `b` (loss scale `loss_scale`) with the MPFR shadow on (ops::Runner::enable_shadow):
-  /// every op call records its local error on `units` evenly spaced units into `tape` (tagged with `step`).
+  /// every op call records its local error on `units` sampled units into `tape` (tagged with `step`). With a
+  /// `reference` model, the same pass's activations and gradients then also get their global error
+  /// (see global_error) without a second forward+backward of this model.
   void shadow(std::int64_t step, const Batch& b, std::span<const double> master, double loss_scale, ops::Tape& tape,
-              std::int64_t units);
+              std::int64_t units, Transformer* reference = nullptr);
 
   /// Global error: one forward+backward on `b` (loss scale `loss_scale`) by this model and by `reference`
   /// (normally the same config under the `fp64` policy: its rounding error, ≲ γ_n·2^-53 relative, is far below
@@ -83,6 +85,10 @@ class Transformer final : public Model {
   /// RMSNorm range event the output scan cannot see: a row whose Σx² overflowed the compute format has
   /// rstd = 1/√inf = 0, so the row becomes silent zeros. Counts rows with rstd = 0 but x ≠ 0 (names the first
   /// such norm of the step; at detailed steps logs `collapsed_rows`).
+  /// Runs `reference` on the same batch, weights and loss scale, then records every saved activation and
+  /// every weight gradient of this model's last pass (gradients `grads`) against the reference's in `tape`.
+  void record_global(std::int64_t step, const Batch& b, std::span<const double> master, double loss_scale,
+                     std::span<const double> grads, Transformer& reference, ops::Tape& tape);
   void check_norm(StepTelemetry* tel, int layer, std::string_view tensor, std::span<const double> x,
                   std::span<const double> rstd, std::int64_t cols);
 

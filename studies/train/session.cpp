@@ -1,6 +1,7 @@
 // Building and running a complete training session.
 #include "studies/train/session.hpp"
 
+#include <optional>
 #include <ostream>
 
 #include "ops/probe.hpp"
@@ -51,17 +52,17 @@ nlohmann::json run_session(SessionSpec spec, const TrainData& data, std::ostream
   o.policy = spec.policy.canonical();
   Transformer own(o.config, o.residual, spec.policy, o.seed);
   Transformer fp32(o.config, o.residual, ops::Policy::preset("fp32"), o.seed);
-  Transformer reference(o.config, o.residual, ops::Policy::preset("fp64"), o.seed);
+  std::optional<Transformer> reference;  // the fp64 model of the global error, only when attributing
   ShadowHook hook;
   if (o.shadow_every > 0) {
+    reference.emplace(o.config, o.residual, ops::Policy::preset("fp64"), o.seed);
     if (data.val.batches.empty()) throw std::runtime_error("--shadow-every needs a non-empty validation split");
     const Batch probe = data.val.batches.front();  // the fixed probe batch: the first B val windows
     const std::int64_t units = spec.shadow_units;
     hook = [&own, &reference, probe, units](std::int64_t step, std::span<const double> master, double loss_scale,
                                            RunLog& log) {
       ops::Tape tape;
-      own.shadow(step, probe, master, loss_scale, tape, units);
-      own.global_error(step, probe, master, loss_scale, reference, tape);
+      own.shadow(step, probe, master, loss_scale, tape, units, &*reference);
       for (const ops::OpRecord& r : tape.records()) {
         const auto op = ops::name_of(r.op), pass = ops::name_of(r.pass);
         const std::string kind = r.kind == ops::RecordKind::Global ? "global_" : "shadow_";

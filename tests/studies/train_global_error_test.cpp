@@ -28,6 +28,28 @@ std::vector<ops::OpRecord> global_records(const std::string& policy, ResidualSca
   return tape.records();
 }
 
+TEST(TrainGlobalError, ShadowPassRecordsTheSameGlobalErrorAsItsOwnPass) {
+  // The trainer's attribution step runs the MPFR shadow and the global error on one forward+backward.
+  omp_set_num_threads(1);
+  const ModelConfig c = tiny();
+  const TrainData& data = testing::excerpt_data(c);
+  Transformer own(c, ResidualScale::None, ops::load_policy("ane-fp16,all.rounding=stochastic"), 7),
+      ref(c, ResidualScale::None, ops::Policy::preset("fp64"), 7);
+  const std::vector<double> w = init_params(c, Recipe{}, residual_rule(ResidualScale::None, c.layers), 7);
+  ops::Tape with_shadow, alone;
+  own.shadow(4, data.val.batches.front(), w, 1024.0, with_shadow, 2, &ref);
+  own.global_error(4, data.val.batches.front(), w, 1024.0, ref, alone);
+  std::vector<ops::OpRecord> global;
+  for (const ops::OpRecord& r : with_shadow.records())
+    if (r.kind == ops::RecordKind::Global) global.push_back(r);
+  ASSERT_EQ(global.size(), alone.records().size());
+  for (std::size_t i = 0; i < global.size(); ++i) {
+    EXPECT_EQ(global[i].tensor, alone.records()[i].tensor);
+    EXPECT_EQ(global[i].error.norm_rel, alone.records()[i].error.norm_rel) << global[i].tensor;
+    EXPECT_EQ(global[i].error.max_ulp, alone.records()[i].error.max_ulp) << global[i].tensor;
+  }
+}
+
 TEST(TrainGlobalError, Fp64ModelAgainstItselfIsExact) {
   for (const ResidualScale rs : {ResidualScale::None, ResidualScale::DeepNorm}) {
     const auto recs = global_records("fp64", rs);

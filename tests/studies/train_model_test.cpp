@@ -198,7 +198,7 @@ TEST(TrainModel, TelemetryIsRecorded) {
   std::stringstream s;
   s << in.rdbuf();
   for (const char* needle : {",swamping_ratio,", ",max_logit,", "stream,fwd,x,max_abs", ",underflow_fraction,",
-                             ",stagnation_fraction,", ",shadow_max_ulp,", "softmax,fwd,att,"})
+                             ",stagnation_fraction,", ",shadow_max_ulp,", ",global_norm_rel,", "softmax,fwd,att,"})
     EXPECT_NE(s.str().find(needle), std::string::npos) << needle;
 }
 
