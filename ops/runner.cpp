@@ -99,7 +99,13 @@ void Runner::run(Site s, Pass pass, std::int64_t n_units, std::initializer_list<
   RefOuts refs, absr;
   if (shadow)
     for (const Output& o : outs) refs.push_back(lift(o.data));
-  emu(c);
+  if (profile_ != nullptr) {
+    const auto t0 = Profile::Clock::now();
+    emu(c);
+    profile_->add(s.op, pass, seconds_since(t0));
+  } else {
+    emu(c);
+  }
   if (!shadow) return;
   const std::vector<std::int64_t> sel = spaced_units(n_units, sampling_.units);
   const OpPrecision& prec = policy_.at(s.op, pass);

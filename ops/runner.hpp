@@ -24,6 +24,7 @@
 #include "ops/backend.hpp"
 #include "ops/policy.hpp"
 #include "ops/probe.hpp"
+#include "ops/profile.hpp"
 #include "ops/shape.hpp"
 
 namespace roundoff::ops {
@@ -49,6 +50,8 @@ class Runner {
   std::int64_t step() const { return step_; }
   /// Turns the shadow on (tape non-null) or off (nullptr).
   void enable_shadow(Tape* tape, const Sampling& sampling = {});
+  /// Adds the wall time of every emulated op call to `profile` under its (op, pass); nullptr: off.
+  void enable_profile(Profile* profile) { profile_ = profile; }
   /// The emulated context of (op, pass) for the next call (advances the stochastic stream). For callers that
   /// use an op function directly.
   const Ctx<Emulated>& context(OpKind op, Pass pass);
@@ -124,6 +127,7 @@ class Runner {
   std::array<std::int64_t, kOpCount * kPassCount> calls_{};
   Tape* tape_ = nullptr;
   Sampling sampling_{};
+  Profile* profile_ = nullptr;
 };
 
 /// k of n units (all when k == 0 or k >= n), one per stratum [⌊i·n/k⌋, ⌊(i+1)·n/k⌋) at an offset hashed from

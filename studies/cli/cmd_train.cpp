@@ -22,7 +22,7 @@ struct TrainArgs {
   double lr = 1e-3, clip = 1.0, weight_decay = 0.1;
   int threads = 1;
   std::string out, corpus;
-  bool resume = false;
+  bool resume = false, profile = false;
 };
 
 studies::train::ModelConfig build_config(const TrainArgs& a, const CLI::App& cmd) {
@@ -111,6 +111,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--corpus", args->corpus, "prepared corpus directory (default: data/brown, else the excerpt)");
   cmd->add_option("--out", args->out, "results directory")->required();
   cmd->add_flag("--resume", args->resume, "continue from DIR/checkpoint.bin");
+  cmd->add_flag("--profile", args->profile,
+                "time every step per (op, pass): table on stderr at the end and DIR/profile.csv (no bit changes)");
   cmd->callback([args, cmd] {
     namespace tr = studies::train;
     const TrainArgs& a = *args;
@@ -139,6 +141,7 @@ void add_train_command(CLI::App& app) {
     o.resume = a.resume;
     spec.eval_tokens = a.eval_tokens;
     spec.shadow_units = a.shadow_units;
+    spec.profile = a.profile;
     if (!a.corpus.empty()) spec.corpus_dir = a.corpus;
     omp_set_num_threads(a.threads);
     const tr::TrainData data = tr::load_train_data(o.config, spec.corpus_dir, a.eval_tokens);

@@ -47,6 +47,7 @@ class Transformer final : public Model {
                        StepTelemetry& telemetry) override;
   void apply_update(std::span<double> master, std::span<double> m, std::span<double> v, std::span<const double> grads,
                     const Recipe& recipe, double lr, std::int64_t t, double coef) override;
+  void set_profile(ops::Profile* profile) override { runner_.enable_profile(profile); }
 
   /// One forward+backward on `b` (loss scale `loss_scale`) with the MPFR shadow on (ops::Runner::enable_shadow):
   /// every op call records its local error on `units` sampled units into `tape` (tagged with `step`). With a

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/profile.hpp"
 #include "studies/train/config.hpp"
 #include "studies/train/params.hpp"
 #include "studies/train/run_log.hpp"
@@ -49,6 +50,9 @@ class Model {
   virtual void apply_update(std::span<double> master, std::span<double> m, std::span<double> v,
                             std::span<const double> grads, const Recipe& recipe, double lr, std::int64_t t,
                             double coef) = 0;
+  /// Adds the time of every op call of this model to `profile` (nullptr: off). Timing only, no bit changes.
+  /// Models that do not run through ops::Runner have nothing to time and ignore it.
+  virtual void set_profile(ops::Profile* /*profile*/) {}
 };
 
 }  // namespace roundoff::studies::train

@@ -3,8 +3,10 @@
 
 #include <optional>
 #include <ostream>
+#include <sstream>
 
 #include "ops/probe.hpp"
+#include "studies/common/provenance.hpp"
 #include "studies/data/bpe.hpp"
 #include "studies/data/corpus.hpp"
 #include "studies/data/tokenizer.hpp"
@@ -77,7 +79,17 @@ nlohmann::json run_session(SessionSpec spec, const TrainData& data, std::ostream
     };
   }
   Trainer trainer(o, own, fp32, data, progress, hook);
+  ops::Profile profile;
+  if (spec.profile) trainer.set_profile(&profile);
   nlohmann::json summary = trainer.run();
+  if (spec.profile) {
+    if (progress != nullptr) profile.print(*progress);
+    if (!o.out.empty()) {
+      std::ostringstream csv;
+      profile.write_csv(csv);
+      write_file_atomic(o.out / "profile.csv", csv.str());
+    }
+  }
   return summary;
 }
 

@@ -23,6 +23,9 @@ struct SessionSpec {
   std::optional<std::filesystem::path> corpus_dir;  ///< default: data::load_corpus()'s choice
   std::int64_t eval_tokens = 0;   ///< > 0: evaluate on the leading windows covering this many tokens
   std::int64_t shadow_units = 4;  ///< units per shadowed op call (rows, heads, columns)
+  /// Time every step per (op, pass) (ops::Profile): the table goes to the progress stream at the end and,
+  /// with an output directory, to DIR/profile.csv. No bit changes.
+  bool profile = false;
 };
 
 /// "auto" → none when the policy suggests no loss scale, dynamic (GradScaler defaults) when it suggests

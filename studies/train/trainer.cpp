@@ -186,11 +186,22 @@ void Trainer::step() {
   tel.step = s;
   tel.log = &log_;
   tel.detailed = opts_.telemetry_every > 0 && s % opts_.telemetry_every == 0;
-  if (shadow_ && opts_.shadow_every > 0 && s % opts_.shadow_every == 0) shadow_(s, master_, scale, log_);
+  const auto t_step = ops::Profile::Clock::now();
+  // Times `f` as the profile phase `name` (just runs it when not profiling).
+  auto phase = [this](const char* name, auto&& f) {
+    if (profile_ == nullptr) return f();
+    const auto t0 = ops::Profile::Clock::now();
+    f();
+    profile_->add_phase(name, ops::seconds_since(t0));
+  };
+  if (shadow_ && opts_.shadow_every > 0 && s % opts_.shadow_every == 0)
+    phase("trainer: shadow attribution", [&] { shadow_(s, master_, scale, log_); });
 
+  own_.set_profile(profile_);
   const double loss = own_.loss_and_grad(batch, master_, scale, grads_, tel);
-  if (tel.detailed) log_gradient_underflow(s, batch);
-  const bool grads_finite = unscale_gradients(grads_, scale);
+  if (tel.detailed) phase("trainer: underflow telemetry", [&] { log_gradient_underflow(s, batch); });
+  bool grads_finite = false;
+  phase("trainer: unscale", [&] { grads_finite = unscale_gradients(grads_, scale); });
   const bool finite = grads_finite && std::isfinite(loss);
   if (!finite && !first_nonfinite_step_) {
     first_nonfinite_step_ = s;
@@ -213,14 +224,15 @@ void Trainer::step() {
                               (tel.first_nonfinite_op.empty() ? "" : " (first in " + tel.first_nonfinite_op + ")"));
     log_.curve(s, "skipped", 1.0);
   } else {
-    const double norm = global_norm_fp32(grads_);
+    double norm = 0;
+    phase("trainer: fp32 global norm", [&] { norm = global_norm_fp32(grads_); });
     const double coef = clip_coefficient(norm, opts_.recipe.clip_norm);
     ++adam_t_;
     if (tel.detailed) before_ = master_;
     own_.apply_update(master_, m_, v_, grads_, opts_.recipe, lr, adam_t_, coef);
     log_.curve(s, "grad_norm", norm);
     log_.curve(s, "lr", lr);
-    if (tel.detailed) log_stagnation(s);
+    if (tel.detailed) phase("trainer: stagnation telemetry", [&] { log_stagnation(s); });
     if (!all_finite(master_)) {
       diverged_ = true;
       log_.event(s, "diverged", "master weights became non-finite; run stopped");
@@ -233,6 +245,8 @@ void Trainer::step() {
   }
   last_train_loss_ = loss;
   step_ = s + 1;
+  own_.set_profile(nullptr);
+  if (profile_ != nullptr) profile_->add_step(ops::seconds_since(t_step));
 
   const bool eval_due = opts_.eval_every > 0 && step_ % opts_.eval_every == 0 && step_ < opts_.steps;
   if (eval_due) evaluate_and_log();

@@ -84,6 +84,9 @@ class Trainer {
   void step();
   /// Final evaluation (val in fp32 and own precision, test in fp32), writes the results; returns summary.
   nlohmann::json finish();
+  /// Profiles every following step into `profile` (nullptr: off): the own model's op calls per (op, pass),
+  /// the trainer's phases, and each step's wall time (evaluation and checkpoints excluded). No bit changes.
+  void set_profile(ops::Profile* profile) { profile_ = profile; }
   /// start(); while (!done()) step(); finish() — returns the summary (partial if stopped early).
   nlohmann::json run();
 
@@ -129,6 +132,7 @@ class Trainer {
   bool diverged_ = false;
   double last_train_loss_ = 0;
   double wall_start_ = 0;
+  ops::Profile* profile_ = nullptr;
 };
 
 /// Cuts tokenised split `tokens` into the fixed evaluation windows, batched by `batch`. When

@@ -1,0 +1,72 @@
+#include "ops/profile.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <ostream>
+#include <vector>
+
+namespace roundoff::ops {
+
+namespace {
+
+struct Row {
+  std::string op, pass;
+  double seconds;
+  std::int64_t calls;  ///< -1: a phase or "other" (no call count)
+};
+
+std::vector<Row> rows_of(const std::array<double, kOpCount * kPassCount>& seconds,
+                         const std::array<std::int64_t, kOpCount * kPassCount>& calls,
+                         const std::map<std::string, double>& phases, double step_seconds) {
+  std::vector<Row> r;
+  double covered = 0;
+  for (OpKind k : kAllOps)
+    for (Pass p : kAllPasses) {
+      const std::size_t i = index_of(k) * kPassCount + index_of(p);
+      if (calls[i] == 0) continue;
+      r.push_back({std::string(name_of(k)), std::string(name_of(p)), seconds[i], calls[i]});
+      covered += seconds[i];
+    }
+  std::sort(r.begin(), r.end(), [](const Row& a, const Row& b) { return a.seconds > b.seconds; });
+  for (const auto& [name, s] : phases) {
+    r.push_back({name, "", s, -1});
+    covered += s;
+  }
+  r.push_back({"other", "", std::max(0.0, step_seconds - covered), -1});
+  return r;
+}
+
+}  // namespace
+
+void Profile::print(std::ostream& os) const {
+  const double n = static_cast<double>(std::max<std::int64_t>(1, steps_));
+  char line[160];
+  std::snprintf(line, sizeof line, "profile: %lld steps, %.1f ms per step (mean)\n", static_cast<long long>(steps_),
+                1e3 * step_seconds_ / n);
+  os << line;
+  std::snprintf(line, sizeof line, "  %-28s %-11s %9s %12s %7s\n", "op", "pass", "calls/step", "ms/step", "%");
+  os << line;
+  for (const Row& r : rows_of(seconds_, calls_, phases_, step_seconds_)) {
+    const double pct = step_seconds_ > 0 ? 100.0 * r.seconds / step_seconds_ : 0.0;
+    if (r.calls >= 0)
+      std::snprintf(line, sizeof line, "  %-28s %-11s %9.1f %12.2f %6.1f%%\n", r.op.c_str(), r.pass.c_str(),
+                    static_cast<double>(r.calls) / n, 1e3 * r.seconds / n, pct);
+    else
+      std::snprintf(line, sizeof line, "  %-28s %-11s %9s %12.2f %6.1f%%\n", r.op.c_str(), r.pass.c_str(), "",
+                    1e3 * r.seconds / n, pct);
+    os << line;
+  }
+}
+
+void Profile::write_csv(std::ostream& os) const {
+  const double n = static_cast<double>(std::max<std::int64_t>(1, steps_));
+  os << "op,pass,calls_per_step,ms_per_step,percent\n";
+  os << "step,,1," << 1e3 * step_seconds_ / n << ",100\n";
+  for (const Row& r : rows_of(seconds_, calls_, phases_, step_seconds_)) {
+    os << r.op << ',' << r.pass << ',';
+    if (r.calls >= 0) os << static_cast<double>(r.calls) / n;
+    os << ',' << 1e3 * r.seconds / n << ',' << (step_seconds_ > 0 ? 100.0 * r.seconds / step_seconds_ : 0.0) << '\n';
+  }
+}
+
+}  // namespace roundoff::ops

@@ -1,0 +1,60 @@
+#pragma once
+/// \file profile.hpp
+/// Where the time of a training step goes: wall-clock seconds and call counts per (op, pass), filled by
+/// ops::Runner around each emulated op call when a Profile is attached (Runner::enable_profile), plus named
+/// phases outside the ops that the caller times itself (the trainer's unscale/clip, etc.).
+/// Timing only: attaching a Profile changes no computed bit.
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <iosfwd>
+#include <map>
+#include <string>
+
+#include "ops/op_kind.hpp"
+
+namespace roundoff::ops {
+
+class Profile {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  void add(OpKind op, Pass pass, double seconds) {
+    const std::size_t i = index_of(op) * kPassCount + index_of(pass);
+    seconds_[i] += seconds;
+    ++calls_[i];
+  }
+  /// Time outside the ops, under a name (e.g. "trainer: unscale+clip").
+  void add_phase(const std::string& name, double seconds) { phases_[name] += seconds; }
+  /// One whole step took `seconds` (the table's denominator).
+  void add_step(double seconds) {
+    step_seconds_ += seconds;
+    ++steps_;
+  }
+
+  double seconds(OpKind op, Pass pass) const { return seconds_[index_of(op) * kPassCount + index_of(pass)]; }
+  std::int64_t calls(OpKind op, Pass pass) const { return calls_[index_of(op) * kPassCount + index_of(pass)]; }
+  std::int64_t steps() const { return steps_; }
+  double step_seconds() const { return step_seconds_; }
+
+  /// The table: one row per (op, pass) that ran, slowest first, then the phases and "other" (step time not
+  /// in any row), each as ms per step and % of the step; ops' rows also give calls per step.
+  void print(std::ostream& os) const;
+  /// The same rows as CSV: op,pass,calls_per_step,ms_per_step,percent; the first row (op "step") is the
+  /// mean step.
+  void write_csv(std::ostream& os) const;
+
+ private:
+  std::array<double, kOpCount * kPassCount> seconds_{};
+  std::array<std::int64_t, kOpCount * kPassCount> calls_{};
+  std::map<std::string, double> phases_;
+  double step_seconds_ = 0;
+  std::int64_t steps_ = 0;
+};
+
+/// Seconds since `t0`.
+inline double seconds_since(Profile::Clock::time_point t0) {
+  return std::chrono::duration<double>(Profile::Clock::now() - t0).count();
+}
+
+}  // namespace roundoff::ops
