@@ -90,6 +90,12 @@ const std::vector<Preset>& presets() {
       tc.adder = MultiTermAdder{g, 0, Rounding::TowardZero, Rounding::TowardZero, 2};
       v.push_back({name, tc});
     }
+    // The ANE accumulator as the reverse-engineered ane-guide describes it (docs/numerics.md): exact tiles of 4
+    // terms rounded to fp16 (toward zero: the mode that reproduces its 4096 + 1024·1 = 5116 example) feeding an
+    // fp32 accumulator.
+    Accumulation ane = seq(formats::fp32);
+    ane.tile = TileStage{4, formats::fp16, Rounding::TowardZero};
+    v.push_back({"ane-tile4", ane});
     return v;
   }();
   return list;
@@ -103,7 +109,8 @@ std::string preset_list() {
 
 constexpr const char* kKeysHelp =
     "keys: acc=FORMAT[:ROUNDING], order=seq|reverse|pairwise|kahan|blocked:B, outer=FORMAT, fused, unfused, "
-    "product=FORMAT, promote=N[:FORMAT], group=G, extra=E, align=ROUNDING, normalize=ROUNDING, carry=C";
+    "product=FORMAT, promote=N[:FORMAT], group=G, extra=E, align=ROUNDING, normalize=ROUNDING, carry=C, "
+    "tile=G[:FORMAT][:ROUNDING]";
 
 [[noreturn]] void fail(std::string_view text, const std::string& why) {
   throw std::invalid_argument("bad accumulation '" + std::string(text) + "': " + why + " (presets: " +
@@ -164,7 +171,7 @@ const std::vector<std::string>& preset_accumulation_names() {
 }
 
 std::optional<std::string> validate(const Accumulation& a) {
-  for (const Format* f : {&a.format, &a.product_format, &a.outer_format, &a.promote_format})
+  for (const Format* f : {&a.format, &a.product_format, &a.outer_format, &a.promote_format, &a.tile.format})
     if (auto why = validate(*f)) return "format " + name_of(*f) + ": " + *why;
   if (a.order == Order::Blocked && a.block <= 0) return std::string("order=blocked needs a block size >= 1");
   if (a.order != Order::Blocked && a.block != 0) return std::string("a block size is only meaningful with order=blocked");
@@ -183,6 +190,17 @@ std::optional<std::string> validate(const Accumulation& a) {
     if (m.normalize == Rounding::Stochastic) return std::string("adder normalisation cannot be stochastic");
   } else if (!(m == MultiTermAdder{})) {
     return std::string("adder parameters are set but group is 0");
+  }
+  const TileStage& t = a.tile;
+  if (t.size < 0 || t.size > 256) return std::string("tile size must be in 0..256");
+  if (t.size > 0) {
+    if (a.order != Order::Sequential && a.order != Order::Reverse)
+      return std::string("a tile stage runs in order=seq or order=reverse only");
+    if (m.group > 0) return std::string("a tile stage and a multi-term adder cannot be combined");
+    if (a.promote_every > 0) return std::string("a tile stage and promotion cannot be combined");
+    if (t.rounding == Rounding::Stochastic) return std::string("tile rounding cannot be stochastic");
+  } else if (!(t == TileStage{})) {
+    return std::string("tile parameters are set but the tile size is 0");
   }
   return std::nullopt;
 }
@@ -218,6 +236,9 @@ std::string spec_text(const Accumulation& a) {
          ",align=" + std::string(name_of(a.adder.align)) + ",normalize=" + std::string(name_of(a.adder.normalize)) +
          ",carry=" + std::to_string(a.adder.carry_bits);
   }
+  if (!(a.tile == TileStage{}))
+    s += ",tile=" + std::to_string(a.tile.size) + ":" + name_of(a.tile.format) + ":" +
+         std::string(name_of(a.tile.rounding));
   return s;
 }
 
@@ -294,6 +315,21 @@ Accumulation parse_accumulation(std::string_view text) {
       a.adder.align = parse_rounding_in(text, val);
     } else if (key == "normalize") {
       a.adder.normalize = parse_rounding_in(text, val);
+    } else if (key == "tile") {
+      // G[:FORMAT][:ROUNDING]; a custom FORMAT has colons of its own, so the rounding is split off the end.
+      const std::size_t colon = val.find(':');
+      a.tile = TileStage{};
+      a.tile.size = parse_count(text, val.substr(0, colon), "tile");
+      if (colon != std::string_view::npos) {
+        std::string_view rest = val.substr(colon + 1);
+        const std::size_t last = rest.rfind(':');
+        const std::string_view tail = last == std::string_view::npos ? rest : rest.substr(last + 1);
+        if (is_rounding_name(tail)) {
+          a.tile.rounding = parse_rounding_in(text, tail);
+          rest = last == std::string_view::npos ? std::string_view{} : rest.substr(0, last);
+        }
+        if (!rest.empty()) a.tile.format = parse_format_in(text, rest);
+      }
     } else {
       fail(text, "unknown key '" + std::string(key) + "'");
     }
@@ -370,16 +406,17 @@ std::optional<RoundingPlan> probe_plan(const Format& f) {
 struct Plans {
   explicit Plans(const Accumulation& spec)
       : a(spec), acc(spec.format), product(spec.product_format), outer(spec.outer_format),
-        promote(spec.promote_format), acc_probe(probe_plan(spec.format)),
+        promote(spec.promote_format), tile(spec.tile.format), acc_probe(probe_plan(spec.format)),
         product_probe(probe_plan(spec.product_format)), outer_probe(probe_plan(spec.outer_format)),
-        promote_probe(probe_plan(spec.promote_format)) {}
+        promote_probe(probe_plan(spec.promote_format)), tile_probe(probe_plan(spec.tile.format)) {}
   Accumulation a;
-  RoundingPlan acc, product, outer, promote;
-  std::optional<RoundingPlan> acc_probe, product_probe, outer_probe, promote_probe;
+  RoundingPlan acc, product, outer, promote, tile;
+  std::optional<RoundingPlan> acc_probe, product_probe, outer_probe, promote_probe, tile_probe;
   const std::optional<RoundingPlan>& probe(const RoundingPlan& pl) const {
     if (&pl == &acc) return acc_probe;
     if (&pl == &product) return product_probe;
     if (&pl == &outer) return outer_probe;
+    if (&pl == &tile) return tile_probe;
     return promote_probe;
   }
 };
@@ -393,6 +430,7 @@ class Run {
 
   double reduce(bool has_init, double init) {
     if (a_.adder.group > 0) return adder_reduce(has_init, init);
+    if (a_.tile.size > 0) return tiled(has_init, init);
     switch (a_.order) {
       case Order::Sequential:
       case Order::Reverse:
@@ -664,6 +702,91 @@ class Run {
     const double r = round_parts(p_.acc, ad.normalize, parts);
     count(p_.acc, r, operands_finite, [&](const RoundingPlan& pl) { return round_parts(pl, ad.normalize, parts); });
     return r;
+  }
+
+  // ---- exact tile stage ----
+
+  /// The exact sum of the terms at processing positions [k0, k1), rounded once to the tile format.
+  double tile_value(std::size_t k0, std::size_t k1) {
+    const TileStage& ts = a_.tile;
+    addends_.clear();
+    bool special = false, operands_finite = true;
+    double special_sum = 0.0;
+    auto add_term = [&](double t) {
+      if (!std::isfinite(t)) {
+        special = true;
+        operands_finite = false;
+        special_sum += t;
+      } else {
+        push_value(addends_, t);
+      }
+    };
+    for (std::size_t k = k0; k < k1; ++k) {
+      const std::size_t i = index(k);
+      const double x = src_.xv(i), y = src_.yv(i);
+      if constexpr (Src::kDot) {
+        if (a_.fused) {
+          if (!std::isfinite(x) || !std::isfinite(y)) {
+            special = true;
+            operands_finite = false;
+            special_sum += x * y;
+          } else if (x != 0 && y != 0) {
+            std::uint64_t mx, my;
+            int ex, ey;
+            split_double(x, mx, ex);
+            split_double(y, my, ey);
+            push(addends_, std::signbit(x) != std::signbit(y), u128{mx} * my, ex + ey);
+          }
+        } else {
+          if (!std::isfinite(x) || !std::isfinite(y)) operands_finite = false;
+          add_term(product(i));
+        }
+      } else {
+        add_term(x);
+      }
+    }
+    if (special) return round_to(p_.tile, ts.rounding, special_sum);
+    if (addends_.empty()) return 0.0;
+    const ExactParts parts = exact_tile_sum();
+    if (parts.m == 0 && !parts.sticky) return 0.0;
+    const double r = round_parts(p_.tile, ts.rounding, parts);
+    count(p_.tile, r, operands_finite, [&](const RoundingPlan& pl) { return round_parts(pl, ts.rounding, parts); });
+    return r;
+  }
+
+  /// Σ addends_ exactly, as parts: in one 128-bit integer when the addends span at most 120 bits (the common
+  /// case: tiles of narrow-format products), else through the Kulisch accumulator.
+  ExactParts exact_tile_sum() const {
+    int lo = addends_[0].exp, top = addends_[0].top;
+    for (const Addend& v : addends_) {
+      lo = std::min(lo, v.exp);
+      top = std::max(top, v.top);
+    }
+    if (top - lo + 1 + 9 <= 126) {  // ≤ 256 addends add at most 8 bits; one more for the sign
+      __extension__ typedef __int128 i128;
+      i128 sum = 0;
+      for (const Addend& v : addends_) {
+        const i128 m = static_cast<i128>(v.m << (v.exp - lo));
+        sum += v.neg ? -m : m;
+      }
+      const bool neg = sum < 0;
+      return ExactParts{neg, static_cast<u128>(neg ? -sum : sum), lo, false};
+    }
+    ExactSum exact;
+    for (const Addend& v : addends_) exact.add_parts(v.neg, v.m, v.exp);
+    return exact.parts();
+  }
+
+  double tiled(bool has_init, double init) {
+    const auto g = static_cast<std::size_t>(a_.tile.size);
+    double s = init;
+    bool have = has_init;
+    for (std::size_t k = 0; k < n_; k += g) {
+      const double t = tile_value(k, std::min(n_, k + g));
+      s = have ? add(p_.acc, s, t) : round(p_.acc, t);
+      have = true;
+    }
+    return have ? s : 0.0;
   }
 
   double adder_reduce(bool has_init, double init) {

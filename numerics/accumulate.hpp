@@ -31,6 +31,14 @@
 ///             aligned values are summed exactly in a register of p + extra_bits + carry_bits bits: a sum longer
 ///             than that first loses its low bits (rounded per adder.align); N rounds the result once to the
 ///             accumulator format per adder.normalize. An exactly zero result is +0.
+///   tile      tile.size = g > 0 (orders seq/reverse, no adder, no promotion): an exact first reduction stage (the
+///             Apple Neural Engine model of the reverse-engineered ane-guide, docs/numerics.md). Consecutive terms
+///             (processing order; the last tile ragged) form tiles of g; each tile's exact sum Σ t_k (fused: exact
+///             products; unfused: the rounded products) is rounded once to tile.format with tile.rounding, and the
+///             tile values are then the terms of the sequential sum in the accumulator format:
+///             s = round(T_0), s = round(s + T_j). An exactly zero tile sum is +0; a tile holding a non-finite
+///             term is the IEEE sum of its non-finite terms. Tile roundings draw no stochastic bits (the mode
+///             cannot be stochastic); a tile that overflows counts in AccumStats::overflows.
 ///   initial   gemm with accumulate: the current C_ij is an exact starting value (never rounded on entry): the
 ///             running sum of seq/reverse/kahan/adder starts at C_ij, the outer sum of blocked and the promoted
 ///             total start at C_ij, and pairwise gives round(C_ij + tree).
@@ -69,6 +77,14 @@ struct MultiTermAdder {
   friend constexpr bool operator==(const MultiTermAdder&, const MultiTermAdder&) = default;
 };
 
+/// Exact tile stage (ANE model). size == 0 disables it.
+struct TileStage {
+  int size = 0;                               ///< terms per tile (4 on the ANE per the guide)
+  Format format = formats::fp16;              ///< each tile's exact sum is rounded once to this format
+  Rounding rounding = Rounding::TowardZero;   ///< ... in this mode (not stochastic)
+  friend constexpr bool operator==(const TileStage&, const TileStage&) = default;
+};
+
 /// A complete description of how a sum or dot product is formed.
 struct Accumulation {
   Format format = formats::fp32;           ///< accumulator format
@@ -81,6 +97,7 @@ struct Accumulation {
   int promote_every = 0;                   ///< 0 = never
   Format promote_format = formats::fp32;
   MultiTermAdder adder{};
+  TileStage tile{};
   friend constexpr bool operator==(const Accumulation&, const Accumulation&) = default;
 };
 
@@ -106,10 +123,12 @@ std::string spec_text(const Accumulation& a);
 /// Preset name or key=value spec. Presets, for F in {fp16, bf16}: F-seq, F-unfused-seq (products rounded to F),
 /// F-reverse, F-pairwise, F-kahan, F-sr (stochastic), F-splitk{16,32,64,128}-fp32 (blocked, fp32 outer sum),
 /// F-promote128-fp32; and fp32-seq, fp32-pairwise, fp64-seq, tc-v100 (fp32 accumulator, group 4, no extra bits,
-/// truncation, 2 carry bits: Fasi et al. 2021), tc-a100 (the same model with groups of 8).
+/// truncation, 2 carry bits: Fasi et al. 2021), tc-a100 (the same model with groups of 8), ane-tile4 (fp32
+/// accumulator fed by exact tiles of 4 terms rounded toward zero to fp16: the ane-guide's ANE accumulator).
 /// Spec: comma-separated tokens, optionally starting with a preset to modify: acc=FORMAT[:ROUNDING],
 /// order=seq|reverse|pairwise|kahan|blocked:B, outer=FORMAT, fused, unfused, product=FORMAT, promote=N[:FORMAT],
-/// group=G, extra=E, align=ROUNDING, normalize=ROUNDING, carry=C. Unset fields keep the Accumulation{} defaults.
+/// group=G, extra=E, align=ROUNDING, normalize=ROUNDING, carry=C, tile=G[:FORMAT][:ROUNDING]
+/// (FORMAT default fp16, ROUNDING default toward-zero). Unset fields keep the Accumulation{} defaults.
 /// Throws std::invalid_argument naming the bad token and listing the presets and keys.
 Accumulation parse_accumulation(std::string_view text);
 const std::vector<std::string>& preset_accumulation_names();

@@ -122,6 +122,13 @@ const std::vector<PresetEntry>& presets() {
                    return ane_layout(OpPrecision{fmts::fp16, fmts::fp16, Rounding::NearestEven,
                                                  sequential_in(fmts::fp32)});
                  }});
+    // The ANE-full layout with the accumulator the reverse-engineered ane-guide measured: fp16 inputs, exact
+    // products, exact tiles of 4 rounded to fp16, an fp32 accumulator, the result rounded to fp16 half to even
+    // (docs/policy.md, docs/numerics.md).
+    t.push_back({"ane-guide", [] {
+                   return ane_layout(OpPrecision{fmts::fp16, fmts::fp16, Rounding::NearestEven,
+                                                 numerics::parse_accumulation("ane-tile4")});
+                 }});
     t.push_back({"ane-matmul-only", [] {
                    Policy p(uniform(fmts::fp32));
                    p.set(OpKind::Matmul, Pass::Forward, uniform(fmts::fp16));

@@ -90,7 +90,7 @@ class Policy {
   static Policy parse(std::string_view spec);
   /// A preset by name; throws std::invalid_argument listing the preset names.
   static Policy preset(std::string_view name);
-  /// fp64 fp32 ane-fp16 ane-fp16-acc32 ane-matmul-only amp-fp16 amp-bf16 pure-fp16 pure-bf16
+  /// fp64 fp32 ane-fp16 ane-fp16-acc32 ane-guide ane-matmul-only amp-fp16 amp-bf16 pure-fp16 pure-bf16
   static const std::vector<std::string>& preset_names();
 
   friend bool operator==(const Policy&, const Policy&) = default;

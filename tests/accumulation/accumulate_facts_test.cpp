@@ -68,6 +68,9 @@ TEST(AccumulateFacts, PresetsRoundTripThroughCanonical) {
       "acc=p11:emin-14:emax15:up,order=kahan",
       "acc=fp32:toward-zero,group=8,extra=3,align=nearest-even,normalize=nearest-even,carry=1",
       "fp16-seq,order=reverse",
+      "acc=fp32,tile=4",
+      "acc=bf16:up,order=reverse,unfused,product=fp16,tile=3:p11:emin-14:emax15:nearest-even",
+      "ane-tile4,tile=8:bf16",
   };
   for (const char* spec : specs) {
     const Accumulation a = parse_accumulation(spec);
@@ -94,6 +97,39 @@ TEST(AccumulateFacts, BadSpecsNameTheToken) {
   EXPECT_NE(message("acc=fp16,order=pairwise,promote=128").find("promotion"), std::string::npos);
   EXPECT_NE(message("acc=fp16,order=blocked:0").find("block size"), std::string::npos);
   EXPECT_NE(message("acc=fp32,group=4,normalize=stochastic").find("stochastic"), std::string::npos);
+  EXPECT_NE(message("acc=fp32,tile=4:fp16:stochastic").find("tile rounding cannot be stochastic"), std::string::npos);
+  EXPECT_NE(message("acc=fp32,tile=4:fp99").find("fp99"), std::string::npos);
+  EXPECT_NE(message("acc=fp32,tile=-1").find("'-1'"), std::string::npos);
+  EXPECT_NE(message("acc=fp32,tile=300").find("0..256"), std::string::npos);
+  EXPECT_NE(message("acc=fp32,order=pairwise,tile=4").find("order=seq"), std::string::npos);
+  EXPECT_NE(message("acc=fp32,group=4,tile=4").find("multi-term adder"), std::string::npos);
+  EXPECT_NE(message("acc=fp32,promote=8,tile=4").find("promotion"), std::string::npos);
+  EXPECT_NE(message("acc=fp32,tile=0:bf16").find("tile size is 0"), std::string::npos);
+}
+
+TEST(AccumulateFacts, AneGuideWorkedSumGives5116) {
+  // ane-guide part 1 ch. 3: one 4096 followed by 1024 ones, summed by the ANE through a matmul against ones,
+  // reads back 5116. Under ane-tile4 the first tile 4096+1+1+1 = 4099 rounds toward zero to the fp16 value 4096,
+  // the other 255 full tiles and the ragged last one are exact, the fp32 sum is 5117 and the fp16 output rounding
+  // (half to even) gives 5116. Rounding the tiles to nearest instead would give 4100 + 1021 = 5121 -> 5120.
+  std::vector<double> x(1025, 1.0);
+  x[0] = 4096.0;
+  const Accumulation ane = parse_accumulation("ane-tile4");
+  const double s = sum(ane, x);
+  EXPECT_EQ(s, 5117.0);
+  EXPECT_EQ(round_to(formats::fp16, Rounding::NearestEven, s), 5116.0);
+  EXPECT_EQ(round_to(formats::fp16, Rounding::NearestEven, dot(ane, x, std::vector<double>(1025, 1.0))), 5116.0);
+  EXPECT_EQ(round_to(formats::fp16, Rounding::NearestEven, sum(parse_accumulation("ane-tile4,tile=4:fp16:nearest-even"), x)),
+            5120.0);
+  EXPECT_EQ(sum(parse_accumulation("fp16-seq"), x), 4096.0);  // the naive fp16 running sum
+  // "A reduction of sixteen thousand ones is bit exact."
+  EXPECT_EQ(sum(ane, std::vector<double>(16000, 1.0)), 16000.0);
+  // The cancellation triple (big, -big, 1) x 16 keeps all sixteen ones for the magnitudes the guide reports 16 for.
+  for (const double big : {1024.0, 3000.0, 4090.0}) {
+    std::vector<double> v;
+    for (int i = 0; i < 16; ++i) v.insert(v.end(), {big, -big, 1.0});
+    EXPECT_EQ(sum(ane, v), 16.0) << big;
+  }
 }
 
 TEST(AccumulateFacts, SpecialsPropagate) {

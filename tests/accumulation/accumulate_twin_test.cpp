@@ -127,6 +127,24 @@ std::vector<Accumulation> grid() {
       out.push_back(a);
     }
   }
+  // Exact tile stages (the ANE model) in several tile formats and modes, fused and unfused, both orders.
+  const TileStage tiles[] = {
+      {4, formats::fp16, Rounding::TowardZero}, {3, formats::fp16, Rounding::NearestEven},
+      {5, formats::bf16, Rounding::Up},         {2, formats::fp32, Rounding::NearestAway},
+      {4, formats::fp16, Rounding::Odd},        {1, formats::fp16, Rounding::Down},
+  };
+  for (const Format& acc : {formats::fp32, formats::fp16}) {
+    for (const TileStage& t : tiles) {
+      Accumulation a;
+      a.format = acc;
+      a.tile = t;
+      out.push_back(a);
+      a.order = Order::Reverse;
+      a.fused = false;
+      a.product_format = formats::bf16;
+      out.push_back(a);
+    }
+  }
   return out;
 }
 
@@ -154,7 +172,7 @@ void check_one(const Accumulation& a, const Format& in, Data kind, std::size_t n
   }
 }
 
-TEST(AccumulateTwin, EveryOrderProductModePromotionAndAdderIsBitExact) {
+TEST(AccumulateTwin, EveryOrderProductModePromotionAdderAndTileIsBitExact) {
   std::mt19937_64 rng(20260);
   Counter c;
   const std::size_t lengths[] = {0, 1, 2, 3, 4, 7, 10, 16, 33, 70};
@@ -188,7 +206,7 @@ TEST(AccumulateTwin, GemmWithAccumulateMatchesTheTwin) {
   std::mt19937_64 rng(5);
   const std::size_t M = 3, N = 4, K = 19;
   for (const char* name : {"fp16-seq", "bf16-pairwise", "fp16-splitk16-fp32", "fp16-kahan", "fp16-promote128-fp32",
-                           "tc-v100", "fp16-sr", "acc=fp16:up,order=blocked:4,outer=bf16,unfused,product=fp16"}) {
+                           "tc-v100", "fp16-sr", "ane-tile4", "acc=fp16:up,order=blocked:4,outer=bf16,unfused,product=fp16"}) {
     const Accumulation a = parse_accumulation(name);
     const auto A = make_data(formats::fp16, Data::Normal, M * K, rng);
     const auto B = make_data(formats::fp16, Data::Normal, K * N, rng);
@@ -208,6 +226,54 @@ TEST(AccumulateTwin, GemmWithAccumulateMatchesTheTwin) {
                                                  << t.value;
       }
   }
+}
+
+TEST(AccumulateTwin, TileStageAdversarialCases) {
+  // Hand-made tiles: ties in the tile format, cancellation to exact zero, signed zeros, overflow of a tile,
+  // subnormal tile sums, and binary64 terms spanning more than 120 bits (the Kulisch path of the engine).
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<std::vector<double>> cases = {
+      {2048, 1, 2048, 3},                      // tiles of 2: 2049 and 2051, fp16 midpoints
+      {4096, 1, 1, 1, 4096, -1, -1, -1},       // +-3 below half an ulp of 4096
+      {1000, -1000, 0.5, -0.5, 7, -7},         // exact cancellation: +0 tiles
+      {-0.0, -0.0, -0.0, -0.0, -0.0},          // every term -0
+      {0.0, -0.0, -0.0, 0.0},
+      {65504, 65504, 16, 8, -65504, -65504},   // a tile overflows fp16, the fp32 sum does not
+      {0x1p-24, 0x1p-25, -0x1p-26, 0x1p-30},   // subnormal tile sums (ties below the smallest subnormal)
+      {-0x1p-25, -0x1p-26, 0x1p-27, 0x1p-24},
+      {0x1p1000, -0x1p1000, 0x1p-1000, 1.0},   // > 120-bit span inside one tile
+      {1e300, 1e-300, -1e300, 5e-324, 3.0, 0x1p-1074},
+      {inf, -inf, 1, 2},                       // inf - inf: NaN tile
+      {inf, 1, 2, 3, -65504, 65504},
+  };
+  int checked = 0;
+  for (const char* spec :
+       {"ane-tile4", "ane-tile4,tile=2", "ane-tile4,tile=2:fp16:nearest-even", "ane-tile4,tile=3:fp16:up",
+        "acc=fp16,tile=2:fp16:nearest-away", "acc=fp32:down,order=reverse,tile=4:bf16:odd",
+        "acc=fp16:toward-zero,tile=5:fp32:nearest-even"}) {
+    const Accumulation a = parse_accumulation(spec);
+    for (const auto& x : cases) {
+      const std::vector<double> ones(x.size(), 1.0), halves(x.size(), 0.5);
+      AccumStats st_s, st_d;
+      const double s = sum(a, x, {}, &st_s), d = dot(a, x, halves, {}, &st_d);
+      const auto ts = twin_sum(a, x), td = twin_dot(a, x, halves);
+      EXPECT_TRUE(same(s, ts.value) && st_s.overflows == ts.overflows)
+          << spec << " case " << checked << ": sum " << s << " twin " << ts.value << " overflows " << st_s.overflows
+          << " vs " << ts.overflows;
+      EXPECT_TRUE(same(d, td.value) && st_d.overflows == td.overflows)
+          << spec << " case " << checked << ": dot " << d << " twin " << td.value;
+      ++checked;
+    }
+  }
+  // Hand-derived values the twin and the engine must both give.
+  const Accumulation rne2 = parse_accumulation("ane-tile4,tile=2:fp16:nearest-even");
+  EXPECT_EQ(sum(rne2, std::vector<double>{2048, 1, 2048, 3}), 2048.0 + 2052.0);  // ties to even
+  EXPECT_EQ(sum(parse_accumulation("ane-tile4,tile=2"), std::vector<double>{2048, 1, 2048, 3}), 2048.0 + 2050.0);
+  EXPECT_TRUE(std::signbit(sum(parse_accumulation("ane-tile4"), std::vector<double>{-0.0, -0.0})) == false);
+  AccumStats st;
+  // 65504 + 16 = 65520 rounds to inf in fp16 (nearest); the fp32 accumulator then holds inf.
+  EXPECT_EQ(sum(rne2, std::vector<double>{65504, 16, -65504, 0}, {}, &st), inf);
+  EXPECT_EQ(st.overflows, 1);
 }
 
 TEST(AccumulateTwin, TwinRoundingMatchesKnownValues) {
@@ -255,6 +321,10 @@ TEST(AccumulateTwin, EveryParameterChangesSomeResult) {
       {tc, with(tc, [](Accumulation& a) { a.adder.align = Rounding::TowardZero; })},
       {tc, with(tc, [](Accumulation& a) { a.adder.normalize = Rounding::TowardZero; })},
       {tc, with(tc, [](Accumulation& a) { a.adder.carry_bits = 0; })},
+      {parse_accumulation("ane-tile4"), parse_accumulation("ane-tile4,tile=8")},
+      {parse_accumulation("ane-tile4"), parse_accumulation("ane-tile4,tile=4:bf16:toward-zero")},
+      {parse_accumulation("ane-tile4"), parse_accumulation("ane-tile4,tile=4:fp16:nearest-even")},
+      {parse_accumulation("ane-tile4"), parse_accumulation("fp32-seq")},
   };
   std::mt19937_64 rng(3);
   for (const auto& [a, b] : pairs) {

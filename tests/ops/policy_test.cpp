@@ -56,6 +56,38 @@ TEST(Policy, AneFp16Layout) {
   for (TensorRole r : kAllRoles) EXPECT_EQ(p.storage_for(r), fmts::fp32);
 }
 
+TEST(Policy, AneGuideIsTheAneFullLayoutWithTheTiledAccumulator) {
+  // Same placement as ane-fp16 (which ops are fp16 on the ANE, which fp32 on the CPU); every fp16 op accumulates
+  // in exact tiles of 4 rounded to fp16 feeding an fp32 accumulator, its result rounded to fp16.
+  const Policy g = Policy::preset("ane-guide"), f = Policy::preset("ane-fp16");
+  const OpPrecision ane{fmts::fp16, fmts::fp16, Rounding::NearestEven, numerics::parse_accumulation("ane-tile4")};
+  for (OpKind k : kAllOps)
+    for (Pass p : kAllPasses) {
+      const OpPrecision& fp = f.at(k, p);
+      const OpPrecision want = fp == uniform(fmts::fp16) ? ane : fp;
+      EXPECT_EQ(g.at(k, p), want) << name_of(k) << "." << name_of(p);
+    }
+  EXPECT_EQ(g.at(OpKind::ResidualAttn, Pass::Forward), uniform(fmts::fp32));  // the attention residual on the CPU
+  EXPECT_EQ(g.at(OpKind::ResidualFfn, Pass::Forward).storage, fmts::fp16);   // the stream leaves each layer in fp16
+  EXPECT_EQ(g.loss_scale(), 256.0);
+  for (TensorRole r : kAllRoles) EXPECT_EQ(g.storage_for(r), fmts::fp32);
+}
+
+TEST(Policy, AneMatmulOnlyIsAutoAnesMatmulOnlyMode) {
+  // AutoANE's matmul-only mode: the 7 forward projections on the ANE (fp16 in and out), everything else fp32 on
+  // the CPU. The preset differs from fp32 in matmul fwd only; the guide's accumulator is one override away.
+  const Policy m = Policy::preset("ane-matmul-only"), f32 = Policy::preset("fp32");
+  for (OpKind k : kAllOps)
+    for (Pass p : kAllPasses) {
+      if (k == OpKind::Matmul && p == Pass::Forward) continue;
+      EXPECT_EQ(m.at(k, p), f32.at(k, p)) << name_of(k);
+    }
+  EXPECT_EQ(m.at(OpKind::Matmul, Pass::Forward), uniform(fmts::fp16));
+  const Policy g = Policy::parse("ane-matmul-only,matmul.fwd.acc=ane-tile4");
+  EXPECT_EQ(g.at(OpKind::Matmul, Pass::Forward).accumulate, numerics::parse_accumulation("ane-tile4"));
+  EXPECT_EQ(g.canonical(), "ane-matmul-only,matmul.fwd.acc=ane-tile4");
+}
+
 TEST(Policy, PureAndAmpLayouts) {
   const Policy p = Policy::preset("pure-bf16");
   EXPECT_EQ(p.at(OpKind::Softmax, Pass::Forward), uniform(fmts::bf16));

@@ -81,11 +81,9 @@ void round_mpfr(const Format& f, mpfr_srcptr v, mpfr_rnd_t rnd, Big& out) {
     const bool neg = mpfr_signbit(v) != 0;
     Big half;
     mpfr_set_ui_2exp(half.v, 1, f.emin - f.precision, MPFR_RNDN);
-    Big mag;
-    mpfr_abs(mag.v, v, MPFR_RNDN);
     bool up = false;
     switch (rnd) {
-      case MPFR_RNDN: up = mpfr_cmp(mag.v, half.v) > 0; break;
+      case MPFR_RNDN: up = mpfr_cmpabs(v, half.v) > 0; break;
       case MPFR_RNDZ: up = false; break;
       case MPFR_RNDU: up = !neg; break;
       case MPFR_RNDD: up = neg; break;
@@ -193,6 +191,7 @@ class Twin {
   TwinResult run(bool has_init, double init) {
     double v = 0;
     if (a_.adder.group > 0) v = adder(has_init, init);
+    else if (a_.tile.size > 0) v = tiled(has_init, init);
     else {
       switch (a_.order) {
         case Order::Sequential:
@@ -389,6 +388,72 @@ class Twin {
     const double r = twin_round(a_.format, ad.normalize, sum.v, 0, &ov);
     if (ov && finite_operands) ++overflows_;
     return r;
+  }
+
+  /// One tile over processing positions [k0, k1): the exact MPFR sum of its terms, rounded once to the tile
+  /// format. Every binary64 product is a multiple of 2^-2148 below 2^2048, so kTile bits hold any tile sum.
+  double tile_value(std::size_t k0, std::size_t k1) {
+    constexpr mpfr_prec_t kTile = 4600;
+    const auto& ts = a_.tile;
+    mpfr_t sum;
+    mpfr_init2(sum, kTile);
+    mpfr_set_zero(sum, 1);
+    bool special = false, finite_operands = true;
+    double special_sum = 0.0;
+    for (std::size_t k = k0; k < k1; ++k) {
+      const std::size_t i = at(k);
+      const double x = xv(i), y = yv(i);
+      double t = x;
+      if (dot_ && a_.fused) {
+        if (!std::isfinite(x) || !std::isfinite(y)) {
+          special = true;
+          finite_operands = false;
+          special_sum += x * y;
+          continue;
+        }
+        Big bx, by, p;
+        mpfr_set_d(bx.v, x, MPFR_RNDN);
+        mpfr_set_d(by.v, y, MPFR_RNDN);
+        mpfr_mul(p.v, bx.v, by.v, MPFR_RNDN);
+        if (mpfr_add(sum, sum, p.v, MPFR_RNDN) != 0) throw std::logic_error("twin tile: inexact sum");
+        continue;
+      }
+      if (dot_) {
+        if (!std::isfinite(x) || !std::isfinite(y)) finite_operands = false;
+        t = rounded_product(i);
+      }
+      if (!std::isfinite(t)) {
+        special = true;
+        finite_operands = false;
+        special_sum += t;
+      } else if (mpfr_add_d(sum, sum, t, MPFR_RNDN) != 0) {
+        throw std::logic_error("twin tile: inexact sum");
+      }
+    }
+    double r = 0.0;
+    if (special) {
+      Big e;
+      mpfr_set_d(e.v, special_sum, MPFR_RNDN);
+      r = twin_round(ts.format, ts.rounding, e.v, 0);
+    } else if (!mpfr_zero_p(sum)) {
+      bool ov = false;
+      r = twin_round(ts.format, ts.rounding, sum, 0, &ov);
+      if (ov && finite_operands) ++overflows_;
+    }
+    mpfr_clear(sum);
+    return r;
+  }
+
+  double tiled(bool has_init, double init) {
+    const auto g = static_cast<std::size_t>(a_.tile.size);
+    double s = init;
+    bool have = has_init;
+    for (std::size_t k = 0; k < n_; k += g) {
+      const double t = tile_value(k, std::min(n_, k + g));
+      s = have ? op_add(a_.format, s, t) : op_round(a_.format, t);
+      have = true;
+    }
+    return have ? s : 0.0;
   }
 
   double adder(bool has_init, double init) {

@@ -1,10 +1,11 @@
 #pragma once
 /// \file accum_mpfr_twin.hpp
 /// "The same algorithm executed in MPFR at the target format": an independent implementation of every
-/// Accumulation (orders, fused/unfused products, promotion, the multi-term adder) for the bit-exactness tests.
+/// Accumulation (orders, fused/unfused products, promotion, the multi-term adder, the exact tile stage) for the bit-exactness tests.
 ///
 /// It shares only the Accumulation description with numerics/accumulate.cpp. Each operation is evaluated
-/// exactly by MPFR (2400 bits hold any sum or product of binary64 values), then rounded once to the target
+/// exactly by MPFR (2400 bits hold any sum or product of binary64 values; a tile's sum of products is held at
+/// 4600 bits), then rounded once to the target
 /// format by MPFR itself: precision p, mpfr_set_emin(emin − p + 2) with mpfr_subnormalize (MPFR's exponents
 /// are IEEE's + 1), and an unbounded emax, so that overflow is decided as IEEE 754 §7.4 says (the unbounded
 /// result exceeds max_finite) and then mapped to inf / max_finite / NaN per the format's contract. MPFR gives
