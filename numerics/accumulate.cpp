@@ -632,26 +632,29 @@ class Run {
     push(v, std::signbit(x), m, e);
   }
 
-  /// s + Σ_{k in [k0,k1)} t_index(k) in one multi-term operation (see accumulate.hpp).
-  double adder_step(double s, std::size_t k0, std::size_t k1) {
-    const MultiTermAdder& ad = a_.adder;
-    addends_.clear();
-    bool special = !std::isfinite(s);
-    double special_sum = special ? s : 0.0;
-    if (!special) push_value(addends_, s);
-    bool operands_finite = std::isfinite(s);
+  /// Non-finite terms of a multi-term step, kept apart from the exact addends.
+  struct Nonfinite {
+    bool any = false;
+    bool operands_finite = true;  ///< false when some operand was not finite (no overflow is counted then)
+    double sum = 0.0;             ///< their IEEE sum
+    void add(double t) {
+      any = true;
+      operands_finite = false;
+      sum += t;
+    }
+  };
+
+  /// Appends the exact terms at processing positions [k0, k1) to addends_ (fused dots: the exact products;
+  /// sums and unfused dots: the values, the products rounded first); non-finite terms go to `nf`.
+  void collect(std::size_t k0, std::size_t k1, Nonfinite& nf) {
     for (std::size_t k = k0; k < k1; ++k) {
       const std::size_t i = index(k);
       const double x = src_.xv(i), y = src_.yv(i);
-      double t = 0;  // the term when it is a double (sums, unfused products)
-      bool is_value = true;
+      double t = x;
       if constexpr (Src::kDot) {
         if (a_.fused) {
-          is_value = false;
           if (!std::isfinite(x) || !std::isfinite(y)) {
-            special = true;
-            operands_finite = false;
-            special_sum += x * y;
+            nf.add(x * y);
           } else if (x != 0 && y != 0) {
             std::uint64_t mx, my;
             int ex, ey;
@@ -659,23 +662,26 @@ class Run {
             split_double(y, my, ey);
             push(addends_, std::signbit(x) != std::signbit(y), u128{mx} * my, ex + ey);
           }
-        } else {
-          if (!std::isfinite(x) || !std::isfinite(y)) operands_finite = false;
-          t = product(i);
+          continue;
         }
-      } else {
-        t = x;
+        if (!std::isfinite(x) || !std::isfinite(y)) nf.operands_finite = false;
+        t = product(i);
       }
-      if (is_value) {
-        if (!std::isfinite(t)) {
-          special = true;
-          operands_finite = false;
-          special_sum += t;
-        } else {
-          push_value(addends_, t);
-        }
-      }
+      if (!std::isfinite(t)) nf.add(t);
+      else push_value(addends_, t);
     }
+  }
+
+  /// s + Σ_{k in [k0,k1)} t_index(k) in one multi-term operation (see accumulate.hpp).
+  double adder_step(double s, std::size_t k0, std::size_t k1) {
+    const MultiTermAdder& ad = a_.adder;
+    addends_.clear();
+    Nonfinite nf;
+    if (std::isfinite(s)) push_value(addends_, s);
+    else nf.add(s);
+    collect(k0, k1, nf);
+    const bool special = nf.any, operands_finite = nf.operands_finite;
+    const double special_sum = nf.sum;
     if (special) return round_to(p_.acc, ad.normalize, special_sum);
     if (addends_.empty()) return 0.0;
     int top = addends_[0].top;
@@ -710,41 +716,10 @@ class Run {
   double tile_value(std::size_t k0, std::size_t k1) {
     const TileStage& ts = a_.tile;
     addends_.clear();
-    bool special = false, operands_finite = true;
-    double special_sum = 0.0;
-    auto add_term = [&](double t) {
-      if (!std::isfinite(t)) {
-        special = true;
-        operands_finite = false;
-        special_sum += t;
-      } else {
-        push_value(addends_, t);
-      }
-    };
-    for (std::size_t k = k0; k < k1; ++k) {
-      const std::size_t i = index(k);
-      const double x = src_.xv(i), y = src_.yv(i);
-      if constexpr (Src::kDot) {
-        if (a_.fused) {
-          if (!std::isfinite(x) || !std::isfinite(y)) {
-            special = true;
-            operands_finite = false;
-            special_sum += x * y;
-          } else if (x != 0 && y != 0) {
-            std::uint64_t mx, my;
-            int ex, ey;
-            split_double(x, mx, ex);
-            split_double(y, my, ey);
-            push(addends_, std::signbit(x) != std::signbit(y), u128{mx} * my, ex + ey);
-          }
-        } else {
-          if (!std::isfinite(x) || !std::isfinite(y)) operands_finite = false;
-          add_term(product(i));
-        }
-      } else {
-        add_term(x);
-      }
-    }
+    Nonfinite nf;
+    collect(k0, k1, nf);
+    const bool special = nf.any, operands_finite = nf.operands_finite;
+    const double special_sum = nf.sum;
     if (special) return round_to(p_.tile, ts.rounding, special_sum);
     if (addends_.empty()) return 0.0;
     const ExactParts parts = exact_tile_sum();

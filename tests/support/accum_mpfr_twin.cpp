@@ -323,21 +323,25 @@ class Twin {
   }
 
   /// One multi-term adder step over processing positions [k0, k1), executed on exact MPFR values.
-  double adder_step(double s, std::size_t k0, std::size_t k1) {
-    const auto& ad = a_.adder;
-    std::vector<Big> vals(k1 - k0 + 1);
-    std::size_t nv = 0;
-    bool special = !std::isfinite(s), finite_operands = std::isfinite(s);
-    double special_sum = special ? s : 0.0;
-    if (!special && s != 0) mpfr_set_d(vals[nv++].v, s, MPFR_RNDN);
+  /// Non-finite terms of a multi-term step, kept apart from the exact values.
+  struct Nonfinite {
+    bool any = false, finite_operands = true;
+    double sum = 0.0;
+    void add(double t) {
+      any = true;
+      finite_operands = false;
+      sum += t;
+    }
+  };
+
+  /// The exact nonzero terms at processing positions [k0, k1), appended to vals[nv...]; non-finite ones to nf.
+  void collect(std::size_t k0, std::size_t k1, std::vector<Big>& vals, std::size_t& nv, Nonfinite& nf) {
     for (std::size_t k = k0; k < k1; ++k) {
       const std::size_t i = at(k);
       const double x = xv(i), y = yv(i);
       if (dot_ && a_.fused) {
         if (!std::isfinite(x) || !std::isfinite(y)) {
-          special = true;
-          finite_operands = false;
-          special_sum += x * y;
+          nf.add(x * y);
         } else if (x != 0 && y != 0) {
           Big bx, by;
           mpfr_set_d(bx.v, x, MPFR_RNDN);
@@ -348,17 +352,24 @@ class Twin {
       }
       double t = x;
       if (dot_) {
-        if (!std::isfinite(x) || !std::isfinite(y)) finite_operands = false;
+        if (!std::isfinite(x) || !std::isfinite(y)) nf.finite_operands = false;
         t = rounded_product(i);
       }
-      if (!std::isfinite(t)) {
-        special = true;
-        finite_operands = false;
-        special_sum += t;
-      } else if (t != 0) {
-        mpfr_set_d(vals[nv++].v, t, MPFR_RNDN);
-      }
+      if (!std::isfinite(t)) nf.add(t);
+      else if (t != 0) mpfr_set_d(vals[nv++].v, t, MPFR_RNDN);
     }
+  }
+
+  double adder_step(double s, std::size_t k0, std::size_t k1) {
+    const auto& ad = a_.adder;
+    std::vector<Big> vals(k1 - k0 + 1);
+    std::size_t nv = 0;
+    Nonfinite nf;
+    if (!std::isfinite(s)) nf.add(s);
+    else if (s != 0) mpfr_set_d(vals[nv++].v, s, MPFR_RNDN);
+    collect(k0, k1, vals, nv, nf);
+    const bool special = nf.any, finite_operands = nf.finite_operands;
+    const double special_sum = nf.sum;
     if (special) {
       Big e;
       mpfr_set_d(e.v, special_sum, MPFR_RNDN);
@@ -395,50 +406,25 @@ class Twin {
   double tile_value(std::size_t k0, std::size_t k1) {
     constexpr mpfr_prec_t kTile = 4600;
     const auto& ts = a_.tile;
+    std::vector<Big> vals(k1 - k0);
+    std::size_t nv = 0;
+    Nonfinite nf;
+    collect(k0, k1, vals, nv, nf);
+    if (nf.any) {
+      Big e;
+      mpfr_set_d(e.v, nf.sum, MPFR_RNDN);
+      return twin_round(ts.format, ts.rounding, e.v, 0);
+    }
     mpfr_t sum;
     mpfr_init2(sum, kTile);
     mpfr_set_zero(sum, 1);
-    bool special = false, finite_operands = true;
-    double special_sum = 0.0;
-    for (std::size_t k = k0; k < k1; ++k) {
-      const std::size_t i = at(k);
-      const double x = xv(i), y = yv(i);
-      double t = x;
-      if (dot_ && a_.fused) {
-        if (!std::isfinite(x) || !std::isfinite(y)) {
-          special = true;
-          finite_operands = false;
-          special_sum += x * y;
-          continue;
-        }
-        Big bx, by, p;
-        mpfr_set_d(bx.v, x, MPFR_RNDN);
-        mpfr_set_d(by.v, y, MPFR_RNDN);
-        mpfr_mul(p.v, bx.v, by.v, MPFR_RNDN);
-        if (mpfr_add(sum, sum, p.v, MPFR_RNDN) != 0) throw std::logic_error("twin tile: inexact sum");
-        continue;
-      }
-      if (dot_) {
-        if (!std::isfinite(x) || !std::isfinite(y)) finite_operands = false;
-        t = rounded_product(i);
-      }
-      if (!std::isfinite(t)) {
-        special = true;
-        finite_operands = false;
-        special_sum += t;
-      } else if (mpfr_add_d(sum, sum, t, MPFR_RNDN) != 0) {
-        throw std::logic_error("twin tile: inexact sum");
-      }
-    }
+    for (std::size_t k = 0; k < nv; ++k)
+      if (mpfr_add(sum, sum, vals[k].v, MPFR_RNDN) != 0) throw std::logic_error("twin tile: inexact sum");
     double r = 0.0;
-    if (special) {
-      Big e;
-      mpfr_set_d(e.v, special_sum, MPFR_RNDN);
-      r = twin_round(ts.format, ts.rounding, e.v, 0);
-    } else if (!mpfr_zero_p(sum)) {
+    if (!mpfr_zero_p(sum)) {
       bool ov = false;
       r = twin_round(ts.format, ts.rounding, sum, 0, &ov);
-      if (ov && finite_operands) ++overflows_;
+      if (ov && nf.finite_operands) ++overflows_;
     }
     mpfr_clear(sum);
     return r;
