@@ -23,5 +23,6 @@ void add_op_error_command(CLI::App& app);
 void add_dot_command(CLI::App& app);
 void add_accumulate_command(CLI::App& app);
 void add_train_command(CLI::App& app);
+void add_sweep_command(CLI::App& app);
 
 }  // namespace roundoff::cli

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   roundoff::cli::add_dot_command(app);
   roundoff::cli::add_accumulate_command(app);
   roundoff::cli::add_train_command(app);
+  roundoff::cli::add_sweep_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

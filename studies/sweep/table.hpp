@@ -1,0 +1,31 @@
+#pragma once
+/// \file table.hpp
+/// Collecting a sweep's finished runs into one tidy table, runs.csv: one row per complete run, in the
+/// grid's order. Columns: `study`, `run` (the run directory's name), one column per axis holding the run's
+/// label on it, then every scalar field of the run's summary.json (nested objects flattened as
+/// `config.d`, `recipe.lr`, …; a field named like an axis is left to the axis column) in name order, and
+/// last the provenance: `policy` (canonical), `loss_scale`, `data_source`, `git_revision`, `build_flags`,
+/// `weights_sha256`, `created_utc`, `command`. New summary fields become new columns with no change here.
+#include <cstddef>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "studies/sweep/grid.hpp"
+#include "studies/sweep/store.hpp"
+
+namespace roundoff::studies::sweep {
+
+struct Collected {
+  std::string csv;           ///< the table, RFC 4180 (fields quoted where needed, "\n" line ends)
+  std::size_t complete = 0;  ///< rows (complete runs)
+  std::size_t total = 0;     ///< runs in the grid
+};
+
+/// Reads every run's summary.json and builds the table.
+Collected collect(const Grid& g, const Store& store, const std::vector<Run>& runs);
+
+/// One CSV field, quoted per RFC 4180 when it holds a comma, a double quote, CR or LF.
+std::string csv_field(const std::string& s);
+
+}  // namespace roundoff::studies::sweep
