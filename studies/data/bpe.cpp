@@ -1,6 +1,7 @@
 #include "studies/data/bpe.hpp"
 
 #include <algorithm>
+#include <queue>
 #include <sstream>
 #include <stdexcept>
 
@@ -95,15 +96,33 @@ BpeTokenizer BpeTokenizer::train(std::string_view text, std::size_t vocab_size) 
       where[k].push_back(static_cast<std::uint32_t>(w));
     }
   }
+  // Candidates (count, key) in a max-heap: highest count first, ties the smallest key. An entry is current
+  // while pair_count still holds that count for its key; every count change pushes the new count once per
+  // merge, so the first current entry on top is the pair the full scan over pair_count would pick.
+  auto lower = [](const std::pair<std::int64_t, std::uint64_t>& a, const std::pair<std::int64_t, std::uint64_t>& b) {
+    return a.first < b.first || (a.first == b.first && a.second > b.second);
+  };
+  std::priority_queue<std::pair<std::int64_t, std::uint64_t>, std::vector<std::pair<std::int64_t, std::uint64_t>>,
+                      decltype(lower)>
+      heap(lower);
+  for (const auto& [k, c] : pair_count) heap.emplace(c, k);
+  std::vector<std::uint64_t> touched;
   std::vector<std::pair<Token, Token>> merges;
   std::vector<std::size_t> stamp(words.size(), 0);
   while (256 + merges.size() < vocab_size) {
-    // Highest count; ties: smallest (left, right), i.e. the smallest key.
     std::uint64_t best = 0;
     std::int64_t best_count = 0;
-    for (const auto& [k, c] : pair_count)
-      if (c > best_count || (c == best_count && c > 0 && k < best)) best = k, best_count = c;
+    while (!heap.empty()) {
+      const auto [c, k] = heap.top();
+      const auto it = pair_count.find(k);
+      if (it != pair_count.end() && it->second == c) {
+        best = k, best_count = c;
+        break;
+      }
+      heap.pop();
+    }
     if (best_count == 0) break;
+    touched.clear();
     const auto l = static_cast<Token>(best >> 32), r = static_cast<Token>(best & 0xffffffffu);
     const auto id = static_cast<Token>(256 + merges.size());
     merges.emplace_back(l, r);
@@ -118,14 +137,20 @@ BpeTokenizer BpeTokenizer::train(std::string_view text, std::size_t vocab_size) 
       for (std::size_t i = 0; i + 1 < words[w].size(); ++i) {
         const auto k = key(words[w][i], words[w][i + 1]);
         if ((pair_count[k] -= freq[w]) == 0) pair_count.erase(k);
+        touched.push_back(k);
       }
       for (std::size_t i = 0; i + 1 < merged.size(); ++i) {
         const auto k = key(merged[i], merged[i + 1]);
         pair_count[k] += freq[w];
+        touched.push_back(k);
         if (merged[i] == id || merged[i + 1] == id) where[k].push_back(w);
       }
       words[w] = std::move(merged);
     }
+    std::sort(touched.begin(), touched.end());
+    touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+    for (const std::uint64_t k : touched)
+      if (const auto it = pair_count.find(k); it != pair_count.end()) heap.emplace(it->second, k);
   }
   return BpeTokenizer(std::move(merges), sha256_hex(text));
 }

@@ -13,6 +13,9 @@
 /// over all pieces weighted by piece frequency, take the pair with the highest count, ties broken by the
 /// smallest (left id, right id), give it id 256 + k, and replace its occurrences left to right
 /// (non-overlapping) in every piece. Stops at the requested vocabulary size or when no pair is left.
+/// Implementation: pair counts are updated incrementally (only the pieces holding the merged pair are
+/// re-counted) and the best pair comes from a lazily invalidated max-heap of (count, pair), which picks the
+/// same pair as a full scan over the counts (tests/studies/bpe_test.cpp checks the merges against the scan).
 /// Encoding applies the merges in rank order, which reproduces the training segmentation exactly.
 #include <cstdint>
 #include <memory>
