@@ -15,7 +15,12 @@ namespace {
 
 struct TrainArgs {
   std::string config = "T0", tokenizer, precision = "fp32", residual = "none", init = "normal", loss_scale = "auto";
-  int d = 0, layers = 0, heads = 0, seq = 0, batch = 0, vocab = 0;
+  std::string gqa_map = "block", defects = "none", recipe = "default", schedule = "updates";
+  int accum = 1;
+  std::int64_t total_steps = 0;
+  bool decay_embedding = false;
+  int d = 0, layers = 0, heads = 0, kv_heads = 0, seq = 0, batch = 0, vocab = 0;
+  bool tie_embeddings = false;
   std::int64_t steps = 200, warmup = 100, eval_every = 0, eval_tokens = 0, shadow_every = 0, shadow_units = 4,
                telemetry_every = 50, checkpoint_every = 0, stop_after = 0, progress_every = 10;
   std::uint64_t seed = 1;
@@ -30,15 +35,25 @@ studies::train::ModelConfig build_config(const TrainArgs& a, const CLI::App& cmd
   tr::ModelConfig c = tr::config_by_name(a.config);
   const bool custom = a.config == "custom";
   auto given = [&](const char* name) { return cmd.count(name) > 0; };
-  for (const char* flag : {"--d", "--layers", "--heads", "--seq", "--batch", "--vocab", "--tokenizer"})
+  for (const char* flag : {"--d", "--layers", "--heads", "--kv-heads", "--gqa-map", "--tie-embeddings", "--seq",
+                           "--batch", "--vocab", "--tokenizer"})
     if (given(flag) && !custom)
-      throw CliError(std::string("train: ") + flag + " is only valid with --config custom (T0 and T1 are fixed)");
+      throw CliError(std::string("train: ") + flag + " is only valid with --config custom (--config " + a.config +
+                     " is a preset; valid presets: " + tr::preset_config_names() + ")");
   if (given("--d")) {
     c.d = a.d;
     c.hidden = tr::swiglu_hidden(a.d);
   }
   if (given("--layers")) c.layers = a.layers;
   if (given("--heads")) c.heads = a.heads;
+  if (given("--kv-heads")) {
+    if (a.kv_heads < 1 || c.heads % a.kv_heads != 0)
+      throw CliError("train: --kv-heads " + std::to_string(a.kv_heads) + " does not divide --heads " +
+                     std::to_string(c.heads) + " (valid: a divisor of " + std::to_string(c.heads) + ")");
+    c.kv_heads = a.kv_heads;
+  }
+  if (given("--gqa-map")) c.gqa_map = tr::parse_gqa_map(a.gqa_map);
+  if (given("--tie-embeddings")) c.tie_embeddings = a.tie_embeddings;
   if (given("--seq")) c.seq = a.seq;
   if (given("--batch")) c.batch = a.batch;
   if (given("--tokenizer")) {
@@ -53,6 +68,10 @@ studies::train::ModelConfig build_config(const TrainArgs& a, const CLI::App& cmd
     }
   }
   if (given("--vocab")) c.vocab = a.vocab;
+  c.defects = tr::parse_defects(a.defects);
+  if (c.defects.gqa_mismatch && given("--gqa-map"))
+    throw CliError("train: --gqa-map cannot be combined with --defect gqa-mismatch (it fixes the forward map to "
+                   "cyclic and the backward map to block)");
   c.validate();
   return c;
 }
@@ -75,12 +94,32 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--d", args->d, "custom: model width (SwiGLU hidden = 2.75·d rounded to 16)");
   cmd->add_option("--layers", args->layers, "custom: number of blocks");
   cmd->add_option("--heads", args->heads, "custom: attention heads (must divide d; d/heads even)");
+  cmd->add_option("--kv-heads", args->kv_heads, "custom: K/V heads of grouped-query attention (divides heads)");
+  cmd->add_option("--gqa-map", args->gqa_map, "custom: query head h reads KV head block: h*kv/heads | cyclic: h mod kv")
+      ->capture_default_str();
+  cmd->add_flag("--tie-embeddings", args->tie_embeddings, "custom: the classifier is the embedding matrix");
   cmd->add_option("--seq", args->seq, "custom: context length");
   cmd->add_option("--batch", args->batch, "custom: sequences per step");
   cmd->add_option("--tokenizer", args->tokenizer, "custom: byte | bpe");
   cmd->add_option("--vocab", args->vocab, "custom: BPE vocabulary size (byte: 256)");
+  cmd->add_option("--defect", args->defects,
+                  "AutoANE's code defects, a comma list: gqa-mismatch, rmsnorm-bwd (default none)")
+      ->capture_default_str();
   cmd->add_option("--precision", args->precision, "policy: preset, spec or file (see `roundoff policy`)")
       ->capture_default_str();
+  cmd->add_option("--recipe", args->recipe,
+                  "default | autoane: AutoANE's recipe (init autoane, residual inv-sqrt-2L, lr 3e-4, warmup 100 "
+                  "micro-steps, accum 10, schedule autoane over --total-steps 10000, weight decay 0.1 on the "
+                  "embedding too, loss scale static:256); a flag given explicitly overrides its part")
+      ->capture_default_str();
+  cmd->add_option("--accum", args->accum, "micro-steps per update, gradients summed (--steps counts updates)")
+      ->capture_default_str();
+  cmd->add_option("--schedule", args->schedule,
+                  "updates: warmup+cosine in updates over --steps | autoane: in micro-steps over --total-steps, "
+                  "evaluated at update steps")
+      ->capture_default_str();
+  cmd->add_option("--total-steps", args->total_steps, "schedule autoane: cosine horizon in micro-steps");
+  cmd->add_flag("--decay-embedding", args->decay_embedding, "AdamW weight decay on the embedding as well");
   cmd->add_option("--residual-scale", args->residual, "none | inv-sqrt-2L | deepnorm")->capture_default_str();
   cmd->add_option("--init", args->init, "normal | gpt2-scaled (std/sqrt(2L) on Wo, W2)")->capture_default_str();
   cmd->add_option("--loss-scale", args->loss_scale,
@@ -121,14 +160,41 @@ void add_train_command(CLI::App& app) {
     spec.policy = ops::load_policy(a.precision);
     tr::TrainOptions& o = spec.options;
     o.config = build_config(a, *cmd);
-    o.residual = tr::parse_residual_scale(a.residual);
-    o.recipe.init = tr::parse_init_rule(a.init);
-    o.recipe.lr = a.lr;
-    o.recipe.clip_norm = a.clip;
-    o.recipe.weight_decay = a.weight_decay;
+    auto given = [&](const char* name) { return cmd->count(name) > 0; };
     o.steps = a.steps;
-    o.recipe.warmup = static_cast<int>(std::max<std::int64_t>(1, std::min(a.warmup, a.steps)));
-    o.loss_scale = tr::resolve_loss_scale(a.loss_scale, spec.policy);
+    if (a.recipe == "autoane") {
+      o.recipe = tr::autoane_recipe();
+      o.residual = tr::ResidualScale::InvSqrt2L;
+      o.loss_scale = tr::LossScaleSpec::parse("static:256");
+    } else if (a.recipe != "default") {
+      throw CliError("train: unknown --recipe '" + a.recipe + "' (valid: default, autoane)");
+    } else {
+      o.recipe.lr = a.lr;
+      o.recipe.warmup = static_cast<int>(std::max<std::int64_t>(1, std::min(a.warmup, a.steps)));
+      o.loss_scale = tr::resolve_loss_scale(a.loss_scale, spec.policy);
+    }
+    if (given("--residual-scale") || a.recipe == "default") o.residual = tr::parse_residual_scale(a.residual);
+    if (given("--init") || a.recipe == "default") o.recipe.init = tr::parse_init_rule(a.init);
+    if (given("--lr")) o.recipe.lr = a.lr;
+    if (given("--warmup")) o.recipe.warmup = static_cast<int>(std::max<std::int64_t>(1, a.warmup));
+    if (given("--clip") || a.recipe == "default") o.recipe.clip_norm = a.clip;
+    if (given("--weight-decay") || a.recipe == "default") o.recipe.weight_decay = a.weight_decay;
+    if (given("--loss-scale")) o.loss_scale = tr::resolve_loss_scale(a.loss_scale, spec.policy);
+    if (given("--accum") || a.recipe == "default") {
+      if (a.accum < 1)
+        throw CliError("train: --accum must be >= 1 (micro-steps per update; got " + std::to_string(a.accum) + ")");
+      o.recipe.accum = a.accum;
+    }
+    if (given("--schedule") || a.recipe == "default") o.recipe.schedule = tr::parse_schedule(a.schedule);
+    if (given("--total-steps")) {
+      if (a.total_steps < 1) throw CliError("train: --total-steps must be >= 1 (micro-steps)");
+      o.recipe.total_steps = a.total_steps;
+    }
+    if (given("--decay-embedding")) o.recipe.decay_embedding = a.decay_embedding;
+    if (o.recipe.schedule == tr::Schedule::AutoAne && o.recipe.total_steps == 0)
+      o.recipe.total_steps = o.steps * o.recipe.accum;
+    if (o.recipe.schedule == tr::Schedule::Updates && given("--total-steps"))
+      throw CliError("train: --total-steps is the horizon of --schedule autoane (valid there only)");
     o.seed = a.seed;
     o.eval_every = a.eval_every;
     o.shadow_every = a.shadow_every;
@@ -145,11 +211,14 @@ void add_train_command(CLI::App& app) {
     if (!a.corpus.empty()) spec.corpus_dir = a.corpus;
     omp_set_num_threads(a.threads);
     const tr::TrainData data = tr::load_train_data(o.config, spec.corpus_dir, a.eval_tokens);
+    o.config.vocab = data.vocab;
     std::cerr << "train: " << o.config.name << " (" << data.tokenizer << ", " << data.source << "), policy "
-              << spec.policy.canonical() << ", loss scale " << o.loss_scale.canonical() << ", "
-              << o.steps << " steps, seed " << o.seed << "\n";
+              << spec.policy.canonical() << ", loss scale " << o.loss_scale.canonical() << ", " << o.steps
+              << " updates of " << o.recipe.accum << " micro-step(s) (" << o.steps * o.recipe.accum
+              << " micro-steps), seed " << o.seed << ", defects " << tr::defects_text(o.config.defects) << "\n";
     const nlohmann::json s = tr::run_session(spec, data, &std::cerr);
-    std::cout << "steps " << s["steps_completed"] << "/" << s["steps"];
+    std::cout << "updates " << s["steps_completed"] << "/" << s["steps"] << " (micro-steps "
+              << s["micro_steps_completed"] << ")  autoane_train_loss " << s["autoane_train_loss"];
     if (s.contains("val_loss_fp32"))
       std::cout << "  val_loss_fp32 " << s["val_loss_fp32"] << "  val_loss_own " << s["val_loss_own"]
                 << "  val_bpb_fp32 " << s["val_bpb_fp32"];

@@ -6,6 +6,8 @@
 #include <cmath>
 
 #include "numerics/round.hpp"
+#include "ops/gqa.hpp"
+#include "studies/train/rmsnorm_defect.hpp"
 
 namespace roundoff::studies::train {
 
@@ -40,6 +42,21 @@ std::string site_name(OpKind op, Pass pass, int layer, std::string_view tensor) 
 Transformer::Transformer(const ModelConfig& c, ResidualScale residual, const ops::Policy& policy, std::uint64_t seed)
     : c_(c), rule_(residual_rule(residual, c.layers)), lay_(param_layout(c)), runner_(policy, seed) {
   c_.validate();
+  const GqaMap fwd = c_.defects.gqa_mismatch ? GqaMap::Cyclic : c_.gqa_map;
+  const GqaMap bwd = c_.defects.gqa_mismatch ? GqaMap::Block : c_.gqa_map;
+  for (int h = 0; h < c_.heads; ++h) {
+    fwd_map_.push_back(kv_head_of(fwd, h, c_.heads, c_.kv_count()));
+    bwd_map_.push_back(kv_head_of(bwd, h, c_.heads, c_.kv_count()));
+  }
+}
+
+void Transformer::norm_backward_data(ops::Site s, std::span<double> dx, std::span<const double> dy,
+                                     std::span<const double> x, std::span<const double> w,
+                                     std::span<const double> rstd, ops::RowShape sh) {
+  if (c_.defects.rmsnorm_bwd)
+    rmsnorm_backward_data_defect(dx, dy, x, w, rstd, sh, runner_.context(OpKind::RmsNorm, Pass::BackwardData));
+  else
+    runner_.rmsnorm_backward_data(s, dx, dy, x, w, rstd, sh);
 }
 
 void Transformer::inject(std::int64_t step, OpKind op, int layer, std::string tensor, double factor) {
@@ -88,11 +105,14 @@ void Transformer::check_norm(StepTelemetry* tel, int layer, std::string_view ten
 
 void Transformer::forward(const Batch& bt, std::span<const double> master, StepTelemetry* tel) {
   const std::int64_t B = bt.batch, T = bt.seq, C = c_.d, H = c_.hidden, N = B * T, V = c_.vocab, NH = c_.heads,
-                     hs = c_.head_size();
-  const auto NC = static_cast<std::size_t>(N * C), NHid = static_cast<std::size_t>(N * H);
+                     hs = c_.head_size(), NKV = c_.kv_count(), KVD = NKV * hs;
+  const auto NC = static_cast<std::size_t>(N * C), NHid = static_cast<std::size_t>(N * H),
+             NKVD = static_cast<std::size_t>(N * KVD);
+  const bool gqa = NKV != NH;
   ParamViews<const double> p(master, lay_);
+  const std::span<const double> wcls = c_.tie_embeddings ? p.wte : p.wcls;
   const ops::RowShape rows{N, C}, hid{N, H};
-  const ops::AttnShape ash{B, NH, T, hs};
+  const ops::AttnShape ash{B, NH, T, hs}, kv_ash{B, NKV, T, hs};
   const double eps = c_.norm_eps, post_eps = c_.norm_eps * rule_.post_norm_eps_factor;
   const bool detailed = tel != nullptr && tel->detailed && tel->log != nullptr;
   auto maybe_inject = [&](OpKind op, int layer, std::string_view tensor, Span y) {
@@ -125,23 +145,32 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
       check_norm(tel, l, "ln1", x, L.r1, C);
     }
     L.q.assign(NC, 0.0);
-    L.k.assign(NC, 0.0);
-    L.v.assign(NC, 0.0);
+    L.k.assign(NKVD, 0.0);
+    L.v.assign(NKVD, 0.0);
     runner_.matmul_forward({OpKind::Matmul, l, "q"}, L.q, L.h1, layer_of(p.wq, l), {N, C, C});
     check(tel, OpKind::Matmul, Pass::Forward, l, "q", L.q);
-    runner_.matmul_forward({OpKind::Matmul, l, "k"}, L.k, L.h1, layer_of(p.wk, l), {N, C, C});
+    runner_.matmul_forward({OpKind::Matmul, l, "k"}, L.k, L.h1, layer_of(p.wk, l), {N, C, KVD});
     check(tel, OpKind::Matmul, Pass::Forward, l, "k", L.k);
-    runner_.matmul_forward({OpKind::Matmul, l, "v"}, L.v, L.h1, layer_of(p.wv, l), {N, C, C});
+    runner_.matmul_forward({OpKind::Matmul, l, "v"}, L.v, L.h1, layer_of(p.wv, l), {N, C, KVD});
     maybe_inject(OpKind::Matmul, l, "v", L.v);
     check(tel, OpKind::Matmul, Pass::Forward, l, "v", L.v);
     L.qr.assign(NC, 0.0);
-    L.kr.assign(NC, 0.0);
+    L.kr.assign(NKVD, 0.0);
     runner_.rope_forward({OpKind::RopeRotate, l, "q"}, L.qr, L.q, cos_, sin_, ash);
-    runner_.rope_forward({OpKind::RopeRotate, l, "k"}, L.kr, L.k, cos_, sin_, ash);
+    runner_.rope_forward({OpKind::RopeRotate, l, "k"}, L.kr, L.k, cos_, sin_, kv_ash);
     check(tel, OpKind::RopeRotate, Pass::Forward, l, "q", L.qr);
     check(tel, OpKind::RopeRotate, Pass::Forward, l, "k", L.kr);
+    // GQA: K and V tiled to the NH query heads (exact copies) by the forward head map.
+    if (gqa) {
+      L.kt.assign(NC, 0.0);
+      L.vt.assign(NC, 0.0);
+      ops::kv_tile<double>(L.kt, L.kr, fwd_map_, NKV, hs);
+      ops::kv_tile<double>(L.vt, L.v, fwd_map_, NKV, hs);
+    }
+    const std::vector<double>& kt = gqa ? L.kt : L.kr;
+    const std::vector<double>& vt = gqa ? L.vt : L.v;
     L.preatt.assign(static_cast<std::size_t>(ash.att_size()), 0.0);
-    runner_.attn_scores_forward({OpKind::AttnScores, l, "scores"}, L.preatt, L.qr, L.kr, ash);
+    runner_.attn_scores_forward({OpKind::AttnScores, l, "scores"}, L.preatt, L.qr, kt, ash);
     maybe_inject(OpKind::AttnScores, l, "scores", L.preatt);
     check(tel, OpKind::AttnScores, Pass::Forward, l, "scores", L.preatt);
     if (detailed) tel->log->telemetry(tel->step, l, "attn-scores", "fwd", "scores", "max_logit", max_abs(L.preatt));
@@ -151,11 +180,11 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
       case ops::AttentionOrder::Materialised:
         runner_.softmax_forward({OpKind::Softmax, l, "att"}, L.att, L.preatt, ash);
         check(tel, OpKind::Softmax, Pass::Forward, l, "att", L.att);
-        runner_.attn_values_forward({OpKind::AttnValues, l, "y"}, L.y, L.att, L.v, ash);
+        runner_.attn_values_forward({OpKind::AttnValues, l, "y"}, L.y, L.att, vt, ash);
         break;
       case ops::AttentionOrder::Online:  // att is recomputed from lse in the backward pass
         L.lse.assign(static_cast<std::size_t>(B * NH * T), 0.0);
-        runner_.online_attention_forward({OpKind::AttnValues, l, "y"}, L.y, L.lse, L.preatt, L.v, ash);
+        runner_.online_attention_forward({OpKind::AttnValues, l, "y"}, L.y, L.lse, L.preatt, vt, ash);
         check(tel, OpKind::Softmax, Pass::Forward, l, "lse", L.lse);
         break;
     }
@@ -232,7 +261,7 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
   check(tel, OpKind::RmsNorm, Pass::Forward, -1, "lnf", xf_);
   check_norm(tel, -1, "lnf", x_final_, rf_, C);
   logits_.assign(static_cast<std::size_t>(N * V), 0.0);
-  runner_.matmul_forward({OpKind::Classifier, -1, "logits"}, logits_, xf_, p.wcls, {N, C, V});
+  runner_.matmul_forward({OpKind::Classifier, -1, "logits"}, logits_, xf_, wcls, {N, C, V});
   check(tel, OpKind::Classifier, Pass::Forward, -1, "logits", logits_);
   if (detailed) tel->log->telemetry(tel->step, -1, "classifier", "fwd", "logits", "max_abs", max_abs(logits_));
   losses_.assign(static_cast<std::size_t>(N), 0.0);
@@ -245,13 +274,19 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
 void Transformer::backward(const Batch& bt, std::span<const double> master, double loss_scale, std::span<double> grads,
                            StepTelemetry* tel) {
   const std::int64_t B = bt.batch, T = bt.seq, C = c_.d, H = c_.hidden, N = B * T, V = c_.vocab, NH = c_.heads,
-                     hs = c_.head_size();
-  const auto NC = static_cast<std::size_t>(N * C), NHid = static_cast<std::size_t>(N * H);
+                     hs = c_.head_size(), NKV = c_.kv_count(), KVD = NKV * hs;
+  const auto NC = static_cast<std::size_t>(N * C), NHid = static_cast<std::size_t>(N * H),
+             NKVD = static_cast<std::size_t>(N * KVD);
+  const bool gqa = NKV != NH;
   ParamViews<const double> p(master, lay_);
   std::fill(grads.begin(), grads.end(), 0.0);
   ParamViews<double> d(grads, lay_);
+  // Tied embeddings: the classifier reads wte, and its weight gradient is added into wte's before the
+  // embedding's scatter-add (two gradients summed, one update).
+  const std::span<const double> wcls = c_.tie_embeddings ? p.wte : p.wcls;
+  const std::span<double> dwcls = c_.tie_embeddings ? d.wte : d.wcls;
   const ops::RowShape rows{N, C}, hid{N, H};
-  const ops::AttnShape ash{B, NH, T, hs};
+  const ops::AttnShape ash{B, NH, T, hs}, kv_ash{B, NKV, T, hs};
   auto layer_of = [&](std::span<const double> all, int l) { return ParamViews<const double>::layer(all, c_.layers, l); };
   auto dlayer = [&](std::span<double> all, int l) { return ParamViews<double>::layer(all, c_.layers, l); };
 
@@ -260,12 +295,12 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
                                       loss_scale / static_cast<double>(N), {N, V});
   check(tel, OpKind::CrossEntropy, Pass::BackwardData, -1, "dlogits", dlogits);
   std::vector<double> dxf(NC, 0.0);
-  runner_.matmul_backward_data({OpKind::Classifier, -1, "dx"}, dxf, dlogits, p.wcls, {N, C, V});
+  runner_.matmul_backward_data({OpKind::Classifier, -1, "dx"}, dxf, dlogits, wcls, {N, C, V});
   check(tel, OpKind::Classifier, Pass::BackwardData, -1, "dx", dxf);
-  runner_.matmul_backward_weight({OpKind::Classifier, -1, "wcls"}, d.wcls, dlogits, xf_, {N, C, V});
-  check(tel, OpKind::Classifier, Pass::BackwardWeight, -1, "wcls", d.wcls);
+  runner_.matmul_backward_weight({OpKind::Classifier, -1, "wcls"}, dwcls, dlogits, xf_, {N, C, V});
+  check(tel, OpKind::Classifier, Pass::BackwardWeight, -1, "wcls", dwcls);
   std::vector<double> dx(NC, 0.0);
-  runner_.rmsnorm_backward_data({OpKind::RmsNorm, -1, "lnf"}, dx, dxf, x_final_, p.lnfw, rf_, rows);
+  norm_backward_data({OpKind::RmsNorm, -1, "lnf"}, dx, dxf, x_final_, p.lnfw, rf_, rows);
   runner_.rmsnorm_backward_weight({OpKind::RmsNorm, -1, "lnfw"}, d.lnfw, dxf, x_final_, rf_, rows);
   check(tel, OpKind::RmsNorm, Pass::BackwardData, -1, "lnf", dx);
 
@@ -276,7 +311,7 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
     std::vector<double> dpre2;
     if (rule_.post_norm) {
       dpre2.assign(NC, 0.0);
-      runner_.rmsnorm_backward_data({OpKind::RmsNorm, l, "post2"}, dpre2, dx, L.pre2, layer_of(p.ln2w, l), L.rp2, rows);
+      norm_backward_data({OpKind::RmsNorm, l, "post2"}, dpre2, dx, L.pre2, layer_of(p.ln2w, l), L.rp2, rows);
       runner_.rmsnorm_backward_weight({OpKind::RmsNorm, l, "ln2w"}, dlayer(d.ln2w, l), dx, L.pre2, L.rp2, rows);
     } else {
       dpre2 = dx;
@@ -304,7 +339,7 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
       std::fill(scratch.begin(), scratch.end(), 0.0);
       runner_.residual_backward_data({OpKind::ResidualFfn, l, "dx"}, dxm, scratch, dh2, 1.0, rows);
     } else {
-      runner_.rmsnorm_backward_data({OpKind::RmsNorm, l, "ln2"}, dxm, dh2, L.x_mid, layer_of(p.ln2w, l), L.r2, rows);
+      norm_backward_data({OpKind::RmsNorm, l, "ln2"}, dxm, dh2, L.x_mid, layer_of(p.ln2w, l), L.r2, rows);
       runner_.rmsnorm_backward_weight({OpKind::RmsNorm, l, "ln2w"}, dlayer(d.ln2w, l), dh2, L.x_mid, L.r2, rows);
     }
     check(tel, OpKind::RmsNorm, Pass::BackwardData, l, "dx_mid", dxm);
@@ -312,7 +347,7 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
     std::vector<double> dpre1;
     if (rule_.post_norm) {
       dpre1.assign(NC, 0.0);
-      runner_.rmsnorm_backward_data({OpKind::RmsNorm, l, "post1"}, dpre1, dxm, L.pre1, layer_of(p.ln1w, l), L.rp1, rows);
+      norm_backward_data({OpKind::RmsNorm, l, "post1"}, dpre1, dxm, L.pre1, layer_of(p.ln1w, l), L.rp1, rows);
       runner_.rmsnorm_backward_weight({OpKind::RmsNorm, l, "ln1w"}, dlayer(d.ln1w, l), dxm, L.pre1, L.rp1, rows);
     } else {
       dpre1 = dxm;
@@ -323,31 +358,61 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
     runner_.matmul_backward_data({OpKind::Matmul, l, "dy"}, dy, dout, layer_of(p.wo, l), {N, C, C});
     check(tel, OpKind::Matmul, Pass::BackwardData, l, "dy", dy);
     runner_.matmul_backward_weight({OpKind::Matmul, l, "wo"}, dlayer(d.wo, l), dout, L.y, {N, C, C});
-    if (runner_.policy().attention_order() == ops::AttentionOrder::Online)
+    // The K/V the attention backward reads, and the softmax it differentiates: the forward's, except under
+    // the gqa-mismatch defect, where K/V are re-tiled with the backward map and the scores and softmax
+    // recomputed from them under the forward entries (AutoANE's sdpaBwd kernels recompute them too).
+    const bool remap = gqa && bwd_map_ != fwd_map_;
+    std::vector<double> kt_b, vt_b, att_b;
+    if (remap) {
+      kt_b.assign(NC, 0.0);
+      vt_b.assign(NC, 0.0);
+      ops::kv_tile<double>(kt_b, L.kr, bwd_map_, NKV, hs);
+      ops::kv_tile<double>(vt_b, L.v, bwd_map_, NKV, hs);
+      std::vector<double> pre_b(L.att.size(), 0.0);
+      att_b.assign(L.att.size(), 0.0);
+      runner_.attn_scores_forward({OpKind::AttnScores, l, "scores"}, pre_b, L.qr, kt_b, ash);
+      runner_.softmax_forward({OpKind::Softmax, l, "att"}, att_b, pre_b, ash);
+    } else if (runner_.policy().attention_order() == ops::AttentionOrder::Online) {
       runner_.softmax_from_lse({OpKind::Softmax, l, "att"}, L.att, L.preatt, L.lse, ash);
-    std::vector<double> datt(L.att.size(), 0.0), dv(NC, 0.0), dpreatt(L.att.size(), 0.0);
-    runner_.attn_values_backward_data({OpKind::AttnValues, l, "datt"}, datt, dv, dy, L.att, L.v, ash);
+    }
+    const std::vector<double>& kt = remap ? kt_b : gqa ? L.kt : L.kr;
+    const std::vector<double>& vt = remap ? vt_b : gqa ? L.vt : L.v;
+    const std::vector<double>& att = remap ? att_b : L.att;
+    std::vector<double> datt(L.att.size(), 0.0), dvt(NC, 0.0), dpreatt(L.att.size(), 0.0);
+    runner_.attn_values_backward_data({OpKind::AttnValues, l, "datt"}, datt, dvt, dy, att, vt, ash);
     check(tel, OpKind::AttnValues, Pass::BackwardData, l, "datt", datt);
-    runner_.softmax_backward_data({OpKind::Softmax, l, "dpreatt"}, dpreatt, datt, L.att, ash);
+    runner_.softmax_backward_data({OpKind::Softmax, l, "dpreatt"}, dpreatt, datt, att, ash);
     check(tel, OpKind::Softmax, Pass::BackwardData, l, "dpreatt", dpreatt);
-    std::vector<double> dqr(NC, 0.0), dkr(NC, 0.0), dq(NC, 0.0), dk(NC, 0.0);
-    runner_.attn_scores_backward_data({OpKind::AttnScores, l, "dqk"}, dqr, dkr, dpreatt, L.qr, L.kr, ash);
+    std::vector<double> dqr(NC, 0.0), dkrt(NC, 0.0), dq(NC, 0.0), dk(NKVD, 0.0);
+    runner_.attn_scores_backward_data({OpKind::AttnScores, l, "dqk"}, dqr, dkrt, dpreatt, L.qr, kt, ash);
     check(tel, OpKind::AttnScores, Pass::BackwardData, l, "dq", dqr);
+    // GQA: dK and dV summed over the query heads of each KV head (backward map).
+    std::vector<double> dkr_kv, dv_kv;
+    if (gqa) {
+      dkr_kv.assign(NKVD, 0.0);
+      dv_kv.assign(NKVD, 0.0);
+      ops::kv_reduce_backward<ops::Emulated>(dkr_kv, dkrt, bwd_map_, NKV, hs,
+                                             runner_.context(OpKind::ResidualAttn, Pass::BackwardData));
+      ops::kv_reduce_backward<ops::Emulated>(dv_kv, dvt, bwd_map_, NKV, hs,
+                                             runner_.context(OpKind::ResidualAttn, Pass::BackwardData));
+    }
+    const std::vector<double>& dkr = gqa ? dkr_kv : dkrt;
+    const std::vector<double>& dv = gqa ? dv_kv : dvt;
     runner_.rope_backward_data({OpKind::RopeRotate, l, "dq"}, dq, dqr, cos_, sin_, ash);
-    runner_.rope_backward_data({OpKind::RopeRotate, l, "dk"}, dk, dkr, cos_, sin_, ash);
+    runner_.rope_backward_data({OpKind::RopeRotate, l, "dk"}, dk, dkr, cos_, sin_, kv_ash);
     std::vector<double> dh1(NC, 0.0);
     runner_.matmul_backward_data({OpKind::Matmul, l, "dh1"}, dh1, dq, layer_of(p.wq, l), {N, C, C});
-    runner_.matmul_backward_data({OpKind::Matmul, l, "dh1"}, dh1, dk, layer_of(p.wk, l), {N, C, C});
-    runner_.matmul_backward_data({OpKind::Matmul, l, "dh1"}, dh1, dv, layer_of(p.wv, l), {N, C, C});
+    runner_.matmul_backward_data({OpKind::Matmul, l, "dh1"}, dh1, dk, layer_of(p.wk, l), {N, C, KVD});
+    runner_.matmul_backward_data({OpKind::Matmul, l, "dh1"}, dh1, dv, layer_of(p.wv, l), {N, C, KVD});
     check(tel, OpKind::Matmul, Pass::BackwardData, l, "dh1", dh1);
     runner_.matmul_backward_weight({OpKind::Matmul, l, "wq"}, dlayer(d.wq, l), dq, L.h1, {N, C, C});
-    runner_.matmul_backward_weight({OpKind::Matmul, l, "wk"}, dlayer(d.wk, l), dk, L.h1, {N, C, C});
-    runner_.matmul_backward_weight({OpKind::Matmul, l, "wv"}, dlayer(d.wv, l), dv, L.h1, {N, C, C});
+    runner_.matmul_backward_weight({OpKind::Matmul, l, "wk"}, dlayer(d.wk, l), dk, L.h1, {N, C, KVD});
+    runner_.matmul_backward_weight({OpKind::Matmul, l, "wv"}, dlayer(d.wv, l), dv, L.h1, {N, C, KVD});
     if (rule_.post_norm) {
       std::fill(scratch.begin(), scratch.end(), 0.0);
       runner_.residual_backward_data({OpKind::ResidualAttn, l, "dx"}, dxi, scratch, dh1, 1.0, rows);
     } else {
-      runner_.rmsnorm_backward_data({OpKind::RmsNorm, l, "ln1"}, dxi, dh1, L.x_in, layer_of(p.ln1w, l), L.r1, rows);
+      norm_backward_data({OpKind::RmsNorm, l, "ln1"}, dxi, dh1, L.x_in, layer_of(p.ln1w, l), L.r1, rows);
       runner_.rmsnorm_backward_weight({OpKind::RmsNorm, l, "ln1w"}, dlayer(d.ln1w, l), dh1, L.x_in, L.r1, rows);
     }
     check(tel, OpKind::RmsNorm, Pass::BackwardData, l, "dx_in", dxi);
@@ -472,6 +537,7 @@ void Transformer::record_global(std::int64_t step, const Batch& b, std::span<con
     const bool per_layer = t != ParamTensor::Embedding && t != ParamTensor::FinalNorm && t != ParamTensor::Classifier;
     const int layers = lay_.layers[static_cast<std::size_t>(t)];
     const std::size_t n = lay_.layer_size(t);
+    if (n == 0) continue;  // the classifier of tied embeddings
     for (int l = 0; l < layers; ++l) {
       const std::size_t off = lay_.offset_of(t) + n * static_cast<std::size_t>(l);
       runner_.record_global({op_of(t), per_layer ? l : -1, name_of(t)}, Pass::BackwardWeight,
@@ -491,7 +557,7 @@ void Transformer::apply_update(std::span<double> master, std::span<double> m, st
     cfg.beta1 = recipe.beta1;
     cfg.beta2 = recipe.beta2;
     cfg.eps = recipe.eps;
-    cfg.weight_decay = is_decayed(tensor) ? recipe.weight_decay : 0.0;
+    cfg.weight_decay = is_decayed(tensor, recipe.decay_embedding) ? recipe.weight_decay : 0.0;
     cfg.grad_scale = coef;
     runner_.adamw_update({OpKind::AdamW, -1, name_of(tensor)}, master.subspan(off, n), m.subspan(off, n),
                          v.subspan(off, n), grads.subspan(off, n), {}, cfg, t);

@@ -4,8 +4,11 @@
 ///
 /// Per block l (x: the residual stream, (B·T, C)):
 ///   h  = RMSNorm(x; ln1w)                      (Pre-Norm; under DeepNorm h = x)
-///   q, k, v = h·Wqᵀ, h·Wkᵀ, h·Wvᵀ               (Matmul)
+///   q, k, v = h·Wqᵀ, h·Wkᵀ, h·Wvᵀ               (Matmul; k, v have kv_heads heads)
 ///   q, k ← RoPE(q), RoPE(k)                     (RopeRotate, table from RopeAngles, base 10000)
+///   k, v ← tile(k), tile(v)                     (GQA only: exact copies to the NH query heads by the head map;
+///                                               backward: dk, dv summed over the query heads sharing a KV
+///                                               head, ops/gqa.hpp under the (residual-attn, bwd-data) entry)
 ///   att = softmax(q·kᵀ/√hs, causal);  y = att·v  (AttnScores, Softmax, AttnValues; under the policy's
 ///                                               attention=online: one online pass giving y and the row lse,
 ///                                               att recomputed as exp(s − lse) for the backward)
@@ -13,7 +16,7 @@
 ///   h2 = RMSNorm(x; ln2w)                       (Pre-Norm; under DeepNorm h2 = x)
 ///   z = SiLU(h2·W1ᵀ) ⊙ (h2·W3ᵀ);  f = z·W2ᵀ      (Matmul, Silu, SwiGlu, Matmul)
 ///   x ← x + β·f                                 (ResidualFfn; DeepNorm: x ← RMSNorm_{eps·α²}(x + f/α; ln2w))
-/// then logits = RMSNorm(x; lnfw)·Wclsᵀ (Classifier) and the mean cross-entropy (CrossEntropy, binary64 mean).
+/// then logits = RMSNorm(x; lnfw)·Wclsᵀ (Classifier; Wcls = wte when the embeddings are tied) and the mean cross-entropy (CrossEntropy, binary64 mean).
 /// β is the residual rule's branch multiplier (1, 1/√(2L), or 1/α).
 ///
 /// Weights are read from the master buffer; each op rounds its inputs to its storage format on entry, so
@@ -75,6 +78,7 @@ class Transformer final : public Model {
   struct LayerActs {
     std::vector<double> x_in, h1, r1, q, k, v, qr, kr, preatt, att, y, o, pre1, rp1, x_mid, h2, r2, g, u, a, z, f,
         pre2, rp2;
+    std::vector<double> kt, vt;  ///< GQA only: kr and v tiled to NH heads by the forward head map
     std::vector<double> lse;  ///< (B, NH, T) row log-sum-exp of the online attention order (att: recomputed)
   };
   void forward(const Batch& b, std::span<const double> master, StepTelemetry* tel);
@@ -90,11 +94,15 @@ class Transformer final : public Model {
   /// every weight gradient of this model's last pass (gradients `grads`) against the reference's in `tape`.
   void record_global(std::int64_t step, const Batch& b, std::span<const double> master, double loss_scale,
                      std::span<const double> grads, Transformer& reference, ops::Tape& tape);
+  /// RMSNorm backward-data, AutoANE's defective form under Defects::rmsnorm_bwd (rmsnorm_defect.hpp).
+  void norm_backward_data(ops::Site s, std::span<double> dx, std::span<const double> dy, std::span<const double> x,
+                          std::span<const double> w, std::span<const double> rstd, ops::RowShape sh);
   void check_norm(StepTelemetry* tel, int layer, std::string_view tensor, std::span<const double> x,
                   std::span<const double> rstd, std::int64_t cols);
 
   ModelConfig c_;
   ResidualRule rule_;
+  std::vector<int> fwd_map_, bwd_map_;  ///< KV head of each query head in the forward and the backward
   ParamLayout lay_;
   ops::Runner runner_;
   std::vector<LayerActs> acts_;

@@ -20,9 +20,17 @@ struct Rounder {
 
 }  // namespace
 
-bool unscale_gradients(std::span<double> grads, double scale) {
+bool unscale_gradients(std::span<double> grads, double scale, int accum) {
   const numerics::RoundingPlan fp32(numerics::formats::fp32);
   bool finite = true;
+  if (accum > 1) {
+    const double gsc = numerics::round_to(fp32, Rounding::NearestEven, 1.0 / (static_cast<double>(accum) * scale));
+    for (double& g : grads) {
+      g = numerics::round_to(fp32, Rounding::NearestEven, g * gsc);
+      finite = finite && std::isfinite(g);
+    }
+    return finite;
+  }
   const double inv = 1.0 / scale;
   int exponent = 0;
   const bool exact_inverse = std::frexp(scale, &exponent) == 0.5;  // S a power of two: g·(1/S) is exact
@@ -31,6 +39,12 @@ bool unscale_gradients(std::span<double> grads, double scale) {
     finite = finite && std::isfinite(g);
   }
   return finite;
+}
+
+void accumulate_gradients(std::span<double> total, std::span<const double> micro, bool first) {
+  const numerics::RoundingPlan fp32(numerics::formats::fp32);
+  for (std::size_t i = 0; i < total.size(); ++i)
+    total[i] = numerics::round_to(fp32, Rounding::NearestEven, first ? micro[i] : total[i] + micro[i]);
 }
 
 double global_norm_fp32(std::span<const double> grads) {
@@ -59,7 +73,7 @@ void adamw_update(std::span<double> master, std::span<double> m, std::span<doubl
   const double lr_r = r(lr), eps = r(recipe.eps), gs = r(coef);
   for (const ParamTensor tensor : kAllParamTensors) {
     const std::size_t off = layout.offset_of(tensor), n = layout.size_of(tensor);
-    const double wd = is_decayed(tensor) ? r(recipe.weight_decay) : 0.0;
+    const double wd = is_decayed(tensor, recipe.decay_embedding) ? r(recipe.weight_decay) : 0.0;
     for (std::size_t k = off; k < off + n; ++k) {
       const double g = coef != 1.0 ? r(grads[k] * gs) : grads[k];
       m[k] = to_m(r(r(b1 * m[k]) + r(one_b1 * g)));

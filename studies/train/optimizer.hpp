@@ -18,8 +18,13 @@
 
 namespace roundoff::studies::train {
 
-/// g[i] ← fl32(g[i] / scale). Returns true when every unscaled gradient is finite.
-bool unscale_gradients(std::span<double> grads, double scale);
+/// accum == 1: g[i] ← fl32(g[i] / scale). accum > 1 (AutoANE's update): g[i] ← fl32(g[i] · fl32(1/(accum·scale))).
+/// Returns true when every unscaled gradient is finite.
+bool unscale_gradients(std::span<double> grads, double scale, int accum = 1);
+
+/// Gradient accumulation over micro-steps in fp32 (AutoANE's fp32 gradient buffers): total[i] ← fl32(micro[i])
+/// when `first`, else fl32(total[i] + micro[i]): one addition per micro-step, in micro-step order.
+void accumulate_gradients(std::span<double> total, std::span<const double> micro, bool first);
 
 /// ‖g‖₂ of fp32 gradients: squares and sum in binary64, sequentially in buffer order, rounded to fp32 once.
 double global_norm_fp32(std::span<const double> grads);

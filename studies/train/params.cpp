@@ -28,9 +28,9 @@ std::string_view name_of(ParamTensor t) {
   return "?";
 }
 
-bool is_decayed(ParamTensor t) {
+bool is_decayed(ParamTensor t, bool decay_embedding) {
   switch (t) {
-    case ParamTensor::Embedding:
+    case ParamTensor::Embedding: return decay_embedding;
     case ParamTensor::AttnNorm:
     case ParamTensor::FfnNorm:
     case ParamTensor::FinalNorm: return false;
@@ -48,7 +48,8 @@ bool is_decayed(ParamTensor t) {
 
 ParamLayout param_layout(const ModelConfig& c) {
   const auto V = static_cast<std::size_t>(c.vocab), C = static_cast<std::size_t>(c.d),
-             L = static_cast<std::size_t>(c.layers), H = static_cast<std::size_t>(c.hidden);
+             L = static_cast<std::size_t>(c.layers), H = static_cast<std::size_t>(c.hidden),
+             KVD = static_cast<std::size_t>(c.kv_count() * c.head_size());
   ParamLayout lay;
   auto set = [&](ParamTensor t, std::size_t n, int layers) {
     const auto i = static_cast<std::size_t>(t);
@@ -58,15 +59,15 @@ ParamLayout param_layout(const ModelConfig& c) {
   set(ParamTensor::Embedding, V * C, 1);
   set(ParamTensor::AttnNorm, L * C, c.layers);
   set(ParamTensor::Wq, L * C * C, c.layers);
-  set(ParamTensor::Wk, L * C * C, c.layers);
-  set(ParamTensor::Wv, L * C * C, c.layers);
+  set(ParamTensor::Wk, L * KVD * C, c.layers);
+  set(ParamTensor::Wv, L * KVD * C, c.layers);
   set(ParamTensor::Wo, L * C * C, c.layers);
   set(ParamTensor::FfnNorm, L * C, c.layers);
   set(ParamTensor::W1, L * H * C, c.layers);
   set(ParamTensor::W3, L * H * C, c.layers);
   set(ParamTensor::W2, L * C * H, c.layers);
   set(ParamTensor::FinalNorm, C, 1);
-  set(ParamTensor::Classifier, V * C, 1);
+  set(ParamTensor::Classifier, c.tie_embeddings ? 0 : V * C, 1);
   for (std::size_t i = 0; i < kParamTensorCount; ++i) {
     lay.offset[i] = lay.total;
     lay.total += lay.size[i];
@@ -82,6 +83,32 @@ double normal_draw(const numerics::StochasticBits& bits, std::uint64_t i) {
   const double u1 = static_cast<double>((bits.draw(2 * i) >> 11) + 1) * k2m53;  // (0, 1]
   const double u2 = static_cast<double>(bits.draw(2 * i + 1) >> 11) * k2m53;     // [0, 1)
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+}
+
+/// Uniform on (−1, 1) for element i of a stream: 2u − 1, u = 53 bits of draw i.
+double uniform_draw(const numerics::StochasticBits& bits, std::uint64_t i) {
+  return 2.0 * static_cast<double>(bits.draw(i) >> 11) * 0x1p-53 - 1.0;
+}
+
+/// AutoANE's uniform half-width of tensor t (params.hpp).
+double autoane_bound(const ModelConfig& c, ParamTensor t) {
+  const double alpha = 1.0 / std::sqrt(2.0 * c.layers), C = c.d, H = c.hidden,
+               QD = static_cast<double>(c.heads) * c.head_size();
+  switch (t) {
+    case ParamTensor::Embedding:
+    case ParamTensor::Classifier: return 0.02;
+    case ParamTensor::Wq:
+    case ParamTensor::Wk:
+    case ParamTensor::Wv: return 1.0 / std::sqrt(C);
+    case ParamTensor::Wo: return alpha / std::sqrt(QD);
+    case ParamTensor::W1:
+    case ParamTensor::W3: return 1.0 / std::sqrt(H);
+    case ParamTensor::W2: return alpha / std::sqrt(C);
+    case ParamTensor::AttnNorm:
+    case ParamTensor::FfnNorm:
+    case ParamTensor::FinalNorm: return 0.0;
+  }
+  return 0.0;
 }
 
 }  // namespace
@@ -126,6 +153,12 @@ std::vector<double> init_params(const ModelConfig& c, const Recipe& r, const Res
       continue;
     }
     const numerics::StochasticBits bits{seed, 0x1417u + static_cast<std::uint64_t>(t)};
+    if (r.init == InitRule::AutoAne) {
+      const double a = autoane_bound(c, t);
+      for (std::size_t i = 0; i < n; ++i)
+        w[off + i] = numerics::round_to(fp32, numerics::Rounding::NearestEven, a * uniform_draw(bits, i));
+      continue;
+    }
     for (std::size_t i = 0; i < n; ++i)
       w[off + i] = numerics::round_to(fp32, numerics::Rounding::NearestEven, std_dev * normal_draw(bits, i));
   }

@@ -18,15 +18,15 @@ enum class ParamTensor : std::uint8_t {
   Embedding,   ///< wte  (V, C)
   AttnNorm,    ///< ln1w (L, C)      RMSNorm gain before attention (after it, under DeepNorm)
   Wq,          ///< wq   (L, C, C)
-  Wk,          ///< wk   (L, C, C)
-  Wv,          ///< wv   (L, C, C)
+  Wk,          ///< wk   (L, KVD, C)  KVD = kv_heads·hs (= C without GQA)
+  Wv,          ///< wv   (L, KVD, C)
   Wo,          ///< wo   (L, C, C)
   FfnNorm,     ///< ln2w (L, C)
   W1,          ///< w1   (L, H, C)   gate projection (SiLU side)
   W3,          ///< w3   (L, H, C)   up projection (linear side)
   W2,          ///< w2   (L, C, H)   down projection
   FinalNorm,   ///< lnfw (C)
-  Classifier,  ///< wcls (V, C)      untied
+  Classifier,  ///< wcls (V, C)      untied; 0 elements when the embeddings are tied
 };
 inline constexpr std::size_t kParamTensorCount = 12;
 inline constexpr std::array kAllParamTensors{
@@ -37,8 +37,9 @@ static_assert(kAllParamTensors.size() == kParamTensorCount);
 
 /// Short name used in telemetry and CSV ("wte", "ln1w", "wq", …).
 std::string_view name_of(ParamTensor t);
-/// Matrices get weight decay; embedding and norm gains do not (STUDY_PROTOCOL.md §4.3).
-bool is_decayed(ParamTensor t);
+/// Matrices get weight decay; embedding and norm gains do not (STUDY_PROTOCOL.md §4.3) unless
+/// `decay_embedding` (AutoANE's recipe decays the embedding too).
+bool is_decayed(ParamTensor t, bool decay_embedding = false);
 
 /// Where each tensor sits in the flat buffer.
 struct ParamLayout {
@@ -87,9 +88,13 @@ struct ParamViews {
 ///  - Normal: embedding, classifier and every matrix N(0, std²) (std = recipe.init_std);
 ///  - Gpt2Scaled: as Normal with std/√(2L) on Wo and W2;
 ///  - DeepNorm rule: block matrices Xavier-normal, std = gain·√(2/(fan_in+fan_out)), gain β on Wv, Wo,
-///    W1, W3, W2 and 1 on Wq, Wk; embedding and classifier N(0, std²).
+///    W1, W3, W2 and 1 on Wq, Wk; embedding and classifier N(0, std²);
+///  - AutoAne (its train.m, whatever the residual rule): uniform on (−a, a) with a = 1/√C for Wq, Wk, Wv;
+///    α/√(NH·hs) for Wo; 1/√H for W1 and W3; α/√C for W2 (as its code has it, not W2's fan-in H); 0.02 for
+///    the embedding and an untied classifier; α = 1/√(2L).
 /// Normal draws come from Box–Muller on StochasticBits{seed, stream = 0x1417 + tensor}, element i using
-/// draws 2i and 2i+1, so any element can be regenerated independently.
+/// draws 2i and 2i+1; uniform draws use draw i of the same stream (53 bits); so any element can be
+/// regenerated independently.
 std::vector<double> init_params(const ModelConfig& c, const Recipe& r, const ResidualRule& rule,
                                 std::uint64_t seed);
 

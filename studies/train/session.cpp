@@ -31,29 +31,57 @@ TrainData load_train_data(const ModelConfig& c, const std::optional<std::filesys
   std::unique_ptr<data::Tokenizer> tok;
   switch (c.tokenizer) {
     case TokenizerKind::Byte: tok = std::make_unique<data::ByteTokenizer>(); break;
-    case TokenizerKind::Bpe: tok = data::make_tokenizer("bpe-" + std::to_string(c.vocab), corpus.train); break;
+    case TokenizerKind::Bpe: tok = data::make_tokenizer("bpe-" + std::to_string(c.tokens()), corpus.train); break;
   }
-  if (tok->vocab_size() != static_cast<std::size_t>(c.vocab))
+  if (tok->vocab_size() != static_cast<std::size_t>(c.tokens()))
     throw std::runtime_error("tokenizer " + tok->name() + " has " + std::to_string(tok->vocab_size()) +
-                             " tokens but the model expects vocab " + std::to_string(c.vocab) +
+                             " tokens but the model expects vocab " + std::to_string(c.tokens()) +
                              " (the train split is too small for that many merges)");
   TrainData d;
   d.train = tok->encode(corpus.train);
-  const std::vector<data::Token> val = tok->encode(corpus.val), test = tok->encode(corpus.test);
+  std::vector<data::Token> val = tok->encode(corpus.val), test = tok->encode(corpus.test);
+  // AutoANE's compaction: the ids that occur anywhere in the corpus, renumbered in increasing order.
+  std::vector<std::int32_t> original(tok->vocab_size());
+  for (std::size_t i = 0; i < original.size(); ++i) original[i] = static_cast<std::int32_t>(i);
+  if (c.compact_vocab) {
+    std::vector<std::int32_t> compact(tok->vocab_size(), -1);
+    for (const auto* split : {&d.train, &val, &test})
+      for (const data::Token id : *split) compact[static_cast<std::size_t>(id)] = 0;
+    original.clear();
+    for (std::size_t i = 0; i < compact.size(); ++i)
+      if (compact[i] == 0) {
+        compact[i] = static_cast<std::int32_t>(original.size());
+        original.push_back(static_cast<std::int32_t>(i));
+      }
+    for (auto* split : {&d.train, &val, &test})
+      for (data::Token& id : *split) id = compact[static_cast<std::size_t>(id)];
+  }
+  d.vocab = static_cast<int>(original.size());
   const data::Tokenizer& t = *tok;
-  auto bytes_of = [&t](std::int32_t id) { return static_cast<std::int64_t>(t.token_bytes(id).size()); };
+  auto bytes_of = [&t, &original](std::int32_t id) {
+    return static_cast<std::int64_t>(t.token_bytes(original[static_cast<std::size_t>(id)]).size());
+  };
   d.val = make_eval_set(val, c.seq, c.batch, eval_tokens, bytes_of);
   d.test = make_eval_set(test, c.seq, c.batch, eval_tokens, bytes_of);
   d.source = corpus.source;
-  d.tokenizer = tok->name();
+  d.tokenizer = tok->name() + (c.compact_vocab ? "-compact-" + std::to_string(d.vocab) : "");
   return d;
+}
+
+ModelConfig evaluation_config(const ModelConfig& c) {
+  ModelConfig e = c;
+  if (c.defects.gqa_mismatch) {
+    e.defects.gqa_mismatch = false;
+    e.gqa_map = GqaMap::Block;
+  }
+  return e;
 }
 
 nlohmann::json run_session(SessionSpec spec, const TrainData& data, std::ostream* progress) {
   TrainOptions& o = spec.options;
   o.policy = spec.policy.canonical();
   Transformer own(o.config, o.residual, spec.policy, o.seed);
-  Transformer fp32(o.config, o.residual, ops::Policy::preset("fp32"), o.seed);
+  Transformer fp32(evaluation_config(o.config), o.residual, ops::Policy::preset("fp32"), o.seed);
   std::optional<Transformer> reference;  // the fp64 model of the global error, only when attributing
   ShadowHook hook;
   if (o.shadow_every > 0) {

@@ -32,9 +32,15 @@ struct SessionSpec {
 /// 2^16, static:S otherwise; anything else is parsed by LossScaleSpec::parse.
 LossScaleSpec resolve_loss_scale(const std::string& text, const ops::Policy& policy);
 
-/// Tokenised splits for `c` (byte or BPE-V trained on the train split).
+/// Tokenised splits for `c` (byte or BPE-V trained on the train split; V = c.tokens()). With c.compact_vocab
+/// the ids are compacted to those occurring in the train, val or test split (TrainData::vocab of them); the
+/// caller then sets the model's vocab to TrainData::vocab.
 TrainData load_train_data(const ModelConfig& c, const std::optional<std::filesystem::path>& corpus_dir,
                           std::int64_t eval_tokens);
+
+/// The config of the fp32 evaluation model of a run of `c`: `c` itself, except that under the gqa-mismatch
+/// defect it is the block-map model (AutoANE's CPU validation forward uses the block map).
+ModelConfig evaluation_config(const ModelConfig& c);
 
 /// Runs (or resumes) the training described by `spec` on `data`; progress lines go to `progress`
 /// (may be null). Returns the summary written to DIR/summary.json. Shadow records land in the run's

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <ostream>
 #include <stdexcept>
 
@@ -28,9 +29,22 @@ std::string duration_text(double seconds) {
 }
 
 nlohmann::json config_json(const ModelConfig& c) {
-  return {{"name", c.name}, {"d", c.d},         {"layers", c.layers}, {"heads", c.heads},
-          {"seq", c.seq},   {"batch", c.batch}, {"vocab", c.vocab},   {"hidden", c.hidden},
-          {"tokenizer", std::string(name_of(c.tokenizer))}, {"norm_eps", c.norm_eps},
+  return {{"name", c.name},
+          {"d", c.d},
+          {"layers", c.layers},
+          {"heads", c.heads},
+          {"kv_heads", c.kv_count()},
+          {"gqa_map", std::string(name_of(c.gqa_map))},
+          {"seq", c.seq},
+          {"batch", c.batch},
+          {"vocab", c.vocab},
+          {"hidden", c.hidden},
+          {"tokenizer", std::string(name_of(c.tokenizer))},
+          {"tie_embeddings", c.tie_embeddings},
+          {"compact_vocab", c.compact_vocab},
+          {"tokenizer_vocab", c.tokens()},
+          {"defects", defects_text(c.defects)},
+          {"norm_eps", c.norm_eps},
           {"rope_base", c.rope_base}};
 }
 
@@ -44,7 +58,11 @@ nlohmann::json recipe_json(const Recipe& r) {
           {"weight_decay", r.weight_decay},
           {"clip_norm", r.clip_norm},
           {"init_std", r.init_std},
-          {"init", std::string(name_of(r.init))}};
+          {"init", std::string(name_of(r.init))},
+          {"decay_embedding", r.decay_embedding},
+          {"accum", r.accum},
+          {"schedule", std::string(name_of(r.schedule))},
+          {"total_steps", r.total_steps}};
 }
 
 bool all_finite(std::span<const double> v) {
@@ -54,6 +72,14 @@ bool all_finite(std::span<const double> v) {
 }
 
 }  // namespace
+
+double update_learning_rate(const Recipe& r, std::int64_t update, std::int64_t steps) {
+  switch (r.schedule) {
+    case Schedule::Updates: return learning_rate(r, update, steps);
+    case Schedule::AutoAne: return learning_rate_autoane(r, (update + 1) * r.accum - 1);
+  }
+  return r.lr;
+}
 
 EvalSet make_eval_set(std::span<const std::int32_t> tokens, int seq, int batch, std::int64_t max_tokens,
                       const std::function<std::int64_t(std::int32_t)>& bytes_of) {
@@ -110,6 +136,9 @@ Trainer::Trainer(TrainOptions opts, Model& own, Model& fp32, const TrainData& da
       scaler_(opts_.loss_scale) {
   opts_.config.validate();
   if (opts_.steps < 1) throw std::invalid_argument("--steps must be >= 1");
+  if (opts_.recipe.accum < 1)
+    throw std::invalid_argument("--accum must be >= 1 (micro-steps per update; got " +
+                                std::to_string(opts_.recipe.accum) + ")");
   if (opts_.recipe.warmup < 1) throw std::invalid_argument("--warmup must be >= 1");
   if (!(opts_.recipe.lr > 0)) throw std::invalid_argument("--lr must be > 0");
 }
@@ -161,6 +190,7 @@ void Trainer::start() {
     first_collapsed_norm_ = meta.at("first_collapsed_norm").get<std::string>();
     diverged_ = meta.at("diverged").get<bool>();
     last_train_loss_ = meta.at("last_train_loss").get<double>();
+    micro_losses_ = meta.at("micro_losses").get<std::deque<double>>();
     log_ = RunLog::from_json(meta.at("log"));
   } else {
     master_ = init_params(opts_.config, opts_.recipe, residual_rule(opts_.residual, opts_.config.layers), opts_.seed);
@@ -169,6 +199,7 @@ void Trainer::start() {
     log_.curve(0, "loss_scale", scaler_.scale());
   }
   grads_.assign(layout_.total, 0.0);
+  if (opts_.recipe.accum > 1) micro_grads_.assign(layout_.total, 0.0);
   started_at_ = step_;
   wall_start_ = now_seconds();
 }
@@ -180,10 +211,9 @@ bool Trainer::done() const {
 void Trainer::step() {
   const std::int64_t s = step_;
   const ModelConfig& c = opts_.config;
-  const Batch batch = train_batch(data_.train, c.seq, c.batch, opts_.seed, s);
+  const int accum = opts_.recipe.accum;
   const double scale = scaler_.scale();
   StepTelemetry tel;
-  tel.step = s;
   tel.log = &log_;
   tel.detailed = opts_.telemetry_every > 0 && s % opts_.telemetry_every == 0;
   const auto t_step = ops::Profile::Clock::now();
@@ -198,10 +228,27 @@ void Trainer::step() {
     phase("trainer: shadow attribution", [&] { shadow_(s, master_, scale, log_); });
 
   own_.set_profile(profile_);
-  const double loss = own_.loss_and_grad(batch, master_, scale, grads_, tel);
-  if (tel.detailed) phase("trainer: underflow telemetry", [&] { log_gradient_underflow(s, batch); });
+  // accum micro-steps (micro-step index m = s·accum + j: its batch, and the key of its stochastic roundings),
+  // their gradients summed (accumulate_gradients); the loss of the update is the mean of theirs.
+  double loss = 0;
+  for (int j = 0; j < accum; ++j) {
+    const std::int64_t micro = s * accum + j;
+    const Batch batch = train_batch(data_.train, c.seq, c.batch, opts_.seed, micro);
+    tel.step = micro;
+    const bool detailed = tel.detailed;
+    tel.detailed = detailed && j == 0;
+    const double micro_loss = own_.loss_and_grad(batch, master_, scale, accum == 1 ? grads_ : micro_grads_, tel);
+    if (tel.detailed) phase("trainer: underflow telemetry", [&] { log_gradient_underflow(s, batch); });
+    tel.detailed = detailed;
+    if (accum > 1) phase("trainer: accumulate", [&] { accumulate_gradients(grads_, micro_grads_, j == 0); });
+    loss += micro_loss;
+    micro_losses_.push_back(micro_loss);
+    if (micro_losses_.size() > kAutoAneWindow) micro_losses_.pop_front();
+  }
+  loss /= accum;
+  tel.step = s;
   bool grads_finite = false;
-  phase("trainer: unscale", [&] { grads_finite = unscale_gradients(grads_, scale); });
+  phase("trainer: unscale", [&] { grads_finite = unscale_gradients(grads_, scale, accum); });
   const bool finite = grads_finite && std::isfinite(loss);
   if (!finite && !first_nonfinite_step_) {
     first_nonfinite_step_ = s;
@@ -217,7 +264,7 @@ void Trainer::step() {
     }
   }
   log_.curve(s, "train_loss", loss);
-  const double lr = learning_rate(opts_.recipe, s, opts_.steps);
+  const double lr = update_learning_rate(opts_.recipe, s, opts_.steps);
   if (scaler_.skips(grads_finite)) {
     ++skipped_;
     log_.event(s, "skip", "non-finite gradients at loss scale " + format_value(scale) +
@@ -257,12 +304,13 @@ void Trainer::step() {
   if (progress_ && opts_.progress_every > 0 && (step_ % opts_.progress_every == 0 || step_ == opts_.steps)) {
     const double elapsed = now_seconds() - wall_start_;
     const double done_here = static_cast<double>(step_ - started_at_);
-    const double tok_s = done_here * c.batch * c.seq / std::max(elapsed, 1e-9);
+    const double tok_s = done_here * accum * c.batch * c.seq / std::max(elapsed, 1e-9);
     const double eta = elapsed / done_here * static_cast<double>(opts_.steps - step_);
-    char line[200];
-    std::snprintf(line, sizeof line, "step %lld/%lld  loss %.4f  lr %.2e  scale %g  %.0f tok/s  ETA %s\n",
-                  static_cast<long long>(step_), static_cast<long long>(opts_.steps), loss, lr, scaler_.scale(),
-                  tok_s, duration_text(eta).c_str());
+    char line[240];
+    std::snprintf(line, sizeof line,
+                  "update %lld/%lld (micro-step %lld)  loss %.4f  lr %.2e  scale %g  %.0f tok/s  ETA %s\n",
+                  static_cast<long long>(step_), static_cast<long long>(opts_.steps),
+                  static_cast<long long>(step_ * accum), loss, lr, scaler_.scale(), tok_s, duration_text(eta).c_str());
     *progress_ << line << std::flush;
   }
 }
@@ -333,11 +381,19 @@ void Trainer::save() {
              {"first_collapsed_norm", first_collapsed_norm_},
              {"diverged", diverged_},
              {"last_train_loss", last_train_loss_},
+             {"micro_losses", micro_losses_},
              {"log", log_.to_json()}};
   ck.master = master_;
   ck.m = m_;
   ck.v = v_;
   save_checkpoint(opts_.out / "checkpoint.bin", ck);
+}
+
+double Trainer::autoane_metric() const {
+  if (micro_losses_.empty()) return std::nan("");
+  double total = 0;
+  for (const double l : micro_losses_) total += l;
+  return total / static_cast<double>(micro_losses_.size());
 }
 
 std::string Trainer::weights_sha256() const {
@@ -361,6 +417,10 @@ nlohmann::json Trainer::finish() {
       first_collapsed_norm_step_ ? nlohmann::json(first_collapsed_norm_) : nlohmann::json();
   summary["final_loss_scale"] = scaler_.scale();
   summary["train_loss_last"] = last_train_loss_;
+  summary["steps_count"] = "updates";
+  summary["micro_steps_completed"] = step_ * opts_.recipe.accum;
+  summary["autoane_train_loss"] = autoane_metric();
+  summary["autoane_train_loss_window"] = micro_losses_.size();
   summary["weights_sha256"] = weights_sha256();
   summary["val_tokens"] = data_.val.tokens;
   summary["val_bytes"] = data_.val.bytes;

@@ -9,6 +9,7 @@
 ///   DIR/events.csv     step,kind,detail (loss-scale changes, skipped steps, non-finite values)
 ///   DIR/checkpoint.bin the state after the last completed step (checkpoint.hpp)
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <iosfwd>
@@ -40,7 +41,8 @@ struct TrainData {
   std::vector<std::int32_t> train;
   EvalSet val, test;
   std::string source;     ///< "brown-1.9.80" or "excerpt"
-  std::string tokenizer;  ///< "bytes" or "bpe-<V>"
+  std::string tokenizer;  ///< "bytes", "bpe-<V>" or "bpe-<V>-compact-<n>"
+  int vocab = 0;          ///< the model's vocabulary: the tokenizer's size, or the compacted count
 };
 
 /// Run options (the `roundoff train` flags).
@@ -50,7 +52,7 @@ struct TrainOptions {
   ResidualScale residual = ResidualScale::None;
   LossScaleSpec loss_scale;
   std::string policy;         ///< canonical policy text
-  std::int64_t steps = 200;
+  std::int64_t steps = 200;           ///< updates (optimizer steps); each runs recipe.accum micro-steps
   std::uint64_t seed = 1;
   std::int64_t eval_every = 0;        ///< 0: evaluate at the end only
   std::int64_t telemetry_every = 50;  ///< detailed activation telemetry every N steps (and step 0)
@@ -80,7 +82,8 @@ class Trainer {
   void start();
   /// True when all steps are done, the run diverged, or stop_after steps ran in this invocation.
   bool done() const;
-  /// One optimisation step (plus the evaluation, telemetry and checkpoint due at it).
+  /// One optimisation step: recipe.accum micro-steps (forward+backward on their own batches, gradients
+  /// summed), one update (plus the evaluation, telemetry and checkpoint due at it).
   void step();
   /// Final evaluation (val in fp32 and own precision, test in fp32), writes the results; returns summary.
   nlohmann::json finish();
@@ -95,6 +98,10 @@ class Trainer {
   const RunLog& log() const { return log_; }
   /// sha256 of the master weights as little-endian binary64 in buffer order.
   std::string weights_sha256() const;
+  /// AutoANE's reported number: the own-precision training loss averaged over the last kAutoAneWindow
+  /// micro-steps (fewer at the start); NaN before the first step.
+  double autoane_metric() const;
+  static constexpr std::size_t kAutoAneWindow = 200;
 
  private:
   struct EvalResult {
@@ -117,7 +124,8 @@ class Trainer {
   std::ostream* progress_;
   ShadowHook shadow_;
   ParamLayout layout_;
-  std::vector<double> master_, m_, v_, grads_, before_;
+  std::vector<double> master_, m_, v_, grads_, micro_grads_, before_;
+  std::deque<double> micro_losses_;  ///< the last kAutoAneWindow micro-step training losses
   LossScaler scaler_;
   RunLog log_;
   std::int64_t step_ = 0;        ///< steps completed
@@ -141,7 +149,10 @@ class Trainer {
 EvalSet make_eval_set(std::span<const std::int32_t> tokens, int seq, int batch, std::int64_t max_tokens,
                       const std::function<std::int64_t(std::int32_t)>& bytes_of);
 
-/// The training batch of `step` (data::BatchSampler over the train tokens).
+/// The learning rate of 0-based update `update` of a `steps`-update run under r.schedule.
+double update_learning_rate(const Recipe& r, std::int64_t update, std::int64_t steps);
+
+/// The training batch of `step` (data::BatchSampler over the train tokens; the micro-step index).
 Batch train_batch(std::span<const std::int32_t> train, int seq, int batch, std::uint64_t seed,
                   std::int64_t step);
 

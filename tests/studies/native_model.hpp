@@ -22,6 +22,10 @@
 /// (numerics/arith.hpp, verified against MPFR); libm's float functions are not correctly rounded (glibc's
 /// expf differs from them on inputs of that very test). For T = double it uses libm in double (exp, log, sin, cos) and 1/sqrt, 1/(1 + exp(−x)): within a
 /// few ulps of the fp64 policy, which the fp64 tests compare with tolerances, not bits.
+/// GQA: K and V tiled to the query heads (copies) before the attention ops; their gradients reduced back as
+/// one sequential sum per element (s = x_0, s = s + x_i over the query heads in increasing order), then added
+/// into the zero gradient. Tied embeddings: the classifier reads wte and adds its weight gradient into wte's
+/// before the embedding's scatter-add.
 /// AdamW: plain float code in the form of ops/adamw.hpp for T = float (master weights, m and v are fp32
 /// values); for T = double studies/train/optimizer.hpp's fp32 adamw_update (the gradients of the fp64 twin
 /// are not fp32 values, and the trainer keeps fp32 master weights).
@@ -47,7 +51,9 @@ class NativeModel final : public Model {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
 
  public:
-  NativeModel(const ModelConfig& c, ResidualScale rs) : c_(c), rule_(residual_rule(rs, c.layers)), lay_(param_layout(c)) {}
+  NativeModel(const ModelConfig& c, ResidualScale rs) : c_(c), rule_(residual_rule(rs, c.layers)), lay_(param_layout(c)) {
+    for (int h = 0; h < c_.heads; ++h) map_.push_back(kv_head_of(c_.gqa_map, h, c_.heads, c_.kv_count()));
+  }
 
   double total_loss(const Batch& b, std::span<const double> master) override {
     load(master);
@@ -79,7 +85,7 @@ class NativeModel final : public Model {
       const float c2 = static_cast<float>(1.0 - std::pow(recipe.beta2, static_cast<double>(t)));
       const float eps = static_cast<float>(recipe.eps), lrf = static_cast<float>(lr), gs = static_cast<float>(coef);
       for (const ParamTensor tensor : kAllParamTensors) {
-        const float wd = is_decayed(tensor) ? static_cast<float>(recipe.weight_decay) : 0.0f;
+        const float wd = is_decayed(tensor, recipe.decay_embedding) ? static_cast<float>(recipe.weight_decay) : 0.0f;
         for (std::size_t e = lay_.offset_of(tensor); e < lay_.offset_of(tensor) + lay_.size_of(tensor); ++e) {
           float g = static_cast<float>(grads[e]), w = static_cast<float>(master[e]);
           if (coef != 1.0) g = g * gs;
@@ -216,11 +222,11 @@ class NativeModel final : public Model {
         sn[p * H + i] = sin_(theta);
       }
   }
-  /// y_2i = x_2i·c − x_2i+1·s, y_2i+1 = x_2i·s + x_2i+1·c.
-  void rope_forward(T* y, const T* x, int B, int Tn) const {
-    const int C = c_.d, hs = c_.head_size(), H = hs / 2;
+  /// y_2i = x_2i·c − x_2i+1·s, y_2i+1 = x_2i·s + x_2i+1·c; `heads` heads per row.
+  void rope_forward(T* y, const T* x, int B, int Tn, int heads) const {
+    const int hs = c_.head_size(), C = heads * hs, H = hs / 2;
     for (int row = 0; row < B * Tn; ++row)
-      for (int h = 0; h < c_.heads; ++h)
+      for (int h = 0; h < heads; ++h)
         for (int i = 0; i < H; ++i) {
           const int e = row * C + h * hs + 2 * i, ti = (row % Tn) * H + i;
           const T c = cos_t_[ti], s = sin_t_[ti], x0 = x[e], x1 = x[e + 1];
@@ -229,16 +235,45 @@ class NativeModel final : public Model {
         }
   }
   /// dx_2i += dy_2i·c + dy_2i+1·s, dx_2i+1 += dy_2i+1·c − dy_2i·s.
-  void rope_backward_data(T* dx, const T* dy, int B, int Tn) const {
-    const int C = c_.d, hs = c_.head_size(), H = hs / 2;
+  void rope_backward_data(T* dx, const T* dy, int B, int Tn, int heads) const {
+    const int hs = c_.head_size(), C = heads * hs, H = hs / 2;
     for (int row = 0; row < B * Tn; ++row)
-      for (int h = 0; h < c_.heads; ++h)
+      for (int h = 0; h < heads; ++h)
         for (int i = 0; i < H; ++i) {
           const int e = row * C + h * hs + 2 * i, ti = (row % Tn) * H + i;
           const T c = cos_t_[ti], s = sin_t_[ti], d0 = dy[e], d1 = dy[e + 1];
           dx[e] = dx[e] + (d0 * c + d1 * s);
           dx[e + 1] = dx[e + 1] + (d1 * c - d0 * s);
         }
+  }
+  /// GQA tile: head h of each full row (NH·hs) is a copy of KV head map_[h] (NKV·hs).
+  V kv_tile(const V& kv, int N) const {
+    const int hs = c_.head_size(), NH = c_.heads, NKV = c_.kv_count();
+    V full(static_cast<std::size_t>(N * NH * hs));
+    for (int n = 0; n < N; ++n)
+      for (int h = 0; h < NH; ++h)
+        for (int i = 0; i < hs; ++i) full[(n * NH + h) * hs + i] = kv[(n * NKV + map_[h]) * hs + i];
+    return full;
+  }
+  /// GQA reduce: s = Σ over the query heads of KV head j in increasing h (s = x_0, s = s + x_i), dkv = 0 + s.
+  V kv_reduce(const V& full, int N) const {
+    const int hs = c_.head_size(), NH = c_.heads, NKV = c_.kv_count();
+    V kv(static_cast<std::size_t>(N * NKV * hs), 0);
+    for (int n = 0; n < N; ++n)
+      for (int j = 0; j < NKV; ++j)
+        for (int i = 0; i < hs; ++i) {
+          bool first = true;
+          T acc = 0;
+          for (int h = 0; h < NH; ++h)
+            if (map_[h] == j) {
+              const T x = full[(n * NH + h) * hs + i];
+              acc = first ? x : acc + x;
+              first = false;
+            }
+          T& out = kv[(n * NKV + j) * hs + i];
+          out = out + acc;
+        }
+    return kv;
   }
   T attn_scale() const { return static_cast<T>(1.0 / std::sqrt(static_cast<double>(c_.head_size()))); }
   /// Offsets: (b, t, h, d) in (B, T, NH·hs) and (b, h, t, j) in (B, NH, T, T).
@@ -380,13 +415,15 @@ class NativeModel final : public Model {
 
   /// Saved activations of one block (the members of Transformer::LayerActs).
   struct Layer {
-    V x_in, h1, r1, q, k, v, qr, kr, preatt, att, y, o, pre1, rp1, x_mid, h2, r2, g, u, a, z, f, pre2, rp2;
+    V x_in, h1, r1, q, k, v, qr, kr, kt, vt, preatt, att, y, o, pre1, rp1, x_mid, h2, r2, g, u, a, z, f, pre2, rp2;
   };
 
   /// The op sequence of Transformer::forward.
   void forward(const Batch& bt) {
-    const int B = bt.batch, Tn = bt.seq, C = c_.d, H = c_.hidden, N = B * Tn, Vv = c_.vocab;
-    const auto NC = static_cast<std::size_t>(N * C), NH = static_cast<std::size_t>(N * H);
+    const int B = bt.batch, Tn = bt.seq, C = c_.d, H = c_.hidden, N = B * Tn, Vv = c_.vocab,
+              KVD = c_.kv_count() * c_.head_size();
+    const auto NC = static_cast<std::size_t>(N * C), NH = static_cast<std::size_t>(N * H),
+               NKVD = static_cast<std::size_t>(N * KVD);
     const auto att_size = static_cast<std::size_t>(B * c_.heads * Tn * Tn);
     ParamViews<T> p(std::span<T>(w_), lay_);
     auto layer = [&](std::span<T> all, int l) { return ParamViews<T>::layer(all, c_.layers, l).data(); };
@@ -407,21 +444,23 @@ class NativeModel final : public Model {
         rmsnorm_forward(L.h1.data(), L.r1.data(), x.data(), layer(p.ln1w, l), N, eps);
       }
       L.q.assign(NC, 0);
-      L.k.assign(NC, 0);
-      L.v.assign(NC, 0);
+      L.k.assign(NKVD, 0);
+      L.v.assign(NKVD, 0);
       matmul_forward(L.q.data(), L.h1.data(), layer(p.wq, l), N, C, C);
-      matmul_forward(L.k.data(), L.h1.data(), layer(p.wk, l), N, C, C);
-      matmul_forward(L.v.data(), L.h1.data(), layer(p.wv, l), N, C, C);
+      matmul_forward(L.k.data(), L.h1.data(), layer(p.wk, l), N, C, KVD);
+      matmul_forward(L.v.data(), L.h1.data(), layer(p.wv, l), N, C, KVD);
       L.qr.assign(NC, 0);
-      L.kr.assign(NC, 0);
-      rope_forward(L.qr.data(), L.q.data(), B, Tn);
-      rope_forward(L.kr.data(), L.k.data(), B, Tn);
+      L.kr.assign(NKVD, 0);
+      rope_forward(L.qr.data(), L.q.data(), B, Tn, c_.heads);
+      rope_forward(L.kr.data(), L.k.data(), B, Tn, c_.kv_count());
+      L.kt = kv_tile(L.kr, N);
+      L.vt = kv_tile(L.v, N);
       L.preatt.assign(att_size, 0);
-      attn_scores_forward(L.preatt.data(), L.qr.data(), L.kr.data(), B, Tn);
+      attn_scores_forward(L.preatt.data(), L.qr.data(), L.kt.data(), B, Tn);
       L.att.assign(att_size, 0);
       softmax_forward(L.att.data(), L.preatt.data(), B, Tn);
       L.y.assign(NC, 0);
-      attn_values_forward(L.y.data(), L.att.data(), L.v.data(), B, Tn);
+      attn_values_forward(L.y.data(), L.att.data(), L.vt.data(), B, Tn);
       L.o.assign(NC, 0);
       matmul_forward(L.o.data(), L.y.data(), layer(p.wo, l), N, C, C);
       L.pre1.assign(NC, 0);
@@ -465,14 +504,16 @@ class NativeModel final : public Model {
     rf_.assign(static_cast<std::size_t>(N), 0);
     rmsnorm_forward(xf_.data(), rf_.data(), x_final_.data(), p.lnfw.data(), N, eps);
     V logits(static_cast<std::size_t>(N * Vv), 0);
-    matmul_forward(logits.data(), xf_.data(), p.wcls.data(), N, C, Vv);
+    matmul_forward(logits.data(), xf_.data(), (c_.tie_embeddings ? p.wte : p.wcls).data(), N, C, Vv);
     cross_entropy_forward(logits.data(), bt.targets, N);
   }
 
   /// The op sequence of Transformer::backward; gradients start at 0 and every op adds into them.
   void backward(const Batch& bt, double loss_scale) {
-    const int B = bt.batch, Tn = bt.seq, C = c_.d, H = c_.hidden, N = B * Tn, Vv = c_.vocab;
-    const auto NC = static_cast<std::size_t>(N * C), NH = static_cast<std::size_t>(N * H);
+    const int B = bt.batch, Tn = bt.seq, C = c_.d, H = c_.hidden, N = B * Tn, Vv = c_.vocab,
+              KVD = c_.kv_count() * c_.head_size();
+    const auto NC = static_cast<std::size_t>(N * C), NH = static_cast<std::size_t>(N * H),
+               NKVD = static_cast<std::size_t>(N * KVD);
     const auto att_size = static_cast<std::size_t>(B * c_.heads * Tn * Tn);
     ParamViews<T> p(std::span<T>(w_), lay_);
     g_.assign(w_.size(), 0);
@@ -489,8 +530,8 @@ class NativeModel final : public Model {
         dlogits[e] = dlogits[e] + pr * gs;
       }
     V dxf(NC, 0);
-    matmul_backward_data(dxf.data(), dlogits.data(), p.wcls.data(), N, C, Vv);
-    matmul_backward_weight(d.wcls.data(), dlogits.data(), xf_.data(), N, C, Vv);
+    matmul_backward_data(dxf.data(), dlogits.data(), (c_.tie_embeddings ? p.wte : p.wcls).data(), N, C, Vv);
+    matmul_backward_weight((c_.tie_embeddings ? d.wte : d.wcls).data(), dlogits.data(), xf_.data(), N, C, Vv);
     V dx(NC, 0);
     rmsnorm_backward_data(dx.data(), dxf.data(), x_final_.data(), p.lnfw.data(), rf_.data(), N);
     rmsnorm_backward_weight(d.lnfw.data(), dxf.data(), x_final_.data(), rf_.data(), N);
@@ -539,20 +580,22 @@ class NativeModel final : public Model {
       V dy(NC, 0);
       matmul_backward_data(dy.data(), dout.data(), layer(p.wo, l), N, C, C);
       matmul_backward_weight(layer(d.wo, l), dout.data(), L.y.data(), N, C, C);
-      V datt(att_size, 0), dv(NC, 0), dpreatt(att_size, 0);
-      attn_values_backward_data(datt.data(), dv.data(), dy.data(), L.att.data(), L.v.data(), B, Tn);
+      const bool gqa = c_.kv_count() != c_.heads;
+      V datt(att_size, 0), dvt(NC, 0), dpreatt(att_size, 0);
+      attn_values_backward_data(datt.data(), dvt.data(), dy.data(), L.att.data(), L.vt.data(), B, Tn);
       softmax_backward_data(dpreatt.data(), datt.data(), L.att.data(), B, Tn);
-      V dqr(NC, 0), dkr(NC, 0), dq(NC, 0), dk(NC, 0);
-      attn_scores_backward_data(dqr.data(), dkr.data(), dpreatt.data(), L.qr.data(), L.kr.data(), B, Tn);
-      rope_backward_data(dq.data(), dqr.data(), B, Tn);
-      rope_backward_data(dk.data(), dkr.data(), B, Tn);
+      V dqr(NC, 0), dkrt(NC, 0), dq(NC, 0), dk(NKVD, 0);
+      attn_scores_backward_data(dqr.data(), dkrt.data(), dpreatt.data(), L.qr.data(), L.kt.data(), B, Tn);
+      const V dkr = gqa ? kv_reduce(dkrt, N) : dkrt, dv = gqa ? kv_reduce(dvt, N) : dvt;
+      rope_backward_data(dq.data(), dqr.data(), B, Tn, c_.heads);
+      rope_backward_data(dk.data(), dkr.data(), B, Tn, c_.kv_count());
       V dh1(NC, 0);
       matmul_backward_data(dh1.data(), dq.data(), layer(p.wq, l), N, C, C);
-      matmul_backward_data(dh1.data(), dk.data(), layer(p.wk, l), N, C, C);
-      matmul_backward_data(dh1.data(), dv.data(), layer(p.wv, l), N, C, C);
+      matmul_backward_data(dh1.data(), dk.data(), layer(p.wk, l), N, C, KVD);
+      matmul_backward_data(dh1.data(), dv.data(), layer(p.wv, l), N, C, KVD);
       matmul_backward_weight(layer(d.wq, l), dq.data(), L.h1.data(), N, C, C);
-      matmul_backward_weight(layer(d.wk, l), dk.data(), L.h1.data(), N, C, C);
-      matmul_backward_weight(layer(d.wv, l), dv.data(), L.h1.data(), N, C, C);
+      matmul_backward_weight(layer(d.wk, l), dk.data(), L.h1.data(), N, C, KVD);
+      matmul_backward_weight(layer(d.wv, l), dv.data(), L.h1.data(), N, C, KVD);
       if (rule_.post_norm) {
         for (std::size_t i = 0; i < NC; ++i) dxi[i] = dxi[i] + dh1[i];
       } else {
@@ -574,6 +617,7 @@ class NativeModel final : public Model {
   ParamLayout lay_;
   V w_, g_, cos_t_, sin_t_, x_final_, xf_, rf_, probs_, losses_;
   std::vector<Layer> layers_;
+  std::vector<int> map_;  ///< KV head of each query head
 };
 
 }  // namespace roundoff::studies::train::testing
