@@ -31,6 +31,8 @@ void Ctx<Emulated>::in_array(std::span<const double> src, std::span<double> dst,
     for (std::size_t i = 0; i < src.size(); ++i) dst[i] = in(src[i], first_key + i * kSlots + (kSlots - 2));
   } else {
     numerics::round_array(storage_, mode_, src, dst);
+    if (prec_.nan == NanRule::AneInf)
+      for (double& v : dst) v = nan_rule(v);
   }
 }
 

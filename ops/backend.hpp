@@ -6,10 +6,14 @@
 ///   Emulated   values are doubles that are always values of their storage format. Each elementwise
 ///              operation is rounded once to the op's compute format (numerics::add/mul/div/... with a
 ///              RoundingPlan built once per OpPrecision); each reduction runs numerics::sum/dot/gemm under the
-///              op's Accumulation and is then rounded to the compute format; store() rounds to storage.
+///              op's Accumulation and is then rounded to the compute format; store() rounds to storage. The
+///              ANE fields: exp/sigmoid from the lookup table (approx), reduction results saturated
+///              (to_compute), NaN → +inf in in/store (nan).
 ///   Reference  values are MPFR numbers with ROUNDOFF_REFERENCE_DIGITS10 (40) decimal digits (133 bits);
 ///              the same algorithm in the same order with no format rounding (in/store/constants exact,
 ///              reductions sequential — at 133 bits the order's effect is below 2^-120 relative to Σ|terms|).
+///              It evaluates the exact functions whatever approx says and ignores saturate and nan, so the
+///              shadow reports a table's error like any rounding.
 ///
 /// Op bodies use only the Ctx<A> methods below, so one template source serves both. Keys `k` name the
 /// element an operation belongs to: stochastic rounding draws bits.draw(k), so results do not depend on
@@ -20,6 +24,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -65,25 +70,31 @@ class Ctx<Emulated> {
   using V = double;
   explicit Ctx(const OpPrecision& p, numerics::StochasticBits bits = {})
       : prec_(p), storage_(p.storage), compute_(p.compute), mode_(p.rounding), bits_(bits),
-        native_(native_kind(p.compute, p.rounding)) {}
+        native_(native_kind(p.compute, p.rounding)), exp_lut_(table(p, numerics::LutFunction::Exp)),
+        sigmoid_lut_(table(p, numerics::LutFunction::Sigmoid)) {}
 
   const OpPrecision& precision() const { return prec_; }
   const numerics::RoundingPlan& storage_plan() const { return storage_; }
   numerics::StochasticBits bits() const { return bits_; }
   void set_bits(numerics::StochasticBits b) { bits_ = b; }
 
-  /// Input cast on entry: x rounded to storage (identity for values already in storage).
-  double in(double x, std::uint64_t k) const { return numerics::round_to(storage_, mode_, x, draw(k)); }
-  /// Output / saved tensor: x rounded to storage.
-  double store(double x, std::uint64_t k) const { return numerics::round_to(storage_, mode_, x, draw(k)); }
+  /// Input cast on entry: x rounded to storage (identity for values already in storage); NaN → +inf under
+  /// the AneInf rule.
+  double in(double x, std::uint64_t k) const { return nan_rule(numerics::round_to(storage_, mode_, x, draw(k))); }
+  /// Output / saved tensor: x rounded to storage (NaN → +inf under AneInf).
+  double store(double x, std::uint64_t k) const { return nan_rule(numerics::round_to(storage_, mode_, x, draw(k))); }
   /// x rounded to another format (tensor roles such as AdamW's moments), in this op's mode.
   double store_to(const numerics::RoundingPlan& p, double x, std::uint64_t k) const {
-    return numerics::round_to(p, mode_, x, draw(k));
+    return nan_rule(numerics::round_to(p, mode_, x, draw(k)));
   }
   /// Constant c (given in binary64) in the compute format, round-to-nearest-even.
   double c(double x) const { return numerics::round_to(compute_, numerics::Rounding::NearestEven, x); }
-  /// A value converted to compute (e.g. a reduction result in the accumulator format).
-  double to_compute(double x, std::uint64_t k) const { return numerics::round_to(compute_, mode_, x, draw(k)); }
+  /// A reduction result (in the accumulator format) converted to compute, then the op's saturation: with
+  /// saturate = L > 0, |v| >= L becomes ±inf.
+  double to_compute(double x, std::uint64_t k) const {
+    const double v = numerics::round_to(compute_, mode_, x, draw(k));
+    return prec_.saturate > 0 && std::fabs(v) >= prec_.saturate ? std::copysign(kInfinity, v) : v;
+  }
 
   double add(double a, double b, std::uint64_t k) const {
     double r;
@@ -105,9 +116,16 @@ class Ctx<Emulated> {
     double r;
     return native(a, a, [](auto x, auto) { return std::sqrt(x); }, r) ? r : numerics::sqrt(compute_, mode_, a, draw(k));
   }
-  double exp(double a, std::uint64_t k) const { return numerics::exp(compute_, mode_, a, draw(k)); }
+  /// exp and sigmoid: correctly rounded in compute, or the ANE table's fp16 value rounded to compute.
+  double exp(double a, std::uint64_t k) const {
+    return exp_lut_ ? numerics::round_to(compute_, mode_, (*exp_lut_)(a), draw(k))
+                    : numerics::exp(compute_, mode_, a, draw(k));
+  }
   double log(double a, std::uint64_t k) const { return numerics::log(compute_, mode_, a, draw(k)); }
-  double sigmoid(double a, std::uint64_t k) const { return numerics::sigmoid(compute_, mode_, a, draw(k)); }
+  double sigmoid(double a, std::uint64_t k) const {
+    return sigmoid_lut_ ? numerics::round_to(compute_, mode_, (*sigmoid_lut_)(a), draw(k))
+                        : numerics::sigmoid(compute_, mode_, a, draw(k));
+  }
   double rsqrt(double a, std::uint64_t k) const { return numerics::rsqrt(compute_, mode_, a, draw(k)); }
   double sin(double a, std::uint64_t k) const { return numerics::sin(compute_, mode_, a, draw(k)); }
   double cos(double a, std::uint64_t k) const { return numerics::cos(compute_, mode_, a, draw(k)); }
@@ -155,11 +173,22 @@ class Ctx<Emulated> {
   std::uint64_t draw(std::uint64_t k) const {
     return mode_ == numerics::Rounding::Stochastic ? bits_.draw(k) : 0;
   }
+  static constexpr double kInfinity = std::numeric_limits<double>::infinity();
+  double nan_rule(double v) const { return prec_.nan == NanRule::AneInf && std::isnan(v) ? kInfinity : v; }
+  static const numerics::Lut* table(const OpPrecision& p, numerics::LutFunction f) {
+    switch (p.approx.kind) {
+      case ApproxKind::Exact: return nullptr;
+      case ApproxKind::AneLut: return &numerics::lut_for(f, lut_spec(p.approx, f));
+    }
+    return nullptr;
+  }
   OpPrecision prec_;
   numerics::RoundingPlan storage_, compute_;
   numerics::Rounding mode_;
   numerics::StochasticBits bits_;
   Native native_;
+  const numerics::Lut* exp_lut_;
+  const numerics::Lut* sigmoid_lut_;
 };
 
 /// Reference context: exact (133-bit) arithmetic, same algorithm, no format roundings.

@@ -25,6 +25,16 @@ Accumulation sequential_in(const Format& f) {
   return a;
 }
 
+numerics::LutSpec lut_spec(const Approx& a, numerics::LutFunction f) {
+  numerics::LutSpec s = numerics::default_lut(f);
+  if (a.knots > 0) s.knots = a.knots;
+  if (!(a.lo == 0 && a.hi == 0)) {
+    s.lo = a.lo;
+    s.hi = a.hi;
+  }
+  return s;
+}
+
 OpPrecision uniform(const Format& f) { return OpPrecision{f, f, Rounding::NearestEven, sequential_in(f)}; }
 
 Policy::Policy(const OpPrecision& everywhere) {
@@ -125,9 +135,16 @@ const std::vector<PresetEntry>& presets() {
     // The ANE-full layout with the accumulator the reverse-engineered ane-guide measured: fp16 inputs, exact
     // products, exact tiles of 4 rounded to fp16, an fp32 accumulator, the result rounded to fp16 half to even
     // (docs/policy.md, docs/numerics.md).
+    // The MAC output port's saturation (guide: |output| >= 32768 is inf) on the ANE's matrix products, and the
+    // engine's NaN -> +inf rule on every ANE op; the activation tables are not in the default (docs/policy.md).
     t.push_back({"ane-guide", [] {
-                   return ane_layout(OpPrecision{fmts::fp16, fmts::fp16, Rounding::NearestEven,
-                                                 numerics::parse_accumulation("ane-tile4")});
+                   OpPrecision ane{fmts::fp16, fmts::fp16, Rounding::NearestEven,
+                                   numerics::parse_accumulation("ane-tile4")};
+                   ane.nan = NanRule::AneInf;
+                   Policy p = ane_layout(ane);
+                   for (OpKind k : {OpKind::Matmul, OpKind::AttnScores, OpKind::AttnValues})
+                     for (Pass ps : {Pass::Forward, Pass::BackwardData}) p.at(k, ps).saturate = 32768;
+                   return p;
                  }});
     t.push_back({"ane-matmul-only", [] {
                    Policy p(uniform(fmts::fp32));
@@ -179,9 +196,49 @@ Policy Policy::preset(std::string_view name) {
 
 namespace {
 
-enum class Field : std::uint8_t { Storage, Compute, Rounding, Acc };
-constexpr std::array<Field, 4> kAllFields{Field::Storage, Field::Compute, Field::Rounding, Field::Acc};
-constexpr std::array<std::string_view, 4> kFieldNames{"storage", "compute", "rounding", "acc"};
+/// The first four fields make up PREC; approx, saturate and nan are only ever written as OP.FIELD=VALUE.
+enum class Field : std::uint8_t { Storage, Compute, Rounding, Acc, Approx, Saturate, Nan };
+constexpr std::array<Field, 7> kAllFields{Field::Storage, Field::Compute, Field::Rounding, Field::Acc,
+                                          Field::Approx,  Field::Saturate, Field::Nan};
+constexpr std::array<std::string_view, 7> kFieldNames{"storage", "compute", "rounding", "acc",
+                                                      "approx",  "saturate", "nan"};
+bool in_prec(Field f) {
+  switch (f) {
+    case Field::Storage:
+    case Field::Compute:
+    case Field::Rounding:
+    case Field::Acc: return true;
+    case Field::Approx:
+    case Field::Saturate:
+    case Field::Nan: return false;
+  }
+  return false;
+}
+
+std::string number_text(double x) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, r.ptr);
+}
+
+std::string approx_text(const Approx& a) {
+  switch (a.kind) {
+    case ApproxKind::Exact: return "exact";
+    case ApproxKind::AneLut:
+      if (a.knots == 0) return "ane-lut";
+      if (a.lo == 0 && a.hi == 0) return "ane-lut:" + std::to_string(a.knots);
+      return "ane-lut:" + std::to_string(a.knots) + ":" + number_text(a.lo) + ":" + number_text(a.hi);
+  }
+  return {};
+}
+
+std::string_view nan_text(NanRule r) {
+  switch (r) {
+    case NanRule::Ieee: return "ieee";
+    case NanRule::AneInf: return "ane-inf";
+  }
+  return {};
+}
 
 std::string acc_text(const Accumulation& a) {
   const std::string c = numerics::canonical(a);
@@ -195,6 +252,9 @@ std::string field_text(const OpPrecision& p, Field f) {
     case Field::Compute: return numerics::name_of(p.compute);
     case Field::Rounding: return std::string(numerics::name_of(p.rounding));
     case Field::Acc: return acc_text(p.accumulate);
+    case Field::Approx: return approx_text(p.approx);
+    case Field::Saturate: return p.saturate == 0 ? std::string("none") : number_text(p.saturate);
+    case Field::Nan: return std::string(nan_text(p.nan));
   }
   return {};
 }
@@ -205,14 +265,11 @@ bool field_equal(const OpPrecision& a, const OpPrecision& b, Field f) {
     case Field::Compute: return a.compute == b.compute;
     case Field::Rounding: return a.rounding == b.rounding;
     case Field::Acc: return a.accumulate == b.accumulate;
+    case Field::Approx: return a.approx == b.approx;
+    case Field::Saturate: return a.saturate == b.saturate;
+    case Field::Nan: return a.nan == b.nan;
   }
   return false;
-}
-
-std::string number_text(double x) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, x);
-  return std::string(buf, r.ptr);
 }
 
 /// Overrides that turn `base` into `p` (the canonical order: ops in table order, then roles, then loss scale).
@@ -223,19 +280,18 @@ std::vector<std::string> overrides(const Policy& base, const Policy& p) {
     const OpPrecision& v0 = p.at(k, Pass::Forward);
     const bool all_equal = v0 == p.at(k, Pass::BackwardData) && v0 == p.at(k, Pass::BackwardWeight);
     auto emit_for = [&](const std::string& sel, const OpPrecision& v, const std::vector<Pass>& passes) {
-      std::vector<Field> diff;
+      std::vector<Field> diff, extra;
       for (Field f : kAllFields) {
         bool differs = false;
         for (Pass ps : passes) differs = differs || !field_equal(base.at(k, ps), v, f);
-        if (differs) diff.push_back(f);
+        if (differs) (in_prec(f) ? diff : extra).push_back(f);
       }
-      if (diff.empty()) return;
-      if (diff.size() == 1) {
-        out.push_back(sel + "." + std::string(kFieldNames[static_cast<std::size_t>(diff[0])]) + "=" +
-                      field_text(v, diff[0]));
-      } else {
-        out.push_back(sel + "=" + to_string(v));
-      }
+      auto field_item = [&](Field f) {
+        return sel + "." + std::string(kFieldNames[static_cast<std::size_t>(f)]) + "=" + field_text(v, f);
+      };
+      if (diff.size() == 1) out.push_back(field_item(diff[0]));
+      if (diff.size() > 1) out.push_back(sel + "=" + to_string(v));
+      for (Field f : extra) out.push_back(field_item(f));
     };
     if (all_equal) {
       emit_for(op, v0, {Pass::Forward, Pass::BackwardData, Pass::BackwardWeight});
@@ -339,12 +395,56 @@ void apply_prec(std::size_t index, const std::string& token, const std::string& 
   if (rounding) v.rounding = *rounding;
 }
 
+/// exact | ane-lut | ane-lut:K | ane-lut:K:LO:HI.
+Approx parse_approx(std::size_t index, const std::string& token, const std::string& text) {
+  constexpr const char* kValid = "valid: exact, ane-lut, ane-lut:K, ane-lut:K:LO:HI (e.g. ane-lut:33:-8:8)";
+  if (text == "exact") return Approx{};
+  const std::vector<std::string> parts = split_top(text, ':');
+  if (parts[0] != "ane-lut" || parts.size() == 3 || parts.size() > 4)
+    fail(index, token, "unknown approximation '" + text + "'; " + kValid);
+  Approx a{ApproxKind::AneLut, 0, 0, 0};
+  if (parts.size() == 1) return a;
+  const std::string& k = parts[1];
+  const auto r = std::from_chars(k.data(), k.data() + k.size(), a.knots);
+  if (r.ec != std::errc() || r.ptr != k.data() + k.size() || a.knots < 2 || a.knots > 4097)
+    fail(index, token, "knot count '" + k + "' is not an integer in 2..4097; " + kValid);
+  if (parts.size() == 2) return a;
+  for (std::size_t i = 2; i < 4; ++i) {
+    double& d = i == 2 ? a.lo : a.hi;
+    const std::string& t = parts[i];
+    const auto q = std::from_chars(t.data(), t.data() + t.size(), d);
+    if (q.ec != std::errc() || q.ptr != t.data() + t.size() || !std::isfinite(d))
+      fail(index, token, "table bound '" + t + "' is not a finite number; " + kValid);
+  }
+  if (!(a.lo < a.hi)) fail(index, token, "table range needs LO < HI; " + std::string(kValid));
+  return a;
+}
+
+/// none | a positive finite number.
+double parse_saturate(std::size_t index, const std::string& token, const std::string& text) {
+  if (text == "none") return 0;
+  double v = 0;
+  const auto r = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (r.ec != std::errc() || r.ptr != text.data() + text.size() || !(v > 0) || !std::isfinite(v))
+    fail(index, token, "saturate must be none or a positive finite number (e.g. 32768), not '" + text + "'");
+  return v;
+}
+
+NanRule parse_nan(std::size_t index, const std::string& token, const std::string& text) {
+  for (NanRule r : {NanRule::Ieee, NanRule::AneInf})
+    if (nan_text(r) == text) return r;
+  fail(index, token, "unknown NaN rule '" + text + "'; valid: ieee, ane-inf");
+}
+
 void apply_field(std::size_t index, const std::string& token, Field f, const std::string& text, OpPrecision& v) {
   switch (f) {
     case Field::Storage: v.storage = guarded(index, token, [&] { return numerics::parse_format(text); }); return;
     case Field::Compute: v.compute = guarded(index, token, [&] { return numerics::parse_format(text); }); return;
     case Field::Rounding: v.rounding = guarded(index, token, [&] { return numerics::parse_rounding(text); }); return;
     case Field::Acc: v.accumulate = guarded(index, token, [&] { return parse_acc(text); }); return;
+    case Field::Approx: v.approx = parse_approx(index, token, text); return;
+    case Field::Saturate: v.saturate = parse_saturate(index, token, text); return;
+    case Field::Nan: v.nan = parse_nan(index, token, text); return;
   }
 }
 

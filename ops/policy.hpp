@@ -7,7 +7,7 @@
 ///   spec  := item ("," item)*            items apply left to right
 ///   item  := PRESET                      only as the first item (fp64, fp32, ane-fp16, ...)
 ///          | SEL "=" PREC                SEL = OP[.PASS] | all[.PASS];  PASS = fwd | bwd-data | bwd-weight | bwd
-///          | SEL "." FIELD "=" VALUE     FIELD = storage | compute | rounding | acc
+///          | SEL "." FIELD "=" VALUE     FIELD = storage | compute | rounding | acc | approx | saturate | nan
 ///          | ROLE "=" FORMAT             ROLE = weights | master | adam-m | adam-v | grads
 ///          | "loss-scale=" NUMBER
 ///          | "attention=" ORDER            ORDER = materialised | online (AttentionOrder)
@@ -24,10 +24,30 @@
 
 #include "numerics/accumulate.hpp"
 #include "numerics/format.hpp"
+#include "numerics/lut.hpp"
 #include "numerics/rounding.hpp"
 #include "ops/op_kind.hpp"
 
 namespace roundoff::ops {
+
+/// Elementwise transcendental functions of an op (exp, sigmoid): correctly rounded (Exact) or the ANE's fp16
+/// piecewise-linear lookup table (AneLut, numerics/lut.hpp). knots == 0 takes each function's default table
+/// (numerics::default_lut); knots > 0 with lo == hi == 0 that knot count on the default range; else K knots on
+/// [lo, hi]. Text: exact | ane-lut | ane-lut:K | ane-lut:K:LO:HI.
+enum class ApproxKind : std::uint8_t { Exact, AneLut };
+struct Approx {
+  ApproxKind kind = ApproxKind::Exact;
+  int knots = 0;
+  double lo = 0;
+  double hi = 0;
+  friend bool operator==(const Approx&, const Approx&) = default;
+};
+/// The table an op with this Approx uses for f (kind must be AneLut).
+numerics::LutSpec lut_spec(const Approx& a, numerics::LutFunction f);
+
+/// What an op does with NaN: Ieee (propagate) or AneInf (the ANE's rule: every NaN the op reads or writes
+/// becomes +inf; the guide reports the engine never emits NaN). Text: ieee | ane-inf.
+enum class NanRule : std::uint8_t { Ieee, AneInf };
 
 /// How one op (in one pass) rounds.
 ///   storage     outputs and tensors saved for backward are rounded to it; inputs are rounded to it on
@@ -36,11 +56,18 @@ namespace roundoff::ops {
 ///   compute     every elementwise operation rounds its exact result to it, once
 ///   rounding    the mode of both storage and compute roundings (Stochastic draws per element)
 ///   accumulate  every reduction (sum, dot, GEMM); its result is then rounded to compute
+///   approx      exp and sigmoid correctly rounded in compute, or the ANE lookup table (rounded to compute)
+///   saturate    0 = off; L > 0: a reduction result whose compute value has |v| >= L becomes ±inf (the ANE's
+///               matmul output port: 32752 passes, 32768 is inf)
+///   nan         Ieee, or AneInf: NaN read (in) or written (store) becomes +inf
 struct OpPrecision {
   numerics::Format storage = numerics::formats::fp32;
   numerics::Format compute = numerics::formats::fp32;
   numerics::Rounding rounding = numerics::Rounding::NearestEven;
   numerics::Accumulation accumulate{};
+  Approx approx{};
+  double saturate = 0;
+  NanRule nan = NanRule::Ieee;
   friend bool operator==(const OpPrecision&, const OpPrecision&) = default;
 };
 
@@ -106,7 +133,8 @@ class Policy {
 /// ('#' starts a comment to end of line; newlines separate items like commas); otherwise arg is the spec.
 Policy load_policy(const std::string& arg);
 
-/// Text of one OpPrecision as PREC ("fp16/fp32/fp32-seq/nearest-even": all four parts).
+/// Text of one OpPrecision as PREC ("fp16/fp32/fp32-seq/nearest-even": all four parts; approx, saturate and
+/// nan are separate fields, printed by Policy::canonical as OP.approx=..., OP.saturate=..., OP.nan=...).
 std::string to_string(const OpPrecision& p);
 
 }  // namespace roundoff::ops

@@ -59,13 +59,18 @@ TEST(Policy, AneFp16Layout) {
 TEST(Policy, AneGuideIsTheAneFullLayoutWithTheTiledAccumulator) {
   // Same placement as ane-fp16 (which ops are fp16 on the ANE, which fp32 on the CPU); every fp16 op accumulates
   // in exact tiles of 4 rounded to fp16 feeding an fp32 accumulator, its result rounded to fp16.
+  // The ANE's matrix products saturate at 32768 and every ANE op turns NaN into +inf; no lookup tables.
   const Policy g = Policy::preset("ane-guide"), f = Policy::preset("ane-fp16");
-  const OpPrecision ane{fmts::fp16, fmts::fp16, Rounding::NearestEven, numerics::parse_accumulation("ane-tile4")};
+  OpPrecision ane{fmts::fp16, fmts::fp16, Rounding::NearestEven, numerics::parse_accumulation("ane-tile4")};
+  ane.nan = NanRule::AneInf;
   for (OpKind k : kAllOps)
     for (Pass p : kAllPasses) {
       const OpPrecision& fp = f.at(k, p);
-      const OpPrecision want = fp == uniform(fmts::fp16) ? ane : fp;
+      OpPrecision want = fp == uniform(fmts::fp16) ? ane : fp;
+      const bool mac = k == OpKind::Matmul || k == OpKind::AttnScores || k == OpKind::AttnValues;
+      if (mac && p != Pass::BackwardWeight) want.saturate = 32768;
       EXPECT_EQ(g.at(k, p), want) << name_of(k) << "." << name_of(p);
+      EXPECT_EQ(g.at(k, p).approx, Approx{});
     }
   EXPECT_EQ(g.at(OpKind::ResidualAttn, Pass::Forward), uniform(fmts::fp32));  // the attention residual on the CPU
   EXPECT_EQ(g.at(OpKind::ResidualFfn, Pass::Forward).storage, fmts::fp16);   // the stream leaves each layer in fp16
@@ -86,6 +91,30 @@ TEST(Policy, AneMatmulOnlyIsAutoAnesMatmulOnlyMode) {
   const Policy g = Policy::parse("ane-matmul-only,matmul.fwd.acc=ane-tile4");
   EXPECT_EQ(g.at(OpKind::Matmul, Pass::Forward).accumulate, numerics::parse_accumulation("ane-tile4"));
   EXPECT_EQ(g.canonical(), "ane-matmul-only,matmul.fwd.acc=ane-tile4");
+}
+
+TEST(Policy, AneFieldsParsePrintAndRoundTrip) {
+  const Policy p = Policy::parse("ane-guide,silu.approx=ane-lut,softmax.fwd.approx=ane-lut:17:-12:0.5,"
+                                 "matmul.bwd-data.saturate=none,rope.nan=ieee,classifier.saturate=1e4");
+  EXPECT_EQ(p.at(OpKind::Silu, Pass::Forward).approx, (Approx{ApproxKind::AneLut, 0, 0, 0}));
+  EXPECT_EQ(p.at(OpKind::Softmax, Pass::Forward).approx, (Approx{ApproxKind::AneLut, 17, -12, 0.5}));
+  EXPECT_EQ(p.at(OpKind::Softmax, Pass::BackwardData).approx, Approx{});
+  EXPECT_EQ(p.at(OpKind::Matmul, Pass::BackwardData).saturate, 0.0);
+  EXPECT_EQ(p.at(OpKind::Matmul, Pass::Forward).saturate, 32768.0);
+  EXPECT_EQ(p.at(OpKind::RopeRotate, Pass::Forward).nan, NanRule::Ieee);
+  EXPECT_EQ(p.at(OpKind::Classifier, Pass::Forward).saturate, 1e4);
+  EXPECT_EQ(Policy::parse(p.canonical()), p) << p.canonical();
+  EXPECT_EQ(Policy::parse("ane-guide,silu.approx=exact"), Policy::preset("ane-guide"));
+  EXPECT_EQ(Policy::parse("ane-guide,rmsnorm.approx=ane-lut:40").canonical(), "ane-guide,rmsnorm.approx=ane-lut:40");
+  // A full PREC override keeps the separate fields, and canonical() prints them as their own items.
+  const Policy q = Policy::parse("fp32,matmul=fp16/fp32/fp16-seq/up,matmul.saturate=32768,matmul.nan=ane-inf");
+  EXPECT_EQ(q.at(OpKind::Matmul, Pass::Forward).nan, NanRule::AneInf);
+  EXPECT_EQ(Policy::parse("fp32,matmul.saturate=32768,matmul=fp16").at(OpKind::Matmul, Pass::Forward).saturate,
+            32768.0);
+  EXPECT_EQ(Policy::parse(q.canonical()), q) << q.canonical();
+  EXPECT_EQ(lut_spec(Approx{ApproxKind::AneLut, 0, 0, 0}, numerics::LutFunction::Sigmoid),
+            numerics::default_lut(numerics::LutFunction::Sigmoid));
+  EXPECT_EQ(lut_spec(Approx{ApproxKind::AneLut, 65, 0, 0}, numerics::LutFunction::Tanh).knots, 65);
 }
 
 TEST(Policy, PureAndAmpLayouts) {
@@ -160,6 +189,9 @@ std::string random_spec(std::mt19937_64& rng) {
   const std::vector<std::string> roundings = {"nearest-even", "toward-zero", "stochastic", "up", "odd"};
   const std::vector<std::string> accs = {"fp16-seq", "fp32-seq", "bf16-seq", "fp64-seq", "fp16-pairwise",
                                          "fp16-splitk32-fp32"};
+  const std::vector<std::string> approxes = {"exact", "ane-lut", "ane-lut:9", "ane-lut:33:-8:8", "ane-lut:5:-0.1:1e3"};
+  const std::vector<std::string> saturations = {"none", "32768", "1e4", "0.5"};
+  const std::vector<std::string> nans = {"ieee", "ane-inf"};
   std::vector<std::string> sels = {"all"};
   for (OpKind k : kAllOps) sels.emplace_back(name_of(k));
   std::vector<std::string> passes = {"", ".fwd", ".bwd-data", ".bwd-weight", ".bwd"};
@@ -167,7 +199,7 @@ std::string random_spec(std::mt19937_64& rng) {
   const int n = std::uniform_int_distribution<int>(0, 8)(rng);
   for (int i = 0; i < n; ++i) {
     s += ",";
-    const int form = std::uniform_int_distribution<int>(0, 8)(rng);
+    const int form = std::uniform_int_distribution<int>(0, 11)(rng);
     const std::string sel = pick(sels) + pick(passes);
     switch (form) {
       case 0: s += sel + "=" + pick(formats); break;
@@ -178,6 +210,9 @@ std::string random_spec(std::mt19937_64& rng) {
       case 5: s += sel + ".acc=" + pick(accs); break;
       case 6: s += std::string(pick(kRoleNames)) + "=" + pick(formats); break;
       case 7: s += "attention=" + std::string(name_of(pick(kAllAttentionOrders))); break;
+      case 8: s += sel + ".approx=" + pick(approxes); break;
+      case 9: s += sel + ".saturate=" + pick(saturations); break;
+      case 10: s += sel + ".nan=" + pick(nans); break;
       default: s += "loss-scale=" + std::to_string(std::uniform_int_distribution<int>(1, 1 << 20)(rng)) + ".5"; break;
     }
   }
@@ -235,6 +270,16 @@ TEST(Policy, MalformedSpecsGiveOneLineErrors) {
       {"fp32,attention.fwd=online", "item 2 'attention.fwd=online': attention takes no pass or field"},
       {"fp32,attention=", "item 2 'attention=': empty value"},
       {"fp32,atention=online", "unknown op or role 'atention'; valid: all, embedding"},
+      {"fp32,silu.approx=lut", "item 2 'silu.approx=lut': unknown approximation 'lut'; valid: exact, ane-lut"},
+      {"fp32,silu.approx=ane-lut:1", "knot count '1' is not an integer in 2..4097"},
+      {"fp32,silu.approx=ane-lut:x", "knot count 'x'"},
+      {"fp32,silu.approx=ane-lut:33:8:-8", "table range needs LO < HI"},
+      {"fp32,silu.approx=ane-lut:33:-8", "unknown approximation 'ane-lut:33:-8'"},
+      {"fp32,silu.approx=ane-lut:33:-8:inf", "table bound 'inf' is not a finite number"},
+      {"fp32,matmul.saturate=-32768", "saturate must be none or a positive finite number (e.g. 32768), not '-32768'"},
+      {"fp32,matmul.saturate=0", "saturate must be none or a positive finite number"},
+      {"fp32,matmul.nan=inf", "unknown NaN rule 'inf'; valid: ieee, ane-inf"},
+      {"fp32,matmul.aprox=ane-lut", "unknown pass or field 'aprox'"},
   };
   for (const Case& c : cases) {
     const std::string e = error_of(c.spec);
