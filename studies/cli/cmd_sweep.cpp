@@ -35,7 +35,7 @@ sw::TrainFlags train_flags() {
   for (const CLI::Option* o : probe.get_subcommand("train")->get_options()) {
     for (const std::string& name : o->get_lnames()) {
       if (name == "help") continue;
-      flags[name] = o->get_type_size() == 0 ? sw::FlagKind::Switch : sw::FlagKind::Value;
+      flags[name] = o->get_expected_max() == 0 ? sw::FlagKind::Switch : sw::FlagKind::Value;  // add_flag: no value
     }
   }
   return flags;

@@ -456,3 +456,19 @@ TEST(SweepCli, BadGridIsOneLineOnStderrWithExitStatus2) {
   EXPECT_NE(err.find("'kv-head' is not a `roundoff train` flag (valid: "), std::string::npos) << err;
   EXPECT_NE(err.find(" precision "), std::string::npos) << err;  // read from train's own option table
 }
+
+TEST(SweepCli, SwitchesAndValueFlagsAreReadFromTrainsOptionTable) {
+  // --profile is a value-less switch of train and --seed takes a value: the sweep must know which is which
+  // without being told (flags added to train later work the same way).
+  const fs::path dir = fresh("cli_switch");
+  std::ofstream(dir / "g.json") << R"({"study": "s", "fixed": {"profile": true}, "axes": {"seed": [1, 2]}})";
+  const std::string cmd = std::string(ROUNDOFF_EXE) + " sweep " + (dir / "g.json").string() + " --runs-dir " +
+                          (dir / "runs").string() + " --dry-run >" + (dir / "out").string() + " 2>&1";
+  EXPECT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 0) << read(dir / "out");
+  const std::string out = read(dir / "out");
+  EXPECT_NE(out.find("train --profile --seed 1 --out"), std::string::npos) << out;
+  std::ofstream(dir / "g.json") << R"({"study": "s", "fixed": {"profile": "yes"}})";
+  EXPECT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 2);
+  EXPECT_NE(read(dir / "out").find("--profile is a switch; give true (on) or false (off)"), std::string::npos)
+      << read(dir / "out");
+}
