@@ -715,6 +715,8 @@ class Run {
   /// The exact sum of the terms at processing positions [k0, k1), rounded once to the tile format.
   double tile_value(std::size_t k0, std::size_t k1) {
     const TileStage& ts = a_.tile;
+    double fast = 0;
+    if (fast_tile(k0, k1, fast)) return fast;
     addends_.clear();
     Nonfinite nf;
     collect(k0, k1, nf);
@@ -727,6 +729,40 @@ class Run {
     const double r = round_parts(p_.tile, ts.rounding, parts);
     count(p_.tile, r, operands_finite, [&](const RoundingPlan& pl) { return round_parts(pl, ts.rounding, parts); });
     return r;
+  }
+
+  /// The common case without building addends: every term (fused: the exact product, when binary64 holds it)
+  /// finite and normal-sized, and their running binary64 sum exact at every step (TwoSum error 0), so the double
+  /// sum is the exact tile sum; its rounding to the tile format then goes through round_to. A nonzero sum of
+  /// magnitude in [2^-960, 2^960] keeps every product and sum away from binary64's subnormals and overflow.
+  /// Returns false (the caller takes the exact path) otherwise; the twin tests cover both.
+  bool fast_tile(std::size_t k0, std::size_t k1, double& r) {
+    if constexpr (Src::kDot) {
+      if (!a_.fused) return false;
+    }
+    double sum = 0;
+    for (std::size_t k = k0; k < k1; ++k) {
+      const std::size_t i = index(k);
+      double t = src_.xv(i);
+      if constexpr (Src::kDot) {
+        double lo;
+        const double y = src_.yv(i);
+        two_prod(t, y, t, lo);
+        if (lo != 0 || (t == 0 && src_.xv(i) != 0 && y != 0)) return false;  // inexact or underflowed
+      }
+      if (!(std::fabs(t) <= 0x1p960) || (t != 0 && std::fabs(t) < 0x1p-960)) return false;
+      double hi, err;
+      two_sum(sum, t, hi, err);
+      if (err != 0) return false;
+      sum = hi;
+    }
+    if (sum == 0) {
+      r = 0.0;
+      return true;
+    }
+    r = round_to(p_.tile, a_.tile.rounding, sum);
+    count(p_.tile, r, true, [&](const RoundingPlan& pl) { return round_to(pl, a_.tile.rounding, sum); });
+    return true;
   }
 
   /// Σ addends_ exactly, as parts: in one 128-bit integer when the addends span at most 120 bits (the common
