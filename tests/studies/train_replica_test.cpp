@@ -348,6 +348,65 @@ nlohmann::json accum_run(const ModelConfig& c, const std::filesystem::path& out,
   });
 }
 
+/// The fp64 gradient check with accumulation: two micro-batches' gradients of a GQA model with tied embeddings,
+/// summed by accumulate_gradients (fp32), against central differences of the summed mean losses. Tolerance:
+/// the differences' own error (≪ 1e-7, as in TrainModel's check) plus the fp32 rounding of the sum, u·|g|.
+TEST(Replica, Fp64GradientWithAccumulationMatchesFiniteDifferences) {
+  omp_set_num_threads(1);
+  ModelConfig c = small_config(16, 4, 2);
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.gqa_map = GqaMap::Cyclic;
+  c.tie_embeddings = true;
+  Transformer model(c, ResidualScale::InvSqrt2L, ops::Policy::preset("fp64"), 1);
+  std::vector<double> w = weights(c);
+  const Batch b0 = train_batch(excerpt_data(c).train, c.seq, c.batch, 9, 0),
+              b1 = train_batch(excerpt_data(c).train, c.seq, c.batch, 9, 1);
+  std::vector<double> g(w.size()), micro(w.size());
+  StepTelemetry tel;
+  model.loss_and_grad(b0, w, 1.0, micro, tel);
+  accumulate_gradients(g, micro, true);
+  model.loss_and_grad(b1, w, 1.0, micro, tel);
+  accumulate_gradients(g, micro, false);
+  const double n_tok = static_cast<double>(c.seq * c.batch);
+  auto loss = [&] { return (model.total_loss(b0, w) + model.total_loss(b1, w)) / n_tok; };
+  const ParamLayout lay = param_layout(c);
+  for (const ParamTensor t : kAllParamTensors) {
+    if (lay.size_of(t) == 0) continue;
+    for (std::size_t j = 0; j < 2; ++j) {
+      const std::size_t k = t == ParamTensor::Embedding
+                                ? lay.offset_of(t) + static_cast<std::size_t>(b1.inputs[j] * c.d) + j
+                                : lay.offset_of(t) + (j * 7919) % lay.size_of(t);
+      const double h = 1e-5, w0 = w[k];
+      w[k] = w0 + h;
+      const double up = loss();
+      w[k] = w0 - h;
+      const double down = loss();
+      w[k] = w0;
+      EXPECT_NEAR((up - down) / (2 * h), g[k], 1e-7 + 0x1p-24 * std::abs(g[k])) << name_of(t) << " element " << k;
+    }
+  }
+}
+
+TEST(Replica, RefusesAccumZeroAndUsesTheBlockModelForEvaluationUnderTheMismatch) {
+  ModelConfig c = gqa_config(2, GqaMap::Cyclic);
+  c.defects.gqa_mismatch = true;
+  const ModelConfig e = evaluation_config(c);
+  EXPECT_FALSE(e.defects.gqa_mismatch);
+  EXPECT_EQ(e.gqa_map, GqaMap::Block);
+  Transformer own(c, ResidualScale::None, ops::Policy::preset("fp32"), 1), eval(e, ResidualScale::None,
+                                                                                 ops::Policy::preset("fp32"), 1);
+  TrainOptions o;
+  o.config = c;
+  o.recipe.accum = 0;
+  try {
+    Trainer t(o, own, eval, excerpt_data(c), nullptr);
+    FAIL();
+  } catch (const std::invalid_argument& ex) {
+    EXPECT_NE(std::string(ex.what()).find("--accum must be >= 1"), std::string::npos) << ex.what();
+  }
+}
+
 /// With accumulation: the same weights for one and two threads, and a resumed run equals an uninterrupted one.
 TEST(Replica, AccumulationIsDeterministicAcrossThreadsAndResume) {
   ModelConfig c = gqa_config(2, GqaMap::Cyclic);
