@@ -89,8 +89,11 @@ void add_train_command(CLI::App& app) {
       "  roundoff train --config custom --d 32 --layers 4 --heads 4 --precision amp-fp16 "
       "--loss-scale dynamic:65536,2,0.5,100 --out runs/d32\n"
       "  roundoff train ... --out runs/t0-ane --resume        # continue from runs/t0-ane/checkpoint.bin\n"
+      "  roundoff train --config E11 --recipe autoane --precision ane-guide --defect gqa-mismatch,rmsnorm-bwd "
+      "--steps 104 --out runs/e11-ane   # AutoANE's ANE-full mode (docs/trainer.md)\n"
       "Outputs: DIR/summary.json, curves.csv, telemetry.csv, events.csv, checkpoint.bin (docs/trainer.md).");
-  cmd->add_option("--config", args->config, "T0 | T1 | custom")->capture_default_str();
+  cmd->add_option("--config", args->config, "T0 | T1 | E11 | A512 | custom (E11, A512: the AutoANE replica)")
+      ->capture_default_str();
   cmd->add_option("--d", args->d, "custom: model width (SwiGLU hidden = 2.75·d rounded to 16)");
   cmd->add_option("--layers", args->layers, "custom: number of blocks");
   cmd->add_option("--heads", args->heads, "custom: attention heads (must divide d; d/heads even)");
