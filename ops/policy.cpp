@@ -3,6 +3,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -566,9 +567,22 @@ Policy Policy::parse(std::string_view spec) {
   return p;
 }
 
-Policy load_policy(const std::string& arg) {
-  std::ifstream in(arg);
-  if (!in) return Policy::parse(arg);
+namespace {
+
+/// The spec held by policy file `path` (comments and blank lines dropped, lines joined by commas).
+std::string read_policy_file(const std::string& path) {
+  const std::string what = "policy file '" + path + "'";
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec || st.type() == std::filesystem::file_type::not_found)
+    throw std::invalid_argument(what + " does not exist");
+  if (st.type() == std::filesystem::file_type::directory) throw std::invalid_argument(what + " is a directory");
+  if (st.type() != std::filesystem::file_type::regular)
+    throw std::invalid_argument(what + " is not a regular file (a FIFO, socket or device is not read)");
+  constexpr std::uintmax_t kMaxBytes = 1 << 20;
+  if (std::filesystem::file_size(path, ec) > kMaxBytes) throw std::invalid_argument(what + " is larger than 1 MiB");
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument(what + " cannot be read");
   std::string spec, line;
   while (std::getline(in, line)) {
     const std::size_t hash = line.find('#');
@@ -578,10 +592,41 @@ Policy load_policy(const std::string& arg) {
     if (!spec.empty()) spec += ",";
     spec += t;
   }
+  if (spec.empty()) throw std::invalid_argument(what + " holds no policy items (only blank lines and comments)");
+  return spec;
+}
+
+Policy parse_policy_file(const std::string& path) {
+  const std::string spec = read_policy_file(path);
   try {
     return Policy::parse(spec);
   } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument("policy file '" + arg + "': " + e.what());
+    throw std::invalid_argument("policy file '" + path + "': " + e.what());
+  }
+}
+
+}  // namespace
+
+Policy load_policy(const std::string& arg, std::string* source) {
+  if (!arg.empty() && arg[0] == '@') {
+    if (source) *source = "file " + arg.substr(1);
+    return parse_policy_file(arg.substr(1));
+  }
+  try {
+    Policy p = Policy::parse(arg);
+    if (source) *source = "spec";
+    return p;
+  } catch (const std::invalid_argument& e) {
+    std::error_code ec;
+    if (!arg.empty() && std::filesystem::symlink_status(arg, ec).type() != std::filesystem::file_type::not_found &&
+        !ec) {
+      if (source) *source = "file " + arg;
+      return parse_policy_file(arg);
+    }
+    if (arg.find_first_of("=,") == std::string::npos)
+      throw std::invalid_argument("'" + arg + "' is neither a policy preset (" + join(Policy::preset_names()) +
+                                  ") nor an existing policy file");
+    throw;
   }
 }
 

@@ -129,9 +129,13 @@ class Policy {
   AttentionOrder attention_order_ = AttentionOrder::Materialised;
 };
 
-/// Reads a policy from a command-line argument: when `arg` names a readable file, its content is the spec
-/// ('#' starts a comment to end of line; newlines separate items like commas); otherwise arg is the spec.
-Policy load_policy(const std::string& arg);
+/// Reads a policy from a command-line argument. A spec (a preset, or a preset with overrides) always wins: a
+/// file is read only when `arg` is not a valid spec, or when it is written "@PATH". A policy file holds the
+/// spec ('#' starts a comment to end of line; newlines separate items like commas) and must be a regular file
+/// of at most 1 MiB with at least one item (a directory, FIFO or device such as /dev/zero is refused without
+/// being opened). When `source` is given it receives what was used: "spec" or "file PATH". Throws
+/// std::invalid_argument with one line naming the file or the offending item.
+Policy load_policy(const std::string& arg, std::string* source = nullptr);
 
 /// Text of one OpPrecision as PREC ("fp16/fp32/fp32-seq/nearest-even": all four parts; approx, saturate and
 /// nan are separate fields, printed by Policy::canonical as OP.approx=..., OP.saturate=..., OP.nan=...).

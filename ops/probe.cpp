@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <ostream>
 
+#include "numerics/csv.hpp"
+#include "numerics/quantile.hpp"
+
 namespace roundoff::ops {
 
 namespace {
@@ -27,8 +30,8 @@ struct Accum {
     s.count = static_cast<std::int64_t>(ulps.size());
     if (!ulps.empty()) {
       std::sort(ulps.begin(), ulps.end());
-      s.median_ulp = ulps[ulps.size() / 2];
-      s.p95_ulp = ulps[std::min(ulps.size() - 1, static_cast<std::size_t>(0.95 * static_cast<double>(ulps.size())))];
+      s.median_ulp = numerics::quantile_sorted(ulps, 0.5);
+      s.p95_ulp = numerics::quantile_sorted(ulps, 0.95);
       s.max_ulp = ulps.back();
       s.above_1ulp = ulps.end() - std::upper_bound(ulps.begin(), ulps.end(), 1.0);
     }
@@ -99,19 +102,15 @@ std::string_view name_of(RecordKind k) {
 void Tape::write_csv(std::ostream& out) const {
   out << "step,layer,op,pass,tensor,kind,count,median_ulp,p95_ulp,max_ulp,above_1ulp,max_rel,norm_rel,dot_ratio,"
          "underflow,elements,inf,nan,subnormal,zero,max_abs\n";
-  char buf[512];
   for (const OpRecord& r : records_) {
     const ErrorStats& e = r.error;
     const RangeEvents& g = r.range;
-    std::snprintf(buf, sizeof buf, "%lld,%d,%s,%s,%s,%s,%lld,%.6g,%.6g,%.6g,%lld,%.6g,%.6g,%.6g,%lld,%lld,%lld,%lld,%lld,%lld,%.9g\n",
-                  static_cast<long long>(r.step), r.layer, std::string(name_of(r.op)).c_str(),
-                  std::string(name_of(r.pass)).c_str(), r.tensor.c_str(), std::string(name_of(r.kind)).c_str(),
-                  static_cast<long long>(e.count), e.median_ulp, e.p95_ulp, e.max_ulp,
-                  static_cast<long long>(e.above_1ulp), e.max_rel, e.norm_rel, e.dot_ratio,
-                  static_cast<long long>(e.underflow), static_cast<long long>(g.elements),
-                  static_cast<long long>(g.inf), static_cast<long long>(g.nan), static_cast<long long>(g.subnormal),
-                  static_cast<long long>(g.zero), g.max_abs);
-    out << buf;
+    out << (numerics::CsvRow() << r.step << r.layer << name_of(r.op) << name_of(r.pass) << r.tensor << name_of(r.kind)
+                               << e.count << e.median_ulp << e.p95_ulp << e.max_ulp << e.above_1ulp << e.max_rel
+                               << e.norm_rel << e.dot_ratio << e.underflow << g.elements << g.inf << g.nan
+                               << g.subnormal << g.zero << g.max_abs)
+               .str()
+        << "\n";
   }
 }
 

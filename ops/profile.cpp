@@ -5,6 +5,8 @@
 #include <ostream>
 #include <vector>
 
+#include "numerics/csv.hpp"
+
 namespace roundoff::ops {
 
 namespace {
@@ -61,11 +63,16 @@ void Profile::print(std::ostream& os) const {
 void Profile::write_csv(std::ostream& os) const {
   const double n = static_cast<double>(std::max<std::int64_t>(1, steps_));
   os << "op,pass,calls_per_step,ms_per_step,percent\n";
-  os << "step,,1," << 1e3 * step_seconds_ / n << ",100\n";
+  os << (numerics::CsvRow() << "step" << "" << 1 << 1e3 * step_seconds_ / n << 100).str() << '\n';
   for (const Row& r : rows_of(seconds_, calls_, phases_, step_seconds_)) {
-    os << r.op << ',' << r.pass << ',';
-    if (r.calls >= 0) os << static_cast<double>(r.calls) / n;
-    os << ',' << 1e3 * r.seconds / n << ',' << (step_seconds_ > 0 ? 100.0 * r.seconds / step_seconds_ : 0.0) << '\n';
+    numerics::CsvRow row;
+    row << r.op << r.pass;
+    if (r.calls >= 0)
+      row << static_cast<double>(r.calls) / n;
+    else
+      row << "";
+    row << 1e3 * r.seconds / n << (step_seconds_ > 0 ? 100.0 * r.seconds / step_seconds_ : 0.0);
+    os << row.str() << '\n';
   }
 }
 

@@ -6,10 +6,13 @@
 #include <numbers>
 #include <sstream>
 
+#include <boost/math/distributions/students_t.hpp>
 #include <nlohmann/json.hpp>
 
 #include "numerics/accumulate.hpp"
+#include "numerics/csv.hpp"
 #include "numerics/exact_dot.hpp"
+#include "numerics/quantile.hpp"
 #include "numerics/round.hpp"
 #include "studies/common/provenance.hpp"
 
@@ -117,47 +120,10 @@ std::pair<double, double> bounds(const Accumulation& a, std::size_t n, bool is_d
   return {kNaN, kNaN};
 }
 
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return kNaN;
-  std::sort(v.begin(), v.end());
-  const auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size())));
-  return v[std::clamp<std::size_t>(rank, 1, v.size()) - 1];
-}
 double mean(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x;
   return v.empty() ? kNaN : s / static_cast<double>(v.size());
-}
-
-/// Least squares of log y on log n over the points with y > 0.
-ErrorGrowthFit fit(const std::vector<std::pair<double, double>>& pts) {
-  ErrorGrowthFit f;
-  double sx = 0, sy = 0, sxx = 0, sxy = 0, syy = 0;
-  int k = 0;
-  for (const auto& [n, y] : pts) {
-    if (!(y > 0) || !std::isfinite(y)) continue;
-    const double lx = std::log(n), ly = std::log(y);
-    sx += lx, sy += ly, sxx += lx * lx, sxy += lx * ly, syy += ly * ly;
-    ++k;
-  }
-  f.points = k;
-  if (k < 3) {
-    f.exponent = f.constant = f.r2 = kNaN;
-    return f;
-  }
-  const double kk = k, den = kk * sxx - sx * sx;
-  f.exponent = (kk * sxy - sx * sy) / den;
-  const double b = (sy - f.exponent * sx) / kk;
-  f.constant = std::exp(b);
-  const double ss_tot = syy - sy * sy / kk;
-  double ss_res = 0;
-  for (const auto& [n, y] : pts) {
-    if (!(y > 0) || !std::isfinite(y)) continue;
-    const double r = std::log(y) - (b + f.exponent * std::log(n));
-    ss_res += r * r;
-  }
-  f.r2 = ss_tot > 0 ? 1 - ss_res / ss_tot : 1.0;
-  return f;
 }
 
 std::vector<std::string> accumulations_for(const std::string& in) {
@@ -168,13 +134,6 @@ std::vector<std::string> accumulations_for(const std::string& in) {
   return v;
 }
 
-std::string fmt(double x) {
-  if (std::isnan(x)) return "";
-  std::ostringstream os;
-  os.precision(7);
-  os << x;
-  return os.str();
-}
 
 }  // namespace
 
@@ -228,13 +187,13 @@ ErrorGrowthResult run_error_growth(const ErrorGrowthOptions& opt, std::ostream* 
           row.n = n;
           row.trials = trials;
           const Acc& p = per[k];
-          row.median_ulps = percentile(p.ulps, 0.5);
-          row.p95_ulps = percentile(p.ulps, 0.95);
-          row.max_ulps = percentile(p.ulps, 1.0);
+          row.median_ulps = numerics::quantile(p.ulps, 0.5);
+          row.p95_ulps = numerics::quantile(p.ulps, 0.95);
+          row.max_ulps = numerics::quantile(p.ulps, 1.0);
           row.mean_ulps = mean(p.ulps);
-          row.median_norm = percentile(p.norm, 0.5);
-          row.p95_norm = percentile(p.norm, 0.95);
-          row.max_norm = percentile(p.norm, 1.0);
+          row.median_norm = numerics::quantile(p.norm, 0.5);
+          row.p95_norm = numerics::quantile(p.norm, 0.95);
+          row.max_norm = numerics::quantile(p.norm, 1.0);
           row.mean_signed_norm = mean(p.signed_norm);
           row.mean_signed_rel = d == Data::ZeroMean ? kNaN : mean(p.signed_rel);
           std::tie(row.gamma_norm, row.prob_norm) = bounds(accs[k].second, n, is_dot);
@@ -256,7 +215,7 @@ ErrorGrowthResult run_error_growth(const ErrorGrowthOptions& opt, std::ostream* 
                                                      : row.median_norm;
             pts.emplace_back(static_cast<double>(row.n), y);
           }
-          ErrorGrowthFit f = fit(pts);
+          ErrorGrowthFit f = fit_growth(pts);
           f.inputs = in_name;
           f.accumulation = name;
           f.data = name_of(d);
@@ -269,23 +228,53 @@ ErrorGrowthResult run_error_growth(const ErrorGrowthOptions& opt, std::ostream* 
   return res;
 }
 
+ErrorGrowthFit fit_growth(const std::vector<std::pair<double, double>>& pts) {
+  ErrorGrowthFit f;
+  std::vector<std::pair<double, double>> logs;  // (log n, log y)
+  for (const auto& [n, y] : pts)
+    if (y > 0 && std::isfinite(y)) logs.emplace_back(std::log(n), std::log(y));
+  f.points = static_cast<int>(logs.size());
+  if (logs.size() < 3) {
+    f.exponent = f.exponent_se = f.exponent_ci95 = f.constant = f.r2 = kNaN;
+    return f;
+  }
+  const double k = static_cast<double>(logs.size());
+  double mx = 0, my = 0;
+  for (const auto& [x, y] : logs) mx += x, my += y;
+  mx /= k, my /= k;
+  double sxx = 0, sxy = 0, syy = 0;
+  for (const auto& [x, y] : logs) sxx += (x - mx) * (x - mx), sxy += (x - mx) * (y - my), syy += (y - my) * (y - my);
+  f.exponent = sxy / sxx;
+  const double b = my - f.exponent * mx;
+  f.constant = std::exp(b);
+  double ss_res = 0;
+  for (const auto& [x, y] : logs) ss_res += (y - b - f.exponent * x) * (y - b - f.exponent * x);
+  f.r2 = syy > 0 ? 1 - ss_res / syy : 1.0;
+  f.exponent_se = std::sqrt(ss_res / (k - 2) / sxx);
+  const boost::math::students_t t(k - 2);
+  f.exponent_ci95 = boost::math::quantile(t, 0.975) * f.exponent_se;
+  return f;
+}
+
 ErrorGrowthResult run_and_write_error_growth(const ErrorGrowthOptions& opt, std::ostream* progress) {
   const ErrorGrowthResult res = run_error_growth(opt, progress);
   std::ostringstream csv;
   csv << "inputs,accumulation,data,n,trials,ulp_format,median_ulps,p95_ulps,max_ulps,mean_ulps,median_norm,p95_norm,"
          "max_norm,mean_signed_norm,mean_signed_rel,gamma_norm,prob_norm,frac_over_prob,overflows\n";
-  for (const auto& r : res.rows) {
-    csv << r.inputs << "," << r.accumulation << "," << r.data << "," << r.n << "," << r.trials << "," << r.inputs
-        << "," << fmt(r.median_ulps) << "," << fmt(r.p95_ulps) << "," << fmt(r.max_ulps) << "," << fmt(r.mean_ulps)
-        << "," << fmt(r.median_norm) << "," << fmt(r.p95_norm) << "," << fmt(r.max_norm) << ","
-        << fmt(r.mean_signed_norm) << "," << fmt(r.mean_signed_rel) << "," << fmt(r.gamma_norm) << ","
-        << fmt(r.prob_norm) << "," << fmt(r.frac_over_prob) << "," << r.overflows << "\n";
-  }
+  for (const auto& r : res.rows)
+    csv << (numerics::CsvRow() << r.inputs << r.accumulation << r.data << r.n << r.trials << r.inputs << r.median_ulps
+                               << r.p95_ulps << r.max_ulps << r.mean_ulps << r.median_norm << r.p95_norm << r.max_norm
+                               << r.mean_signed_norm << r.mean_signed_rel << r.gamma_norm << r.prob_norm
+                               << r.frac_over_prob << r.overflows)
+                  .str()
+        << "\n";
   std::ostringstream fits;
-  fits << "inputs,accumulation,data,metric,exponent,constant,r2,points\n";
+  fits << "inputs,accumulation,data,metric,exponent,exponent_se,exponent_ci95,constant,r2,points\n";
   for (const auto& f : res.fits)
-    fits << f.inputs << "," << f.accumulation << "," << f.data << "," << f.metric << "," << fmt(f.exponent) << ","
-         << fmt(f.constant) << "," << fmt(f.r2) << "," << f.points << "\n";
+    fits << (numerics::CsvRow() << f.inputs << f.accumulation << f.data << f.metric << f.exponent << f.exponent_se
+                                << f.exponent_ci95 << f.constant << f.r2 << f.points)
+                .str()
+         << "\n";
   write_file_atomic(opt.out / "error_growth.csv", csv.str());
   write_file_atomic(opt.out / "error_growth_fits.csv", fits.str());
   nlohmann::json j = provenance(opt.command);

@@ -49,12 +49,18 @@ struct ErrorGrowthRow {
   std::int64_t overflows = 0;
 };
 
-/// Growth fit metric = C·n^α over n (metric: median_ulps, p95_ulps or median_norm).
+/// Growth fit metric = C·n^α over n (metric: median_ulps, p95_ulps or median_norm): ordinary least squares
+/// of log(metric) on log(n) over the k points with metric > 0. exponent_se is the slope's standard error
+/// √(s²/Sxx), s² = Σ residual²/(k − 2), Sxx = Σ(log n − mean)²; exponent_ci95 is the half-width of its 95 %
+/// confidence interval, t(0.975, k − 2)·se (Student's t, for independent normal residuals). NaN when k < 3.
 struct ErrorGrowthFit {
   std::string inputs, accumulation, data, metric;
-  double exponent = 0, constant = 0, r2 = 0;
+  double exponent = 0, exponent_se = 0, exponent_ci95 = 0, constant = 0, r2 = 0;
   int points = 0;
 };
+
+/// The fit of `pts` (n, metric) as described at ErrorGrowthFit (labels left empty).
+ErrorGrowthFit fit_growth(const std::vector<std::pair<double, double>>& pts);
 
 /// λ of the probabilistic bound: 1 − P(λ) = 2·exp(−λ²(1−u)²/2) ≈ 3e-8 per rounding, so the bound holds for a
 /// whole length-4096 dot product with probability > 0.9998 (Higham & Mary 2019, Theorem 2.4).

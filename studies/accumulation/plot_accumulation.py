@@ -211,6 +211,7 @@ def write_doc(rows, fits, meta, path):
         trials=trials, nmax=nmax, seed=meta["seed"], rev=meta.get("git_revision", "unknown"),
         command=meta.get("command", ""),
         a16=fmt(s16.exponent), c16=fmt(s16.constant), r16=fmt(s16.r2), a16n=fmt(s16n.exponent),
+        a16ci=fmt(s16.exponent_ci95), a16se=fmt(s16.exponent_se), a16bci=fmt(b16.exponent_ci95),
         a16u=fmt(u16.exponent), c16u=fmt(u16.constant), a16b=fmt(b16.exponent), c16b=fmt(b16.constant),
         med1024=fmt(c1024.median_ulps), p951024=fmt(c1024.p95_ulps), sqrt1024=fmt(math.sqrt(1024)),
         ratio1024=fmt(c1024.median_ulps / math.sqrt(1024)),

@@ -1,5 +1,7 @@
 #include "studies/cli/cli_format.hpp"
 
+#include "numerics/csv.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -16,15 +18,19 @@ std::string bits_text(const numerics::Format& f, double x) {
   return buf;
 }
 
-std::string decimal_text(double x) {
-  if (std::isnan(x)) return "nan";
-  if (std::isinf(x)) return x < 0 ? "-inf" : "inf";
-  char buf[64];
-  for (int prec = 1; prec <= 17; ++prec) {
-    std::snprintf(buf, sizeof buf, "%.*g", prec, x);
-    if (std::strtod(buf, nullptr) == x) break;
-  }
-  return buf;
+std::string decimal_text(double x) { return numerics::shortest_decimal(x); }
+
+std::string not_a_value_of(const numerics::RoundingPlan& plan, const std::string& text, double lo, double hi) {
+  const std::string fmt = numerics::name_of(plan.format);
+  const double approx = std::strtod(text.c_str(), nullptr);  // only its class is used: inf, nan or finite
+  if (std::isnan(approx))
+    return numerics::is_representable(plan, approx) ? "" : "is not a value of " + fmt + " (the format has no NaN)";
+  if (std::isinf(approx) && !numerics::is_representable(plan, approx))
+    return "is not a value of " + fmt + " (the format has no infinities)";
+  if (!(lo == hi))
+    return "is not representable in " + fmt + " (neighbours " + decimal_text(lo) + " and " + decimal_text(hi) + ")";
+  if (!numerics::is_representable(plan, lo)) return "is not a value of " + fmt;
+  return {};
 }
 
 }  // namespace roundoff::cli

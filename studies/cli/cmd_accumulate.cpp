@@ -2,6 +2,7 @@
 // (the error-growth study).
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -15,7 +16,9 @@
 #include "numerics/mpfr_util.hpp"
 #include "studies/accumulation/error_growth.hpp"
 #include "studies/cli/cli_format.hpp"
+#include "studies/cli/cli_checks.hpp"
 #include "studies/cli/commands.hpp"
+#include "studies/common/out_dir.hpp"
 
 namespace roundoff::cli {
 
@@ -23,33 +26,59 @@ using namespace numerics;
 
 namespace {
 
-/// The value tokens of a LIST: comma/whitespace separated values, where a token "@path" stands for the
-/// values in that file (same separators, newlines too).
-std::vector<std::string> list_tokens(const std::vector<std::string>& args, const std::string& what) {
-  std::vector<std::string> out;
-  auto split = [&out](const std::string& text) {
-    std::string cur;
-    for (char c : text) {
-      if (c == ',' || c == ' ' || c == '\t' || c == '\n' || c == '\r') {
-        if (!cur.empty()) out.push_back(cur);
-        cur.clear();
-      } else {
-        cur += c;
-      }
-    }
-    if (!cur.empty()) out.push_back(cur);
+/// Appends the values of `text` to `out`: values separated by commas and/or whitespace. An empty field (a
+/// leading, trailing or doubled comma) is an error, never silently dropped.
+void split_values(const std::string& text, const std::string& where, std::vector<std::string>& out) {
+  std::string cur;
+  bool any = false, need_value = false;  // need_value: a comma waits for the value after it
+  auto flush = [&] {
+    if (cur.empty()) return;
+    out.push_back(cur);
+    cur.clear();
+    any = true;
+    need_value = false;
   };
-  for (const auto& a : args) {
-    if (!a.empty() && a[0] == '@') {
-      std::ifstream f(a.substr(1));
-      if (!f) throw CliError("dot: cannot read " + what + " file '" + a.substr(1) + "'");
-      std::stringstream ss;
-      ss << f.rdbuf();
-      split(ss.str());
+  for (const char c : text) {
+    if (c == ',') {
+      flush();
+      if (!any || need_value) throw CliError("dot: " + where + " has an empty value (a leading or doubled comma)");
+      need_value = true;
+    } else if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+      flush();
     } else {
-      split(a);
+      cur += c;
     }
   }
+  flush();
+  if (need_value) throw CliError("dot: " + where + " has an empty value (a trailing comma)");
+}
+
+/// The contents of the values file `path` (a regular file; a directory, FIFO or device is refused unopened).
+std::string read_values_file(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  const auto type = std::filesystem::status(path, ec).type();
+  const std::string name = "dot: " + what + " file '" + path + "'";
+  if (type == std::filesystem::file_type::not_found) throw CliError(name + " does not exist");
+  if (type == std::filesystem::file_type::directory) throw CliError(name + " is a directory");
+  if (type != std::filesystem::file_type::regular) throw CliError(name + " is not a regular file");
+  std::ifstream f(path);
+  if (!f) throw CliError(name + " cannot be read");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+/// The value tokens of a LIST: comma/whitespace separated values, where a token "@path" stands for the
+/// values in that file (same separators, newlines too). An empty list is an error.
+std::vector<std::string> list_tokens(const std::vector<std::string>& args, const std::string& what) {
+  std::vector<std::string> out;
+  for (const auto& a : args) {
+    if (!a.empty() && a[0] == '@')
+      split_values(read_values_file(a.substr(1), what), what + " file '" + a.substr(1) + "'", out);
+    else
+      split_values(a, what, out);
+  }
+  if (out.empty()) throw CliError("dot: " + what + " holds no values (give at least one number, or @FILE)");
   return out;
 }
 
@@ -66,9 +95,8 @@ std::vector<double> parse_values(const RoundingPlan& plan, const std::vector<std
     } catch (const std::invalid_argument&) {
       throw CliError("dot: " + what + " value " + std::to_string(i + 1) + " '" + t + "' is not a number");
     }
-    if (!(lo == hi || (std::isnan(lo) && std::isnan(hi))))
-      throw CliError("dot: " + what + " value " + std::to_string(i + 1) + " '" + t + "' is not representable in " +
-                     name_of(plan.format) + " (neighbours " + decimal_text(lo) + " and " + decimal_text(hi) + ")");
+    if (const std::string why = not_a_value_of(plan, t, lo, hi); !why.empty())
+      throw CliError("dot: " + what + " value " + std::to_string(i + 1) + " '" + t + "' " + why);
     v.push_back(lo);
   }
   return v;
@@ -138,8 +166,8 @@ void add_dot_command(CLI::App& app) {
                   }());
   cmd->add_option("--x", args.x, "Values: comma/space separated, or @file")->required();
   cmd->add_option("--y", args.y, "Second operand of the dot product (omitted: the plain sum of x)");
-  cmd->add_option("--seed", args.seed, "Seed of stochastic rounding");
-  cmd->add_option("--stream", args.stream, "Stream of stochastic rounding");
+  cmd->add_option("--seed", args.seed, "Seed of stochastic rounding")->check(seed_value());
+  cmd->add_option("--stream", args.stream, "Stream of stochastic rounding")->check(seed_value());
   cmd->add_flag("--json", args.json, "Print one JSON object: result (hex-float), exact (decimal), error_ulps, ...");
   cmd->footer(
       "Examples:\n  roundoff dot --inputs fp16 --accumulation fp16-seq --x 1,2,3 --y 4,5,6\n"
@@ -156,17 +184,17 @@ void add_accumulate_command(CLI::App& app) {
       "Error-growth study: error of fp16/bf16 sums and dot products vs length n (16..4096) for each accumulation "
       "order, against Higham's γ_n and the probabilistic λ√n·u bounds; writes error_growth.csv, "
       "error_growth_fits.csv and error_growth.json.");
-  cmd->add_option("--out", out, "Output directory (default notebooks-data/accumulation)");
-  cmd->add_option("--seed", opt.seed, "Seed of the input data and stochastic rounding");
+  cmd->add_option("--out", out, "Output directory")->capture_default_str();
+  cmd->add_option("--seed", opt.seed, "Seed of the input data and stochastic rounding")->check(seed_value());
   cmd->add_option("--trials", opt.trials, "Inputs per (n, data) cell (default 1000; 8 with --quick)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_in(1, 100000000));
   cmd->add_flag("--quick", opt.quick, "Smoke run: n up to 1024, 8 trials");
   cmd->footer("Examples:\n  roundoff accumulate\n  roundoff accumulate --quick --out /tmp/acc\n"
               "Figures and docs: /usr/bin/python3 studies/accumulation/plot_accumulation.py");
   cmd->callback([] {
+    studies::require_out_dir(out, "accumulate: --out");
+    const studies::OutDirLock lock(out);
     opt.out = out;
-    opt.command = "roundoff accumulate --out " + out + " --seed " + std::to_string(opt.seed) +
-                  (opt.trials ? " --trials " + std::to_string(opt.trials) : "") + (opt.quick ? " --quick" : "");
     std::cerr << "roundoff accumulate: running (progress per cell)\n";
     const auto res = studies::run_and_write_error_growth(opt, &std::cerr);
     std::printf("wrote %s/error_growth.csv (%zu rows), error_growth_fits.csv, error_growth.json\n", out.c_str(),
@@ -174,8 +202,8 @@ void add_accumulate_command(CLI::App& app) {
     std::printf("growth of the median error in ulps of the input format, zero-mean dot products (C·n^α):\n");
     for (const auto& f : res.fits)
       if (f.data == "zero-mean" && f.metric == "median_ulps")
-        std::printf("  %-5s %-20s α = %6.3f  C = %8.4g  (R² %.3f)\n", f.inputs.c_str(), f.accumulation.c_str(),
-                    f.exponent, f.constant, f.r2);
+        std::printf("  %-5s %-20s α = %6.3f ± %.3f (95 %% CI)  C = %8.4g  (R² %.3f)\n", f.inputs.c_str(),
+                    f.accumulation.c_str(), f.exponent, f.exponent_ci95, f.constant, f.r2);
   });
 }
 

@@ -13,6 +13,7 @@
 #include "studies/train/demo.hpp"
 #include "studies/cli/cli_format.hpp"
 #include "studies/cli/commands.hpp"
+#include "studies/common/out_dir.hpp"
 
 namespace roundoff::cli {
 
@@ -88,6 +89,8 @@ void add_demo_command(CLI::App& app) {
   cmd->add_option("--out", out_dir, "Directory for the training part's CSV, runs and figure")->capture_default_str();
   cmd->footer("Example:\n  roundoff demo\n  roundoff demo --out /tmp/demo");
   cmd->callback([] {
+    studies::require_out_dir(out_dir, "demo: --out");
+    const studies::OutDirLock lock(out_dir);
     std::printf("roundoff demo\n");
     formats_table();
     modes_table();

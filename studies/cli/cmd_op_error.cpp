@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "ops/op_kind.hpp"
+#include "studies/cli/cli_checks.hpp"
 #include "studies/cli/commands.hpp"
+#include "studies/common/out_dir.hpp"
 #include "studies/op_error/study.hpp"
 
 namespace roundoff::cli {
@@ -20,7 +22,7 @@ struct OpErrorArgs {
   std::vector<double> sigma;
   std::int64_t rows = 16;
   std::uint64_t seed = 1;
-  std::string out;
+  std::string out = "notebooks-data/op-error";
   bool study = false;
 };
 
@@ -44,15 +46,18 @@ void add_op_error_command(CLI::App& app) {
   cmd->add_option("--sigma", a.sigma,
                   "Input scales (activation sigma; logit std for attn-scores/softmax/attn-values); default 1")
       ->delimiter(',');
-  cmd->add_option("--rows", a.rows, "Independent outputs (rows) computed per call (default 16)");
-  cmd->add_option("--seed", a.seed, "Seed of the input draws (default 1)");
-  cmd->add_option("--out", a.out, "Output directory (default notebooks-data/op-error)");
+  cmd->add_option("--rows", a.rows, "Independent outputs (rows) computed per call (default 16)")
+      ->check(integer_at_least(1));
+  cmd->add_option("--seed", a.seed, "Seed of the input draws (default 1)")->check(seed_value());
+  cmd->add_option("--out", a.out, "Output directory")->capture_default_str();
   cmd->add_flag("--study", a.study, "Run the whole study (every op and preset, sweeps, thresholds)");
   cmd->footer("Examples:\n  roundoff op-error --op rmsnorm --precision pure-fp16 --sigma 1,8,16 --out /tmp/oe\n"
               "  roundoff op-error --op matmul --shape in=2816,out=1024 --precision amp-bf16 --out /tmp/oe\n"
               "  roundoff op-error --study --out notebooks-data/op-error");
   cmd->callback([] {
-    const std::string out = a.out.empty() ? std::string("notebooks-data/op-error") : a.out;
+    studies::require_out_dir(a.out, "op-error: --out");
+    const std::string& out = a.out;
+    const studies::OutDirLock lock(out);
     if (a.study) {
       if (!a.op.empty() || !a.shape.empty() || !a.sigma.empty())
         throw CliError("op-error: --study runs every op; drop --op/--shape/--sigma");

@@ -47,7 +47,9 @@ void add_policy_command(CLI::App& app) {
                "  roundoff policy show ane-fp16,softmax=fp32,matmul.bwd-data=fp16/fp16-seq --table\n"
                "  roundoff policy show my-layout.policy\nGrammar: docs/policy.md");
   show->callback([] {
-    const ops::Policy p = ops::load_policy(args.spec);
+    std::string source;
+    const ops::Policy p = ops::load_policy(args.spec, &source);
+    if (source != "spec") std::fprintf(stderr, "policy show: read %s\n", source.c_str());
     std::printf("%s\n", p.canonical().c_str());
     if (args.table) print_table(p);
   });

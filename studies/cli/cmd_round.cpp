@@ -10,6 +10,7 @@
 #include "numerics/arith.hpp"
 #include "numerics/mpfr_util.hpp"
 #include "studies/cli/cli_format.hpp"
+#include "studies/cli/cli_checks.hpp"
 #include "studies/cli/commands.hpp"
 
 namespace roundoff::cli {
@@ -70,9 +71,8 @@ void print_result(const RoundArgs& a, const Format& f, Rounding mode, const std:
 double exact_operand(const RoundingPlan& plan, const std::string& text) {
   const double lo = parse_and_round(plan, Rounding::Down, text);
   const double hi = parse_and_round(plan, Rounding::Up, text);
-  if (!(lo == hi || (std::isnan(lo) && std::isnan(hi))))
-    throw CliError("operand '" + text + "' is not representable in " + name_of(plan.format) + " (neighbours " +
-                   decimal_text(lo) + " and " + decimal_text(hi) + ")");
+  if (const std::string why = not_a_value_of(plan, text, lo, hi); !why.empty())
+    throw CliError("operand '" + text + "' " + why);
   return lo;
 }
 
@@ -102,7 +102,8 @@ void add_common(CLI::App* cmd, RoundArgs& a) {
       ->capture_default_str();
   cmd->add_option("--mode,-m", a.mode, "Rounding: nearest-even nearest-away toward-zero up down odd stochastic")
       ->capture_default_str();
-  cmd->add_option("--seed", a.seed, "Seed of the stochastic-rounding stream (stream 0, index = position)");
+  cmd->add_option("--seed", a.seed, "Seed of the stochastic-rounding stream (stream 0, index = position)")
+      ->check(seed_value());
   cmd->add_flag("--json", a.json, "One JSON object per line: input, format, mode, result (hex-float), decimal, "
                                   "bits (hex encoding), error_ulps");
 }

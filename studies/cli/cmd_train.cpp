@@ -6,6 +6,8 @@
 #include <string>
 
 #include "ops/policy.hpp"
+#include "studies/cli/cli_checks.hpp"
+#include "studies/common/out_dir.hpp"
 #include "studies/cli/commands.hpp"
 #include "studies/train/session.hpp"
 
@@ -128,28 +130,47 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--loss-scale", args->loss_scale,
                   "auto | none | static:S | dynamic[:init,growth,backoff,interval]")
       ->capture_default_str();
-  cmd->add_option("--steps", args->steps, "optimisation steps")->capture_default_str();
-  cmd->add_option("--seed", args->seed, "drives init, batches and stochastic rounding")->capture_default_str();
-  cmd->add_option("--lr", args->lr, "peak learning rate")->capture_default_str();
-  cmd->add_option("--warmup", args->warmup, "linear warmup steps (capped at --steps)")->capture_default_str();
-  cmd->add_option("--clip", args->clip, "global gradient-norm clip (0: off)")->capture_default_str();
-  cmd->add_option("--weight-decay", args->weight_decay, "AdamW decay on matrices")->capture_default_str();
+  cmd->add_option("--steps", args->steps, "optimisation steps")->capture_default_str()->check(integer_at_least(1));
+  cmd->add_option("--seed", args->seed, "drives init, batches and stochastic rounding")
+      ->capture_default_str()
+      ->check(seed_value());
+  cmd->add_option("--lr", args->lr, "peak learning rate")->capture_default_str()->check(finite_at_least(0, true));
+  cmd->add_option("--warmup", args->warmup, "linear warmup steps (capped at --steps)")
+      ->capture_default_str()
+      ->check(integer_at_least(0));
+  cmd->add_option("--clip", args->clip, "global gradient-norm clip (0: off)")
+      ->capture_default_str()
+      ->check(finite_at_least(0, false));
+  cmd->add_option("--weight-decay", args->weight_decay, "AdamW decay on matrices")
+      ->capture_default_str()
+      ->check(finite_at_least(0, false));
   cmd->add_option("--eval-every", args->eval_every, "evaluate val every N steps (0: at the end only)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(integer_at_least(0));
   cmd->add_option("--eval-tokens", args->eval_tokens, "evaluate on the first N val/test tokens (0: whole split)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(integer_at_least(0));
   cmd->add_option("--shadow-every", args->shadow_every, "MPFR shadow on the probe batch every N steps (0: off)")
-      ->capture_default_str();
-  cmd->add_option("--shadow-units", args->shadow_units, "rows/heads per shadowed op call")->capture_default_str();
+      ->capture_default_str()
+      ->check(integer_at_least(0));
+  cmd->add_option("--shadow-units", args->shadow_units, "rows/heads per shadowed op call")
+      ->capture_default_str()
+      ->check(integer_at_least(1));
   cmd->add_option("--telemetry-every", args->telemetry_every, "activation/gradient telemetry every N steps")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(integer_at_least(0));
   cmd->add_option("--checkpoint-every", args->checkpoint_every, "extra checkpoints every N steps (0: at evals)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(integer_at_least(0));
   cmd->add_option("--stop-after", args->stop_after, "stop after N steps of this invocation (sharding)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(integer_at_least(0));
   cmd->add_option("--progress-every", args->progress_every, "stderr progress every N steps (0: quiet)")
-      ->capture_default_str();
-  cmd->add_option("--threads", args->threads, "OpenMP threads (results do not depend on it)")->capture_default_str();
+      ->capture_default_str()
+      ->check(integer_at_least(0));
+  cmd->add_option("--threads", args->threads, "OpenMP threads (results do not depend on it)")
+      ->capture_default_str()
+      ->check(thread_count());
   cmd->add_option("--corpus", args->corpus, "prepared corpus directory (default: data/brown, else the excerpt)");
   cmd->add_option("--out", args->out, "results directory")->required();
   cmd->add_flag("--resume", args->resume, "continue from DIR/checkpoint.bin");
@@ -158,9 +179,10 @@ void add_train_command(CLI::App& app) {
   cmd->callback([args, cmd] {
     namespace tr = studies::train;
     const TrainArgs& a = *args;
-    if (a.threads < 1) throw CliError("train: --threads must be >= 1");
+    studies::require_out_dir(a.out, "train: --out");
     tr::SessionSpec spec;
-    spec.policy = ops::load_policy(a.precision);
+    std::string policy_source;
+    spec.policy = ops::load_policy(a.precision, &policy_source);
     tr::TrainOptions& o = spec.options;
     o.config = build_config(a, *cmd);
     auto given = [&](const char* name) { return cmd->count(name) > 0; };
@@ -216,7 +238,7 @@ void add_train_command(CLI::App& app) {
     const tr::TrainData data = tr::load_train_data(o.config, spec.corpus_dir, a.eval_tokens);
     o.config.vocab = data.vocab;
     std::cerr << "train: " << o.config.name << " (" << data.tokenizer << ", " << data.source << "), policy "
-              << spec.policy.canonical() << ", loss scale " << o.loss_scale.canonical() << ", " << o.steps
+              << spec.policy.canonical() << " (from " << policy_source << "), loss scale " << o.loss_scale.canonical() << ", " << o.steps
               << " updates of " << o.recipe.accum << " micro-step(s) (" << o.steps * o.recipe.accum
               << " micro-steps), seed " << o.seed << ", defects " << tr::defects_text(o.config.defects) << "\n";
     const nlohmann::json s = tr::run_session(spec, data, &std::cerr);

@@ -18,6 +18,31 @@ std::string_view git_revision() { return ROUNDOFF_GIT_REVISION; }
 std::string_view build_flags() { return ROUNDOFF_BUILD_FLAGS; }
 std::string_view source_dir() { return ROUNDOFF_SOURCE_DIR; }
 
+namespace {
+std::string& command_line() {
+  static std::string line;
+  return line;
+}
+
+/// `arg` as one shell word: unchanged when it holds only safe characters, else in single quotes.
+std::string shell_word(std::string_view arg) {
+  const bool safe = !arg.empty() && arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                          "0123456789@%+=:,./_-") == std::string_view::npos;
+  if (safe) return std::string(arg);
+  std::string q = "'";
+  for (const char c : arg) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+}  // namespace
+
+void record_command_line(int argc, const char* const* argv) {
+  std::string line;
+  for (int i = 0; i < argc; ++i) line += (i ? " " : "") + shell_word(argv[i]);
+  command_line() = line;
+}
+
+const std::string& recorded_command_line() { return command_line(); }
+
 nlohmann::json provenance(std::string_view command) {
   const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   char buf[32];
@@ -26,7 +51,8 @@ nlohmann::json provenance(std::string_view command) {
   j["git_revision"] = std::string(git_revision());
   j["build_flags"] = std::string(build_flags());
   j["created_utc"] = buf;
-  if (!command.empty()) j["command"] = std::string(command);
+  if (!command_line().empty()) j["command"] = command_line();
+  else if (!command.empty()) j["command"] = std::string(command);
   return j;
 }
 

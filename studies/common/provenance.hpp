@@ -16,7 +16,13 @@ std::string_view git_revision();
 std::string_view build_flags();
 /// The source tree the binary was built from (used to find shipped data when run from elsewhere).
 std::string_view source_dir();
-/// {"git_revision", "build_flags", "created_utc", "command"}: merge into every JSON sidecar.
+/// Records the process's whole argument list (main() calls it once); from then on provenance() reports it,
+/// each argument shell-quoted when it needs to be, as "command", so a result says exactly how it was made.
+void record_command_line(int argc, const char* const* argv);
+/// The recorded argument list as one shell-quoted line ("" when none was recorded).
+const std::string& recorded_command_line();
+/// {"git_revision", "build_flags", "created_utc", "command"}: merge into every JSON sidecar. "command" is the
+/// recorded argument list when there is one, else `command` (library callers such as tests).
 nlohmann::json provenance(std::string_view command = {});
 
 /// Writes `contents` to `path` atomically (temp file + fsync + rename); creates parent directories.

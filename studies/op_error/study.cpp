@@ -1,5 +1,7 @@
 #include "studies/op_error/study.hpp"
 
+#include "numerics/csv.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -99,13 +101,13 @@ void write_cases_csv(std::ostream& out, const std::vector<CaseResult>& results) 
     for (const ops::OpRecord& r : c.records) {
       const ops::ErrorStats& e = r.error;
       const ops::RangeEvents& g = r.range;
-      out << c.preset << ',' << ops::name_of(r.op) << ',' << r.tensor << ',' << ops::name_of(r.pass) << ','
-          << name_of(scale_kind_of(c.config.op)) << ',' << num(c.config.scale) << ",\"" << c.config.shape.text()
-          << "\"," << c.config.rows << ',' << c.precision[ops::index_of(r.pass)] << ',' << e.count << ','
-          << num(e.median_ulp) << ',' << num(e.p95_ulp) << ',' << num(e.max_ulp) << ',' << e.above_1ulp << ','
-          << num(e.max_rel) << ',' << num(e.norm_rel) << ',' << num(e.dot_ratio) << ',' << e.underflow << ','
-          << g.elements << ',' << g.inf << ',' << g.nan << ',' << g.subnormal << ',' << g.zero << ','
-          << num(g.max_abs) << '\n';
+      out << (numerics::CsvRow() << c.preset << ops::name_of(r.op) << r.tensor << ops::name_of(r.pass)
+                                 << name_of(scale_kind_of(c.config.op)) << c.config.scale << c.config.shape.text()
+                                 << c.config.rows << c.precision[ops::index_of(r.pass)] << e.count << e.median_ulp
+                                 << e.p95_ulp << e.max_ulp << e.above_1ulp << e.max_rel << e.norm_rel << e.dot_ratio
+                                 << e.underflow << g.elements << g.inf << g.nan << g.subnormal << g.zero << g.max_abs)
+                 .str()
+          << '\n';
     }
   }
 }
@@ -210,8 +212,7 @@ void run_study(const StudyOptions& opt, std::ostream& log) {
       const auto pts = rmsnorm_overflow(prec, d, overflow_sigmas(), opt.overflow_rows, opt.seed);
       const std::string f = numerics::name_of(prec.storage);
       for (const auto& p : pts)
-        s << f << ',' << d << ',' << num(p.sigma) << ',' << p.rows << ',' << num(p.mean_rms) << ','
-          << num(p.overflow_fraction) << '\n';
+        s << (numerics::CsvRow() << f << d << p.sigma << p.rows << p.mean_rms << p.overflow_fraction).str() << '\n';
       j["rmsnorm_overflow"][f] = {{"precision", ops::to_string(prec)},
                                   {"threshold_rms", jnum(overflow_threshold_rms(pts))},
                                   {"predicted_rms", std::sqrt(numerics::max_finite(prec.storage) / double(d))},
@@ -228,8 +229,10 @@ void run_study(const StudyOptions& opt, std::ostream& log) {
     for (const auto& f : {numerics::formats::fp16, numerics::formats::bf16}) {
       const auto pts = residual_swamping(ops::uniform(f), d, 16, ratios, opt.seed);
       for (const auto& p : pts)
-        s << numerics::name_of(f) << ',' << d << ',' << num(p.ratio) << ',' << num(p.measured_ratio) << ','
-          << num(p.rel_error) << ',' << num(p.lost_fraction) << '\n';
+        s << (numerics::CsvRow() << numerics::name_of(f) << d << p.ratio << p.measured_ratio << p.rel_error
+                                 << p.lost_fraction)
+                 .str()
+          << '\n';
       j["residual_swamping"][numerics::name_of(f)] = {{"ratio_rel_error_half", jnum(swamping_ratio(pts, false))},
                                                       {"ratio_lost_half", jnum(swamping_ratio(pts, true))},
                                                       {"unit_roundoff", numerics::unit_roundoff(f)}};
@@ -247,8 +250,10 @@ void run_study(const StudyOptions& opt, std::ostream& log) {
       for (double ls : {1.0, 4.0}) {
         const auto pts = softmax_bias(prec, lengths, ls, opt.seed);
         for (const auto& p : pts) {
-          s << arm << ',' << ops::to_string(prec) << ',' << p.S << ',' << num(ls) << ',' << p.rows << ','
-            << num(p.mean_rel_bias) << ',' << num(p.max_abs_rel) << ',' << num(p.mean_Z) << '\n';
+          s << (numerics::CsvRow() << arm << ops::to_string(prec) << p.S << ls << p.rows << p.mean_rel_bias
+                                   << p.max_abs_rel << p.mean_Z)
+                   .str()
+            << '\n';
           if (ls == 1.0) j["softmax_bias"][arm][std::to_string(p.S)] = jnum(p.mean_rel_bias);
         }
       }
@@ -272,8 +277,10 @@ void run_study(const StudyOptions& opt, std::ostream& log) {
     for (const Arm& a : arms) {
       const auto pts = rope_angle_error(a.prec, opt.rope_positions, 64, 16);
       for (const auto& p : pts)
-        s << a.name << ',' << ops::to_string(a.prec) << ',' << p.position << ',' << num(p.max_angle_error) << ','
-          << num(p.mean_angle_error) << ',' << num(p.max_table_error) << '\n';
+        s << (numerics::CsvRow() << a.name << ops::to_string(a.prec) << p.position << p.max_angle_error
+                                 << p.mean_angle_error << p.max_table_error)
+                 .str()
+          << '\n';
       double m256 = 0, mall = 0;
       for (const auto& p : pts) {
         if (p.position < 256) m256 = std::max(m256, p.max_angle_error);

@@ -10,11 +10,14 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
+#include <stdexcept>
 #include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "numerics/csv.hpp"
 #include "ops/policy.hpp"
 #include "studies/common/provenance.hpp"
 #include "studies/train/session.hpp"
@@ -76,6 +79,21 @@ print("figure: " + sys.argv[2])
 
 }  // namespace
 
+void clear_previous_run(const std::filesystem::path& dir) {
+  if (!std::filesystem::exists(dir)) return;
+  static const std::set<std::string> ours = {"summary.json", "curves.csv", "telemetry.csv", "events.csv",
+                                             "checkpoint.bin", ".roundoff.lock"};
+  std::vector<std::filesystem::path> mine;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (!e.is_regular_file() || !ours.contains(e.path().filename().string()))
+      throw std::runtime_error("demo: " + dir.string() + " holds " + e.path().filename().string() +
+                               ", which a training run does not write; the demo replaces only its own runs: choose "
+                               "another --out or move it away");
+    mine.push_back(e.path());
+  }
+  for (const auto& p : mine) std::filesystem::remove(p);
+}
+
 int run_training_demo(std::ostream& out, const std::filesystem::path& out_dir) {
   omp_set_num_threads(std::max(1, std::min(2, omp_get_num_procs())));
   const ModelConfig c = demo_config();
@@ -86,6 +104,7 @@ int run_training_demo(std::ostream& out, const std::filesystem::path& out_dir) {
       << "; eval on the first " << data.val.tokens << " val tokens\n";
   std::map<std::string, nlohmann::json> summaries;
   std::string curves = "policy,step,metric,value\n";
+  for (const char* policy : {"fp32", "ane-fp16"}) clear_previous_run(out_dir / policy);
   for (const std::string policy : {"fp32", "ane-fp16"}) {
     SessionSpec spec;
     spec.policy = ops::Policy::preset(policy);
@@ -102,7 +121,6 @@ int run_training_demo(std::ostream& out, const std::filesystem::path& out_dir) {
     o.loss_scale = resolve_loss_scale("auto", spec.policy);
     o.out = out_dir / policy;
     spec.eval_tokens = kEvalTokens;
-    std::filesystem::remove_all(o.out);
     std::fprintf(stderr, "demo: training under %s\n", policy.c_str());
     summaries[policy] = run_session(spec, data, &std::cerr);
     std::stringstream rows(read_file(o.out / "curves.csv"));
@@ -175,10 +193,13 @@ int run_training_demo(std::ostream& out, const std::filesystem::path& out_dir) {
     std::snprintf(line, sizeof line, "%-14s %-11s %6d %12.3g %10.3g %10.3g %14.3g | %s\n", key.first.c_str(),
                   key.second.c_str(), at.calls, at.median_ulp, at.p95_ulp, at.max_ulp, mean_rel, glob);
     out << line;
-    attribution += key.first + "," + key.second + "," + std::to_string(at.calls) + "," + format_value(at.median_ulp) +
-                   "," + format_value(at.p95_ulp) + "," + format_value(at.max_ulp) + "," + format_value(mean_rel) + "," +
-                   (at.global_calls ? format_value(at.global_median_ulp) + "," + format_value(g_rel) : std::string(",")) +
-                   "\n";
+    numerics::CsvRow row;
+    row << key.first << key.second << at.calls << at.median_ulp << at.p95_ulp << at.max_ulp << mean_rel;
+    if (at.global_calls)
+      row << at.global_median_ulp << g_rel;
+    else
+      row << "" << "";
+    attribution += row.str() + "\n";
   }
   write_file_atomic(out_dir / "demo_curves.csv", curves);
   write_file_atomic(out_dir / "demo_attribution.csv", attribution);

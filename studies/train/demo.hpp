@@ -14,4 +14,10 @@ namespace roundoff::studies::train {
 /// Returns 0 on success.
 int run_training_demo(std::ostream& out, const std::filesystem::path& out_dir);
 
+/// Empties `dir` of a previous training run so the demo can write one there again: removes only the files a
+/// run writes (summary.json, curves.csv, telemetry.csv, events.csv, checkpoint.bin, .roundoff.lock). When
+/// `dir` holds anything else it throws std::runtime_error naming it and removes nothing: the demo never
+/// deletes what it did not write.
+void clear_previous_run(const std::filesystem::path& dir);
+
 }  // namespace roundoff::studies::train

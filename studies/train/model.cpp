@@ -126,6 +126,7 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
   sin_.assign(cos_.size(), 0.0);
   runner_.rope_angles({OpKind::RopeAngles, -1, "rope"}, cos_, sin_, T, hs, c_.rope_base);
   check(tel, OpKind::RopeAngles, Pass::Forward, -1, "cos", cos_);
+  check(tel, OpKind::RopeAngles, Pass::Forward, -1, "sin", sin_);
 
   std::vector<double> x(NC);
   runner_.embedding_forward({OpKind::Embedding, -1, "x0"}, x, bt.inputs, p.wte, rows);
@@ -302,6 +303,7 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
   std::vector<double> dx(NC, 0.0);
   norm_backward_data({OpKind::RmsNorm, -1, "lnf"}, dx, dxf, x_final_, p.lnfw, rf_, rows);
   runner_.rmsnorm_backward_weight({OpKind::RmsNorm, -1, "lnfw"}, d.lnfw, dxf, x_final_, rf_, rows);
+  check(tel, OpKind::RmsNorm, Pass::BackwardWeight, -1, "lnfw", d.lnfw);
   check(tel, OpKind::RmsNorm, Pass::BackwardData, -1, "lnf", dx);
 
   std::vector<double> scratch(NC);
@@ -312,20 +314,25 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
     if (rule_.post_norm) {
       dpre2.assign(NC, 0.0);
       norm_backward_data({OpKind::RmsNorm, l, "post2"}, dpre2, dx, L.pre2, layer_of(p.ln2w, l), L.rp2, rows);
+      check(tel, OpKind::RmsNorm, Pass::BackwardData, l, "post2", dpre2);
       runner_.rmsnorm_backward_weight({OpKind::RmsNorm, l, "ln2w"}, dlayer(d.ln2w, l), dx, L.pre2, L.rp2, rows);
+      check(tel, OpKind::RmsNorm, Pass::BackwardWeight, l, "ln2w", dlayer(d.ln2w, l));
     } else {
       dpre2 = dx;
     }
     std::vector<double> dxm(NC, 0.0), df(NC, 0.0);
     runner_.residual_backward_data({OpKind::ResidualFfn, l, "dx"}, dxm, df, dpre2, rule_.branch, rows);
+    check(tel, OpKind::ResidualFfn, Pass::BackwardData, l, "dx", dxm);
     check(tel, OpKind::ResidualFfn, Pass::BackwardData, l, "df", df);
     std::vector<double> dz(NHid, 0.0);
     runner_.matmul_backward_data({OpKind::Matmul, l, "dz"}, dz, df, layer_of(p.w2, l), {N, H, C});
     check(tel, OpKind::Matmul, Pass::BackwardData, l, "dz", dz);
     runner_.matmul_backward_weight({OpKind::Matmul, l, "w2"}, dlayer(d.w2, l), df, L.z, {N, H, C});
+    check(tel, OpKind::Matmul, Pass::BackwardWeight, l, "w2", dlayer(d.w2, l));
     std::vector<double> da(NHid, 0.0), du(NHid, 0.0), dg(NHid, 0.0);
     runner_.swiglu_backward_data({OpKind::SwiGlu, l, "da"}, da, du, dz, L.a, L.u, hid);
     check(tel, OpKind::SwiGlu, Pass::BackwardData, l, "da", da);
+    check(tel, OpKind::SwiGlu, Pass::BackwardData, l, "du", du);
     runner_.silu_backward_data({OpKind::Silu, l, "dg"}, dg, da, L.g, hid);
     check(tel, OpKind::Silu, Pass::BackwardData, l, "dg", dg);
     std::vector<double> dh2(NC, 0.0);
@@ -333,14 +340,18 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
     runner_.matmul_backward_data({OpKind::Matmul, l, "dh2"}, dh2, du, layer_of(p.w3, l), {N, C, H});
     check(tel, OpKind::Matmul, Pass::BackwardData, l, "dh2", dh2);
     runner_.matmul_backward_weight({OpKind::Matmul, l, "w1"}, dlayer(d.w1, l), dg, L.h2, {N, C, H});
+    check(tel, OpKind::Matmul, Pass::BackwardWeight, l, "w1", dlayer(d.w1, l));
     runner_.matmul_backward_weight({OpKind::Matmul, l, "w3"}, dlayer(d.w3, l), du, L.h2, {N, C, H});
+    check(tel, OpKind::Matmul, Pass::BackwardWeight, l, "w3", dlayer(d.w3, l));
     if (rule_.post_norm) {
       // h2 = x_mid: the two uses of x_mid meet in a residual-stream gradient sum (dx += dout).
       std::fill(scratch.begin(), scratch.end(), 0.0);
       runner_.residual_backward_data({OpKind::ResidualFfn, l, "dx"}, dxm, scratch, dh2, 1.0, rows);
+      check(tel, OpKind::ResidualFfn, Pass::BackwardData, l, "dx", dxm);
     } else {
       norm_backward_data({OpKind::RmsNorm, l, "ln2"}, dxm, dh2, L.x_mid, layer_of(p.ln2w, l), L.r2, rows);
       runner_.rmsnorm_backward_weight({OpKind::RmsNorm, l, "ln2w"}, dlayer(d.ln2w, l), dh2, L.x_mid, L.r2, rows);
+      check(tel, OpKind::RmsNorm, Pass::BackwardWeight, l, "ln2w", dlayer(d.ln2w, l));
     }
     check(tel, OpKind::RmsNorm, Pass::BackwardData, l, "dx_mid", dxm);
     // --- attention half: x_mid = [post-norm](x_in + β·o) ---
@@ -348,12 +359,16 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
     if (rule_.post_norm) {
       dpre1.assign(NC, 0.0);
       norm_backward_data({OpKind::RmsNorm, l, "post1"}, dpre1, dxm, L.pre1, layer_of(p.ln1w, l), L.rp1, rows);
+      check(tel, OpKind::RmsNorm, Pass::BackwardData, l, "post1", dpre1);
       runner_.rmsnorm_backward_weight({OpKind::RmsNorm, l, "ln1w"}, dlayer(d.ln1w, l), dxm, L.pre1, L.rp1, rows);
+      check(tel, OpKind::RmsNorm, Pass::BackwardWeight, l, "ln1w", dlayer(d.ln1w, l));
     } else {
       dpre1 = dxm;
     }
     std::vector<double> dxi(NC, 0.0), dout(NC, 0.0);
     runner_.residual_backward_data({OpKind::ResidualAttn, l, "dx"}, dxi, dout, dpre1, rule_.branch, rows);
+    check(tel, OpKind::ResidualAttn, Pass::BackwardData, l, "dx", dxi);
+    check(tel, OpKind::ResidualAttn, Pass::BackwardData, l, "dout", dout);
     std::vector<double> dy(NC, 0.0);
     runner_.matmul_backward_data({OpKind::Matmul, l, "dy"}, dy, dout, layer_of(p.wo, l), {N, C, C});
     check(tel, OpKind::Matmul, Pass::BackwardData, l, "dy", dy);
@@ -374,6 +389,7 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
       runner_.softmax_forward({OpKind::Softmax, l, "att"}, att_b, pre_b, ash);
     } else if (runner_.policy().attention_order() == ops::AttentionOrder::Online) {
       runner_.softmax_from_lse({OpKind::Softmax, l, "att"}, L.att, L.preatt, L.lse, ash);
+      check(tel, OpKind::Softmax, Pass::Forward, l, "att", L.att);
     }
     const std::vector<double>& kt = remap ? kt_b : gqa ? L.kt : L.kr;
     const std::vector<double>& vt = remap ? vt_b : gqa ? L.vt : L.v;
@@ -381,12 +397,14 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
     std::vector<double> datt(L.att.size(), 0.0), dvt(NC, 0.0), dpreatt(L.att.size(), 0.0);
     runner_.attn_values_backward_data({OpKind::AttnValues, l, "datt"}, datt, dvt, dy, att, vt, ash);
     check(tel, OpKind::AttnValues, Pass::BackwardData, l, "datt", datt);
+    check(tel, OpKind::AttnValues, Pass::BackwardData, l, "dv", dvt);
     runner_.softmax_backward_data({OpKind::Softmax, l, "dpreatt"}, dpreatt, datt, att, ash);
     check(tel, OpKind::Softmax, Pass::BackwardData, l, "dpreatt", dpreatt);
     std::vector<double> dqr(NC, 0.0), dkrt(NC, 0.0), dq(NC, 0.0), dk(NKVD, 0.0);
     runner_.attn_scores_backward_data({OpKind::AttnScores, l, "dqk"}, dqr, dkrt, dpreatt, L.qr, kt, ash);
     check(tel, OpKind::AttnScores, Pass::BackwardData, l, "dq", dqr);
     // GQA: dK and dV summed over the query heads of each KV head (backward map).
+    check(tel, OpKind::AttnScores, Pass::BackwardData, l, "dk", dkrt);
     std::vector<double> dkr_kv, dv_kv;
     if (gqa) {
       dkr_kv.assign(NKVD, 0.0);
@@ -400,38 +418,59 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
     const std::vector<double>& dv = gqa ? dv_kv : dvt;
     runner_.rope_backward_data({OpKind::RopeRotate, l, "dq"}, dq, dqr, cos_, sin_, ash);
     runner_.rope_backward_data({OpKind::RopeRotate, l, "dk"}, dk, dkr, cos_, sin_, kv_ash);
+    check(tel, OpKind::RopeRotate, Pass::BackwardData, l, "dq", dq);
+    check(tel, OpKind::RopeRotate, Pass::BackwardData, l, "dk", dk);
     std::vector<double> dh1(NC, 0.0);
     runner_.matmul_backward_data({OpKind::Matmul, l, "dh1"}, dh1, dq, layer_of(p.wq, l), {N, C, C});
     runner_.matmul_backward_data({OpKind::Matmul, l, "dh1"}, dh1, dk, layer_of(p.wk, l), {N, C, KVD});
     runner_.matmul_backward_data({OpKind::Matmul, l, "dh1"}, dh1, dv, layer_of(p.wv, l), {N, C, KVD});
     check(tel, OpKind::Matmul, Pass::BackwardData, l, "dh1", dh1);
     runner_.matmul_backward_weight({OpKind::Matmul, l, "wq"}, dlayer(d.wq, l), dq, L.h1, {N, C, C});
+    check(tel, OpKind::Matmul, Pass::BackwardWeight, l, "wq", dlayer(d.wq, l));
     runner_.matmul_backward_weight({OpKind::Matmul, l, "wk"}, dlayer(d.wk, l), dk, L.h1, {N, C, KVD});
+    check(tel, OpKind::Matmul, Pass::BackwardWeight, l, "wk", dlayer(d.wk, l));
     runner_.matmul_backward_weight({OpKind::Matmul, l, "wv"}, dlayer(d.wv, l), dv, L.h1, {N, C, KVD});
+    check(tel, OpKind::Matmul, Pass::BackwardWeight, l, "wv", dlayer(d.wv, l));
     if (rule_.post_norm) {
       std::fill(scratch.begin(), scratch.end(), 0.0);
       runner_.residual_backward_data({OpKind::ResidualAttn, l, "dx"}, dxi, scratch, dh1, 1.0, rows);
+      check(tel, OpKind::ResidualAttn, Pass::BackwardData, l, "dx", dxi);
     } else {
       norm_backward_data({OpKind::RmsNorm, l, "ln1"}, dxi, dh1, L.x_in, layer_of(p.ln1w, l), L.r1, rows);
       runner_.rmsnorm_backward_weight({OpKind::RmsNorm, l, "ln1w"}, dlayer(d.ln1w, l), dh1, L.x_in, L.r1, rows);
+      check(tel, OpKind::RmsNorm, Pass::BackwardWeight, l, "ln1w", dlayer(d.ln1w, l));
     }
     check(tel, OpKind::RmsNorm, Pass::BackwardData, l, "dx_in", dxi);
     dx = std::move(dxi);
   }
   runner_.embedding_backward_weight({OpKind::Embedding, -1, "wte"}, d.wte, dx, bt.inputs, rows);
-  // Weight gradients are held in the policy's gradient format.
+  check(tel, OpKind::Embedding, Pass::BackwardWeight, -1, "wte", d.wte);
+  // Weight gradients are held in the policy's gradient format; an overflow there is named by its tensor.
   const numerics::Format& gf = runner_.policy().storage_for(ops::TensorRole::Gradient);
   if (!(gf == numerics::formats::fp64)) {
     const numerics::RoundingPlan plan(gf);
     numerics::round_array(plan, numerics::Rounding::NearestEven, grads, grads);
+    for (const ParamTensor t : kAllParamTensors)
+      if (tel != nullptr && tel->first_nonfinite_op.empty()) {
+        const auto g = std::span<const double>(grads).subspan(lay_.offset_of(t), lay_.size_of(t));
+        if (!std::all_of(g.begin(), g.end(), [](double v) { return std::isfinite(v); }))
+          tel->first_nonfinite_op = "grads-role rounding(" + std::string(name_of(t)) + ")";
+      }
   }
-  check(tel, OpKind::Embedding, Pass::BackwardWeight, -1, "grads", grads);
+}
+
+std::span<const double> Transformer::working_weights(std::span<const double> master) {
+  const numerics::Format& wf = runner_.policy().storage_for(ops::TensorRole::Weight);
+  if (wf == numerics::formats::fp64) return master;
+  weights_.resize(master.size());
+  numerics::round_array(numerics::RoundingPlan(wf), numerics::Rounding::NearestEven, master, weights_);
+  return weights_;
 }
 
 double Transformer::total_loss(const Batch& b, std::span<const double> master) {
   current_step_ = -1;
   runner_.set_step(-1);
-  forward(b, master, nullptr);
+  forward(b, working_weights(master), nullptr);
   double total = 0;
   for (const double l : losses_) total += l;
   return total;
@@ -441,8 +480,9 @@ double Transformer::loss_and_grad(const Batch& b, std::span<const double> master
                                   std::span<double> grads, StepTelemetry& telemetry) {
   current_step_ = telemetry.step;
   runner_.set_step(telemetry.step);
-  forward(b, master, &telemetry);
-  backward(b, master, loss_scale, grads, &telemetry);
+  const std::span<const double> w = working_weights(master);
+  forward(b, w, &telemetry);
+  backward(b, w, loss_scale, grads, &telemetry);
   return mean_loss_;
 }
 
@@ -457,8 +497,9 @@ void Transformer::shadow(std::int64_t step, const Batch& b, std::span<const doub
   tel.step = step;
   current_step_ = -2;
   runner_.set_step(step);
-  forward(b, master, &tel);
-  backward(b, master, loss_scale, grads, &tel);
+  const std::span<const double> w = working_weights(master);
+  forward(b, w, &tel);
+  backward(b, w, loss_scale, grads, &tel);
   runner_.enable_shadow(nullptr);
   if (reference != nullptr) record_global(step, b, master, loss_scale, grads, *reference, tape);
 }
@@ -491,8 +532,9 @@ void Transformer::global_error(std::int64_t step, const Batch& b, std::span<cons
   std::vector<double> grads(master.size());
   current_step_ = -2;  // never the injection step
   runner_.set_step(step);
-  forward(b, master, nullptr);
-  backward(b, master, loss_scale, grads, nullptr);
+  const std::span<const double> w = working_weights(master);
+  forward(b, w, nullptr);
+  backward(b, w, loss_scale, grads, nullptr);
   record_global(step, b, master, loss_scale, grads, reference, tape);
 }
 

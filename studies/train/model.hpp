@@ -19,8 +19,10 @@
 /// then logits = RMSNorm(x; lnfw)·Wclsᵀ (Classifier; Wcls = wte when the embeddings are tied) and the mean cross-entropy (CrossEntropy, binary64 mean).
 /// β is the residual rule's branch multiplier (1, 1/√(2L), or 1/α).
 ///
-/// Weights are read from the master buffer; each op rounds its inputs to its storage format on entry, so
-/// 16-bit working weights need no separate copy. Weight gradients are rounded to the policy's Gradient
+/// Weights: the forward and backward read the working copy, the masters rounded to the policy's `weights`
+/// role format (nearest-even; the masters themselves when that format is fp64), made afresh from the masters
+/// at every call, so after every update (AutoANE stages fp16 copies of its fp32 masters the same way). Each
+/// op then rounds its inputs to its own storage format on entry. Weight gradients are rounded to the policy's Gradient
 /// role format after the backward pass. Telemetry: every step, each op output is scanned for non-finite
 /// values (the first one names the op); at detailed steps, per-op range events (inf, nan, subnormal, zero
 /// counts and max |y|), per-layer max |x| and rms of the stream, the swamping ratio rms(x)/rms(β·F) of each
@@ -81,6 +83,8 @@ class Transformer final : public Model {
     std::vector<double> kt, vt;  ///< GQA only: kr and v tiled to NH heads by the forward head map
     std::vector<double> lse;  ///< (B, NH, T) row log-sum-exp of the online attention order (att: recomputed)
   };
+  /// The working weights: `master` rounded to the `weights` role format (master itself for fp64).
+  std::span<const double> working_weights(std::span<const double> master);
   void forward(const Batch& b, std::span<const double> master, StepTelemetry* tel);
   void backward(const Batch& b, std::span<const double> master, double loss_scale, std::span<double> grads,
                 StepTelemetry* tel);
@@ -107,6 +111,7 @@ class Transformer final : public Model {
   ops::Runner runner_;
   std::vector<LayerActs> acts_;
   std::vector<double> x_final_, xf_, rf_, logits_, probs_, losses_, cos_, sin_;
+  std::vector<double> weights_;  ///< working_weights' copy
   double mean_loss_ = 0;
   std::int64_t inject_step_ = -1;
   ops::OpKind inject_op_ = ops::OpKind::Matmul;

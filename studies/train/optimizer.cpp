@@ -20,13 +20,20 @@ struct Rounder {
 
 }  // namespace
 
-bool unscale_gradients(std::span<double> grads, double scale, int accum) {
-  const numerics::RoundingPlan fp32(numerics::formats::fp32);
+numerics::Format update_format(const numerics::Format& grads) {
+  const numerics::Format& fp32 = numerics::formats::fp32;
+  const bool holds_fp32 = grads.precision >= fp32.precision && grads.emin <= fp32.emin && grads.emax >= fp32.emax &&
+                          grads.subnormals && grads.specials == numerics::Specials::Ieee && !grads.saturate;
+  return holds_fp32 ? grads : fp32;
+}
+
+bool unscale_gradients(std::span<double> grads, double scale, int accum, const numerics::Format& f) {
+  const Rounder to_f(f);
   bool finite = true;
   if (accum > 1) {
-    const double gsc = numerics::round_to(fp32, Rounding::NearestEven, 1.0 / (static_cast<double>(accum) * scale));
+    const double gsc = to_f(1.0 / (static_cast<double>(accum) * scale));
     for (double& g : grads) {
-      g = numerics::round_to(fp32, Rounding::NearestEven, g * gsc);
+      g = to_f(g * gsc);
       finite = finite && std::isfinite(g);
     }
     return finite;
@@ -35,7 +42,7 @@ bool unscale_gradients(std::span<double> grads, double scale, int accum) {
   int exponent = 0;
   const bool exact_inverse = std::frexp(scale, &exponent) == 0.5;  // S a power of two: g·(1/S) is exact
   for (double& g : grads) {
-    g = numerics::round_to(fp32, Rounding::NearestEven, exact_inverse ? g * inv : g / scale);
+    g = to_f(exact_inverse ? g * inv : g / scale);
     finite = finite && std::isfinite(g);
   }
   return finite;
@@ -47,17 +54,16 @@ void accumulate_gradients(std::span<double> total, std::span<const double> micro
     total[i] = numerics::round_to(fp32, Rounding::NearestEven, first ? micro[i] : total[i] + micro[i]);
 }
 
-double global_norm_fp32(std::span<const double> grads) {
+double global_norm(std::span<const double> grads, const numerics::Format& f) {
   double sum = 0;
   for (const double g : grads) sum += g * g;
-  return numerics::round_to(numerics::formats::fp32, Rounding::NearestEven, std::sqrt(sum));
+  return Rounder(f)(std::sqrt(sum));
 }
 
-double clip_coefficient(double norm, double max_norm) {
+double clip_coefficient(double norm, double max_norm, const numerics::Format& f) {
   if (max_norm <= 0) return 1.0;
-  const numerics::RoundingPlan fp32(numerics::formats::fp32);
-  const double denom = numerics::round_to(fp32, Rounding::NearestEven, norm + 1e-6);
-  const double c = numerics::round_to(fp32, Rounding::NearestEven, max_norm / denom);
+  const Rounder r(f);
+  const double c = r(max_norm / r(norm + 1e-6));
   return c < 1.0 ? c : 1.0;
 }
 

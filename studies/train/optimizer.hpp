@@ -1,6 +1,6 @@
 #pragma once
 /// \file optimizer.hpp
-/// The update half of a training step: unscaling, the fp32 global-norm clip and AdamW (PyTorch
+/// The update half of a training step: unscaling, the global-norm clip (in update_format) and AdamW (PyTorch
 /// torch.optim.AdamW semantics, decoupled weight decay) on master weights held in a given format.
 ///
 /// Rounding contract: every arithmetic operation of the update is rounded to `formats.compute`, and the
@@ -18,19 +18,28 @@
 
 namespace roundoff::studies::train {
 
-/// accum == 1: g[i] ← fl32(g[i] / scale). accum > 1 (AutoANE's update): g[i] ← fl32(g[i] · fl32(1/(accum·scale))).
-/// Returns true when every unscaled gradient is finite.
-bool unscale_gradients(std::span<double> grads, double scale, int accum = 1);
+/// The format of the unscaled gradients, the global norm and the clip coefficient for a policy whose
+/// `grads` role is `grads`: that format when it holds every fp32 value (fp32, fp64), else fp32 — the
+/// unscaled gradients are the optimizer's, never narrower than fp32 (torch's GradScaler likewise refuses to
+/// unscale fp16 gradients in place). So the fp64 policy trains on binary64 gradients end to end.
+numerics::Format update_format(const numerics::Format& grads);
+
+/// accum == 1: g[i] ← fl_f(g[i] / scale) (exact when scale is a power of two and f is fp64). accum > 1 (AutoANE's
+/// update): g[i] ← fl_f(g[i] · fl_f(1/(accum·scale))). f: update_format of the policy's grads role. Returns true
+/// when every unscaled gradient is finite.
+bool unscale_gradients(std::span<double> grads, double scale, int accum = 1,
+                       const numerics::Format& f = numerics::formats::fp32);
 
 /// Gradient accumulation over micro-steps in fp32 (AutoANE's fp32 gradient buffers): total[i] ← fl32(micro[i])
 /// when `first`, else fl32(total[i] + micro[i]): one addition per micro-step, in micro-step order.
 void accumulate_gradients(std::span<double> total, std::span<const double> micro, bool first);
 
-/// ‖g‖₂ of fp32 gradients: squares and sum in binary64, sequentially in buffer order, rounded to fp32 once.
-double global_norm_fp32(std::span<const double> grads);
 
-/// Clip multiplier in fp32: min(1, fl32(max_norm / (norm + 1e-6))); 1 when max_norm ≤ 0.
-double clip_coefficient(double norm, double max_norm);
+/// ‖g‖₂: squares and sum in binary64, sequentially in buffer order, the square root rounded to f once.
+double global_norm(std::span<const double> grads, const numerics::Format& f = numerics::formats::fp32);
+
+/// Clip multiplier in f: min(1, fl_f(max_norm / fl_f(norm + 1e-6))); 1 when max_norm ≤ 0.
+double clip_coefficient(double norm, double max_norm, const numerics::Format& f = numerics::formats::fp32);
 
 /// Formats of the optimizer: arithmetic and the three stored tensors.
 struct AdamFormats {

@@ -5,23 +5,13 @@
 #include <cstdio>
 #include <limits>
 
+#include "numerics/csv.hpp"
+
 namespace roundoff::studies::train {
 
-std::string format_value(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
+std::string format_value(double v) { return numerics::shortest_decimal(v); }
 
 namespace {
-std::string sanitize(std::string_view s) {
-  std::string out(s);
-  for (char& c : out)
-    if (c == ',' || c == '\n' || c == '\r') c = ';';
-  return out;
-}
 std::string join(const std::string& header, const std::vector<std::string>& rows) {
   std::string s = header + "\n";
   for (const auto& r : rows) s += r + "\n";
@@ -30,18 +20,16 @@ std::string join(const std::string& header, const std::vector<std::string>& rows
 }  // namespace
 
 void RunLog::curve(std::int64_t step, std::string_view metric, double value) {
-  curves_.push_back(std::to_string(step) + "," + sanitize(metric) + "," + format_value(value));
+  curves_.push_back((numerics::CsvRow() << step << metric << value).str());
 }
 
 void RunLog::telemetry(std::int64_t step, int layer, std::string_view op, std::string_view pass,
                        std::string_view tensor, std::string_view metric, double value) {
-  telemetry_.push_back(std::to_string(step) + "," + std::to_string(layer) + "," + sanitize(op) + "," +
-                       sanitize(pass) + "," + sanitize(tensor) + "," + sanitize(metric) + "," +
-                       format_value(value));
+  telemetry_.push_back((numerics::CsvRow() << step << layer << op << pass << tensor << metric << value).str());
 }
 
 void RunLog::event(std::int64_t step, std::string_view kind, std::string_view detail) {
-  events_.push_back(std::to_string(step) + "," + sanitize(kind) + "," + sanitize(detail));
+  events_.push_back((numerics::CsvRow() << step << kind << detail).str());
 }
 
 std::string RunLog::curves_csv() const { return join("step,metric,value", curves_); }

@@ -3,6 +3,7 @@
 /// Everything a run records while it trains, kept as tidy rows so it can be checkpointed and written
 /// as CSV: curves (step, metric, value), telemetry (step, layer, op, pass, tensor, metric, value) and
 /// events (step, kind, detail) such as loss-scale changes, skipped steps and the first non-finite value.
+/// Rows are written by numerics::CsvRow (RFC 4180 quoting: a detail with a comma stays one field).
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -38,7 +39,7 @@ class RunLog {
   std::vector<std::string> curves_, telemetry_, events_;
 };
 
-/// %.17g, with "nan", "inf", "-inf" for the special values.
+/// The shortest decimal that reads back to v, "nan", "inf", "-inf" (numerics::shortest_decimal).
 std::string format_value(double v);
 
 }  // namespace roundoff::studies::train

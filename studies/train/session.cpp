@@ -7,10 +7,12 @@
 
 #include "ops/probe.hpp"
 #include "studies/common/provenance.hpp"
+#include "studies/common/out_dir.hpp"
 #include "studies/data/bpe.hpp"
 #include "studies/data/corpus.hpp"
 #include "studies/data/tokenizer.hpp"
 #include "studies/train/model.hpp"
+#include "studies/train/optimizer.hpp"
 
 namespace roundoff::studies::train {
 
@@ -80,6 +82,9 @@ ModelConfig evaluation_config(const ModelConfig& c) {
 nlohmann::json run_session(SessionSpec spec, const TrainData& data, std::ostream* progress) {
   TrainOptions& o = spec.options;
   o.policy = spec.policy.canonical();
+  o.update_format = update_format(spec.policy.storage_for(ops::TensorRole::Gradient));
+  std::optional<OutDirLock> lock;  // held until the results are written: one writer per results directory
+  if (!o.out.empty()) lock.emplace(o.out);
   Transformer own(o.config, o.residual, spec.policy, o.seed);
   Transformer fp32(evaluation_config(o.config), o.residual, ops::Policy::preset("fp32"), o.seed);
   std::optional<Transformer> reference;  // the fp64 model of the global error, only when attributing

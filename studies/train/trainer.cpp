@@ -65,6 +65,23 @@ nlohmann::json recipe_json(const Recipe& r) {
           {"total_steps", r.total_steps}};
 }
 
+/// "KEY: checkpoint A, this run B" for the first key (in key order, dotted for nested objects) whose values
+/// differ between the two run identities; "" when they are equal.
+std::string first_difference(const nlohmann::json& saved, const nlohmann::json& now, const std::string& prefix) {
+  if (saved == now) return {};
+  if (saved.is_object() && now.is_object()) {
+    for (const auto& [key, value] : saved.items()) {
+      const std::string path = prefix.empty() ? key : prefix + "." + key;
+      if (!now.contains(key)) return path + ": in the checkpoint but not in this run";
+      if (std::string d = first_difference(value, now.at(key), path); !d.empty()) return d;
+    }
+    for (const auto& [key, value] : now.items())
+      if (!saved.contains(key)) return (prefix.empty() ? key : prefix + "." + key) + ": in this run but not in the checkpoint";
+  }
+  return (prefix.empty() ? std::string("identity") : prefix) + ": checkpoint " + saved.dump() + ", this run " +
+         now.dump();
+}
+
 bool all_finite(std::span<const double> v) {
   for (const double x : v)
     if (!std::isfinite(x)) return false;
@@ -168,10 +185,8 @@ void Trainer::start() {
   if (opts_.resume) {
     Checkpoint ck = load_checkpoint(ckpt);
     const auto& meta = ck.meta;
-    if (meta.at("identity") != identity())
-      throw std::runtime_error("checkpoint " + ckpt.string() +
-                               " belongs to a different run (config, policy, seed, steps, recipe or data differ): " +
-                               meta.at("identity").dump());
+    if (const std::string diff = first_difference(meta.at("identity"), identity(), ""); !diff.empty())
+      throw std::runtime_error("checkpoint " + ckpt.string() + " belongs to a different run: " + diff);
     if (ck.master.size() != layout_.total)
       throw std::runtime_error("checkpoint " + ckpt.string() + " has the wrong number of parameters");
     master_ = std::move(ck.master);
@@ -248,7 +263,7 @@ void Trainer::step() {
   loss /= accum;
   tel.step = s;
   bool grads_finite = false;
-  phase("trainer: unscale", [&] { grads_finite = unscale_gradients(grads_, scale, accum); });
+  phase("trainer: unscale", [&] { grads_finite = unscale_gradients(grads_, scale, accum, opts_.update_format); });
   const bool finite = grads_finite && std::isfinite(loss);
   if (!finite && !first_nonfinite_step_) {
     first_nonfinite_step_ = s;
@@ -272,8 +287,8 @@ void Trainer::step() {
     log_.curve(s, "skipped", 1.0);
   } else {
     double norm = 0;
-    phase("trainer: fp32 global norm", [&] { norm = global_norm_fp32(grads_); });
-    const double coef = clip_coefficient(norm, opts_.recipe.clip_norm);
+    phase("trainer: global norm", [&] { norm = global_norm(grads_, opts_.update_format); });
+    const double coef = clip_coefficient(norm, opts_.recipe.clip_norm, opts_.update_format);
     ++adam_t_;
     if (tel.detailed) before_ = master_;
     own_.apply_update(master_, m_, v_, grads_, opts_.recipe, lr, adam_t_, coef);
@@ -282,6 +297,11 @@ void Trainer::step() {
     if (tel.detailed) phase("trainer: stagnation telemetry", [&] { log_stagnation(s); });
     if (!all_finite(master_)) {
       diverged_ = true;
+      if (!first_nonfinite_step_) {
+        first_nonfinite_step_ = s;
+        first_nonfinite_op_ = "adamw.fwd(master)";
+        log_.event(s, "nonfinite", "first non-finite value in " + first_nonfinite_op_);
+      }
       log_.event(s, "diverged", "master weights became non-finite; run stopped");
     }
   }
@@ -402,7 +422,8 @@ std::string Trainer::weights_sha256() const {
 }
 
 nlohmann::json Trainer::finish() {
-  const bool complete = step_ >= opts_.steps || diverged_;
+  // Complete: every step ran. A run stopped by non-finite master weights is not (it is `diverged`).
+  const bool complete = step_ >= opts_.steps && !diverged_;
   nlohmann::json summary = identity();
   summary["steps_completed"] = step_;
   summary["complete"] = complete;

@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "numerics/format.hpp"
 #include "studies/train/config.hpp"
 #include "studies/train/loss_scaler.hpp"
 #include "studies/train/model_interface.hpp"
@@ -52,6 +53,8 @@ struct TrainOptions {
   ResidualScale residual = ResidualScale::None;
   LossScaleSpec loss_scale;
   std::string policy;         ///< canonical policy text
+  /// Format of the unscaled gradients, their norm and the clip (update_format of the policy's grads role).
+  numerics::Format update_format = numerics::formats::fp32;
   std::int64_t steps = 200;           ///< updates (optimizer steps); each runs recipe.accum micro-steps
   std::uint64_t seed = 1;
   std::int64_t eval_every = 0;        ///< 0: evaluate at the end only

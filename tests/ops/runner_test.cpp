@@ -163,5 +163,34 @@ TEST(Runner, GlobalRecordHook) {
   EXPECT_DOUBLE_EQ(tape.records()[0].error.max_ulp, 0.5);  // ulp_fp16(2) = 2^-9
 }
 
+TEST(Runner, EachPolicyEntryChangesItsOwnOpAndNoOther) {
+  // Sensitivity (issue 11): under fp32 with one (op, pass) entry set to bf16, the local error (each op against
+  // MPFR on its own inputs) of exactly that op's calls rises to bf16 level, and every other op's stays at fp32
+  // level. A Runner method that read the wrong (op, pass) entry fails this: its own calls stay at fp32 level
+  // and another op's rise. Levels: normwise error ≳ u_bf16/10 = 2^-8/10 at bf16 outputs (RopeAngles only has
+  // its fp32 compute and bf16 storage, still bf16 level); ≤ 2^-16 — 256 fp32 ulps, far above what fp32 with
+  // these lengths (≤ 88) gives and far below bf16's — elsewhere.
+  Tape base;
+  (void)block("fp32", 1, &base);
+  std::set<std::pair<OpKind, Pass>> entries;
+  for (const OpRecord& r : base.records()) entries.insert({r.op, r.pass});
+  ASSERT_GE(entries.size(), 20u);
+  for (const auto& [op, pass] : entries) {
+    const std::string spec = "fp32," + std::string(name_of(op)) + "." + std::string(name_of(pass)) + "=bf16";
+    Tape tape;
+    (void)block(spec, 1, &tape);
+    double own = 0;
+    for (const OpRecord& r : tape.records()) {
+      if (r.op == op && r.pass == pass) {
+        own = std::max(own, r.error.norm_rel);
+      } else {
+        EXPECT_LE(r.error.norm_rel, 0x1p-16) << spec << ": " << name_of(r.op) << "." << name_of(r.pass) << "("
+                                             << r.tensor << ") changed too";
+      }
+    }
+    EXPECT_GE(own, 0x1p-8 / 10) << spec << ": its own calls did not change";
+  }
+}
+
 }  // namespace
 }  // namespace roundoff::ops

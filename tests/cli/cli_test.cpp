@@ -1,0 +1,178 @@
+// The `roundoff` executable at its edges: bad input gets a non-zero exit and one line naming what was wrong,
+// never a silent wrong or empty answer (issue 11). Each case below was reproduced as a silent exit-0 answer
+// before the fix.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Outcome {
+  int status = -1;
+  std::string output;  ///< stdout and stderr together
+};
+
+/// Runs `roundoff ARGS` in `cwd` (under a 60 s timeout) and collects its exit status and output.
+Outcome roundoff(const std::string& args, const fs::path& cwd = fs::temp_directory_path()) {
+  const std::string cmd = "cd '" + cwd.string() + "' && timeout 60 " + ROUNDOFF_EXE + " " + args + " 2>&1";
+  Outcome o;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return o;
+  char buf[4096];
+  while (const std::size_t n = std::fread(buf, 1, sizeof buf, p)) o.output.append(buf, n);
+  const int st = pclose(p);
+  o.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return o;
+}
+
+/// A fresh empty directory for one test.
+fs::path scratch(const std::string& name) {
+  const fs::path d = fs::path(::testing::TempDir()) / ("roundoff_cli_" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+/// A tiny model that trains in well under a second on the committed excerpt.
+const std::string kTiny =
+    "train --config custom --d 8 --layers 1 --heads 2 --seq 8 --batch 1 --eval-tokens 64 --progress-every 0 ";
+
+void expect_refused(const Outcome& o, const std::string& must_contain, const std::string& what) {
+  EXPECT_NE(o.status, 0) << what << " was accepted:\n" << o.output;
+  EXPECT_NE(o.output.find(must_contain), std::string::npos) << what << " gave:\n" << o.output;
+  EXPECT_EQ(o.output.find("results in"), std::string::npos) << what << " ran:\n" << o.output;
+}
+
+TEST(Cli, EmptyOutIsRefused) {
+  expect_refused(roundoff(kTiny + "--steps 1 --out ''"), "--out must name a directory", "train --out ''");
+  expect_refused(roundoff("op-error --op rmsnorm --out ''"), "--out must name a directory", "op-error --out ''");
+  expect_refused(roundoff("accumulate --quick --out ''"), "--out must name a directory", "accumulate --out ''");
+}
+
+TEST(Cli, UncheckedNumbersAreRefused) {
+  const fs::path d = scratch("numbers");
+  const struct {
+    const char* flag;
+    const char* value;
+  } cases[] = {{"--lr", "inf"},           {"--lr", "nan"},          {"--lr", "0"},
+               {"--weight-decay", "nan"}, {"--clip", "-1"},         {"--clip", "nan"},
+               {"--warmup", "-1"},        {"--seed", "-1"},         {"--seed", "99999999999999999999999"},
+               {"--checkpoint-every", "-1"}, {"--stop-after", "-1"}, {"--eval-every", "-1"},
+               {"--telemetry-every", "-1"}, {"--shadow-units", "0"}, {"--threads", "1000"},
+               {"--steps", "abc"},        {"--eval-tokens", "1.5"}};
+  for (const auto& c : cases) {
+    const std::string what = std::string(c.flag) + " " + c.value;
+    expect_refused(roundoff(kTiny + "--steps 1 " + what + " --out '" + (d / "run").string() + "'"), c.flag, what);
+    EXPECT_FALSE(fs::exists(d / "run" / "summary.json")) << what;
+  }
+  expect_refused(roundoff("round --seed 99999999999999999999999 -f fp16 0.1"), "--seed", "round --seed 1e23");
+  expect_refused(roundoff("accumulate --trials 0 --out '" + (d / "acc").string() + "'"), "--trials", "--trials 0");
+  const Outcome abc = roundoff("accumulate --trials abc --out '" + (d / "acc").string() + "'");
+  expect_refused(abc, "--trials: must be an integer in 1..", "--trials abc");
+  EXPECT_LT(abc.output.size(), 300u) << abc.output;  // not a 309-digit range
+}
+
+TEST(Cli, DotListsWithEmptyFieldsOrNoValuesAreRefused) {
+  const fs::path d = scratch("dot");
+  { std::ofstream(d / "empty.txt"); }
+  expect_refused(roundoff("dot --x ''"), "holds no values", "--x ''");
+  expect_refused(roundoff("dot --x ,"), "empty value", "--x ,");
+  expect_refused(roundoff("dot --x 1,,2"), "empty value", "--x 1,,2");
+  expect_refused(roundoff("dot --x 1,2,"), "empty value", "--x 1,2,");
+  expect_refused(roundoff("dot --x '@" + d.string() + "'"), "is a directory", "--x @DIR");
+  expect_refused(roundoff("dot --x '@" + (d / "empty.txt").string() + "'"), "holds no values", "--x @empty");
+  const Outcome ok = roundoff("dot --x '1, 2 3'");  // comma-space and spaces are separators
+  EXPECT_EQ(ok.status, 0) << ok.output;
+  EXPECT_NE(ok.output.find("sum of 3 fp16 values"), std::string::npos) << ok.output;
+}
+
+TEST(Cli, OperandsMustBeValuesOfTheFormat) {
+  expect_refused(roundoff("arith -f e4m3 add inf 1"), "has no infinities", "e4m3 inf");
+  expect_refused(roundoff("dot --inputs e4m3 --x inf,1"), "has no infinities", "dot e4m3 inf");
+  expect_refused(roundoff("arith -f p5:emin-6:emax7:nospecials add inf 1"), "has no infinities", "nospecials inf");
+  expect_refused(roundoff("arith -f p5:emin-6:emax7:nospecials add nan 1"), "has no NaN", "nospecials nan");
+  expect_refused(roundoff("arith -f fp16 add 1e999 1"), "not representable", "fp16 1e999");
+  const Outcome ok = roundoff("arith -f fp16 add inf 1");
+  EXPECT_EQ(ok.status, 0) << ok.output;
+  const Outcome nan = roundoff("arith -f e4m3 add nan 1");
+  EXPECT_EQ(nan.status, 0) << nan.output;
+}
+
+TEST(Cli, NegativeSpecialsSayHowToPassThem) {
+  expect_refused(roundoff("round -f fp16 -inf"), "after --", "round -inf");
+  expect_refused(roundoff("arith add inf -inf"), "after --", "arith add inf -inf");
+  const Outcome ok = roundoff("round -f fp16 -- -inf");
+  EXPECT_EQ(ok.status, 0) << ok.output;
+  EXPECT_NE(ok.output.find("-inf -> -inf"), std::string::npos) << ok.output;
+}
+
+TEST(Cli, PolicyPresetsWinOverFilesAndOddFilesAreRefused) {
+  const fs::path d = scratch("policy");
+  { std::ofstream(d / "fp32") << "ane-fp16\n"; }
+  { std::ofstream(d / "empty.policy") << "# nothing but a comment\n\n"; }
+  fs::create_directories(d / "dir.policy");
+  ASSERT_EQ(::mkfifo((d / "fifo.policy").c_str(), 0644), 0);
+  const Outcome preset = roundoff("policy show fp32", d);
+  EXPECT_EQ(preset.status, 0) << preset.output;
+  EXPECT_EQ(preset.output, "fp32\n");
+  const Outcome file = roundoff("policy show @fp32", d);
+  EXPECT_EQ(file.status, 0) << file.output;
+  EXPECT_NE(file.output.find("read file fp32"), std::string::npos) << file.output;
+  EXPECT_NE(file.output.find("ane-fp16\n"), std::string::npos) << file.output;
+  expect_refused(roundoff("policy show /dev/zero", d), "not a regular file", "/dev/zero");
+  expect_refused(roundoff("policy show fifo.policy", d), "not a regular file", "FIFO");
+  expect_refused(roundoff("policy show dir.policy", d), "is a directory", "directory");
+  expect_refused(roundoff("policy show empty.policy", d), "holds no policy items", "empty file");
+  expect_refused(roundoff("policy show missing.policy", d), "neither a policy preset", "missing file");
+  expect_refused(roundoff("policy show @missing.policy", d), "does not exist", "@missing file");
+}
+
+TEST(Cli, SummaryCommandHoldsTheWholeArgumentList) {
+  const fs::path d = scratch("command");
+  const Outcome o = roundoff(kTiny + "--steps 2 --seed 5 --lr 0.002 --precision @fp32 --out '" + (d / "run").string() +
+                             "'");
+  // --precision @fp32 names a file that does not exist: refused, nothing written.
+  expect_refused(o, "does not exist", "@fp32 without a file");
+  const Outcome ok = roundoff(kTiny + "--steps 2 --seed 5 --lr 0.002 --out '" + (d / "run").string() + "'");
+  ASSERT_EQ(ok.status, 0) << ok.output;
+  EXPECT_NE(ok.output.find("(from spec)"), std::string::npos) << ok.output;
+  std::ifstream in(d / "run" / "summary.json");
+  const nlohmann::json s = nlohmann::json::parse(in);
+  const std::string cmd = s.at("command").get<std::string>();
+  for (const char* part : {"train --config custom --d 8", "--steps 2 --seed 5 --lr 0.002 --out"})
+    EXPECT_NE(cmd.find(part), std::string::npos) << cmd;
+}
+
+TEST(Cli, ResumeMismatchNamesTheField) {
+  const fs::path d = scratch("resume");
+  const std::string out = " --out '" + (d / "run").string() + "'";
+  ASSERT_EQ(roundoff(kTiny + "--steps 3 --stop-after 1" + out).status, 0);
+  const Outcome o = roundoff(kTiny + "--steps 3 --lr 0.002 --resume" + out);
+  expect_refused(o, "recipe.lr: checkpoint 0.001, this run 0.002", "resume with another --lr");
+  EXPECT_EQ(o.output.find("\"config\""), std::string::npos) << "dumps the whole identity:\n" << o.output;
+}
+
+TEST(Cli, DivergedRunIsNotComplete) {
+  const fs::path d = scratch("diverged");
+  // lr 1e300 rounds to inf in fp32: the first update turns the masters non-finite and the run stops at step 0.
+  const Outcome o = roundoff(kTiny + "--steps 4 --warmup 0 --lr 1e300 --out '" + (d / "run").string() + "'");
+  ASSERT_EQ(o.status, 0) << o.output;
+  std::ifstream in(d / "run" / "summary.json");
+  const nlohmann::json s = nlohmann::json::parse(in);
+  EXPECT_TRUE(s.at("diverged").get<bool>());
+  EXPECT_FALSE(s.at("complete").get<bool>());
+  ASSERT_FALSE(s.at("first_nonfinite_step").is_null());
+  EXPECT_EQ(s.at("first_nonfinite_step").get<int>(), 0);
+  EXPECT_EQ(s.at("first_nonfinite_op").get<std::string>(), "adamw.fwd(master)");
+}
+
+}  // namespace
