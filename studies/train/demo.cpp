@@ -193,13 +193,13 @@ int run_training_demo(std::ostream& out, const std::filesystem::path& out_dir) {
     std::snprintf(line, sizeof line, "%-14s %-11s %6d %12.3g %10.3g %10.3g %14.3g | %s\n", key.first.c_str(),
                   key.second.c_str(), at.calls, at.median_ulp, at.p95_ulp, at.max_ulp, mean_rel, glob);
     out << line;
-    numerics::CsvRow row;
-    row << key.first << key.second << at.calls << at.median_ulp << at.p95_ulp << at.max_ulp << mean_rel;
+    numerics::CsvRow rec;
+    rec << key.first << key.second << at.calls << at.median_ulp << at.p95_ulp << at.max_ulp << mean_rel;
     if (at.global_calls)
-      row << at.global_median_ulp << g_rel;
+      rec << at.global_median_ulp << g_rel;
     else
-      row << "" << "";
-    attribution += row.str() + "\n";
+      rec << "" << "";
+    attribution += rec.str() + "\n";
   }
   write_file_atomic(out_dir / "demo_curves.csv", curves);
   write_file_atomic(out_dir / "demo_attribution.csv", attribution);

@@ -26,7 +26,7 @@ TEST(Csv, QuotesOnlyFieldsThatNeedIt) {
 TEST(Csv, NumbersAreShortestRoundTrip) {
   EXPECT_EQ(shortest_decimal(0.001), "0.001");
   EXPECT_EQ(shortest_decimal(0.1 + 0.2), "0.30000000000000004");
-  EXPECT_EQ(shortest_decimal(1.0 / 3.0), "0.33333333333333331");
+  EXPECT_EQ(shortest_decimal(1.0 / 3.0), "0.3333333333333333");
   EXPECT_EQ(shortest_decimal(-0.0), "-0");
   EXPECT_EQ(shortest_decimal(std::numeric_limits<double>::quiet_NaN()), "nan");
   EXPECT_EQ(shortest_decimal(-INFINITY), "-inf");

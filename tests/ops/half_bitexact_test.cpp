@@ -13,6 +13,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ops/activation.hpp"
@@ -57,9 +59,9 @@ void expect_same(const std::vector<double>& got, const std::vector<double>& want
 /// The sequential fused accumulation of numerics::gemm: acc ← fl_acc(a·b + acc), k = 0..K-1, from `init`.
 struct Acc {
   numerics::Format f;
-  double run(double init, int K, const auto& a, const auto& b) const {
+  double run(double init, std::int64_t K, const auto& a, const auto& b) const {
     double acc = init;
-    for (int k = 0; k < K; ++k) acc = ref_round(std::fma(a(k), b(k), acc), f);
+    for (std::int64_t k = 0; k < K; ++k) acc = ref_round(std::fma(a(k), b(k), acc), f);
     return acc;
   }
 };
@@ -83,30 +85,30 @@ TEST_P(HalfBitExact, Matmul) {
       case Pass::Forward: {
         got.assign(s.n * s.out, 0.0);
         matmul_forward<Emulated>(got, cs(x), cs(w), s, ctx);
-        for (int n = 0; n < s.n; ++n)
-          for (int o = 0; o < s.out; ++o)
-            want.push_back(out_of(acc.run(0.0, s.in, [&](int k) { return x[n * s.in + k]; },
-                                          [&](int k) { return w[o * s.in + k]; })));
+        for (std::int64_t n = 0; n < s.n; ++n)
+          for (std::int64_t o = 0; o < s.out; ++o)
+            want.push_back(out_of(acc.run(0.0, s.in, [&](std::int64_t k) { return x[n * s.in + k]; },
+                                          [&](std::int64_t k) { return w[o * s.in + k]; })));
         break;
       }
       case Pass::BackwardData: {
         got = randn(s.n * s.in, 0.1, st, 4);
         const auto before = got;
         matmul_backward_data<Emulated>(got, cs(dy), cs(w), s, ctx);
-        for (int n = 0; n < s.n; ++n)
-          for (int i = 0; i < s.in; ++i)
-            want.push_back(out_of(acc.run(before[n * s.in + i], s.out, [&](int o) { return dy[n * s.out + o]; },
-                                          [&](int o) { return w[o * s.in + i]; })));
+        for (std::int64_t n = 0; n < s.n; ++n)
+          for (std::int64_t i = 0; i < s.in; ++i)
+            want.push_back(out_of(acc.run(before[n * s.in + i], s.out, [&](std::int64_t o) { return dy[n * s.out + o]; },
+                                          [&](std::int64_t o) { return w[o * s.in + i]; })));
         break;
       }
       case Pass::BackwardWeight: {
         got = randn(s.out * s.in, 0.1, st, 5);
         const auto before = got;
         matmul_backward_weight<Emulated>(got, cs(dy), cs(x), s, ctx);
-        for (int o = 0; o < s.out; ++o)
-          for (int i = 0; i < s.in; ++i)
-            want.push_back(out_of(acc.run(before[o * s.in + i], s.n, [&](int n) { return dy[n * s.out + o]; },
-                                          [&](int n) { return x[n * s.in + i]; })));
+        for (std::int64_t o = 0; o < s.out; ++o)
+          for (std::int64_t i = 0; i < s.in; ++i)
+            want.push_back(out_of(acc.run(before[o * s.in + i], s.n, [&](std::int64_t n) { return dy[n * s.out + o]; },
+                                          [&](std::int64_t n) { return x[n * s.in + i]; })));
         break;
       }
     }
