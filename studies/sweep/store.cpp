@@ -19,6 +19,7 @@ RunStatus run_status(const std::filesystem::path& dir) {
         s.steps_completed = it->get<std::int64_t>();
       if (const auto it = j.find("steps"); it != j.end() && it->is_number_integer()) s.steps = it->get<std::int64_t>();
       if (const auto it = j.find("complete"); it != j.end() && it->is_boolean()) complete = it->get<bool>();
+      if (const auto it = j.find("diverged"); it != j.end() && it->is_boolean()) complete = complete || it->get<bool>();
     }
   }
   if (complete)

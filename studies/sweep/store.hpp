@@ -22,8 +22,9 @@ struct Store {
   std::filesystem::path slurm_dir() const { return study_dir() / "slurm"; }
 };
 
-/// New: nothing to resume from. Partial: a checkpoint to resume from. Complete: summary.json says
-/// `"complete": true` (the run reached its last step, or diverged and stopped).
+/// New: nothing to resume from. Partial: a checkpoint to resume from. Complete: finished — summary.json says
+/// `"complete": true` (the run reached its last step) or `"diverged": true` (it stopped at non-finite master
+/// weights; its summary says `"complete": false`, and it is a result, so it goes into the table).
 enum class RunState { New, Partial, Complete };
 
 struct RunStatus {

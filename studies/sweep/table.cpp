@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "numerics/csv.hpp"
+
 namespace roundoff::studies::sweep {
 
 namespace {
@@ -34,16 +36,6 @@ void flatten(const nlohmann::json& j, const std::string& prefix, std::map<std::s
 }
 
 }  // namespace
-
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  return out + "\"";
-}
 
 Collected collect(const Grid& g, const Store& store, const std::vector<Run>& runs) {
   Collected c;
@@ -72,7 +64,7 @@ Collected collect(const Grid& g, const Store& store, const std::vector<Run>& run
 
   auto line = [](const std::vector<std::string>& cells) {
     std::string s;
-    for (std::size_t k = 0; k < cells.size(); ++k) s += (k ? "," : "") + csv_field(cells[k]);
+    for (std::size_t k = 0; k < cells.size(); ++k) s += (k ? "," : "") + numerics::csv_field(cells[k]);
     return s + "\n";
   };
   c.csv = line(header);

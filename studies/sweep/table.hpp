@@ -17,15 +17,12 @@
 namespace roundoff::studies::sweep {
 
 struct Collected {
-  std::string csv;           ///< the table, RFC 4180 (fields quoted where needed, "\n" line ends)
+  std::string csv;           ///< the table, RFC 4180 (numerics::csv_field: fields quoted where needed, "\n" line ends)
   std::size_t complete = 0;  ///< rows (complete runs)
   std::size_t total = 0;     ///< runs in the grid
 };
 
 /// Reads every run's summary.json and builds the table.
 Collected collect(const Grid& g, const Store& store, const std::vector<Run>& runs);
-
-/// One CSV field, quoted per RFC 4180 when it holds a comma, a double quote, CR or LF.
-std::string csv_field(const std::string& s);
 
 }  // namespace roundoff::studies::sweep

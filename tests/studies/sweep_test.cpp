@@ -224,14 +224,6 @@ TEST(SweepGrid, RunNamesAreStable) {
   EXPECT_NE(longer[0].name, runs[0].name);
 }
 
-TEST(SweepTable, CsvFieldsAreQuotedPerRfc4180) {
-  EXPECT_EQ(sw::csv_field("plain"), "plain");
-  EXPECT_EQ(sw::csv_field("ane-fp16,softmax=fp32"), "\"ane-fp16,softmax=fp32\"");
-  EXPECT_EQ(sw::csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
-  EXPECT_EQ(sw::csv_field("two\nlines"), "\"two\nlines\"");
-  EXPECT_EQ(sw::csv_field(""), "");
-}
-
 TEST(SweepLocal, RunsShardByShardThenSkipsWhatIsComplete) {
   const fs::path root = fresh("local");
   const sw::Grid g = sw::parse_grid(tiny_grid("tiny", 4, 2), "t", kFlags);
