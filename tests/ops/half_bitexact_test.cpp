@@ -1,4 +1,5 @@
-// Below fp32, bit for bit (issue 11): the ops of the ane-fp16 and amp-bf16 presets against scalar references
+// Below fp32, bit for bit (issue 11): the ops of the ane-fp16 and amp-bf16 presets (matmul and classifier in
+// all three passes, SiLU, SwiGLU, the fused FFN residual) against scalar references
 // written here from each op's rounding contract, with their own rounding function (ref_round below, which
 // shares no code with numerics/round.cpp). The bounds tests are one-sided: an accumulator wider than asked
 // (fp32 where fp16-seq is asked), a rounding skipped, or a Runner reading another (op, pass) entry stays
@@ -15,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/activation.hpp"
@@ -68,10 +70,13 @@ struct Acc {
 
 class HalfBitExact : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(HalfBitExact, Matmul) {
+TEST_P(HalfBitExact, MatmulAndClassifier) {
   const char* preset = GetParam();
-  for (const Pass pass : {Pass::Forward, Pass::BackwardData, Pass::BackwardWeight}) {
-    const OpPrecision& p = entry(preset, OpKind::Matmul, pass);
+  std::vector<std::pair<OpKind, Pass>> entries;
+  for (const OpKind op : {OpKind::Matmul, OpKind::Classifier})
+    for (const Pass pass : {Pass::Forward, Pass::BackwardData, Pass::BackwardWeight}) entries.emplace_back(op, pass);
+  for (const auto& [op, pass] : entries) {
+    const OpPrecision& p = entry(preset, op, pass);
     const Ctx<Emulated> ctx(p);
     const numerics::Format st = p.storage, cp = p.compute;
     const Acc acc{p.accumulate.format};
@@ -112,7 +117,7 @@ TEST_P(HalfBitExact, Matmul) {
         break;
       }
     }
-    expect_same(got, want, std::string(preset) + " matmul." + std::string(name_of(pass)));
+    expect_same(got, want, std::string(preset) + " " + std::string(name_of(op)) + "." + std::string(name_of(pass)));
   }
 }
 
