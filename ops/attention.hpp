@@ -9,6 +9,13 @@
 /// Accumulation in index order, rounded to compute; every elementwise step one rounding to compute; results
 /// stored. Backward functions add into gradients (g ← store(g + Δ), the add in compute).
 /// Units (Select): a head (b, h) for scores and values; a query row (b, h, t) for softmax.
+///
+/// Speed: when ctx.gemm_is_dot() (the accumulation does not round stochastically) the dot products of a head
+/// run as GEMMs on ctx.gemm (numerics' SIMD kernels where they apply): QKᵀ and dout·Vᵀ as one T×T×hs GEMM
+/// per band of query rows (only the causal outputs are used), the causal sums (att·V, dq, dk, dv) as one
+/// 1×hs GEMM per row with exactly that row's k-range [lo, hi) — never zero-padded, since s + 0·x turns −0
+/// into +0 and 0·inf into NaN. Each C_ij then gets dot()'s conversion with dot()'s key (ctx.dot_result), so
+/// the bits equal the per-element dots' (tests/ops/attention_gemm_test.cpp); otherwise each dot runs alone.
 #include <algorithm>
 #include <cmath>
 #include <span>
@@ -31,6 +38,15 @@ inline std::size_t at4(const AttnShape& s, std::int64_t b, std::int64_t h, std::
 inline std::size_t at3(const AttnShape& s, std::int64_t b, std::int64_t t, std::int64_t h, std::int64_t d) {
   return static_cast<std::size_t>((b * s.T + t) * s.C() + h * s.hs + d);
 }
+/// Query rows per GEMM of the T×T products (columns up to the band's last causal one).
+inline constexpr std::int64_t kBand = 32;
+/// Per-thread scratch for a head's raw GEMM outputs.
+template <class V>
+std::vector<V>& scratch(std::size_t n) {
+  thread_local std::vector<V> buf;
+  buf.resize(n);
+  return buf;
+}
 }  // namespace detail
 
 /// preatt[b,h,t,s] = (q[b,t,h,:]·k[b,s,h,:])·(1/√hs) for s ≤ t, else 0.
@@ -39,20 +55,33 @@ void attn_scores_forward(std::span<typename A::Value> preatt, std::span<const ty
                          std::span<const typename A::Value> k, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
   const std::vector<V> qs = detail::cast_in(q, ctx), ks = detail::cast_in(k, ctx);
+  using M = typename MatrixOf<A>::type;
   const V scale = ctx.c(1.0 / std::sqrt(static_cast<double>(s.hs)));
+  const bool batched = ctx.gemm_is_dot();
+  const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs), C = static_cast<std::size_t>(s.C());
   for_units(s.heads(), sel, [&](std::int64_t u) {
     const std::int64_t b = u / s.NH, h = u % s.NH;
-    for (std::int64_t t = 0; t < s.T; ++t)
-      for (std::int64_t j = 0; j < s.T; ++j) {
-        const std::size_t e = detail::at4(s, b, h, t, j);
-        if (j > t) {
-          preatt[e] = V(0);
-          continue;
+    std::vector<V>& raw = detail::scratch<V>(batched ? T * T : 0);
+    for (std::int64_t t0 = 0; t0 < s.T; t0 += detail::kBand) {
+      const std::int64_t t1 = std::min(s.T, t0 + detail::kBand);
+      // raw[t, j] = q[t,:]·k[j,:] for t in [t0, t1), j < t1 (the band's causal columns)
+      if (batched)
+        ctx.gemm(static_cast<std::size_t>(t1 - t0), static_cast<std::size_t>(t1), hs,
+                 M{qs.data() + detail::at3(s, b, t0, h, 0), C}, M{ks.data() + detail::at3(s, b, 0, h, 0), C, true},
+                 raw.data() + static_cast<std::size_t>(t0) * T, T, false, 0);
+      for (std::int64_t t = t0; t < t1; ++t)
+        for (std::int64_t j = 0; j < s.T; ++j) {
+          const std::size_t e = detail::at4(s, b, h, t, j);
+          if (j > t) {
+            preatt[e] = V(0);
+            continue;
+          }
+          const V d = batched ? ctx.dot_result(raw[static_cast<std::size_t>(t * s.T + j)], e)
+                              : ctx.dot(qs.data() + detail::at3(s, b, t, h, 0), 1,
+                                        ks.data() + detail::at3(s, b, j, h, 0), 1, hs, e);
+          preatt[e] = ctx.store(ctx.mul(d, scale, e * kSlots), e * kSlots + 1);
         }
-        const V d = ctx.dot(qs.data() + detail::at3(s, b, t, h, 0), 1, ks.data() + detail::at3(s, b, j, h, 0), 1,
-                            static_cast<std::size_t>(s.hs), e);
-        preatt[e] = ctx.store(ctx.mul(d, scale, e * kSlots), e * kSlots + 1);
-      }
+    }
   });
 }
 
@@ -63,7 +92,10 @@ void attn_scores_backward_data(std::span<typename A::Value> dq, std::span<typena
                                std::span<const typename A::Value> k, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
   const std::vector<V> qs = detail::cast_in(q, ctx), ks = detail::cast_in(k, ctx);
+  using M = typename MatrixOf<A>::type;
   const V scale = ctx.c(1.0 / std::sqrt(static_cast<double>(s.hs)));
+  const bool batched = ctx.gemm_is_dot();
+  const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs), C = static_cast<std::size_t>(s.C());
   std::vector<V> dps(static_cast<std::size_t>(s.att_size()));
   for_units(s.heads(), sel, [&](std::int64_t u) {
     const std::int64_t b = u / s.NH, h = u % s.NH;
@@ -73,19 +105,30 @@ void attn_scores_backward_data(std::span<typename A::Value> dq, std::span<typena
         dps[e] = j > t ? V(0) : ctx.mul(ctx.in(dpreatt[e], e * kSlots), scale, e * kSlots + 1);
       }
     const V* d0 = dps.data() + detail::at4(s, b, h, 0, 0);
-    for (std::int64_t t = 0; t < s.T; ++t)
+    std::vector<V>& raw = detail::scratch<V>(batched ? 2 * hs : 0);
+    for (std::int64_t t = 0; t < s.T; ++t) {
+      const auto tu = static_cast<std::size_t>(t);
+      if (batched) {
+        // raw[d] = Σ_{j ≤ t} dps[t,j]·k[j,d];  raw[hs + d] = Σ_{i ≥ t} dps[i,t]·q[i,d]
+        ctx.gemm(1, hs, tu + 1, M{d0 + tu * T, T}, M{ks.data() + detail::at3(s, b, 0, h, 0), C}, raw.data(), hs,
+                 false, 0);
+        ctx.gemm(1, hs, T - tu, M{d0 + tu * T + tu, T, true}, M{qs.data() + detail::at3(s, b, t, h, 0), C},
+                 raw.data() + hs, hs, false, 0);
+      }
       for (std::int64_t d = 0; d < s.hs; ++d) {
         const std::size_t e = detail::at3(s, b, t, h, d);
         const std::uint64_t kk = e * kSlots;
         // dq[t,d] = Σ_{j ≤ t} dps[t,j]·k[j,d]
-        const V g = ctx.dot(d0 + t * s.T, 1, ks.data() + detail::at3(s, b, 0, h, d), s.C(),
-                            static_cast<std::size_t>(t + 1), 2 * e);
+        const V g = batched ? ctx.dot_result(raw[static_cast<std::size_t>(d)], 2 * e)
+                            : ctx.dot(d0 + t * s.T, 1, ks.data() + detail::at3(s, b, 0, h, d), s.C(), tu + 1, 2 * e);
         dq[e] = ctx.store(ctx.add(ctx.in(dq[e], kk), g, kk + 1), kk + 2);
         // dk[t,d] = Σ_{i ≥ t} dps[i,t]·q[i,d]
-        const V gk = ctx.dot(d0 + t * s.T + t, s.T, qs.data() + detail::at3(s, b, t, h, d), s.C(),
-                             static_cast<std::size_t>(s.T - t), 2 * e + 1);
+        const V gk = batched ? ctx.dot_result(raw[hs + static_cast<std::size_t>(d)], 2 * e + 1)
+                             : ctx.dot(d0 + t * s.T + t, s.T, qs.data() + detail::at3(s, b, t, h, d), s.C(), T - tu,
+                                       2 * e + 1);
         dk[e] = ctx.store(ctx.add(ctx.in(dk[e], kk + 3), gk, kk + 4), kk + 5);
       }
+    }
   });
 }
 
@@ -146,16 +189,27 @@ template <class A>
 void attn_values_forward(std::span<typename A::Value> out, std::span<const typename A::Value> att,
                          std::span<const typename A::Value> v, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
+  using M = typename MatrixOf<A>::type;
   const std::vector<V> as = detail::cast_in(att, ctx), vs = detail::cast_in(v, ctx);
+  const bool batched = ctx.gemm_is_dot();
+  const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs), C = static_cast<std::size_t>(s.C());
   for_units(s.heads(), sel, [&](std::int64_t u) {
     const std::int64_t b = u / s.NH, h = u % s.NH;
-    for (std::int64_t t = 0; t < s.T; ++t)
+    std::vector<V>& raw = detail::scratch<V>(batched ? hs : 0);
+    for (std::int64_t t = 0; t < s.T; ++t) {
+      const auto tu = static_cast<std::size_t>(t);
+      // raw[d] = Σ_{j ≤ t} att[t,j]·v[j,d]
+      if (batched)
+        ctx.gemm(1, hs, tu + 1, M{as.data() + detail::at4(s, b, h, t, 0), T},
+                 M{vs.data() + detail::at3(s, b, 0, h, 0), C}, raw.data(), hs, false, 0);
       for (std::int64_t d = 0; d < s.hs; ++d) {
         const std::size_t e = detail::at3(s, b, t, h, d);
-        const V r = ctx.dot(as.data() + detail::at4(s, b, h, t, 0), 1, vs.data() + detail::at3(s, b, 0, h, d), s.C(),
-                            static_cast<std::size_t>(t + 1), e);
+        const V r = batched ? ctx.dot_result(raw[static_cast<std::size_t>(d)], e)
+                            : ctx.dot(as.data() + detail::at4(s, b, h, t, 0), 1,
+                                      vs.data() + detail::at3(s, b, 0, h, d), s.C(), tu + 1, e);
         out[e] = ctx.store(r, e * kSlots);
       }
+    }
   });
 }
 
@@ -165,23 +219,43 @@ void attn_values_backward_data(std::span<typename A::Value> datt, std::span<type
                                std::span<const typename A::Value> dout, std::span<const typename A::Value> att,
                                std::span<const typename A::Value> v, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
+  using M = typename MatrixOf<A>::type;
   const std::vector<V> as = detail::cast_in(att, ctx), vs = detail::cast_in(v, ctx), ds = detail::cast_in(dout, ctx);
+  const bool batched = ctx.gemm_is_dot();
+  const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs), C = static_cast<std::size_t>(s.C());
   for_units(s.heads(), sel, [&](std::int64_t u) {
     const std::int64_t b = u / s.NH, h = u % s.NH;
-    for (std::int64_t t = 0; t < s.T; ++t)
-      for (std::int64_t j = 0; j <= t; ++j) {
-        const std::size_t e = detail::at4(s, b, h, t, j);
-        const V g = ctx.dot(ds.data() + detail::at3(s, b, t, h, 0), 1, vs.data() + detail::at3(s, b, j, h, 0), 1,
-                            static_cast<std::size_t>(s.hs), 2 * e);
-        datt[e] = ctx.store(ctx.add(ctx.in(datt[e], e * kSlots), g, e * kSlots + 1), e * kSlots + 2);
-      }
-    for (std::int64_t j = 0; j < s.T; ++j)
+    std::vector<V>& raw = detail::scratch<V>(batched ? T * T : 0);
+    for (std::int64_t t0 = 0; t0 < s.T; t0 += detail::kBand) {
+      const std::int64_t t1 = std::min(s.T, t0 + detail::kBand);
+      // raw[t, j] = dout[t,:]·v[j,:] for t in [t0, t1), j < t1
+      if (batched)
+        ctx.gemm(static_cast<std::size_t>(t1 - t0), static_cast<std::size_t>(t1), hs,
+                 M{ds.data() + detail::at3(s, b, t0, h, 0), C}, M{vs.data() + detail::at3(s, b, 0, h, 0), C, true},
+                 raw.data() + static_cast<std::size_t>(t0) * T, T, false, 0);
+      for (std::int64_t t = t0; t < t1; ++t)
+        for (std::int64_t j = 0; j <= t; ++j) {
+          const std::size_t e = detail::at4(s, b, h, t, j);
+          const V g = batched ? ctx.dot_result(raw[static_cast<std::size_t>(t * s.T + j)], 2 * e)
+                              : ctx.dot(ds.data() + detail::at3(s, b, t, h, 0), 1,
+                                        vs.data() + detail::at3(s, b, j, h, 0), 1, hs, 2 * e);
+          datt[e] = ctx.store(ctx.add(ctx.in(datt[e], e * kSlots), g, e * kSlots + 1), e * kSlots + 2);
+        }
+    }
+    for (std::int64_t j = 0; j < s.T; ++j) {
+      const auto ju = static_cast<std::size_t>(j);
+      // raw[d] = Σ_{t ≥ j} att[t,j]·dout[t,d]
+      if (batched)
+        ctx.gemm(1, hs, T - ju, M{as.data() + detail::at4(s, b, h, j, j), T, true},
+                 M{ds.data() + detail::at3(s, b, j, h, 0), C}, raw.data(), hs, false, 0);
       for (std::int64_t d = 0; d < s.hs; ++d) {
         const std::size_t e = detail::at3(s, b, j, h, d);
-        const V g = ctx.dot(as.data() + detail::at4(s, b, h, j, j), s.T, ds.data() + detail::at3(s, b, j, h, d), s.C(),
-                            static_cast<std::size_t>(s.T - j), 2 * e + 1);
+        const V g = batched ? ctx.dot_result(raw[static_cast<std::size_t>(d)], 2 * e + 1)
+                            : ctx.dot(as.data() + detail::at4(s, b, h, j, j), s.T,
+                                      ds.data() + detail::at3(s, b, j, h, d), s.C(), T - ju, 2 * e + 1);
         dv[e] = ctx.store(ctx.add(ctx.in(dv[e], e * kSlots + 3), g, e * kSlots + 4), e * kSlots + 5);
       }
+    }
   });
 }
 

@@ -1,6 +1,17 @@
 #include "ops/backend.hpp"
 
+#include <omp.h>
+
+#include <atomic>
+
 namespace roundoff::ops {
+
+namespace {
+std::atomic<bool> g_fast_paths{true};
+}  // namespace
+
+void set_fast_paths(bool on) { g_fast_paths.store(on, std::memory_order_relaxed); }
+bool fast_paths() { return g_fast_paths.load(std::memory_order_relaxed); }
 
 double Ctx<Emulated>::sum(const double* x, std::ptrdiff_t inc, std::size_t n, std::uint64_t r) const {
   double s = 0;
@@ -17,13 +28,13 @@ double Ctx<Emulated>::sum(const double* x, std::ptrdiff_t inc, std::size_t n, st
 
 double Ctx<Emulated>::dot(const double* x, std::ptrdiff_t incx, const double* y, std::ptrdiff_t incy, std::size_t n,
                           std::uint64_t r) const {
-  const double s = numerics::dot(prec_.accumulate, x, incx, y, incy, n, sub_stream(bits_, r));
-  return to_compute(s, r * kSlots + (kSlots - 1));
+  return dot_result(numerics::dot(prec_.accumulate, x, incx, y, incy, n, sub_stream(bits_, r)), r);
 }
 
 void Ctx<Emulated>::gemm(std::size_t M, std::size_t N, std::size_t K, numerics::ConstMatrix A, numerics::ConstMatrix B,
                          double* C, std::size_t ldc, bool accumulate, std::uint64_t r) const {
-  numerics::gemm(prec_.accumulate, M, N, K, A, B, C, ldc, accumulate, sub_stream(bits_, r), nullptr, 0);
+  numerics::gemm(prec_.accumulate, M, N, K, A, B, C, ldc, accumulate, sub_stream(bits_, r), nullptr,
+                 omp_in_parallel() ? 1 : 0);
 }
 
 void Ctx<Emulated>::in_array(std::span<const double> src, std::span<double> dst, std::uint64_t first_key) const {

@@ -52,6 +52,11 @@ struct Reference {
   using Value = Ref;
 };
 
+/// Global switch of the ops' fast paths (batched GEMMs instead of per-element dots, ...), on by default.
+/// Off, every op runs its per-element definition: the oracle the tests compare the fast paths with bit for bit.
+void set_fast_paths(bool on);
+bool fast_paths();
+
 /// Roundings per element an op may use (keys are element·kSlots + slot).
 inline constexpr std::uint64_t kSlots = 32;
 
@@ -136,9 +141,18 @@ class Ctx<Emulated> {
   double dot(const double* x, std::ptrdiff_t incx, const double* y, std::ptrdiff_t incy, std::size_t n,
              std::uint64_t r) const;
   /// C(M×N) (+)= A(M×K)·B(K×N), each C_ij a dot under the accumulation (numerics::gemm); C is left in the
-  /// accumulator format. `threads` = 1 inside an already parallel region.
+  /// accumulator format. One thread inside an already parallel region, all threads otherwise.
   void gemm(std::size_t M, std::size_t N, std::size_t K, numerics::ConstMatrix A, numerics::ConstMatrix B, double* C,
             std::size_t ldc, bool accumulate, std::uint64_t r) const;
+  /// True when gemm() gives every C_ij the bits dot() gives before its conversion to compute, so that ops may
+  /// batch their dots into GEMMs (the SIMD kernels). Holds whenever the accumulation does not round
+  /// stochastically: numerics::gemm and numerics::dot then run the same reduction per element (or a kernel
+  /// bit-identical to it) and only their stochastic streams would differ. The ops' own rounding (prec.rounding,
+  /// e.g. stochastic stores) is unaffected: dot_result applies dot()'s conversion with dot()'s key.
+  /// False while fast_paths() is off.
+  bool gemm_is_dot() const { return fast_paths() && prec_.accumulate.rounding != numerics::Rounding::Stochastic; }
+  /// dot()'s conversion of the accumulator value s of reduction r to compute.
+  double dot_result(double s, std::uint64_t r) const { return to_compute(s, r * kSlots + (kSlots - 1)); }
   /// Inputs cast on entry for a whole array: dst[i] = in(src[i]) (keys first_key + i·kSlots + kSlots − 2,
   /// a slot no op body uses; kSlots − 1 is the reductions' conversion to compute).
   void in_array(std::span<const double> src, std::span<double> dst, std::uint64_t first_key) const;
@@ -250,6 +264,8 @@ class Ctx<Reference> {
         C[i * ldc + j] = s;
       }
   }
+  bool gemm_is_dot() const { return true; }
+  Ref dot_result(const Ref& s, std::uint64_t) const { return s; }
   void in_array(std::span<const Ref> src, std::span<Ref> dst, std::uint64_t) const {
     for (std::size_t i = 0; i < src.size(); ++i) dst[i] = src[i];
   }

@@ -1,0 +1,155 @@
+// The batched attention paths (per-head GEMMs with per-row k-ranges, ops/attention.hpp) against the
+// per-element dots they replace (ops::set_fast_paths(false): the oracle), bit for bit, for every preset, with
+// stochastic op rounding and stochastic accumulation, ragged shapes (T across the 32-row bands, odd hs), and
+// inputs in the normal, overflow, subnormal and special-value (±0, ±inf, NaN) regimes.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/attention.hpp"
+#include "ops/policy.hpp"
+#include "tests/ops/ops_test_util.hpp"
+
+namespace roundoff::ops {
+namespace {
+
+enum class Regime { Normal, Overflow, Subnormal, Specials };
+
+/// n values of `regime` rounded (nearest-even) to f.
+std::vector<double> inputs(std::size_t n, Regime regime, const numerics::Format& f, std::uint64_t seed) {
+  const double sigma = regime == Regime::Overflow ? std::sqrt(numerics::RoundingPlan(f).max_finite)
+                       : regime == Regime::Subnormal ? std::sqrt(numerics::RoundingPlan(f).min_normal) / 4
+                                                      : 1.0;
+  std::vector<double> v = test::randn(n, sigma, f, seed);
+  if (regime == Regime::Specials) {
+    std::mt19937_64 rng(seed + 1);
+    const double inf = std::numeric_limits<double>::infinity();
+    const double special[] = {0.0, -0.0, -0.0, -0.0, inf, -inf, std::numeric_limits<double>::quiet_NaN()};
+    for (double& x : v)
+      if (rng() % 5 == 0) x = special[rng() % 7];
+  }
+  // Whole rows of −0 so that some dot products are exact −0 sums (zero padding would give +0).
+  for (std::size_t i = 0; i < n / 7; ++i) v[i] = -0.0;
+  return v;
+}
+
+bool same(double a, double b) {
+  return (std::isnan(a) && std::isnan(b)) || std::bit_cast<std::uint64_t>(a) == std::bit_cast<std::uint64_t>(b);
+}
+
+void expect_same(const std::vector<double>& fast, const std::vector<double>& oracle, const std::string& what) {
+  ASSERT_EQ(fast.size(), oracle.size());
+  std::size_t bad = 0, first = 0;
+  for (std::size_t i = 0; i < fast.size(); ++i)
+    if (!same(fast[i], oracle[i]) && bad++ == 0) first = i;
+  EXPECT_EQ(bad, 0u) << what << ": first at " << first << ": " << fast[first] << " vs " << oracle[first];
+}
+
+/// Runs f twice, with the fast paths on and off, and returns both results.
+template <class F>
+std::pair<std::vector<std::vector<double>>, std::vector<std::vector<double>>> both(F&& f) {
+  set_fast_paths(true);
+  auto fast = f();
+  set_fast_paths(false);
+  auto oracle = f();
+  set_fast_paths(true);
+  return {fast, oracle};
+}
+
+struct Case {
+  std::string policy;
+  AttnShape shape;
+};
+
+TEST(AttentionGemm, BitIdenticalToPerElementDots) {
+  std::vector<std::string> policies = Policy::preset_names();
+  policies.push_back("ane-fp16,all.rounding=stochastic");
+  policies.push_back("pure-bf16,all.rounding=up");
+  policies.push_back("ane-fp16,attn-scores.acc=[acc=fp16:stochastic,order=seq],attn-values.acc=fp16-pairwise");
+  policies.push_back("fp32,attn-scores.acc=[acc=fp32,order=blocked:4,outer=fp32],attn-values.acc=bf16-seq");
+  const AttnShape shapes[] = {{1, 2, 37, 6}, {2, 3, 5, 4}, {1, 1, 70, 16}};
+  int batched_cases = 0;
+  for (const std::string& spec : policies) {
+    const Policy pol = load_policy(spec);
+    for (const AttnShape& s : shapes)
+      for (Regime regime : {Regime::Normal, Regime::Overflow, Regime::Subnormal, Regime::Specials}) {
+        const std::string what = spec + " T=" + std::to_string(s.T) + " hs=" + std::to_string(s.hs) + " regime " +
+                                 std::to_string(static_cast<int>(regime));
+        const auto qkv = static_cast<std::size_t>(s.qkv_size()), att = static_cast<std::size_t>(s.att_size());
+        const numerics::StochasticBits bits{11, 5};
+        const auto seed = static_cast<std::uint64_t>(s.T * 131 + s.hs) * 7 + static_cast<std::uint64_t>(regime);
+        {
+          const Ctx<Emulated> c(pol.at(OpKind::AttnScores, Pass::Forward), bits);
+          batched_cases += c.gemm_is_dot();
+          const numerics::Format& f = c.precision().storage;
+          const auto q = inputs(qkv, regime, f, seed), k = inputs(qkv, regime, f, seed + 2);
+          const auto [fast, oracle] = both([&] {
+            std::vector<double> pre(att, 7.0);
+            attn_scores_forward<Emulated>(pre, q, k, s, c);
+            return std::vector<std::vector<double>>{pre};
+          });
+          expect_same(fast[0], oracle[0], "scores fwd " + what);
+        }
+        {
+          const Ctx<Emulated> c(pol.at(OpKind::AttnScores, Pass::BackwardData), bits);
+          const numerics::Format& f = c.precision().storage;
+          const auto q = inputs(qkv, regime, f, seed + 3), k = inputs(qkv, regime, f, seed + 4);
+          const auto dp = inputs(att, regime, f, seed + 5), dq0 = inputs(qkv, Regime::Normal, f, seed + 6);
+          const auto [fast, oracle] = both([&] {
+            std::vector<double> dq = dq0, dk = dq0;
+            attn_scores_backward_data<Emulated>(dq, dk, dp, q, k, s, c);
+            return std::vector<std::vector<double>>{dq, dk};
+          });
+          expect_same(fast[0], oracle[0], "scores bwd dq " + what);
+          expect_same(fast[1], oracle[1], "scores bwd dk " + what);
+        }
+        {
+          const Ctx<Emulated> c(pol.at(OpKind::AttnValues, Pass::Forward), bits);
+          const numerics::Format& f = c.precision().storage;
+          const auto a = inputs(att, regime, f, seed + 7), v = inputs(qkv, regime, f, seed + 8);
+          const auto [fast, oracle] = both([&] {
+            std::vector<double> out(qkv, 3.0);
+            attn_values_forward<Emulated>(out, a, v, s, c);
+            return std::vector<std::vector<double>>{out};
+          });
+          expect_same(fast[0], oracle[0], "values fwd " + what);
+        }
+        {
+          const Ctx<Emulated> c(pol.at(OpKind::AttnValues, Pass::BackwardData), bits);
+          const numerics::Format& f = c.precision().storage;
+          const auto a = inputs(att, regime, f, seed + 9), v = inputs(qkv, regime, f, seed + 10);
+          const auto d = inputs(qkv, regime, f, seed + 11), g0 = inputs(att, Regime::Normal, f, seed + 12);
+          const auto dv0 = inputs(qkv, Regime::Normal, f, seed + 13);
+          const auto [fast, oracle] = both([&] {
+            std::vector<double> datt = g0, dv = dv0;
+            attn_values_backward_data<Emulated>(datt, dv, d, a, v, s, c);
+            return std::vector<std::vector<double>>{datt, dv};
+          });
+          expect_same(fast[0], oracle[0], "values bwd datt " + what);
+          expect_same(fast[1], oracle[1], "values bwd dv " + what);
+        }
+      }
+  }
+  // Every policy but the one with a stochastic attn-scores accumulation takes the batched path.
+  EXPECT_EQ(batched_cases, static_cast<int>(policies.size() - 1) * 3 * 4);
+}
+
+TEST(AttentionGemm, FastPathsOffMeansPerElementDots) {
+  const Ctx<Emulated> c(Policy::preset("ane-fp16").at(OpKind::AttnScores, Pass::Forward));
+  EXPECT_TRUE(c.gemm_is_dot());
+  set_fast_paths(false);
+  EXPECT_FALSE(c.gemm_is_dot());
+  set_fast_paths(true);
+  const Ctx<Emulated> sr(load_policy("ane-fp16,attn-scores.acc=[acc=fp16:stochastic,order=seq]")
+                             .at(OpKind::AttnScores, Pass::Forward));
+  EXPECT_FALSE(sr.gemm_is_dot());
+}
+
+}  // namespace
+}  // namespace roundoff::ops
