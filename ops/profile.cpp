@@ -40,11 +40,19 @@ std::vector<Row> rows_of(const std::array<double, kOpCount * kPassCount>& second
 
 }  // namespace
 
+double Profile::median_step_seconds() const {
+  if (step_times_.empty()) return 0;
+  std::vector<double> t = step_times_;
+  std::sort(t.begin(), t.end());
+  const std::size_t n = t.size();
+  return n % 2 == 1 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
 void Profile::print(std::ostream& os) const {
   const double n = static_cast<double>(std::max<std::int64_t>(1, steps_));
   char line[160];
-  std::snprintf(line, sizeof line, "profile: %lld steps, %.1f ms per step (mean)\n", static_cast<long long>(steps_),
-                1e3 * step_seconds_ / n);
+  std::snprintf(line, sizeof line, "profile: %lld steps, %.1f ms per step (mean), %.1f ms (median)\n",
+                static_cast<long long>(steps_), 1e3 * step_seconds_ / n, 1e3 * median_step_seconds());
   os << line;
   std::snprintf(line, sizeof line, "  %-28s %-11s %9s %12s %7s\n", "op", "pass", "calls/step", "ms/step", "%");
   os << line;
@@ -64,6 +72,7 @@ void Profile::write_csv(std::ostream& os) const {
   const double n = static_cast<double>(std::max<std::int64_t>(1, steps_));
   os << "op,pass,calls_per_step,ms_per_step,percent\n";
   os << (numerics::CsvRow() << "step" << "" << 1 << 1e3 * step_seconds_ / n << 100).str() << '\n';
+  os << (numerics::CsvRow() << "step-median" << "" << 1 << 1e3 * median_step_seconds() << "").str() << '\n';
   for (const Row& r : rows_of(seconds_, calls_, phases_, step_seconds_)) {
     numerics::CsvRow row;
     row << r.op << r.pass;

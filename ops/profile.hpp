@@ -10,6 +10,7 @@
 #include <iosfwd>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "ops/op_kind.hpp"
 
@@ -29,8 +30,11 @@ class Profile {
   /// One whole step took `seconds` (the table's denominator).
   void add_step(double seconds) {
     step_seconds_ += seconds;
+    step_times_.push_back(seconds);
     ++steps_;
   }
+  /// Median wall time of one step (0 before any step).
+  double median_step_seconds() const;
 
   double seconds(OpKind op, Pass pass) const { return seconds_[index_of(op) * kPassCount + index_of(pass)]; }
   std::int64_t calls(OpKind op, Pass pass) const { return calls_[index_of(op) * kPassCount + index_of(pass)]; }
@@ -40,8 +44,8 @@ class Profile {
   /// The table: one row per (op, pass) that ran, slowest first, then the phases and "other" (step time not
   /// in any row), each as ms per step and % of the step; ops' rows also give calls per step.
   void print(std::ostream& os) const;
-  /// The same rows as CSV: op,pass,calls_per_step,ms_per_step,percent; the first row (op "step") is the
-  /// mean step.
+  /// The same rows as CSV: op,pass,calls_per_step,ms_per_step,percent; the first rows are the mean step
+  /// (op "step") and the median step (op "step-median").
   void write_csv(std::ostream& os) const;
 
  private:
@@ -49,6 +53,7 @@ class Profile {
   std::array<std::int64_t, kOpCount * kPassCount> calls_{};
   std::map<std::string, double> phases_;
   double step_seconds_ = 0;
+  std::vector<double> step_times_;
   std::int64_t steps_ = 0;
 };
 

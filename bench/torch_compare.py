@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Training-step time of roundoff against native PyTorch fp32 on the same model, shapes and thread count,
+measured in one run (issue 9, "Speed"; results in docs/performance.md).
+
+roundoff: `roundoff train --profile` for --steps steps (the first is dropped as warm-up by the median);
+the model's shapes are read back from its summary.json. PyTorch: the same Llama-family decoder (RMSNorm
+pre-norm, RoPE, causal softmax attention, SwiGLU, untied classifier, mean cross-entropy, AdamW) in fp32 on
+random tokens of the same vocabulary (speed does not depend on the data), timed step by step after two
+warm-up steps. Prints one line per policy with both medians and the ratio roundoff / PyTorch fp32.
+
+  python3 bench/torch_compare.py --config T1 --threads 1
+  python3 bench/torch_compare.py --config W512 --threads 1 --steps 3   # d 512, 4 layers, 8 heads, seq 128, batch 4, BPE-1024
+
+Debian's torch uses the reference BLAS unless libopenblas0-pthread is installed (3-8x slower): the script
+prints torch's BLAS so the figure says which it measured.
+"""
+import argparse
+import csv
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+CONFIGS = {
+    "T0": ["--config", "T0"],
+    "T1": ["--config", "T1"],
+    "W512": ["--config", "custom", "--d", "512", "--layers", "4", "--heads", "8", "--seq", "128", "--batch", "4",
+             "--tokenizer", "bpe", "--vocab", "1024"],
+}
+
+
+def roundoff_step_ms(binary, config, policy, steps, threads):
+    with tempfile.TemporaryDirectory(prefix="roundoff_torch_compare_") as out:
+        cmd = [binary, "train", *CONFIGS[config], "--precision", policy, "--steps", str(steps), "--threads",
+               str(threads), "--telemetry-every", "0", "--progress-every", "0", "--eval-tokens", "64", "--profile",
+               "--out", os.path.join(out, "run")]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(os.path.join(out, "run", "profile.csv")) as f:
+            rows = {r["op"]: r for r in csv.DictReader(f) if r["pass"] == ""}
+        with open(os.path.join(out, "run", "summary.json")) as f:
+            shape = json.load(f)["config"]
+        return float(rows["step-median"]["ms_per_step"]), shape
+
+
+def torch_step_ms(shape, steps, threads):
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(1)
+    d, L, H, hid, T, B, V = (shape[k] for k in ("d", "layers", "heads", "hidden", "seq", "batch", "vocab"))
+    hs = d // H
+    eps = shape.get("norm_eps", 1e-5)
+
+    def p(*s, std=0.02):
+        return torch.nn.Parameter(torch.randn(*s) * std)
+
+    params = {"wte": p(V, d), "lnf": torch.nn.Parameter(torch.ones(d)), "wcls": p(V, d)}
+    for l in range(L):
+        for n, s in (("wq", (d, d)), ("wk", (d, d)), ("wv", (d, d)), ("wo", (d, d)), ("w1", (hid, d)),
+                     ("w3", (hid, d)), ("w2", (d, hid))):
+            params[f"{n}{l}"] = p(*s)
+        params[f"ln1{l}"] = torch.nn.Parameter(torch.ones(d))
+        params[f"ln2{l}"] = torch.nn.Parameter(torch.ones(d))
+    inv = 1.0 / (shape.get("rope_base", 10000.0) ** (torch.arange(0, hs, 2).float() / hs))
+    ang = torch.outer(torch.arange(T).float(), inv)
+    cos, sin = ang.cos(), ang.sin()
+    mask = torch.full((T, T), float("-inf")).triu(1)
+
+    def rms(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+    def rope(x):  # (B, H, T, hs), pairs (2i, 2i+1)
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), -1).flatten(-2)
+
+    def loss_fn(tok, tgt):
+        x = params["wte"][tok]
+        for l in range(L):
+            h = rms(x, params[f"ln1{l}"])
+            q, k, v = (F.linear(h, params[f"{n}{l}"]).view(B, T, H, hs).transpose(1, 2) for n in ("wq", "wk", "wv"))
+            q, k = rope(q), rope(k)
+            att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(hs) + mask, -1)
+            y = (att @ v).transpose(1, 2).reshape(B, T, d)
+            x = x + F.linear(y, params[f"wo{l}"])
+            h2 = rms(x, params[f"ln2{l}"])
+            x = x + F.linear(F.silu(F.linear(h2, params[f"w1{l}"])) * F.linear(h2, params[f"w3{l}"]), params[f"w2{l}"])
+        logits = F.linear(rms(x, params["lnf"]), params["wcls"])
+        return F.cross_entropy(logits.view(-1, V), tgt.view(-1))
+
+    opt = torch.optim.AdamW(params.values(), lr=1e-3, weight_decay=0.1)
+    times = []
+    for s in range(steps + 2):
+        tok = torch.randint(0, V, (B, T))
+        tgt = torch.randint(0, V, (B, T))
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(tok, tgt)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
+        opt.step()
+        if s >= 2:
+            times.append(time.perf_counter() - t0)
+    blas = "openblas" if "openblas" in torch.__config__.show().lower() else "see torch.__config__.show()"
+    return 1e3 * statistics.median(times), torch.__version__, blas
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", choices=sorted(CONFIGS), default="T1")
+    ap.add_argument("--policies", default="fp32,ane-fp16")
+    ap.add_argument("--steps", type=int, default=5, help="roundoff steps per policy (median); torch runs 3x as many")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--roundoff", default=os.path.join(os.path.dirname(__file__), "..", "build", "studies", "roundoff"))
+    a = ap.parse_args()
+    os.environ["OMP_NUM_THREADS"] = str(a.threads)
+    results = {}
+    shape = None
+    for pol in a.policies.split(","):
+        results[pol], shape = roundoff_step_ms(a.roundoff, a.config, pol, a.steps, a.threads)
+    torch_ms, version, blas = torch_step_ms(shape, 3 * a.steps, a.threads)
+    print(f"config {a.config} {json.dumps(shape, sort_keys=True)}, threads {a.threads}, torch {version} ({blas}), "
+          f"load average {os.getloadavg()[0]:.1f}")
+    print(f"{'policy':<16}{'roundoff ms':>14}{'torch fp32 ms':>16}{'ratio':>8}")
+    for pol, ms in results.items():
+        print(f"{pol:<16}{ms:>14.1f}{torch_ms:>16.1f}{ms / torch_ms:>8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
