@@ -1,5 +1,6 @@
 #include "numerics/round.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -222,13 +223,53 @@ bool is_representable(const RoundingPlan& plan, double x) {
   return round_to(plan, Rounding::TowardZero, x) == x && round_to(plan, Rounding::Up, x) == x;
 }
 
+namespace {
+
+/// Chunks of round_array(double) that may take the binary32 paths.
+constexpr std::size_t kFloatChunk = 1024;
+
+/// The scalar definition on src[c, c + n).
+void round_doubles(const RoundingPlan& plan, Rounding mode, const double* src, double* dst, std::size_t n,
+                   StochasticBits bits, std::uint64_t first_index) {
+  if (mode == Rounding::Stochastic) {
+    for (std::size_t i = 0; i < n; ++i) dst[i] = round_to(plan, mode, src[i], bits.draw(first_index + i));
+  } else {
+    for (std::size_t i = 0; i < n; ++i) dst[i] = round_to(plan, mode, src[i]);
+  }
+}
+
+}  // namespace
+
 void round_array(const RoundingPlan& plan, Rounding mode, std::span<const double> src, std::span<double> dst,
                  StochasticBits bits, std::uint64_t first_index) {
   if (src.size() != dst.size()) throw std::invalid_argument("round_array: source and destination sizes differ");
-  if (mode == Rounding::Stochastic) {
-    for (std::size_t i = 0; i < src.size(); ++i) dst[i] = round_to(plan, mode, src[i], bits.draw(first_index + i));
-  } else {
-    for (std::size_t i = 0; i < src.size(); ++i) dst[i] = round_to(plan, mode, src[i]);
+  // A chunk whose every element is a binary32 number (NaN excluded) is rounded on floats: such a value is exact
+  // in binary32, so rounding it is the same computation (same exact value, same draw index) as on the double,
+  // and the float paths are bit-identical to round_to. For the IEEE binary32 format itself the values are
+  // already representable, and rounding a representable value returns it in every mode (stochastic: the
+  // fraction is 0). Other chunks, and formats beyond the binary32 range, take the scalar definition.
+  const bool is_fp32 = plan.format == formats::fp32;
+  const bool float_range = plan.format.emax <= 127 && plan.qexp_min >= -149;
+  float buf[kFloatChunk];
+  for (std::size_t c = 0; c < src.size(); c += kFloatChunk) {
+    const std::size_t n = std::min(kFloatChunk, src.size() - c);
+    bool floats = is_fp32 || float_range;
+    if (floats) {
+      for (std::size_t i = 0; i < n; ++i) {
+        buf[i] = static_cast<float>(src[c + i]);
+        floats &= static_cast<double>(buf[i]) == src[c + i];
+      }
+    }
+    if (floats && is_fp32) {
+      for (std::size_t i = 0; i < n; ++i) dst[c + i] = src[c + i];
+      continue;
+    }
+    if (floats && simd::round_float_fast(plan, mode, std::span<const float>(buf, n), std::span<float>(buf, n), bits,
+                                         first_index + c)) {
+      for (std::size_t i = 0; i < n; ++i) dst[c + i] = static_cast<double>(buf[i]);
+      continue;
+    }
+    round_doubles(plan, mode, src.data() + c, dst.data() + c, n, bits, first_index + c);
   }
 }
 
