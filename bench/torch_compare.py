@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Training-step time of roundoff against native PyTorch fp32 on the same model, shapes and thread count,
 measured in one run (issue 9, "Speed"; results in docs/performance.md).
 
@@ -8,8 +8,8 @@ pre-norm, RoPE, causal softmax attention, SwiGLU, untied classifier, mean cross-
 random tokens of the same vocabulary (speed does not depend on the data), timed step by step after two
 warm-up steps. Prints one line per policy with both medians and the ratio roundoff / PyTorch fp32.
 
-  python3 bench/torch_compare.py --config T1 --threads 1
-  python3 bench/torch_compare.py --config W512 --threads 1 --steps 3   # d 512, 4 layers, 8 heads, seq 128, batch 4, BPE-1024
+  /usr/bin/python3 bench/torch_compare.py --config T1 --threads 1
+  /usr/bin/python3 bench/torch_compare.py --config W512 --threads 1 --steps 3   # d 512, 4 layers, 8 heads, seq 128, batch 4, BPE-1024
 
 Debian's torch uses the reference BLAS unless libopenblas0-pthread is installed (3-8x slower): the script
 prints torch's BLAS so the figure says which it measured.
@@ -19,6 +19,7 @@ import csv
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -33,7 +34,7 @@ CONFIGS = {
 }
 
 
-def roundoff_step_ms(binary, config, policy, steps, threads):
+def roundoff_step_ms(binary, config, policy, steps, threads, keep):
     with tempfile.TemporaryDirectory(prefix="roundoff_torch_compare_") as out:
         cmd = [binary, "train", *CONFIGS[config], "--precision", policy, "--steps", str(steps), "--threads",
                str(threads), "--telemetry-every", "0", "--progress-every", "0", "--eval-tokens", "64", "--profile",
@@ -43,7 +44,10 @@ def roundoff_step_ms(binary, config, policy, steps, threads):
             rows = {r["op"]: r for r in csv.DictReader(f) if r["pass"] == ""}
         with open(os.path.join(out, "run", "summary.json")) as f:
             shape = json.load(f)["config"]
-        return float(rows["step-median"]["ms_per_step"]), shape
+        if keep:
+            os.makedirs(keep, exist_ok=True)
+            shutil.copyfile(os.path.join(out, "run", "profile.csv"), os.path.join(keep, f"{config}-{policy}.csv"))
+        return float(rows.get("step-median", rows["step"])["ms_per_step"]), shape
 
 
 def torch_step_ms(shape, steps, threads):
@@ -105,7 +109,10 @@ def torch_step_ms(shape, steps, threads):
         opt.step()
         if s >= 2:
             times.append(time.perf_counter() - t0)
-    blas = "openblas" if "openblas" in torch.__config__.show().lower() else "see torch.__config__.show()"
+    # Debian's torch calls the libblas.so.3 alternative: name the library actually mapped into this process.
+    with open("/proc/self/maps") as f:
+        libs = {os.path.basename(line.split()[-1]) for line in f if "blas" in line.lower()}
+    blas = ", ".join(sorted(libs)) or "no BLAS library mapped"
     return 1e3 * statistics.median(times), torch.__version__, blas
 
 
@@ -115,13 +122,14 @@ def main():
     ap.add_argument("--policies", default="fp32,ane-fp16")
     ap.add_argument("--steps", type=int, default=5, help="roundoff steps per policy (median); torch runs 3x as many")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--keep", help="directory for each roundoff run's per-(op, pass) profile.csv")
     ap.add_argument("--roundoff", default=os.path.join(os.path.dirname(__file__), "..", "build", "studies", "roundoff"))
     a = ap.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
     results = {}
     shape = None
     for pol in a.policies.split(","):
-        results[pol], shape = roundoff_step_ms(a.roundoff, a.config, pol, a.steps, a.threads)
+        results[pol], shape = roundoff_step_ms(a.roundoff, a.config, pol, a.steps, a.threads, a.keep)
     torch_ms, version, blas = torch_step_ms(shape, 3 * a.steps, a.threads)
     print(f"config {a.config} {json.dumps(shape, sort_keys=True)}, threads {a.threads}, torch {version} ({blas}), "
           f"load average {os.getloadavg()[0]:.1f}")
