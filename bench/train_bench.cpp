@@ -45,7 +45,8 @@ tr::ModelConfig config_named(const std::string& name) {
   return c;
 }
 
-void step_bench(benchmark::State& state, const std::string& config, const std::string& policy, bool oracle) {
+void step_bench(benchmark::State& state, const std::string& name, const std::string& config, const std::string& policy,
+                bool oracle) {
   omp_set_num_threads(static_cast<int>(state.range(0)));
   const tr::ModelConfig c = config_named(config);
   const tr::TrainData data = tr::load_train_data(c, roundoff::studies::data::excerpt_dir(), 1024);
@@ -68,7 +69,7 @@ void step_bench(benchmark::State& state, const std::string& config, const std::s
   state.counters["tokens/s"] =
       benchmark::Counter(static_cast<double>(c.batch * c.seq), benchmark::Counter::kIsIterationInvariantRate);
   if (g_profile) {
-    std::cout << state.name() << "\n";
+    std::cout << name << "/threads:" << state.range(0) << "\n";
     profile.print(std::cout);
   }
 }
@@ -78,8 +79,8 @@ void register_all() {
     for (const char* policy : {"fp32", "ane-fp16"})
       for (bool oracle : {false, true}) {
         const std::string name = std::string("step/") + config + "/" + policy + (oracle ? "/oracle" : "");
-        auto* b = benchmark::RegisterBenchmark(name.c_str(), step_bench, std::string(config), std::string(policy),
-                                               oracle);
+        auto* b = benchmark::RegisterBenchmark(name.c_str(), step_bench, name, std::string(config),
+                                               std::string(policy), oracle);
         b->ArgName("threads")->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
         if (std::string(config) == "W512") {
           b->Iterations(2);
