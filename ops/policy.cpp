@@ -530,6 +530,15 @@ std::string to_string(const OpPrecision& p) {
          std::string(numerics::name_of(p.rounding));
 }
 
+std::string extras_text(const OpPrecision& p) {
+  const OpPrecision d{};
+  std::string s;
+  for (Field f : {Field::Approx, Field::Saturate, Field::Nan})
+    if (!field_equal(p, d, f))
+      s += (s.empty() ? "" : " ") + std::string(kFieldNames[static_cast<std::size_t>(f)]) + "=" + field_text(p, f);
+  return s;
+}
+
 std::string Policy::canonical() const {
   std::size_t best = 0;
   std::vector<std::string> best_items;

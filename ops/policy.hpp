@@ -137,6 +137,10 @@ class Policy {
 /// std::invalid_argument with one line naming the file or the offending item.
 Policy load_policy(const std::string& arg, std::string* source = nullptr);
 
+/// The non-default approx, saturate and nan of an entry as "approx=... saturate=... nan=..." ("" when all
+/// are defaults), for tables.
+std::string extras_text(const OpPrecision& p);
+
 /// Text of one OpPrecision as PREC ("fp16/fp32/fp32-seq/nearest-even": all four parts; approx, saturate and
 /// nan are separate fields, printed by Policy::canonical as OP.approx=..., OP.saturate=..., OP.nan=...).
 std::string to_string(const OpPrecision& p);

@@ -16,11 +16,13 @@ struct PolicyArgs {
 };
 
 void print_table(const ops::Policy& p) {
-  std::printf("%-14s %-10s %s\n", "op", "pass", "storage/compute/accumulation/rounding");
+  std::printf("%-14s %-10s %s\n", "op", "pass", "storage/compute/accumulation/rounding [approx saturate nan]");
   for (ops::OpKind k : ops::kAllOps)
-    for (ops::Pass ps : ops::kAllPasses)
-      std::printf("%-14s %-10s %s\n", std::string(ops::name_of(k)).c_str(), std::string(ops::name_of(ps)).c_str(),
-                  ops::to_string(p.at(k, ps)).c_str());
+    for (ops::Pass ps : ops::kAllPasses) {
+      const std::string extra = ops::extras_text(p.at(k, ps));
+      std::printf("%-14s %-10s %s%s\n", std::string(ops::name_of(k)).c_str(), std::string(ops::name_of(ps)).c_str(),
+                  ops::to_string(p.at(k, ps)).c_str(), extra.empty() ? "" : ("  " + extra).c_str());
+    }
   for (ops::TensorRole r : ops::kAllRoles)
     std::printf("%-14s %-10s %s\n", std::string(ops::name_of(r)).c_str(), "role",
                 numerics::name_of(p.storage_for(r)).c_str());

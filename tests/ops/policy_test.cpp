@@ -115,6 +115,10 @@ TEST(Policy, AneFieldsParsePrintAndRoundTrip) {
   EXPECT_EQ(lut_spec(Approx{ApproxKind::AneLut, 0, 0, 0}, numerics::LutFunction::Sigmoid),
             numerics::default_lut(numerics::LutFunction::Sigmoid));
   EXPECT_EQ(lut_spec(Approx{ApproxKind::AneLut, 65, 0, 0}, numerics::LutFunction::Tanh).knots, 65);
+  // The table view (policy show --table) lists the non-default fields.
+  EXPECT_EQ(extras_text(p.at(OpKind::Silu, Pass::Forward)), "approx=ane-lut nan=ane-inf");
+  EXPECT_EQ(extras_text(p.at(OpKind::Matmul, Pass::Forward)), "saturate=32768 nan=ane-inf");
+  EXPECT_EQ(extras_text(uniform(fmts::fp32)), "");
 }
 
 TEST(Policy, PureAndAmpLayouts) {
