@@ -10,8 +10,11 @@
 //   fp16-seq-rto                fp16-seq restricted to the AVX-512F round-to-odd kernel (CPUs without AVX512-FP16)
 //   fp16-in-fp32-seq, bf16-in-fp32-seq   fp32 sequential accumulation
 //   fp16-splitk32-fp32          blocks of 32 summed in fp16, block sums combined in fp32
+//   ane-tile4                   the ane-guide's accumulator: exact tiles of 4 products rounded toward zero to
+//                               fp16, summed in fp32
 //   generic                     fp16-pairwise, which no kernel handles (the any-format any-order path)
 //   generic-fp16-seq            fp16-seq with the kernels switched off
+//   generic-ane-tile4           ane-tile4 with the kernels switched off
 //   <variant>-1t, <variant>-2t  n = 512 on 1 and 2 threads, wall-clock time (rows split; results identical)
 // GCC 12's AVX-512 intrinsics (inlined into Eigen) trip -Wmaybe-uninitialized on _mm512_undefined_*().
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -173,6 +176,7 @@ void register_all() {
       {"fp16-in-fp32-seq", make_acc(formats::fp32), formats::fp16},
       {"bf16-in-fp32-seq", make_acc(formats::fp32), formats::bf16},
       {"fp16-splitk32-fp32", make_acc(formats::fp16, Order::Blocked, 32), formats::fp16},
+      {"ane-tile4", parse_accumulation("ane-tile4"), formats::fp16},
   };
   // Single-thread figures use the thread's CPU time, like the Eigen baseline (robust on a shared machine).
   // The thread-scaling pair -1t/-2t uses wall time, the only fair clock for a multi-threaded run.
@@ -191,6 +195,7 @@ void register_all() {
   const std::vector<Variant> slow = {
       {"generic", make_acc(formats::fp16, Order::Pairwise), formats::fp16},
       {"generic-fp16-seq", make_acc(formats::fp16), formats::fp16, kernels::Isa::Avx512Fp16, false},
+      {"generic-ane-tile4", parse_accumulation("ane-tile4"), formats::fp16, kernels::Isa::Avx512Fp16, false},
   };
   for (const auto& v : slow)
     for (const int n : {64, 128})

@@ -9,10 +9,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "numerics/arith.hpp"
@@ -32,7 +34,10 @@ enum class Acc : std::uint8_t { Fp16, Bf16, Fp32 };
 struct Plan {
   Acc acc;
   std::size_t block;  ///< 0 = sequential; else block size, block sums combined in fp32
+  bool tile = false;  ///< the exact tile stage of ane-tile4 (acc fp32, sequential; see tile_ane)
 };
+
+constexpr std::size_t kTile = 4;  ///< terms per tile of the one tile stage the kernels handle
 
 std::optional<Acc> acc_of(const Format& f) {
   if (f == formats::fp16) return Acc::Fp16;
@@ -42,12 +47,16 @@ std::optional<Acc> acc_of(const Format& f) {
 }
 
 std::optional<Plan> plan_for(const Accumulation& a) {
-  if (a.rounding != Rounding::NearestEven || a.promote_every != 0 || a.adder.group != 0 || a.tile.size != 0)
-    return std::nullopt;
+  if (a.rounding != Rounding::NearestEven || a.promote_every != 0 || a.adder.group != 0) return std::nullopt;
   // Unfused with an fp32/fp64 product format rounds nothing: every product the kernels accept is exact in fp32.
   if (!a.fused && !(a.product_format == formats::fp32 || a.product_format == formats::fp64)) return std::nullopt;
   const auto acc = acc_of(a.format);
   if (!acc) return std::nullopt;
+  if (a.tile.size != 0) {
+    const TileStage ane{static_cast<int>(kTile), formats::fp16, Rounding::TowardZero};
+    if (!(a.tile == ane) || *acc != Acc::Fp32 || a.order != Order::Sequential) return std::nullopt;
+    return Plan{Acc::Fp32, 0, true};
+  }
   switch (a.order) {
     case Order::Sequential:
       return Plan{*acc, 0};
@@ -271,7 +280,7 @@ ROUNDOFF_AVX512FP16 void tile_ph_rows(std::size_t rows, const std::uint32_t* Ap,
 /// replaced by the quiet NaN, see round_bf16_rne), as fp16 bits, and as fp16 bits twice per 32-bit word
 /// (fp16 outputs are meaningful only when the result is 2).
 ROUNDOFF_AVX512 int pack_run(const double* src, std::size_t n, bool inputs, bool any_binary32, float* f32,
-                             std::uint16_t* h16, std::uint32_t* h32) {
+                             double* f64, std::uint16_t* h16, std::uint32_t* h32) {
   __mmask16 bad = 0, not_half = 0;
   for (std::size_t i = 0; i < n; i += 16) {
     const std::size_t len = std::min<std::size_t>(16, n - i);
@@ -298,10 +307,14 @@ ROUNDOFF_AVX512 int pack_run(const double* src, std::size_t n, bool inputs, bool
     bad |= static_cast<__mmask16>(valid & ~ok);
     const __m256i h = _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     not_half |= static_cast<__mmask16>(valid & ~_mm512_cmp_ps_mask(_mm512_cvtph_ps(h), f, _CMP_EQ_UQ));
-    if (f32) {
+    if (f32 || f64) {
       const __m512 f_canon = _mm512_mask_mov_ps(f, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q),
                                                 _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
-      _mm512_mask_storeu_ps(f32 + i, valid, f_canon);
+      if (f32) _mm512_mask_storeu_ps(f32 + i, valid, f_canon);
+      if (f64) {
+        _mm512_mask_storeu_pd(f64 + i, vlo, _mm512_cvtps_pd(_mm512_castps512_ps256(f_canon)));
+        _mm512_mask_storeu_pd(f64 + i + 8, vhi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(f_canon, 1)));
+      }
     }
     if (h16) _mm256_mask_storeu_epi16(h16 + i, valid, h);
     if (h32) {
@@ -313,6 +326,160 @@ ROUNDOFF_AVX512 int pack_run(const double* src, std::size_t n, bool inputs, bool
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// Exact tile stage (ane-tile4, AVX-512 F): an fp32 accumulator fed by tiles of 4 exact products, each tile sum
+// rounded once toward zero to fp16. 16 output columns per vector (two binary64 halves for the tile sums).
+//
+// Per tile and lane, with the products p_t = a_t·b_t exact in binary64 (they are exact in binary32 already):
+//   sd = RD(RD(RD(p_0 + p_1) + p_2) + p_3),  su = RU(RU(RU(RU(+0 + p_0) + p_1) + p_2) + p_3)   (FMAs with
+//   embedded rounding). Directed rounding is monotone, so sd <= S <= su for the exact tile sum S: sd == su
+//   means su == S exactly ("exact" lanes; an exactly zero S gives su = +0, as the definition wants, because
+//   in RU x + (−x) = +0 and +0 + −0 = +0). Inexact lanes (products spread over more than binary64 holds, e.g.
+//   2^10 + 2^-48 − 2^-48) are recomputed by the scalar definition (numerics::sum under the tile-only
+//   accumulation below), as are the overflow counts of lanes whose tile value is ±65504, ±inf or NaN.
+//   Non-finite products: sd and su are then the same IEEE sum of the non-finite terms (finite terms are
+//   absorbed; the finite part cannot overflow binary64), i.e. the definition's special sum.
+//   h = RZ16(RZ32(su)): RZ of RZ is RZ. fp16 ⊂ binary32 as sets of values (subnormals 2^-24.. and ±65504
+//   included), so the largest-magnitude fp16 value v with |v| <= |x| and x's sign satisfies |v| <= |RZ32(x)|
+//   <= |x|; every fp16 value below |RZ32(x)| is below |x|, so RZ16(RZ32(x)) = v = RZ16(x). This covers
+//   subnormal fp16 results (binary32 is normal there) and overflow: RZ32 saturates at ±max32 (never inf) and
+//   vcvtps2ph with RZ gives ±65504 for |x| > 65504, as IEEE 754 RZ does; ±0, ±inf and NaN pass through.
+//   s = s + h in binary32 RNE is the accumulator step; s starts at −0 (the exact identity: −0 + T_0 = T_0) or C.
+// Overflow events: a tile overflows iff S is finite and |S| >= 65536 (RZ in fp16 with one more binade exceeds
+// 65504); exact lanes are counted here (their h is ±65504, so they are among the rare lanes), inexact ones by
+// the scalar fallback. The fp32 accumulator never overflows: |s| <= max32 and |h| <= 65504 give
+// |s + h| < max32 + 2^103 (half an ulp of max32), which rounds to at most max32, also with an unbounded exponent.
+
+/// The tile stage alone: numerics::sum of one tile's terms under it is the tile value (and its overflow count).
+const Accumulation& tile_only() {
+  static const Accumulation a = [] {
+    Accumulation t;
+    t.format = formats::fp16;
+    t.rounding = Rounding::TowardZero;
+    t.tile = TileStage{static_cast<int>(kTile), formats::fp16, Rounding::TowardZero};
+    return t;
+  }();
+  return a;
+}
+
+/// The rare lanes of one tile step (16 columns): inexact lanes get the scalar tile value (fp16 bits in h);
+/// exact lanes with a big or non-finite value count their overflow. a: the row's n terms; b: column 0 of the
+/// first term, terms ldb apart; su: the RU sums.
+__attribute__((noinline)) void tile_fixup(std::uint16_t* h, __mmask16 exact, const double* su, const double* a,
+                                          const float* b, std::size_t ldb, std::size_t n, std::int64_t& overflows) {
+  for (std::size_t c = 0; c < 16; ++c) {
+    if ((exact >> c) & 1u) {
+      if (std::isfinite(su[c]) && std::fabs(su[c]) >= 65536.0) ++overflows;
+      continue;
+    }
+    double terms[kTile];
+    for (std::size_t t = 0; t < n; ++t) terms[t] = a[t] * static_cast<double>(b[t * ldb + c]);
+    AccumStats st;
+    const double v = numerics::sum(tile_only(), std::span<const double>(terms, n), {}, &st);
+    overflows += st.overflows;
+    h[c] = std::bit_cast<std::uint16_t>(static_cast<_Float16>(static_cast<float>(v)));  // v is an fp16 value
+  }
+}
+
+/// One tile of N terms (k0 .. k0+N-1) added into the 16 sums s of one row: a = the row at k0, b[t] = the
+/// terms' B columns as binary64 halves (lo: columns 0..7, hi: 8..15).
+template <std::size_t N>
+ROUNDOFF_AVX512 ROUNDOFF_INLINE __m512 tile_step(__m512 s, const double* a, const __m512d* bl, const __m512d* bh,
+                                                 const float* b, std::size_t ldb, std::int64_t& overflows) {
+  constexpr int kRd = _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC, kRu = _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC;
+  constexpr int kRz = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;
+  const __m512d a0 = _mm512_set1_pd(a[0]), zero = _mm512_setzero_pd();
+  __m512d dl = _mm512_mul_pd(a0, bl[0]), dh = _mm512_mul_pd(a0, bh[0]);
+  __m512d ul = _mm512_fmadd_round_pd(a0, bl[0], zero, kRu), uh = _mm512_fmadd_round_pd(a0, bh[0], zero, kRu);
+#pragma GCC unroll 4
+  for (std::size_t t = 1; t < N; ++t) {
+    const __m512d at = _mm512_set1_pd(a[t]);
+    dl = _mm512_fmadd_round_pd(at, bl[t], dl, kRd);
+    dh = _mm512_fmadd_round_pd(at, bh[t], dh, kRd);
+    ul = _mm512_fmadd_round_pd(at, bl[t], ul, kRu);
+    uh = _mm512_fmadd_round_pd(at, bh[t], uh, kRu);
+  }
+  const auto exact = static_cast<__mmask16>(_mm512_cmp_pd_mask(dl, ul, _CMP_EQ_UQ) |
+                                            (static_cast<unsigned>(_mm512_cmp_pd_mask(dh, uh, _CMP_EQ_UQ)) << 8));
+  const __m512 f = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvt_roundpd_ps(ul, kRz)),
+                                      _mm512_cvt_roundpd_ps(uh, kRz), 1);
+  __m256i h = _mm512_cvtps_ph(f, kRz);
+  const __mmask16 big = _mm256_cmpge_epu16_mask(_mm256_and_si256(h, _mm256_set1_epi16(0x7FFF)),
+                                                _mm256_set1_epi16(0x7BFF));  // ±65504, ±inf, NaN
+  if (__builtin_expect(exact != 0xFFFF || big != 0, 0)) {
+    alignas(64) double su[16];
+    alignas(32) std::uint16_t hb[16];
+    _mm512_store_pd(su, ul);
+    _mm512_store_pd(su + 8, uh);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(hb), h);
+    tile_fixup(hb, exact, su, a, b, ldb, N, overflows);
+    h = _mm256_load_si256(reinterpret_cast<const __m256i*>(hb));
+  }
+  return _mm512_add_ps(s, _mm512_cvtph_ps(h));
+}
+
+/// B columns Bp[(k + t)·ldb + 0..15], t < n, as binary64 halves.
+ROUNDOFF_AVX512 ROUNDOFF_INLINE void load_b_f64(const float* Bp, std::size_t ldb, std::size_t k, std::size_t n,
+                                                __m512d* bl, __m512d* bh) {
+  for (std::size_t t = 0; t < n; ++t) {
+    const __m512 b = _mm512_loadu_ps(Bp + (k + t) * ldb);
+    bl[t] = _mm512_cvtps_pd(_mm512_castps512_ps256(b));
+    bh[t] = _mm512_cvtps_pd(_mm512_extractf32x8_ps(b, 1));
+  }
+}
+
+/// MR rows × 16 columns: rows Ap[r·lda + k] (binary64), B columns Bp[k·ldb + 0..15] (binary32), running sums
+/// in/out tile[r·ldt + c].
+template <std::size_t MR>
+ROUNDOFF_AVX512 void tile_ane(const double* Ap, std::size_t lda, const float* Bp, std::size_t ldb, std::size_t K,
+                              float* tile, std::size_t ldt, std::int64_t& overflows) {
+  __m512 s[MR];
+  for (std::size_t r = 0; r < MR; ++r) s[r] = _mm512_loadu_ps(tile + r * ldt);
+  __m512d bl[kTile], bh[kTile];
+  std::size_t k0 = 0;
+  for (; k0 + kTile <= K; k0 += kTile) {
+    load_b_f64(Bp, ldb, k0, kTile, bl, bh);
+#pragma GCC unroll 8
+    for (std::size_t r = 0; r < MR; ++r)
+      s[r] = tile_step<kTile>(s[r], Ap + r * lda + k0, bl, bh, Bp + k0 * ldb, ldb, overflows);
+  }
+  const std::size_t rest = K - k0;  // the last, partial tile
+  if (rest > 0) {
+    load_b_f64(Bp, ldb, k0, rest, bl, bh);
+    for (std::size_t r = 0; r < MR; ++r) {
+      const double* a = Ap + r * lda + k0;
+      const float* b = Bp + k0 * ldb;
+      s[r] = rest == 1   ? tile_step<1>(s[r], a, bl, bh, b, ldb, overflows)
+             : rest == 2 ? tile_step<2>(s[r], a, bl, bh, b, ldb, overflows)
+                         : tile_step<3>(s[r], a, bl, bh, b, ldb, overflows);
+    }
+  }
+  for (std::size_t r = 0; r < MR; ++r) _mm512_storeu_ps(tile + r * ldt, s[r]);
+}
+
+ROUNDOFF_AVX512 void tile_ane_rows(std::size_t rows, const double* Ap, std::size_t lda, const float* Bp,
+                                   std::size_t ldb, std::size_t K, float* tile, std::size_t ldt,
+                                   std::int64_t& overflows) {
+  for (std::size_t r0 = 0; r0 < rows;) {
+    const std::size_t left = rows - r0;
+    const double* a = Ap + r0 * lda;
+    float* t = tile + r0 * ldt;
+    if (left >= 8) {
+      tile_ane<8>(a, lda, Bp, ldb, K, t, ldt, overflows);
+      r0 += 8;
+    } else if (left >= 4) {
+      tile_ane<4>(a, lda, Bp, ldb, K, t, ldt, overflows);
+      r0 += 4;
+    } else if (left >= 2) {
+      tile_ane<2>(a, lda, Bp, ldb, K, t, ldt, overflows);
+      r0 += 2;
+    } else {
+      tile_ane<1>(a, lda, Bp, ldb, K, t, ldt, overflows);
+      r0 += 1;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // Driver.
 
 /// Packed operands (uninitialised storage: every element read is written first).
@@ -320,6 +487,7 @@ struct Packed {
   std::size_t M, N, K, panels;
   bool any_binary32 = false;  ///< fused fp32 accumulator: any binary32 inputs (one hardware FMA per step)
   std::unique_ptr<float[]> A;           ///< M×K row-major (fp32-lane kernels)
+  std::unique_ptr<double[]> Ad;         ///< tile-stage kernel: M×K row-major binary64 (B is in `B`)
   std::unique_ptr<float[]> B;           ///< panels × K × kPanel, zero-padded columns
   std::unique_ptr<std::uint32_t[]> Ah;  ///< native fp16 path: fp16 bits twice per word, M×K
   std::unique_ptr<std::uint16_t[]> Bh;  ///< native fp16 path: panels × K × kPanel fp16 bits
@@ -341,7 +509,8 @@ int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, std::vector<double>&
       for (std::size_t k = 0; k < K; ++k) scratch[k] = A(i, k);
       src = scratch.data();
     }
-    worst = std::min(worst, pack_run(src, K, true, pk.any_binary32, pk.A ? pk.A.get() + i * K : nullptr, nullptr,
+    worst = std::min(worst, pack_run(src, K, true, pk.any_binary32, pk.A ? pk.A.get() + i * K : nullptr,
+                                     pk.Ad ? pk.Ad.get() + i * K : nullptr, nullptr,
                                      pk.Ah ? pk.Ah.get() + i * K : nullptr));
   }
   const auto segments = static_cast<std::ptrdiff_t>(pk.panels * K);
@@ -355,7 +524,7 @@ int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, std::vector<double>&
       for (std::size_t c = 0; c < jn; ++c) scratch[c] = B(k, j0 + c);
       src = scratch.data();
     }
-    worst = std::min(worst, pack_run(src, jn, true, pk.any_binary32, pk.B ? pk.B.get() + at : nullptr,
+    worst = std::min(worst, pack_run(src, jn, true, pk.any_binary32, pk.B ? pk.B.get() + at : nullptr, nullptr,
                                      pk.Bh ? pk.Bh.get() + at : nullptr, nullptr));
     for (std::size_t c = jn; c < kPanel; ++c) {
       if (pk.B) pk.B[at + c] = 0.0f;
@@ -365,9 +534,10 @@ int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, std::vector<double>&
   return worst;
 }
 
-/// Rows [i_begin, i_end) of C from the packed operands, panel by panel, in micro-tiles of kMr rows.
+/// Rows [i_begin, i_end) of C from the packed operands, panel by panel, in micro-tiles of kMr rows. Adds the
+/// tile overflows the tile-stage kernel counts to `overflows`.
 void compute_rows(const Plan& plan, const Packed& pk, bool native, bool accumulate, double* C, std::size_t ldc,
-                  std::size_t i_begin, std::size_t i_end) {
+                  std::size_t i_begin, std::size_t i_end, std::int64_t& overflows) {
   const std::size_t N = pk.N, K = pk.K;
   float tile[kMr * kPanel];
   for (std::size_t p = 0; p < pk.panels; ++p) {
@@ -377,7 +547,11 @@ void compute_rows(const Plan& plan, const Packed& pk, bool native, bool accumula
       for (std::size_t r = 0; r < kMr; ++r)
         for (std::size_t c = 0; c < kPanel; ++c)
           tile[r * kPanel + c] = (accumulate && r < rows && c < jn) ? to_float(C[(i + r) * ldc + j0 + c]) : -0.0f;
-      if (native) {
+      if (plan.tile) {
+        for (std::size_t q = 0; q < 4 && 16 * q < jn; ++q)
+          tile_ane_rows(rows, pk.Ad.get() + i * K, K, pk.B.get() + p * K * kPanel + 16 * q, kPanel, K, tile + 16 * q,
+                        kPanel, overflows);
+      } else if (native) {
         tile_ph_rows(rows, pk.Ah.get() + i * K, K, pk.Bh.get() + p * K * kPanel, K, plan.block, tile, kPanel);
       } else {
         for (std::size_t half = 0; half < 2 && 32 * half < jn; ++half) {
@@ -439,10 +613,12 @@ std::int64_t replay_overflows(const Plan& plan, std::size_t i, std::size_t j, st
 
 /// Overflow events of the whole product. An event makes a partial sum ±inf, and inf/NaN are absorbing (in the
 /// running sum, in a block sum and in the outer total that receives it), so only outputs that end non-finite
-/// can have had one; those are replayed.
+/// can have had one; those are replayed. The tile-stage kernel counts its tile overflows itself; its fp32
+/// accumulator never overflows (see tile_ane).
 std::int64_t count_overflows(const Plan& plan, const Packed& pk, ConstMatrix A, ConstMatrix B, const double* C,
                              std::size_t ldc, bool accumulate, const std::vector<double>& c_initial) {
   std::int64_t n = 0;
+  if (plan.tile) return n;
   for (std::size_t i = 0; i < pk.M; ++i)
     for (std::size_t j = 0; j < pk.N; ++j)
       if (!std::isfinite(C[i * ldc + j]))
@@ -487,6 +663,7 @@ const char* kernel_name(const Accumulation& a) {
   const Isa isa = effective_isa();
   if (!plan || isa == Isa::None) return nullptr;
   const bool blocked = plan->block != 0;
+  if (plan->tile) return "ane-tile4-avx512";
   switch (plan->acc) {
     case Acc::Fp16:
       if (isa == Isa::Avx512Fp16) return blocked ? "fp16-avx512fp16-blocked" : "fp16-avx512fp16";
@@ -511,7 +688,7 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
   pk.N = N;
   pk.K = K;
   pk.panels = (N + kPanel - 1) / kPanel;
-  pk.any_binary32 = plan.acc == Acc::Fp32 && a.fused;
+  pk.any_binary32 = plan.acc == Acc::Fp32 && a.fused && !plan.tile;
   // The native fp16 kernel needs every input (and C) to be an fp16 value: packed optimistically as fp16; if
   // some value is not, the operands are packed again as binary32 for the round-to-odd kernel.
   const bool try_native = plan.acc == Acc::Fp16 && isa == Isa::Avx512Fp16;
@@ -519,11 +696,14 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
     pk.Ah.reset(new std::uint32_t[M * K]);
     pk.Bh.reset(new std::uint16_t[pk.panels * K * kPanel]);
   } else {
-    pk.A.reset(new float[M * K]);
+    if (plan.tile)
+      pk.Ad.reset(new double[M * K]);
+    else
+      pk.A.reset(new float[M * K]);
     pk.B.reset(new float[pk.panels * K * kPanel]);
   }
   std::vector<double> c_initial;  // only needed to replay overflowing outputs
-  if (stats && accumulate) {
+  if (stats && accumulate && !plan.tile) {
     c_initial.resize(M * N);
     for (std::size_t i = 0; i < M; ++i)
       for (std::size_t j = 0; j < N; ++j) c_initial[i * N + j] = C[i * ldc + j];
@@ -536,6 +716,7 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
   const auto nchunks = static_cast<std::ptrdiff_t>((M + chunk - 1) / chunk);
   int worst = 2;
   bool native = false;
+  std::int64_t tile_overflows = 0;
 #pragma omp parallel num_threads(nthreads)
   {
     std::vector<double> scratch;
@@ -544,7 +725,8 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
       const auto rows = static_cast<std::ptrdiff_t>(M);
 #pragma omp for schedule(static) nowait
       for (std::ptrdiff_t i = 0; i < rows; ++i)
-        w = std::min(w, pack_run(C + static_cast<std::size_t>(i) * ldc, N, false, false, nullptr, nullptr, nullptr));
+        w = std::min(w, pack_run(C + static_cast<std::size_t>(i) * ldc, N, false, false, nullptr, nullptr, nullptr,
+                                 nullptr));
     }
 #pragma omp critical(roundoff_gemm_kernels_worst)
     worst = std::min(worst, w);
@@ -564,18 +746,21 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
 #pragma omp barrier
     }
     if (worst > 0) {
+      std::int64_t ov = 0;
 #pragma omp for schedule(static, 1)
       for (std::ptrdiff_t ci = 0; ci < nchunks; ++ci) {
         const std::size_t i_begin = static_cast<std::size_t>(ci) * chunk;
-        compute_rows(plan, pk, native, accumulate, C, ldc, i_begin, std::min(M, i_begin + chunk));
+        compute_rows(plan, pk, native, accumulate, C, ldc, i_begin, std::min(M, i_begin + chunk), ov);
       }
+#pragma omp atomic
+      tile_overflows += ov;
     }
   }
   if (worst == 0) return false;
 
   if (stats) {
     stats->terms += static_cast<std::int64_t>(M * N * K);
-    stats->overflows += count_overflows(plan, pk, A, B, C, ldc, accumulate, c_initial);
+    stats->overflows += tile_overflows + count_overflows(plan, pk, A, B, C, ldc, accumulate, c_initial);
   }
   return true;
 }

@@ -6,7 +6,8 @@
 /// Handled accumulations (rounding NearestEven, no promotion, no multi-term adder; fused, or unfused with an
 /// fp32/fp64 product format, which rounds nothing because every product below is exact in fp32):
 ///   order Sequential, accumulator fp16, bf16 or fp32;
-///   order Blocked (block b), block sums in fp16, bf16 or fp32, outer sum fp32.
+///   order Blocked (block b), block sums in fp16, bf16 or fp32, outer sum fp32;
+///   the exact tile stage of ane-tile4: accumulator fp32, order Sequential, tile = 4:fp16:toward-zero.
 /// Handled inputs (checked while packing; otherwise gemm_fast returns false): every element of A and B is 0,
 /// ±inf, NaN, or a finite value with at most 12 significant bits and 2^-63 <= |x| < 2^63 (this covers every
 /// fp16 value and every bf16 value in that range). Then each product a·b is exact and normal (or 0/inf/NaN)
@@ -23,6 +24,11 @@
 ///                          integer round-half-even on the bits (vcvtneps2bf16 flushes subnormals: trap 3);
 ///   fp16 accumulator with AVX512-FP16 and all inputs (and C) fp16 values: the native vfmadd*ph, which is
 ///                          exactly one correctly rounded fp16 FMA.
+///   tile stage: per tile and 16 lanes, the products' binary64 sums rounded down (sd) and up (su); sd == su
+///                          proves su exact (monotone directed rounding brackets the exact sum), else that lane's
+///                          tile is computed by the scalar definition. The exact sum is rounded toward zero to
+///                          binary32 then to fp16 (RZ of RZ is RZ since fp16 ⊂ binary32), added in fp32 (RNE).
+///                          Full argument, signed zeros and overflow counting at tile_ane in gemm_kernels.cpp.
 /// The running sum starts at −0 (the additive identity, so the first step gives round(t_0) with its sign).
 /// Vectorised across output columns; threads split output rows only, so results do not depend on threads.
 #include <cstddef>
@@ -51,7 +57,8 @@ void set_enabled(bool on);
 bool enabled();
 
 /// Name of the kernel gemm_fast would use for `a` on fp16-valued inputs ("fp16-avx512fp16",
-/// "fp16-rto-avx512", "bf16-rto-avx512", "fp32-avx512", with "-blocked" for split-K), or nullptr when none.
+/// "fp16-rto-avx512", "bf16-rto-avx512", "fp32-avx512", with "-blocked" for split-K; "ane-tile4-avx512"), or
+/// nullptr when none.
 const char* kernel_name(const Accumulation& a);
 
 }  // namespace roundoff::numerics::kernels
