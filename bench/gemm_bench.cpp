@@ -16,6 +16,7 @@
 //   generic-fp16-seq            fp16-seq with the kernels switched off
 //   generic-ane-tile4           ane-tile4 with the kernels switched off
 //   <variant>-1t, <variant>-2t  n = 512 on 1 and 2 threads, wall-clock time (rows split; results identical)
+//   <variant>/classifier-256x1024x16893   E11's classifier shape (M = 256 tokens, K = 1024, N = 16893)
 // GCC 12's AVX-512 intrinsics (inlined into Eigen) trip -Wmaybe-uninitialized on _mm512_undefined_*().
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <benchmark/benchmark.h>
@@ -93,9 +94,13 @@ double cpu_seconds(int who) {
          1e-6 * static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
 }
 
+void set_flops(benchmark::State& state, std::size_t M, std::size_t N, std::size_t K) {
+  const double flops = 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+  state.counters["FLOPS"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+}
 void set_flops(benchmark::State& state, int n) {
-  const double nd = n;
-  state.counters["FLOPS"] = benchmark::Counter(2.0 * nd * nd * nd, benchmark::Counter::kIsIterationInvariantRate);
+  const auto nz = static_cast<std::size_t>(n);
+  set_flops(state, nz, nz, nz);
 }
 
 void bench_eigen(benchmark::State& state, int n) {
@@ -113,11 +118,11 @@ void bench_eigen(benchmark::State& state, int n) {
   destroy_eigen(e);
 }
 
-std::vector<double> random_matrix(const Format& f, int n, std::uint64_t seed) {
+std::vector<double> random_matrix(const Format& f, std::size_t rows, std::size_t cols, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> gauss(0.0, 1.0);
   const RoundingPlan plan(f);
-  std::vector<double> m(static_cast<std::size_t>(n) * static_cast<std::size_t>(n));
+  std::vector<double> m(rows * cols);
   for (double& x : m) x = round_to(plan, Rounding::NearestEven, gauss(rng));
   return m;
 }
@@ -138,17 +143,17 @@ struct Variant {
   bool kernels_on = true;
 };
 
-void bench_variant(benchmark::State& state, const Variant& v, int n, int threads) {
-  const auto nz = static_cast<std::size_t>(n);
-  const auto A = random_matrix(v.inputs, n, 1), B = random_matrix(v.inputs, n, 2);
-  std::vector<double> C(nz * nz);
+/// C(M×N) = A(M×K)·B(K×N) under the variant.
+void bench_shape(benchmark::State& state, const Variant& v, std::size_t M, std::size_t N, std::size_t K,
+                 int threads) {
+  const auto A = random_matrix(v.inputs, M, K, 1), B = random_matrix(v.inputs, K, N, 2);
+  std::vector<double> C(M * N);
   kernels::set_isa_limit(v.isa_limit);
   kernels::set_enabled(v.kernels_on);
   const char* kernel = v.kernels_on ? kernels::kernel_name(v.acc) : nullptr;
   const double self0 = cpu_seconds(RUSAGE_SELF), main0 = cpu_seconds(RUSAGE_THREAD);
   for (auto _ : state) {
-    gemm(v.acc, nz, nz, nz, ConstMatrix{A.data(), nz}, ConstMatrix{B.data(), nz}, C.data(), nz, false, {}, nullptr,
-         threads);
+    gemm(v.acc, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, C.data(), N, false, {}, nullptr, threads);
     benchmark::DoNotOptimize(C.data());
   }
   if (threads > 1) {
@@ -160,8 +165,13 @@ void bench_variant(benchmark::State& state, const Variant& v, int n, int threads
   }
   kernels::set_isa_limit(kernels::Isa::Avx512Fp16);
   kernels::set_enabled(true);
-  set_flops(state, n);
+  set_flops(state, M, N, K);
   state.SetLabel(std::string("kernel=") + (kernel ? kernel : "generic") + " threads=" + std::to_string(threads));
+}
+
+void bench_variant(benchmark::State& state, const Variant& v, int n, int threads) {
+  const auto nz = static_cast<std::size_t>(n);
+  bench_shape(state, v, nz, nz, nz, threads);
 }
 
 void register_all() {
@@ -192,6 +202,13 @@ void register_all() {
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
     }
+  // E11's classifier forward: 256 tokens × d 1024 times 1024 × 16893 (vocabulary); 69 MB of packed B per call.
+  for (const auto& v : fast) {
+    if (v.name != "fp16-seq" && v.name != "fp16-in-fp32-seq" && v.name != "ane-tile4") continue;
+    benchmark::RegisterBenchmark(("gemm/" + v.name + "/classifier-256x1024x16893").c_str(),
+                                 [v](benchmark::State& s) { bench_shape(s, v, 256, 16893, 1024, 1); })
+        ->Unit(benchmark::kMillisecond);
+  }
   const std::vector<Variant> slow = {
       {"generic", make_acc(formats::fp16, Order::Pairwise), formats::fp16},
       {"generic-fp16-seq", make_acc(formats::fp16), formats::fp16, kernels::Isa::Avx512Fp16, false},

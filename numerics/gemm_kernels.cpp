@@ -482,15 +482,43 @@ ROUNDOFF_AVX512 void tile_ane_rows(std::size_t rows, const double* Ap, std::size
 // ---------------------------------------------------------------------------------------------------------
 // Driver.
 
-/// Packed operands (uninitialised storage: every element read is written first).
+/// Uninitialised storage that grows to the largest size asked for and is then reused, so that a training step
+/// does not page-fault fresh pack buffers in on every GEMM call (E11's classifier packs 69 MB of B).
+template <class T>
+class Reusable {
+ public:
+  T* get(std::size_t n) {
+    if (n > capacity_) {
+      data_.reset();
+      data_.reset(new T[n]);
+      capacity_ = n;
+    }
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<T[]> data_;
+  std::size_t capacity_ = 0;
+};
+
+/// The pack buffers of one calling thread (the threads a call forks share their caller's set).
+struct PackBuffers {
+  Reusable<float> A, B;
+  Reusable<double> Ad;
+  Reusable<std::uint32_t> Ah;
+  Reusable<std::uint16_t> Bh;
+};
+
+/// Packed operands (uninitialised storage: every element read is written first); the buffers a kernel does not
+/// use are null.
 struct Packed {
   std::size_t M, N, K, panels;
   bool any_binary32 = false;  ///< fused fp32 accumulator: any binary32 inputs (one hardware FMA per step)
-  std::unique_ptr<float[]> A;           ///< M×K row-major (fp32-lane kernels)
-  std::unique_ptr<double[]> Ad;         ///< tile-stage kernel: M×K row-major binary64 (B is in `B`)
-  std::unique_ptr<float[]> B;           ///< panels × K × kPanel, zero-padded columns
-  std::unique_ptr<std::uint32_t[]> Ah;  ///< native fp16 path: fp16 bits twice per word, M×K
-  std::unique_ptr<std::uint16_t[]> Bh;  ///< native fp16 path: panels × K × kPanel fp16 bits
+  float* A = nullptr;           ///< M×K row-major (fp32-lane kernels)
+  double* Ad = nullptr;         ///< tile-stage kernel: M×K row-major binary64 (B is in `B`)
+  float* B = nullptr;           ///< panels × K × kPanel, zero-padded columns
+  std::uint32_t* Ah = nullptr;  ///< native fp16 path: fp16 bits twice per word, M×K
+  std::uint16_t* Bh = nullptr;  ///< native fp16 path: panels × K × kPanel fp16 bits
 };
 
 /// Packs rows [0, M) of A and the K×kPanel panels of B into the buffers that are allocated, classifying every
@@ -509,9 +537,9 @@ int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, std::vector<double>&
       for (std::size_t k = 0; k < K; ++k) scratch[k] = A(i, k);
       src = scratch.data();
     }
-    worst = std::min(worst, pack_run(src, K, true, pk.any_binary32, pk.A ? pk.A.get() + i * K : nullptr,
-                                     pk.Ad ? pk.Ad.get() + i * K : nullptr, nullptr,
-                                     pk.Ah ? pk.Ah.get() + i * K : nullptr));
+    worst = std::min(worst, pack_run(src, K, true, pk.any_binary32, pk.A ? pk.A + i * K : nullptr,
+                                     pk.Ad ? pk.Ad + i * K : nullptr, nullptr,
+                                     pk.Ah ? pk.Ah + i * K : nullptr));
   }
   const auto segments = static_cast<std::ptrdiff_t>(pk.panels * K);
 #pragma omp for schedule(static) nowait
@@ -524,8 +552,8 @@ int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, std::vector<double>&
       for (std::size_t c = 0; c < jn; ++c) scratch[c] = B(k, j0 + c);
       src = scratch.data();
     }
-    worst = std::min(worst, pack_run(src, jn, true, pk.any_binary32, pk.B ? pk.B.get() + at : nullptr, nullptr,
-                                     pk.Bh ? pk.Bh.get() + at : nullptr, nullptr));
+    worst = std::min(worst, pack_run(src, jn, true, pk.any_binary32, pk.B ? pk.B + at : nullptr, nullptr,
+                                     pk.Bh ? pk.Bh + at : nullptr, nullptr));
     for (std::size_t c = jn; c < kPanel; ++c) {
       if (pk.B) pk.B[at + c] = 0.0f;
       if (pk.Bh) pk.Bh[at + c] = 0;
@@ -549,14 +577,14 @@ void compute_rows(const Plan& plan, const Packed& pk, bool native, bool accumula
           tile[r * kPanel + c] = (accumulate && r < rows && c < jn) ? to_float(C[(i + r) * ldc + j0 + c]) : -0.0f;
       if (plan.tile) {
         for (std::size_t q = 0; q < 4 && 16 * q < jn; ++q)
-          tile_ane_rows(rows, pk.Ad.get() + i * K, K, pk.B.get() + p * K * kPanel + 16 * q, kPanel, K, tile + 16 * q,
+          tile_ane_rows(rows, pk.Ad + i * K, K, pk.B + p * K * kPanel + 16 * q, kPanel, K, tile + 16 * q,
                         kPanel, overflows);
       } else if (native) {
-        tile_ph_rows(rows, pk.Ah.get() + i * K, K, pk.Bh.get() + p * K * kPanel, K, plan.block, tile, kPanel);
+        tile_ph_rows(rows, pk.Ah + i * K, K, pk.Bh + p * K * kPanel, K, plan.block, tile, kPanel);
       } else {
         for (std::size_t half = 0; half < 2 && 32 * half < jn; ++half) {
-          const float* Ap = pk.A.get() + i * K;
-          const float* Bp = pk.B.get() + p * K * kPanel + 32 * half;
+          const float* Ap = pk.A + i * K;
+          const float* Bp = pk.B + p * K * kPanel + 32 * half;
           float* t = tile + 32 * half;
           switch (plan.acc) {
             case Acc::Fp16: tile_f32_rows<Acc::Fp16>(rows, Ap, K, Bp, kPanel, K, plan.block, t, kPanel); break;
@@ -692,15 +720,17 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
   // The native fp16 kernel needs every input (and C) to be an fp16 value: packed optimistically as fp16; if
   // some value is not, the operands are packed again as binary32 for the round-to-odd kernel.
   const bool try_native = plan.acc == Acc::Fp16 && isa == Isa::Avx512Fp16;
+  thread_local PackBuffers tls_buffers;
+  PackBuffers& buffers = tls_buffers;  // the caller's set, also inside the parallel region below
   if (try_native) {
-    pk.Ah.reset(new std::uint32_t[M * K]);
-    pk.Bh.reset(new std::uint16_t[pk.panels * K * kPanel]);
+    pk.Ah = buffers.Ah.get(M * K);
+    pk.Bh = buffers.Bh.get(pk.panels * K * kPanel);
   } else {
     if (plan.tile)
-      pk.Ad.reset(new double[M * K]);
+      pk.Ad = buffers.Ad.get(M * K);
     else
-      pk.A.reset(new float[M * K]);
-    pk.B.reset(new float[pk.panels * K * kPanel]);
+      pk.A = buffers.A.get(M * K);
+    pk.B = buffers.B.get(pk.panels * K * kPanel);
   }
   std::vector<double> c_initial;  // only needed to replay overflowing outputs
   if (stats && accumulate && !plan.tile) {
@@ -735,10 +765,10 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
     {
       native = try_native && worst == 2;
       if (try_native && worst == 1) {  // not all fp16: binary32 operands for the round-to-odd kernel
-        pk.Ah.reset();
-        pk.Bh.reset();
-        pk.A.reset(new float[M * K]);
-        pk.B.reset(new float[pk.panels * K * kPanel]);
+        pk.Ah = nullptr;
+        pk.Bh = nullptr;
+        pk.A = buffers.A.get(M * K);
+        pk.B = buffers.B.get(pk.panels * K * kPanel);
       }
     }
     if (worst > 0 && try_native && !native) {
