@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "numerics/arith.hpp"
+#include "numerics/gemm_kernels_avx2.hpp"
 
 namespace roundoff::numerics::kernels {
 namespace {
@@ -514,6 +515,7 @@ struct PackBuffers {
 struct Packed {
   std::size_t M, N, K, panels;
   bool any_binary32 = false;  ///< fused fp32 accumulator: any binary32 inputs (one hardware FMA per step)
+  bool avx2 = false;          ///< the AVX2 tier (fp32 accumulator only; binary32 buffers A and B)
   float* A = nullptr;           ///< M×K row-major (fp32-lane kernels)
   double* Ad = nullptr;         ///< tile-stage kernel: M×K row-major binary64 (B is in `B`)
   float* B = nullptr;           ///< panels × K × kPanel, zero-padded columns
@@ -537,9 +539,10 @@ int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, std::vector<double>&
       for (std::size_t k = 0; k < K; ++k) scratch[k] = A(i, k);
       src = scratch.data();
     }
-    worst = std::min(worst, pack_run(src, K, true, pk.any_binary32, pk.A ? pk.A + i * K : nullptr,
-                                     pk.Ad ? pk.Ad + i * K : nullptr, nullptr,
-                                     pk.Ah ? pk.Ah + i * K : nullptr));
+    worst = std::min(worst, pk.avx2 ? avx2::pack_run(src, K, true, pk.any_binary32, pk.A + i * K)
+                                    : pack_run(src, K, true, pk.any_binary32, pk.A ? pk.A + i * K : nullptr,
+                                               pk.Ad ? pk.Ad + i * K : nullptr, nullptr,
+                                               pk.Ah ? pk.Ah + i * K : nullptr));
   }
   const auto segments = static_cast<std::ptrdiff_t>(pk.panels * K);
 #pragma omp for schedule(static) nowait
@@ -552,8 +555,9 @@ int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, std::vector<double>&
       for (std::size_t c = 0; c < jn; ++c) scratch[c] = B(k, j0 + c);
       src = scratch.data();
     }
-    worst = std::min(worst, pack_run(src, jn, true, pk.any_binary32, pk.B ? pk.B + at : nullptr, nullptr,
-                                     pk.Bh ? pk.Bh + at : nullptr, nullptr));
+    worst = std::min(worst, pk.avx2 ? avx2::pack_run(src, jn, true, pk.any_binary32, pk.B + at)
+                                    : pack_run(src, jn, true, pk.any_binary32, pk.B ? pk.B + at : nullptr, nullptr,
+                                               pk.Bh ? pk.Bh + at : nullptr, nullptr));
     for (std::size_t c = jn; c < kPanel; ++c) {
       if (pk.B) pk.B[at + c] = 0.0f;
       if (pk.Bh) pk.Bh[at + c] = 0;
@@ -581,6 +585,10 @@ void compute_rows(const Plan& plan, const Packed& pk, bool native, bool accumula
                         kPanel, overflows);
       } else if (native) {
         tile_ph_rows(rows, pk.Ah + i * K, K, pk.Bh + p * K * kPanel, K, plan.block, tile, kPanel);
+      } else if (pk.avx2) {
+        for (std::size_t q = 0; q < 4 && 16 * q < jn; ++q)
+          avx2::tile_f32_rows(rows, pk.A + i * K, K, pk.B + p * K * kPanel + 16 * q, kPanel, K, plan.block,
+                              tile + 16 * q, kPanel);
       } else {
         for (std::size_t half = 0; half < 2 && 32 * half < jn; ++half) {
           const float* Ap = pk.A + i * K;
@@ -659,6 +667,7 @@ std::int64_t count_overflows(const Plan& plan, const Packed& pk, ConstMatrix A, 
 const char* name_of(Isa isa) {
   switch (isa) {
     case Isa::None: return "none";
+    case Isa::Avx2: return "avx2";
     case Isa::Avx512: return "avx512";
     case Isa::Avx512Fp16: return "avx512fp16";
   }
@@ -671,7 +680,7 @@ Isa detected_isa() {
     const bool base = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
                       __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-    if (!base) return Isa::None;
+    if (!base) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? Isa::Avx2 : Isa::None;
     return __builtin_cpu_supports("avx512fp16") ? Isa::Avx512Fp16 : Isa::Avx512;
   }();
   return isa;
@@ -684,13 +693,20 @@ bool enabled() { return g_enabled.load(); }
 
 namespace {
 Isa effective_isa() { return std::min(detected_isa(), isa_limit()); }
+/// Whether a kernel of this ISA handles the plan: AVX2 has the fp32 accumulator only (its round-to-odd and
+/// tile-stage kernels need AVX-512's per-instruction rounding modes).
+bool handles(const Plan& plan, Isa isa) {
+  if (isa == Isa::None) return false;
+  return isa != Isa::Avx2 || (plan.acc == Acc::Fp32 && !plan.tile);
+}
 }  // namespace
 
 const char* kernel_name(const Accumulation& a) {
   const auto plan = plan_for(a);
   const Isa isa = effective_isa();
-  if (!plan || isa == Isa::None) return nullptr;
+  if (!plan || !handles(*plan, isa)) return nullptr;
   const bool blocked = plan->block != 0;
+  if (isa == Isa::Avx2) return blocked ? "fp32-avx2-blocked" : "fp32-avx2";
   if (plan->tile) return "ane-tile4-avx512";
   switch (plan->acc) {
     case Acc::Fp16:
@@ -707,7 +723,7 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
   if (!enabled() || M == 0 || N == 0 || K == 0) return false;
   const auto plan_opt = plan_for(a);
   const Isa isa = effective_isa();
-  if (!plan_opt || isa == Isa::None) return false;
+  if (!plan_opt || !handles(*plan_opt, isa)) return false;
   const Plan plan = *plan_opt;
   const int nthreads = threads > 0 ? threads : omp_get_max_threads();
 
@@ -717,6 +733,7 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
   pk.K = K;
   pk.panels = (N + kPanel - 1) / kPanel;
   pk.any_binary32 = plan.acc == Acc::Fp32 && a.fused && !plan.tile;
+  pk.avx2 = isa == Isa::Avx2;
   // The native fp16 kernel needs every input (and C) to be an fp16 value: packed optimistically as fp16; if
   // some value is not, the operands are packed again as binary32 for the round-to-odd kernel.
   const bool try_native = plan.acc == Acc::Fp16 && isa == Isa::Avx512Fp16;
@@ -755,8 +772,9 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
       const auto rows = static_cast<std::ptrdiff_t>(M);
 #pragma omp for schedule(static) nowait
       for (std::ptrdiff_t i = 0; i < rows; ++i)
-        w = std::min(w, pack_run(C + static_cast<std::size_t>(i) * ldc, N, false, false, nullptr, nullptr, nullptr,
-                                 nullptr));
+        w = std::min(w, pk.avx2 ? avx2::pack_run(C + static_cast<std::size_t>(i) * ldc, N, false, false, nullptr)
+                                : pack_run(C + static_cast<std::size_t>(i) * ldc, N, false, false, nullptr, nullptr,
+                                           nullptr, nullptr));
     }
 #pragma omp critical(roundoff_gemm_kernels_worst)
     worst = std::min(worst, w);

@@ -1,7 +1,7 @@
 // The SIMD GEMM kernels against the definition (a naive scalar loop of correctly rounded numerics::fma / add
 // steps; numerics/arith.hpp is checked against MPFR in tests/numerics) and against numerics::gemm's generic
 // path with the kernels switched off. Random ragged shapes, specials, overflow, subnormal sums,
-// accumulate = true, 1 vs 2 threads, every ISA level the CPU has.
+// accumulate = true, 1 vs 2 threads, every ISA level the CPU has (AVX2, AVX-512, AVX512-FP16, each forced).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -123,11 +123,20 @@ Accumulation make_acc(const Format& f, Order order = Order::Sequential, int bloc
   return a;
 }
 
+/// Every ISA level the CPU has (each forced through set_isa_limit), weakest first.
 std::vector<k::Isa> isas_to_test() {
   std::vector<k::Isa> out;
-  if (k::detected_isa() >= k::Isa::Avx512) out.push_back(k::Isa::Avx512);
-  if (k::detected_isa() >= k::Isa::Avx512Fp16) out.push_back(k::Isa::Avx512Fp16);
+  for (const k::Isa isa : {k::Isa::Avx2, k::Isa::Avx512, k::Isa::Avx512Fp16})
+    if (k::detected_isa() >= isa) out.push_back(isa);
   return out;
+}
+
+/// Whether a kernel exists for `a` at `isa` (AVX2: the fp32 accumulator only).
+bool has_kernel(const Accumulation& a, k::Isa isa) {
+  k::set_isa_limit(isa);
+  const bool yes = k::kernel_name(a) != nullptr;
+  k::set_isa_limit(k::Isa::Avx512Fp16);
+  return yes;
 }
 
 class GemmKernels : public ::testing::TestWithParam<Case> {
@@ -136,9 +145,11 @@ class GemmKernels : public ::testing::TestWithParam<Case> {
 };
 
 TEST_P(GemmKernels, BitIdenticalToDefinitionOnRandomShapes) {
-  const auto isas = isas_to_test();
-  if (isas.empty()) GTEST_SKIP() << "no AVX-512 on this CPU: gemm_fast declines and the generic path runs";
   const Accumulation a = GetParam().acc;
+  std::vector<k::Isa> isas;
+  for (const k::Isa isa : isas_to_test())
+    if (has_kernel(a, isa)) isas.push_back(isa);
+  if (isas.empty()) GTEST_SKIP() << "no kernel for this accumulation on this CPU: the generic path runs";
   const Format in = GetParam().inputs;
   std::mt19937_64 rng(0x5eed0000u + std::hash<std::string>{}(GetParam().accumulation) +
                       static_cast<std::uint64_t>(in.precision));
@@ -236,6 +247,7 @@ TEST(GemmKernelsTrap, Fp16FusedMacIsNotFp32FmaThenRound) {
   const double A[] = {std::ldexp(1.0, -12), 1.75};
   const double B[] = {std::ldexp(1.0, -12), 439.0 / 256.0};
   for (const k::Isa isa : isas_to_test()) {
+    if (!has_kernel(a, isa)) continue;
     k::set_isa_limit(isa);
     double C = 0;
     ASSERT_TRUE(k::gemm_fast(a, 1, 1, 2, ConstMatrix{A, 2}, ConstMatrix{B, 1}, &C, 1, false, nullptr, 1));
@@ -251,6 +263,7 @@ TEST(GemmKernelsStats, OverflowCountsFollowIeee) {
   const double A[] = {65504.0, 8.0, 1.0, 65504.0, 65504.0, -std::numeric_limits<double>::infinity()};
   const double B[] = {1.0, 1.0, 1.0};
   for (const k::Isa isa : isas_to_test()) {
+    if (!has_kernel(make_acc(formats::fp16), isa)) continue;
     k::set_isa_limit(isa);
     double C[2] = {};
     AccumStats stats;
@@ -266,24 +279,29 @@ TEST(GemmKernelsStats, OverflowCountsFollowIeee) {
 
 TEST(GemmKernelsSpecials, NanWithFullPayloadStaysNan) {
   // A NaN whose payload fills the fraction must not be carried into ±0 or inf by the bf16 bit rounding.
-  if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX-512";
+  if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX2 or AVX-512";
   const double nan_full = std::bit_cast<double>(std::uint64_t{0x7FFFFFFFFFFFFFFFull});
   const double nan_neg = std::bit_cast<double>(std::uint64_t{0xFFFFFFFFFFFFFFFFull});
   const double A[] = {nan_full, 1.0, 2.0, nan_neg};
   const double B[] = {1.0, 1.0};
   for (const Format f : {formats::bf16, formats::fp16, formats::fp32}) {
-    for (const bool accumulate : {false, true}) {
-      double C[2] = {accumulate ? nan_full : 0.0, 1.0};
-      ASSERT_TRUE(k::gemm_fast(make_acc(f), 2, 1, 2, ConstMatrix{A, 2}, ConstMatrix{B, 1}, C, 1, accumulate,
-                               nullptr, 1));
-      EXPECT_TRUE(std::isnan(C[0])) << C[0];
-      EXPECT_TRUE(std::isnan(C[1])) << C[1];
+    for (const k::Isa isa : isas_to_test()) {
+      if (!has_kernel(make_acc(f), isa)) continue;
+      k::set_isa_limit(isa);
+      for (const bool accumulate : {false, true}) {
+        double C[2] = {accumulate ? nan_full : 0.0, 1.0};
+        ASSERT_TRUE(k::gemm_fast(make_acc(f), 2, 1, 2, ConstMatrix{A, 2}, ConstMatrix{B, 1}, C, 1, accumulate,
+                                 nullptr, 1));
+        EXPECT_TRUE(std::isnan(C[0])) << C[0] << ' ' << k::name_of(isa);
+        EXPECT_TRUE(std::isnan(C[1])) << C[1] << ' ' << k::name_of(isa);
+      }
     }
   }
+  k::set_isa_limit(k::Isa::Avx512Fp16);
 }
 
 TEST(GemmKernelsDecline, WhenNoBitIdenticalKernelExists) {
-  if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX-512";
+  if (k::detected_isa() < k::Isa::Avx512) GTEST_SKIP() << "no AVX-512";
   const double ok[] = {1.0, 2.0, 3.0, 4.0};
   double C[4] = {};
   auto run = [&](const Accumulation& acc, const double* A, bool accumulate = false) {
@@ -316,7 +334,7 @@ TEST(GemmKernelsDecline, WhenNoBitIdenticalKernelExists) {
 }
 
 TEST(GemmKernelsFp32, AnyBinary32InputsWithFusedFp32Accumulation) {
-  if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX-512";
+  if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX2 or AVX-512";
   // Full 24-bit inputs (products not exact in fp32), subnormal and overflowing sums: the hardware fp32 FMA
   // rounds a·b + s once, so the kernel must equal the definition (numerics::fma steps) bit for bit.
   std::mt19937_64 rng(77);
@@ -329,18 +347,22 @@ TEST(GemmKernelsFp32, AnyBinary32InputsWithFusedFp32Accumulation) {
       for (auto& x : A) x = round_to(f32, Rounding::NearestEven, std::ldexp(gauss(rng), scale));
       for (auto& x : B) x = round_to(f32, Rounding::NearestEven, std::ldexp(gauss(rng), scale));
       for (auto& x : C0) x = round_to(f32, Rounding::NearestEven, gauss(rng));
-      for (const bool accumulate : {false, true}) {
-        C = C0;
-        ASSERT_TRUE(k::gemm_fast(acc, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, C.data(), N,
-                                 accumulate, nullptr, 1));
-        for (std::size_t i = 0; i < M; ++i)
-          for (std::size_t j = 0; j < N; ++j) {
-            std::int64_t ov = 0;
-            const double want = reference(acc, A, B, N, K, i, j, accumulate, C0[i * N + j], ov);
-            ASSERT_TRUE(same(C[i * N + j], want)) << "scale " << scale << " i " << i << " j " << j << " got "
-                                                  << C[i * N + j] << " want " << want;
-          }
+      for (const k::Isa isa : isas_to_test()) {
+        k::set_isa_limit(isa);
+        for (const bool accumulate : {false, true}) {
+          C = C0;
+          ASSERT_TRUE(k::gemm_fast(acc, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, C.data(), N,
+                                   accumulate, nullptr, 1));
+          for (std::size_t i = 0; i < M; ++i)
+            for (std::size_t j = 0; j < N; ++j) {
+              std::int64_t ov = 0;
+              const double want = reference(acc, A, B, N, K, i, j, accumulate, C0[i * N + j], ov);
+              ASSERT_TRUE(same(C[i * N + j], want)) << k::name_of(isa) << " scale " << scale << " i " << i << " j "
+                                                    << j << " got " << C[i * N + j] << " want " << want;
+            }
+        }
       }
+      k::set_isa_limit(k::Isa::Avx512Fp16);
     }
   }
   Accumulation unfused = make_acc(formats::fp32);
@@ -351,7 +373,7 @@ TEST(GemmKernelsFp32, AnyBinary32InputsWithFusedFp32Accumulation) {
 }
 
 TEST(GemmKernelsLayout, TransposedOperandsAndLeadingDimensions) {
-  if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX-512";
+  if (k::detected_isa() < k::Isa::Avx512) GTEST_SKIP() << "no AVX-512";
   std::mt19937_64 rng(7);
   const std::size_t M = 37, N = 70, K = 45, lda = 50, ldb = 47, ldc = 75;
   const Accumulation a = make_acc(formats::fp16);
@@ -374,6 +396,48 @@ TEST(GemmKernelsLayout, TransposedOperandsAndLeadingDimensions) {
       }
       ASSERT_TRUE(same(C[i * ldc + j], reference(a, A, B, N, K, i, j, false, 0.0, ov))) << i << ',' << j;
     }
+}
+
+TEST(GemmKernelsAvx2, TierHasTheFp32AccumulatorOnly) {
+  // The AVX2 tier (CPUs without AVX-512) must take the fp32 accumulations, sequential and blocked, and decline
+  // the rest; forced here through set_isa_limit (the random-shape tests above run it for every fp32 case).
+  if (k::detected_isa() < k::Isa::Avx2) GTEST_SKIP() << "no AVX2 + FMA";
+  k::set_isa_limit(k::Isa::Avx2);
+  EXPECT_STREQ(k::kernel_name(make_acc(formats::fp32)), "fp32-avx2");
+  EXPECT_STREQ(k::kernel_name(make_acc(formats::fp32, Order::Blocked, 16)), "fp32-avx2-blocked");
+  EXPECT_EQ(k::kernel_name(make_acc(formats::fp16)), nullptr);
+  EXPECT_EQ(k::kernel_name(parse_accumulation("ane-tile4")), nullptr);
+  const double ok[] = {1.0, 2.0, 3.0, 4.0};
+  double C[4] = {};
+  EXPECT_TRUE(k::gemm_fast(make_acc(formats::fp32), 2, 2, 2, ConstMatrix{ok, 2}, ConstMatrix{ok, 2}, C, 2, false,
+                           nullptr, 1));
+  EXPECT_EQ(C[0], 7.0);
+  EXPECT_EQ(C[3], 22.0);
+  EXPECT_FALSE(k::gemm_fast(make_acc(formats::fp16), 2, 2, 2, ConstMatrix{ok, 2}, ConstMatrix{ok, 2}, C, 2, false,
+                            nullptr, 1));
+  C[0] = 0.1;  // not a binary32 value: cannot be the initial accumulator
+  EXPECT_FALSE(k::gemm_fast(make_acc(formats::fp32), 2, 2, 2, ConstMatrix{ok, 2}, ConstMatrix{ok, 2}, C, 2, true,
+                            nullptr, 1));
+  // Values that must send the product to the generic path, in the 8-wide part of a row and in its scalar tail
+  // (rows of 9): outside [2^-63, 2^63) (products may leave fp32's normal range), 13 significant bits (products
+  // not exact; unfused, so the hardware FMA does not absorb it), not a binary32 value.
+  Accumulation unfused = make_acc(formats::fp32);
+  unfused.fused = false;
+  const std::vector<double> ones(18, 1.0);
+  for (const double bad : {std::ldexp(1.0, -70), std::ldexp(1.0, 64), 1.0 + std::ldexp(1.0, -12), 0.1}) {
+    for (const std::size_t at : {std::size_t{3}, std::size_t{8}}) {
+      std::vector<double> A(18, 1.0), Cv(4, 0.0);
+      A[at] = bad;
+      EXPECT_FALSE(k::gemm_fast(unfused, 2, 2, 9, ConstMatrix{A.data(), 9}, ConstMatrix{ones.data(), 2}, Cv.data(),
+                                2, false, nullptr, 1))
+          << bad << " at " << at;
+      A[at] = 2.0;
+      EXPECT_TRUE(k::gemm_fast(unfused, 2, 2, 9, ConstMatrix{A.data(), 9}, ConstMatrix{ones.data(), 2}, Cv.data(), 2,
+                               false, nullptr, 1));
+      EXPECT_EQ(Cv[0], 10.0);
+    }
+  }
+  k::set_isa_limit(k::Isa::Avx512Fp16);
 }
 
 }  // namespace
