@@ -1,0 +1,397 @@
+#!/usr/bin/python3
+"""The pre-registered analysis of a sweep study (notebooks-data/autoane-gap/preregistration.md §4-§5).
+
+Reads one or more `runs.csv` tables written by `roundoff sweep` (rows: complete runs; the arm and the seed are
+axis columns) and each run's curves.csv, and an analysis spec (JSON: which contrasts, which family, margins;
+notebooks-data/autoane-gap/analysis-spec.json). Writes into --out:
+
+  paired.csv     one row per (metric, contrast, seed): L_ref, L_arm, D = L_arm - L_ref, 100 D / L_ref
+  contrasts.csv  one row per (metric, contrast): n, mean D with its 95 % t CI (df n - 1), two-sided paired t-test,
+                 Holm-adjusted p over the family (primary metric only), the relative gap (mean of the per-seed
+                 100 D / L_ref) with its 95 % t CI, and TOST on the relative gaps for each margin
+  closures.csv   gap-closure fraction of each remedy, with the exhaustive seed-bootstrap percentile CI
+  analysis.json  provenance: inputs and their sha256, the spec, the git revision, the time
+  loss_curves.png, gap_decomposition.png (or --figures DIR)
+
+Metrics: every `metrics` entry of the spec is a runs.csv column (e.g. val_loss_fp32, our primary endpoint at
+equal steps; autoane_train_loss, AutoANE's own-precision training loss over the final 200 micro-steps;
+val_loss_own). The spec's `equal_wall_time` adds AutoANE's equal-wall-time metric `autoane_equal_wall_time`:
+the reference arm's mean training loss over the window of window/accum updates ending at the update boundary
+nearest to ref_micro_steps, against the other arm's window ending nearest to arm_micro_steps (curves.csv logs
+one mean per update, so AutoANE's 1041 and 1297 micro-steps become 1040 and 1300 at accum 10).
+
+Nothing here holds a result: every number comes from the inputs. Contrasts whose runs are absent are written
+with n = 0 and empty statistics. Run with the system python (numpy, scipy, pandas, matplotlib):
+
+    /usr/bin/python3 studies/sweep/analyze_study.py --spec notebooks-data/autoane-gap/analysis-spec.json \
+        --runs notebooks-data/autoane-gap-e11/runs.csv --runs-dir out/sweep --out notebooks-data/autoane-gap-e11/analysis
+"""
+import argparse
+import datetime
+import hashlib
+import itertools
+import json
+import math
+import os
+import subprocess
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from scipy import stats  # noqa: E402
+
+EQUAL_WALL_TIME = "autoane_equal_wall_time"
+
+
+def fail(msg):
+    print(f"analyze_study: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+# ---------------------------------------------------------------------------------------------- statistics
+
+
+def paired_t(d, alpha=0.05):
+    """Mean of the paired differences d with its two-sided (1 - alpha) t interval and t-test against 0.
+
+    Returns dict(n, mean, sd, se, t, df, p, ci_low, ci_high); with n < 2 only n and mean. sd has ddof 1;
+    se = sd / sqrt(n); t = mean / se; p = 2 (1 - F_t(|t|; n - 1)); CI = mean -/+ t_{1 - alpha/2, n - 1} se.
+    With se == 0: p = 1 if mean == 0 else 0, and the CI is the point.
+    """
+    d = np.asarray(d, dtype=float)
+    n = len(d)
+    out = {"n": n, "mean": float(d.mean()) if n else math.nan}
+    for k in ("sd", "se", "t", "df", "p", "ci_low", "ci_high"):
+        out[k] = math.nan
+    if n < 2:
+        return out
+    sd = float(d.std(ddof=1))
+    se = sd / math.sqrt(n)
+    df = n - 1
+    q = float(stats.t.ppf(1 - alpha / 2, df))
+    if se == 0:
+        t, p = (0.0, 1.0) if out["mean"] == 0 else (math.copysign(math.inf, out["mean"]), 0.0)
+    else:
+        t = out["mean"] / se
+        p = float(2 * stats.t.sf(abs(t), df))
+    out.update(sd=sd, se=se, t=t, df=df, p=p, ci_low=out["mean"] - q * se, ci_high=out["mean"] + q * se)
+    return out
+
+
+def tost(d, margin, alpha=0.05):
+    """Two one-sided t-tests of |mean(d)| < margin (equivalence), d paired differences.
+
+    H01: mu <= -margin, rejected when t1 = (mean + margin)/se is large (p1 = 1 - F(t1));
+    H02: mu >= +margin, rejected when t2 = (mean - margin)/se is small (p2 = F(t2)).
+    p = max(p1, p2); equivalent when p < alpha (the same as the 1 - 2 alpha CI inside +-margin).
+    """
+    d = np.asarray(d, dtype=float)
+    n = len(d)
+    if n < 2:
+        return math.nan, None
+    mean = float(d.mean())
+    se = float(d.std(ddof=1)) / math.sqrt(n)
+    if se == 0:
+        p = 0.0 if abs(mean) < margin else 1.0
+    else:
+        p1 = float(stats.t.sf((mean + margin) / se, n - 1))
+        p2 = float(stats.t.cdf((mean - margin) / se, n - 1))
+        p = max(p1, p2)
+    return p, bool(p < alpha)
+
+
+def holm(pvalues, alpha=0.05):
+    """Holm-Bonferroni step-down: adjusted p_(k) = max_{j <= k} min(1, (m - j + 1) p_(j)) over the ascending
+    p-values; a hypothesis is rejected when its adjusted p < alpha. NaN p-values are left out of m."""
+    idx = [i for i, p in enumerate(pvalues) if not math.isnan(p)]
+    m = len(idx)
+    adjusted = [math.nan] * len(pvalues)
+    running = 0.0
+    for rank, i in enumerate(sorted(idx, key=lambda i: pvalues[i])):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted, [None if math.isnan(a) else bool(a < alpha) for a in adjusted]
+
+
+def closure_fraction(ref, parent, remedy):
+    """(gap(parent) - gap(remedy)) / gap(parent), gaps = mean over seeds of the arm minus the reference."""
+    gp = float(np.mean(parent - ref))
+    gr = float(np.mean(remedy - ref))
+    return (gp - gr) / gp if gp != 0 else math.nan
+
+
+def bootstrap_closure(ref, parent, remedy, alpha=0.05):
+    """The closure fraction and its percentile CI over all n^n resamples of the seeds (exhaustive bootstrap:
+    deterministic, no random draws). Resamples whose parent gap is 0 are left out."""
+    n = len(ref)
+    values = []
+    for pick in itertools.product(range(n), repeat=n):
+        p = list(pick)
+        v = closure_fraction(ref[p], parent[p], remedy[p])
+        if not math.isnan(v):
+            values.append(v)
+    point = closure_fraction(ref, parent, remedy)
+    if not values:
+        return point, math.nan, math.nan
+    lo, hi = np.quantile(values, [alpha / 2, 1 - alpha / 2])
+    return point, float(lo), float(hi)
+
+
+# ---------------------------------------------------------------------------------------------- data
+
+
+def load_runs(paths, arm_col, seed_col):
+    frames = []
+    for p in paths:
+        if not os.path.isfile(p):
+            fail(f"{p} not found (a runs.csv written by `roundoff sweep`)")
+        t = pd.read_csv(p)
+        for c in (arm_col, seed_col, "run", "study"):
+            if c not in t.columns:
+                fail(f"{p} has no column '{c}' (columns: {', '.join(t.columns[:8])}, ...)")
+        frames.append(t)
+    runs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    dup = runs[runs.duplicated([arm_col, seed_col], keep=False)]
+    if not dup.empty:
+        fail(f"two runs for arm '{dup[arm_col].iloc[0]}' seed {dup[seed_col].iloc[0]} "
+             f"({', '.join(dup.run)}): analyse one config and corpus at a time")
+    return runs
+
+
+def curves_of(run, runs_dirs):
+    """curves.csv of one run: <dir>/<study>/<run>/curves.csv or <dir>/<run>/curves.csv, first found."""
+    for d in runs_dirs:
+        for p in (os.path.join(d, run["study"], run["run"], "curves.csv"), os.path.join(d, run["run"], "curves.csv")):
+            if os.path.isfile(p):
+                return pd.read_csv(p), p
+    fail(f"no curves.csv for run {run['run']} under {', '.join(runs_dirs)} (give --runs-dir)")
+
+
+def window_mean(curves, end_micro, window_micro, accum):
+    """Mean training loss of the window of window/accum updates ending at the update nearest end_micro;
+    curves.csv step k holds update k + 1. NaN when the run has not reached that update."""
+    end_update = int(round(end_micro / accum))
+    n_updates = max(1, int(round(window_micro / accum)))
+    tl = curves[curves.metric == "train_loss"].set_index("step")["value"]
+    steps = range(end_update - n_updates, end_update)
+    if steps.start < 0 or any(s not in tl.index for s in steps):
+        return math.nan
+    return float(np.mean([tl[s] for s in steps]))
+
+
+# ---------------------------------------------------------------------------------------------- analysis
+
+
+def analyse(spec, runs, runs_dirs):
+    arm_col, seed_col = spec.get("arm_column", "arm"), spec.get("seed_column", "seed")
+    alpha = float(spec.get("alpha", 0.05))
+    margins = [float(m) for m in spec.get("tost_margins_pct", [])]
+    metrics = list(spec["metrics"])
+    for m in metrics:
+        if not runs.empty and m not in runs.columns:
+            fail(f"metric '{m}' is not a runs.csv column")
+    ewt = spec.get("equal_wall_time")
+    paired_rows, contrast_rows = [], []
+    values = {}  # (metric, arm) -> {seed: value}
+    for _, r in runs.iterrows():
+        for m in metrics:
+            values.setdefault((m, r[arm_col]), {})[r[seed_col]] = float(r[m])
+    if ewt:
+        for _, r in runs.iterrows():
+            accum = float(r["recipe.accum"]) if "recipe.accum" in runs.columns else 1.0
+            end = ewt["ref_micro_steps"] if r[arm_col] == spec["reference"] else ewt["arm_micro_steps"]
+            curves, _ = curves_of(r, runs_dirs)
+            values.setdefault((EQUAL_WALL_TIME, r[arm_col]), {})[r[seed_col]] = window_mean(
+                curves, end, ewt["window_micro_steps"], accum)
+        metrics = metrics + [EQUAL_WALL_TIME]
+
+    family = set(spec.get("family", []))
+    for m in metrics:
+        for c in spec["contrasts"]:
+            arm, ref = c["arm"], c["ref"]
+            if m == EQUAL_WALL_TIME and arm not in ewt.get("arms", []):
+                continue
+            a, b = values.get((m, arm), {}), values.get((m, ref), {})
+            seeds = sorted(s for s in set(a) & set(b) if not (math.isnan(a[s]) or math.isnan(b[s])))
+            d = np.array([a[s] - b[s] for s in seeds])
+            rel = np.array([100 * (a[s] - b[s]) / b[s] for s in seeds])
+            for s, x, y in zip(seeds, d, rel):
+                paired_rows.append({"metric": m, "arm": arm, "ref": ref, "seed": s, "L_ref": b[s], "L_arm": a[s],
+                                    "diff": x, "rel_gap_pct": y})
+            st, sr = paired_t(d, alpha), paired_t(rel, alpha)
+            row = {"metric": m, "arm": arm, "ref": ref, "in_family": arm in family and ref == spec["reference"]
+                   and m == spec["primary"], "n": st["n"], "seeds": " ".join(str(s) for s in seeds),
+                   "mean_diff": st["mean"], "sd_diff": st["sd"], "ci_low": st["ci_low"], "ci_high": st["ci_high"],
+                   "t": st["t"], "df": st["df"], "p": st["p"], "rel_gap_pct": sr["mean"],
+                   "rel_ci_low": sr["ci_low"], "rel_ci_high": sr["ci_high"]}
+            for mg in margins:
+                p, eq = tost(rel, mg, alpha)
+                row[f"tost_p_{mg:g}pct"], row[f"equivalent_{mg:g}pct"] = p, eq
+            contrast_rows.append(row)
+    contrasts = pd.DataFrame(contrast_rows)
+    if not contrasts.empty:
+        fam = contrasts.in_family
+        adj, rej = holm(list(contrasts.loc[fam, "p"]), alpha)
+        contrasts["p_holm"], contrasts["significant_holm"] = math.nan, None
+        contrasts.loc[fam, "p_holm"] = adj
+        contrasts.loc[fam, "significant_holm"] = rej
+
+    closure_rows = []
+    prim = spec["primary"]
+    for c in spec.get("closures", []):
+        rem, par, ref = c["remedy"], c["parent"], c.get("ref", spec["reference"])
+        a, p, r = (values.get((prim, x), {}) for x in (rem, par, ref))
+        seeds = sorted(set(a) & set(p) & set(r))
+        row = {"remedy": rem, "parent": par, "ref": ref, "n": len(seeds), "parent_gap_significant": None,
+               "closure": math.nan, "ci_low": math.nan, "ci_high": math.nan}
+        pc = contrasts[(contrasts.metric == prim) & (contrasts.arm == par) & (contrasts.ref == ref)] \
+            if not contrasts.empty else contrasts
+        if len(seeds) >= 2 and not pc.empty:
+            sig = pc.significant_holm.iloc[0] if pc.in_family.iloc[0] else bool(pc.p.iloc[0] < alpha)
+            row["parent_gap_significant"] = bool(sig)
+            if sig:  # §5: only computed when the parent's gap is significant
+                arr = [np.array([v[s] for s in seeds]) for v in (r, p, a)]
+                row["closure"], row["ci_low"], row["ci_high"] = bootstrap_closure(*arr, alpha=alpha)
+        closure_rows.append(row)
+    closure_cols = ["remedy", "parent", "ref", "n", "parent_gap_significant", "closure", "ci_low", "ci_high"]
+    paired_cols = ["metric", "arm", "ref", "seed", "L_ref", "L_arm", "diff", "rel_gap_pct"]
+    return (pd.DataFrame(paired_rows, columns=paired_cols), contrasts,
+            pd.DataFrame(closure_rows, columns=closure_cols))
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+
+def fig_curves(spec, runs, runs_dirs, path):
+    arm_col = spec.get("arm_column", "arm")
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+    arms = list(dict.fromkeys(runs[arm_col])) if not runs.empty else []
+    for k, arm in enumerate(arms):
+        color = f"C{k % 10}"
+        sub = runs[runs[arm_col] == arm]
+        for ax, metric in zip(axes, ["train_loss", "val_loss_fp32"]):
+            series = []
+            for _, r in sub.iterrows():
+                c, _ = curves_of(r, runs_dirs)
+                series.append(c[c.metric == metric].set_index("step")["value"])
+            if not series:
+                continue
+            table = pd.concat(series, axis=1).dropna()
+            if table.empty:
+                continue
+            x = table.index + (1 if metric == "train_loss" else 0)  # train_loss at step k is update k + 1
+            ax.plot(x, table.mean(axis=1), color=color, label=f"{arm} (n={table.shape[1]})",
+                    marker="o" if metric != "train_loss" else None, ms=3)
+            ax.fill_between(x, table.min(axis=1), table.max(axis=1), color=color, alpha=0.18, lw=0)
+    for ax, title in zip(axes, ["training loss, own precision (mean per update)", "validation loss, fp32"]):
+        ax.set_xlabel("update")
+        ax.set_ylabel("nats / token")
+        ax.set_title(title + "\nline: mean over seeds; band: seed min..max")
+        ax.grid(alpha=0.3)
+        if arms:
+            ax.legend(fontsize=8)
+    if not arms:
+        fig.suptitle("no complete runs yet")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def fig_decomposition(spec, contrasts, path):
+    comps = spec.get("decomposition", [])
+    metrics = [spec["primary"]] + [m for m in spec.get("decomposition_also", [])]
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(comps) + 2), 5))
+    width = 0.8 / max(1, len(metrics))
+    for j, m in enumerate(metrics):
+        ys, lo, hi = [], [], []
+        for c in comps:
+            row = contrasts[(contrasts.metric == m) & (contrasts.arm == c["arm"]) & (contrasts.ref == c["ref"])] \
+                if not contrasts.empty else contrasts
+            y = float(row.rel_gap_pct.iloc[0]) if not row.empty else math.nan
+            ys.append(y)
+            lo.append(y - float(row.rel_ci_low.iloc[0]) if not row.empty else math.nan)
+            hi.append(float(row.rel_ci_high.iloc[0]) - y if not row.empty else math.nan)
+        x = np.arange(len(comps)) + (j - (len(metrics) - 1) / 2) * width
+        ax.bar(x, np.nan_to_num(ys), width, yerr=[np.nan_to_num(lo), np.nan_to_num(hi)], capsize=3,
+               color=f"C{j}", label=m)
+        for xi, y in zip(x, ys):
+            if math.isnan(y):
+                ax.text(xi, 0, "no data", rotation=90, ha="center", va="bottom", fontsize=7)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xticks(np.arange(len(comps)))
+    ax.set_xticklabels([c["label"] for c in comps], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("gap, % of the reference's loss (mean over seeds, 95 % t CI)")
+    ax.set_title("gap decomposition")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------- main
+
+
+def sha256_of(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def write_csv(frame, path):
+    tmp = f"{path}.tmp.{os.getpid()}"
+    frame.to_csv(tmp, index=False, float_format="%.17g")
+    os.replace(tmp, path)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--spec", required=True, help="analysis spec JSON")
+    ap.add_argument("--runs", action="append", default=[], help="runs.csv (repeatable: e.g. primary + remedies)")
+    ap.add_argument("--runs-dir", action="append", default=[],
+                    help="where the runs' directories are (<dir>/<study>/<run>/ or <dir>/<run>/); default out/sweep")
+    ap.add_argument("--out", required=True, help="output directory for the tables and analysis.json")
+    ap.add_argument("--figures", help="directory for the figures (default: --out)")
+    ap.add_argument("--prefix", default="", help="prefix of the figure file names")
+    a = ap.parse_args(argv)
+    if not a.runs:
+        fail("give at least one --runs runs.csv")
+    with open(a.spec) as f:
+        spec = json.load(f)
+    for k in ("reference", "primary", "metrics", "contrasts"):
+        if k not in spec:
+            fail(f"spec {a.spec} has no '{k}'")
+    runs_dirs = a.runs_dir or ["out/sweep"]
+    runs = load_runs(a.runs, spec.get("arm_column", "arm"), spec.get("seed_column", "seed"))
+    paired, contrasts, closures = analyse(spec, runs, runs_dirs)
+    os.makedirs(a.out, exist_ok=True)
+    figdir = a.figures or a.out
+    os.makedirs(figdir, exist_ok=True)
+    write_csv(paired, os.path.join(a.out, "paired.csv"))
+    write_csv(contrasts, os.path.join(a.out, "contrasts.csv"))
+    write_csv(closures, os.path.join(a.out, "closures.csv"))
+    fig_curves(spec, runs, runs_dirs, os.path.join(figdir, f"{a.prefix}loss_curves.png"))
+    fig_decomposition(spec, contrasts, os.path.join(figdir, f"{a.prefix}gap_decomposition.png"))
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                             cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
+    except OSError:
+        rev = "unknown"
+    meta = {"script": "studies/sweep/analyze_study.py", "git_revision": rev,
+            "created_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "command": " ".join(sys.argv), "spec": spec,
+            "inputs": {p: sha256_of(p) for p in a.runs + [a.spec]},
+            "runs": int(len(runs)), "contrasts": int(len(contrasts))}
+    tmp = os.path.join(a.out, f"analysis.json.tmp.{os.getpid()}")
+    with open(tmp, "w") as f:
+        json.dump(meta, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, os.path.join(a.out, "analysis.json"))
+    print(f"analyze_study: {len(runs)} runs, {len(contrasts)} contrast rows -> {a.out}")
+
+
+if __name__ == "__main__":
+    main()

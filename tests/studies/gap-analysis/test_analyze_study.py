@@ -1,0 +1,185 @@
+#!/usr/bin/python3
+"""Tests of studies/sweep/analyze_study.py (ctest AnalyzeStudy; run with the system python).
+
+The statistics are checked against hand computations with closed forms (Student's t with 2 degrees of freedom
+has F(t) = 1/2 + t / (2 sqrt(2 + t^2)), so its p-values and quantiles need no library), and the whole script
+against a real tiny sweep committed here: grid-t0-tiny.json (T0, fp32 vs ane-fp16 as arms CPU and FULL16,
+seeds 1-3, 12 steps), its runs.csv and each run's curves.csv (runs/), made by
+`roundoff sweep tests/studies/gap-analysis/grid-t0-tiny.json --jobs 1 --threads 1`.
+"""
+import csv
+import math
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "studies", "sweep"))
+import analyze_study as A  # noqa: E402
+
+
+def t2_sf(t):  # survival function of Student's t, 2 degrees of freedom
+    return 0.5 - t / (2 * math.sqrt(2 + t * t))
+
+
+def t2_quantile(f):  # its inverse CDF: u = 2F - 1, t = u sqrt(2) / sqrt(1 - u^2)
+    u = 2 * f - 1
+    return u * math.sqrt(2) / math.sqrt(1 - u * u)
+
+
+class Statistics(unittest.TestCase):
+    def test_paired_t_by_hand(self):
+        # d = 0.1, 0.2, 0.3: mean 0.2, sd 0.1, se 0.1/sqrt(3), t = 2 sqrt(3), p = 1 - sqrt(6/7),
+        # CI = 0.2 -/+ t_{0.975,2} se with t_{0.975,2} = 0.95 sqrt(2) / sqrt(0.0975) = 4.3027.
+        r = A.paired_t([0.1, 0.2, 0.3])
+        se = 0.1 / math.sqrt(3)
+        self.assertEqual(r["n"], 3)
+        self.assertAlmostEqual(r["mean"], 0.2, places=14)
+        self.assertAlmostEqual(r["sd"], 0.1, places=14)
+        self.assertAlmostEqual(r["t"], 2 * math.sqrt(3), places=12)
+        self.assertAlmostEqual(r["p"], 1 - math.sqrt(6 / 7), places=12)
+        self.assertAlmostEqual(t2_quantile(0.975), 4.3027, places=4)  # the tables' value
+        # scipy's t.ppf (an iterative inversion) gives 4.302652729911275 against the exact
+        # 4.3026527297494638...: 4e-11 relative, so the interval is compared to 1e-9.
+        self.assertAlmostEqual(r["ci_low"], 0.2 - t2_quantile(0.975) * se, places=9)
+        self.assertAlmostEqual(r["ci_high"], 0.2 + t2_quantile(0.975) * se, places=9)
+        # Fewer than two seeds: no interval, no test.
+        self.assertTrue(math.isnan(A.paired_t([0.5])["p"]))
+        # Identical differences: se = 0.
+        self.assertEqual(A.paired_t([0.0, 0.0, 0.0])["p"], 1.0)
+        self.assertEqual(A.paired_t([0.25, 0.25, 0.25])["p"], 0.0)
+
+    def test_holm_by_hand(self):
+        # p = 0.01, 0.04, 0.03 (m = 3): sorted 0.01*3 = 0.03; 0.03*2 = 0.06; max(0.06, 0.04*1) = 0.06.
+        adj, rej = A.holm([0.01, 0.04, 0.03])
+        for a, b in zip(adj, [0.03, 0.06, 0.06]):
+            self.assertAlmostEqual(a, b, places=14)
+        self.assertEqual(rej, [True, False, False])
+        adj, rej = A.holm([0.6, math.nan])  # NaN (no data) is not part of m
+        self.assertAlmostEqual(adj[0], 0.6)
+        self.assertIsNone(rej[1])
+
+    def test_tost_by_hand(self):
+        d = [0.1, 0.2, 0.3]
+        se = 0.1 / math.sqrt(3)
+        for margin in (1.0, 0.25):
+            p1 = t2_sf((0.2 + margin) / se)  # H01: mu <= -margin
+            p2 = 1 - t2_sf((0.2 - margin) / se)  # H02: mu >= margin
+            p, eq = A.tost(d, margin)
+            self.assertAlmostEqual(p, max(p1, p2), places=12)
+            self.assertEqual(eq, max(p1, p2) < 0.05)
+        self.assertTrue(A.tost(d, 1.0)[1])
+        self.assertFalse(A.tost(d, 0.25)[1])  # p = 0.5 + (-0.866)/(2 sqrt(2.75)) = 0.239
+
+    def test_closure_bootstrap(self):
+        import numpy as np
+        ref, parent, remedy = np.zeros(3), np.array([1.0, 2.0, 3.0]), np.array([0.5, 1.0, 1.5])
+        point, lo, hi = A.bootstrap_closure(ref, parent, remedy)
+        self.assertAlmostEqual(point, 0.5)  # every resample closes half the gap
+        self.assertAlmostEqual(lo, 0.5)
+        self.assertAlmostEqual(hi, 0.5)
+        # Different per-seed closures: the 27 resamples spread the interval around the point.
+        point, lo, hi = A.bootstrap_closure(ref, parent, np.array([0.0, 1.0, 3.0]))
+        self.assertAlmostEqual(point, (2.0 - 4.0 / 3.0) / 2.0)
+        self.assertLess(lo, point)
+        self.assertGreater(hi, point)
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+class TinySweep(unittest.TestCase):
+    """The script end to end on the committed tiny T0 sweep, each number recomputed here by hand."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.out = tempfile.mkdtemp(prefix="analyze_study_test_")
+        A.main(["--spec", os.path.join(HERE, "spec-tiny.json"), "--runs", os.path.join(HERE, "runs.csv"),
+                "--runs-dir", os.path.join(HERE, "runs"), "--out", cls.out])
+        cls.runs = read_csv(os.path.join(HERE, "runs.csv"))
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.out, ignore_errors=True)
+
+    def by_arm(self, column):
+        v = {}
+        for r in self.runs:
+            v.setdefault(r["arm"], {})[int(r["seed"])] = float(r[column])
+        return v
+
+    def contrast(self, metric):
+        rows = [r for r in read_csv(os.path.join(self.out, "contrasts.csv")) if r["metric"] == metric]
+        self.assertEqual(len(rows), 1)
+        return rows[0]
+
+    def test_outputs_exist(self):
+        for f in ("paired.csv", "contrasts.csv", "closures.csv", "analysis.json", "loss_curves.png",
+                  "gap_decomposition.png"):
+            self.assertGreater(os.path.getsize(os.path.join(self.out, f)), 0, f)
+        self.assertEqual(len(self.runs), 6)
+
+    def test_primary_contrast_by_hand(self):
+        v = self.by_arm("val_loss_fp32")
+        d = [v["FULL16"][s] - v["CPU"][s] for s in (1, 2, 3)]
+        mean = sum(d) / 3
+        sd = math.sqrt(sum((x - mean) ** 2 for x in d) / 2)
+        t = mean / (sd / math.sqrt(3))
+        row = self.contrast("val_loss_fp32")
+        self.assertEqual(row["n"], "3")
+        self.assertAlmostEqual(float(row["mean_diff"]), mean, places=15)
+        self.assertAlmostEqual(float(row["t"]), t, places=9)
+        self.assertAlmostEqual(float(row["p"]), 2 * t2_sf(abs(t)), places=12)
+        half = t2_quantile(0.975) * sd / math.sqrt(3)
+        self.assertAlmostEqual(float(row["ci_low"]), mean - half, places=12)
+        rel = [100 * x / v["CPU"][s] for x, s in zip(d, (1, 2, 3))]
+        self.assertAlmostEqual(float(row["rel_gap_pct"]), sum(rel) / 3, places=12)
+        # One contrast in the family: Holm leaves its p unchanged.
+        self.assertEqual(row["in_family"], "True")
+        self.assertAlmostEqual(float(row["p_holm"]), float(row["p"]), places=15)
+        # Secondary metrics are not in the family.
+        self.assertEqual(self.contrast("autoane_train_loss")["p_holm"], "")
+
+    def test_equal_wall_time_by_hand(self):
+        # spec-tiny: reference at 8 micro-steps, arm at 10, window 4, accum 1: CPU's mean train_loss over
+        # updates 5..8 (curves steps 4..7) against FULL16's over updates 7..10 (steps 6..9).
+        def window(run, steps):
+            rows = read_csv(os.path.join(HERE, "runs", run, "curves.csv"))
+            tl = {int(r["step"]): float(r["value"]) for r in rows if r["metric"] == "train_loss"}
+            return sum(tl[s] for s in steps) / len(steps)
+
+        d = {}
+        for r in self.runs:
+            steps = range(4, 8) if r["arm"] == "CPU" else range(6, 10)
+            d.setdefault(int(r["seed"]), {})[r["arm"]] = window(r["run"], steps)
+        diffs = [d[s]["FULL16"] - d[s]["CPU"] for s in (1, 2, 3)]
+        row = self.contrast(A.EQUAL_WALL_TIME)
+        self.assertAlmostEqual(float(row["mean_diff"]), sum(diffs) / 3, places=14)
+
+    def test_missing_arms_give_empty_rows_not_errors(self):
+        import json
+        with open(os.path.join(HERE, "spec-tiny.json")) as f:
+            spec = json.load(f)
+        spec["contrasts"].append({"arm": "GUIDE", "ref": "CPU"})
+        spec["family"].append("GUIDE")
+        spec["closures"] = [{"remedy": "GUIDE", "parent": "FULL16"}]
+        path = os.path.join(self.out, "spec-missing.json")
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        out = os.path.join(self.out, "missing")
+        A.main(["--spec", path, "--runs", os.path.join(HERE, "runs.csv"), "--runs-dir", os.path.join(HERE, "runs"),
+                "--out", out])
+        rows = [r for r in read_csv(os.path.join(out, "contrasts.csv")) if r["arm"] == "GUIDE"]
+        self.assertTrue(rows)
+        self.assertTrue(all(r["n"] == "0" and r["p"] == "" for r in rows))
+        closures = read_csv(os.path.join(out, "closures.csv"))
+        self.assertEqual(closures[0]["n"], "0")
+        self.assertEqual(closures[0]["closure"], "")
+
+
+if __name__ == "__main__":
+    unittest.main()
