@@ -385,6 +385,48 @@ __attribute__((target("avx512f"))) void bf16_avx512(const float* src, float* dst
   }
 }
 
+/// The same add-and-mask in 8 lanes (AVX2; sign masks by arithmetic shift, the NaN test signed because the
+/// magnitude has no sign bit).
+template <Rounding M>
+__attribute__((target("avx2"))) inline __m256i bf16_round8(__m256i u) {
+  const __m256i low = _mm256_set1_epi32(0xFFFF);
+  const __m256i neg = _mm256_srai_epi32(u, 31);  // all ones in negative lanes
+  __m256i r;
+  if constexpr (M == Rounding::NearestEven) {
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    r = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb));
+  } else if constexpr (M == Rounding::NearestAway) {
+    r = _mm256_add_epi32(u, _mm256_set1_epi32(0x8000));
+  } else if constexpr (M == Rounding::TowardZero) {
+    r = u;
+  } else if constexpr (M == Rounding::Up) {
+    r = _mm256_add_epi32(u, _mm256_andnot_si256(neg, low));
+  } else if constexpr (M == Rounding::Down) {
+    r = _mm256_add_epi32(u, _mm256_and_si256(neg, low));
+  } else {  // Odd: truncate, then set the last kept bit when anything was discarded
+    const __m256i exact = _mm256_cmpeq_epi32(_mm256_and_si256(u, low), _mm256_setzero_si256());
+    r = _mm256_or_si256(u, _mm256_andnot_si256(exact, _mm256_set1_epi32(0x10000)));
+  }
+  r = _mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)));
+  const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(static_cast<int>(kAbs)));
+  const __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(static_cast<int>(kInfBits)));
+  return _mm256_blendv_epi8(r, _mm256_set1_epi32(static_cast<int>(kQuietNaN)), nan);
+}
+
+template <Rounding M>
+__attribute__((target("avx2"))) void bf16_avx2(const float* src, float* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        bf16_round8<M>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+  if (i < n) {  // lanes below n - i: all ones
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i)),
+                                         _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i u = _mm256_maskload_epi32(reinterpret_cast<const int*>(src + i), m);
+    _mm256_maskstore_epi32(reinterpret_cast<int*>(dst + i), m, bf16_round8<M>(u));
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Stochastic rounding with AVX-512: the counter RNG in 8 × 64-bit lanes, the fraction as 64-bit shifts of the
 // significand (a different computation from the portable path's float scaling; the tests compare them).
@@ -538,14 +580,28 @@ bool run_fp16_hw(Rounding mode, const float* src, float* dst, std::size_t n) {
   return false;
 }
 
-bool run_bf16_avx512(Rounding mode, const float* src, float* dst, std::size_t n) {
+/// The add-and-mask bf16 kernel for the mode, 16 lanes (Wide: AVX-512) or 8 (AVX2); false for stochastic.
+template <bool Wide>
+bool run_bf16_hw(Rounding mode, const float* src, float* dst, std::size_t n) {
   switch (mode) {
-    case Rounding::NearestEven: bf16_avx512<Rounding::NearestEven>(src, dst, n); return true;
-    case Rounding::NearestAway: bf16_avx512<Rounding::NearestAway>(src, dst, n); return true;
-    case Rounding::TowardZero: bf16_avx512<Rounding::TowardZero>(src, dst, n); return true;
-    case Rounding::Up: bf16_avx512<Rounding::Up>(src, dst, n); return true;
-    case Rounding::Down: bf16_avx512<Rounding::Down>(src, dst, n); return true;
-    case Rounding::Odd: bf16_avx512<Rounding::Odd>(src, dst, n); return true;
+    case Rounding::NearestEven:
+      Wide ? bf16_avx512<Rounding::NearestEven>(src, dst, n) : bf16_avx2<Rounding::NearestEven>(src, dst, n);
+      return true;
+    case Rounding::NearestAway:
+      Wide ? bf16_avx512<Rounding::NearestAway>(src, dst, n) : bf16_avx2<Rounding::NearestAway>(src, dst, n);
+      return true;
+    case Rounding::TowardZero:
+      Wide ? bf16_avx512<Rounding::TowardZero>(src, dst, n) : bf16_avx2<Rounding::TowardZero>(src, dst, n);
+      return true;
+    case Rounding::Up:
+      Wide ? bf16_avx512<Rounding::Up>(src, dst, n) : bf16_avx2<Rounding::Up>(src, dst, n);
+      return true;
+    case Rounding::Down:
+      Wide ? bf16_avx512<Rounding::Down>(src, dst, n) : bf16_avx2<Rounding::Down>(src, dst, n);
+      return true;
+    case Rounding::Odd:
+      Wide ? bf16_avx512<Rounding::Odd>(src, dst, n) : bf16_avx2<Rounding::Odd>(src, dst, n);
+      return true;
     case Rounding::Stochastic: return false;
   }
   return false;
@@ -585,10 +641,11 @@ bool dispatch(Path path, const RoundingPlan& plan, Rounding mode, std::span<cons
     case Path::Portable: return run_portable(*t, mode, s, d, n, bits, first_index, draws);
     case Path::F16c:
       if (fp16 && run_fp16_hw<false>(mode, s, d, n)) return true;
+      if (bf16 && run_bf16_hw<false>(mode, s, d, n)) return true;
       return run_portable(*t, mode, s, d, n, bits, first_index, draws);
     case Path::Avx512:
       if (fp16 && run_fp16_hw<true>(mode, s, d, n)) return true;
-      if (bf16 && run_bf16_avx512(mode, s, d, n)) return true;
+      if (bf16 && run_bf16_hw<true>(mode, s, d, n)) return true;
       if (mode == Rounding::Stochastic) {
         stochastic_avx512(*t, s, d, n, bits, first_index, draws);
         return true;
