@@ -9,7 +9,8 @@
 //   fp16-seq, bf16-seq          fp16 / bf16 inputs, fused sequential accumulation in the same format
 //   fp16-seq-rto                fp16-seq restricted to the AVX-512F round-to-odd kernel (CPUs without AVX512-FP16)
 //   fp16-in-fp32-seq, bf16-in-fp32-seq   fp32 sequential accumulation
-//   fp16-in-fp32-seq-avx2       fp16-in-fp32-seq restricted to the AVX2 + FMA tier (CPUs without AVX-512)
+//   fp16-in-fp32-seq-avx2, fp16-seq-avx2, bf16-seq-avx2   restricted to the AVX2 + FMA tier (CPUs without
+//                               AVX-512; fp16/bf16 accumulators by round-to-odd from TwoSum)
 //   fp16-splitk32-fp32          blocks of 32 summed in fp16, block sums combined in fp32
 //   ane-tile4                   the ane-guide's accumulator: exact tiles of 4 products rounded toward zero to
 //                               fp16, summed in fp32
@@ -183,6 +184,8 @@ void register_all() {
   const std::vector<Variant> fast = {
       {"fp16-seq", make_acc(formats::fp16), formats::fp16},
       {"fp16-seq-rto", make_acc(formats::fp16), formats::fp16, kernels::Isa::Avx512},
+      {"fp16-seq-avx2", make_acc(formats::fp16), formats::fp16, kernels::Isa::Avx2},
+      {"bf16-seq-avx2", make_acc(formats::bf16), formats::bf16, kernels::Isa::Avx2},
       {"bf16-seq", make_acc(formats::bf16), formats::bf16},
       {"fp16-in-fp32-seq", make_acc(formats::fp32), formats::fp16},
       {"fp16-in-fp32-seq-avx2", make_acc(formats::fp32), formats::fp16, kernels::Isa::Avx2},

@@ -30,8 +30,6 @@ namespace {
 std::atomic<bool> g_enabled{true};
 std::atomic<Isa> g_limit{Isa::Avx512Fp16};
 
-enum class Acc : std::uint8_t { Fp16, Bf16, Fp32 };
-
 struct Plan {
   Acc acc;
   std::size_t block;  ///< 0 = sequential; else block size, block sums combined in fp32
@@ -587,8 +585,8 @@ void compute_rows(const Plan& plan, const Packed& pk, bool native, bool accumula
         tile_ph_rows(rows, pk.Ah + i * K, K, pk.Bh + p * K * kPanel, K, plan.block, tile, kPanel);
       } else if (pk.avx2) {
         for (std::size_t q = 0; q < 4 && 16 * q < jn; ++q)
-          avx2::tile_f32_rows(rows, pk.A + i * K, K, pk.B + p * K * kPanel + 16 * q, kPanel, K, plan.block,
-                              tile + 16 * q, kPanel);
+          avx2::tile_rows(plan.acc, rows, pk.A + i * K, K, pk.B + p * K * kPanel + 16 * q, kPanel, K, plan.block,
+                          tile + 16 * q, kPanel);
       } else {
         for (std::size_t half = 0; half < 2 && 32 * half < jn; ++half) {
           const float* Ap = pk.A + i * K;
@@ -680,7 +678,10 @@ Isa detected_isa() {
     const bool base = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
                       __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-    if (!base) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? Isa::Avx2 : Isa::None;
+    if (!base) {
+      const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+      return avx2 ? Isa::Avx2 : Isa::None;
+    }
     return __builtin_cpu_supports("avx512fp16") ? Isa::Avx512Fp16 : Isa::Avx512;
   }();
   return isa;
@@ -693,11 +694,10 @@ bool enabled() { return g_enabled.load(); }
 
 namespace {
 Isa effective_isa() { return std::min(detected_isa(), isa_limit()); }
-/// Whether a kernel of this ISA handles the plan: AVX2 has the fp32 accumulator only (its round-to-odd and
-/// tile-stage kernels need AVX-512's per-instruction rounding modes).
+/// Whether a kernel of this ISA handles the plan: AVX2 has no tile-stage kernel.
 bool handles(const Plan& plan, Isa isa) {
   if (isa == Isa::None) return false;
-  return isa != Isa::Avx2 || (plan.acc == Acc::Fp32 && !plan.tile);
+  return isa != Isa::Avx2 || !plan.tile;
 }
 }  // namespace
 
@@ -706,7 +706,13 @@ const char* kernel_name(const Accumulation& a) {
   const Isa isa = effective_isa();
   if (!plan || !handles(*plan, isa)) return nullptr;
   const bool blocked = plan->block != 0;
-  if (isa == Isa::Avx2) return blocked ? "fp32-avx2-blocked" : "fp32-avx2";
+  if (isa == Isa::Avx2) {
+    switch (plan->acc) {
+      case Acc::Fp16: return blocked ? "fp16-rto-avx2-blocked" : "fp16-rto-avx2";
+      case Acc::Bf16: return blocked ? "bf16-rto-avx2-blocked" : "bf16-rto-avx2";
+      case Acc::Fp32: return blocked ? "fp32-avx2-blocked" : "fp32-avx2";
+    }
+  }
   if (plan->tile) return "ane-tile4-avx512";
   switch (plan->acc) {
     case Acc::Fp16:

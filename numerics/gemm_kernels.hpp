@@ -43,11 +43,12 @@ namespace roundoff::numerics::kernels {
 bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix A, ConstMatrix B,
                double* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads);
 
-/// Instruction sets the kernels can use, weakest first. Avx2 (AVX2 + FMA, for CPUs without AVX-512) has the
-/// fp32-accumulator kernel only (sequential and blocked; numerics/gemm_kernels_avx2.hpp).
+/// Instruction sets the kernels can use, weakest first. Avx2 (AVX2 + FMA + F16C, for CPUs without AVX-512) has
+/// the fp32, fp16 and bf16 accumulators, sequential and blocked, but no tile-stage kernel
+/// (numerics/gemm_kernels_avx2.hpp).
 enum class Isa : std::uint8_t { None, Avx2, Avx512, Avx512Fp16 };
 const char* name_of(Isa isa);
-/// What this CPU supports: Avx512 needs AVX-512 F/BW/DQ/VL + FMA + F16C, Avx2 needs AVX2 + FMA, else None.
+/// What this CPU supports: Avx512 needs AVX-512 F/BW/DQ/VL + FMA + F16C, Avx2 needs AVX2 + FMA + F16C.
 Isa detected_isa();
 /// The best ISA the kernels may use: min(detected, limit). Tests lower the limit to exercise fallbacks.
 void set_isa_limit(Isa limit);
@@ -58,7 +59,8 @@ void set_enabled(bool on);
 bool enabled();
 
 /// Name of the kernel gemm_fast would use for `a` on fp16-valued inputs ("fp16-avx512fp16",
-/// "fp16-rto-avx512", "bf16-rto-avx512", "fp32-avx512", "fp32-avx2", with "-blocked" for split-K;
+/// "fp16-rto-avx512", "bf16-rto-avx512", "fp32-avx512", "fp16-rto-avx2", "bf16-rto-avx2", "fp32-avx2", with
+/// "-blocked" for split-K;
 /// "ane-tile4-avx512"), or nullptr when none.
 const char* kernel_name(const Accumulation& a);
 

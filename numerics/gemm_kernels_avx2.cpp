@@ -12,7 +12,7 @@
 namespace roundoff::numerics::kernels::avx2 {
 namespace {
 
-#define ROUNDOFF_AVX2 __attribute__((target("avx2,fma")))
+#define ROUNDOFF_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 /// The class of one value (see pack_run) and its binary32 value (NaN: the quiet NaN).
 int classify(double x, bool inputs, bool any_binary32, float& out) {
@@ -28,7 +28,35 @@ int classify(double x, bool inputs, bool any_binary32, float& out) {
   return special || (in_range && short_sig) ? 1 : 0;
 }
 
-template <std::size_t MR>
+/// One step s ← round_acc(s + a·b) on 8 lanes (see gemm_kernels_avx2.hpp).
+template <Acc acc>
+ROUNDOFF_AVX2 __attribute__((always_inline)) inline __m256 mac(__m256 a, __m256 b, __m256 s) {
+  if constexpr (acc == Acc::Fp32) {
+    return _mm256_fmadd_ps(a, b, s);
+  } else {
+    const __m256 p = _mm256_mul_ps(a, b);  // exact
+    const __m256 r = _mm256_add_ps(s, p);
+    const __m256 bb = _mm256_sub_ps(r, s);
+    const __m256 e = _mm256_add_ps(_mm256_sub_ps(s, _mm256_sub_ps(r, bb)), _mm256_sub_ps(p, bb));
+    const __m256i ri = _mm256_castps_si256(r), one = _mm256_set1_epi32(1);
+    // Inexact (e ≠ 0; NaN e only in lanes with a non-finite r, which stay r) with r even: step to the neighbour.
+    const __m256i inexact = _mm256_castps_si256(_mm256_cmp_ps(e, _mm256_setzero_ps(), _CMP_NEQ_OQ));
+    const __m256i even = _mm256_cmpeq_epi32(_mm256_and_si256(ri, one), _mm256_setzero_si256());
+    const __m256i step = _mm256_or_si256(_mm256_srai_epi32(_mm256_xor_si256(_mm256_castps_si256(e), ri), 31), one);
+    // An overflowing r (±inf from finite s and p) stays ±inf: round-to-odd would give ±max32, which rounds to
+    // ±inf in fp16 and bf16 alike, so the final result is the same.
+    const __m256i t = _mm256_add_epi32(ri, _mm256_and_si256(_mm256_and_si256(inexact, even), step));
+    if constexpr (acc == Acc::Fp16) {
+      return _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_castsi256_ps(t), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    } else {  // round-half-even on the bits; NaNs here are quiet with a zero low half, so nothing carries out
+      const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(t, 16), one);
+      const __m256i q = _mm256_add_epi32(_mm256_add_epi32(t, _mm256_set1_epi32(0x7FFF)), lsb);
+      return _mm256_castsi256_ps(_mm256_and_si256(q, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+    }
+  }
+}
+
+template <Acc acc, std::size_t MR>
 ROUNDOFF_AVX2 void tile(const float* Ap, std::size_t lda, const float* Bp, std::size_t ldb, std::size_t K,
                         std::size_t block, float* t, std::size_t ldt) {
   __m256 s[MR][2];
@@ -42,8 +70,8 @@ ROUNDOFF_AVX2 void tile(const float* Ap, std::size_t lda, const float* Bp, std::
 #pragma GCC unroll 6
       for (std::size_t r = 0; r < MR; ++r) {
         const __m256 a = _mm256_broadcast_ss(Ap + r * lda + k);
-        s[r][0] = _mm256_fmadd_ps(a, b0, s[r][0]);
-        s[r][1] = _mm256_fmadd_ps(a, b1, s[r][1]);
+        s[r][0] = mac<acc>(a, b0, s[r][0]);
+        s[r][1] = mac<acc>(a, b1, s[r][1]);
       }
     }
   } else {
@@ -57,8 +85,8 @@ ROUNDOFF_AVX2 void tile(const float* Ap, std::size_t lda, const float* Bp, std::
 #pragma GCC unroll 6
         for (std::size_t r = 0; r < MR; ++r) {
           const __m256 a = _mm256_broadcast_ss(Ap + r * lda + k);
-          p[r][0] = _mm256_fmadd_ps(a, b0, p[r][0]);
-          p[r][1] = _mm256_fmadd_ps(a, b1, p[r][1]);
+          p[r][0] = mac<acc>(a, b0, p[r][0]);
+          p[r][1] = mac<acc>(a, b1, p[r][1]);
         }
       }
       for (std::size_t r = 0; r < MR; ++r) {
@@ -114,24 +142,38 @@ ROUNDOFF_AVX2 int pack_run(const double* src, std::size_t n, bool inputs, bool a
   return bad ? 0 : 1;
 }
 
-void tile_f32_rows(std::size_t rows, const float* Ap, std::size_t lda, const float* Bp, std::size_t ldb,
-                   std::size_t K, std::size_t block, float* t, std::size_t ldt) {
-  // 16 ymm registers: 6 rows × 2 accumulators (sequential) or 3 rows × 2 partial + 2 total sums (blocked),
-  // plus the two B vectors and the broadcast. Each output row is computed the same way in any tile height.
-  const std::size_t tall = block == 0 ? 6 : 3;
+namespace {
+template <Acc acc>
+void rows_of(std::size_t rows, const float* Ap, std::size_t lda, const float* Bp, std::size_t ldb, std::size_t K,
+             std::size_t block, float* t, std::size_t ldt) {
+  // 16 ymm registers: 6 rows × 2 accumulators (fp32, sequential) or 3 rows × 2 partial + 2 total sums (blocked),
+  // plus the two B vectors and the broadcast; the round-to-odd step needs about 5 more, so 4 and 2 rows there.
+  // Each output row is computed the same way in any tile height.
+  constexpr bool fp32 = acc == Acc::Fp32;
+  const std::size_t tall = block == 0 ? (fp32 ? 6 : 4) : (fp32 ? 3 : 2);
   for (std::size_t r0 = 0; r0 < rows;) {
-    const std::size_t left = rows - r0, h = std::min(left, tall);
+    const std::size_t h = std::min(rows - r0, tall);
     const float* a = Ap + r0 * lda;
     float* out = t + r0 * ldt;
     switch (h) {
-      case 6: tile<6>(a, lda, Bp, ldb, K, block, out, ldt); break;
-      case 5: tile<5>(a, lda, Bp, ldb, K, block, out, ldt); break;
-      case 4: tile<4>(a, lda, Bp, ldb, K, block, out, ldt); break;
-      case 3: tile<3>(a, lda, Bp, ldb, K, block, out, ldt); break;
-      case 2: tile<2>(a, lda, Bp, ldb, K, block, out, ldt); break;
-      default: tile<1>(a, lda, Bp, ldb, K, block, out, ldt); break;
+      case 6: tile<acc, 6>(a, lda, Bp, ldb, K, block, out, ldt); break;
+      case 5: tile<acc, 5>(a, lda, Bp, ldb, K, block, out, ldt); break;
+      case 4: tile<acc, 4>(a, lda, Bp, ldb, K, block, out, ldt); break;
+      case 3: tile<acc, 3>(a, lda, Bp, ldb, K, block, out, ldt); break;
+      case 2: tile<acc, 2>(a, lda, Bp, ldb, K, block, out, ldt); break;
+      default: tile<acc, 1>(a, lda, Bp, ldb, K, block, out, ldt); break;
     }
     r0 += h;
+  }
+}
+}  // namespace
+
+void tile_rows(Acc acc, std::size_t rows, const float* Ap, std::size_t lda, const float* Bp, std::size_t ldb,
+               std::size_t K, std::size_t block, float* t, std::size_t ldt) {
+  switch (acc) {
+    case Acc::Fp16: rows_of<Acc::Fp16>(rows, Ap, lda, Bp, ldb, K, block, t, ldt); return;
+    case Acc::Bf16: rows_of<Acc::Bf16>(rows, Ap, lda, Bp, ldb, K, block, t, ldt); return;
+    case Acc::Fp32: rows_of<Acc::Fp32>(rows, Ap, lda, Bp, ldb, K, block, t, ldt); return;
   }
 }
 

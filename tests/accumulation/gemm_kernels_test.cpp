@@ -373,7 +373,7 @@ TEST(GemmKernelsFp32, AnyBinary32InputsWithFusedFp32Accumulation) {
 }
 
 TEST(GemmKernelsLayout, TransposedOperandsAndLeadingDimensions) {
-  if (k::detected_isa() < k::Isa::Avx512) GTEST_SKIP() << "no AVX-512";
+  if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX2 or AVX-512";
   std::mt19937_64 rng(7);
   const std::size_t M = 37, N = 70, K = 45, lda = 50, ldb = 47, ldc = 75;
   const Accumulation a = make_acc(formats::fp16);
@@ -384,28 +384,35 @@ TEST(GemmKernelsLayout, TransposedOperandsAndLeadingDimensions) {
     for (std::size_t kk = 0; kk < K; ++kk) A[i * K + kk] = At[kk * lda + i];
   for (std::size_t kk = 0; kk < K; ++kk)
     for (std::size_t j = 0; j < N; ++j) B[kk * N + j] = Bt[j * ldb + kk];
-  std::vector<double> C(M * ldc, 123.0);
-  ASSERT_TRUE(k::gemm_fast(a, M, N, K, ConstMatrix{At.data(), lda, true}, ConstMatrix{Bt.data(), ldb, true}, C.data(),
-                           ldc, false, nullptr, 2));
-  std::int64_t ov = 0;
-  for (std::size_t i = 0; i < M; ++i)
-    for (std::size_t j = 0; j < ldc; ++j) {
-      if (j >= N) {
-        EXPECT_EQ(C[i * ldc + j], 123.0) << "wrote outside the N columns";
-        continue;
+  for (const k::Isa isa : isas_to_test()) {
+    k::set_isa_limit(isa);
+    std::vector<double> C(M * ldc, 123.0);
+    ASSERT_TRUE(k::gemm_fast(a, M, N, K, ConstMatrix{At.data(), lda, true}, ConstMatrix{Bt.data(), ldb, true},
+                             C.data(), ldc, false, nullptr, 2));
+    std::int64_t ov = 0;
+    for (std::size_t i = 0; i < M; ++i)
+      for (std::size_t j = 0; j < ldc; ++j) {
+        if (j >= N) {
+          EXPECT_EQ(C[i * ldc + j], 123.0) << "wrote outside the N columns";
+          continue;
+        }
+        ASSERT_TRUE(same(C[i * ldc + j], reference(a, A, B, N, K, i, j, false, 0.0, ov)))
+            << k::name_of(isa) << ' ' << i << ',' << j;
       }
-      ASSERT_TRUE(same(C[i * ldc + j], reference(a, A, B, N, K, i, j, false, 0.0, ov))) << i << ',' << j;
-    }
+  }
+  k::set_isa_limit(k::Isa::Avx512Fp16);
 }
 
-TEST(GemmKernelsAvx2, TierHasTheFp32AccumulatorOnly) {
-  // The AVX2 tier (CPUs without AVX-512) must take the fp32 accumulations, sequential and blocked, and decline
-  // the rest; forced here through set_isa_limit (the random-shape tests above run it for every fp32 case).
-  if (k::detected_isa() < k::Isa::Avx2) GTEST_SKIP() << "no AVX2 + FMA";
+TEST(GemmKernelsAvx2, TierTakesEveryAccumulatorButTheTileStage) {
+  // The AVX2 tier (CPUs without AVX-512) must take the fp32, fp16 and bf16 accumulations, sequential and
+  // blocked, and decline the tile stage; forced here through set_isa_limit (the random-shape tests above run
+  // every accumulation on it).
+  if (k::detected_isa() < k::Isa::Avx2) GTEST_SKIP() << "no AVX2 + FMA + F16C";
   k::set_isa_limit(k::Isa::Avx2);
   EXPECT_STREQ(k::kernel_name(make_acc(formats::fp32)), "fp32-avx2");
   EXPECT_STREQ(k::kernel_name(make_acc(formats::fp32, Order::Blocked, 16)), "fp32-avx2-blocked");
-  EXPECT_EQ(k::kernel_name(make_acc(formats::fp16)), nullptr);
+  EXPECT_STREQ(k::kernel_name(make_acc(formats::fp16)), "fp16-rto-avx2");
+  EXPECT_STREQ(k::kernel_name(make_acc(formats::bf16, Order::Blocked, 16)), "bf16-rto-avx2-blocked");
   EXPECT_EQ(k::kernel_name(parse_accumulation("ane-tile4")), nullptr);
   const double ok[] = {1.0, 2.0, 3.0, 4.0};
   double C[4] = {};
@@ -413,8 +420,8 @@ TEST(GemmKernelsAvx2, TierHasTheFp32AccumulatorOnly) {
                            nullptr, 1));
   EXPECT_EQ(C[0], 7.0);
   EXPECT_EQ(C[3], 22.0);
-  EXPECT_FALSE(k::gemm_fast(make_acc(formats::fp16), 2, 2, 2, ConstMatrix{ok, 2}, ConstMatrix{ok, 2}, C, 2, false,
-                            nullptr, 1));
+  EXPECT_FALSE(k::gemm_fast(parse_accumulation("ane-tile4"), 2, 2, 2, ConstMatrix{ok, 2}, ConstMatrix{ok, 2}, C, 2,
+                            false, nullptr, 1));
   C[0] = 0.1;  // not a binary32 value: cannot be the initial accumulator
   EXPECT_FALSE(k::gemm_fast(make_acc(formats::fp32), 2, 2, 2, ConstMatrix{ok, 2}, ConstMatrix{ok, 2}, C, 2, true,
                             nullptr, 1));
