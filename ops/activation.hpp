@@ -19,9 +19,8 @@ void silu_forward(std::span<typename A::Value> y, std::span<const typename A::Va
   for_units(s.rows, sel, [&](std::int64_t r) {
     for (std::int64_t i = 0; i < s.cols; ++i) {
       const auto e = static_cast<std::size_t>(r * s.cols + i);
-      const std::uint64_t k = e * kSlots;
-      const auto xi = ctx.in(x[e], k);
-      y[e] = ctx.store(ctx.mul(xi, ctx.sigmoid(xi, k + 1), k + 2), k + 3);
+      const auto xi = ctx.in(x[e], key(Tensor::X, e, 0));
+      y[e] = ctx.store(ctx.mul(xi, ctx.sigmoid(xi, key(Tensor::Y, e, 0)), key(Tensor::Y, e, 1)), key(Tensor::Y, e, 2));
     }
   });
 }
@@ -34,12 +33,13 @@ void silu_backward_data(std::span<typename A::Value> dx, std::span<const typenam
   for_units(s.rows, sel, [&](std::int64_t r) {
     for (std::int64_t i = 0; i < s.cols; ++i) {
       const auto e = static_cast<std::size_t>(r * s.cols + i);
-      const std::uint64_t k = e * kSlots;
-      const auto xi = ctx.in(x[e], k);
-      const auto sg = ctx.sigmoid(xi, k + 1);
-      const auto t = ctx.add(one, ctx.mul(xi, ctx.sub(one, sg, k + 2), k + 3), k + 4);
-      const auto d = ctx.mul(ctx.mul(ctx.in(dy[e], k + 5), sg, k + 6), t, k + 7);
-      dx[e] = ctx.store(ctx.add(ctx.in(dx[e], k + 8), d, k + 9), k + 10);
+      const auto xi = ctx.in(x[e], key(Tensor::X, e, 0));
+      const auto sg = ctx.sigmoid(xi, key(Tensor::Dx, e, 0));
+      const auto t = ctx.add(one, ctx.mul(xi, ctx.sub(one, sg, key(Tensor::Dx, e, 1)), key(Tensor::Dx, e, 2)),
+                             key(Tensor::Dx, e, 3));
+      const auto d = ctx.mul(ctx.mul(ctx.in(dy[e], key(Tensor::Dy, e, 0)), sg, key(Tensor::Dx, e, 4)), t,
+                             key(Tensor::Dx, e, 5));
+      dx[e] = ctx.store(ctx.add(ctx.in(dx[e], key(Tensor::Dx, e, 6)), d, key(Tensor::Dx, e, 7)), key(Tensor::Dx, e, 8));
     }
   });
 }
@@ -51,8 +51,8 @@ void swiglu_forward(std::span<typename A::Value> h, std::span<const typename A::
   for_units(s.rows, sel, [&](std::int64_t r) {
     for (std::int64_t i = 0; i < s.cols; ++i) {
       const auto e = static_cast<std::size_t>(r * s.cols + i);
-      const std::uint64_t k = e * kSlots;
-      h[e] = ctx.store(ctx.mul(ctx.in(a[e], k), ctx.in(u[e], k + 1), k + 2), k + 3);
+      h[e] = ctx.store(ctx.mul(ctx.in(a[e], key(Tensor::X, e, 0)), ctx.in(u[e], key(Tensor::X2, e, 0)), key(Tensor::Y, e, 0)),
+                       key(Tensor::Y, e, 1));
     }
   });
 }
@@ -65,10 +65,13 @@ void swiglu_backward_data(std::span<typename A::Value> da, std::span<typename A:
   for_units(s.rows, sel, [&](std::int64_t r) {
     for (std::int64_t i = 0; i < s.cols; ++i) {
       const auto e = static_cast<std::size_t>(r * s.cols + i);
-      const std::uint64_t k = e * kSlots;
-      const auto g = ctx.in(dh[e], k);
-      da[e] = ctx.store(ctx.add(ctx.in(da[e], k + 1), ctx.mul(g, ctx.in(u[e], k + 2), k + 3), k + 4), k + 5);
-      du[e] = ctx.store(ctx.add(ctx.in(du[e], k + 6), ctx.mul(g, ctx.in(a[e], k + 7), k + 8), k + 9), k + 10);
+      const auto g = ctx.in(dh[e], key(Tensor::Dy, e, 0));
+      da[e] = ctx.store(ctx.add(ctx.in(da[e], key(Tensor::Dx, e, 0)),
+                                ctx.mul(g, ctx.in(u[e], key(Tensor::X2, e, 0)), key(Tensor::Dx, e, 1)), key(Tensor::Dx, e, 2)),
+                        key(Tensor::Dx, e, 3));
+      du[e] = ctx.store(ctx.add(ctx.in(du[e], key(Tensor::Dx2, e, 0)),
+                                ctx.mul(g, ctx.in(a[e], key(Tensor::X, e, 0)), key(Tensor::Dx2, e, 1)), key(Tensor::Dx2, e, 2)),
+                        key(Tensor::Dx2, e, 3));
     }
   });
 }

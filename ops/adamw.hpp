@@ -46,19 +46,19 @@ void adamw_update(std::span<typename A::Value> w, std::span<typename A::Value> m
   const auto eps = ctx.c(cfg.eps), wd = ctx.c(cfg.weight_decay), lr = ctx.c(cfg.lr), gs = ctx.c(cfg.grad_scale);
   for_units(static_cast<std::int64_t>(w.size()), sel, [&](std::int64_t i) {
     const auto e = static_cast<std::size_t>(i);
-    const std::uint64_t k = e * kSlots;
+    const auto k = [e](unsigned slot) { return key(Tensor::W, e, slot); };  // all roundings of parameter e
     auto gi = g[e];
-    if (cfg.grad_scale != 1.0) gi = ctx.mul(gi, gs, k);
-    const auto mi = ctx.store_to(f.m, ctx.add(ctx.mul(b1, m[e], k + 1), ctx.mul(ob1, gi, k + 2), k + 3), k + 4);
-    const auto g2 = ctx.mul(gi, gi, k + 5);
-    const auto vi = ctx.store_to(f.v, ctx.add(ctx.mul(b2, v[e], k + 6), ctx.mul(ob2, g2, k + 7), k + 8), k + 9);
-    const auto mhat = ctx.div(mi, c1, k + 10), vhat = ctx.div(vi, c2, k + 11);
-    const auto step = ctx.add(ctx.div(mhat, ctx.add(ctx.sqrt(vhat, k + 12), eps, k + 13), k + 14),
-                              ctx.mul(wd, w[e], k + 15), k + 16);
+    if (cfg.grad_scale != 1.0) gi = ctx.mul(gi, gs, k(0));
+    const auto mi = ctx.store_to(f.m, ctx.add(ctx.mul(b1, m[e], k(1)), ctx.mul(ob1, gi, k(2)), k(3)), k(4));
+    const auto g2 = ctx.mul(gi, gi, k(5));
+    const auto vi = ctx.store_to(f.v, ctx.add(ctx.mul(b2, v[e], k(6)), ctx.mul(ob2, g2, k(7)), k(8)), k(9));
+    const auto mhat = ctx.div(mi, c1, k(10)), vhat = ctx.div(vi, c2, k(11));
+    const auto step =
+        ctx.add(ctx.div(mhat, ctx.add(ctx.sqrt(vhat, k(12)), eps, k(13)), k(14)), ctx.mul(wd, w[e], k(15)), k(16));
     m[e] = mi;
     v[e] = vi;
-    w[e] = ctx.store_to(f.master, ctx.sub(w[e], ctx.mul(lr, step, k + 17), k + 18), k + 19);
-    if (!weights.empty()) weights[e] = ctx.store_to(f.weight, w[e], k + 20);
+    w[e] = ctx.store_to(f.master, ctx.sub(w[e], ctx.mul(lr, step, k(17)), k(18)), k(19));
+    if (!weights.empty()) weights[e] = ctx.store_to(f.weight, w[e], k(20));
   });
 }
 

@@ -27,11 +27,14 @@ namespace roundoff::ops {
 
 namespace detail {
 template <class V>
-std::vector<V> cast_in(std::span<const V> x, const auto& ctx) {
+std::vector<V> cast_in(std::span<const V> x, const auto& ctx, Tensor t) {
   std::vector<V> r(x.size());
-  ctx.in_array(x, r, 0);
+  ctx.in_array(x, r, t);
   return r;
 }
+/// Key of the batched GEMMs: they run only when the accumulation does not round stochastically
+/// (Ctx::gemm_is_dot), so their stream is never drawn from; each C_ij's conversion takes its dot's key.
+inline constexpr Key kBatchedGemm{};
 inline std::size_t at4(const AttnShape& s, std::int64_t b, std::int64_t h, std::int64_t t, std::int64_t u) {
   return static_cast<std::size_t>(((b * s.NH + h) * s.T + t) * s.T + u);
 }
@@ -54,7 +57,7 @@ template <class A>
 void attn_scores_forward(std::span<typename A::Value> preatt, std::span<const typename A::Value> q,
                          std::span<const typename A::Value> k, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
-  const std::vector<V> qs = detail::cast_in(q, ctx), ks = detail::cast_in(k, ctx);
+  const std::vector<V> qs = detail::cast_in(q, ctx, Tensor::Q), ks = detail::cast_in(k, ctx, Tensor::K);
   using M = typename MatrixOf<A>::type;
   const V scale = ctx.c(1.0 / std::sqrt(static_cast<double>(s.hs)));
   const bool batched = ctx.gemm_is_dot();
@@ -68,7 +71,7 @@ void attn_scores_forward(std::span<typename A::Value> preatt, std::span<const ty
       if (batched)
         ctx.gemm(static_cast<std::size_t>(t1 - t0), static_cast<std::size_t>(t1), hs,
                  M{qs.data() + detail::at3(s, b, t0, h, 0), C}, M{ks.data() + detail::at3(s, b, 0, h, 0), C, true},
-                 raw.data() + static_cast<std::size_t>(t0) * T, T, false, 0);
+                 raw.data() + static_cast<std::size_t>(t0) * T, T, false, detail::kBatchedGemm);
       for (std::int64_t t = t0; t < t1; ++t)
         for (std::int64_t j = 0; j < s.T; ++j) {
           const std::size_t e = detail::at4(s, b, h, t, j);
@@ -76,10 +79,11 @@ void attn_scores_forward(std::span<typename A::Value> preatt, std::span<const ty
             preatt[e] = V(0);
             continue;
           }
-          const V d = batched ? ctx.dot_result(raw[static_cast<std::size_t>(t * s.T + j)], e)
+          const Key kd = key(Tensor::Preatt, e, 0);
+          const V d = batched ? ctx.dot_result(raw[static_cast<std::size_t>(t * s.T + j)], kd)
                               : ctx.dot(qs.data() + detail::at3(s, b, t, h, 0), 1,
-                                        ks.data() + detail::at3(s, b, j, h, 0), 1, hs, e);
-          preatt[e] = ctx.store(ctx.mul(d, scale, e * kSlots), e * kSlots + 1);
+                                        ks.data() + detail::at3(s, b, j, h, 0), 1, hs, kd);
+          preatt[e] = ctx.store(ctx.mul(d, scale, key(Tensor::Preatt, e, 1)), key(Tensor::Preatt, e, 2));
         }
     }
   });
@@ -91,7 +95,7 @@ void attn_scores_backward_data(std::span<typename A::Value> dq, std::span<typena
                                std::span<const typename A::Value> dpreatt, std::span<const typename A::Value> q,
                                std::span<const typename A::Value> k, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
-  const std::vector<V> qs = detail::cast_in(q, ctx), ks = detail::cast_in(k, ctx);
+  const std::vector<V> qs = detail::cast_in(q, ctx, Tensor::Q), ks = detail::cast_in(k, ctx, Tensor::K);
   using M = typename MatrixOf<A>::type;
   const V scale = ctx.c(1.0 / std::sqrt(static_cast<double>(s.hs)));
   const bool batched = ctx.gemm_is_dot();
@@ -102,7 +106,8 @@ void attn_scores_backward_data(std::span<typename A::Value> dq, std::span<typena
     for (std::int64_t t = 0; t < s.T; ++t)
       for (std::int64_t j = 0; j < s.T; ++j) {
         const std::size_t e = detail::at4(s, b, h, t, j);
-        dps[e] = j > t ? V(0) : ctx.mul(ctx.in(dpreatt[e], e * kSlots), scale, e * kSlots + 1);
+        dps[e] = j > t ? V(0)
+                       : ctx.mul(ctx.in(dpreatt[e], key(Tensor::Dpreatt, e, 0)), scale, key(Tensor::Dpreatt, e, 1));
       }
     const V* d0 = dps.data() + detail::at4(s, b, h, 0, 0);
     std::vector<V>& raw = detail::scratch<V>(batched ? 2 * hs : 0);
@@ -111,22 +116,22 @@ void attn_scores_backward_data(std::span<typename A::Value> dq, std::span<typena
       if (batched) {
         // raw[d] = Σ_{j ≤ t} dps[t,j]·k[j,d];  raw[hs + d] = Σ_{i ≥ t} dps[i,t]·q[i,d]
         ctx.gemm(1, hs, tu + 1, M{d0 + tu * T, T}, M{ks.data() + detail::at3(s, b, 0, h, 0), C}, raw.data(), hs,
-                 false, 0);
+                 false, detail::kBatchedGemm);
         ctx.gemm(1, hs, T - tu, M{d0 + tu * T + tu, T, true}, M{qs.data() + detail::at3(s, b, t, h, 0), C},
-                 raw.data() + hs, hs, false, 0);
+                 raw.data() + hs, hs, false, detail::kBatchedGemm);
       }
       for (std::int64_t d = 0; d < s.hs; ++d) {
         const std::size_t e = detail::at3(s, b, t, h, d);
-        const std::uint64_t kk = e * kSlots;
         // dq[t,d] = Σ_{j ≤ t} dps[t,j]·k[j,d]
-        const V g = batched ? ctx.dot_result(raw[static_cast<std::size_t>(d)], 2 * e)
-                            : ctx.dot(d0 + t * s.T, 1, ks.data() + detail::at3(s, b, 0, h, d), s.C(), tu + 1, 2 * e);
-        dq[e] = ctx.store(ctx.add(ctx.in(dq[e], kk), g, kk + 1), kk + 2);
+        const V g = batched ? ctx.dot_result(raw[static_cast<std::size_t>(d)], key(Tensor::Dq, e, 0))
+                            : ctx.dot(d0 + t * s.T, 1, ks.data() + detail::at3(s, b, 0, h, d), s.C(), tu + 1,
+                                      key(Tensor::Dq, e, 0));
+        dq[e] = ctx.store(ctx.add(ctx.in(dq[e], key(Tensor::Dq, e, 1)), g, key(Tensor::Dq, e, 2)), key(Tensor::Dq, e, 3));
         // dk[t,d] = Σ_{i ≥ t} dps[i,t]·q[i,d]
-        const V gk = batched ? ctx.dot_result(raw[hs + static_cast<std::size_t>(d)], 2 * e + 1)
+        const V gk = batched ? ctx.dot_result(raw[hs + static_cast<std::size_t>(d)], key(Tensor::Dk, e, 0))
                              : ctx.dot(d0 + t * s.T + t, s.T, qs.data() + detail::at3(s, b, t, h, d), s.C(), T - tu,
-                                       2 * e + 1);
-        dk[e] = ctx.store(ctx.add(ctx.in(dk[e], kk + 3), gk, kk + 4), kk + 5);
+                                       key(Tensor::Dk, e, 0));
+        dk[e] = ctx.store(ctx.add(ctx.in(dk[e], key(Tensor::Dk, e, 1)), gk, key(Tensor::Dk, e, 2)), key(Tensor::Dk, e, 3));
       }
     }
   });
@@ -144,18 +149,16 @@ void softmax_forward(std::span<typename A::Value> att, std::span<const typename 
     const auto o = static_cast<std::size_t>(row * s.T);
     const auto n = static_cast<std::size_t>(t + 1);
     ex.resize(n);
-    V m = ctx.in(preatt[o], o * kSlots);
-    for (std::size_t j = 1; j < n; ++j) {
-      const V xj = ctx.in(preatt[o + j], (o + j) * kSlots);
-      if (xj > m) m = xj;
-    }
-    for (std::size_t j = 0; j < n; ++j) {
-      const std::uint64_t k = (o + j) * kSlots;
-      ex[j] = ctx.exp(ctx.sub(ctx.in(preatt[o + j], k), m, k + 1), k + 2);
-    }
-    const V z = ctx.sum(ex.data(), 1, n, static_cast<std::uint64_t>(row));
+    for (std::size_t j = 0; j < n; ++j) ex[j] = ctx.in(preatt[o + j], key(Tensor::Preatt, o + j, 0));
+    V m = ex[0];
+    for (std::size_t j = 1; j < n; ++j)
+      if (ex[j] > m) m = ex[j];
+    for (std::size_t j = 0; j < n; ++j)
+      ex[j] = ctx.exp(ctx.sub(ex[j], m, key(Tensor::Att, o + j, 0)), key(Tensor::Att, o + j, 1));
+    const V z = ctx.sum(ex.data(), 1, n, key(Tensor::Row, row, 0));
     for (std::size_t j = 0; j < static_cast<std::size_t>(s.T); ++j)
-      att[o + j] = j < n ? ctx.store(ctx.div(ex[j], z, (o + j) * kSlots + 3), (o + j) * kSlots + 4) : V(0);
+      att[o + j] =
+          j < n ? ctx.store(ctx.div(ex[j], z, key(Tensor::Att, o + j, 2)), key(Tensor::Att, o + j, 3)) : V(0);
   });
 }
 
@@ -172,14 +175,15 @@ void softmax_backward_data(std::span<typename A::Value> dpreatt, std::span<const
     a.resize(n);
     g.resize(n);
     for (std::size_t j = 0; j < n; ++j) {
-      a[j] = ctx.in(att[o + j], (o + j) * kSlots);
-      g[j] = ctx.in(datt[o + j], (o + j) * kSlots + 1);
+      a[j] = ctx.in(att[o + j], key(Tensor::Att, o + j, 0));
+      g[j] = ctx.in(datt[o + j], key(Tensor::Datt, o + j, 0));
     }
-    const V d = ctx.dot(a.data(), 1, g.data(), 1, n, static_cast<std::uint64_t>(row));
+    const V d = ctx.dot(a.data(), 1, g.data(), 1, n, key(Tensor::Row, row, 0));
     for (std::size_t j = 0; j < n; ++j) {
-      const std::uint64_t k = (o + j) * kSlots;
-      const V v = ctx.mul(a[j], ctx.sub(g[j], d, k + 2), k + 3);
-      dpreatt[o + j] = ctx.store(ctx.add(ctx.in(dpreatt[o + j], k + 4), v, k + 5), k + 6);
+      const std::size_t e = o + j;
+      const V v = ctx.mul(a[j], ctx.sub(g[j], d, key(Tensor::Dpreatt, e, 0)), key(Tensor::Dpreatt, e, 1));
+      dpreatt[e] = ctx.store(ctx.add(ctx.in(dpreatt[e], key(Tensor::Dpreatt, e, 2)), v, key(Tensor::Dpreatt, e, 3)),
+                             key(Tensor::Dpreatt, e, 4));
     }
   });
 }
@@ -190,7 +194,7 @@ void attn_values_forward(std::span<typename A::Value> out, std::span<const typen
                          std::span<const typename A::Value> v, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
-  const std::vector<V> as = detail::cast_in(att, ctx), vs = detail::cast_in(v, ctx);
+  const std::vector<V> as = detail::cast_in(att, ctx, Tensor::Att), vs = detail::cast_in(v, ctx, Tensor::V);
   const bool batched = ctx.gemm_is_dot();
   const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs), C = static_cast<std::size_t>(s.C());
   for_units(s.heads(), sel, [&](std::int64_t u) {
@@ -201,13 +205,13 @@ void attn_values_forward(std::span<typename A::Value> out, std::span<const typen
       // raw[d] = Σ_{j ≤ t} att[t,j]·v[j,d]
       if (batched)
         ctx.gemm(1, hs, tu + 1, M{as.data() + detail::at4(s, b, h, t, 0), T},
-                 M{vs.data() + detail::at3(s, b, 0, h, 0), C}, raw.data(), hs, false, 0);
+                 M{vs.data() + detail::at3(s, b, 0, h, 0), C}, raw.data(), hs, false, detail::kBatchedGemm);
       for (std::int64_t d = 0; d < s.hs; ++d) {
         const std::size_t e = detail::at3(s, b, t, h, d);
-        const V r = batched ? ctx.dot_result(raw[static_cast<std::size_t>(d)], e)
+        const V r = batched ? ctx.dot_result(raw[static_cast<std::size_t>(d)], key(Tensor::Out, e, 0))
                             : ctx.dot(as.data() + detail::at4(s, b, h, t, 0), 1,
-                                      vs.data() + detail::at3(s, b, 0, h, d), s.C(), tu + 1, e);
-        out[e] = ctx.store(r, e * kSlots);
+                                      vs.data() + detail::at3(s, b, 0, h, d), s.C(), tu + 1, key(Tensor::Out, e, 0));
+        out[e] = ctx.store(r, key(Tensor::Out, e, 1));
       }
     }
   });
@@ -220,7 +224,8 @@ void attn_values_backward_data(std::span<typename A::Value> datt, std::span<type
                                std::span<const typename A::Value> v, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
-  const std::vector<V> as = detail::cast_in(att, ctx), vs = detail::cast_in(v, ctx), ds = detail::cast_in(dout, ctx);
+  const std::vector<V> as = detail::cast_in(att, ctx, Tensor::Att), vs = detail::cast_in(v, ctx, Tensor::V),
+                       ds = detail::cast_in(dout, ctx, Tensor::Dout);
   const bool batched = ctx.gemm_is_dot();
   const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs), C = static_cast<std::size_t>(s.C());
   for_units(s.heads(), sel, [&](std::int64_t u) {
@@ -232,14 +237,15 @@ void attn_values_backward_data(std::span<typename A::Value> datt, std::span<type
       if (batched)
         ctx.gemm(static_cast<std::size_t>(t1 - t0), static_cast<std::size_t>(t1), hs,
                  M{ds.data() + detail::at3(s, b, t0, h, 0), C}, M{vs.data() + detail::at3(s, b, 0, h, 0), C, true},
-                 raw.data() + static_cast<std::size_t>(t0) * T, T, false, 0);
+                 raw.data() + static_cast<std::size_t>(t0) * T, T, false, detail::kBatchedGemm);
       for (std::int64_t t = t0; t < t1; ++t)
         for (std::int64_t j = 0; j <= t; ++j) {
           const std::size_t e = detail::at4(s, b, h, t, j);
-          const V g = batched ? ctx.dot_result(raw[static_cast<std::size_t>(t * s.T + j)], 2 * e)
+          const V g = batched ? ctx.dot_result(raw[static_cast<std::size_t>(t * s.T + j)], key(Tensor::Datt, e, 0))
                               : ctx.dot(ds.data() + detail::at3(s, b, t, h, 0), 1,
-                                        vs.data() + detail::at3(s, b, j, h, 0), 1, hs, 2 * e);
-          datt[e] = ctx.store(ctx.add(ctx.in(datt[e], e * kSlots), g, e * kSlots + 1), e * kSlots + 2);
+                                        vs.data() + detail::at3(s, b, j, h, 0), 1, hs, key(Tensor::Datt, e, 0));
+          datt[e] = ctx.store(ctx.add(ctx.in(datt[e], key(Tensor::Datt, e, 1)), g, key(Tensor::Datt, e, 2)),
+                              key(Tensor::Datt, e, 3));
         }
     }
     for (std::int64_t j = 0; j < s.T; ++j) {
@@ -247,13 +253,13 @@ void attn_values_backward_data(std::span<typename A::Value> datt, std::span<type
       // raw[d] = Σ_{t ≥ j} att[t,j]·dout[t,d]
       if (batched)
         ctx.gemm(1, hs, T - ju, M{as.data() + detail::at4(s, b, h, j, j), T, true},
-                 M{ds.data() + detail::at3(s, b, j, h, 0), C}, raw.data(), hs, false, 0);
+                 M{ds.data() + detail::at3(s, b, j, h, 0), C}, raw.data(), hs, false, detail::kBatchedGemm);
       for (std::int64_t d = 0; d < s.hs; ++d) {
         const std::size_t e = detail::at3(s, b, j, h, d);
-        const V g = batched ? ctx.dot_result(raw[static_cast<std::size_t>(d)], 2 * e + 1)
+        const V g = batched ? ctx.dot_result(raw[static_cast<std::size_t>(d)], key(Tensor::Dv, e, 0))
                             : ctx.dot(as.data() + detail::at4(s, b, h, j, j), s.T,
-                                      ds.data() + detail::at3(s, b, j, h, d), s.C(), T - ju, 2 * e + 1);
-        dv[e] = ctx.store(ctx.add(ctx.in(dv[e], e * kSlots + 3), g, e * kSlots + 4), e * kSlots + 5);
+                                      ds.data() + detail::at3(s, b, j, h, d), s.C(), T - ju, key(Tensor::Dv, e, 0));
+        dv[e] = ctx.store(ctx.add(ctx.in(dv[e], key(Tensor::Dv, e, 1)), g, key(Tensor::Dv, e, 2)), key(Tensor::Dv, e, 3));
       }
     }
   });

@@ -15,17 +15,27 @@
 ///              It evaluates the exact functions whatever approx says and ignores saturate and nan, so the
 ///              shadow reports a table's error like any rounding.
 ///
-/// Op bodies use only the Ctx<A> methods below, so one template source serves both. Keys `k` name the
-/// element an operation belongs to: stochastic rounding draws bits.draw(k), so results do not depend on
-/// thread count or call order. Ops form k as element_index·kSlots + slot (slot < kSlots − 2 distinguishes the
-/// several roundings of one element; the last two slots belong to in_array and to reductions).
+/// Op bodies use only the Ctx<A> methods below, so one template source serves both.
+///
+/// Stochastic-rounding keys. Every rounding an op call performs takes a Key = key(tensor, element, slot): the
+/// tensor whose element it casts or computes, that element's index in the tensor, and which of the element's
+/// roundings it is. Stochastic rounding draws bits.draw(key) from the call's stream, so results do not depend
+/// on thread count or call order, and no two roundings of one call may share a key (they would share a
+/// draw). Conventions: slot 0 of an input tensor is its entry cast (in_array uses it); per-row or per-column
+/// values (a row's Σx², a softmax denominator) take Tensor::Row / Tensor::Column with the row as element. A
+/// reduction (sum, dot, gemm) takes a key too: its conversion to compute draws that key, its internal
+/// roundings draw from the stream sub_stream(bits, key). tests/ops/stochastic_keys_test.cpp runs every op and
+/// pass under stochastic rounding with a KeyLog and checks that the keys of each call are distinct.
 #include <boost/multiprecision/mpfr.hpp>
 
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <mutex>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "numerics/accumulate.hpp"
@@ -57,13 +67,46 @@ struct Reference {
 void set_fast_paths(bool on);
 bool fast_paths();
 
-/// Roundings per element an op may use (keys are element·kSlots + slot).
-inline constexpr std::uint64_t kSlots = 32;
+/// The tensors (index spaces) of stochastic-rounding keys. X2 is an elementwise op's second input (SwiGLU's
+/// up projection u, the residual branch f); RunningSum is online attention's running output o (element
+/// (score element)·hs + d).
+enum class Tensor : std::uint8_t {
+  X, X2, W, Y, Dx, Dx2, Dw, Dy, Row, Column,
+  Q, K, V, Dq, Dk, Dv, Preatt, Dpreatt, Att, Datt, Out, Dout, Lse, RunningSum, Cos, Sin,
+};
 
-/// Stream of reduction number r of an op call (stochastic accumulation).
-constexpr numerics::StochasticBits sub_stream(numerics::StochasticBits b, std::uint64_t r) {
-  return {b.seed, numerics::mix64(b.stream * 0x9E3779B97F4A7C15ull + r + 1)};
+/// A stochastic-rounding key (see the file comment). Distinct (tensor, element, slot) with element < 2^48 and
+/// slot < 256 give distinct keys: bits = element·2^16 + tensor·2^8 + slot, so the keys of consecutive
+/// elements of one (tensor, slot) are 2^16 apart.
+struct Key {
+  std::uint64_t bits = 0;
+  friend constexpr bool operator==(Key, Key) = default;
+};
+template <std::integral I>
+constexpr Key key(Tensor t, I element, unsigned slot) {
+  return {static_cast<std::uint64_t>(element) << 16 | static_cast<std::uint64_t>(t) << 8 | slot};
 }
+
+/// Stream of the reduction (or running-sum context) keyed r within the stream b.
+constexpr numerics::StochasticBits sub_stream(numerics::StochasticBits b, Key r) {
+  return {b.seed, numerics::mix64(b.stream * 0x9E3779B97F4A7C15ull + r.bits + 1)};
+}
+
+/// Test hook (tests/ops/stochastic_keys_test.cpp): while set, every stochastic draw of an emulated context
+/// appends (stream, key bits), and every reduction that rounds stochastically appends (its stream, kStreamUse),
+/// so a test can check that one op call never draws a key twice. nullptr (the default) records nothing; only
+/// stochastic draws test the pointer.
+struct KeyLog {
+  static constexpr std::uint64_t kStreamUse = ~std::uint64_t{0};
+  std::mutex mutex;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> entries;
+  void add(std::uint64_t stream, std::uint64_t k) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    entries.emplace_back(stream, k);
+  }
+};
+void set_key_log(KeyLog* log);
+KeyLog* key_log();
 
 template <class A>
 class Ctx;
@@ -85,65 +128,66 @@ class Ctx<Emulated> {
 
   /// Input cast on entry: x rounded to storage (identity for values already in storage); NaN → +inf under
   /// the AneInf rule.
-  double in(double x, std::uint64_t k) const { return nan_rule(numerics::round_to(storage_, mode_, x, draw(k))); }
+  double in(double x, Key k) const { return nan_rule(numerics::round_to(storage_, mode_, x, draw(k))); }
   /// Output / saved tensor: x rounded to storage (NaN → +inf under AneInf).
-  double store(double x, std::uint64_t k) const { return nan_rule(numerics::round_to(storage_, mode_, x, draw(k))); }
+  double store(double x, Key k) const { return nan_rule(numerics::round_to(storage_, mode_, x, draw(k))); }
   /// x rounded to another format (tensor roles such as AdamW's moments), in this op's mode.
-  double store_to(const numerics::RoundingPlan& p, double x, std::uint64_t k) const {
+  double store_to(const numerics::RoundingPlan& p, double x, Key k) const {
     return nan_rule(numerics::round_to(p, mode_, x, draw(k)));
   }
   /// Constant c (given in binary64) in the compute format, round-to-nearest-even.
   double c(double x) const { return numerics::round_to(compute_, numerics::Rounding::NearestEven, x); }
   /// A reduction result (in the accumulator format) converted to compute, then the op's saturation: with
   /// saturate = L > 0, |v| >= L becomes ±inf.
-  double to_compute(double x, std::uint64_t k) const {
+  double to_compute(double x, Key k) const {
     const double v = numerics::round_to(compute_, mode_, x, draw(k));
     return prec_.saturate > 0 && std::fabs(v) >= prec_.saturate ? std::copysign(kInfinity, v) : v;
   }
 
-  double add(double a, double b, std::uint64_t k) const {
+  double add(double a, double b, Key k) const {
     double r;
     return native(a, b, [](auto x, auto y) { return x + y; }, r) ? r : numerics::add(compute_, mode_, a, b, draw(k));
   }
-  double sub(double a, double b, std::uint64_t k) const {
+  double sub(double a, double b, Key k) const {
     double r;
     return native(a, b, [](auto x, auto y) { return x - y; }, r) ? r : numerics::sub(compute_, mode_, a, b, draw(k));
   }
-  double mul(double a, double b, std::uint64_t k) const {
+  double mul(double a, double b, Key k) const {
     double r;
     return native(a, b, [](auto x, auto y) { return x * y; }, r) ? r : numerics::mul(compute_, mode_, a, b, draw(k));
   }
-  double div(double a, double b, std::uint64_t k) const {
+  double div(double a, double b, Key k) const {
     double r;
     return native(a, b, [](auto x, auto y) { return x / y; }, r) ? r : numerics::div(compute_, mode_, a, b, draw(k));
   }
-  double sqrt(double a, std::uint64_t k) const {
+  double sqrt(double a, Key k) const {
     double r;
     return native(a, a, [](auto x, auto) { return std::sqrt(x); }, r) ? r : numerics::sqrt(compute_, mode_, a, draw(k));
   }
   /// exp and sigmoid: correctly rounded in compute, or the ANE table's fp16 value rounded to compute.
-  double exp(double a, std::uint64_t k) const {
+  double exp(double a, Key k) const {
     return exp_lut_ ? numerics::round_to(compute_, mode_, (*exp_lut_)(a), draw(k))
                     : numerics::exp(compute_, mode_, a, draw(k));
   }
-  double log(double a, std::uint64_t k) const { return numerics::log(compute_, mode_, a, draw(k)); }
-  double sigmoid(double a, std::uint64_t k) const {
+  double log(double a, Key k) const { return numerics::log(compute_, mode_, a, draw(k)); }
+  double sigmoid(double a, Key k) const {
     return sigmoid_lut_ ? numerics::round_to(compute_, mode_, (*sigmoid_lut_)(a), draw(k))
                         : numerics::sigmoid(compute_, mode_, a, draw(k));
   }
-  double rsqrt(double a, std::uint64_t k) const { return numerics::rsqrt(compute_, mode_, a, draw(k)); }
-  double sin(double a, std::uint64_t k) const { return numerics::sin(compute_, mode_, a, draw(k)); }
-  double cos(double a, std::uint64_t k) const { return numerics::cos(compute_, mode_, a, draw(k)); }
+  double rsqrt(double a, Key k) const { return numerics::rsqrt(compute_, mode_, a, draw(k)); }
+  double sin(double a, Key k) const { return numerics::sin(compute_, mode_, a, draw(k)); }
+  double cos(double a, Key k) const { return numerics::cos(compute_, mode_, a, draw(k)); }
 
-  /// Σ_{i<n} x[i·inc] under the accumulation, rounded to compute. r numbers the reduction (stochastic stream).
-  double sum(const double* x, std::ptrdiff_t inc, std::size_t n, std::uint64_t r) const;
+  /// Σ_{i<n} x[i·inc] under the accumulation, rounded to compute. r keys the reduction (its stochastic stream
+  /// and its conversion to compute).
+  double sum(const double* x, std::ptrdiff_t inc, std::size_t n, Key r) const;
   /// Σ x[i·incx]·y[i·incy] under the accumulation, rounded to compute.
   double dot(const double* x, std::ptrdiff_t incx, const double* y, std::ptrdiff_t incy, std::size_t n,
-             std::uint64_t r) const;
+             Key r) const;
   /// C(M×N) (+)= A(M×K)·B(K×N), each C_ij a dot under the accumulation (numerics::gemm); C is left in the
   /// accumulator format. One thread inside an already parallel region, all threads otherwise.
   void gemm(std::size_t M, std::size_t N, std::size_t K, numerics::ConstMatrix A, numerics::ConstMatrix B, double* C,
-            std::size_t ldc, bool accumulate, std::uint64_t r) const;
+            std::size_t ldc, bool accumulate, Key r) const;
   /// True when gemm() gives every C_ij the bits dot() gives before its conversion to compute, so that ops may
   /// batch their dots into GEMMs (the SIMD kernels). Holds whenever the accumulation does not round
   /// stochastically: numerics::gemm and numerics::dot then run the same reduction per element (or a kernel
@@ -151,11 +195,10 @@ class Ctx<Emulated> {
   /// e.g. stochastic stores) is unaffected: dot_result applies dot()'s conversion with dot()'s key.
   /// False while fast_paths() is off.
   bool gemm_is_dot() const { return fast_paths() && prec_.accumulate.rounding != numerics::Rounding::Stochastic; }
-  /// dot()'s conversion of the accumulator value s of reduction r to compute.
-  double dot_result(double s, std::uint64_t r) const { return to_compute(s, r * kSlots + (kSlots - 1)); }
-  /// Inputs cast on entry for a whole array: dst[i] = in(src[i]) (keys first_key + i·kSlots + kSlots − 2,
-  /// a slot no op body uses; kSlots − 1 is the reductions' conversion to compute).
-  void in_array(std::span<const double> src, std::span<double> dst, std::uint64_t first_key) const;
+  /// dot()'s conversion of the accumulator value s of the reduction keyed r to compute.
+  double dot_result(double s, Key r) const { return to_compute(s, r); }
+  /// Tensor t cast on entry as a whole array: dst[i] = in(src[i], key(t, i, 0)).
+  void in_array(std::span<const double> src, std::span<double> dst, Tensor t) const;
 
  private:
   /// Native fast path of add/sub/mul/div/sqrt: when the compute format IS IEEE binary32 (or binary64) with
@@ -184,8 +227,13 @@ class Ctx<Emulated> {
     }
     return false;
   }
-  std::uint64_t draw(std::uint64_t k) const {
-    return mode_ == numerics::Rounding::Stochastic ? bits_.draw(k) : 0;
+  /// sub_stream(bits_, r), logged as a stream use when the accumulation rounds stochastically.
+  numerics::StochasticBits reduction_stream(Key r) const;
+  std::uint64_t draw(Key k) const {
+    if (mode_ != numerics::Rounding::Stochastic) return 0;
+    if (KeyLog* log = key_log()) [[unlikely]]
+      log->add(bits_.stream, k.bits);
+    return bits_.draw(k.bits);
   }
   static constexpr double kInfinity = std::numeric_limits<double>::infinity();
   double nan_rule(double v) const { return prec_.nan == NanRule::AneInf && std::isnan(v) ? kInfinity : v; }
@@ -217,30 +265,30 @@ class Ctx<Reference> {
   numerics::StochasticBits bits() const { return bits_; }
   void set_bits(numerics::StochasticBits b) { bits_ = b; }
 
-  Ref in(const Ref& x, std::uint64_t) const { return x; }
-  Ref store(const Ref& x, std::uint64_t) const { return x; }
-  Ref store_to(const numerics::RoundingPlan&, const Ref& x, std::uint64_t) const { return x; }
+  Ref in(const Ref& x, Key) const { return x; }
+  Ref store(const Ref& x, Key) const { return x; }
+  Ref store_to(const numerics::RoundingPlan&, const Ref& x, Key) const { return x; }
   Ref c(double x) const { return Ref(x); }
-  Ref to_compute(const Ref& x, std::uint64_t) const { return x; }
+  Ref to_compute(const Ref& x, Key) const { return x; }
 
-  Ref add(const Ref& a, const Ref& b, std::uint64_t) const { return a + b; }
-  Ref sub(const Ref& a, const Ref& b, std::uint64_t) const { return a - b; }
-  Ref mul(const Ref& a, const Ref& b, std::uint64_t) const { return a * b; }
-  Ref div(const Ref& a, const Ref& b, std::uint64_t) const { return a / b; }
-  Ref sqrt(const Ref& a, std::uint64_t) const { return boost::multiprecision::sqrt(a); }
-  Ref exp(const Ref& a, std::uint64_t) const { return boost::multiprecision::exp(a); }
-  Ref log(const Ref& a, std::uint64_t) const { return boost::multiprecision::log(a); }
-  Ref sigmoid(const Ref& a, std::uint64_t) const { return Ref(1) / (Ref(1) + boost::multiprecision::exp(-a)); }
-  Ref rsqrt(const Ref& a, std::uint64_t) const { return Ref(1) / boost::multiprecision::sqrt(a); }
-  Ref sin(const Ref& a, std::uint64_t) const { return boost::multiprecision::sin(a); }
-  Ref cos(const Ref& a, std::uint64_t) const { return boost::multiprecision::cos(a); }
+  Ref add(const Ref& a, const Ref& b, Key) const { return a + b; }
+  Ref sub(const Ref& a, const Ref& b, Key) const { return a - b; }
+  Ref mul(const Ref& a, const Ref& b, Key) const { return a * b; }
+  Ref div(const Ref& a, const Ref& b, Key) const { return a / b; }
+  Ref sqrt(const Ref& a, Key) const { return boost::multiprecision::sqrt(a); }
+  Ref exp(const Ref& a, Key) const { return boost::multiprecision::exp(a); }
+  Ref log(const Ref& a, Key) const { return boost::multiprecision::log(a); }
+  Ref sigmoid(const Ref& a, Key) const { return Ref(1) / (Ref(1) + boost::multiprecision::exp(-a)); }
+  Ref rsqrt(const Ref& a, Key) const { return Ref(1) / boost::multiprecision::sqrt(a); }
+  Ref sin(const Ref& a, Key) const { return boost::multiprecision::sin(a); }
+  Ref cos(const Ref& a, Key) const { return boost::multiprecision::cos(a); }
 
-  Ref sum(const Ref* x, std::ptrdiff_t inc, std::size_t n, std::uint64_t) const {
+  Ref sum(const Ref* x, std::ptrdiff_t inc, std::size_t n, Key) const {
     Ref s = 0;
     for (std::size_t i = 0; i < n; ++i) s += x[static_cast<std::ptrdiff_t>(i) * inc];
     return s;
   }
-  Ref dot(const Ref* x, std::ptrdiff_t incx, const Ref* y, std::ptrdiff_t incy, std::size_t n, std::uint64_t) const {
+  Ref dot(const Ref* x, std::ptrdiff_t incx, const Ref* y, std::ptrdiff_t incy, std::size_t n, Key) const {
     Ref s = 0;
     for (std::size_t i = 0; i < n; ++i)
       s += x[static_cast<std::ptrdiff_t>(i) * incx] * y[static_cast<std::ptrdiff_t>(i) * incy];
@@ -256,7 +304,7 @@ class Ctx<Reference> {
     }
   };
   void gemm(std::size_t M, std::size_t N, std::size_t K, RefMatrix A, RefMatrix B, Ref* C, std::size_t ldc,
-            bool accumulate, std::uint64_t) const {
+            bool accumulate, Key) const {
     for (std::size_t i = 0; i < M; ++i)
       for (std::size_t j = 0; j < N; ++j) {
         Ref s = accumulate ? C[i * ldc + j] : Ref(0);
@@ -265,8 +313,8 @@ class Ctx<Reference> {
       }
   }
   bool gemm_is_dot() const { return true; }
-  Ref dot_result(const Ref& s, std::uint64_t) const { return s; }
-  void in_array(std::span<const Ref> src, std::span<Ref> dst, std::uint64_t) const {
+  Ref dot_result(const Ref& s, Key) const { return s; }
+  void in_array(std::span<const Ref> src, std::span<Ref> dst, Tensor) const {
     for (std::size_t i = 0; i < src.size(); ++i) dst[i] = src[i];
   }
 

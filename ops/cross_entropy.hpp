@@ -28,21 +28,18 @@ void cross_entropy_forward(std::span<typename A::Value> losses, std::span<typena
     const auto o = static_cast<std::size_t>(r * s.cols);
     const auto n = static_cast<std::size_t>(s.cols);
     ex.resize(n);
-    V m = ctx.in(logits[o], o * kSlots);
-    for (std::size_t j = 1; j < n; ++j) {
-      const V lj = ctx.in(logits[o + j], (o + j) * kSlots);
-      if (lj > m) m = lj;
-    }
-    for (std::size_t j = 0; j < n; ++j) {
-      const std::uint64_t k = (o + j) * kSlots;
-      ex[j] = ctx.exp(ctx.sub(ctx.in(logits[o + j], k), m, k + 1), k + 2);
-    }
-    const V z = ctx.sum(ex.data(), 1, n, static_cast<std::uint64_t>(r));
-    for (std::size_t j = 0; j < n; ++j) probs[o + j] = ctx.store(ctx.div(ex[j], z, (o + j) * kSlots + 3), (o + j) * kSlots + 4);
-    const std::uint64_t kr = static_cast<std::uint64_t>(r) * kSlots;
-    const auto tgt = static_cast<std::size_t>(targets[static_cast<std::size_t>(r)]);
-    const V lse = ctx.add(m, ctx.log(z, kr + 5), kr + 6);
-    losses[static_cast<std::size_t>(r)] = ctx.sub(lse, ctx.in(logits[o + tgt], kr + 7), kr + 8);
+    for (std::size_t j = 0; j < n; ++j) ex[j] = ctx.in(logits[o + j], key(Tensor::X, o + j, 0));
+    V m = ex[0];
+    for (std::size_t j = 1; j < n; ++j)
+      if (ex[j] > m) m = ex[j];
+    const V target = ex[static_cast<std::size_t>(targets[static_cast<std::size_t>(r)])];
+    for (std::size_t j = 0; j < n; ++j)
+      ex[j] = ctx.exp(ctx.sub(ex[j], m, key(Tensor::Y, o + j, 0)), key(Tensor::Y, o + j, 1));
+    const V z = ctx.sum(ex.data(), 1, n, key(Tensor::Row, r, 0));
+    for (std::size_t j = 0; j < n; ++j)
+      probs[o + j] = ctx.store(ctx.div(ex[j], z, key(Tensor::Y, o + j, 2)), key(Tensor::Y, o + j, 3));
+    const V lse = ctx.add(m, ctx.log(z, key(Tensor::Row, r, 1)), key(Tensor::Row, r, 2));
+    losses[static_cast<std::size_t>(r)] = ctx.sub(lse, target, key(Tensor::Row, r, 3));
   });
 }
 
@@ -65,10 +62,11 @@ void cross_entropy_backward_data(std::span<typename A::Value> dlogits, std::span
     const auto tgt = targets[static_cast<std::size_t>(r)];
     for (std::int64_t j = 0; j < s.cols; ++j) {
       const std::size_t e = o + static_cast<std::size_t>(j);
-      const std::uint64_t k = e * kSlots;
-      auto p = ctx.in(probs[e], k);
-      if (j == tgt) p = ctx.sub(p, one, k + 1);
-      dlogits[e] = ctx.store(ctx.add(ctx.in(dlogits[e], k + 2), ctx.mul(p, gs, k + 3), k + 4), k + 5);
+      auto p = ctx.in(probs[e], key(Tensor::Y, e, 0));
+      if (j == tgt) p = ctx.sub(p, one, key(Tensor::Dx, e, 0));
+      dlogits[e] = ctx.store(
+          ctx.add(ctx.in(dlogits[e], key(Tensor::Dx, e, 1)), ctx.mul(p, gs, key(Tensor::Dx, e, 2)), key(Tensor::Dx, e, 3)),
+          key(Tensor::Dx, e, 4));
     }
   });
 }

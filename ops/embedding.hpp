@@ -22,7 +22,7 @@ void embedding_forward(std::span<typename A::Value> out, std::span<const std::in
     const std::int64_t t = tokens[static_cast<std::size_t>(n)];
     for (std::int64_t c = 0; c < s.cols; ++c) {
       const auto e = static_cast<std::size_t>(n * s.cols + c);
-      out[e] = ctx.store(wte[static_cast<std::size_t>(t * s.cols + c)], e * kSlots);
+      out[e] = ctx.store(wte[static_cast<std::size_t>(t * s.cols + c)], key(Tensor::Y, e, 0));
     }
   });
 }
@@ -34,10 +34,10 @@ void embedding_backward_weight(std::span<typename A::Value> dwte, std::span<cons
   for_units(s.cols, sel, [&](std::int64_t c) {
     for (std::int64_t n = 0; n < s.rows; ++n) {
       const auto e = static_cast<std::size_t>(tokens[static_cast<std::size_t>(n)] * s.cols + c);
-      const auto k = static_cast<std::uint64_t>(n * s.cols + c) * kSlots;
-      dwte[e] = ctx.store(ctx.add(ctx.in(dwte[e], k), ctx.in(dout[static_cast<std::size_t>(n * s.cols + c)], k + 1),
-                                  k + 2),
-                          k + 3);
+      const auto d = static_cast<std::size_t>(n * s.cols + c);  // keys: the add of dout element d
+      dwte[e] = ctx.store(ctx.add(ctx.in(dwte[e], key(Tensor::Dw, d, 0)), ctx.in(dout[d], key(Tensor::Dy, d, 0)),
+                                  key(Tensor::Dw, d, 1)),
+                          key(Tensor::Dw, d, 2));
     }
   });
 }

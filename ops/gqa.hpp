@@ -51,11 +51,10 @@ void kv_reduce_backward(std::span<typename A::Value> dkv, std::span<const typena
         for (std::int64_t h = 0; h < NH; ++h)
           if (head_map[static_cast<std::size_t>(h)] == j)
             terms.push_back(ctx.in(dfull[static_cast<std::size_t>((n * NH + h) * hs + i)],
-                                   static_cast<std::uint64_t>((n * NH + h) * hs + i) * kSlots));
+                                   key(Tensor::Dy, (n * NH + h) * hs + i, 0)));
         const auto e = static_cast<std::size_t>((n * kv_heads + j) * hs + i);
-        const std::uint64_t k = e * kSlots;
-        const V s = ctx.sum(terms.data(), 1, terms.size(), e);
-        dkv[e] = ctx.store(ctx.add(ctx.in(dkv[e], k + 1), s, k + 2), k + 3);
+        const V s = ctx.sum(terms.data(), 1, terms.size(), key(Tensor::Dx, e, 0));
+        dkv[e] = ctx.store(ctx.add(ctx.in(dkv[e], key(Tensor::Dx, e, 1)), s, key(Tensor::Dx, e, 2)), key(Tensor::Dx, e, 3));
       }
   });
 }

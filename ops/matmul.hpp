@@ -22,20 +22,20 @@ void matmul_forward(std::span<typename A::Value> y, std::span<const typename A::
   using M = typename MatrixOf<A>::type;
   const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
   std::vector<V> xs(x.size()), ws(w.size());
-  ctx.in_array(x, xs, 0);
-  ctx.in_array(w, ws, x.size() * kSlots);
+  ctx.in_array(x, xs, Tensor::X);
+  ctx.in_array(w, ws, Tensor::W);
   const M wt{ws.data(), I, true};  // W (out, in) read as the (in × out) matrix Wᵀ
   if (sel.empty()) {
-    ctx.gemm(N, O, I, M{xs.data(), I}, wt, y.data(), O, false, 0);
+    ctx.gemm(N, O, I, M{xs.data(), I}, wt, y.data(), O, false, key(Tensor::Y, 0, 2));
   } else {
     for (std::int64_t r : sel)
-      ctx.gemm(1, O, I, M{xs.data() + r * s.in, I}, wt, y.data() + r * s.out, O, false, 0);
+      ctx.gemm(1, O, I, M{xs.data() + r * s.in, I}, wt, y.data() + r * s.out, O, false, key(Tensor::Row, r, 0));
   }
   for_units(s.n, sel, [&](std::int64_t r) {
     for (std::int64_t j = 0; j < s.out; ++j) {
       const auto e = static_cast<std::uint64_t>(r * s.out + j);
       V& out = y[static_cast<std::size_t>(e)];
-      out = ctx.store(ctx.to_compute(out, e * kSlots), e * kSlots + 1);
+      out = ctx.store(ctx.to_compute(out, key(Tensor::Y, e, 0)), key(Tensor::Y, e, 1));
     }
   });
 }
@@ -48,19 +48,20 @@ void matmul_backward_data(std::span<typename A::Value> dx, std::span<const typen
   using M = typename MatrixOf<A>::type;
   const auto I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
   std::vector<V> dys(dy.size()), ws(w.size());
-  ctx.in_array(dy, dys, 0);
-  ctx.in_array(w, ws, dy.size() * kSlots);
+  ctx.in_array(dy, dys, Tensor::Dy);
+  ctx.in_array(w, ws, Tensor::W);
   if (sel.empty()) {
-    ctx.gemm(static_cast<std::size_t>(s.n), I, O, M{dys.data(), O}, M{ws.data(), I}, dx.data(), I, true, 0);
+    ctx.gemm(static_cast<std::size_t>(s.n), I, O, M{dys.data(), O}, M{ws.data(), I}, dx.data(), I, true, key(Tensor::Dx, 0, 2));
   } else {
     for (std::int64_t r : sel)
-      ctx.gemm(1, I, O, M{dys.data() + r * s.out, O}, M{ws.data(), I}, dx.data() + r * s.in, I, true, 0);
+      ctx.gemm(1, I, O, M{dys.data() + r * s.out, O}, M{ws.data(), I}, dx.data() + r * s.in, I, true,
+               key(Tensor::Row, r, 0));
   }
   for_units(s.n, sel, [&](std::int64_t r) {
     for (std::int64_t j = 0; j < s.in; ++j) {
       const auto e = static_cast<std::uint64_t>(r * s.in + j);
       V& g = dx[static_cast<std::size_t>(e)];
-      g = ctx.store(ctx.to_compute(g, e * kSlots), e * kSlots + 1);
+      g = ctx.store(ctx.to_compute(g, key(Tensor::Dx, e, 0)), key(Tensor::Dx, e, 1));
     }
   });
 }
@@ -73,19 +74,20 @@ void matmul_backward_weight(std::span<typename A::Value> dw, std::span<const typ
   using M = typename MatrixOf<A>::type;
   const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
   std::vector<V> dys(dy.size()), xs(x.size());
-  ctx.in_array(dy, dys, 0);
-  ctx.in_array(x, xs, dy.size() * kSlots);
+  ctx.in_array(dy, dys, Tensor::Dy);
+  ctx.in_array(x, xs, Tensor::X);
   if (sel.empty()) {
-    ctx.gemm(O, I, N, M{dys.data(), O, true}, M{xs.data(), I}, dw.data(), I, true, 0);
+    ctx.gemm(O, I, N, M{dys.data(), O, true}, M{xs.data(), I}, dw.data(), I, true, key(Tensor::Dw, 0, 2));
   } else {
     for (std::int64_t o : sel)
-      ctx.gemm(1, I, N, M{dys.data() + o, O, true}, M{xs.data(), I}, dw.data() + o * s.in, I, true, 0);
+      ctx.gemm(1, I, N, M{dys.data() + o, O, true}, M{xs.data(), I}, dw.data() + o * s.in, I, true,
+               key(Tensor::Row, o, 0));
   }
   for_units(s.out, sel, [&](std::int64_t o) {
     for (std::int64_t j = 0; j < s.in; ++j) {
       const auto e = static_cast<std::uint64_t>(o * s.in + j);
       V& g = dw[static_cast<std::size_t>(e)];
-      g = ctx.store(ctx.to_compute(g, e * kSlots), e * kSlots + 1);
+      g = ctx.store(ctx.to_compute(g, key(Tensor::Dw, e, 0)), key(Tensor::Dw, e, 1));
     }
   });
 }

@@ -39,11 +39,12 @@
 /// Unit (Select): a head (b, h), like attn_values_forward. One evaluation order per unit (s ascending), so
 /// the result does not depend on the thread count.
 ///
-/// Stochastic-rounding keys (distinct per rounding): score element e = ((b·NH + h)·T + t)·T + s: sm slots 0–4,
-/// the ℓ context slots 0–1, av slot 0 (cast of p); o element e·hs + d: o context slot 0 (o·α); the adds into o
-/// of the run of steps starting at score element e: reduction number e of the o context; y element (b, t, h, d):
-/// av slots 1–2; lse row: sm slots 10–12. The ℓ and o contexts draw from their own streams
-/// (sub_stream(sm.bits(), 1), sub_stream(av.bits(), 1)).
+/// Stochastic-rounding keys (distinct per rounding), score element e = ((b·NH + h)·T + t)·T + s: sm: the cast
+/// (Preatt, e, 0), p's subtraction and exp (Att, e, 0–1), α's (Att, e, 2–3), lse (Lse, row, 0–2); the ℓ context:
+/// ℓ·α (Att, e, 0), ℓ + p (Att, e, 1); av: the cast of p (Att, e, 0), v's entry cast (V, ·, 0), y = o/ℓ and its
+/// store (Out, (b, t, h, d), 0–1); the o context: o·α (RunningSum, e·hs + d, 0), the adds into o of the run of
+/// steps starting at score element e (Att, e, 0). The ℓ and o contexts draw from their own streams
+/// sub_stream(sm.bits(), key(RunningSum, 0, 0)) and sub_stream(av.bits(), key(RunningSum, 0, 0)).
 #include <algorithm>
 #include <span>
 #include <vector>
@@ -80,9 +81,9 @@ void online_attention_forward(std::span<typename A::Value> y, std::span<typename
                               AttnShape s, const Ctx<A>& sm, const Ctx<A>& av, Select sel = {}) {
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
-  const std::vector<V> vs = detail::cast_in(v, av);
-  const Ctx<A> acc_l(detail::running_sum_precision(sm.precision()), sub_stream(sm.bits(), 1));
-  const Ctx<A> acc_o(detail::running_sum_precision(av.precision()), sub_stream(av.bits(), 1));
+  const std::vector<V> vs = detail::cast_in(v, av, Tensor::V);
+  const Ctx<A> acc_l(detail::running_sum_precision(sm.precision()), sub_stream(sm.bits(), key(Tensor::RunningSum, 0, 0)));
+  const Ctx<A> acc_o(detail::running_sum_precision(av.precision()), sub_stream(av.bits(), key(Tensor::RunningSum, 0, 0)));
   const V zero = acc_o.c(0.0);
   const auto hs = static_cast<std::size_t>(s.hs);
   const auto ldv = static_cast<std::size_t>(s.C());
@@ -92,7 +93,7 @@ void online_attention_forward(std::span<typename A::Value> y, std::span<typename
     const std::int64_t b = u / s.NH, h = u % s.NH;
     for (std::int64_t t = 0; t < s.T; ++t) {
       const std::size_t e0 = detail::at4(s, b, h, t, 0);
-      V m = sm.in(preatt[e0], e0 * kSlots);
+      V m = sm.in(preatt[e0], key(Tensor::Preatt, e0, 0));
       V l = zero;
       std::fill(o.begin(), o.end(), zero);
       pv.clear();
@@ -101,32 +102,32 @@ void online_attention_forward(std::span<typename A::Value> y, std::span<typename
       auto flush = [&]() {
         if (pv.empty()) return;
         acc_o.gemm(1, hs, pv.size(), M{pv.data(), pv.size()}, M{vs.data() + detail::at3(s, b, run, h, 0), ldv},
-                   o.data(), hs, true, e0 + static_cast<std::size_t>(run));
+                   o.data(), hs, true, key(Tensor::Att, e0 + static_cast<std::size_t>(run), 0));
         pv.clear();
       };
       for (std::int64_t j = 0; j <= t; ++j) {
         const std::size_t e = e0 + static_cast<std::size_t>(j);
-        const std::uint64_t k = e * kSlots;
-        const V x = sm.in(preatt[e], k);
+        const V x = j == 0 ? m : sm.in(preatt[e], key(Tensor::Preatt, e, 0));
         if (x > m) {
           flush();
-          const V alpha = sm.exp(sm.sub(m, x, k + 3), k + 4);
-          l = acc_l.mul(l, alpha, k);
-          for (std::size_t d = 0; d < hs; ++d) o[d] = acc_o.mul(o[d], alpha, (e * hs + d) * kSlots);
+          const V alpha = sm.exp(sm.sub(m, x, key(Tensor::Att, e, 2)), key(Tensor::Att, e, 3));
+          l = acc_l.mul(l, alpha, key(Tensor::Att, e, 0));
+          for (std::size_t d = 0; d < hs; ++d) o[d] = acc_o.mul(o[d], alpha, key(Tensor::RunningSum, e * hs + d, 0));
           m = x;
           run = j;
         }
-        const V p = sm.exp(sm.sub(x, m, k + 1), k + 2);
-        l = acc_l.add(l, p, k + 1);
-        pv.push_back(av.in(p, k));
+        const V p = sm.exp(sm.sub(x, m, key(Tensor::Att, e, 0)), key(Tensor::Att, e, 1));
+        l = acc_l.add(l, p, key(Tensor::Att, e, 1));
+        pv.push_back(av.in(p, key(Tensor::Att, e, 0)));
       }
       flush();
       for (std::size_t d = 0; d < hs; ++d) {
         const std::size_t ey = detail::at3(s, b, t, h, static_cast<std::int64_t>(d));
-        y[ey] = av.store(av.div(o[d], l, ey * kSlots + 1), ey * kSlots + 2);
+        y[ey] = av.store(av.div(o[d], l, key(Tensor::Out, ey, 0)), key(Tensor::Out, ey, 1));
       }
       const auto row = static_cast<std::size_t>(u * s.T + t);
-      lse[row] = sm.store(sm.add(m, sm.log(l, row * kSlots + 10), row * kSlots + 11), row * kSlots + 12);
+      lse[row] = sm.store(sm.add(m, sm.log(l, key(Tensor::Lse, row, 0)), key(Tensor::Lse, row, 1)),
+                          key(Tensor::Lse, row, 2));
     }
   });
 }
@@ -144,12 +145,14 @@ void softmax_from_lse(std::span<typename A::Value> att, std::span<const typename
     const std::int64_t t = row % s.T;
     const auto r = static_cast<std::size_t>(row);
     const auto o = static_cast<std::size_t>(row * s.T);
-    const V L = ctx.in(lse[r], r * kSlots + 5);
+    const V L = ctx.in(lse[r], key(Tensor::Lse, r, 0));
     for (std::size_t j = 0; j < static_cast<std::size_t>(s.T); ++j) {
-      const std::uint64_t k = (o + j) * kSlots;
-      att[o + j] = j <= static_cast<std::size_t>(t)
-                       ? ctx.store(ctx.exp(ctx.sub(ctx.in(preatt[o + j], k), L, k + 1), k + 2), k + 3)
-                       : V(0);
+      const std::size_t e = o + j;
+      att[e] = j <= static_cast<std::size_t>(t)
+                   ? ctx.store(ctx.exp(ctx.sub(ctx.in(preatt[e], key(Tensor::Preatt, e, 0)), L, key(Tensor::Att, e, 0)),
+                                       key(Tensor::Att, e, 1)),
+                               key(Tensor::Att, e, 2))
+                   : V(0);
     }
   });
 }

@@ -23,10 +23,9 @@ void residual_forward(std::span<typename A::Value> out, std::span<const typename
   for_units(s.rows, sel, [&](std::int64_t r) {
     for (std::int64_t i = 0; i < s.cols; ++i) {
       const auto e = static_cast<std::size_t>(r * s.cols + i);
-      const std::uint64_t k = e * kSlots;
-      auto fi = ctx.in(f[e], k);
-      if (alpha != 1.0) fi = ctx.mul(a, fi, k + 1);
-      out[e] = ctx.store(ctx.add(ctx.in(x[e], k + 2), fi, k + 3), k + 4);
+      auto fi = ctx.in(f[e], key(Tensor::X2, e, 0));
+      if (alpha != 1.0) fi = ctx.mul(a, fi, key(Tensor::Y, e, 0));
+      out[e] = ctx.store(ctx.add(ctx.in(x[e], key(Tensor::X, e, 0)), fi, key(Tensor::Y, e, 1)), key(Tensor::Y, e, 2));
     }
   });
 }
@@ -40,11 +39,10 @@ void residual_backward_data(std::span<typename A::Value> dx, std::span<typename 
   for_units(s.rows, sel, [&](std::int64_t r) {
     for (std::int64_t i = 0; i < s.cols; ++i) {
       const auto e = static_cast<std::size_t>(r * s.cols + i);
-      const std::uint64_t k = e * kSlots;
-      const auto g = ctx.in(dout[e], k);
-      dx[e] = ctx.store(ctx.add(ctx.in(dx[e], k + 1), g, k + 2), k + 3);
-      const auto gf = alpha != 1.0 ? ctx.mul(a, g, k + 4) : g;
-      df[e] = ctx.store(ctx.add(ctx.in(df[e], k + 5), gf, k + 6), k + 7);
+      const auto g = ctx.in(dout[e], key(Tensor::Dy, e, 0));
+      dx[e] = ctx.store(ctx.add(ctx.in(dx[e], key(Tensor::Dx, e, 0)), g, key(Tensor::Dx, e, 1)), key(Tensor::Dx, e, 2));
+      const auto gf = alpha != 1.0 ? ctx.mul(a, g, key(Tensor::Dx2, e, 0)) : g;
+      df[e] = ctx.store(ctx.add(ctx.in(df[e], key(Tensor::Dx2, e, 1)), gf, key(Tensor::Dx2, e, 2)), key(Tensor::Dx2, e, 3));
     }
   });
 }

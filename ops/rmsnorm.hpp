@@ -21,19 +21,20 @@ void rmsnorm_forward(std::span<typename A::Value> y, std::span<typename A::Value
   using V = typename A::Value;
   const std::int64_t C = s.cols;
   std::vector<V> xs(x.size()), ws(w.size());
-  ctx.in_array(x, xs, 0);
-  ctx.in_array(w, ws, 0);
+  ctx.in_array(x, xs, Tensor::X);
+  ctx.in_array(w, ws, Tensor::W);
   const V n = ctx.c(static_cast<double>(C)), e = ctx.c(eps);
   for_units(s.rows, sel, [&](std::int64_t r) {
     const V* xr = xs.data() + r * C;
-    const auto k0 = static_cast<std::uint64_t>(r) * kSlots;
-    const V ss = ctx.dot(xr, 1, xr, 1, static_cast<std::size_t>(C), static_cast<std::uint64_t>(r));
-    const V inv = ctx.rsqrt(ctx.add(ctx.div(ss, n, k0), e, k0 + 1), k0 + 2);
-    rstd[static_cast<std::size_t>(r)] = ctx.store(inv, k0 + 3);
+    const V ss = ctx.dot(xr, 1, xr, 1, static_cast<std::size_t>(C), key(Tensor::Row, r, 0));
+    const V inv = ctx.rsqrt(ctx.add(ctx.div(ss, n, key(Tensor::Row, r, 1)), e, key(Tensor::Row, r, 2)),
+                            key(Tensor::Row, r, 3));
+    rstd[static_cast<std::size_t>(r)] = ctx.store(inv, key(Tensor::Row, r, 4));
     for (std::int64_t i = 0; i < C; ++i) {
-      const auto k = static_cast<std::uint64_t>(r * C + i) * kSlots;
-      y[static_cast<std::size_t>(r * C + i)] =
-          ctx.store(ctx.mul(ctx.mul(xr[i], inv, k), ws[static_cast<std::size_t>(i)], k + 1), k + 2);
+      const std::int64_t el = r * C + i;
+      y[static_cast<std::size_t>(el)] = ctx.store(
+          ctx.mul(ctx.mul(xr[i], inv, key(Tensor::Y, el, 0)), ws[static_cast<std::size_t>(i)], key(Tensor::Y, el, 1)),
+          key(Tensor::Y, el, 2));
     }
   });
 }
@@ -47,24 +48,24 @@ void rmsnorm_backward_data(std::span<typename A::Value> dx, std::span<const type
   using V = typename A::Value;
   const std::int64_t C = s.cols;
   std::vector<V> xs(x.size()), ws(w.size()), dys(dy.size()), g(dy.size());
-  ctx.in_array(x, xs, 0);
-  ctx.in_array(w, ws, 0);
-  ctx.in_array(dy, dys, 0);
+  ctx.in_array(x, xs, Tensor::X);
+  ctx.in_array(w, ws, Tensor::W);
+  ctx.in_array(dy, dys, Tensor::Dy);
   const V n = ctx.c(static_cast<double>(C));
   for_units(s.rows, sel, [&](std::int64_t r) {
     const std::size_t o = static_cast<std::size_t>(r * C);
-    const auto k0 = static_cast<std::uint64_t>(r) * kSlots;
-    const V inv = ctx.in(rstd[static_cast<std::size_t>(r)], k0);
-    for (std::int64_t i = 0; i < C; ++i)
-      g[o + static_cast<std::size_t>(i)] =
-          ctx.mul(ws[static_cast<std::size_t>(i)], dys[o + static_cast<std::size_t>(i)], (o + i) * kSlots);
-    const V sg = ctx.dot(g.data() + o, 1, xs.data() + o, 1, static_cast<std::size_t>(C), static_cast<std::uint64_t>(r));
-    const V a = ctx.div(ctx.mul(ctx.mul(ctx.mul(inv, inv, k0 + 1), inv, k0 + 2), sg, k0 + 3), n, k0 + 4);
+    const V inv = ctx.in(rstd[static_cast<std::size_t>(r)], key(Tensor::Row, r, 0));
+    for (std::size_t i = 0; i < static_cast<std::size_t>(C); ++i)
+      g[o + i] = ctx.mul(ws[i], dys[o + i], key(Tensor::Dx, o + i, 0));
+    const V sg = ctx.dot(g.data() + o, 1, xs.data() + o, 1, static_cast<std::size_t>(C), key(Tensor::Row, r, 1));
+    const V a = ctx.div(ctx.mul(ctx.mul(ctx.mul(inv, inv, key(Tensor::Row, r, 2)), inv, key(Tensor::Row, r, 3)), sg,
+                                key(Tensor::Row, r, 4)),
+                        n, key(Tensor::Row, r, 5));
     for (std::int64_t i = 0; i < C; ++i) {
       const std::size_t e = o + static_cast<std::size_t>(i);
-      const std::uint64_t k = e * kSlots;
-      const V d = ctx.sub(ctx.mul(inv, g[e], k + 1), ctx.mul(a, xs[e], k + 2), k + 3);
-      dx[e] = ctx.store(ctx.add(ctx.in(dx[e], k + 4), d, k + 5), k + 6);
+      const V d = ctx.sub(ctx.mul(inv, g[e], key(Tensor::Dx, e, 1)), ctx.mul(a, xs[e], key(Tensor::Dx, e, 2)),
+                          key(Tensor::Dx, e, 3));
+      dx[e] = ctx.store(ctx.add(ctx.in(dx[e], key(Tensor::Dx, e, 4)), d, key(Tensor::Dx, e, 5)), key(Tensor::Dx, e, 6));
     }
   });
 }
@@ -78,20 +79,19 @@ void rmsnorm_backward_weight(std::span<typename A::Value> dw, std::span<const ty
   using V = typename A::Value;
   const std::int64_t C = s.cols;
   std::vector<V> xhat(x.size()), dys(dy.size());
-  ctx.in_array(dy, dys, 0);
+  ctx.in_array(dy, dys, Tensor::Dy);
   for_units(s.rows, {}, [&](std::int64_t r) {
-    const V inv = ctx.in(rstd[static_cast<std::size_t>(r)], static_cast<std::uint64_t>(r) * kSlots);
+    const V inv = ctx.in(rstd[static_cast<std::size_t>(r)], key(Tensor::Row, r, 0));
     for (std::int64_t i = 0; i < C; ++i) {
       const auto e = static_cast<std::size_t>(r * C + i);
-      xhat[e] = ctx.mul(ctx.in(x[e], e * kSlots), inv, e * kSlots + 1);
+      xhat[e] = ctx.mul(ctx.in(x[e], key(Tensor::X, e, 0)), inv, key(Tensor::X, e, 1));
     }
   });
   for_units(C, sel, [&](std::int64_t i) {
-    const auto k = static_cast<std::uint64_t>(i) * kSlots;
     const V d = ctx.dot(dys.data() + i, C, xhat.data() + i, C, static_cast<std::size_t>(s.rows),
-                        static_cast<std::uint64_t>(i));
+                        key(Tensor::Column, i, 0));
     V& g = dw[static_cast<std::size_t>(i)];
-    g = ctx.store(ctx.add(ctx.in(g, k), d, k + 1), k + 2);
+    g = ctx.store(ctx.add(ctx.in(g, key(Tensor::Dw, i, 0)), d, key(Tensor::Dw, i, 1)), key(Tensor::Dw, i, 2));
   });
 }
 

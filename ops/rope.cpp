@@ -30,10 +30,9 @@ void rope_angles(std::span<typename A::Value> cos_t, std::span<typename A::Value
     const V pos = ctx.c(static_cast<double>(p));
     for (std::int64_t i = 0; i < H; ++i) {
       const auto e = static_cast<std::size_t>(p * H + i);
-      const std::uint64_t k = e * kSlots;
-      const V theta = ctx.mul(pos, f[static_cast<std::size_t>(i)], k);
-      cos_t[e] = ctx.store(ctx.cos(theta, k + 1), k + 2);
-      sin_t[e] = ctx.store(ctx.sin(theta, k + 3), k + 4);
+      const V theta = ctx.mul(pos, f[static_cast<std::size_t>(i)], key(Tensor::Cos, e, 0));
+      cos_t[e] = ctx.store(ctx.cos(theta, key(Tensor::Cos, e, 1)), key(Tensor::Cos, e, 2));
+      sin_t[e] = ctx.store(ctx.sin(theta, key(Tensor::Sin, e, 0)), key(Tensor::Sin, e, 1));
     }
   });
 }

@@ -34,14 +34,16 @@ void rope_forward(std::span<typename A::Value> y, std::span<const typename A::Va
     for (std::int64_t h = 0; h < s.NH; ++h)
       for (std::int64_t i = 0; i < H; ++i) {
         const auto e = static_cast<std::size_t>(row * C + h * s.hs + 2 * i);
-        const auto k = static_cast<std::uint64_t>(e) * kSlots;
         const auto ti = static_cast<std::size_t>(t * H + i);
-        const auto c = ctx.in(cos_t[ti], k), sn = ctx.in(sin_t[ti], k + 1);
-        const auto x0 = ctx.in(x[e], k + 2), x1 = ctx.in(x[e + 1], k + 3);
-        const auto y0 = ctx.sub(ctx.mul(x0, c, k + 4), ctx.mul(x1, sn, k + 5), k + 6);
-        const auto y1 = ctx.add(ctx.mul(x0, sn, k + 7), ctx.mul(x1, c, k + 8), k + 9);
-        y[e] = ctx.store(y0, k + 10);
-        y[e + 1] = ctx.store(y1, k + 11);
+        // the table is cast per use: (Y, e, 0–1) for the pair at e
+        const auto c = ctx.in(cos_t[ti], key(Tensor::Y, e, 0)), sn = ctx.in(sin_t[ti], key(Tensor::Y, e, 1));
+        const auto x0 = ctx.in(x[e], key(Tensor::X, e, 0)), x1 = ctx.in(x[e + 1], key(Tensor::X, e + 1, 0));
+        const auto y0 = ctx.sub(ctx.mul(x0, c, key(Tensor::Y, e, 2)), ctx.mul(x1, sn, key(Tensor::Y, e, 3)),
+                                key(Tensor::Y, e, 4));
+        const auto y1 = ctx.add(ctx.mul(x0, sn, key(Tensor::Y, e + 1, 0)), ctx.mul(x1, c, key(Tensor::Y, e + 1, 1)),
+                                key(Tensor::Y, e + 1, 2));
+        y[e] = ctx.store(y0, key(Tensor::Y, e, 5));
+        y[e + 1] = ctx.store(y1, key(Tensor::Y, e + 1, 3));
       }
   });
 }
@@ -57,14 +59,17 @@ void rope_backward_data(std::span<typename A::Value> dx, std::span<const typenam
     for (std::int64_t h = 0; h < s.NH; ++h)
       for (std::int64_t i = 0; i < H; ++i) {
         const auto e = static_cast<std::size_t>(row * C + h * s.hs + 2 * i);
-        const auto k = static_cast<std::uint64_t>(e) * kSlots;
         const auto ti = static_cast<std::size_t>(t * H + i);
-        const auto c = ctx.in(cos_t[ti], k), sn = ctx.in(sin_t[ti], k + 1);
-        const auto d0 = ctx.in(dy[e], k + 2), d1 = ctx.in(dy[e + 1], k + 3);
-        const auto g0 = ctx.add(ctx.mul(d0, c, k + 4), ctx.mul(d1, sn, k + 5), k + 6);
-        const auto g1 = ctx.sub(ctx.mul(d1, c, k + 7), ctx.mul(d0, sn, k + 8), k + 9);
-        dx[e] = ctx.store(ctx.add(ctx.in(dx[e], k + 10), g0, k + 11), k + 12);
-        dx[e + 1] = ctx.store(ctx.add(ctx.in(dx[e + 1], k + 13), g1, k + 14), k + 15);
+        // the table is cast per use: (Dx, e, 0–1) for the pair at e
+        const auto c = ctx.in(cos_t[ti], key(Tensor::Dx, e, 0)), sn = ctx.in(sin_t[ti], key(Tensor::Dx, e, 1));
+        const auto d0 = ctx.in(dy[e], key(Tensor::Dy, e, 0)), d1 = ctx.in(dy[e + 1], key(Tensor::Dy, e + 1, 0));
+        const auto g0 = ctx.add(ctx.mul(d0, c, key(Tensor::Dx, e, 2)), ctx.mul(d1, sn, key(Tensor::Dx, e, 3)),
+                                key(Tensor::Dx, e, 4));
+        const auto g1 = ctx.sub(ctx.mul(d1, c, key(Tensor::Dx, e + 1, 0)), ctx.mul(d0, sn, key(Tensor::Dx, e + 1, 1)),
+                                key(Tensor::Dx, e + 1, 2));
+        dx[e] = ctx.store(ctx.add(ctx.in(dx[e], key(Tensor::Dx, e, 5)), g0, key(Tensor::Dx, e, 6)), key(Tensor::Dx, e, 7));
+        dx[e + 1] = ctx.store(ctx.add(ctx.in(dx[e + 1], key(Tensor::Dx, e + 1, 3)), g1, key(Tensor::Dx, e + 1, 4)),
+                              key(Tensor::Dx, e + 1, 5));
       }
   });
 }

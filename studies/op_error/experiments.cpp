@@ -51,7 +51,7 @@ std::vector<OverflowPoint> rmsnorm_overflow(const ops::OpPrecision& prec, std::i
       for (std::int64_t i = 0; i < d; ++i) ss += xr[i] * xr[i];
       p.mean_rms += std::sqrt(ss / static_cast<double>(d));
       // The op's Σx² reduction, exactly as rmsnorm_forward performs it.
-      if (std::isinf(ctx.dot(xr, 1, xr, 1, sz(d), static_cast<std::uint64_t>(r)))) ++over;
+      if (std::isinf(ctx.dot(xr, 1, xr, 1, sz(d), ops::key(ops::Tensor::Row, r, 0)))) ++over;
     }
     p.mean_rms /= static_cast<double>(rows);
     p.overflow_fraction = static_cast<double>(over) / static_cast<double>(rows);
@@ -121,11 +121,11 @@ std::vector<SoftmaxBiasPoint> softmax_bias(const ops::OpPrecision& prec, const s
       double exact = 0;
       for (std::int64_t j = 0; j < S; ++j) {
         // The same steps as softmax_forward: e_j = exp(x_j − m), each one rounding to compute.
-        const auto k = static_cast<std::uint64_t>(r * S + j) * ops::kSlots;
-        e[sz(j)] = ctx.exp(ctx.sub(x[sz(j)], m, k + 1), k + 2);
+        const std::int64_t el = r * S + j;
+        e[sz(j)] = ctx.exp(ctx.sub(x[sz(j)], m, ops::key(ops::Tensor::Att, el, 0)), ops::key(ops::Tensor::Att, el, 1));
         exact += e[sz(j)];
       }
-      const double z = ctx.sum(e.data(), 1, sz(S), static_cast<std::uint64_t>(r));
+      const double z = ctx.sum(e.data(), 1, sz(S), ops::key(ops::Tensor::Row, r, 0));
       const double rel = (z - exact) / exact;
       p.mean_rel_bias += rel;
       p.max_abs_rel = std::max(p.max_abs_rel, std::fabs(rel));

@@ -22,29 +22,29 @@ namespace roundoff::studies::train {
 inline void rmsnorm_backward_data_defect(std::span<double> dx, std::span<const double> dy, std::span<const double> x,
                                          std::span<const double> w, std::span<const double> rstd, ops::RowShape s,
                                          const ops::Ctx<ops::Emulated>& ctx) {
-  using ops::kSlots;
   const std::int64_t C = s.cols;
   std::vector<double> xs(x.size()), ws(w.size()), dys(dy.size()), g(dy.size());
-  ctx.in_array(x, xs, 0);
-  ctx.in_array(w, ws, 0);
-  ctx.in_array(dy, dys, 0);
+  using ops::key;
+  using ops::Tensor;
+  ctx.in_array(x, xs, Tensor::X);
+  ctx.in_array(w, ws, Tensor::W);
+  ctx.in_array(dy, dys, Tensor::Dy);
   const double n = ctx.c(static_cast<double>(C));
   ops::for_units(s.rows, {}, [&](std::int64_t r) {
     const auto o = static_cast<std::size_t>(r * C);
-    const auto k0 = static_cast<std::uint64_t>(r) * kSlots;
-    const double inv = ctx.in(rstd[static_cast<std::size_t>(r)], k0);
-    for (std::int64_t i = 0; i < C; ++i)
-      g[o + static_cast<std::size_t>(i)] =
-          ctx.mul(ws[static_cast<std::size_t>(i)], dys[o + static_cast<std::size_t>(i)], (o + i) * kSlots);
-    const double sg = ctx.dot(g.data() + o, 1, xs.data() + o, 1, static_cast<std::size_t>(C),
-                              static_cast<std::uint64_t>(r));
-    const double a = ctx.div(ctx.mul(ctx.mul(ctx.mul(inv, inv, k0 + 1), inv, k0 + 2), sg, k0 + 3), n, k0 + 4);
+    const double inv = ctx.in(rstd[static_cast<std::size_t>(r)], key(Tensor::Row, r, 0));
+    for (std::size_t i = 0; i < static_cast<std::size_t>(C); ++i)
+      g[o + i] = ctx.mul(ws[i], dys[o + i], key(Tensor::Dx, o + i, 0));
+    const double sg = ctx.dot(g.data() + o, 1, xs.data() + o, 1, static_cast<std::size_t>(C), key(Tensor::Row, r, 1));
+    const double a = ctx.div(ctx.mul(ctx.mul(ctx.mul(inv, inv, key(Tensor::Row, r, 2)), inv, key(Tensor::Row, r, 3)),
+                                     sg, key(Tensor::Row, r, 4)),
+                             n, key(Tensor::Row, r, 5));
     for (std::int64_t i = 0; i < C; ++i) {
       const std::size_t e = o + static_cast<std::size_t>(i);
-      const std::uint64_t k = e * kSlots;
-      const double inner = ctx.sub(ctx.mul(inv, dys[e], k + 1), ctx.mul(a, xs[e], k + 2), k + 3);
-      const double d = ctx.mul(ws[static_cast<std::size_t>(i)], inner, k + 7);
-      dx[e] = ctx.store(ctx.add(ctx.in(dx[e], k + 4), d, k + 5), k + 6);
+      const double inner = ctx.sub(ctx.mul(inv, dys[e], key(Tensor::Dx, e, 1)), ctx.mul(a, xs[e], key(Tensor::Dx, e, 2)),
+                                   key(Tensor::Dx, e, 3));
+      const double d = ctx.mul(ws[static_cast<std::size_t>(i)], inner, key(Tensor::Dx, e, 7));
+      dx[e] = ctx.store(ctx.add(ctx.in(dx[e], key(Tensor::Dx, e, 4)), d, key(Tensor::Dx, e, 5)), key(Tensor::Dx, e, 6));
     }
   });
 }

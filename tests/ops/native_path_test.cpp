@@ -70,11 +70,11 @@ void check_all(const numerics::Format& f, const std::vector<double>& x) {
   for (std::size_t i = 0; i + 1 < x.size(); ++i) pairs.emplace_back(x[i], x[(i * 7919 + 13) % x.size()]);
   std::int64_t checked = 0;
   for (const auto& [a, b] : pairs) {
-    ASSERT_TRUE(same(ctx.add(a, b, 0), numerics::add(plan, Rounding::NearestEven, a, b, 0))) << a << " + " << b;
-    ASSERT_TRUE(same(ctx.sub(a, b, 0), numerics::sub(plan, Rounding::NearestEven, a, b, 0))) << a << " - " << b;
-    ASSERT_TRUE(same(ctx.mul(a, b, 0), numerics::mul(plan, Rounding::NearestEven, a, b, 0))) << a << " * " << b;
-    ASSERT_TRUE(same(ctx.div(a, b, 0), numerics::div(plan, Rounding::NearestEven, a, b, 0))) << a << " / " << b;
-    ASSERT_TRUE(same(ctx.sqrt(a, 0), numerics::sqrt(plan, Rounding::NearestEven, a, 0))) << "sqrt " << a;
+    ASSERT_TRUE(same(ctx.add(a, b, {}), numerics::add(plan, Rounding::NearestEven, a, b, 0))) << a << " + " << b;
+    ASSERT_TRUE(same(ctx.sub(a, b, {}), numerics::sub(plan, Rounding::NearestEven, a, b, 0))) << a << " - " << b;
+    ASSERT_TRUE(same(ctx.mul(a, b, {}), numerics::mul(plan, Rounding::NearestEven, a, b, 0))) << a << " * " << b;
+    ASSERT_TRUE(same(ctx.div(a, b, {}), numerics::div(plan, Rounding::NearestEven, a, b, 0))) << a << " / " << b;
+    ASSERT_TRUE(same(ctx.sqrt(a, {}), numerics::sqrt(plan, Rounding::NearestEven, a, 0))) << "sqrt " << a;
     ++checked;
   }
   EXPECT_EQ(checked, static_cast<std::int64_t>(pairs.size()));
