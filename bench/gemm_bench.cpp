@@ -9,8 +9,8 @@
 //   fp16-seq, bf16-seq          fp16 / bf16 inputs, fused sequential accumulation in the same format
 //   fp16-seq-rto                fp16-seq restricted to the AVX-512F round-to-odd kernel (CPUs without AVX512-FP16)
 //   fp16-in-fp32-seq, bf16-in-fp32-seq   fp32 sequential accumulation
-//   fp16-in-fp32-seq-avx2, fp16-seq-avx2, bf16-seq-avx2   restricted to the AVX2 + FMA tier (CPUs without
-//                               AVX-512; fp16/bf16 accumulators by round-to-odd from TwoSum)
+//   fp16-in-fp32-seq-avx2, fp16-seq-avx2, bf16-seq-avx2, ane-tile4-avx2   restricted to the AVX2 + FMA tier
+//                               (CPUs without AVX-512; fp16/bf16 accumulators by round-to-odd from TwoSum)
 //   fp16-splitk32-fp32          blocks of 32 summed in fp16, block sums combined in fp32
 //   ane-tile4                   the ane-guide's accumulator: exact tiles of 4 products rounded toward zero to
 //                               fp16, summed in fp32
@@ -192,6 +192,7 @@ void register_all() {
       {"bf16-in-fp32-seq", make_acc(formats::fp32), formats::bf16},
       {"fp16-splitk32-fp32", make_acc(formats::fp16, Order::Blocked, 32), formats::fp16},
       {"ane-tile4", parse_accumulation("ane-tile4"), formats::fp16},
+      {"ane-tile4-avx2", parse_accumulation("ane-tile4"), formats::fp16, kernels::Isa::Avx2},
   };
   // Single-thread figures use the thread's CPU time, like the Eigen baseline (robust on a shared machine).
   // The thread-scaling pair -1t/-2t uses wall time, the only fair clock for a multi-threaded run.

@@ -36,8 +36,6 @@ struct Plan {
   bool tile = false;  ///< the exact tile stage of ane-tile4 (acc fp32, sequential; see tile_ane)
 };
 
-constexpr std::size_t kTile = 4;  ///< terms per tile of the one tile stage the kernels handle
-
 std::optional<Acc> acc_of(const Format& f) {
   if (f == formats::fp16) return Acc::Fp16;
   if (f == formats::bf16) return Acc::Bf16;
@@ -360,12 +358,12 @@ const Accumulation& tile_only() {
   return a;
 }
 
-/// The rare lanes of one tile step (16 columns): inexact lanes get the scalar tile value (fp16 bits in h);
-/// exact lanes with a big or non-finite value count their overflow. a: the row's n terms; b: column 0 of the
-/// first term, terms ldb apart; su: the RU sums.
-__attribute__((noinline)) void tile_fixup(std::uint16_t* h, __mmask16 exact, const double* su, const double* a,
-                                          const float* b, std::size_t ldb, std::size_t n, std::int64_t& overflows) {
-  for (std::size_t c = 0; c < 16; ++c) {
+}  // namespace
+
+__attribute__((noinline)) void tile_fixup(std::uint16_t* h, std::uint32_t exact, const double* su, const double* a,
+                                          const float* b, std::size_t ldb, std::size_t n, std::size_t lanes,
+                                          std::int64_t& overflows) {
+  for (std::size_t c = 0; c < lanes; ++c) {
     if ((exact >> c) & 1u) {
       if (std::isfinite(su[c]) && std::fabs(su[c]) >= 65536.0) ++overflows;
       continue;
@@ -378,6 +376,8 @@ __attribute__((noinline)) void tile_fixup(std::uint16_t* h, __mmask16 exact, con
     h[c] = std::bit_cast<std::uint16_t>(static_cast<_Float16>(static_cast<float>(v)));  // v is an fp16 value
   }
 }
+
+namespace {
 
 /// One tile of N terms (k0 .. k0+N-1) added into the 16 sums s of one row: a = the row at k0, b[t] = the
 /// terms' B columns as binary64 halves (lo: columns 0..7, hi: 8..15).
@@ -410,7 +410,7 @@ ROUNDOFF_AVX512 ROUNDOFF_INLINE __m512 tile_step(__m512 s, const double* a, cons
     _mm512_store_pd(su, ul);
     _mm512_store_pd(su + 8, uh);
     _mm256_store_si256(reinterpret_cast<__m256i*>(hb), h);
-    tile_fixup(hb, exact, su, a, b, ldb, N, overflows);
+    tile_fixup(hb, exact, su, a, b, ldb, N, 16, overflows);
     h = _mm256_load_si256(reinterpret_cast<const __m256i*>(hb));
   }
   return _mm512_add_ps(s, _mm512_cvtph_ps(h));
@@ -537,7 +537,8 @@ int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, std::vector<double>&
       for (std::size_t k = 0; k < K; ++k) scratch[k] = A(i, k);
       src = scratch.data();
     }
-    worst = std::min(worst, pk.avx2 ? avx2::pack_run(src, K, true, pk.any_binary32, pk.A + i * K)
+    worst = std::min(worst, pk.avx2 ? avx2::pack_run(src, K, true, pk.any_binary32, pk.A ? pk.A + i * K : nullptr,
+                                                     pk.Ad ? pk.Ad + i * K : nullptr)
                                     : pack_run(src, K, true, pk.any_binary32, pk.A ? pk.A + i * K : nullptr,
                                                pk.Ad ? pk.Ad + i * K : nullptr, nullptr,
                                                pk.Ah ? pk.Ah + i * K : nullptr));
@@ -553,7 +554,7 @@ int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, std::vector<double>&
       for (std::size_t c = 0; c < jn; ++c) scratch[c] = B(k, j0 + c);
       src = scratch.data();
     }
-    worst = std::min(worst, pk.avx2 ? avx2::pack_run(src, jn, true, pk.any_binary32, pk.B + at)
+    worst = std::min(worst, pk.avx2 ? avx2::pack_run(src, jn, true, pk.any_binary32, pk.B + at, nullptr)
                                     : pack_run(src, jn, true, pk.any_binary32, pk.B ? pk.B + at : nullptr, nullptr,
                                                pk.Bh ? pk.Bh + at : nullptr, nullptr));
     for (std::size_t c = jn; c < kPanel; ++c) {
@@ -577,7 +578,11 @@ void compute_rows(const Plan& plan, const Packed& pk, bool native, bool accumula
       for (std::size_t r = 0; r < kMr; ++r)
         for (std::size_t c = 0; c < kPanel; ++c)
           tile[r * kPanel + c] = (accumulate && r < rows && c < jn) ? to_float(C[(i + r) * ldc + j0 + c]) : -0.0f;
-      if (plan.tile) {
+      if (plan.tile && pk.avx2) {
+        for (std::size_t q = 0; q < 8 && 8 * q < jn; ++q)
+          avx2::tile_ane_rows(rows, pk.Ad + i * K, K, pk.B + p * K * kPanel + 8 * q, kPanel, K, tile + 8 * q, kPanel,
+                              overflows);
+      } else if (plan.tile) {
         for (std::size_t q = 0; q < 4 && 16 * q < jn; ++q)
           tile_ane_rows(rows, pk.Ad + i * K, K, pk.B + p * K * kPanel + 16 * q, kPanel, K, tile + 16 * q,
                         kPanel, overflows);
@@ -694,19 +699,15 @@ bool enabled() { return g_enabled.load(); }
 
 namespace {
 Isa effective_isa() { return std::min(detected_isa(), isa_limit()); }
-/// Whether a kernel of this ISA handles the plan: AVX2 has no tile-stage kernel.
-bool handles(const Plan& plan, Isa isa) {
-  if (isa == Isa::None) return false;
-  return isa != Isa::Avx2 || !plan.tile;
-}
 }  // namespace
 
 const char* kernel_name(const Accumulation& a) {
   const auto plan = plan_for(a);
   const Isa isa = effective_isa();
-  if (!plan || !handles(*plan, isa)) return nullptr;
+  if (!plan || isa == Isa::None) return nullptr;
   const bool blocked = plan->block != 0;
   if (isa == Isa::Avx2) {
+    if (plan->tile) return "ane-tile4-avx2";
     switch (plan->acc) {
       case Acc::Fp16: return blocked ? "fp16-rto-avx2-blocked" : "fp16-rto-avx2";
       case Acc::Bf16: return blocked ? "bf16-rto-avx2-blocked" : "bf16-rto-avx2";
@@ -729,7 +730,7 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
   if (!enabled() || M == 0 || N == 0 || K == 0) return false;
   const auto plan_opt = plan_for(a);
   const Isa isa = effective_isa();
-  if (!plan_opt || !handles(*plan_opt, isa)) return false;
+  if (!plan_opt || isa == Isa::None) return false;
   const Plan plan = *plan_opt;
   const int nthreads = threads > 0 ? threads : omp_get_max_threads();
 
@@ -778,7 +779,8 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
       const auto rows = static_cast<std::ptrdiff_t>(M);
 #pragma omp for schedule(static) nowait
       for (std::ptrdiff_t i = 0; i < rows; ++i)
-        w = std::min(w, pk.avx2 ? avx2::pack_run(C + static_cast<std::size_t>(i) * ldc, N, false, false, nullptr)
+        w = std::min(w, pk.avx2 ? avx2::pack_run(C + static_cast<std::size_t>(i) * ldc, N, false, false, nullptr,
+                                                 nullptr)
                                 : pack_run(C + static_cast<std::size_t>(i) * ldc, N, false, false, nullptr, nullptr,
                                            nullptr, nullptr));
     }

@@ -44,8 +44,7 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
                double* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads);
 
 /// Instruction sets the kernels can use, weakest first. Avx2 (AVX2 + FMA + F16C, for CPUs without AVX-512) has
-/// the fp32, fp16 and bf16 accumulators, sequential and blocked, but no tile-stage kernel
-/// (numerics/gemm_kernels_avx2.hpp).
+/// every kernel but the native fp16 one, in 8 lanes (numerics/gemm_kernels_avx2.hpp).
 enum class Isa : std::uint8_t { None, Avx2, Avx512, Avx512Fp16 };
 const char* name_of(Isa isa);
 /// What this CPU supports: Avx512 needs AVX-512 F/BW/DQ/VL + FMA + F16C, Avx2 needs AVX2 + FMA + F16C.
@@ -60,8 +59,7 @@ bool enabled();
 
 /// Name of the kernel gemm_fast would use for `a` on fp16-valued inputs ("fp16-avx512fp16",
 /// "fp16-rto-avx512", "bf16-rto-avx512", "fp32-avx512", "fp16-rto-avx2", "bf16-rto-avx2", "fp32-avx2", with
-/// "-blocked" for split-K;
-/// "ane-tile4-avx512"), or nullptr when none.
+/// "-blocked" for split-K; "ane-tile4-avx512", "ane-tile4-avx2"), or nullptr when none.
 const char* kernel_name(const Accumulation& a);
 
 }  // namespace roundoff::numerics::kernels

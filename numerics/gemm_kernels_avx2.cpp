@@ -103,7 +103,8 @@ ROUNDOFF_AVX2 void tile(const float* Ap, std::size_t lda, const float* Bp, std::
 
 }  // namespace
 
-ROUNDOFF_AVX2 int pack_run(const double* src, std::size_t n, bool inputs, bool any_binary32, float* f32) {
+ROUNDOFF_AVX2 int pack_run(const double* src, std::size_t n, bool inputs, bool any_binary32, float* f32,
+                           double* f64) {
   const bool check_inputs = inputs && !any_binary32;
   int bad = 0;
   std::size_t i = 0;
@@ -129,15 +130,21 @@ ROUNDOFF_AVX2 int pack_run(const double* src, std::size_t n, bool inputs, bool a
       ok &= _mm256_movemask_ps(_mm256_castsi256_ps(good));
     }
     bad |= ~ok & 0xFF;
-    if (f32) {
+    if (f32 || f64) {
       const __m256 nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
-      _mm256_storeu_ps(f32 + i, _mm256_blendv_ps(f, _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()), nan));
+      const __m256 canon = _mm256_blendv_ps(f, _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()), nan);
+      if (f32) _mm256_storeu_ps(f32 + i, canon);
+      if (f64) {
+        _mm256_storeu_pd(f64 + i, _mm256_cvtps_pd(_mm256_castps256_ps128(canon)));
+        _mm256_storeu_pd(f64 + i + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(canon, 1)));
+      }
     }
   }
   for (; i < n; ++i) {
     float f;
     if (classify(src[i], inputs, any_binary32, f) == 0) bad = 1;
     if (f32) f32[i] = f;
+    if (f64) f64[i] = static_cast<double>(f);
   }
   return bad ? 0 : 1;
 }
@@ -174,6 +181,107 @@ void tile_rows(Acc acc, std::size_t rows, const float* Ap, std::size_t lda, cons
     case Acc::Fp16: rows_of<Acc::Fp16>(rows, Ap, lda, Bp, ldb, K, block, t, ldt); return;
     case Acc::Bf16: rows_of<Acc::Bf16>(rows, Ap, lda, Bp, ldb, K, block, t, ldt); return;
     case Acc::Fp32: rows_of<Acc::Fp32>(rows, Ap, lda, Bp, ldb, K, block, t, ldt); return;
+  }
+}
+
+namespace {
+
+/// One tile of N terms added into the 8 sums s of one row (see tile_ane_rows): a = the row at k0, bl/bh = the
+/// terms' B columns 0..3 / 4..7 as binary64, b = the same as binary32 (for the fallback).
+template <std::size_t N>
+ROUNDOFF_AVX2 __attribute__((always_inline)) inline __m256 ane_step(__m256 s, const double* a, const __m256d* bl,
+                                                                      const __m256d* bh, const float* b,
+                                                                      std::size_t ldb, std::int64_t& overflows) {
+  const __m256d zero = _mm256_setzero_pd();
+  const __m256d a0 = _mm256_broadcast_sd(a);
+  __m256d sl = _mm256_mul_pd(a0, bl[0]), sh = _mm256_mul_pd(a0, bh[0]);
+  __m256d bad_l = zero, bad_h = zero;
+#pragma GCC unroll 4
+  for (std::size_t t = 1; t < N; ++t) {
+    const __m256d at = _mm256_broadcast_sd(a + t);
+    const __m256d pl = _mm256_mul_pd(at, bl[t]), ph = _mm256_mul_pd(at, bh[t]);
+    const __m256d rl = _mm256_add_pd(sl, pl), rh = _mm256_add_pd(sh, ph);
+    const __m256d vl = _mm256_sub_pd(rl, sl), vh = _mm256_sub_pd(rh, sh);
+    const __m256d el = _mm256_add_pd(_mm256_sub_pd(sl, _mm256_sub_pd(rl, vl)), _mm256_sub_pd(pl, vl));
+    const __m256d eh = _mm256_add_pd(_mm256_sub_pd(sh, _mm256_sub_pd(rh, vh)), _mm256_sub_pd(ph, vh));
+    // A nonzero error marks the lane inexact; NaN errors come only from non-finite sums, which are exact.
+    bad_l = _mm256_or_pd(bad_l, _mm256_cmp_pd(el, zero, _CMP_NEQ_OQ));
+    bad_h = _mm256_or_pd(bad_h, _mm256_cmp_pd(eh, zero, _CMP_NEQ_OQ));
+    sl = rl;
+    sh = rh;
+  }
+  // An exact zero becomes +0; then RZ to binary32 by truncating 29 significand bits (exact conversion after).
+  sl = _mm256_add_pd(sl, zero);
+  sh = _mm256_add_pd(sh, zero);
+  const __m256d keep = _mm256_castsi256_pd(_mm256_set1_epi64x(static_cast<long long>(~0x1FFFFFFFull)));
+  const __m256 f =
+      _mm256_set_m128(_mm256_cvtpd_ps(_mm256_and_pd(sh, keep)), _mm256_cvtpd_ps(_mm256_and_pd(sl, keep)));
+  __m128i h = _mm256_cvtps_ph(f, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m128i big = _mm_cmpgt_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7FFF)), _mm_set1_epi16(0x7BFE));
+  const auto exact = static_cast<std::uint32_t>(~(_mm256_movemask_pd(bad_l) | (_mm256_movemask_pd(bad_h) << 4)) & 0xFF);
+  if (__builtin_expect(exact != 0xFF || _mm_movemask_epi8(big) != 0, 0)) {  // ±65504, ±inf, NaN or inexact
+    alignas(32) double su[8];
+    alignas(16) std::uint16_t hb[8];
+    _mm256_store_pd(su, sl);
+    _mm256_store_pd(su + 4, sh);
+    _mm_store_si128(reinterpret_cast<__m128i*>(hb), h);
+    tile_fixup(hb, exact, su, a, b, ldb, N, 8, overflows);
+    h = _mm_load_si128(reinterpret_cast<const __m128i*>(hb));
+  }
+  return _mm256_add_ps(s, _mm256_cvtph_ps(h));
+}
+
+/// B columns Bp[(k + t)·ldb + 0..7], t < n, as binary64 quarters.
+ROUNDOFF_AVX2 __attribute__((always_inline)) inline void load_b_f64(const float* Bp, std::size_t ldb, std::size_t k,
+                                                                     std::size_t n, __m256d* bl, __m256d* bh) {
+  for (std::size_t t = 0; t < n; ++t) {
+    const __m256 b = _mm256_loadu_ps(Bp + (k + t) * ldb);
+    bl[t] = _mm256_cvtps_pd(_mm256_castps256_ps128(b));
+    bh[t] = _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1));
+  }
+}
+
+template <std::size_t MR>
+ROUNDOFF_AVX2 void ane_tile(const double* Ap, std::size_t lda, const float* Bp, std::size_t ldb, std::size_t K,
+                            float* t, std::size_t ldt, std::int64_t& overflows) {
+  __m256 s[MR];
+  for (std::size_t r = 0; r < MR; ++r) s[r] = _mm256_loadu_ps(t + r * ldt);
+  __m256d bl[kTile], bh[kTile];
+  std::size_t k0 = 0;
+  for (; k0 + kTile <= K; k0 += kTile) {
+    load_b_f64(Bp, ldb, k0, kTile, bl, bh);
+    for (std::size_t r = 0; r < MR; ++r)
+      s[r] = ane_step<kTile>(s[r], Ap + r * lda + k0, bl, bh, Bp + k0 * ldb, ldb, overflows);
+  }
+  const std::size_t rest = K - k0;  // the last, partial tile
+  if (rest > 0) {
+    load_b_f64(Bp, ldb, k0, rest, bl, bh);
+    for (std::size_t r = 0; r < MR; ++r) {
+      const double* a = Ap + r * lda + k0;
+      const float* b = Bp + k0 * ldb;
+      s[r] = rest == 1   ? ane_step<1>(s[r], a, bl, bh, b, ldb, overflows)
+             : rest == 2 ? ane_step<2>(s[r], a, bl, bh, b, ldb, overflows)
+                         : ane_step<3>(s[r], a, bl, bh, b, ldb, overflows);
+    }
+  }
+  for (std::size_t r = 0; r < MR; ++r) _mm256_storeu_ps(t + r * ldt, s[r]);
+}
+
+}  // namespace
+
+void tile_ane_rows(std::size_t rows, const double* Ap, std::size_t lda, const float* Bp, std::size_t ldb,
+                   std::size_t K, float* t, std::size_t ldt, std::int64_t& overflows) {
+  for (std::size_t r0 = 0; r0 < rows;) {
+    const std::size_t h = std::min<std::size_t>(rows - r0, 4);
+    const double* a = Ap + r0 * lda;
+    float* out = t + r0 * ldt;
+    switch (h) {
+      case 4: ane_tile<4>(a, lda, Bp, ldb, K, out, ldt, overflows); break;
+      case 3: ane_tile<3>(a, lda, Bp, ldb, K, out, ldt, overflows); break;
+      case 2: ane_tile<2>(a, lda, Bp, ldb, K, out, ldt, overflows); break;
+      default: ane_tile<1>(a, lda, Bp, ldb, K, out, ldt, overflows); break;
+    }
+    r0 += h;
   }
 }
 

@@ -403,25 +403,26 @@ TEST(GemmKernelsLayout, TransposedOperandsAndLeadingDimensions) {
   k::set_isa_limit(k::Isa::Avx512Fp16);
 }
 
-TEST(GemmKernelsAvx2, TierTakesEveryAccumulatorButTheTileStage) {
+TEST(GemmKernelsAvx2, TierTakesEveryKernelAccumulation) {
   // The AVX2 tier (CPUs without AVX-512) must take the fp32, fp16 and bf16 accumulations, sequential and
-  // blocked, and decline the tile stage; forced here through set_isa_limit (the random-shape tests above run
-  // every accumulation on it).
+  // blocked, and the ane-tile4 stage, and decline the rest; forced here through set_isa_limit (the random-shape
+  // tests run every accumulation on it).
   if (k::detected_isa() < k::Isa::Avx2) GTEST_SKIP() << "no AVX2 + FMA + F16C";
   k::set_isa_limit(k::Isa::Avx2);
   EXPECT_STREQ(k::kernel_name(make_acc(formats::fp32)), "fp32-avx2");
   EXPECT_STREQ(k::kernel_name(make_acc(formats::fp32, Order::Blocked, 16)), "fp32-avx2-blocked");
   EXPECT_STREQ(k::kernel_name(make_acc(formats::fp16)), "fp16-rto-avx2");
   EXPECT_STREQ(k::kernel_name(make_acc(formats::bf16, Order::Blocked, 16)), "bf16-rto-avx2-blocked");
-  EXPECT_EQ(k::kernel_name(parse_accumulation("ane-tile4")), nullptr);
+  EXPECT_STREQ(k::kernel_name(parse_accumulation("ane-tile4")), "ane-tile4-avx2");
+  EXPECT_EQ(k::kernel_name(make_acc(formats::fp16, Order::Pairwise)), nullptr);
   const double ok[] = {1.0, 2.0, 3.0, 4.0};
   double C[4] = {};
   EXPECT_TRUE(k::gemm_fast(make_acc(formats::fp32), 2, 2, 2, ConstMatrix{ok, 2}, ConstMatrix{ok, 2}, C, 2, false,
                            nullptr, 1));
   EXPECT_EQ(C[0], 7.0);
   EXPECT_EQ(C[3], 22.0);
-  EXPECT_FALSE(k::gemm_fast(parse_accumulation("ane-tile4"), 2, 2, 2, ConstMatrix{ok, 2}, ConstMatrix{ok, 2}, C, 2,
-                            false, nullptr, 1));
+  EXPECT_FALSE(k::gemm_fast(make_acc(formats::fp16, Order::Pairwise), 2, 2, 2, ConstMatrix{ok, 2},
+                            ConstMatrix{ok, 2}, C, 2, false, nullptr, 1));
   C[0] = 0.1;  // not a binary32 value: cannot be the initial accumulator
   EXPECT_FALSE(k::gemm_fast(make_acc(formats::fp32), 2, 2, 2, ConstMatrix{ok, 2}, ConstMatrix{ok, 2}, C, 2, true,
                             nullptr, 1));

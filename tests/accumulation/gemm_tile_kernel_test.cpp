@@ -1,9 +1,10 @@
-// The tile-stage GEMM kernel (ane-tile4: tiles of 4 exact products rounded toward zero to fp16, fed to an fp32
-// accumulator) against three independent results: a naive tile-stage loop over ExactSum (the Kulisch oracle,
-// tested against MPFR in exact_dot_test), the MPFR twin of the Accumulation, and numerics::gemm's generic path
-// with the kernels switched off. Random ragged shapes (K not a multiple of 4, so the last tile is partial), the
-// regimes normal / inf-NaN-±0 / overflowing tiles / subnormal tile sums / exponent-spread tiles that binary64
-// cannot sum exactly (the kernel's scalar fallback), accumulate on and off, 1 and 2 threads, every ISA level.
+// The tile-stage GEMM kernels (ane-tile4: tiles of 4 exact products rounded toward zero to fp16, fed to an
+// fp32 accumulator) against three independent results: a naive tile-stage loop over ExactSum (the Kulisch
+// oracle, tested against MPFR in exact_dot_test), the MPFR twin of the Accumulation, and numerics::gemm's
+// generic path with the kernels switched off. Random ragged shapes (K not a multiple of 4, so the last tile is
+// partial), the regimes normal / inf-NaN-±0 / overflowing tiles / subnormal tile sums / exponent-spread tiles
+// that binary64 cannot sum exactly (the kernels' scalar fallback), accumulate on and off, 1 and 2 threads, every
+// ISA level the CPU has (AVX2, AVX-512, AVX512-FP16; each forced).
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -116,7 +117,7 @@ std::vector<double> tile_values(std::mt19937_64& rng, std::size_t n, Regime regi
 
 std::vector<k::Isa> isas_with_tile_kernel() {
   std::vector<k::Isa> out;
-  for (const k::Isa isa : {k::Isa::Avx512, k::Isa::Avx512Fp16})
+  for (const k::Isa isa : {k::Isa::Avx2, k::Isa::Avx512, k::Isa::Avx512Fp16})
     if (k::detected_isa() >= isa) out.push_back(isa);
   return out;
 }
@@ -132,7 +133,7 @@ class GemmTileKernel : public ::testing::Test {
 
 TEST_F(GemmTileKernel, BitIdenticalToDefinitionOnRandomShapes) {
   const auto isas = isas_with_tile_kernel();
-  if (isas.empty()) GTEST_SKIP() << "no AVX-512 on this CPU: the generic path runs";
+  if (isas.empty()) GTEST_SKIP() << "no AVX2 or AVX-512 on this CPU: the generic path runs";
   std::mt19937_64 rng(0x711e4);
   std::uniform_int_distribution<std::size_t> dim(1, 45), kdim(1, 70);
   const Regime regimes[] = {Regime::Normal, Regime::Specials, Regime::Overflow, Regime::Tiny, Regime::Spread};
@@ -203,7 +204,7 @@ TEST_F(GemmTileKernel, BitIdenticalToDefinitionOnRandomShapes) {
 }
 
 TEST_F(GemmTileKernel, MatchesTheMpfrTwinWithAccumulate) {
-  if (isas_with_tile_kernel().empty()) GTEST_SKIP() << "no AVX-512";
+  if (isas_with_tile_kernel().empty()) GTEST_SKIP() << "no AVX2 or AVX-512";
   std::mt19937_64 rng(0x7771);
   const std::size_t M = 5, N = 19, K = 23;
   for (const Regime regime : {Regime::Normal, Regime::Overflow, Regime::Tiny, Regime::Spread}) {
@@ -228,7 +229,7 @@ TEST_F(GemmTileKernel, MatchesTheMpfrTwinWithAccumulate) {
 TEST_F(GemmTileKernel, AdversarialTilesTakeTheFallback) {
   // Tiles whose binary64 running sum is inexact and where rounding that sum would give the wrong fp16 value,
   // sign or overflow count. Products: 32·32 = 1024, 256·256 = 65536, 2^-24·2^-24 = 2^-48.
-  if (isas_with_tile_kernel().empty()) GTEST_SKIP() << "no AVX-512";
+  if (isas_with_tile_kernel().empty()) GTEST_SKIP() << "no AVX2 or AVX-512";
   const double e = 0x1p-24;
   struct Tile {
     std::vector<double> a, b;
@@ -265,7 +266,7 @@ TEST_F(GemmTileKernel, AdversarialTilesTakeTheFallback) {
 }
 
 TEST_F(GemmTileKernel, SignedZeroTilesAndSaturation) {
-  if (isas_with_tile_kernel().empty()) GTEST_SKIP() << "no AVX-512";
+  if (isas_with_tile_kernel().empty()) GTEST_SKIP() << "no AVX2 or AVX-512";
   const double e = 0x1p-24, max32 = std::numeric_limits<float>::max();
   // Row 0: every product −0 (tiles of 4 and 2): both tiles are +0 (exactly zero sums), so is the result.
   // Row 1: tiles of −2^-48 and −2^-48 + 0 round toward zero to −0: −0 + −0 = −0.
@@ -297,7 +298,7 @@ TEST_F(GemmTileKernel, SignedZeroTilesAndSaturation) {
 }
 
 TEST_F(GemmTileKernel, DeclinesOtherTileStages) {
-  if (isas_with_tile_kernel().empty()) GTEST_SKIP() << "no AVX-512";
+  if (isas_with_tile_kernel().empty()) GTEST_SKIP() << "no AVX2 or AVX-512";
   const double ok[] = {1.0, 2.0, 3.0, 4.0};
   double C[4] = {};
   auto run = [&](const char* spec) {
