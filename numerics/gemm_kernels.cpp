@@ -684,7 +684,8 @@ Isa detected_isa() {
                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
                       __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     if (!base) {
-      const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+      const bool avx2 =
+          __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
       return avx2 ? Isa::Avx2 : Isa::None;
     }
     return __builtin_cpu_supports("avx512fp16") ? Isa::Avx512Fp16 : Isa::Avx512;
