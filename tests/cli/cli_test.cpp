@@ -176,3 +176,20 @@ TEST(Cli, DivergedRunIsNotComplete) {
 }
 
 }  // namespace
+
+TEST(Cli, KjvCorpusErrorsNameTheFix) {
+  const fs::path d = scratch("kjv");
+  expect_refused(roundoff("data prepare --corpus bible"), "unknown --corpus 'bible' (valid: brown, kjv)",
+                 "data prepare --corpus bible");
+  expect_refused(roundoff("data prepare --corpus brown --out " + (d / "b").string()), "needs --package",
+                 "data prepare --corpus brown without --package");
+  const Outcome missing = roundoff("data prepare --corpus kjv --data-file " + (d / "absent.data").string() +
+                                   " --out " + (d / "kjv").string());
+  expect_refused(missing, "apt-get install bible-kjv-text=4.38", "data prepare --corpus kjv, no data file");
+  EXPECT_FALSE(fs::exists(d / "kjv"));
+  // train --corpus kjv before the KJV is prepared: the error names the KJV's own command.
+  ::setenv("ROUNDOFF_DATA", d.c_str(), 1);
+  const Outcome train = roundoff(kTiny + "--steps 1 --corpus kjv --out " + (d / "run").string());
+  ::unsetenv("ROUNDOFF_DATA");
+  expect_refused(train, "./scripts/fetch-corpus --corpus kjv", "train --corpus kjv unprepared");
+}
