@@ -6,7 +6,7 @@ axis columns) and each run's curves.csv, and an analysis spec (JSON: which contr
 notebooks-data/autoane-gap/analysis-spec.json). Writes into --out:
 
   paired.csv     one row per (metric, contrast, seed): L_ref, L_arm, D = L_arm - L_ref, 100 D / L_ref
-  contrasts.csv  one row per (metric, contrast): n, mean D with its 95 % t CI (df n - 1), two-sided paired t-test,
+  contrasts.csv  one row per (metric, contrast): where its runs ran (config/corpus), n, mean D with its 95 % t CI (df n - 1), two-sided paired t-test,
                  Holm-adjusted p over the family (primary metric only), the relative gap (mean of the per-seed
                  100 D / L_ref) with its 95 % t CI, and TOST on the relative gaps for each margin
   closures.csv   gap-closure fraction of each remedy, with the exhaustive seed-bootstrap percentile CI
@@ -209,6 +209,14 @@ def analyse(spec, runs, runs_dirs):
                 curves, end, ewt["window_micro_steps"], accum)
         metrics = metrics + [EQUAL_WALL_TIME]
 
+    where = {}  # arm -> {(config, corpus)}: which config and corpus each arm ran at
+    for _, r in runs.iterrows():
+        where.setdefault(r[arm_col], set()).add((str(r.get("config.name", "?")), str(r.get("data_source", "?"))))
+
+    def ran_at(*arms):
+        pairs = set().union(*(where.get(a, set()) for a in arms))
+        return " ".join(sorted(f"{c}/{d}" for c, d in pairs))
+
     family = set(spec.get("family", []))
     for m in metrics:
         for c in spec["contrasts"]:
@@ -224,7 +232,7 @@ def analyse(spec, runs, runs_dirs):
                                     "diff": x, "rel_gap_pct": y})
             st, sr = paired_t(d, alpha), paired_t(rel, alpha)
             row = {"metric": m, "arm": arm, "ref": ref, "in_family": arm in family and ref == spec["reference"]
-                   and m == spec["primary"], "n": st["n"], "seeds": " ".join(str(s) for s in seeds),
+                   and m == spec["primary"], "ran_at": ran_at(arm, ref), "n": st["n"], "seeds": " ".join(str(s) for s in seeds),
                    "mean_diff": st["mean"], "sd_diff": st["sd"], "ci_low": st["ci_low"], "ci_high": st["ci_high"],
                    "t": st["t"], "df": st["df"], "p": st["p"], "rel_gap_pct": sr["mean"],
                    "rel_ci_low": sr["ci_low"], "rel_ci_high": sr["ci_high"]}

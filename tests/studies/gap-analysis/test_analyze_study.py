@@ -131,6 +131,7 @@ class TinySweep(unittest.TestCase):
         t = mean / (sd / math.sqrt(3))
         row = self.contrast("val_loss_fp32")
         self.assertEqual(row["n"], "3")
+        self.assertEqual(row["ran_at"], "T0/brown-1.9.80")
         self.assertAlmostEqual(float(row["mean_diff"]), mean, places=15)
         self.assertAlmostEqual(float(row["t"]), t, places=9)
         self.assertAlmostEqual(float(row["p"]), 2 * t2_sf(abs(t)), places=12)
