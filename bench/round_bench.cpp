@@ -125,6 +125,14 @@ void register_all() {
                  [plan](std::span<const float> s, std::span<float> d) {
                    simd::round_float_with(simd::Path::F16c, plan, Rounding::NearestEven, s, d, {}, 0);
                  });
+      for (const Inputs inputs : {Inputs::Wide, Inputs::Gauss})
+        add<float>(round_name(f.name, Rounding::Stochastic, inputs == Inputs::Gauss ? "-f16c-gauss" : "-f16c", "float",
+                              n),
+                   n,
+                   [plan, bits](std::span<const float> s, std::span<float> d) {
+                     simd::round_float_with(simd::Path::F16c, plan, Rounding::Stochastic, s, d, bits, 0);
+                   },
+                   inputs);
     }
     for (Rounding mode : {Rounding::NearestEven, Rounding::Stochastic}) {
       add<float>(round_name(f.name, mode, "-scalar", "float", n), n,

@@ -538,6 +538,119 @@ __attribute__((target("avx512f,avx512dq"))) void stochastic_avx512(const FloatTa
   }
 }
 
+/// 64-bit lane product mod 2^64 from AVX2's 32×32→64 multiplies.
+__attribute__((target("avx2"))) inline __m256i mullo64_x4(__m256i a, __m256i b) {
+  const __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), b),
+                                         _mm256_mul_epu32(a, _mm256_srli_epi64(b, 32)));
+  return _mm256_add_epi64(_mm256_mul_epu32(a, b), _mm256_slli_epi64(cross, 32));
+}
+
+__attribute__((target("avx2"))) inline __m256i mix64_x4(__m256i z) {
+  z = _mm256_xor_si256(z, _mm256_srli_epi64(z, 30));
+  z = mullo64_x4(z, _mm256_set1_epi64x(static_cast<long long>(0xBF58476D1CE4E5B9ull)));
+  z = _mm256_xor_si256(z, _mm256_srli_epi64(z, 27));
+  z = mullo64_x4(z, _mm256_set1_epi64x(static_cast<long long>(0x94D049BB133111EBull)));
+  return _mm256_xor_si256(z, _mm256_srli_epi64(z, 31));
+}
+
+/// stochastic_up_x8 on 4 lanes (AVX2: unsigned 64-bit compares by flipping the sign bits); all-ones lanes = up.
+__attribute__((target("avx2"))) inline __m256i stochastic_up_x4(__m256i v, __m256i s, __m256i draw) {
+  const __m256i c64 = _mm256_set1_epi64x(64), c128 = _mm256_set1_epi64x(128);
+  const __m256i flip = _mm256_set1_epi64x(static_cast<long long>(0x8000000000000000ull));
+  const __m256i frac = _mm256_or_si256(_mm256_sllv_epi64(v, _mm256_sub_epi64(c64, s)),
+                                       _mm256_srlv_epi64(v, _mm256_sub_epi64(s, c64)));
+  const __m256i rest = _mm256_xor_si256(
+      _mm256_cmpeq_epi64(_mm256_sllv_epi64(v, _mm256_sub_epi64(c128, s)), _mm256_setzero_si256()),
+      _mm256_set1_epi64x(-1));
+  const __m256i below = _mm256_cmpgt_epi64(_mm256_xor_si256(frac, flip), _mm256_xor_si256(draw, flip));
+  return _mm256_or_si256(below, _mm256_and_si256(rest, _mm256_cmpeq_epi64(draw, frac)));
+}
+
+/// Stochastic rounding with AVX2, 8 lanes: the counter RNG in 2 × 4 64-bit lanes, then the AVX-512 path's
+/// computation: when every lane is in the normal range or zero, up iff the draw's top s0 bits, as an integer,
+/// are below the discarded bits r (a 32-bit compare; both below 2^22, so signed compares are unsigned ones);
+/// otherwise the general case with 64-bit fractions. The tail takes the scalar round_bits_stochastic.
+__attribute__((target("avx2"))) void stochastic_avx2(const FloatTarget& t, Overflow o, const float* src, float* dst,
+                                                     std::size_t n, StochasticBits bits, std::uint64_t first_index,
+                                                     const std::uint64_t* draws) {
+  const __m256i abs_mask = _mm256_set1_epi32(static_cast<int>(kAbs));
+  const __m256i low = _mm256_set1_epi32(static_cast<int>((1u << t.s0) - 1));
+  const __m256i keep = _mm256_set1_epi32(static_cast<int>(~((1u << t.s0) - 1)));
+  const __m256i pw = _mm256_set1_epi32(static_cast<int>(1u << t.s0));
+  const __m256i below_emin = _mm256_set1_epi32(static_cast<int>(t.emin_biased) - 1);
+  const __m256i max_bits = _mm256_set1_epi32(static_cast<int>(t.max_bits));
+  const __m256i inf = _mm256_set1_epi32(static_cast<int>(kInfBits));
+  const __m256i qnan = _mm256_set1_epi32(static_cast<int>(kQuietNaN));
+  const __m256i odd_dwords = _mm256_setr_epi32(1, 3, 5, 7, 0, 2, 4, 6);
+  const __m256i even_dwords = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m256i frac_mask = _mm256_set1_epi32(0x7FFFFF), hidden = _mm256_set1_epi32(0x800000);
+  const __m256i one = _mm256_set1_epi32(1), ones = _mm256_set1_epi32(-1);
+  const __m256i s0 = _mm256_set1_epi32(static_cast<int>(t.s0));
+  const __m256i sub_base = _mm256_set1_epi32(static_cast<int>(t.s0 + t.emin_biased));
+  const __m256i s_cap = _mm256_set1_epi32(88);
+  const __m256 down_hi = _mm256_set1_ps(t.down_hi), down_lo = _mm256_set1_ps(t.down_lo);
+  const __m128i top_shift = _mm_cvtsi32_si128(static_cast<int>(32 - t.s0));
+  const std::uint64_t key = bits.key();
+  alignas(32) std::uint64_t z0[8];
+  for (std::uint64_t j = 0; j < 8; ++j) z0[j] = key + (first_index + j + 1) * kPhi;
+  __m256i z_lo = _mm256_load_si256(reinterpret_cast<const __m256i*>(z0));
+  __m256i z_hi = _mm256_load_si256(reinterpret_cast<const __m256i*>(z0 + 4));
+  const __m256i step = _mm256_set1_epi64x(static_cast<long long>(8 * kPhi));
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i draw_lo = draws ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(draws + i)) : mix64_x4(z_lo);
+    const __m256i draw_hi =
+        draws ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(draws + i + 4)) : mix64_x4(z_hi);
+    z_lo = _mm256_add_epi64(z_lo, step);
+    z_hi = _mm256_add_epi64(z_hi, step);
+    const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    const __m256i a = _mm256_and_si256(u, abs_mask);
+    const __m256i fast = _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_srli_epi32(a, 23), below_emin),
+                                         _mm256_cmpeq_epi32(a, _mm256_setzero_si256()));
+    __m256i res;
+    if (_mm256_movemask_ps(_mm256_castsi256_ps(fast)) == 0xFF) {
+      // The draws' high halves, lanes 0..7: odd dwords of each 4-lane vector into its low 128 bits.
+      const __m256i top = _mm256_permute2x128_si256(_mm256_permutevar8x32_epi32(draw_lo, odd_dwords),
+                                                    _mm256_permutevar8x32_epi32(draw_hi, odd_dwords), 0x20);
+      const __m256i up = _mm256_cmpgt_epi32(_mm256_and_si256(a, low), _mm256_srl_epi32(top, top_shift));
+      res = _mm256_add_epi32(_mm256_and_si256(a, keep), _mm256_and_si256(up, pw));
+    } else {
+      // General case (as the AVX-512 path): fraction of v over 2^s with v = a, s = s0 in the normal range, and in
+      // the subnormal range v = the significand, s = s0 + emin+127 - max(E,1), capped at 88.
+      const __m256i e = _mm256_srli_epi32(a, 23);
+      const __m256i normal = _mm256_cmpgt_epi32(e, below_emin);
+      const __m256i has_hidden = _mm256_xor_si256(_mm256_cmpeq_epi32(e, _mm256_setzero_si256()), ones);
+      const __m256i sig = _mm256_or_si256(_mm256_and_si256(a, frac_mask), _mm256_and_si256(has_hidden, hidden));
+      const __m256i s_sub = _mm256_min_epi32(_mm256_sub_epi32(sub_base, _mm256_max_epu32(e, one)), s_cap);
+      const __m256i v = _mm256_blendv_epi8(sig, a, normal);
+      const __m256i s = _mm256_blendv_epi8(s_sub, s0, normal);
+      const __m256i up_lo = stochastic_up_x4(_mm256_cvtepu32_epi64(_mm256_castsi256_si128(v)),
+                                             _mm256_cvtepu32_epi64(_mm256_castsi256_si128(s)), draw_lo);
+      const __m256i up_hi = stochastic_up_x4(_mm256_cvtepu32_epi64(_mm256_extracti128_si256(v, 1)),
+                                             _mm256_cvtepu32_epi64(_mm256_extracti128_si256(s, 1)), draw_hi);
+      // 64-bit masks to 32-bit lanes 0..7 (their low dwords).
+      const __m256i up = _mm256_permute2x128_si256(_mm256_permutevar8x32_epi32(up_lo, even_dwords),
+                                                   _mm256_permutevar8x32_epi32(up_hi, even_dwords), 0x20);
+      const __m256i trunc_n = _mm256_and_si256(a, keep);
+      const __m256i res_n = _mm256_add_epi32(trunc_n, _mm256_and_si256(up, pw));
+      const __m256i q = _mm256_srlv_epi32(sig, s_sub);  // counts >= 32 give 0
+      // Increment only subnormal-range lanes (in the others q = 0, and 2^qexp_min may be a float subnormal).
+      const __m256i q_up = _mm256_add_epi32(q, _mm256_and_si256(_mm256_andnot_si256(normal, up), one));
+      const __m256i res_s =
+          _mm256_castps_si256(_mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(q_up), down_hi), down_lo));
+      res = _mm256_blendv_epi8(res_s, res_n, normal);
+    }
+    res = _mm256_blendv_epi8(res, inf, _mm256_cmpgt_epi32(res, max_bits));  // inf input stays inf
+    res = _mm256_or_si256(res, _mm256_andnot_si256(abs_mask, u));
+    res = _mm256_blendv_epi8(res, qnan, _mm256_cmpgt_epi32(a, inf));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), res);
+  }
+  std::uint64_t z = key + (first_index + i + 1) * kPhi;
+  for (; i < n; ++i, z += kPhi)
+    dst[i] = std::bit_cast<float>(
+        round_bits_stochastic(t, o, std::bit_cast<std::uint32_t>(src[i]), draws ? draws[i] : mix64(z)));
+}
+
 struct CpuFeatures {
   bool avx512 = false;
   bool f16c = false;
@@ -642,6 +755,10 @@ bool dispatch(Path path, const RoundingPlan& plan, Rounding mode, std::span<cons
     case Path::F16c:
       if (fp16 && run_fp16_hw<false>(mode, s, d, n)) return true;
       if (bf16 && run_bf16_hw<false>(mode, s, d, n)) return true;
+      if (mode == Rounding::Stochastic) {
+        stochastic_avx2(*t, overflow_for(*t, mode), s, d, n, bits, first_index, draws);
+        return true;
+      }
       return run_portable(*t, mode, s, d, n, bits, first_index, draws);
     case Path::Avx512:
       if (fp16 && run_fp16_hw<true>(mode, s, d, n)) return true;

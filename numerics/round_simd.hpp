@@ -17,7 +17,9 @@
 ///    all seven modes; no ISA requirement (GCC/Clang vector extensions in 4-lane groups, SSE2 on x86-64;
 ///    scalar tails; the stochastic variant is scalar). Independent of the FP rounding mode.
 ///  - F16C (AVX2 + F16C): fp16 nearest-even / toward-zero / up / down via vcvtps2ph + vcvtph2ps; bf16 all
-///    deterministic modes by the AVX-512 path's add-and-mask in 8 lanes.
+///    deterministic modes by the AVX-512 path's add-and-mask in 8 lanes; stochastic rounding for every handled
+///    format with the counter RNG in 4 × 64-bit lanes (8 elements whose values are all in the normal range or
+///    zero at a time; others by the portable scalar code with the same draws).
 ///  - AVX-512 (F + DQ): fp16 as F16C but 16 lanes; bf16 all deterministic modes by add-and-mask on the
 ///    encoding (subnormals exact, unlike vcvtneps2bf16); stochastic rounding for every handled format with
 ///    the counter RNG vectorised (8 × 64-bit lanes, vpmullq); other pairs go to Portable.
