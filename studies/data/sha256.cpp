@@ -1,7 +1,12 @@
 #include "studies/data/sha256.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace roundoff::studies::data {
 
@@ -19,7 +24,7 @@ constexpr std::array<std::uint32_t, 64> kRound{
 
 constexpr std::uint32_t rotr(std::uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
-void compress(std::array<std::uint32_t, 8>& h, const unsigned char* block) {
+void compress_portable(std::array<std::uint32_t, 8>& h, const unsigned char* block) {
   std::array<std::uint32_t, 64> w{};
   for (int t = 0; t < 16; ++t)
     w[t] = (std::uint32_t{block[4 * t]} << 24) | (std::uint32_t{block[4 * t + 1]} << 16) |
@@ -45,29 +50,105 @@ void compress(std::array<std::uint32_t, 8>& h, const unsigned char* block) {
   h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f, h[6] += g, h[7] += k;
 }
 
+#if defined(__x86_64__)
+/// `blocks` consecutive 64-byte blocks through the x86 SHA extensions (SHA-NI): the same function as
+/// compress_portable, FIPS 180-4's rounds done by sha256rnds2 two at a time and the message schedule by
+/// sha256msg1/msg2. The state is kept in the instructions' ABEF/CDGH lane order and converted at entry and exit.
+__attribute__((target("sha,sse4.1,ssse3"))) void compress_sha_ni(std::array<std::uint32_t, 8>& h,
+                                                                const unsigned char* data, std::size_t blocks) {
+  const __m128i byte_swap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+  __m128i tmp = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&h[0])), 0xB1);  // CDAB
+  __m128i state1 = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&h[4])), 0x1B);  // EFGH
+  __m128i state0 = _mm_alignr_epi8(tmp, state1, 8);     // ABEF
+  state1 = _mm_blend_epi16(state1, tmp, 0xF0);          // CDGH
+  for (; blocks > 0; --blocks, data += 64) {
+    const __m128i abef = state0, cdgh = state1;
+    __m128i w[16];  // the message schedule, four words per entry
+    for (int i = 0; i < 16; ++i) {
+      if (i < 4) {
+        w[i] = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + 16 * i)), byte_swap);
+      } else {
+        // w[t] = σ1(w[t−2]) + w[t−7] + σ0(w[t−15]) + w[t−16] for the four t of entry i.
+        const __m128i s0 = _mm_sha256msg1_epu32(w[i - 4], w[i - 3]);
+        w[i] = _mm_sha256msg2_epu32(_mm_add_epi32(s0, _mm_alignr_epi8(w[i - 1], w[i - 2], 4)), w[i - 1]);
+      }
+      __m128i msg = _mm_add_epi32(w[i], _mm_loadu_si128(reinterpret_cast<const __m128i*>(&kRound[4 * i])));
+      state1 = _mm_sha256rnds2_epu32(state1, state0, msg);
+      msg = _mm_shuffle_epi32(msg, 0x0E);
+      state0 = _mm_sha256rnds2_epu32(state0, state1, msg);
+    }
+    state0 = _mm_add_epi32(state0, abef);
+    state1 = _mm_add_epi32(state1, cdgh);
+  }
+  tmp = _mm_shuffle_epi32(state0, 0x1B);            // FEBA
+  state1 = _mm_shuffle_epi32(state1, 0xB1);         // DCHG
+  state0 = _mm_blend_epi16(tmp, state1, 0xF0);      // DCBA
+  state1 = _mm_alignr_epi8(state1, tmp, 8);         // HGFE
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(&h[0]), state0);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(&h[4]), state1);
+}
+
+bool cpu_has_sha_ni() {
+  static const bool has = __builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1");
+  return has;
+}
+#endif
+
+bool g_hardware = true;  ///< set_sha256_hardware
+
+/// `blocks` consecutive 64-byte blocks into h: the SHA extensions when the CPU has them, else portable.
+void compress(std::array<std::uint32_t, 8>& h, const unsigned char* data, std::size_t blocks) {
+#if defined(__x86_64__)
+  if (g_hardware && cpu_has_sha_ni()) {
+    compress_sha_ni(h, data, blocks);
+    return;
+  }
+#endif
+  for (; blocks > 0; --blocks, data += 64) compress_portable(h, data);
+}
+
 }  // namespace
 
-std::string sha256_hex(std::string_view bytes) {
-  std::array<std::uint32_t, 8> h{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+void set_sha256_hardware(bool on) { g_hardware = on; }
+
+void Sha256::update(std::string_view bytes) {
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
-  const std::size_t n = bytes.size();
-  std::size_t full = n / 64;
-  for (std::size_t i = 0; i < full; ++i) compress(h, p + 64 * i);
+  std::size_t n = bytes.size();
+  total_ += n;
+  if (buffered_ > 0) {
+    const std::size_t take = std::min(n, block_.size() - buffered_);
+    std::copy_n(p, take, block_.data() + buffered_);
+    buffered_ += take, p += take, n -= take;
+    if (buffered_ < block_.size()) return;
+    compress(h_, block_.data(), 1);
+    buffered_ = 0;
+  }
+  compress(h_, p, n / 64);
+  p += n / 64 * 64;
+  n %= 64;
+  std::copy_n(p, n, block_.data());
+  buffered_ = n;
+}
+
+std::string Sha256::hex() {
   // Padding: 0x80, zeros, then the bit length as a 64-bit big-endian integer; one or two final blocks.
   std::array<unsigned char, 128> tail{};
-  const std::size_t rest = n - 64 * full;
-  for (std::size_t i = 0; i < rest; ++i) tail[i] = p[64 * full + i];
-  tail[rest] = 0x80;
-  const std::size_t tail_len = rest + 9 <= 64 ? 64 : 128;
-  const std::uint64_t bits = static_cast<std::uint64_t>(n) * 8;
+  std::copy_n(block_.data(), buffered_, tail.data());
+  tail[buffered_] = 0x80;
+  const std::size_t tail_len = buffered_ + 9 <= 64 ? 64 : 128;
+  const std::uint64_t bits = total_ * 8;
   for (int i = 0; i < 8; ++i) tail[tail_len - 1 - i] = static_cast<unsigned char>(bits >> (8 * i));
-  compress(h, tail.data());
-  if (tail_len == 128) compress(h, tail.data() + 64);
+  compress(h_, tail.data(), tail_len / 64);
   std::string out(64, '0');
-  for (int i = 0; i < 8; ++i) std::snprintf(out.data() + 8 * i, 9, "%08x", static_cast<unsigned>(h[i]));
+  for (int i = 0; i < 8; ++i) std::snprintf(out.data() + 8 * i, 9, "%08x", static_cast<unsigned>(h_[i]));
   out.resize(64);
   return out;
+}
+
+std::string sha256_hex(std::string_view bytes) {
+  Sha256 h;
+  h.update(bytes);
+  return h.hex();
 }
 
 }  // namespace roundoff::studies::data

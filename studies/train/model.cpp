@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 
 #include "numerics/round.hpp"
 #include "ops/gqa.hpp"
@@ -29,6 +30,14 @@ double max_abs(CSpan x) {
   double m = 0;
   for (const double v : x) m = std::max(m, std::fabs(v));
   return m;
+}
+
+/// `v` resized to n elements, all zero, reusing its storage: the start of an add-into output (backward ops
+/// add into their gradients) without a fresh allocation per call.
+Span zeros(std::vector<double>& v, std::size_t n) {
+  v.resize(n);
+  std::fill(v.begin(), v.end(), 0.0);
+  return v;
 }
 
 std::string site_name(OpKind op, Pass pass, int layer, std::string_view tensor) {
@@ -128,7 +137,8 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
   check(tel, OpKind::RopeAngles, Pass::Forward, -1, "cos", cos_);
   check(tel, OpKind::RopeAngles, Pass::Forward, -1, "sin", sin_);
 
-  std::vector<double> x(NC);
+  std::vector<double>& x = x_;
+  zeros(x, NC);
   runner_.embedding_forward({OpKind::Embedding, -1, "x0"}, x, bt.inputs, p.wte, rows);
   check(tel, OpKind::Embedding, Pass::Forward, -1, "x0", x);
 
@@ -291,51 +301,51 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
   auto layer_of = [&](std::span<const double> all, int l) { return ParamViews<const double>::layer(all, c_.layers, l); };
   auto dlayer = [&](std::span<double> all, int l) { return ParamViews<double>::layer(all, c_.layers, l); };
 
-  std::vector<double> dlogits(static_cast<std::size_t>(N * V), 0.0);
+  BackwardBuffers& b = bw_;
+  const Span dlogits = zeros(b.dlogits, static_cast<std::size_t>(N * V));
   runner_.cross_entropy_backward_data({OpKind::CrossEntropy, -1, "dlogits"}, dlogits, probs_, bt.targets,
                                       loss_scale / static_cast<double>(N), {N, V});
   check(tel, OpKind::CrossEntropy, Pass::BackwardData, -1, "dlogits", dlogits);
-  std::vector<double> dxf(NC, 0.0);
+  const Span dxf = zeros(b.dxf, NC);
   runner_.matmul_backward_data({OpKind::Classifier, -1, "dx"}, dxf, dlogits, wcls, {N, C, V});
   check(tel, OpKind::Classifier, Pass::BackwardData, -1, "dx", dxf);
   runner_.matmul_backward_weight({OpKind::Classifier, -1, "wcls"}, dwcls, dlogits, xf_, {N, C, V});
   check(tel, OpKind::Classifier, Pass::BackwardWeight, -1, "wcls", dwcls);
-  std::vector<double> dx(NC, 0.0);
+  zeros(b.dx, NC);
+  std::vector<double>& dx = b.dx;
   norm_backward_data({OpKind::RmsNorm, -1, "lnf"}, dx, dxf, x_final_, p.lnfw, rf_, rows);
   runner_.rmsnorm_backward_weight({OpKind::RmsNorm, -1, "lnfw"}, d.lnfw, dxf, x_final_, rf_, rows);
   check(tel, OpKind::RmsNorm, Pass::BackwardWeight, -1, "lnfw", d.lnfw);
   check(tel, OpKind::RmsNorm, Pass::BackwardData, -1, "lnf", dx);
 
-  std::vector<double> scratch(NC);
+  const Span scratch = zeros(b.scratch, NC);
   for (int l = c_.layers - 1; l >= 0; --l) {
     LayerActs& L = acts_[static_cast<std::size_t>(l)];
     // --- feed-forward half: x_out = [post-norm](x_mid + β·f) ---
-    std::vector<double> dpre2;
+    CSpan dpre2 = dx;
     if (rule_.post_norm) {
-      dpre2.assign(NC, 0.0);
-      norm_backward_data({OpKind::RmsNorm, l, "post2"}, dpre2, dx, L.pre2, layer_of(p.ln2w, l), L.rp2, rows);
+      dpre2 = zeros(b.dpre2, NC);
+      norm_backward_data({OpKind::RmsNorm, l, "post2"}, b.dpre2, dx, L.pre2, layer_of(p.ln2w, l), L.rp2, rows);
       check(tel, OpKind::RmsNorm, Pass::BackwardData, l, "post2", dpre2);
       runner_.rmsnorm_backward_weight({OpKind::RmsNorm, l, "ln2w"}, dlayer(d.ln2w, l), dx, L.pre2, L.rp2, rows);
       check(tel, OpKind::RmsNorm, Pass::BackwardWeight, l, "ln2w", dlayer(d.ln2w, l));
-    } else {
-      dpre2 = dx;
     }
-    std::vector<double> dxm(NC, 0.0), df(NC, 0.0);
+    const Span dxm = zeros(b.dxm, NC), df = zeros(b.df, NC);
     runner_.residual_backward_data({OpKind::ResidualFfn, l, "dx"}, dxm, df, dpre2, rule_.branch, rows);
     check(tel, OpKind::ResidualFfn, Pass::BackwardData, l, "dx", dxm);
     check(tel, OpKind::ResidualFfn, Pass::BackwardData, l, "df", df);
-    std::vector<double> dz(NHid, 0.0);
+    const Span dz = zeros(b.dz, NHid);
     runner_.matmul_backward_data({OpKind::Matmul, l, "dz"}, dz, df, layer_of(p.w2, l), {N, H, C});
     check(tel, OpKind::Matmul, Pass::BackwardData, l, "dz", dz);
     runner_.matmul_backward_weight({OpKind::Matmul, l, "w2"}, dlayer(d.w2, l), df, L.z, {N, H, C});
     check(tel, OpKind::Matmul, Pass::BackwardWeight, l, "w2", dlayer(d.w2, l));
-    std::vector<double> da(NHid, 0.0), du(NHid, 0.0), dg(NHid, 0.0);
+    const Span da = zeros(b.da, NHid), du = zeros(b.du, NHid), dg = zeros(b.dg, NHid);
     runner_.swiglu_backward_data({OpKind::SwiGlu, l, "da"}, da, du, dz, L.a, L.u, hid);
     check(tel, OpKind::SwiGlu, Pass::BackwardData, l, "da", da);
     check(tel, OpKind::SwiGlu, Pass::BackwardData, l, "du", du);
     runner_.silu_backward_data({OpKind::Silu, l, "dg"}, dg, da, L.g, hid);
     check(tel, OpKind::Silu, Pass::BackwardData, l, "dg", dg);
-    std::vector<double> dh2(NC, 0.0);
+    const Span dh2 = zeros(b.dh2, NC);
     runner_.matmul_backward_data({OpKind::Matmul, l, "dh2"}, dh2, dg, layer_of(p.w1, l), {N, C, H});
     runner_.matmul_backward_data({OpKind::Matmul, l, "dh2"}, dh2, du, layer_of(p.w3, l), {N, C, H});
     check(tel, OpKind::Matmul, Pass::BackwardData, l, "dh2", dh2);
@@ -355,21 +365,19 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
     }
     check(tel, OpKind::RmsNorm, Pass::BackwardData, l, "dx_mid", dxm);
     // --- attention half: x_mid = [post-norm](x_in + β·o) ---
-    std::vector<double> dpre1;
+    CSpan dpre1 = dxm;
     if (rule_.post_norm) {
-      dpre1.assign(NC, 0.0);
-      norm_backward_data({OpKind::RmsNorm, l, "post1"}, dpre1, dxm, L.pre1, layer_of(p.ln1w, l), L.rp1, rows);
+      dpre1 = zeros(b.dpre1, NC);
+      norm_backward_data({OpKind::RmsNorm, l, "post1"}, b.dpre1, dxm, L.pre1, layer_of(p.ln1w, l), L.rp1, rows);
       check(tel, OpKind::RmsNorm, Pass::BackwardData, l, "post1", dpre1);
       runner_.rmsnorm_backward_weight({OpKind::RmsNorm, l, "ln1w"}, dlayer(d.ln1w, l), dxm, L.pre1, L.rp1, rows);
       check(tel, OpKind::RmsNorm, Pass::BackwardWeight, l, "ln1w", dlayer(d.ln1w, l));
-    } else {
-      dpre1 = dxm;
     }
-    std::vector<double> dxi(NC, 0.0), dout(NC, 0.0);
+    const Span dxi = zeros(b.dxi, NC), dout = zeros(b.dout, NC);
     runner_.residual_backward_data({OpKind::ResidualAttn, l, "dx"}, dxi, dout, dpre1, rule_.branch, rows);
     check(tel, OpKind::ResidualAttn, Pass::BackwardData, l, "dx", dxi);
     check(tel, OpKind::ResidualAttn, Pass::BackwardData, l, "dout", dout);
-    std::vector<double> dy(NC, 0.0);
+    const Span dy = zeros(b.dy, NC);
     runner_.matmul_backward_data({OpKind::Matmul, l, "dy"}, dy, dout, layer_of(p.wo, l), {N, C, C});
     check(tel, OpKind::Matmul, Pass::BackwardData, l, "dy", dy);
     runner_.matmul_backward_weight({OpKind::Matmul, l, "wo"}, dlayer(d.wo, l), dout, L.y, {N, C, C});
@@ -377,50 +385,46 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
     // the gqa-mismatch defect, where K/V are re-tiled with the backward map and the scores and softmax
     // recomputed from them under the forward entries (AutoANE's sdpaBwd kernels recompute them too).
     const bool remap = gqa && bwd_map_ != fwd_map_;
-    std::vector<double> kt_b, vt_b, att_b;
     if (remap) {
-      kt_b.assign(NC, 0.0);
-      vt_b.assign(NC, 0.0);
+      const Span kt_b = zeros(b.kt_b, NC), vt_b = zeros(b.vt_b, NC);
       ops::kv_tile<double>(kt_b, L.kr, bwd_map_, NKV, hs);
       ops::kv_tile<double>(vt_b, L.v, bwd_map_, NKV, hs);
-      std::vector<double> pre_b(L.att.size(), 0.0);
-      att_b.assign(L.att.size(), 0.0);
+      const Span pre_b = zeros(b.pre_b, L.att.size()), att_b = zeros(b.att_b, L.att.size());
       runner_.attn_scores_forward({OpKind::AttnScores, l, "scores"}, pre_b, L.qr, kt_b, ash);
       runner_.softmax_forward({OpKind::Softmax, l, "att"}, att_b, pre_b, ash);
     } else if (runner_.policy().attention_order() == ops::AttentionOrder::Online) {
       runner_.softmax_from_lse({OpKind::Softmax, l, "att"}, L.att, L.preatt, L.lse, ash);
       check(tel, OpKind::Softmax, Pass::Forward, l, "att", L.att);
     }
-    const std::vector<double>& kt = remap ? kt_b : gqa ? L.kt : L.kr;
-    const std::vector<double>& vt = remap ? vt_b : gqa ? L.vt : L.v;
-    const std::vector<double>& att = remap ? att_b : L.att;
-    std::vector<double> datt(L.att.size(), 0.0), dvt(NC, 0.0), dpreatt(L.att.size(), 0.0);
+    const CSpan kt = remap ? b.kt_b : gqa ? L.kt : L.kr;
+    const CSpan vt = remap ? b.vt_b : gqa ? L.vt : L.v;
+    const CSpan att = remap ? b.att_b : L.att;
+    const Span datt = zeros(b.datt, L.att.size()), dvt = zeros(b.dvt, NC), dpreatt = zeros(b.dpreatt, L.att.size());
     runner_.attn_values_backward_data({OpKind::AttnValues, l, "datt"}, datt, dvt, dy, att, vt, ash);
     check(tel, OpKind::AttnValues, Pass::BackwardData, l, "datt", datt);
     check(tel, OpKind::AttnValues, Pass::BackwardData, l, "dv", dvt);
     runner_.softmax_backward_data({OpKind::Softmax, l, "dpreatt"}, dpreatt, datt, att, ash);
     check(tel, OpKind::Softmax, Pass::BackwardData, l, "dpreatt", dpreatt);
-    std::vector<double> dqr(NC, 0.0), dkrt(NC, 0.0), dq(NC, 0.0), dk(NKVD, 0.0);
+    const Span dqr = zeros(b.dqr, NC), dkrt = zeros(b.dkrt, NC), dq = zeros(b.dq, NC), dk = zeros(b.dk, NKVD);
     runner_.attn_scores_backward_data({OpKind::AttnScores, l, "dqk"}, dqr, dkrt, dpreatt, L.qr, kt, ash);
     check(tel, OpKind::AttnScores, Pass::BackwardData, l, "dq", dqr);
     // GQA: dK and dV summed over the query heads of each KV head (backward map).
     check(tel, OpKind::AttnScores, Pass::BackwardData, l, "dk", dkrt);
-    std::vector<double> dkr_kv, dv_kv;
     if (gqa) {
-      dkr_kv.assign(NKVD, 0.0);
-      dv_kv.assign(NKVD, 0.0);
-      ops::kv_reduce_backward<ops::Emulated>(dkr_kv, dkrt, bwd_map_, NKV, hs,
+      zeros(b.dkr_kv, NKVD);
+      zeros(b.dv_kv, NKVD);
+      ops::kv_reduce_backward<ops::Emulated>(b.dkr_kv, dkrt, bwd_map_, NKV, hs,
                                              runner_.context(OpKind::ResidualAttn, Pass::BackwardData));
-      ops::kv_reduce_backward<ops::Emulated>(dv_kv, dvt, bwd_map_, NKV, hs,
+      ops::kv_reduce_backward<ops::Emulated>(b.dv_kv, dvt, bwd_map_, NKV, hs,
                                              runner_.context(OpKind::ResidualAttn, Pass::BackwardData));
     }
-    const std::vector<double>& dkr = gqa ? dkr_kv : dkrt;
-    const std::vector<double>& dv = gqa ? dv_kv : dvt;
+    const CSpan dkr = gqa ? CSpan(b.dkr_kv) : dkrt;
+    const CSpan dv = gqa ? CSpan(b.dv_kv) : dvt;
     runner_.rope_backward_data({OpKind::RopeRotate, l, "dq"}, dq, dqr, cos_, sin_, ash);
     runner_.rope_backward_data({OpKind::RopeRotate, l, "dk"}, dk, dkr, cos_, sin_, kv_ash);
     check(tel, OpKind::RopeRotate, Pass::BackwardData, l, "dq", dq);
     check(tel, OpKind::RopeRotate, Pass::BackwardData, l, "dk", dk);
-    std::vector<double> dh1(NC, 0.0);
+    const Span dh1 = zeros(b.dh1, NC);
     runner_.matmul_backward_data({OpKind::Matmul, l, "dh1"}, dh1, dq, layer_of(p.wq, l), {N, C, C});
     runner_.matmul_backward_data({OpKind::Matmul, l, "dh1"}, dh1, dk, layer_of(p.wk, l), {N, C, KVD});
     runner_.matmul_backward_data({OpKind::Matmul, l, "dh1"}, dh1, dv, layer_of(p.wv, l), {N, C, KVD});
@@ -441,7 +445,7 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
       check(tel, OpKind::RmsNorm, Pass::BackwardWeight, l, "ln1w", dlayer(d.ln1w, l));
     }
     check(tel, OpKind::RmsNorm, Pass::BackwardData, l, "dx_in", dxi);
-    dx = std::move(dxi);
+    std::swap(b.dx, b.dxi);  // dx ← dxi (the buffers trade places; dxi is zeroed before its next use)
   }
   runner_.embedding_backward_weight({OpKind::Embedding, -1, "wte"}, d.wte, dx, bt.inputs, rows);
   check(tel, OpKind::Embedding, Pass::BackwardWeight, -1, "wte", d.wte);
@@ -462,8 +466,25 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
 std::span<const double> Transformer::working_weights(std::span<const double> master) {
   const numerics::Format& wf = runner_.policy().storage_for(ops::TensorRole::Weight);
   if (wf == numerics::formats::fp64) return master;
+  const numerics::RoundingPlan plan(wf);
+  // When rounding leaves every master bit pattern as it is (fp32 masters read by an fp32 weights role: the
+  // fp32 twin, or a policy whose master and weights formats agree), the working copy would equal the
+  // masters: read them directly and hold no copy. Checked block by block; the first block that changes
+  // stops the check (an fp16 weights role over fp32 masters stops at once).
+  constexpr std::size_t kBlock = 4096;
+  std::array<double, kBlock> block;
+  bool identity = true;
+  for (std::size_t at = 0; at < master.size() && identity; at += kBlock) {
+    const std::size_t n = std::min(kBlock, master.size() - at);
+    numerics::round_array(plan, numerics::Rounding::NearestEven, master.subspan(at, n), std::span(block).first(n));
+    identity = std::memcmp(block.data(), master.data() + at, n * sizeof(double)) == 0;
+  }
+  if (identity) {
+    weights_ = {};
+    return master;
+  }
   weights_.resize(master.size());
-  numerics::round_array(numerics::RoundingPlan(wf), numerics::Rounding::NearestEven, master, weights_);
+  numerics::round_array(plan, numerics::Rounding::NearestEven, master, weights_);
   return weights_;
 }
 
@@ -589,21 +610,19 @@ void Transformer::record_global(std::int64_t step, const Batch& b, std::span<con
   runner_.enable_shadow(nullptr);
 }
 
-void Transformer::apply_update(std::span<double> master, std::span<double> m, std::span<double> v,
-                               std::span<const double> grads, const Recipe& recipe, double lr, std::int64_t t,
-                               double coef) {
-  for (const ParamTensor tensor : kAllParamTensors) {
-    const std::size_t off = lay_.offset_of(tensor), n = lay_.size_of(tensor);
-    ops::AdamWConfig cfg;
-    cfg.lr = lr;
-    cfg.beta1 = recipe.beta1;
-    cfg.beta2 = recipe.beta2;
-    cfg.eps = recipe.eps;
-    cfg.weight_decay = is_decayed(tensor, recipe.decay_embedding) ? recipe.weight_decay : 0.0;
-    cfg.grad_scale = coef;
-    runner_.adamw_update({OpKind::AdamW, -1, name_of(tensor)}, master.subspan(off, n), m.subspan(off, n),
-                         v.subspan(off, n), grads.subspan(off, n), {}, cfg, t);
-  }
+void Transformer::update_tensor(ParamTensor tensor, std::span<double> master, std::span<double> m,
+                                std::span<double> v, std::span<const double> grads, const Recipe& recipe, double lr,
+                                std::int64_t t, double coef) {
+  const std::size_t off = lay_.offset_of(tensor), n = lay_.size_of(tensor);
+  ops::AdamWConfig cfg;
+  cfg.lr = lr;
+  cfg.beta1 = recipe.beta1;
+  cfg.beta2 = recipe.beta2;
+  cfg.eps = recipe.eps;
+  cfg.weight_decay = is_decayed(tensor, recipe.decay_embedding) ? recipe.weight_decay : 0.0;
+  cfg.grad_scale = coef;
+  runner_.adamw_update({OpKind::AdamW, -1, name_of(tensor)}, master.subspan(off, n), m.subspan(off, n),
+                       v.subspan(off, n), grads.subspan(off, n), {}, cfg, t);
 }
 
 }  // namespace roundoff::studies::train

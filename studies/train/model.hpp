@@ -50,8 +50,9 @@ class Transformer final : public Model {
   double total_loss(const Batch& b, std::span<const double> master) override;
   double loss_and_grad(const Batch& b, std::span<const double> master, double loss_scale, std::span<double> grads,
                        StepTelemetry& telemetry) override;
-  void apply_update(std::span<double> master, std::span<double> m, std::span<double> v, std::span<const double> grads,
-                    const Recipe& recipe, double lr, std::int64_t t, double coef) override;
+  void update_tensor(ParamTensor tensor, std::span<double> master, std::span<double> m, std::span<double> v,
+                     std::span<const double> grads, const Recipe& recipe, double lr, std::int64_t t,
+                     double coef) override;
   void set_profile(ops::Profile* profile) override { runner_.enable_profile(profile); }
 
   /// One forward+backward on `b` (loss scale `loss_scale`) with the MPFR shadow on (ops::Runner::enable_shadow):
@@ -83,7 +84,8 @@ class Transformer final : public Model {
     std::vector<double> kt, vt;  ///< GQA only: kr and v tiled to NH heads by the forward head map
     std::vector<double> lse;  ///< (B, NH, T) row log-sum-exp of the online attention order (att: recomputed)
   };
-  /// The working weights: `master` rounded to the `weights` role format (master itself for fp64).
+  /// The working weights: `master` rounded to the `weights` role format (master itself for fp64, and
+  /// whenever that rounding changes no master value: then no copy is held).
   std::span<const double> working_weights(std::span<const double> master);
   void forward(const Batch& b, std::span<const double> master, StepTelemetry* tel);
   void backward(const Batch& b, std::span<const double> master, double loss_scale, std::span<double> grads,
@@ -104,14 +106,25 @@ class Transformer final : public Model {
   void check_norm(StepTelemetry* tel, int layer, std::string_view tensor, std::span<const double> x,
                   std::span<const double> rstd, std::int64_t cols);
 
+  /// The backward pass's activation gradients, kept across calls: each is resized to its shape and zeroed
+  /// where the backward starts it (the ops add into their gradients), never allocated afresh per call.
+  struct BackwardBuffers {
+    std::vector<double> dlogits, dxf, dx, dxi, scratch, dpre2, dxm, df, dz, da, du, dg, dh2, dpre1, dout, dy, datt,
+        dvt, dpreatt, dqr, dkrt, dq, dk, dh1;
+    std::vector<double> dkr_kv, dv_kv;             ///< GQA only: dK and dV summed to the KV heads
+    std::vector<double> kt_b, vt_b, pre_b, att_b;  ///< gqa-mismatch defect only: the backward's K, V, softmax
+  };
+
   ModelConfig c_;
   ResidualRule rule_;
   std::vector<int> fwd_map_, bwd_map_;  ///< KV head of each query head in the forward and the backward
   ParamLayout lay_;
   ops::Runner runner_;
   std::vector<LayerActs> acts_;
+  std::vector<double> x_;  ///< the forward's residual stream (kept across calls)
+  BackwardBuffers bw_;
   std::vector<double> x_final_, xf_, rf_, logits_, probs_, losses_, cos_, sin_;
-  std::vector<double> weights_;  ///< working_weights' copy
+  std::vector<double> weights_;  ///< working_weights' copy (empty when the masters are read directly)
   double mean_loss_ = 0;
   std::int64_t inject_step_ = -1;
   ops::OpKind inject_op_ = ops::OpKind::Matmul;

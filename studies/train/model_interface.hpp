@@ -44,12 +44,19 @@ class Model {
   /// the gradient of loss_scale·mean loss as the policy's backward pass produces it (not yet unscaled).
   virtual double loss_and_grad(const Batch& b, std::span<const double> master, double loss_scale,
                                std::span<double> grads, StepTelemetry& telemetry) = 0;
-  /// One AdamW update of master, m, v (master layout) from unscaled gradients, under the model's
-  /// precision (the OPT group): lr at this step, t = 1-based applied-update count, coef = clip multiplier,
-  /// weight decay on is_decayed() tensors only.
-  virtual void apply_update(std::span<double> master, std::span<double> m, std::span<double> v,
-                            std::span<const double> grads, const Recipe& recipe, double lr, std::int64_t t,
-                            double coef) = 0;
+  /// One AdamW update of `tensor`'s elements of master, m, v (whole buffers in the master layout) from unscaled
+  /// gradients, under the model's precision (the OPT group): lr at this step, t = 1-based applied-update
+  /// count, coef = clip multiplier, weight decay on is_decayed() tensors only. An update of every tensor is
+  /// update_tensor over kAllParamTensors in order (apply_update), so a caller may look at each tensor
+  /// between them (the trainer's stagnation telemetry) without copying all of the masters.
+  virtual void update_tensor(ParamTensor tensor, std::span<double> master, std::span<double> m, std::span<double> v,
+                             std::span<const double> grads, const Recipe& recipe, double lr, std::int64_t t,
+                             double coef) = 0;
+  /// update_tensor of every tensor, in kAllParamTensors order.
+  void apply_update(std::span<double> master, std::span<double> m, std::span<double> v, std::span<const double> grads,
+                    const Recipe& recipe, double lr, std::int64_t t, double coef) {
+    for (const ParamTensor tensor : kAllParamTensors) update_tensor(tensor, master, m, v, grads, recipe, lr, t, coef);
+  }
   /// Adds the time of every op call of this model to `profile` (nullptr: off). Timing only, no bit changes.
   /// Models that do not run through ops::Runner have nothing to time and ignore it.
   virtual void set_profile(ops::Profile* /*profile*/) {}

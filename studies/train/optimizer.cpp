@@ -70,6 +70,13 @@ double clip_coefficient(double norm, double max_norm, const numerics::Format& f)
 void adamw_update(std::span<double> master, std::span<double> m, std::span<double> v, std::span<const double> grads,
                   const ParamLayout& layout, const Recipe& recipe, double lr, std::int64_t t, double coef,
                   const AdamFormats& formats) {
+  for (const ParamTensor tensor : kAllParamTensors)
+    adamw_update(tensor, master, m, v, grads, layout, recipe, lr, t, coef, formats);
+}
+
+void adamw_update(ParamTensor tensor, std::span<double> master, std::span<double> m, std::span<double> v,
+                  std::span<const double> grads, const ParamLayout& layout, const Recipe& recipe, double lr,
+                  std::int64_t t, double coef, const AdamFormats& formats) {
   const Rounder r(formats.compute), to_master(formats.master), to_m(formats.m), to_v(formats.v);
   const double b1 = r(recipe.beta1), b2 = r(recipe.beta2);
   const double one_b1 = r(1.0 - recipe.beta1), one_b2 = r(1.0 - recipe.beta2);
@@ -77,17 +84,15 @@ void adamw_update(std::span<double> master, std::span<double> m, std::span<doubl
   const double bc1 = r(1.0 - std::pow(recipe.beta1, static_cast<double>(t)));
   const double bc2 = r(1.0 - std::pow(recipe.beta2, static_cast<double>(t)));
   const double lr_r = r(lr), eps = r(recipe.eps), gs = r(coef);
-  for (const ParamTensor tensor : kAllParamTensors) {
-    const std::size_t off = layout.offset_of(tensor), n = layout.size_of(tensor);
-    const double wd = is_decayed(tensor, recipe.decay_embedding) ? r(recipe.weight_decay) : 0.0;
-    for (std::size_t k = off; k < off + n; ++k) {
-      const double g = coef != 1.0 ? r(grads[k] * gs) : grads[k];
-      m[k] = to_m(r(r(b1 * m[k]) + r(one_b1 * g)));
-      v[k] = to_v(r(r(b2 * v[k]) + r(one_b2 * r(g * g))));
-      const double m_hat = r(m[k] / bc1), v_hat = r(v[k] / bc2);
-      const double step = r(r(m_hat / r(r(std::sqrt(v_hat)) + eps)) + r(wd * master[k]));
-      master[k] = to_master(r(master[k] - r(lr_r * step)));
-    }
+  const std::size_t off = layout.offset_of(tensor), n = layout.size_of(tensor);
+  const double wd = is_decayed(tensor, recipe.decay_embedding) ? r(recipe.weight_decay) : 0.0;
+  for (std::size_t k = off; k < off + n; ++k) {
+    const double g = coef != 1.0 ? r(grads[k] * gs) : grads[k];
+    m[k] = to_m(r(r(b1 * m[k]) + r(one_b1 * g)));
+    v[k] = to_v(r(r(b2 * v[k]) + r(one_b2 * r(g * g))));
+    const double m_hat = r(m[k] / bc1), v_hat = r(v[k] / bc2);
+    const double step = r(r(m_hat / r(r(std::sqrt(v_hat)) + eps)) + r(wd * master[k]));
+    master[k] = to_master(r(master[k] - r(lr_r * step)));
   }
 }
 

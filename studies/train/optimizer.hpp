@@ -58,5 +58,9 @@ struct AdamFormats {
 void adamw_update(std::span<double> master, std::span<double> m, std::span<double> v,
                          std::span<const double> grads, const ParamLayout& layout, const Recipe& recipe,
                          double lr, std::int64_t t, double coef, const AdamFormats& formats);
+/// adamw_update of one tensor's elements only (master, m, v, grads: whole buffers in `layout`).
+void adamw_update(ParamTensor tensor, std::span<double> master, std::span<double> m, std::span<double> v,
+                  std::span<const double> grads, const ParamLayout& layout, const Recipe& recipe, double lr,
+                  std::int64_t t, double coef, const AdamFormats& formats);
 
 }  // namespace roundoff::studies::train

@@ -253,7 +253,7 @@ void Trainer::step() {
     const bool detailed = tel.detailed;
     tel.detailed = detailed && j == 0;
     const double micro_loss = own_.loss_and_grad(batch, master_, scale, accum == 1 ? grads_ : micro_grads_, tel);
-    if (tel.detailed) phase("trainer: underflow telemetry", [&] { log_gradient_underflow(s, batch); });
+    if (tel.detailed) phase("trainer: underflow telemetry", [&] { log_gradient_underflow(s, batch, accum); });
     tel.detailed = detailed;
     if (accum > 1) phase("trainer: accumulate", [&] { accumulate_gradients(grads_, micro_grads_, j == 0); });
     loss += micro_loss;
@@ -290,11 +290,16 @@ void Trainer::step() {
     phase("trainer: global norm", [&] { norm = global_norm(grads_, opts_.update_format); });
     const double coef = clip_coefficient(norm, opts_.recipe.clip_norm, opts_.update_format);
     ++adam_t_;
-    if (tel.detailed) before_ = master_;
-    own_.apply_update(master_, m_, v_, grads_, opts_.recipe, lr, adam_t_, coef);
+    // Tensor by tensor, so the stagnation telemetry holds one tensor's weights from before its update, not
+    // a copy of all of them (the same updates in the same order as one whole update).
+    for (const ParamTensor t : kAllParamTensors) {
+      const auto range = std::span<const double>(master_).subspan(layout_.offset_of(t), layout_.size_of(t));
+      if (tel.detailed) phase("trainer: stagnation telemetry", [&] { before_.assign(range.begin(), range.end()); });
+      own_.update_tensor(t, master_, m_, v_, grads_, opts_.recipe, lr, adam_t_, coef);
+      if (tel.detailed) phase("trainer: stagnation telemetry", [&] { log_stagnation(s, t); });
+    }
     log_.curve(s, "grad_norm", norm);
     log_.curve(s, "lr", lr);
-    if (tel.detailed) phase("trainer: stagnation telemetry", [&] { log_stagnation(s); });
     if (!all_finite(master_)) {
       diverged_ = true;
       if (!first_nonfinite_step_) {
@@ -335,8 +340,13 @@ void Trainer::step() {
   }
 }
 
-void Trainer::log_gradient_underflow(std::int64_t s, const Batch& batch) {
-  std::vector<double> g32(layout_.total);
+void Trainer::log_gradient_underflow(std::int64_t s, const Batch& batch, int accum) {
+  // The own micro-step's gradients are in grads_ (accum 1) or micro_grads_ (accum > 1, where grads_ is dead
+  // at the first micro-step: accumulate_gradients overwrites it next). The fp32 pass writes into the other
+  // buffer, so no third parameter-sized vector is held.
+  if (accum == 1 && micro_grads_.size() != layout_.total) micro_grads_.assign(layout_.total, 0.0);
+  const std::span<const double> own = accum == 1 ? grads_ : micro_grads_;
+  const std::span<double> g32 = accum == 1 ? micro_grads_ : grads_;
   StepTelemetry quiet;
   quiet.step = s;
   fp32_.loss_and_grad(batch, master_, 1.0, g32, quiet);
@@ -345,7 +355,7 @@ void Trainer::log_gradient_underflow(std::int64_t s, const Batch& batch) {
     for (std::size_t k = layout_.offset_of(t); k < layout_.offset_of(t) + layout_.size_of(t); ++k) {
       if (g32[k] == 0) continue;
       ++nonzero;
-      if (grads_[k] == 0) ++lost;
+      if (own[k] == 0) ++lost;
     }
     if (nonzero > 0)
       log_.telemetry(s, -1, "grad", "bwd-weight", name_of(t), "underflow_fraction",
@@ -353,18 +363,17 @@ void Trainer::log_gradient_underflow(std::int64_t s, const Batch& batch) {
   }
 }
 
-void Trainer::log_stagnation(std::int64_t s) {
-  for (const ParamTensor t : kAllParamTensors) {
-    std::int64_t stuck = 0, pushed = 0;
-    for (std::size_t k = layout_.offset_of(t); k < layout_.offset_of(t) + layout_.size_of(t); ++k) {
-      if (grads_[k] == 0) continue;
-      ++pushed;
-      if (master_[k] == before_[k]) ++stuck;
-    }
-    if (pushed > 0)
-      log_.telemetry(s, -1, "adamw", "fwd", name_of(t), "stagnation_fraction",
-                     static_cast<double>(stuck) / static_cast<double>(pushed));
+void Trainer::log_stagnation(std::int64_t s, ParamTensor t) {
+  const std::size_t off = layout_.offset_of(t);
+  std::int64_t stuck = 0, pushed = 0;
+  for (std::size_t k = 0; k < layout_.size_of(t); ++k) {
+    if (grads_[off + k] == 0) continue;
+    ++pushed;
+    if (master_[off + k] == before_[k]) ++stuck;
   }
+  if (pushed > 0)
+    log_.telemetry(s, -1, "adamw", "fwd", name_of(t), "stagnation_fraction",
+                   static_cast<double>(stuck) / static_cast<double>(pushed));
 }
 
 Trainer::EvalResult Trainer::evaluate(Model& m, const EvalSet& set) {
@@ -386,27 +395,25 @@ void Trainer::evaluate_and_log() {
 
 void Trainer::save() {
   if (opts_.out.empty()) return;
-  Checkpoint ck;
-  ck.meta = {{"identity", identity()},
-             {"step", step_},
-             {"adam_t", adam_t_},
-             {"skipped_steps", skipped_},
-             {"loss_scale_value", scaler_.scale()},
-             {"loss_scale_clean_steps", scaler_.clean_steps()},
-             {"first_nonfinite_step", first_nonfinite_step_ ? nlohmann::json(*first_nonfinite_step_) : nlohmann::json()},
-             {"first_nonfinite_op", first_nonfinite_op_},
-             {"collapsed_norm_steps", collapsed_norm_steps_},
-             {"first_collapsed_norm_step",
-              first_collapsed_norm_step_ ? nlohmann::json(*first_collapsed_norm_step_) : nlohmann::json()},
-             {"first_collapsed_norm", first_collapsed_norm_},
-             {"diverged", diverged_},
-             {"last_train_loss", last_train_loss_},
-             {"micro_losses", micro_losses_},
-             {"log", log_.to_json()}};
-  ck.master = master_;
-  ck.m = m_;
-  ck.v = v_;
-  save_checkpoint(opts_.out / "checkpoint.bin", ck);
+  const nlohmann::json meta = {{"identity", identity()},
+                               {"step", step_},
+                               {"adam_t", adam_t_},
+                               {"skipped_steps", skipped_},
+                               {"loss_scale_value", scaler_.scale()},
+                               {"loss_scale_clean_steps", scaler_.clean_steps()},
+                               {"first_nonfinite_step",
+                                first_nonfinite_step_ ? nlohmann::json(*first_nonfinite_step_) : nlohmann::json()},
+                               {"first_nonfinite_op", first_nonfinite_op_},
+                               {"collapsed_norm_steps", collapsed_norm_steps_},
+                               {"first_collapsed_norm_step", first_collapsed_norm_step_
+                                                                 ? nlohmann::json(*first_collapsed_norm_step_)
+                                                                 : nlohmann::json()},
+                               {"first_collapsed_norm", first_collapsed_norm_},
+                               {"diverged", diverged_},
+                               {"last_train_loss", last_train_loss_},
+                               {"micro_losses", micro_losses_},
+                               {"log", log_.to_json()}};
+  save_checkpoint(opts_.out / "checkpoint.bin", meta, master_, m_, v_);
 }
 
 double Trainer::autoane_metric() const {

@@ -112,11 +112,13 @@ class Trainer {
   };
   EvalResult evaluate(Model& m, const EvalSet& set);
   void evaluate_and_log();
-  /// Per tensor: fraction of weight-gradient elements that are 0 in the run's precision but not in an
-  /// fp32 pass over the same batch and weights (STUDY_PROTOCOL §4.4 "gradient underflow fraction").
-  void log_gradient_underflow(std::int64_t step, const Batch& batch);
-  /// Per tensor: fraction of elements with a non-zero gradient whose master weight did not change.
-  void log_stagnation(std::int64_t step);
+  /// Per tensor: fraction of weight-gradient elements that are 0 in the run's precision (this micro-step's
+  /// gradients) but not in an fp32 pass over the same batch and weights (STUDY_PROTOCOL §4.4 "gradient
+  /// underflow fraction").
+  void log_gradient_underflow(std::int64_t step, const Batch& batch, int accum);
+  /// Tensor t: fraction of elements with a non-zero gradient whose master weight did not change (before_:
+  /// t's weights before its update).
+  void log_stagnation(std::int64_t step, ParamTensor t);
   void save();
   nlohmann::json identity() const;
 
@@ -127,7 +129,11 @@ class Trainer {
   std::ostream* progress_;
   ShadowHook shadow_;
   ParamLayout layout_;
-  std::vector<double> master_, m_, v_, grads_, micro_grads_, before_;
+  std::vector<double> master_, m_, v_, grads_;
+  /// The micro-step gradients when accum > 1; with accum 1, the fp32 pass's gradients of the underflow
+  /// telemetry (allocated at the first detailed step).
+  std::vector<double> micro_grads_;
+  std::vector<double> before_;  ///< one tensor's master weights before its update (stagnation telemetry)
   std::deque<double> micro_losses_;  ///< the last kAutoAneWindow micro-step training losses
   LossScaler scaler_;
   RunLog log_;

@@ -55,6 +55,41 @@ TEST(Sha256, KnownVectors) {
             "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
 
+TEST(Sha256, PiecesHashAsTheirConcatenation) {
+  // Pieces that end mid-block, fill a block exactly, span several blocks, and are empty.
+  std::string text;
+  for (int i = 0; i < 1000; ++i) text += static_cast<char>('a' + (i * 7) % 26);
+  for (const std::size_t piece : {1, 3, 63, 64, 65, 200, 1000}) {
+    Sha256 h;
+    h.update("");
+    for (std::size_t at = 0; at < text.size(); at += piece) h.update(std::string_view(text).substr(at, piece));
+    EXPECT_EQ(h.hex(), sha256_hex(text)) << "pieces of " << piece;
+  }
+  Sha256 abc;
+  abc.update("a");
+  abc.update("bc");
+  EXPECT_EQ(abc.hex(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+/// The SHA-extensions path (where the CPU has it) gives the portable path's digests: lengths around the block
+/// and padding boundaries and a multi-block stream of pseudo-random bytes. On a CPU without the extensions
+/// both runs take the portable path and the test checks only that.
+TEST(Sha256, HardwarePathEqualsPortable) {
+  std::string bytes;
+  std::uint64_t x = 0x9e3779b97f4a7c15ULL;
+  for (int i = 0; i < 5000; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    bytes += static_cast<char>(x);
+  }
+  for (const std::size_t n : {0, 1, 55, 56, 63, 64, 65, 119, 120, 128, 1000, 5000}) {
+    const std::string_view s = std::string_view(bytes).substr(0, n);
+    set_sha256_hardware(false);
+    const std::string portable = sha256_hex(s);
+    set_sha256_hardware(true);
+    EXPECT_EQ(sha256_hex(s), portable) << n << " bytes";
+  }
+}
+
 TEST(Brown, StripTagCutsAtTheLastSlash) {
   EXPECT_EQ(strip_tag("The/at"), "The");
   EXPECT_EQ(strip_tag("1-1/2/cd"), "1-1/2");

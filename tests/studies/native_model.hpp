@@ -76,31 +76,30 @@ class NativeModel final : public Model {
   }
 
   /// AdamW in the form of ops::adamw_update (see the file comment for T = double).
-  void apply_update(std::span<double> master, std::span<double> m, std::span<double> v, std::span<const double> grads,
-                    const Recipe& recipe, double lr, std::int64_t t, double coef) override {
+  void update_tensor(ParamTensor tensor, std::span<double> master, std::span<double> m, std::span<double> v,
+                     std::span<const double> grads, const Recipe& recipe, double lr, std::int64_t t,
+                     double coef) override {
     if constexpr (std::is_same_v<T, float>) {
       const float b1 = static_cast<float>(recipe.beta1), b2 = static_cast<float>(recipe.beta2);
       const float ob1 = static_cast<float>(1.0 - recipe.beta1), ob2 = static_cast<float>(1.0 - recipe.beta2);
       const float c1 = static_cast<float>(1.0 - std::pow(recipe.beta1, static_cast<double>(t)));
       const float c2 = static_cast<float>(1.0 - std::pow(recipe.beta2, static_cast<double>(t)));
       const float eps = static_cast<float>(recipe.eps), lrf = static_cast<float>(lr), gs = static_cast<float>(coef);
-      for (const ParamTensor tensor : kAllParamTensors) {
-        const float wd = is_decayed(tensor, recipe.decay_embedding) ? static_cast<float>(recipe.weight_decay) : 0.0f;
-        for (std::size_t e = lay_.offset_of(tensor); e < lay_.offset_of(tensor) + lay_.size_of(tensor); ++e) {
-          float g = static_cast<float>(grads[e]), w = static_cast<float>(master[e]);
-          if (coef != 1.0) g = g * gs;
-          const float mi = b1 * static_cast<float>(m[e]) + ob1 * g;
-          const float vi = b2 * static_cast<float>(v[e]) + ob2 * (g * g);
-          const float mhat = mi / c1, vhat = vi / c2;
-          const float step = mhat / (std::sqrt(vhat) + eps) + wd * w;
-          w = w - lrf * step;
-          m[e] = mi;
-          v[e] = vi;
-          master[e] = w;
-        }
+      const float wd = is_decayed(tensor, recipe.decay_embedding) ? static_cast<float>(recipe.weight_decay) : 0.0f;
+      for (std::size_t e = lay_.offset_of(tensor); e < lay_.offset_of(tensor) + lay_.size_of(tensor); ++e) {
+        float g = static_cast<float>(grads[e]), w = static_cast<float>(master[e]);
+        if (coef != 1.0) g = g * gs;
+        const float mi = b1 * static_cast<float>(m[e]) + ob1 * g;
+        const float vi = b2 * static_cast<float>(v[e]) + ob2 * (g * g);
+        const float mhat = mi / c1, vhat = vi / c2;
+        const float step = mhat / (std::sqrt(vhat) + eps) + wd * w;
+        w = w - lrf * step;
+        m[e] = mi;
+        v[e] = vi;
+        master[e] = w;
       }
     } else {
-      adamw_update(master, m, v, grads, lay_, recipe, lr, t, coef, AdamFormats{});
+      adamw_update(tensor, master, m, v, grads, lay_, recipe, lr, t, coef, AdamFormats{});
     }
   }
 

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <random>
 
+#include "studies/data/sha256.hpp"
 #include "studies/train/checkpoint.hpp"
 #include "studies/train/config.hpp"
 #include "studies/train/loss_scaler.hpp"
@@ -214,6 +215,66 @@ TEST(TrainCheckpoint, RoundTripsAndRefusesCorruption) {
     out << bytes.substr(0, 40);
   }
   EXPECT_THROW(load_checkpoint(path), std::runtime_error);
+  std::filesystem::remove_all(dir);
+}
+
+/// The streamed writer produces exactly the documented layout (checkpoint.hpp), byte for byte, with arrays
+/// longer than the writer's and reader's 8 MiB pieces and of odd lengths: the layout of the whole-buffer writer
+/// it replaced, so checkpoints written before it still load, and it reads its own files back exactly.
+TEST(TrainCheckpoint, StreamedFileIsTheDocumentedLayout) {
+  const auto dir = std::filesystem::temp_directory_path() / "roundoff_ckpt_layout_test";
+  std::filesystem::remove_all(dir);
+  Checkpoint ck;
+  ck.meta = {{"step", 3}, {"name", "layout"}};
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  for (auto* a : {&ck.master, &ck.m, &ck.v}) {
+    a->resize((std::size_t{1} << 20) + 3);  // 8 MiB + 24 bytes
+    for (double& x : *a) x = u(rng);
+  }
+  const auto path = dir / "checkpoint.bin";
+  save_checkpoint(path, ck);
+  std::string payload;
+  auto put_u64 = [&](std::uint64_t x) { payload.append(reinterpret_cast<const char*>(&x), sizeof x); };
+  const std::string meta = ck.meta.dump();
+  put_u64(meta.size());
+  payload += meta;
+  for (const auto* a : {&ck.master, &ck.m, &ck.v}) {
+    put_u64(a->size());
+    payload.append(reinterpret_cast<const char*>(a->data()), a->size() * sizeof(double));
+  }
+  const std::string expected = "roundoff-checkpoint 1\nsha256 " + data::sha256_hex(payload) + "\n" + payload;
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  EXPECT_TRUE(bytes == expected) << "file of " << bytes.size() << " bytes differs from the layout (" << expected.size()
+                                 << " bytes)";
+  const Checkpoint back = load_checkpoint(path);
+  EXPECT_EQ(back.meta, ck.meta);
+  EXPECT_TRUE(back.master == ck.master && back.m == ck.m && back.v == ck.v);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 1) << "the temporary file is left behind";
+  std::filesystem::remove_all(dir);
+}
+
+/// A checkpoint of another format version is refused with a message naming its version and the one read.
+TEST(TrainCheckpoint, OtherFormatVersionIsRefusedByName) {
+  const auto dir = std::filesystem::temp_directory_path() / "roundoff_ckpt_version_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const auto path = dir / "checkpoint.bin";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << "roundoff-checkpoint 2\nsha256 " << std::string(64, '0') << "\n" << std::string(40, '\0');
+  }
+  try {
+    load_checkpoint(path);
+    FAIL() << "a version-2 checkpoint was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("format version 2; this build reads version 1"), std::string::npos)
+        << e.what();
+  }
   std::filesystem::remove_all(dir);
 }
 

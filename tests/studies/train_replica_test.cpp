@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -424,6 +427,32 @@ TEST(Replica, AccumulationIsDeterministicAcrossThreadsAndResume) {
   EXPECT_EQ(a["micro_steps_completed"], 6);
   EXPECT_EQ(a["autoane_train_loss_window"], 6);
   EXPECT_EQ(a["steps_count"], "updates");
+}
+
+/// The underflow telemetry of an accumulated update compares the fp32 pass with the gradients of the same
+/// micro-step. Under the fp32 policy at loss scale 1 these are the same gradients, so no tensor loses any:
+/// every underflow_fraction is 0. (Comparing with the update's gradient buffer instead, which holds the
+/// previous update's unscaled sum — zeros at step 0 — gives 1 at step 0.)
+TEST(Replica, UnderflowTelemetryWithAccumulationReadsTheMicroStepGradients) {
+  ModelConfig c = small_config(16, 6, 2);
+  const auto dir = fresh_dir("underflow_accum");
+  testing::train_run(c, "fp32", dir, 2, [](TrainOptions& o) {
+    o.recipe.accum = 2;
+    o.telemetry_every = 1;
+    o.loss_scale = LossScaleSpec::parse("static:1");
+  });
+  std::ifstream in(dir / "telemetry.csv");
+  int rows = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find(",underflow_fraction,") == std::string::npos) continue;
+    ++rows;
+    EXPECT_EQ(std::stod(line.substr(line.rfind(',') + 1)), 0.0) << line;
+  }
+  const ParamLayout lay = param_layout(c);
+  const auto tensors = std::count_if(kAllParamTensors.begin(), kAllParamTensors.end(),
+                                     [&](ParamTensor t) { return lay.size_of(t) > 0; });
+  EXPECT_EQ(rows, 2 * tensors) << "one row per tensor and step";
+  std::filesystem::remove_all(dir);
 }
 
 /// The trainer with accumulation under the fp32 policy equals the same trainer driving the plain-float twin.
