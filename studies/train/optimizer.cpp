@@ -10,12 +10,31 @@ namespace {
 
 using numerics::Rounding;
 
-/// Rounds binary64 results to the state format (identity for fp64).
+/// round_to(fp32, nearest-even, x) for a binary64 x: the IEEE conversion to binary32 is that rounding (correctly
+/// rounded to nearest-even, gradual underflow, overflow to ±inf); NaN goes through round_to for its NaN.
+double to_fp32(const numerics::RoundingPlan& fp32, double x) {
+  return std::isnan(x) ? numerics::round_to(fp32, Rounding::NearestEven, x)
+                       : static_cast<double>(static_cast<float>(x));
+}
+
+/// Rounds binary64 results to the state format, nearest-even (identity for fp64, the conversion for fp32).
 struct Rounder {
+  enum class Kind { Identity, Fp32, Plan };
   numerics::RoundingPlan plan;
-  bool identity;
-  explicit Rounder(const numerics::Format& f) : plan(f), identity(f == numerics::formats::fp64) {}
-  double operator()(double x) const { return identity ? x : numerics::round_to(plan, Rounding::NearestEven, x); }
+  Kind kind;
+  explicit Rounder(const numerics::Format& f)
+      : plan(f),
+        kind(f == numerics::formats::fp64   ? Kind::Identity
+             : f == numerics::formats::fp32 ? Kind::Fp32
+                                            : Kind::Plan) {}
+  double operator()(double x) const {
+    switch (kind) {
+      case Kind::Identity: return x;
+      case Kind::Fp32: return to_fp32(plan, x);
+      case Kind::Plan: return numerics::round_to(plan, Rounding::NearestEven, x);
+    }
+    return x;
+  }
 };
 
 }  // namespace
@@ -50,8 +69,7 @@ bool unscale_gradients(std::span<double> grads, double scale, int accum, const n
 
 void accumulate_gradients(std::span<double> total, std::span<const double> micro, bool first) {
   const numerics::RoundingPlan fp32(numerics::formats::fp32);
-  for (std::size_t i = 0; i < total.size(); ++i)
-    total[i] = numerics::round_to(fp32, Rounding::NearestEven, first ? micro[i] : total[i] + micro[i]);
+  for (std::size_t i = 0; i < total.size(); ++i) total[i] = to_fp32(fp32, first ? micro[i] : total[i] + micro[i]);
 }
 
 double global_norm(std::span<const double> grads, const numerics::Format& f) {

@@ -1,11 +1,14 @@
 // Trainer building blocks: configs, schedule, loss scaler, init, AdamW, checkpoints.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 
+#include "numerics/round.hpp"
 #include "studies/data/sha256.hpp"
 #include "studies/train/checkpoint.hpp"
 #include "studies/train/config.hpp"
@@ -159,6 +162,44 @@ TEST(TrainOptimizer, Fp32AdamWEqualsPlainFloatCode) {
       ASSERT_EQ(m[i], static_cast<double>(mf[i]));
       ASSERT_EQ(v[i], static_cast<double>(vf[i]));
     }
+  }
+}
+
+/// The fp32 roundings of the update (accumulate_gradients, unscale_gradients in fp32) go through the IEEE
+/// conversion to binary32; they must equal numerics::round_to(fp32, nearest-even) bit for bit: random
+/// binary64 values over the whole exponent range, the overflow threshold (max + half an ulp, and one binary64
+/// ulp either side), the subnormal and underflow boundaries, ±0, ±inf and NaN.
+TEST(TrainOptimizer, Fp32RoundingsEqualRoundTo) {
+  const numerics::RoundingPlan fp32(numerics::formats::fp32);
+  std::vector<double> x;
+  const double max = 0x1.fffffep127, half_ulp = 0x1p103;
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  for (const double v : {max + half_ulp, max, 0x1p-149, 0x1p-150, 0x1.8p-150, 0x1p-126, 0x1.fffffcp-127, 0.0, 1.0,
+                         0x1.000001p0, 0x1.0000018p0, inf, nan}) {
+    for (const double w : {v, std::nextafter(v, 0.0), std::nextafter(v, inf)}) {
+      x.push_back(w);
+      x.push_back(-w);
+    }
+  }
+  std::mt19937_64 rng(11);
+  std::uniform_int_distribution<int> e(-170, 140);
+  std::uniform_real_distribution<double> m(1.0, 2.0);
+  for (int i = 0; i < 200000; ++i) x.push_back((i % 2 ? -1 : 1) * std::ldexp(m(rng), e(rng)));
+  auto same = [](double a, double b) {
+    return std::bit_cast<std::uint64_t>(a) == std::bit_cast<std::uint64_t>(b) || (std::isnan(a) && std::isnan(b));
+  };
+  std::vector<double> total(x.size());
+  accumulate_gradients(total, x, true);
+  std::vector<double> g = x;
+  unscale_gradients(g, 1.0, 1, numerics::formats::fp32);
+  std::vector<double> zero(x.size(), 0.0), sum = total;
+  accumulate_gradients(sum, zero, false);  // fl32(fl32(x) + 0)
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double want = numerics::round_to(fp32, numerics::Rounding::NearestEven, x[i]);
+    ASSERT_TRUE(same(total[i], want)) << std::hexfloat << x[i] << " -> " << total[i] << ", round_to " << want;
+    ASSERT_TRUE(same(g[i], want)) << std::hexfloat << x[i] << " -> " << g[i] << ", round_to " << want;
+    ASSERT_TRUE(same(sum[i], numerics::round_to(fp32, numerics::Rounding::NearestEven, want + 0.0)))
+        << std::hexfloat << x[i];
   }
 }
 
