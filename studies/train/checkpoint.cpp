@@ -66,11 +66,17 @@ class AtomicFile {
     const bool synced = ::fsync(fd_) == 0;
     const bool closed = ::close(fd_) == 0;
     fd_ = -1;
+    std::error_code error;
     if (!synced || !closed) {
-      std::filesystem::remove(tmp_);
+      std::filesystem::remove(tmp_, error);
       throw std::runtime_error("cannot flush " + tmp_.string());
     }
-    std::filesystem::rename(tmp_, path_);
+    std::filesystem::rename(tmp_, path_, error);
+    if (error) {
+      std::error_code ignored;
+      std::filesystem::remove(tmp_, ignored);
+      throw std::runtime_error("cannot rename " + tmp_.string() + " to " + path_.string() + ": " + error.message());
+    }
   }
 
  private:
