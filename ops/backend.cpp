@@ -51,10 +51,22 @@ void Ctx<Emulated>::in_array(std::span<const double> src, std::span<double> dst,
   if (mode_ == numerics::Rounding::Stochastic) {
     for (std::size_t i = 0; i < src.size(); ++i) dst[i] = in(src[i], key(t, i, 0));
   } else {
-    numerics::round_array(storage_, mode_, src, dst);
-    if (prec_.nan == NanRule::AneInf)
-      for (double& v : dst) v = nan_rule(v);
+    round_stored(storage_, src, dst);
   }
+}
+
+void Ctx<Emulated>::round_stored(const numerics::RoundingPlan& p, std::span<const double> src,
+                                 std::span<double> dst) const {
+  numerics::round_array(p, mode_, src, dst);
+  if (prec_.nan == NanRule::AneInf)
+    for (double& v : dst) v = nan_rule(v);
+}
+
+void Ctx<Emulated>::round_computed(std::span<double> x) const {
+  numerics::round_array(compute_, mode_, x, x);
+  if (prec_.saturate > 0)
+    for (double& v : x)
+      if (std::fabs(v) >= prec_.saturate) v = std::copysign(kInfinity, v);
 }
 
 std::vector<Ref> lift(std::span<const double> x) {

@@ -200,6 +200,39 @@ class Ctx<Emulated> {
   /// Tensor t cast on entry as a whole array: dst[i] = in(src[i], key(t, i, 0)).
   void in_array(std::span<const double> src, std::span<double> dst, Tensor t) const;
 
+  // Span forms of store / store_to / to_compute. Each equals the per-element calls with the keys kf(i), bit
+  // for bit. Fast (fast_paths() on, mode not stochastic): numerics::round_array (round_to's own fast path on
+  // AVX-512 lanes, numerics/round_span.hpp, which rounds identically to round_to) followed by the same NaN
+  // rule / saturation, value by value. Otherwise, and always under stochastic rounding (draws keyed per
+  // element), the per-element calls themselves. dst may alias src.
+
+  /// dst[i] = store(src[i], kf(i)).
+  template <class KeyFn>
+  void store_array(std::span<const double> src, std::span<double> dst, KeyFn&& kf) const {
+    store_to_array(storage_, src, dst, kf);
+  }
+  /// dst[i] = store_to(p, src[i], kf(i)).
+  template <class KeyFn>
+  void store_to_array(const numerics::RoundingPlan& p, std::span<const double> src, std::span<double> dst,
+                      KeyFn&& kf) const {
+    if (span_fast()) return round_stored(p, src, dst);
+    for (std::size_t i = 0; i < src.size(); ++i) dst[i] = store_to(p, src[i], kf(i));
+  }
+  /// x[i] ← store(to_compute(x[i], kc(i)), ks(i)): reduction results (e.g. a GEMM's outputs, left in the
+  /// accumulator format) converted to compute, saturated, then stored.
+  template <class KC, class KS>
+  void result_array(std::span<double> x, KC&& kc, KS&& ks) const {
+    if (span_fast()) {
+      round_computed(x);
+      return round_stored(storage_, x, x);
+    }
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = store(to_compute(x[i], kc(i)), ks(i));
+  }
+  /// True when compute is IEEE binary32 with round-to-nearest-even: every + − × ÷ √ on binary32 operands
+  /// with a finite result is the hardware binary32 operation (the native path below), which vectorised
+  /// op paths may use under the same conditions.
+  bool binary32_native() const { return native_ == Native::Binary32; }
+
  private:
   /// Native fast path of add/sub/mul/div/sqrt: when the compute format IS IEEE binary32 (or binary64) with
   /// round-to-nearest-even, the hardware operation on operands that are exactly values of that format is the
@@ -227,6 +260,11 @@ class Ctx<Emulated> {
     }
     return false;
   }
+  bool span_fast() const { return fast_paths() && mode_ != numerics::Rounding::Stochastic; }
+  /// dst = nan_rule(round(p, src)) in a deterministic mode, through numerics::round_array.
+  void round_stored(const numerics::RoundingPlan& p, std::span<const double> src, std::span<double> dst) const;
+  /// x = to_compute(x) in a deterministic mode: round_array to compute, then the saturation.
+  void round_computed(std::span<double> x) const;
   /// sub_stream(bits_, r), logged as a stream use when the accumulation rounds stochastically.
   numerics::StochasticBits reduction_stream(Key r) const;
   std::uint64_t draw(Key k) const {
@@ -317,6 +355,17 @@ class Ctx<Reference> {
   void in_array(std::span<const Ref> src, std::span<Ref> dst, Tensor) const {
     for (std::size_t i = 0; i < src.size(); ++i) dst[i] = src[i];
   }
+  template <class KeyFn>
+  void store_array(std::span<const Ref> src, std::span<Ref> dst, KeyFn&&) const {
+    for (std::size_t i = 0; i < src.size(); ++i) dst[i] = src[i];
+  }
+  template <class KeyFn>
+  void store_to_array(const numerics::RoundingPlan&, std::span<const Ref> src, std::span<Ref> dst, KeyFn&&) const {
+    for (std::size_t i = 0; i < src.size(); ++i) dst[i] = src[i];
+  }
+  template <class KC, class KS>
+  void result_array(std::span<Ref>, KC&&, KS&&) const {}
+  bool binary32_native() const { return false; }
 
  private:
   OpPrecision prec_;

@@ -32,11 +32,9 @@ void matmul_forward(std::span<typename A::Value> y, std::span<const typename A::
       ctx.gemm(1, O, I, M{xs.data() + r * s.in, I}, wt, y.data() + r * s.out, O, false, key(Tensor::Row, r, 0));
   }
   for_units(s.n, sel, [&](std::int64_t r) {
-    for (std::int64_t j = 0; j < s.out; ++j) {
-      const auto e = static_cast<std::uint64_t>(r * s.out + j);
-      V& out = y[static_cast<std::size_t>(e)];
-      out = ctx.store(ctx.to_compute(out, key(Tensor::Y, e, 0)), key(Tensor::Y, e, 1));
-    }
+    const auto e0 = static_cast<std::size_t>(r * s.out), n = static_cast<std::size_t>(s.out);
+    ctx.result_array(y.subspan(e0, n), [&](std::size_t j) { return key(Tensor::Y, e0 + j, 0); },
+                     [&](std::size_t j) { return key(Tensor::Y, e0 + j, 1); });
   });
 }
 
@@ -58,11 +56,9 @@ void matmul_backward_data(std::span<typename A::Value> dx, std::span<const typen
                key(Tensor::Row, r, 0));
   }
   for_units(s.n, sel, [&](std::int64_t r) {
-    for (std::int64_t j = 0; j < s.in; ++j) {
-      const auto e = static_cast<std::uint64_t>(r * s.in + j);
-      V& g = dx[static_cast<std::size_t>(e)];
-      g = ctx.store(ctx.to_compute(g, key(Tensor::Dx, e, 0)), key(Tensor::Dx, e, 1));
-    }
+    const auto e0 = static_cast<std::size_t>(r * s.in), n = static_cast<std::size_t>(s.in);
+    ctx.result_array(dx.subspan(e0, n), [&](std::size_t j) { return key(Tensor::Dx, e0 + j, 0); },
+                     [&](std::size_t j) { return key(Tensor::Dx, e0 + j, 1); });
   });
 }
 
@@ -84,11 +80,9 @@ void matmul_backward_weight(std::span<typename A::Value> dw, std::span<const typ
                key(Tensor::Row, o, 0));
   }
   for_units(s.out, sel, [&](std::int64_t o) {
-    for (std::int64_t j = 0; j < s.in; ++j) {
-      const auto e = static_cast<std::uint64_t>(o * s.in + j);
-      V& g = dw[static_cast<std::size_t>(e)];
-      g = ctx.store(ctx.to_compute(g, key(Tensor::Dw, e, 0)), key(Tensor::Dw, e, 1));
-    }
+    const auto e0 = static_cast<std::size_t>(o * s.in), n = static_cast<std::size_t>(s.in);
+    ctx.result_array(dw.subspan(e0, n), [&](std::size_t j) { return key(Tensor::Dw, e0 + j, 0); },
+                     [&](std::size_t j) { return key(Tensor::Dw, e0 + j, 1); });
   });
 }
 

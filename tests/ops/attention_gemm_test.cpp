@@ -19,48 +19,10 @@
 namespace roundoff::ops {
 namespace {
 
-enum class Regime { Normal, Overflow, Subnormal, Specials };
-
-/// n values of `regime` rounded (nearest-even) to f.
-std::vector<double> inputs(std::size_t n, Regime regime, const numerics::Format& f, std::uint64_t seed) {
-  const double sigma = regime == Regime::Overflow ? std::sqrt(numerics::RoundingPlan(f).max_finite)
-                       : regime == Regime::Subnormal ? std::sqrt(numerics::RoundingPlan(f).min_normal) / 4
-                                                      : 1.0;
-  std::vector<double> v = test::randn(n, sigma, f, seed);
-  if (regime == Regime::Specials) {
-    std::mt19937_64 rng(seed + 1);
-    const double inf = std::numeric_limits<double>::infinity();
-    const double special[] = {0.0, -0.0, -0.0, -0.0, inf, -inf, std::numeric_limits<double>::quiet_NaN()};
-    for (double& x : v)
-      if (rng() % 5 == 0) x = special[rng() % 7];
-  }
-  // Whole rows of −0 so that some dot products are exact −0 sums (zero padding would give +0).
-  for (std::size_t i = 0; i < n / 7; ++i) v[i] = -0.0;
-  return v;
-}
-
-bool same(double a, double b) {
-  return (std::isnan(a) && std::isnan(b)) || std::bit_cast<std::uint64_t>(a) == std::bit_cast<std::uint64_t>(b);
-}
-
-void expect_same(const std::vector<double>& fast, const std::vector<double>& oracle, const std::string& what) {
-  ASSERT_EQ(fast.size(), oracle.size());
-  std::size_t bad = 0, first = 0;
-  for (std::size_t i = 0; i < fast.size(); ++i)
-    if (!same(fast[i], oracle[i]) && bad++ == 0) first = i;
-  EXPECT_EQ(bad, 0u) << what << ": first at " << first << ": " << fast[first] << " vs " << oracle[first];
-}
-
-/// Runs f twice, with the fast paths on and off, and returns both results.
-template <class F>
-std::pair<std::vector<std::vector<double>>, std::vector<std::vector<double>>> both(F&& f) {
-  set_fast_paths(true);
-  auto fast = f();
-  set_fast_paths(false);
-  auto oracle = f();
-  set_fast_paths(true);
-  return {fast, oracle};
-}
+using test::both;
+using test::expect_same;
+using test::inputs;
+using test::Regime;
 
 struct Case {
   std::string policy;

@@ -1,0 +1,110 @@
+// round_to's normal-binade fast path on 8 binary64 lanes (AVX-512F); every other lane through round_to.
+#include "numerics/round_span.hpp"
+
+// GCC 12 reports -Wmaybe-uninitialized inside the intrinsic headers (the self-initialised
+// _mm*_undefined_* placeholders of unmasked intrinsics); the state at the header's own lines decides.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <cstdint>
+
+namespace roundoff::numerics {
+namespace {
+
+/// The lanes of one 8-value block; returns the mask of lanes the scalar round_to must recompute.
+template <Rounding M>
+__attribute__((target("avx512f"))) inline __mmask8 round_block(__m512i bits, const RoundingPlan& plan,
+                                                                __m512i& out) {
+  const __m512i sign = _mm512_set1_epi64(static_cast<long long>(std::uint64_t{1} << 63));
+  // (and with complemented constants: GCC 12 warns on _mm512_andnot_si512's undefined source operand)
+  const __m512i mag = _mm512_and_si512(bits, _mm512_set1_epi64(static_cast<long long>(~(std::uint64_t{1} << 63))));
+  const __mmask8 in = _mm512_cmpge_epu64_mask(mag, _mm512_set1_epi64(static_cast<long long>(plan.fast_lo_bits))) &
+                      _mm512_cmple_epu64_mask(mag, _mm512_set1_epi64(static_cast<long long>(plan.fast_hi_bits)));
+  const __mmask8 zero = _mm512_cmpeq_epu64_mask(mag, _mm512_setzero_si512());
+  const int sh = plan.drop_bits;
+  if (sh == 0) {  // binary64 itself: round_to returns x in the fast range
+    out = bits;
+    return static_cast<__mmask8>(~(in | zero));
+  }
+  const __m512i low = _mm512_set1_epi64(static_cast<long long>((std::uint64_t{1} << sh) - 1));
+  const __m512i ulp = _mm512_set1_epi64(static_cast<long long>(std::uint64_t{1} << sh));
+  const __m512i half = _mm512_set1_epi64(static_cast<long long>(std::uint64_t{1} << (sh - 1)));
+  const __m512i rem = _mm512_and_si512(mag, low);
+  __m512i r = _mm512_and_si512(mag, _mm512_set1_epi64(static_cast<long long>(~((std::uint64_t{1} << sh) - 1))));
+  const __mmask8 neg = _mm512_test_epi64_mask(bits, sign);
+  const __mmask8 odd = _mm512_test_epi64_mask(mag, ulp);  // (mag >> sh) & 1
+  const __mmask8 inexact = _mm512_test_epi64_mask(rem, rem);
+  __mmask8 inc = 0;
+  switch (M) {
+    case Rounding::NearestEven:
+      inc = _mm512_cmpgt_epu64_mask(rem, half) | (_mm512_cmpeq_epu64_mask(rem, half) & odd);
+      break;
+    case Rounding::NearestAway: inc = _mm512_cmpge_epu64_mask(rem, half); break;
+    case Rounding::TowardZero: break;
+    case Rounding::Up: inc = static_cast<__mmask8>(inexact & ~neg); break;
+    case Rounding::Down: inc = static_cast<__mmask8>(inexact & neg); break;
+    case Rounding::Odd: inc = static_cast<__mmask8>(inexact & ~odd); break;
+    case Rounding::Stochastic: break;  // not instantiated
+  }
+  r = _mm512_mask_add_epi64(r, inc, r, ulp);
+  const __mmask8 ovf =
+      _mm512_cmp_pd_mask(_mm512_castsi512_pd(r), _mm512_set1_pd(plan.max_finite), _CMP_GT_OQ);
+  out = _mm512_mask_mov_epi64(_mm512_or_si512(r, _mm512_and_si512(bits, sign)), zero, bits);
+  return static_cast<__mmask8>(~((in & ~ovf) | zero));
+}
+
+template <Rounding M>
+__attribute__((target("avx512f"))) void round_loop(const RoundingPlan& plan, const double* src, double* dst,
+                                                   std::size_t n) {
+  for (std::size_t i = 0; i < n; i += 8) {
+    const std::size_t left = n - i;
+    const __mmask8 live = left >= 8 ? static_cast<__mmask8>(0xFF) : static_cast<__mmask8>((1u << left) - 1);
+    const __m512i bits = _mm512_castpd_si512(_mm512_maskz_loadu_pd(live, src + i));
+    __m512i out;
+    unsigned slow = static_cast<unsigned>(round_block<M>(bits, plan, out) & live);
+    _mm512_mask_storeu_pd(dst + i, live, _mm512_castsi512_pd(out));
+    while (slow != 0) {
+      const auto l = static_cast<std::size_t>(__builtin_ctz(slow));
+      slow &= slow - 1;
+      // src[i + l] is read again: the store above may have overwritten it only where dst aliases src, and then
+      // only in lanes outside `slow` — the value of a slow lane is still bits' lane l.
+      alignas(64) double lanes[8];
+      _mm512_store_pd(lanes, _mm512_castsi512_pd(bits));
+      dst[i + l] = round_to(plan, M, lanes[l]);
+    }
+  }
+}
+
+bool cpu_has_avx512f() {
+  static const bool ok = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  return ok;
+}
+
+}  // namespace
+
+bool round_doubles_avx512_supported() { return cpu_has_avx512f(); }
+
+bool round_doubles_avx512(const RoundingPlan& plan, Rounding mode, std::span<const double> src,
+                          std::span<double> dst) {
+  if (src.size() != dst.size() || !cpu_has_avx512f()) return false;
+  const double* s = src.data();
+  double* d = dst.data();
+  const std::size_t n = src.size();
+  switch (mode) {
+    case Rounding::NearestEven: round_loop<Rounding::NearestEven>(plan, s, d, n); return true;
+    case Rounding::NearestAway: round_loop<Rounding::NearestAway>(plan, s, d, n); return true;
+    case Rounding::TowardZero: round_loop<Rounding::TowardZero>(plan, s, d, n); return true;
+    case Rounding::Up: round_loop<Rounding::Up>(plan, s, d, n); return true;
+    case Rounding::Down: round_loop<Rounding::Down>(plan, s, d, n); return true;
+    case Rounding::Odd: round_loop<Rounding::Odd>(plan, s, d, n); return true;
+    case Rounding::Stochastic: return false;
+  }
+  return false;
+}
+
+}  // namespace roundoff::numerics

@@ -1,0 +1,30 @@
+#pragma once
+/// \file round_span.hpp
+/// Rounding of binary64 spans in the deterministic modes with AVX-512F, 8 values per instruction.
+///
+/// Contract: round_doubles_avx512(plan, mode, src, dst) writes dst[i] = round_to(plan, mode, src[i]) for every
+/// i, bit for bit, for every format and every mode but Stochastic. Argument: it is round_to's own fast path
+/// (numerics/round.cpp) evaluated on 8 lanes. A lane whose magnitude's encoding lies in
+/// [plan.fast_lo_bits, plan.fast_hi_bits] (the format's normal binades) is rounded by integer arithmetic on the
+/// binary64 encoding, with the same comparisons of the dropped bits against half an ulp, the same carry into
+/// the exponent and the sign put back, as round_to does; a zero is returned as it is (round_to returns x for
+/// ±0). Every other lane (subnormal-range, out-of-range, ±inf, NaN) and every lane whose rounded magnitude
+/// exceeds plan.max_finite (the overflow rule) is recomputed by the scalar round_to itself. So the two can
+/// differ only if the lane arithmetic differs from round_to's, which tests/numerics/round_span_test.cpp checks
+/// on every handled mode for formats of every shape (binary16/32/64, bfloat16, tf32, FP8, no-subnormal,
+/// saturating) on random, boundary, tie, subnormal, overflow and special inputs.
+#include <span>
+
+#include "numerics/round.hpp"
+
+namespace roundoff::numerics {
+
+/// dst[i] = round_to(plan, mode, src[i]) for every i. Returns false, leaving dst untouched, when mode is
+/// Stochastic, the sizes differ, or the CPU lacks AVX-512F. dst may alias src exactly.
+bool round_doubles_avx512(const RoundingPlan& plan, Rounding mode, std::span<const double> src,
+                          std::span<double> dst);
+
+/// True when the running CPU supports round_doubles_avx512.
+bool round_doubles_avx512_supported();
+
+}  // namespace roundoff::numerics
