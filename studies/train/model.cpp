@@ -466,6 +466,12 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
 std::span<const double> Transformer::working_weights(std::span<const double> master) {
   const numerics::Format& wf = runner_.policy().storage_for(ops::TensorRole::Weight);
   if (wf == numerics::formats::fp64) return master;
+  if (weights_version_ != 0 && weights_version_ == derived_version_ && master.data() == derived_from_ &&
+      master.size() == derived_size_)
+    return derived_identity_ ? master : std::span<const double>(weights_);
+  derived_version_ = weights_version_;
+  derived_from_ = master.data();
+  derived_size_ = master.size();
   const numerics::RoundingPlan plan(wf);
   // When rounding leaves every master bit pattern as it is (fp32 masters read by an fp32 weights role: the
   // fp32 twin, or a policy whose master and weights formats agree), the working copy would equal the
@@ -479,6 +485,7 @@ std::span<const double> Transformer::working_weights(std::span<const double> mas
     numerics::round_array(plan, numerics::Rounding::NearestEven, master.subspan(at, n), std::span(block).first(n));
     identity = std::memcmp(block.data(), master.data() + at, n * sizeof(double)) == 0;
   }
+  derived_identity_ = identity;
   if (identity) {
     weights_ = {};
     return master;

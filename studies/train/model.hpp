@@ -21,7 +21,7 @@
 ///
 /// Weights: the forward and backward read the working copy, the masters rounded to the policy's `weights`
 /// role format (nearest-even; the masters themselves when that format is fp64), made afresh from the masters
-/// at every call, so after every update (AutoANE stages fp16 copies of its fp32 masters the same way). Each
+/// at every call unless the caller named the weights' version (set_weights_version), so after every update (AutoANE stages fp16 copies of its fp32 masters the same way). Each
 /// op then rounds its inputs to its own storage format on entry. Weight gradients are rounded to the policy's Gradient
 /// role format after the backward pass. Telemetry: every step, each op output is scanned for non-finite
 /// values (the first one names the op); at detailed steps, per-op range events (inf, nan, subnormal, zero
@@ -54,6 +54,7 @@ class Transformer final : public Model {
                      std::span<const double> grads, const Recipe& recipe, double lr, std::int64_t t,
                      double coef) override;
   void set_profile(ops::Profile* profile) override { runner_.enable_profile(profile); }
+  void set_weights_version(std::uint64_t version) override { weights_version_ = version; }
 
   /// One forward+backward on `b` (loss scale `loss_scale`) with the MPFR shadow on (ops::Runner::enable_shadow):
   /// every op call records its local error on `units` sampled units into `tape` (tagged with `step`). With a
@@ -125,6 +126,12 @@ class Transformer final : public Model {
   BackwardBuffers bw_;
   std::vector<double> x_final_, xf_, rf_, logits_, probs_, losses_, cos_, sin_;
   std::vector<double> weights_;  ///< working_weights' copy (empty when the masters are read directly)
+  /// set_weights_version's promise, and what working_weights derived last: for which version of which
+  /// buffer, and whether that was the masters themselves.
+  std::uint64_t weights_version_ = 0, derived_version_ = 0;
+  const double* derived_from_ = nullptr;
+  std::size_t derived_size_ = 0;
+  bool derived_identity_ = false;
   double mean_loss_ = 0;
   std::int64_t inject_step_ = -1;
   ops::OpKind inject_op_ = ops::OpKind::Matmul;

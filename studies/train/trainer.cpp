@@ -1,6 +1,7 @@
 // The training loop.
 #include "studies/train/trainer.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -80,6 +81,13 @@ std::string first_difference(const nlohmann::json& saved, const nlohmann::json& 
   }
   return (prefix.empty() ? std::string("identity") : prefix) + ": checkpoint " + saved.dump() + ", this run " +
          now.dump();
+}
+
+/// A weights version no other trainer in this process has used (Model::set_weights_version), so a model shared
+/// by two trainers never takes one's weights for the other's.
+std::uint64_t fresh_weights_version() {
+  static std::atomic<std::uint64_t> last{0};
+  return ++last;
 }
 
 bool all_finite(std::span<const double> v) {
@@ -215,6 +223,7 @@ void Trainer::start() {
   }
   grads_.assign(layout_.total, 0.0);
   if (opts_.recipe.accum > 1) micro_grads_.assign(layout_.total, 0.0);
+  weights_changed();
   started_at_ = step_;
   wall_start_ = now_seconds();
 }
@@ -298,6 +307,7 @@ void Trainer::step() {
       own_.update_tensor(t, master_, m_, v_, grads_, opts_.recipe, lr, adam_t_, coef);
       if (tel.detailed) phase("trainer: stagnation telemetry", [&] { log_stagnation(s, t); });
     }
+    weights_changed();
     log_.curve(s, "grad_norm", norm);
     log_.curve(s, "lr", lr);
     if (!all_finite(master_)) {
@@ -361,6 +371,12 @@ void Trainer::log_gradient_underflow(std::int64_t s, const Batch& batch, int acc
       log_.telemetry(s, -1, "grad", "bwd-weight", name_of(t), "underflow_fraction",
                      static_cast<double>(lost) / static_cast<double>(nonzero));
   }
+}
+
+void Trainer::weights_changed() {
+  const std::uint64_t version = fresh_weights_version();
+  own_.set_weights_version(version);
+  fp32_.set_weights_version(version);
 }
 
 void Trainer::log_stagnation(std::int64_t s, ParamTensor t) {

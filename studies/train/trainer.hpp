@@ -121,6 +121,9 @@ class Trainer {
   void log_stagnation(std::int64_t step, ParamTensor t);
   void save();
   nlohmann::json identity() const;
+  /// Gives both models a new weights version (Model::set_weights_version): master_ was set or updated; it
+  /// changes nowhere else, so the models may reuse their working copies until the next call.
+  void weights_changed();
 
   TrainOptions opts_;
   Model& own_;

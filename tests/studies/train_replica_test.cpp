@@ -455,6 +455,33 @@ TEST(Replica, UnderflowTelemetryWithAccumulationReadsTheMicroStepGradients) {
   std::filesystem::remove_all(dir);
 }
 
+/// Model::set_weights_version: the working copy is derived once per version. Weights changed behind an
+/// unchanged version are not seen (the caller broke its promise: this shows the copy is reused); a new version
+/// sees them and gives the bits of a model that never cached; version 0 derives at every call.
+TEST(Replica, WeightsVersionReusesTheWorkingCopyUntilItChanges) {
+  omp_set_num_threads(1);
+  const ModelConfig c = small_config(16, 6, 2);
+  // A policy whose weights role rounds the fp32 masters (a copy exists; an fp32 role reads the masters).
+  const ops::Policy policy = ops::Policy::preset("pure-fp16");
+  ASSERT_EQ(policy.storage_for(ops::TensorRole::Weight), numerics::formats::fp16);
+  const Batch b = train_batch(excerpt_data(c).train, c.seq, c.batch, 9, 0);
+  std::vector<double> w = weights(c), other = weights(c, 6);
+  Transformer cached(c, ResidualScale::None, policy, 1), fresh(c, ResidualScale::None, policy, 1);
+  cached.set_weights_version(7);
+  const double first = cached.total_loss(b, w);
+  std::vector<double> original = w;
+  w = other;  // same buffer, new values, same version
+  EXPECT_EQ(cached.total_loss(b, w), first);
+  cached.set_weights_version(8);
+  EXPECT_EQ(cached.total_loss(b, w), fresh.total_loss(b, other));
+  cached.set_weights_version(0);
+  w = original;
+  EXPECT_EQ(cached.total_loss(b, w), first);
+  w = other;
+  EXPECT_EQ(cached.total_loss(b, w), fresh.total_loss(b, other));
+  EXPECT_NE(first, fresh.total_loss(b, other)) << "the two weight sets must give different losses";
+}
+
 /// The trainer with accumulation under the fp32 policy equals the same trainer driving the plain-float twin.
 TEST(Replica, AccumulatedFp32RunEqualsPlainFloatTwin) {
   omp_set_num_threads(1);
