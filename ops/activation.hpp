@@ -9,6 +9,7 @@
 
 #include "ops/backend.hpp"
 #include "ops/shape.hpp"
+#include "ops/span_arith.hpp"
 
 namespace roundoff::ops {
 
@@ -44,35 +45,54 @@ void silu_backward_data(std::span<typename A::Value> dx, std::span<const typenam
   });
 }
 
-/// h = a ⊙ u (a = silu(gate)), all (rows, cols).
+/// h = a ⊙ u (a = silu(gate)), all (rows, cols). Row by row on the span forms (ops/span_arith.hpp), the
+/// same roundings with the same keys as the per-element definition (the entry casts in(·) through store_array:
+/// in and store are the same rounding).
 template <class A>
 void swiglu_forward(std::span<typename A::Value> h, std::span<const typename A::Value> a,
                     std::span<const typename A::Value> u, RowShape s, const Ctx<A>& ctx, Select sel = {}) {
+  using V = typename A::Value;
   for_units(s.rows, sel, [&](std::int64_t r) {
-    for (std::int64_t i = 0; i < s.cols; ++i) {
-      const auto e = static_cast<std::size_t>(r * s.cols + i);
-      h[e] = ctx.store(ctx.mul(ctx.in(a[e], key(Tensor::X, e, 0)), ctx.in(u[e], key(Tensor::X2, e, 0)), key(Tensor::Y, e, 0)),
-                       key(Tensor::Y, e, 1));
-    }
+    const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
+    const auto k = [e0](Tensor tensor, unsigned slot) { return [e0, tensor, slot](std::size_t i) { return key(tensor, e0 + i, slot); }; };
+    thread_local std::vector<V> as, us, p;
+    as.resize(n);
+    us.resize(n);
+    p.resize(n);
+    ctx.store_array(a.subspan(e0, n), as, k(Tensor::X, 0));
+    ctx.store_array(u.subspan(e0, n), us, k(Tensor::X2, 0));
+    arith_array(ctx, ArithOp::Mul, cspan(as), cspan(us), std::span<V>(p), k(Tensor::Y, 0));
+    ctx.store_array(cspan(p), h.subspan(e0, n), k(Tensor::Y, 1));
   });
 }
 
-/// da += dh ⊙ u, du += dh ⊙ a. Pass BackwardData.
+/// da += dh ⊙ u, du += dh ⊙ a. Pass BackwardData. Row by row on the span forms, as swiglu_forward.
 template <class A>
 void swiglu_backward_data(std::span<typename A::Value> da, std::span<typename A::Value> du,
                           std::span<const typename A::Value> dh, std::span<const typename A::Value> a,
                           std::span<const typename A::Value> u, RowShape s, const Ctx<A>& ctx, Select sel = {}) {
+  using V = typename A::Value;
   for_units(s.rows, sel, [&](std::int64_t r) {
-    for (std::int64_t i = 0; i < s.cols; ++i) {
-      const auto e = static_cast<std::size_t>(r * s.cols + i);
-      const auto g = ctx.in(dh[e], key(Tensor::Dy, e, 0));
-      da[e] = ctx.store(ctx.add(ctx.in(da[e], key(Tensor::Dx, e, 0)),
-                                ctx.mul(g, ctx.in(u[e], key(Tensor::X2, e, 0)), key(Tensor::Dx, e, 1)), key(Tensor::Dx, e, 2)),
-                        key(Tensor::Dx, e, 3));
-      du[e] = ctx.store(ctx.add(ctx.in(du[e], key(Tensor::Dx2, e, 0)),
-                                ctx.mul(g, ctx.in(a[e], key(Tensor::X, e, 0)), key(Tensor::Dx2, e, 1)), key(Tensor::Dx2, e, 2)),
-                        key(Tensor::Dx2, e, 3));
-    }
+    const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
+    const auto k = [e0](Tensor tensor, unsigned slot) { return [e0, tensor, slot](std::size_t i) { return key(tensor, e0 + i, slot); }; };
+    thread_local std::vector<V> g, x, d, p;
+    g.resize(n);
+    x.resize(n);
+    d.resize(n);
+    p.resize(n);
+    ctx.store_array(dh.subspan(e0, n), g, k(Tensor::Dy, 0));
+    // da = store(in(da) + g·in(u))
+    ctx.store_array(u.subspan(e0, n), x, k(Tensor::X2, 0));
+    ctx.store_array(std::span<const V>(da.subspan(e0, n)), d, k(Tensor::Dx, 0));
+    arith_array(ctx, ArithOp::Mul, cspan(g), cspan(x), std::span<V>(p), k(Tensor::Dx, 1));
+    arith_array(ctx, ArithOp::Add, cspan(d), cspan(p), std::span<V>(x), k(Tensor::Dx, 2));
+    ctx.store_array(cspan(x), da.subspan(e0, n), k(Tensor::Dx, 3));
+    // du = store(in(du) + g·in(a))
+    ctx.store_array(a.subspan(e0, n), x, k(Tensor::X, 0));
+    ctx.store_array(std::span<const V>(du.subspan(e0, n)), d, k(Tensor::Dx2, 0));
+    arith_array(ctx, ArithOp::Mul, cspan(g), cspan(x), std::span<V>(p), k(Tensor::Dx2, 1));
+    arith_array(ctx, ArithOp::Add, cspan(d), cspan(p), std::span<V>(x), k(Tensor::Dx2, 2));
+    ctx.store_array(cspan(x), du.subspan(e0, n), k(Tensor::Dx2, 3));
   });
 }
 

@@ -7,43 +7,72 @@
 /// rounding to compute; out stored. This is where swamping happens: when |x| ≫ |α·f| the add keeps only the
 /// part of α·f above x's last place. out may alias x. Backward: dx += dout, df += α·dout (adds into both).
 /// Unit (Select) = one row.
+#include <algorithm>
 #include <span>
+#include <utility>
+#include <vector>
 
 #include "ops/backend.hpp"
 #include "ops/shape.hpp"
+#include "ops/span_arith.hpp"
 
 namespace roundoff::ops {
 
-/// out, x, f (rows, cols).
+/// out, x, f (rows, cols). Row by row on the span forms (ops/span_arith.hpp), the same roundings with the
+/// same keys as the per-element definition.
 template <class A>
 void residual_forward(std::span<typename A::Value> out, std::span<const typename A::Value> x,
                       std::span<const typename A::Value> f, double alpha, RowShape s, const Ctx<A>& ctx,
                       Select sel = {}) {
-  const auto a = ctx.c(alpha);
+  using V = typename A::Value;
+  const V a = ctx.c(alpha);
   for_units(s.rows, sel, [&](std::int64_t r) {
-    for (std::int64_t i = 0; i < s.cols; ++i) {
-      const auto e = static_cast<std::size_t>(r * s.cols + i);
-      auto fi = ctx.in(f[e], key(Tensor::X2, e, 0));
-      if (alpha != 1.0) fi = ctx.mul(a, fi, key(Tensor::Y, e, 0));
-      out[e] = ctx.store(ctx.add(ctx.in(x[e], key(Tensor::X, e, 0)), fi, key(Tensor::Y, e, 1)), key(Tensor::Y, e, 2));
+    const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
+    const auto k = [e0](Tensor tensor, unsigned slot) { return [e0, tensor, slot](std::size_t i) { return key(tensor, e0 + i, slot); }; };
+    thread_local std::vector<V> fs, xs, t;
+    fs.resize(n);
+    xs.resize(n);
+    t.resize(n);
+    ctx.store_array(f.subspan(e0, n), fs, k(Tensor::X2, 0));
+    if (alpha != 1.0) {
+      std::fill(t.begin(), t.end(), a);
+      arith_array(ctx, ArithOp::Mul, cspan(t), cspan(fs), std::span<V>(xs), k(Tensor::Y, 0));
+      std::swap(fs, xs);
     }
+    ctx.store_array(x.subspan(e0, n), xs, k(Tensor::X, 0));
+    arith_array(ctx, ArithOp::Add, cspan(xs), cspan(fs), std::span<V>(t), k(Tensor::Y, 1));
+    ctx.store_array(cspan(t), out.subspan(e0, n), k(Tensor::Y, 2));
   });
 }
 
-/// dx += dout, df += α·dout. Pass BackwardData.
+/// dx += dout, df += α·dout. Pass BackwardData. Row by row on the span forms, as residual_forward.
 template <class A>
 void residual_backward_data(std::span<typename A::Value> dx, std::span<typename A::Value> df,
                             std::span<const typename A::Value> dout, double alpha, RowShape s, const Ctx<A>& ctx,
                             Select sel = {}) {
-  const auto a = ctx.c(alpha);
+  using V = typename A::Value;
+  const V a = ctx.c(alpha);
   for_units(s.rows, sel, [&](std::int64_t r) {
-    for (std::int64_t i = 0; i < s.cols; ++i) {
-      const auto e = static_cast<std::size_t>(r * s.cols + i);
-      const auto g = ctx.in(dout[e], key(Tensor::Dy, e, 0));
-      dx[e] = ctx.store(ctx.add(ctx.in(dx[e], key(Tensor::Dx, e, 0)), g, key(Tensor::Dx, e, 1)), key(Tensor::Dx, e, 2));
-      const auto gf = alpha != 1.0 ? ctx.mul(a, g, key(Tensor::Dx2, e, 0)) : g;
-      df[e] = ctx.store(ctx.add(ctx.in(df[e], key(Tensor::Dx2, e, 1)), gf, key(Tensor::Dx2, e, 2)), key(Tensor::Dx2, e, 3));
+    const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
+    const auto k = [e0](Tensor tensor, unsigned slot) { return [e0, tensor, slot](std::size_t i) { return key(tensor, e0 + i, slot); }; };
+    thread_local std::vector<V> g, d, t, gf;
+    g.resize(n);
+    d.resize(n);
+    t.resize(n);
+    gf.resize(n);
+    ctx.store_array(dout.subspan(e0, n), g, k(Tensor::Dy, 0));
+    ctx.store_array(std::span<const V>(dx.subspan(e0, n)), d, k(Tensor::Dx, 0));
+    arith_array(ctx, ArithOp::Add, cspan(d), cspan(g), std::span<V>(t), k(Tensor::Dx, 1));
+    ctx.store_array(cspan(t), dx.subspan(e0, n), k(Tensor::Dx, 2));
+    if (alpha != 1.0) {
+      std::fill(t.begin(), t.end(), a);
+      arith_array(ctx, ArithOp::Mul, cspan(t), cspan(g), std::span<V>(gf), k(Tensor::Dx2, 0));
+    } else {
+      gf = g;
     }
+    ctx.store_array(std::span<const V>(df.subspan(e0, n)), d, k(Tensor::Dx2, 1));
+    arith_array(ctx, ArithOp::Add, cspan(d), cspan(gf), std::span<V>(t), k(Tensor::Dx2, 2));
+    ctx.store_array(cspan(t), df.subspan(e0, n), k(Tensor::Dx2, 3));
   });
 }
 

@@ -1,6 +1,7 @@
 // The span-level fast paths against the per-element definition (ops::set_fast_paths(false): the oracle), bit for
 // bit including NaN encodings: Ctx's store_array / store_to_array / result_array against the per-element
-// store / store_to / to_compute calls, the matmul output conversion, and AdamW's binary32 path — for every
+// store / store_to / to_compute calls, the span + − × (ops/span_arith.hpp) against Ctx's add/sub/mul, the
+// matmul output conversion, SwiGLU and the residual adds row by row, and AdamW's binary32 path — for every
 // preset plus stochastic, directed, saturating and NaN→inf variants, ragged sizes (masked tails, partial
 // blocks), and inputs in the normal, overflow, subnormal and special-value regimes.
 #include <gtest/gtest.h>
@@ -10,9 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "ops/activation.hpp"
 #include "ops/adamw.hpp"
 #include "ops/matmul.hpp"
 #include "ops/policy.hpp"
+#include "ops/residual.hpp"
+#include "ops/span_arith.hpp"
 #include "tests/ops/ops_test_util.hpp"
 
 namespace roundoff::ops {
@@ -154,6 +158,109 @@ TEST(SpanOps, AdamWEqualsTheOracle) {
       }
   }
   EXPECT_GT(binary32_cases, 0);  // the binary32 path was exercised (fp32 AdamW in most presets)
+}
+
+TEST(SpanOps, ArithArrayEqualsThePerElementCalls) {
+  const ArithOp ops[] = {ArithOp::Add, ArithOp::Sub, ArithOp::Mul};
+  int fast_cases = 0;
+  for (const std::string& spec : policies()) {
+    const Policy pol = load_policy(spec);
+    for (OpKind op : {OpKind::SwiGlu, OpKind::ResidualFfn, OpKind::ResidualAttn})
+      for (Regime regime : kRegimes) {
+        const Ctx<Emulated> c(pol.at(op, Pass::Forward), {3, 9});
+        const numerics::Format& f = c.precision().compute;
+        // operands mostly in compute, some in binary64 only (not values of compute: the per-element path)
+        std::vector<double> a = inputs(517, regime, f, 40 + static_cast<int>(regime));
+        std::vector<double> b = inputs(517, regime, f, 41 + static_cast<int>(regime));
+        a[3] = 1.0 + 0x1p-40;
+        b[4] = -0x1p-1070;
+        // a midpoint of compute plus a tiny term: exact sum 1 + 2^-p + 2^-70 is not a binary64, which rounds it
+        // to the midpoint, which nearest-even then rounds down (the correct result rounds up)
+        a[5] = 1.0 + std::ldexp(1.0, -f.precision);
+        b[5] = 0x1p-70;
+        a[6] = 1.0 + std::ldexp(1.0, -f.precision);
+        b[6] = -0x1p-70;
+        std::vector<double> out(a.size());
+        std::vector<std::uint8_t> slow;
+        fast_cases += arith_span(c, ArithOp::Add, a, b, out, slow);
+        for (ArithOp o : ops) {
+          arith_array(c, o, test::cs(a), test::cs(b), std::span<double>(out),
+                      [](std::size_t i) { return key(Tensor::Y, i, 7); });
+          std::vector<double> want(a.size());
+          for (std::size_t i = 0; i < a.size(); ++i) {
+            const Key k = key(Tensor::Y, i, 7);
+            want[i] = o == ArithOp::Add ? c.add(a[i], b[i], k) : o == ArithOp::Sub ? c.sub(a[i], b[i], k) : c.mul(a[i], b[i], k);
+          }
+          expect_same(out, want, spec + " op " + std::to_string(static_cast<int>(o)) + " regime " +
+                                     std::to_string(static_cast<int>(regime)), true);
+        }
+      }
+  }
+  EXPECT_GT(fast_cases, 0);  // the binary64-then-round path was exercised
+}
+
+TEST(SpanOps, SwigluAndResidualEqualTheOracle) {
+  const RowShape s{5, 37};
+  const auto n = static_cast<std::size_t>(s.rows * s.cols);
+  for (const std::string& spec : policies()) {
+    const Policy pol = load_policy(spec);
+    for (Regime regime : kRegimes) {
+      const std::string what = spec + " regime " + std::to_string(static_cast<int>(regime));
+      const auto seed = 300 + static_cast<std::uint64_t>(regime);
+      {
+        const Ctx<Emulated> c(pol.at(OpKind::SwiGlu, Pass::Forward), {5, 1});
+        const auto& f = c.precision().storage;
+        const auto a = inputs(n, regime, f, seed), u = inputs(n, regime, f, seed + 1);
+        const auto [fast, oracle] = both([&] {
+          std::vector<double> h(n, 7.0);
+          swiglu_forward<Emulated>(h, a, u, s, c);
+          return std::vector<std::vector<double>>{h};
+        });
+        expect_same(fast[0], oracle[0], "swiglu fwd " + what, true);
+      }
+      {
+        const Ctx<Emulated> c(pol.at(OpKind::SwiGlu, Pass::BackwardData), {5, 2});
+        const auto& f = c.precision().storage;
+        const auto a = inputs(n, regime, f, seed + 2), u = inputs(n, regime, f, seed + 3),
+                   dh = inputs(n, regime, f, seed + 4), g0 = inputs(n, Regime::Normal, f, seed + 5);
+        const auto [fast, oracle] = both([&] {
+          std::vector<double> da = g0, du = g0;
+          swiglu_backward_data<Emulated>(da, du, dh, a, u, s, c);
+          return std::vector<std::vector<double>>{da, du};
+        });
+        expect_same(fast[0], oracle[0], "swiglu bwd da " + what, true);
+        expect_same(fast[1], oracle[1], "swiglu bwd du " + what, true);
+      }
+      for (double alpha : {1.0, 0.7}) {
+        for (OpKind op : {OpKind::ResidualFfn, OpKind::ResidualAttn}) {
+          const std::string w = what + " alpha " + std::to_string(alpha) + " " + std::string(name_of(op));
+          {
+            const Ctx<Emulated> c(pol.at(op, Pass::Forward), {5, 3});
+            const auto& f = c.precision().storage;
+            const auto x = inputs(n, regime, f, seed + 6), fx = inputs(n, regime, f, seed + 7);
+            const auto [fast, oracle] = both([&] {
+              std::vector<double> out = x;  // out aliases x, as in the model
+              residual_forward<Emulated>(out, out, fx, alpha, s, c);
+              return std::vector<std::vector<double>>{out};
+            });
+            expect_same(fast[0], oracle[0], "residual fwd " + w, true);
+          }
+          {
+            const Ctx<Emulated> c(pol.at(op, Pass::BackwardData), {5, 4});
+            const auto& f = c.precision().storage;
+            const auto d = inputs(n, regime, f, seed + 8), g0 = inputs(n, Regime::Normal, f, seed + 9);
+            const auto [fast, oracle] = both([&] {
+              std::vector<double> dx = g0, df = g0;
+              residual_backward_data<Emulated>(dx, df, d, alpha, s, c);
+              return std::vector<std::vector<double>>{dx, df};
+            });
+            expect_same(fast[0], oracle[0], "residual bwd dx " + w, true);
+            expect_same(fast[1], oracle[1], "residual bwd df " + w, true);
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

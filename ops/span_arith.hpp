@@ -1,0 +1,61 @@
+#pragma once
+/// \file span_arith.hpp
+/// Span forms of Ctx's elementwise + − ×: out[i] = ctx.add/sub/mul(a[i], b[i], kf(i)) for every i, bit for bit.
+///
+/// Fast path (Emulated, fast_paths() on, op rounding nearest-even, compute format F with p ≤ 25 inside the
+/// binary32 range with IEEE specials, subnormals and no saturation): out[i] is the binary64 operation rounded
+/// to F by numerics::round_array (= round_to per element), for the elements whose operands are values of F
+/// and whose rounded result is finite; every other element takes the per-element call. Argument: for a, b in
+/// F the product is exact in binary64 (2p ≤ 50 bits, exponents within binary64's normal range), and so is a
+/// sum or difference whose result lies below 2^(emin_F + 1) (both operands are multiples of F's smallest
+/// quantum there); any other sum or difference is rounded twice, to binary64 then to F, which is innocuous
+/// for p ≤ 25 since 53 ≥ 2p + 2 (Figueroa, "When is double rounding innocuous?", 1995). So the value is the
+/// correctly rounded a op b, which is what numerics::add/sub/mul and Ctx's native binary32 path return for
+/// finite results (signed zeros as IEEE 754: +0 for x − x, the sign of a product the xor of the signs).
+/// tests/ops/span_ops_test.cpp compares both paths per element, and the ops that use them against the oracle.
+/// Under stochastic rounding or directed modes the per-element calls run. out must not alias a or b.
+#include <cstdint>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "ops/backend.hpp"
+
+namespace roundoff::ops {
+
+/// A vector as a read-only span.
+template <class V>
+std::span<const V> cspan(const std::vector<V>& v) {
+  return {v.data(), v.size()};
+}
+
+enum class ArithOp : std::uint8_t { Add, Sub, Mul };
+
+/// The fast core: false (nothing written) when ctx's precision does not admit the path; otherwise out[i] for
+/// every element and slow[i] = 1 for the elements the caller must recompute per element.
+bool arith_span(const Ctx<Emulated>& ctx, ArithOp op, std::span<const double> a, std::span<const double> b,
+                std::span<double> out, std::vector<std::uint8_t>& slow);
+
+/// out[i] = op(a[i], b[i]) through ctx with keys kf(i).
+template <class A, class KeyFn>
+void arith_array(const Ctx<A>& ctx, ArithOp op, std::span<const typename A::Value> a,
+                 std::span<const typename A::Value> b, std::span<typename A::Value> out, KeyFn&& kf) {
+  const auto one = [&](std::size_t i) {
+    switch (op) {
+      case ArithOp::Add: out[i] = ctx.add(a[i], b[i], kf(i)); return;
+      case ArithOp::Sub: out[i] = ctx.sub(a[i], b[i], kf(i)); return;
+      case ArithOp::Mul: out[i] = ctx.mul(a[i], b[i], kf(i)); return;
+    }
+  };
+  if constexpr (std::is_same_v<A, Emulated>) {
+    thread_local std::vector<std::uint8_t> slow;
+    if (arith_span(ctx, op, a, b, out, slow)) {
+      for (std::size_t i = 0; i < out.size(); ++i)
+        if (slow[i]) one(i);
+      return;
+    }
+  }
+  for (std::size_t i = 0; i < out.size(); ++i) one(i);
+}
+
+}  // namespace roundoff::ops
