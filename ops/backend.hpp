@@ -401,6 +401,32 @@ void for_units(std::int64_t n_units, Select sel, F&& f) {
   }
 }
 
+/// Per-thread storage reused across op calls: buffer `slot` (< kScratchSlots) of the calling thread, at least n
+/// elements (contents unspecified: every element read must be written first). An op called every step would
+/// otherwise allocate, zero and page-fault its temporaries on every call (E11's classifier W cast is 69 MB). An op
+/// takes distinct slots for the buffers it holds at once and calls no other op while holding them.
+inline constexpr std::size_t kScratchSlots = 2;
+template <class V>
+std::span<V> scratch_buffer(std::size_t n, std::size_t slot) {
+  thread_local std::vector<V> buffers[kScratchSlots];
+  std::vector<V>& b = buffers[slot];
+  if (b.size() < n) {
+    b.clear();
+    b.shrink_to_fit();
+    b.resize(n);
+  }
+  return std::span<V>(b.data(), n);
+}
+
+/// The tensor x cast on entry (ctx.in_array with tensor t) into scratch_buffer slot `slot`.
+template <class A>
+std::span<const typename A::Value> entry_cast(const Ctx<A>& ctx, std::span<const typename A::Value> x, Tensor t,
+                                              std::size_t slot) {
+  const std::span<typename A::Value> r = scratch_buffer<typename A::Value>(x.size(), slot);
+  ctx.in_array(x, r, t);
+  return r;
+}
+
 /// Lifts emulated values exactly to Ref.
 std::vector<Ref> lift(std::span<const double> x);
 

@@ -21,9 +21,7 @@ void matmul_forward(std::span<typename A::Value> y, std::span<const typename A::
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
   const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
-  std::vector<V> xs(x.size()), ws(w.size());
-  ctx.in_array(x, xs, Tensor::X);
-  ctx.in_array(w, ws, Tensor::W);
+  const std::span<const V> xs = entry_cast(ctx, x, Tensor::X, 0), ws = entry_cast(ctx, w, Tensor::W, 1);
   const M wt{ws.data(), I, true};  // W (out, in) read as the (in × out) matrix Wᵀ
   if (sel.empty()) {
     ctx.gemm(N, O, I, M{xs.data(), I}, wt, y.data(), O, false, key(Tensor::Y, 0, 2));
@@ -45,9 +43,7 @@ void matmul_backward_data(std::span<typename A::Value> dx, std::span<const typen
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
   const auto I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
-  std::vector<V> dys(dy.size()), ws(w.size());
-  ctx.in_array(dy, dys, Tensor::Dy);
-  ctx.in_array(w, ws, Tensor::W);
+  const std::span<const V> dys = entry_cast(ctx, dy, Tensor::Dy, 0), ws = entry_cast(ctx, w, Tensor::W, 1);
   if (sel.empty()) {
     ctx.gemm(static_cast<std::size_t>(s.n), I, O, M{dys.data(), O}, M{ws.data(), I}, dx.data(), I, true, key(Tensor::Dx, 0, 2));
   } else {
@@ -69,9 +65,7 @@ void matmul_backward_weight(std::span<typename A::Value> dw, std::span<const typ
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
   const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
-  std::vector<V> dys(dy.size()), xs(x.size());
-  ctx.in_array(dy, dys, Tensor::Dy);
-  ctx.in_array(x, xs, Tensor::X);
+  const std::span<const V> dys = entry_cast(ctx, dy, Tensor::Dy, 0), xs = entry_cast(ctx, x, Tensor::X, 1);
   if (sel.empty()) {
     ctx.gemm(O, I, N, M{dys.data(), O, true}, M{xs.data(), I}, dw.data(), I, true, key(Tensor::Dw, 0, 2));
   } else {
