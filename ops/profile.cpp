@@ -48,6 +48,16 @@ double Profile::median_step_seconds() const {
   return n % 2 == 1 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
+double Profile::outside_seconds(const std::string& name) const {
+  const auto it = outside_.find(name);
+  return it == outside_.end() ? 0.0 : it->second.seconds;
+}
+
+std::int64_t Profile::outside_units(const std::string& name) const {
+  const auto it = outside_.find(name);
+  return it == outside_.end() ? 0 : it->second.units;
+}
+
 void Profile::print(std::ostream& os) const {
   const double n = static_cast<double>(std::max<std::int64_t>(1, steps_));
   char line[160];
@@ -64,6 +74,15 @@ void Profile::print(std::ostream& os) const {
     else
       std::snprintf(line, sizeof line, "  %-28s %-11s %9s %12.2f %6.1f%%\n", r.op.c_str(), r.pass.c_str(), "",
                     1e3 * r.seconds / n, pct);
+    os << line;
+  }
+  if (outside_.empty()) return;
+  std::snprintf(line, sizeof line, "  outside the steps            %11s %9s %12s %7s\n", "", "units", "s", "ms/unit");
+  os << line;
+  for (const auto& [name, o] : outside_) {
+    std::snprintf(line, sizeof line, "  %-28s %-11s %9lld %12.2f %7.1f\n", name.c_str(), "",
+                  static_cast<long long>(o.units), o.seconds,
+                  1e3 * o.seconds / static_cast<double>(std::max<std::int64_t>(1, o.units)));
     os << line;
   }
 }
@@ -83,6 +102,11 @@ void Profile::write_csv(std::ostream& os) const {
     row << 1e3 * r.seconds / n << (step_seconds_ > 0 ? 100.0 * r.seconds / step_seconds_ : 0.0);
     os << row.str() << '\n';
   }
+  for (const auto& [name, o] : outside_)
+    os << (numerics::CsvRow() << name << "outside" << o.units
+                              << 1e3 * o.seconds / static_cast<double>(std::max<std::int64_t>(1, o.units)) << "")
+              .str()
+       << '\n';
 }
 
 }  // namespace roundoff::ops

@@ -2,7 +2,8 @@
 /// \file profile.hpp
 /// Where the time of a training step goes: wall-clock seconds and call counts per (op, pass), filled by
 /// ops::Runner around each emulated op call when a Profile is attached (Runner::enable_profile), plus named
-/// phases outside the ops that the caller times itself (the trainer's unscale/clip, etc.).
+/// phases outside the ops that the caller times itself (the trainer's unscale/clip, etc.), plus passes outside
+/// the steps (the evaluations: seconds and the units, e.g. windows, they covered).
 /// Timing only: attaching a Profile changes no computed bit.
 #include <array>
 #include <chrono>
@@ -27,6 +28,13 @@ class Profile {
   }
   /// Time outside the ops, under a name (e.g. "trainer: unscale+clip").
   void add_phase(const std::string& name, double seconds) { phases_[name] += seconds; }
+  /// Work outside the steps (not in any step's time): `seconds` over `units` units (e.g. evaluation windows),
+  /// summed per name; the table lists each with its seconds per unit.
+  void add_outside(const std::string& name, double seconds, std::int64_t units) {
+    Outside& o = outside_[name];
+    o.seconds += seconds;
+    o.units += units;
+  }
   /// One whole step took `seconds` (the table's denominator).
   void add_step(double seconds) {
     step_seconds_ += seconds;
@@ -41,17 +49,28 @@ class Profile {
   std::int64_t steps() const { return steps_; }
   double step_seconds() const { return step_seconds_; }
 
+  /// Seconds and units of the work outside the steps named `name` (0, 0 when none was added).
+  double outside_seconds(const std::string& name) const;
+  std::int64_t outside_units(const std::string& name) const;
+
   /// The table: one row per (op, pass) that ran, slowest first, then the phases and "other" (step time not
-  /// in any row), each as ms per step and % of the step; ops' rows also give calls per step.
+  /// in any row), each as ms per step and % of the step; ops' rows also give calls per step. Then the work
+  /// outside the steps: seconds, units and ms per unit.
   void print(std::ostream& os) const;
   /// The same rows as CSV: op,pass,calls_per_step,ms_per_step,percent; the first rows are the mean step
-  /// (op "step") and the median step (op "step-median").
+  /// (op "step") and the median step (op "step-median"). The work outside the steps follows with pass
+  /// "outside": calls_per_step holds its units (e.g. windows), ms_per_step the ms per unit, percent is empty.
   void write_csv(std::ostream& os) const;
 
  private:
   std::array<double, kOpCount * kPassCount> seconds_{};
   std::array<std::int64_t, kOpCount * kPassCount> calls_{};
   std::map<std::string, double> phases_;
+  struct Outside {
+    double seconds = 0;
+    std::int64_t units = 0;
+  };
+  std::map<std::string, Outside> outside_;
   double step_seconds_ = 0;
   std::vector<double> step_times_;
   std::int64_t steps_ = 0;

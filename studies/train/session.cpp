@@ -86,7 +86,13 @@ nlohmann::json run_session(SessionSpec spec, const TrainData& data, std::ostream
   std::optional<OutDirLock> lock;  // held until the results are written: one writer per results directory
   if (!o.out.empty()) lock.emplace(o.out);
   Transformer own(o.config, o.residual, spec.policy, o.seed);
-  Transformer fp32(evaluation_config(o.config), o.residual, ops::Policy::preset("fp32"), o.seed);
+  // The fp32 twin, unless the own model already is it (fp32 policy, evaluation config = training config):
+  // then the trainer evaluates and takes fp32 gradients from the own model (Trainer's constructor).
+  const ops::Policy fp32_policy = ops::Policy::preset("fp32");
+  std::optional<Transformer> twin;
+  if (spec.policy.canonical() != fp32_policy.canonical() || !(evaluation_config(o.config) == o.config))
+    twin.emplace(evaluation_config(o.config), o.residual, fp32_policy, o.seed);
+  Transformer& fp32 = twin ? *twin : own;
   std::optional<Transformer> reference;  // the fp64 model of the global error, only when attributing
   ShadowHook hook;
   if (o.shadow_every > 0) {

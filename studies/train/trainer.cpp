@@ -13,6 +13,7 @@
 #include "studies/data/batches.hpp"
 #include "studies/data/sha256.hpp"
 #include "studies/train/checkpoint.hpp"
+#include "studies/train/grad_telemetry.hpp"
 #include "studies/train/optimizer.hpp"
 
 namespace roundoff::studies::train {
@@ -262,7 +263,7 @@ void Trainer::step() {
     const bool detailed = tel.detailed;
     tel.detailed = detailed && j == 0;
     const double micro_loss = own_.loss_and_grad(batch, master_, scale, accum == 1 ? grads_ : micro_grads_, tel);
-    if (tel.detailed) phase("trainer: underflow telemetry", [&] { log_gradient_underflow(s, batch, accum); });
+    if (tel.detailed) phase("trainer: underflow telemetry", [&] { log_gradient_underflow(s, batch, accum, scale); });
     tel.detailed = detailed;
     if (accum > 1) phase("trainer: accumulate", [&] { accumulate_gradients(grads_, micro_grads_, j == 0); });
     loss += micro_loss;
@@ -350,26 +351,30 @@ void Trainer::step() {
   }
 }
 
-void Trainer::log_gradient_underflow(std::int64_t s, const Batch& batch, int accum) {
+void Trainer::log_gradient_underflow(std::int64_t s, const Batch& batch, int accum, double loss_scale) {
   // The own micro-step's gradients are in grads_ (accum 1) or micro_grads_ (accum > 1, where grads_ is dead
   // at the first micro-step: accumulate_gradients overwrites it next). The fp32 pass writes into the other
   // buffer, so no third parameter-sized vector is held.
-  if (accum == 1 && micro_grads_.size() != layout_.total) micro_grads_.assign(layout_.total, 0.0);
   const std::span<const double> own = accum == 1 ? grads_ : micro_grads_;
-  const std::span<double> g32 = accum == 1 ? micro_grads_ : grads_;
-  StepTelemetry quiet;
-  quiet.step = s;
-  fp32_.loss_and_grad(batch, master_, 1.0, g32, quiet);
+  std::span<const double> g32 = own;
+  // When the fp32 model is the own model (its policy is fp32's: deterministic, no step-keyed rounding), the
+  // fp32 pass at loss scale 1 would repeat the own pass bit for bit: its gradients are the own ones.
+  if (&fp32_ != &own_ || loss_scale != 1.0) {
+    if (accum == 1 && micro_grads_.size() != layout_.total) micro_grads_.assign(layout_.total, 0.0);
+    const std::span<double> out = accum == 1 ? micro_grads_ : grads_;
+    StepTelemetry quiet;
+    quiet.step = s;
+    fp32_.set_profile(nullptr);  // the phase times this pass; its op calls are not the step's
+    fp32_.loss_and_grad(batch, master_, 1.0, out, quiet);
+    if (&fp32_ == &own_) own_.set_profile(profile_);
+    g32 = out;
+  }
   for (const ParamTensor t : kAllParamTensors) {
-    std::int64_t lost = 0, nonzero = 0;
-    for (std::size_t k = layout_.offset_of(t); k < layout_.offset_of(t) + layout_.size_of(t); ++k) {
-      if (g32[k] == 0) continue;
-      ++nonzero;
-      if (own[k] == 0) ++lost;
-    }
-    if (nonzero > 0)
+    const std::size_t off = layout_.offset_of(t), n = layout_.size_of(t);
+    const MaskedCount c = count_underflow(own.subspan(off, n), g32.subspan(off, n));
+    if (c.selected > 0)
       log_.telemetry(s, -1, "grad", "bwd-weight", name_of(t), "underflow_fraction",
-                     static_cast<double>(lost) / static_cast<double>(nonzero));
+                     static_cast<double>(c.hits) / static_cast<double>(c.selected));
   }
 }
 
@@ -380,29 +385,36 @@ void Trainer::weights_changed() {
 }
 
 void Trainer::log_stagnation(std::int64_t s, ParamTensor t) {
-  const std::size_t off = layout_.offset_of(t);
-  std::int64_t stuck = 0, pushed = 0;
-  for (std::size_t k = 0; k < layout_.size_of(t); ++k) {
-    if (grads_[off + k] == 0) continue;
-    ++pushed;
-    if (master_[off + k] == before_[k]) ++stuck;
-  }
-  if (pushed > 0)
+  const std::size_t off = layout_.offset_of(t), n = layout_.size_of(t);
+  const MaskedCount c = count_stagnation(std::span<const double>(grads_).subspan(off, n),
+                                         std::span<const double>(master_).subspan(off, n), before_);
+  if (c.selected > 0)
     log_.telemetry(s, -1, "adamw", "fwd", name_of(t), "stagnation_fraction",
-                   static_cast<double>(stuck) / static_cast<double>(pushed));
+                   static_cast<double>(c.hits) / static_cast<double>(c.selected));
 }
 
-Trainer::EvalResult Trainer::evaluate(Model& m, const EvalSet& set) {
+Trainer::EvalResult Trainer::evaluate(Model& m, const EvalSet& set, const char* name) {
+  const auto t0 = ops::Profile::Clock::now();
   double total = 0;
-  for (const Batch& b : set.batches) total += m.total_loss(b, master_);
+  std::int64_t windows = 0;
+  for (const Batch& b : set.batches) {
+    total += m.total_loss(b, master_);
+    windows += b.batch;
+  }
+  if (profile_ != nullptr) profile_->add_outside(name, ops::seconds_since(t0), windows);
   const double loss = total / static_cast<double>(set.tokens);
   const double bpb = total / (std::log(2.0) * static_cast<double>(set.bytes));
   return {loss, bpb};
 }
 
+Trainer::EvalResult Trainer::evaluate_own(const EvalResult& fp32_val) {
+  // The own model is the fp32 model (see the constructor): its evaluation is the fp32 one, bit for bit.
+  return &own_ == &fp32_ ? fp32_val : evaluate(own_, data_.val, "evaluation: val own");
+}
+
 void Trainer::evaluate_and_log() {
-  const EvalResult f = evaluate(fp32_, data_.val);
-  const EvalResult o = evaluate(own_, data_.val);
+  const EvalResult f = evaluate(fp32_, data_.val, "evaluation: val fp32");
+  const EvalResult o = evaluate_own(f);
   log_.curve(step_, "val_loss_fp32", f.loss);
   log_.curve(step_, "val_bpb_fp32", f.bpb);
   log_.curve(step_, "val_loss_own", o.loss);
@@ -470,9 +482,9 @@ nlohmann::json Trainer::finish() {
   summary["val_bytes"] = data_.val.bytes;
   summary["threads"] = opts_.threads;
   if (complete) {
-    const EvalResult f = evaluate(fp32_, data_.val);
-    const EvalResult o = evaluate(own_, data_.val);
-    const EvalResult t = evaluate(fp32_, data_.test);
+    const EvalResult f = evaluate(fp32_, data_.val, "evaluation: val fp32");
+    const EvalResult o = evaluate_own(f);
+    const EvalResult t = evaluate(fp32_, data_.test, "evaluation: test fp32");
     summary["val_loss_fp32"] = f.loss;
     summary["val_bpb_fp32"] = f.bpb;
     summary["val_loss_own"] = o.loss;

@@ -75,7 +75,10 @@ using ShadowHook =
 
 class Trainer {
  public:
-  /// `own` runs the policy; `fp32` is the same model under the fp32 policy (evaluation only).
+  /// `own` runs the policy; `fp32` is the same model under the fp32 policy (evaluation and the underflow
+  /// telemetry's fp32 pass). When the own policy is fp32's, `fp32` may be `own` itself (one model, no twin):
+  /// the own-precision evaluation is then the fp32 one, and the underflow telemetry at loss scale 1 reads the
+  /// own gradients instead of repeating the pass; both give the bits the separate twin gives.
   Trainer(TrainOptions opts, Model& own, Model& fp32, const TrainData& data, std::ostream* progress,
           ShadowHook shadow = {});
 
@@ -91,7 +94,8 @@ class Trainer {
   /// Final evaluation (val in fp32 and own precision, test in fp32), writes the results; returns summary.
   nlohmann::json finish();
   /// Profiles every following step into `profile` (nullptr: off): the own model's op calls per (op, pass),
-  /// the trainer's phases, and each step's wall time (evaluation and checkpoints excluded). No bit changes.
+  /// the trainer's phases, and each step's wall time (evaluation and checkpoints excluded), and each
+  /// evaluation's seconds and windows ("evaluation: val fp32", "val own", "test fp32"). No bit changes.
   void set_profile(ops::Profile* profile) { profile_ = profile; }
   /// start(); while (!done()) step(); finish() — returns the summary (partial if stopped early).
   nlohmann::json run();
@@ -110,12 +114,16 @@ class Trainer {
   struct EvalResult {
     double loss, bpb;
   };
-  EvalResult evaluate(Model& m, const EvalSet& set);
+  /// Loss and bits per byte of `m` on `set`; with a profile, its seconds and windows under `name`.
+  EvalResult evaluate(Model& m, const EvalSet& set, const char* name);
+  /// The own-precision validation result, given the fp32 one (reused when own_ is fp32_).
+  EvalResult evaluate_own(const EvalResult& fp32_val);
   void evaluate_and_log();
   /// Per tensor: fraction of weight-gradient elements that are 0 in the run's precision (this micro-step's
   /// gradients) but not in an fp32 pass over the same batch and weights (STUDY_PROTOCOL §4.4 "gradient
   /// underflow fraction").
-  void log_gradient_underflow(std::int64_t step, const Batch& batch, int accum);
+  /// `loss_scale`: the scale of the own pass.
+  void log_gradient_underflow(std::int64_t step, const Batch& batch, int accum, double loss_scale);
   /// Tensor t: fraction of elements with a non-zero gradient whose master weight did not change (before_:
   /// t's weights before its update).
   void log_stagnation(std::int64_t step, ParamTensor t);

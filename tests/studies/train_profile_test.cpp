@@ -54,5 +54,41 @@ TEST(TrainProfile, CountsEveryOpCallAndChangesNoBit) {
   EXPECT_NE(csv.str().find("\nmatmul,fwd,14,"), std::string::npos);
 }
 
+TEST(TrainProfile, TimesEachEvaluationWithItsWindows) {
+  omp_set_num_threads(1);
+  const ModelConfig c = testing::small_config(16, 16, 2);
+  const ops::Policy p = ops::load_policy("ane-fp16");
+  TrainOptions o;
+  o.config = c;
+  o.steps = 2;
+  o.eval_every = 1;
+  o.policy = p.canonical();
+  o.progress_every = 0;
+  o.loss_scale = resolve_loss_scale("auto", p);
+  Transformer own(c, o.residual, p, o.seed), fp32(c, o.residual, ops::Policy::preset("fp32"), o.seed);
+  const TrainData& data = testing::excerpt_data(c);
+  Trainer t(o, own, fp32, data, nullptr);
+  ops::Profile prof;
+  t.set_profile(&prof);
+  t.run();
+  std::int64_t val_windows = 0, test_windows = 0;
+  for (const Batch& b : data.val.batches) val_windows += b.batch;
+  for (const Batch& b : data.test.batches) test_windows += b.batch;
+  ASSERT_GT(val_windows, 0);
+  // Validation after step 1 (eval_every) and at the end, in fp32 and own precision; test at the end only.
+  EXPECT_EQ(prof.outside_units("evaluation: val fp32"), 2 * val_windows);
+  EXPECT_EQ(prof.outside_units("evaluation: val own"), 2 * val_windows);
+  EXPECT_EQ(prof.outside_units("evaluation: test fp32"), test_windows);
+  EXPECT_GT(prof.outside_seconds("evaluation: val own"), 0);
+  EXPECT_EQ(prof.outside_units("no such pass"), 0);
+  std::ostringstream table, csv;
+  prof.print(table);
+  prof.write_csv(csv);
+  EXPECT_NE(table.str().find("outside the steps"), std::string::npos);
+  EXPECT_NE(table.str().find("evaluation: test fp32"), std::string::npos);
+  EXPECT_NE(csv.str().find("\nevaluation: val fp32,outside," + std::to_string(2 * val_windows) + ","),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace roundoff::studies::train
