@@ -13,35 +13,55 @@
 
 namespace roundoff::ops {
 
-/// y = x·σ(x), y and x (rows, cols).
+/// y = x·σ(x), y and x (rows, cols). Row by row on the span forms (ops/span_arith.hpp, Ctx::sigmoid_array): per
+/// element in(x) [X, e, 0], s = σ(x) [Y, e, 0], x·s [Y, e, 1], store [Y, e, 2], the roundings and keys of the
+/// per-element definition.
 template <class A>
 void silu_forward(std::span<typename A::Value> y, std::span<const typename A::Value> x, RowShape s, const Ctx<A>& ctx,
                   Select sel = {}) {
+  using V = typename A::Value;
   for_units(s.rows, sel, [&](std::int64_t r) {
-    for (std::int64_t i = 0; i < s.cols; ++i) {
-      const auto e = static_cast<std::size_t>(r * s.cols + i);
-      const auto xi = ctx.in(x[e], key(Tensor::X, e, 0));
-      y[e] = ctx.store(ctx.mul(xi, ctx.sigmoid(xi, key(Tensor::Y, e, 0)), key(Tensor::Y, e, 1)), key(Tensor::Y, e, 2));
-    }
+    const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
+    const auto k = [e0](Tensor tensor, unsigned slot) { return [e0, tensor, slot](std::size_t i) { return key(tensor, e0 + i, slot); }; };
+    thread_local std::vector<V> xs, sg, p;
+    xs.resize(n);
+    sg.resize(n);
+    p.resize(n);
+    ctx.store_array(x.subspan(e0, n), xs, k(Tensor::X, 0));
+    ctx.sigmoid_array(cspan(xs), sg, k(Tensor::Y, 0));
+    arith_array(ctx, ArithOp::Mul, cspan(xs), cspan(sg), std::span<V>(p), k(Tensor::Y, 1));
+    ctx.store_array(cspan(p), y.subspan(e0, n), k(Tensor::Y, 2));
   });
 }
 
-/// dx += dy·σ(x)·(1 + x·(1 − σ(x))). Pass BackwardData.
+/// dx += dy·σ(x)·(1 + x·(1 − σ(x))). Pass BackwardData. Row by row on the span forms, per element: in(x)
+/// [X, e, 0], s = σ(x) [Dx, e, 0], 1 − s [Dx, e, 1], x·(1 − s) [Dx, e, 2], t = 1 + x·(1 − s) [Dx, e, 3],
+/// in(dy) [Dy, e, 0], dy·s [Dx, e, 4], (dy·s)·t [Dx, e, 5], in(dx) [Dx, e, 6], the sum [Dx, e, 7], store [Dx, e, 8].
 template <class A>
 void silu_backward_data(std::span<typename A::Value> dx, std::span<const typename A::Value> dy,
                         std::span<const typename A::Value> x, RowShape s, const Ctx<A>& ctx, Select sel = {}) {
-  const auto one = ctx.c(1.0);
+  using V = typename A::Value;
   for_units(s.rows, sel, [&](std::int64_t r) {
-    for (std::int64_t i = 0; i < s.cols; ++i) {
-      const auto e = static_cast<std::size_t>(r * s.cols + i);
-      const auto xi = ctx.in(x[e], key(Tensor::X, e, 0));
-      const auto sg = ctx.sigmoid(xi, key(Tensor::Dx, e, 0));
-      const auto t = ctx.add(one, ctx.mul(xi, ctx.sub(one, sg, key(Tensor::Dx, e, 1)), key(Tensor::Dx, e, 2)),
-                             key(Tensor::Dx, e, 3));
-      const auto d = ctx.mul(ctx.mul(ctx.in(dy[e], key(Tensor::Dy, e, 0)), sg, key(Tensor::Dx, e, 4)), t,
-                             key(Tensor::Dx, e, 5));
-      dx[e] = ctx.store(ctx.add(ctx.in(dx[e], key(Tensor::Dx, e, 6)), d, key(Tensor::Dx, e, 7)), key(Tensor::Dx, e, 8));
-    }
+    const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
+    const auto k = [e0](Tensor tensor, unsigned slot) { return [e0, tensor, slot](std::size_t i) { return key(tensor, e0 + i, slot); }; };
+    thread_local std::vector<V> xs, sg, one, a, b, t;
+    xs.resize(n);
+    sg.resize(n);
+    a.resize(n);
+    b.resize(n);
+    t.resize(n);
+    one.assign(n, ctx.c(1.0));
+    ctx.store_array(x.subspan(e0, n), xs, k(Tensor::X, 0));
+    ctx.sigmoid_array(cspan(xs), sg, k(Tensor::Dx, 0));
+    arith_array(ctx, ArithOp::Sub, cspan(one), cspan(sg), std::span<V>(a), k(Tensor::Dx, 1));
+    arith_array(ctx, ArithOp::Mul, cspan(xs), cspan(a), std::span<V>(b), k(Tensor::Dx, 2));
+    arith_array(ctx, ArithOp::Add, cspan(one), cspan(b), std::span<V>(t), k(Tensor::Dx, 3));
+    ctx.store_array(dy.subspan(e0, n), a, k(Tensor::Dy, 0));
+    arith_array(ctx, ArithOp::Mul, cspan(a), cspan(sg), std::span<V>(b), k(Tensor::Dx, 4));
+    arith_array(ctx, ArithOp::Mul, cspan(b), cspan(t), std::span<V>(a), k(Tensor::Dx, 5));
+    ctx.store_array(std::span<const V>(dx.subspan(e0, n)), b, k(Tensor::Dx, 6));
+    arith_array(ctx, ArithOp::Add, cspan(b), cspan(a), std::span<V>(t), k(Tensor::Dx, 7));
+    ctx.store_array(cspan(t), dx.subspan(e0, n), k(Tensor::Dx, 8));
   });
 }
 

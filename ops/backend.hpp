@@ -40,6 +40,7 @@
 
 #include "numerics/accumulate.hpp"
 #include "numerics/arith.hpp"
+#include "numerics/elementary_span.hpp"
 #include "numerics/round.hpp"
 #include "ops/policy.hpp"
 
@@ -228,6 +229,19 @@ class Ctx<Emulated> {
     }
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = store(to_compute(x[i], kc(i)), ks(i));
   }
+  /// Span forms of exp / sigmoid: dst[i] = exp(src[i], kf(i)) (sigmoid(src[i], kf(i))) for every i, bit for
+  /// bit, in every mode. Exact functions: numerics::elementary_span (vectorised, numerics/elementary_span.hpp),
+  /// with the per-element draws under stochastic rounding. ANE tables: the table's values rounded to compute by
+  /// numerics::round_array (per element under stochastic rounding). With fast_paths() off, the per-element
+  /// calls. dst may alias src.
+  template <class KeyFn>
+  void exp_array(std::span<const double> src, std::span<double> dst, KeyFn&& kf) const {
+    elementary_array(numerics::Elementary::Exp, exp_lut_, src, dst, kf);
+  }
+  template <class KeyFn>
+  void sigmoid_array(std::span<const double> src, std::span<double> dst, KeyFn&& kf) const {
+    elementary_array(numerics::Elementary::Sigmoid, sigmoid_lut_, src, dst, kf);
+  }
   /// True when compute is IEEE binary32 with round-to-nearest-even: every + − × ÷ √ on binary32 operands
   /// with a finite result is the hardware binary32 operation (the native path below), which vectorised
   /// op paths may use under the same conditions.
@@ -261,6 +275,27 @@ class Ctx<Emulated> {
     return false;
   }
   bool span_fast() const { return fast_paths() && mode_ != numerics::Rounding::Stochastic; }
+  template <class KeyFn>
+  void elementary_array(numerics::Elementary f, const numerics::Lut* lut, std::span<const double> src,
+                        std::span<double> dst, KeyFn&& kf) const {
+    const auto one = [&](std::size_t i) {
+      return f == numerics::Elementary::Exp ? exp(src[i], kf(i)) : sigmoid(src[i], kf(i));
+    };
+    if (!fast_paths() || (lut && mode_ == numerics::Rounding::Stochastic)) {
+      for (std::size_t i = 0; i < src.size(); ++i) dst[i] = one(i);
+      return;
+    }
+    if (lut) {
+      for (std::size_t i = 0; i < src.size(); ++i) dst[i] = (*lut)(src[i]);
+      numerics::round_array(compute_, mode_, dst, dst);
+      return;
+    }
+    thread_local std::vector<std::uint64_t> draws;
+    draws.clear();
+    if (mode_ == numerics::Rounding::Stochastic)
+      for (std::size_t i = 0; i < src.size(); ++i) draws.push_back(draw(kf(i)));
+    numerics::elementary_span(compute_, mode_, f, src, dst, draws);
+  }
   /// dst = nan_rule(round(p, src)) in a deterministic mode, through numerics::round_array.
   void round_stored(const numerics::RoundingPlan& p, std::span<const double> src, std::span<double> dst) const;
   /// x = to_compute(x) in a deterministic mode: round_array to compute, then the saturation.
@@ -365,6 +400,14 @@ class Ctx<Reference> {
   }
   template <class KC, class KS>
   void result_array(std::span<Ref>, KC&&, KS&&) const {}
+  template <class KeyFn>
+  void exp_array(std::span<const Ref> src, std::span<Ref> dst, KeyFn&&) const {
+    for (std::size_t i = 0; i < src.size(); ++i) dst[i] = exp(src[i], Key{});
+  }
+  template <class KeyFn>
+  void sigmoid_array(std::span<const Ref> src, std::span<Ref> dst, KeyFn&&) const {
+    for (std::size_t i = 0; i < src.size(); ++i) dst[i] = sigmoid(src[i], Key{});
+  }
   bool binary32_native() const { return false; }
 
  private:

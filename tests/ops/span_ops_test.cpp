@@ -199,6 +199,72 @@ TEST(SpanOps, ArithArrayEqualsThePerElementCalls) {
   EXPECT_GT(fast_cases, 0);  // the binary64-then-round path was exercised
 }
 
+TEST(SpanOps, ElementaryArraysEqualThePerElementCalls) {
+  // Ctx::exp_array / sigmoid_array (numerics::elementary_span, or the ANE tables) against Ctx::exp / sigmoid.
+  auto specs = policies();
+  specs.push_back("ane-guide,silu.approx=ane-lut,softmax.approx=ane-lut");
+  specs.push_back("ane-guide,silu.approx=ane-lut,softmax.approx=ane-lut,all.rounding=stochastic");
+  for (const std::string& spec : specs) {
+    const Policy pol = load_policy(spec);
+    for (OpKind op : {OpKind::Silu, OpKind::Softmax})
+      for (Regime regime : kRegimes) {
+        const Ctx<Emulated> c(pol.at(op, Pass::Forward), {3, 11});
+        std::vector<double> x = inputs(1037, regime, c.precision().compute, 60 + static_cast<int>(regime));
+        const auto kf = [](std::size_t i) { return key(Tensor::Y, i, 4); };
+        std::vector<double> e(x.size()), sg(x.size()), e1(x.size()), sg1(x.size());
+        c.exp_array(x, e, kf);
+        c.sigmoid_array(x, sg, kf);
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          e1[i] = c.exp(x[i], kf(i));
+          sg1[i] = c.sigmoid(x[i], kf(i));
+        }
+        const std::string what = spec + " " + std::string(name_of(op)) + " regime " +
+                                 std::to_string(static_cast<int>(regime));
+        expect_same(e, e1, "exp_array " + what, true);
+        expect_same(sg, sg1, "sigmoid_array " + what, true);
+        c.sigmoid_array(x, x, kf);  // in place
+        expect_same(x, sg1, "sigmoid_array in place " + what, true);
+      }
+  }
+}
+
+TEST(SpanOps, SiluEqualsTheOracle) {
+  const RowShape s{5, 37};
+  const auto n = static_cast<std::size_t>(s.rows * s.cols);
+  auto specs = policies();
+  specs.push_back("ane-guide,silu.approx=ane-lut");
+  specs.push_back("ane-guide,silu.approx=ane-lut,all.rounding=stochastic");
+  for (const std::string& spec : specs) {
+    const Policy pol = load_policy(spec);
+    for (Regime regime : kRegimes) {
+      const std::string what = spec + " regime " + std::to_string(static_cast<int>(regime));
+      const auto seed = 500 + static_cast<std::uint64_t>(regime);
+      {
+        const Ctx<Emulated> c(pol.at(OpKind::Silu, Pass::Forward), {6, 1});
+        const auto x = inputs(n, regime, c.precision().storage, seed);
+        const auto [fast, oracle] = both([&] {
+          std::vector<double> y(n, 7.0);
+          silu_forward<Emulated>(y, x, s, c);
+          return std::vector<std::vector<double>>{y};
+        });
+        expect_same(fast[0], oracle[0], "silu fwd " + what, true);
+      }
+      {
+        const Ctx<Emulated> c(pol.at(OpKind::Silu, Pass::BackwardData), {6, 2});
+        const auto& f = c.precision().storage;
+        const auto x = inputs(n, regime, f, seed + 1), dy = inputs(n, regime, f, seed + 2),
+                   g0 = inputs(n, Regime::Normal, f, seed + 3);
+        const auto [fast, oracle] = both([&] {
+          std::vector<double> dx = g0;
+          silu_backward_data<Emulated>(dx, dy, x, s, c);
+          return std::vector<std::vector<double>>{dx};
+        });
+        expect_same(fast[0], oracle[0], "silu bwd " + what, true);
+      }
+    }
+  }
+}
+
 TEST(SpanOps, SwigluAndResidualEqualTheOracle) {
   const RowShape s{5, 37};
   const auto n = static_cast<std::size_t>(s.rows * s.cols);
