@@ -81,4 +81,16 @@ inline double seconds_since(Profile::Clock::time_point t0) {
   return std::chrono::duration<double>(Profile::Clock::now() - t0).count();
 }
 
+/// Runs f(), timed as the phase `name` of `profile` (just runs it when `profile` is null).
+template <class F>
+void timed_phase(Profile* profile, const char* name, F&& f) {
+  if (profile == nullptr) {
+    f();
+    return;
+  }
+  const auto t0 = Profile::Clock::now();
+  f();
+  profile->add_phase(name, seconds_since(t0));
+}
+
 }  // namespace roundoff::ops

@@ -40,6 +40,10 @@ Span zeros(std::vector<double>& v, std::size_t n) {
   return v;
 }
 
+/// Profile phases of the output scans (Transformer::set_profile).
+constexpr const char* kOutputChecks = "model: output checks";
+constexpr const char* kRangeTelemetry = "model: range telemetry";
+
 std::string site_name(OpKind op, Pass pass, int layer, std::string_view tensor) {
   std::string s = std::string(ops::name_of(op)) + "." + std::string(ops::name_of(pass)) + "(" + std::string(tensor) + ")";
   if (layer >= 0) s += "[layer " + std::to_string(layer) + "]";
@@ -79,33 +83,39 @@ void Transformer::inject(std::int64_t step, OpKind op, int layer, std::string te
 void Transformer::check(StepTelemetry* tel, OpKind op, Pass pass, int layer, std::string_view tensor, CSpan y) {
   if (tel == nullptr) return;
   if (tel->first_nonfinite_op.empty())
-    for (const double v : y)
-      if (!std::isfinite(v)) {
-        tel->first_nonfinite_op = site_name(op, pass, layer, tensor);
-        break;
-      }
+    ops::timed_phase(profile_, kOutputChecks, [&] {
+      for (const double v : y)
+        if (!std::isfinite(v)) {
+          tel->first_nonfinite_op = site_name(op, pass, layer, tensor);
+          break;
+        }
+    });
   if (!tel->detailed || tel->log == nullptr) return;
-  const numerics::Format& storage = runner_.policy().at(op, pass).storage;
-  const ops::RangeEvents ev = ops::range_events(y, storage);
-  const auto on = ops::name_of(op), pn = ops::name_of(pass);
-  tel->log->telemetry(tel->step, layer, on, pn, tensor, "inf", static_cast<double>(ev.inf));
-  tel->log->telemetry(tel->step, layer, on, pn, tensor, "nan", static_cast<double>(ev.nan));
-  tel->log->telemetry(tel->step, layer, on, pn, tensor, "subnormal", static_cast<double>(ev.subnormal));
-  tel->log->telemetry(tel->step, layer, on, pn, tensor, "zero_fraction",
-                      static_cast<double>(ev.zero) / static_cast<double>(std::max<std::int64_t>(ev.elements, 1)));
-  tel->log->telemetry(tel->step, layer, on, pn, tensor, "max_abs", ev.max_abs);
+  ops::timed_phase(profile_, kRangeTelemetry, [&] {
+    const numerics::Format& storage = runner_.policy().at(op, pass).storage;
+    const ops::RangeEvents ev = ops::range_events(y, storage);
+    const auto on = ops::name_of(op), pn = ops::name_of(pass);
+    tel->log->telemetry(tel->step, layer, on, pn, tensor, "inf", static_cast<double>(ev.inf));
+    tel->log->telemetry(tel->step, layer, on, pn, tensor, "nan", static_cast<double>(ev.nan));
+    tel->log->telemetry(tel->step, layer, on, pn, tensor, "subnormal", static_cast<double>(ev.subnormal));
+    tel->log->telemetry(tel->step, layer, on, pn, tensor, "zero_fraction",
+                        static_cast<double>(ev.zero) / static_cast<double>(std::max<std::int64_t>(ev.elements, 1)));
+    tel->log->telemetry(tel->step, layer, on, pn, tensor, "max_abs", ev.max_abs);
+  });
 }
 
 void Transformer::check_norm(StepTelemetry* tel, int layer, std::string_view tensor, CSpan x, CSpan rstd,
                              std::int64_t cols) {
   if (tel == nullptr) return;
   std::int64_t collapsed = 0;
-  const auto C = static_cast<std::size_t>(cols);
-  for (std::size_t r = 0; r < rstd.size(); ++r) {
-    if (rstd[r] != 0.0) continue;
-    const CSpan row = x.subspan(r * C, C);
-    if (std::any_of(row.begin(), row.end(), [](double v) { return v != 0.0; })) ++collapsed;
-  }
+  ops::timed_phase(profile_, kOutputChecks, [&] {
+    const auto C = static_cast<std::size_t>(cols);
+    for (std::size_t r = 0; r < rstd.size(); ++r) {
+      if (rstd[r] != 0.0) continue;
+      const CSpan row = x.subspan(r * C, C);
+      if (std::any_of(row.begin(), row.end(), [](double v) { return v != 0.0; })) ++collapsed;
+    }
+  });
   if (collapsed > 0 && tel->first_collapsed_norm.empty())
     tel->first_collapsed_norm = site_name(OpKind::RmsNorm, Pass::Forward, layer, tensor);
   if (tel->detailed && tel->log != nullptr)
@@ -184,7 +194,10 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
     runner_.attn_scores_forward({OpKind::AttnScores, l, "scores"}, L.preatt, L.qr, kt, ash);
     maybe_inject(OpKind::AttnScores, l, "scores", L.preatt);
     check(tel, OpKind::AttnScores, Pass::Forward, l, "scores", L.preatt);
-    if (detailed) tel->log->telemetry(tel->step, l, "attn-scores", "fwd", "scores", "max_logit", max_abs(L.preatt));
+    if (detailed)
+      ops::timed_phase(profile_, kRangeTelemetry, [&] {
+        tel->log->telemetry(tel->step, l, "attn-scores", "fwd", "scores", "max_logit", max_abs(L.preatt));
+      });
     L.att.assign(L.preatt.size(), 0.0);
     L.y.assign(NC, 0.0);
     switch (runner_.policy().attention_order()) {
@@ -207,8 +220,10 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
     runner_.residual_forward({OpKind::ResidualAttn, l, "x"}, L.pre1, x, L.o, rule_.branch, rows);
     check(tel, OpKind::ResidualAttn, Pass::Forward, l, "x", L.pre1);
     if (detailed)
-      tel->log->telemetry(tel->step, l, "residual-attn", "fwd", "x", "swamping_ratio",
-                          rms(x) / (std::fabs(rule_.branch) * rms(L.o)));
+      ops::timed_phase(profile_, kRangeTelemetry, [&] {
+        tel->log->telemetry(tel->step, l, "residual-attn", "fwd", "x", "swamping_ratio",
+                            rms(x) / (std::fabs(rule_.branch) * rms(L.o)));
+      });
     if (rule_.post_norm) {
       L.x_mid.assign(NC, 0.0);
       L.rp1.assign(static_cast<std::size_t>(N), 0.0);
@@ -248,8 +263,10 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
     runner_.residual_forward({OpKind::ResidualFfn, l, "x"}, L.pre2, L.x_mid, L.f, rule_.branch, rows);
     check(tel, OpKind::ResidualFfn, Pass::Forward, l, "x", L.pre2);
     if (detailed)
-      tel->log->telemetry(tel->step, l, "residual-ffn", "fwd", "x", "swamping_ratio",
-                          rms(L.x_mid) / (std::fabs(rule_.branch) * rms(L.f)));
+      ops::timed_phase(profile_, kRangeTelemetry, [&] {
+        tel->log->telemetry(tel->step, l, "residual-ffn", "fwd", "x", "swamping_ratio",
+                            rms(L.x_mid) / (std::fabs(rule_.branch) * rms(L.f)));
+      });
     if (rule_.post_norm) {
       x.assign(NC, 0.0);
       L.rp2.assign(static_cast<std::size_t>(N), 0.0);
@@ -259,10 +276,11 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
     } else {
       x = L.pre2;
     }
-    if (detailed) {
-      tel->log->telemetry(tel->step, l, "stream", "fwd", "x", "max_abs", max_abs(x));
-      tel->log->telemetry(tel->step, l, "stream", "fwd", "x", "rms", rms(x));
-    }
+    if (detailed)
+      ops::timed_phase(profile_, kRangeTelemetry, [&] {
+        tel->log->telemetry(tel->step, l, "stream", "fwd", "x", "max_abs", max_abs(x));
+        tel->log->telemetry(tel->step, l, "stream", "fwd", "x", "rms", rms(x));
+      });
   }
   // --- head ---
   x_final_ = x;
@@ -274,7 +292,10 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
   logits_.assign(static_cast<std::size_t>(N * V), 0.0);
   runner_.matmul_forward({OpKind::Classifier, -1, "logits"}, logits_, xf_, wcls, {N, C, V});
   check(tel, OpKind::Classifier, Pass::Forward, -1, "logits", logits_);
-  if (detailed) tel->log->telemetry(tel->step, -1, "classifier", "fwd", "logits", "max_abs", max_abs(logits_));
+  if (detailed)
+    ops::timed_phase(profile_, kRangeTelemetry, [&] {
+      tel->log->telemetry(tel->step, -1, "classifier", "fwd", "logits", "max_abs", max_abs(logits_));
+    });
   losses_.assign(static_cast<std::size_t>(N), 0.0);
   probs_.assign(logits_.size(), 0.0);
   mean_loss_ = runner_.cross_entropy_forward({OpKind::CrossEntropy, -1, "loss"}, losses_, probs_, logits_, bt.targets,

@@ -53,7 +53,13 @@ class Transformer final : public Model {
   void update_tensor(ParamTensor tensor, std::span<double> master, std::span<double> m, std::span<double> v,
                      std::span<const double> grads, const Recipe& recipe, double lr, std::int64_t t,
                      double coef) override;
-  void set_profile(ops::Profile* profile) override { runner_.enable_profile(profile); }
+  /// Op calls per (op, pass) (ops::Runner), plus the output scans as phases: "model: output checks" (the
+  /// non-finite and collapsed-row scans of every step) and "model: range telemetry" (the detailed steps'
+  /// range events and stream statistics).
+  void set_profile(ops::Profile* profile) override {
+    runner_.enable_profile(profile);
+    profile_ = profile;
+  }
   void set_weights_version(std::uint64_t version) override { weights_version_ = version; }
 
   /// One forward+backward on `b` (loss scale `loss_scale`) with the MPFR shadow on (ops::Runner::enable_shadow):
@@ -139,6 +145,7 @@ class Transformer final : public Model {
   std::string inject_tensor_;
   double inject_factor_ = 1;
   std::int64_t current_step_ = 0;
+  ops::Profile* profile_ = nullptr;
 };
 
 }  // namespace roundoff::studies::train

@@ -242,13 +242,7 @@ void Trainer::step() {
   tel.log = &log_;
   tel.detailed = opts_.telemetry_every > 0 && s % opts_.telemetry_every == 0;
   const auto t_step = ops::Profile::Clock::now();
-  // Times `f` as the profile phase `name` (just runs it when not profiling).
-  auto phase = [this](const char* name, auto&& f) {
-    if (profile_ == nullptr) return f();
-    const auto t0 = ops::Profile::Clock::now();
-    f();
-    profile_->add_phase(name, ops::seconds_since(t0));
-  };
+  auto phase = [this](const char* name, auto&& f) { ops::timed_phase(profile_, name, f); };
   if (shadow_ && opts_.shadow_every > 0 && s % opts_.shadow_every == 0)
     phase("trainer: shadow attribution", [&] { shadow_(s, master_, scale, log_); });
 
