@@ -8,7 +8,8 @@
 /// Rounding contract: inputs rounded to storage on entry; every dot product is one reduction under the
 /// Accumulation in index order, rounded to compute; every elementwise step one rounding to compute; results
 /// stored. Backward functions add into gradients (g ← store(g + Δ), the add in compute).
-/// Units (Select): a head (b, h) for scores and values; a query row (b, h, t) for softmax.
+/// Units (Select): a head (b, h) for scores and values; a query row (b, h, t) for softmax (all rows of a head
+/// together when no Select is given).
 ///
 /// Speed: when ctx.gemm_is_dot() (the accumulation does not round stochastically) the dot products of a head
 /// run as GEMMs on ctx.gemm (numerics' SIMD kernels where they apply): QKᵀ and dout·Vᵀ as one T×T×hs GEMM
@@ -139,52 +140,111 @@ void attn_scores_backward_data(std::span<typename A::Value> dq, std::span<typena
 
 /// att[b,h,t,:t+1] = softmax(preatt[b,h,t,:t+1]) with max subtraction: m = max_j x_j (exact),
 /// e_j = exp(x_j − m) (subtraction and exp each one rounding), Z = Σ e_j (Accumulation), att_j = e_j / Z.
+/// Without a Select, a head's T denominators are one ctx.dot_rows (rows in SIMD lanes, each its own sum).
 template <class A>
 void softmax_forward(std::span<typename A::Value> att, std::span<const typename A::Value> preatt, AttnShape s,
                      const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
-  for_units(s.heads() * s.T, sel, [&](std::int64_t row) {
-    thread_local std::vector<V> ex;
+  const auto T = static_cast<std::size_t>(s.T);
+  // exponentials of row `row` into ex (t + 1 values)
+  const auto exps = [&](std::int64_t row, V* ex) {
     const std::int64_t t = row % s.T;
     const auto o = static_cast<std::size_t>(row * s.T);
     const auto n = static_cast<std::size_t>(t + 1);
-    ex.resize(n);
     for (std::size_t j = 0; j < n; ++j) ex[j] = ctx.in(preatt[o + j], key(Tensor::Preatt, o + j, 0));
     V m = ex[0];
     for (std::size_t j = 1; j < n; ++j)
       if (ex[j] > m) m = ex[j];
     for (std::size_t j = 0; j < n; ++j)
       ex[j] = ctx.exp(ctx.sub(ex[j], m, key(Tensor::Att, o + j, 0)), key(Tensor::Att, o + j, 1));
-    const V z = ctx.sum(ex.data(), 1, n, key(Tensor::Row, row, 0));
-    for (std::size_t j = 0; j < static_cast<std::size_t>(s.T); ++j)
+  };
+  const auto normalise = [&](std::int64_t row, const V* ex, const V& z) {
+    const auto o = static_cast<std::size_t>(row * s.T);
+    const auto n = static_cast<std::size_t>(row % s.T + 1);
+    for (std::size_t j = 0; j < T; ++j)
       att[o + j] =
           j < n ? ctx.store(ctx.div(ex[j], z, key(Tensor::Att, o + j, 2)), key(Tensor::Att, o + j, 3)) : V(0);
+  };
+  if (sel.empty()) {
+    for_units(s.heads(), sel, [&](std::int64_t u) {
+      thread_local std::vector<V> ex, z;
+      thread_local std::vector<std::size_t> len;
+      ex.resize(T * T);
+      z.resize(T);
+      len.resize(T);
+      for (std::size_t t = 0; t < T; ++t) {
+        exps(u * s.T + static_cast<std::int64_t>(t), ex.data() + t * T);
+        len[t] = t + 1;
+      }
+      const std::int64_t row0 = u * s.T;
+      ctx.dot_rows(typename RowsOf<A>::type{len, ex.data(), s.T, 1}, std::span<V>(z),
+                   [&](std::size_t t) { return key(Tensor::Row, row0 + static_cast<std::int64_t>(t), 0); });
+      for (std::size_t t = 0; t < T; ++t) normalise(row0 + static_cast<std::int64_t>(t), ex.data() + t * T, z[t]);
+    });
+    return;
+  }
+  for_units(s.heads() * s.T, sel, [&](std::int64_t row) {
+    thread_local std::vector<V> ex;
+    const auto n = static_cast<std::size_t>(row % s.T + 1);
+    ex.resize(n);
+    exps(row, ex.data());
+    normalise(row, ex.data(), ctx.sum(ex.data(), 1, n, key(Tensor::Row, row, 0)));
   });
 }
 
 /// dpreatt += att ⊙ (datt − Σ_j att_j·datt_j) on the causal part. Pass BackwardData.
+/// Without a Select, a head's T row dots are one ctx.dot_rows.
 template <class A>
 void softmax_backward_data(std::span<typename A::Value> dpreatt, std::span<const typename A::Value> datt,
                            std::span<const typename A::Value> att, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
-  for_units(s.heads() * s.T, sel, [&](std::int64_t row) {
-    thread_local std::vector<V> a, g;
-    const std::int64_t t = row % s.T;
+  const auto T = static_cast<std::size_t>(s.T);
+  // row `row`'s inputs cast into a, g (t + 1 values each)
+  const auto cast = [&](std::int64_t row, V* a, V* g) {
     const auto o = static_cast<std::size_t>(row * s.T);
-    const auto n = static_cast<std::size_t>(t + 1);
-    a.resize(n);
-    g.resize(n);
+    const auto n = static_cast<std::size_t>(row % s.T + 1);
     for (std::size_t j = 0; j < n; ++j) {
       a[j] = ctx.in(att[o + j], key(Tensor::Att, o + j, 0));
       g[j] = ctx.in(datt[o + j], key(Tensor::Datt, o + j, 0));
     }
-    const V d = ctx.dot(a.data(), 1, g.data(), 1, n, key(Tensor::Row, row, 0));
+  };
+  const auto update = [&](std::int64_t row, const V* a, const V* g, const V& d) {
+    const auto o = static_cast<std::size_t>(row * s.T);
+    const auto n = static_cast<std::size_t>(row % s.T + 1);
     for (std::size_t j = 0; j < n; ++j) {
       const std::size_t e = o + j;
       const V v = ctx.mul(a[j], ctx.sub(g[j], d, key(Tensor::Dpreatt, e, 0)), key(Tensor::Dpreatt, e, 1));
       dpreatt[e] = ctx.store(ctx.add(ctx.in(dpreatt[e], key(Tensor::Dpreatt, e, 2)), v, key(Tensor::Dpreatt, e, 3)),
                              key(Tensor::Dpreatt, e, 4));
     }
+  };
+  if (sel.empty()) {
+    for_units(s.heads(), sel, [&](std::int64_t u) {
+      thread_local std::vector<V> a, g, d;
+      thread_local std::vector<std::size_t> len;
+      a.resize(T * T);
+      g.resize(T * T);
+      d.resize(T);
+      len.resize(T);
+      const std::int64_t row0 = u * s.T;
+      for (std::size_t t = 0; t < T; ++t) {
+        cast(row0 + static_cast<std::int64_t>(t), a.data() + t * T, g.data() + t * T);
+        len[t] = t + 1;
+      }
+      ctx.dot_rows(typename RowsOf<A>::type{len, a.data(), s.T, 1, g.data(), s.T, 1}, std::span<V>(d),
+                   [&](std::size_t t) { return key(Tensor::Row, row0 + static_cast<std::int64_t>(t), 0); });
+      for (std::size_t t = 0; t < T; ++t)
+        update(row0 + static_cast<std::int64_t>(t), a.data() + t * T, g.data() + t * T, d[t]);
+    });
+    return;
+  }
+  for_units(s.heads() * s.T, sel, [&](std::int64_t row) {
+    thread_local std::vector<V> a, g;
+    const auto n = static_cast<std::size_t>(row % s.T + 1);
+    a.resize(n);
+    g.resize(n);
+    cast(row, a.data(), g.data());
+    update(row, a.data(), g.data(), ctx.dot(a.data(), 1, g.data(), 1, n, key(Tensor::Row, row, 0)));
   });
 }
 

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 
 namespace roundoff::ops {
@@ -45,6 +46,27 @@ void Ctx<Emulated>::gemm(std::size_t M, std::size_t N, std::size_t K, numerics::
                          double* C, std::size_t ldc, bool accumulate, Key r) const {
   numerics::gemm(prec_.accumulate, M, N, K, A, B, C, ldc, accumulate, reduction_stream(r), nullptr,
                  omp_in_parallel() ? 1 : 0);
+}
+
+bool Ctx<Emulated>::rows_fast(const numerics::RowBatch& rows, std::span<double> out) const {
+  const numerics::Accumulation& a = prec_.accumulate;
+  if (!fast_paths() || a.rounding == numerics::Rounding::Stochastic || !numerics::row_kernel_name(a)) return false;
+  // Blocks of rows split over the threads (outside a parallel region): independent outputs only.
+  constexpr std::size_t kChunk = 64;
+  const std::size_t R = rows.length.size();
+  const auto chunks = static_cast<std::int64_t>((R + kChunk - 1) / kChunk);
+  bool ok = true;
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && chunks > 1) reduction(&& : ok)
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    const std::size_t r0 = static_cast<std::size_t>(c) * kChunk, n = std::min(kChunk, R - r0);
+    const auto off = static_cast<std::ptrdiff_t>(r0);
+    numerics::RowBatch part = rows;
+    part.length = rows.length.subspan(r0, n);
+    part.x = rows.x + off * rows.x_row;
+    if (rows.y) part.y = rows.y + off * rows.y_row;
+    ok = numerics::reduce_rows(a, part, out.subspan(r0, n)) && ok;
+  }
+  return ok;
 }
 
 void Ctx<Emulated>::in_array(std::span<const double> src, std::span<double> dst, Tensor t) const {

@@ -42,6 +42,7 @@
 #include "numerics/arith.hpp"
 #include "numerics/elementary_span.hpp"
 #include "numerics/round.hpp"
+#include "numerics/row_reduce.hpp"
 #include "ops/policy.hpp"
 
 #ifndef ROUNDOFF_REFERENCE_DIGITS10
@@ -200,6 +201,26 @@ class Ctx<Emulated> {
   double dot_result(double s, Key r) const { return to_compute(s, r); }
   /// Tensor t cast on entry as a whole array: dst[i] = in(src[i], key(t, i, 0)).
   void in_array(std::span<const double> src, std::span<double> dst, Tensor t) const;
+  /// Many independent reductions: out[r] = dot(x + r·x_row, x_step, y + r·y_row, y_step, rows.length[r], kf(r))
+  /// (sum(x + r·x_row, x_step, length, kf(r)) when rows.y is null) for every r, bit for bit. When fast_paths() is on
+  /// and the accumulation does not round stochastically (its streams are then never drawn), the reductions run
+  /// in numerics::reduce_rows' SIMD lanes (rows across lanes, each keeping its own order and roundings; blocks
+  /// of rows split over the threads outside a parallel region) and each result takes dot()'s conversion to
+  /// compute with its key; otherwise, or without a lane kernel, the per-reduction calls run.
+  template <class KeyFn>
+  void dot_rows(const numerics::RowBatch& rows, std::span<double> out, KeyFn&& kf) const {
+    const std::size_t R = rows.length.size();
+    if (rows_fast(rows, out)) {
+      for (std::size_t r = 0; r < R; ++r) out[r] = to_compute(out[r], kf(r));
+      return;
+    }
+    for (std::size_t r = 0; r < R; ++r) {
+      const auto ri = static_cast<std::ptrdiff_t>(r);
+      out[r] = rows.y ? dot(rows.x + ri * rows.x_row, rows.x_step, rows.y + ri * rows.y_row, rows.y_step,
+                            rows.length[r], kf(r))
+                      : sum(rows.x + ri * rows.x_row, rows.x_step, rows.length[r], kf(r));
+    }
+  }
 
   // Span forms of store / store_to / to_compute. Each equals the per-element calls with the keys kf(i), bit
   // for bit. Fast (fast_paths() on, mode not stochastic): numerics::round_array (round_to's own fast path on
@@ -296,6 +317,8 @@ class Ctx<Emulated> {
       for (std::size_t i = 0; i < src.size(); ++i) draws.push_back(draw(kf(i)));
     numerics::elementary_span(compute_, mode_, f, src, dst, draws);
   }
+  /// dot_rows' lane path: the accumulator values of every reduction, or false (out untouched).
+  bool rows_fast(const numerics::RowBatch& rows, std::span<double> out) const;
   /// dst = nan_rule(round(p, src)) in a deterministic mode, through numerics::round_array.
   void round_stored(const numerics::RoundingPlan& p, std::span<const double> src, std::span<double> dst) const;
   /// x = to_compute(x) in a deterministic mode: round_array to compute, then the saturation.
@@ -387,6 +410,23 @@ class Ctx<Reference> {
   }
   bool gemm_is_dot() const { return true; }
   Ref dot_result(const Ref& s, Key) const { return s; }
+  /// Ctx<Emulated>::dot_rows' contract on Ref operands (the per-reduction dots and sums).
+  struct RefRows {
+    std::span<const std::size_t> length;
+    const Ref* x;
+    std::ptrdiff_t x_row, x_step;
+    const Ref* y = nullptr;
+    std::ptrdiff_t y_row = 0, y_step = 0;
+  };
+  template <class KeyFn>
+  void dot_rows(const RefRows& rows, std::span<Ref> out, KeyFn&& kf) const {
+    for (std::size_t r = 0; r < rows.length.size(); ++r) {
+      const auto ri = static_cast<std::ptrdiff_t>(r);
+      out[r] = rows.y ? dot(rows.x + ri * rows.x_row, rows.x_step, rows.y + ri * rows.y_row, rows.y_step,
+                            rows.length[r], kf(r))
+                      : sum(rows.x + ri * rows.x_row, rows.x_step, rows.length[r], kf(r));
+    }
+  }
   void in_array(std::span<const Ref> src, std::span<Ref> dst, Tensor) const {
     for (std::size_t i = 0; i < src.size(); ++i) dst[i] = src[i];
   }
@@ -426,6 +466,18 @@ struct MatrixOf<Emulated> {
 template <>
 struct MatrixOf<Reference> {
   using type = Ctx<Reference>::RefMatrix;
+};
+
+/// The row-batch operand of a backend's dot_rows.
+template <class A>
+struct RowsOf;
+template <>
+struct RowsOf<Emulated> {
+  using type = numerics::RowBatch;
+};
+template <>
+struct RowsOf<Reference> {
+  using type = Ctx<Reference>::RefRows;
 };
 
 /// Units an op computes: empty = all (the normal call); otherwise only these outer-loop units (rows, heads,

@@ -9,8 +9,11 @@
 /// formed in binary64 (mean_loss), whatever the policy (STUDY_PROTOCOL §2 item 10).
 /// Backward: dlogits_j += (probs_j − [j = target])·grad_scale, grad_scale = loss_scale / N typically.
 /// Unit (Select) = one token row.
+#include <algorithm>
 #include <cstdint>
 #include <span>
+#include <utility>
+#include <vector>
 
 #include "ops/backend.hpp"
 #include "ops/shape.hpp"
@@ -18,16 +21,17 @@
 namespace roundoff::ops {
 
 /// losses (N), probs (N, V); logits (N, V), targets (N).  s = {N, V}.
+/// Without a Select, rows go in blocks of kRowBlock and each block's denominators are one ctx.dot_rows (rows in
+/// SIMD lanes, each its own sum).
 template <class A>
 void cross_entropy_forward(std::span<typename A::Value> losses, std::span<typename A::Value> probs,
                            std::span<const typename A::Value> logits, std::span<const std::int32_t> targets,
                            RowShape s, const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
-  for_units(s.rows, sel, [&](std::int64_t r) {
-    thread_local std::vector<V> ex;
+  const auto n = static_cast<std::size_t>(s.cols);
+  // exponentials of row r into ex (n values); returns (m, l_target)
+  const auto exps = [&](std::int64_t r, V* ex) {
     const auto o = static_cast<std::size_t>(r * s.cols);
-    const auto n = static_cast<std::size_t>(s.cols);
-    ex.resize(n);
     for (std::size_t j = 0; j < n; ++j) ex[j] = ctx.in(logits[o + j], key(Tensor::X, o + j, 0));
     V m = ex[0];
     for (std::size_t j = 1; j < n; ++j)
@@ -35,11 +39,38 @@ void cross_entropy_forward(std::span<typename A::Value> losses, std::span<typena
     const V target = ex[static_cast<std::size_t>(targets[static_cast<std::size_t>(r)])];
     for (std::size_t j = 0; j < n; ++j)
       ex[j] = ctx.exp(ctx.sub(ex[j], m, key(Tensor::Y, o + j, 0)), key(Tensor::Y, o + j, 1));
-    const V z = ctx.sum(ex.data(), 1, n, key(Tensor::Row, r, 0));
+    return std::pair<V, V>{m, target};
+  };
+  const auto finish = [&](std::int64_t r, const V* ex, const V& z, const std::pair<V, V>& mt) {
+    const auto o = static_cast<std::size_t>(r * s.cols);
     for (std::size_t j = 0; j < n; ++j)
       probs[o + j] = ctx.store(ctx.div(ex[j], z, key(Tensor::Y, o + j, 2)), key(Tensor::Y, o + j, 3));
-    const V lse = ctx.add(m, ctx.log(z, key(Tensor::Row, r, 1)), key(Tensor::Row, r, 2));
-    losses[static_cast<std::size_t>(r)] = ctx.sub(lse, target, key(Tensor::Row, r, 3));
+    const V lse = ctx.add(mt.first, ctx.log(z, key(Tensor::Row, r, 1)), key(Tensor::Row, r, 2));
+    losses[static_cast<std::size_t>(r)] = ctx.sub(lse, mt.second, key(Tensor::Row, r, 3));
+  };
+  if (sel.empty()) {
+    constexpr std::int64_t kRowBlock = 32;
+    for_units((s.rows + kRowBlock - 1) / kRowBlock, sel, [&](std::int64_t blk) {
+      thread_local std::vector<V> ex, z;
+      thread_local std::vector<std::pair<V, V>> mt;
+      const std::int64_t r0 = blk * kRowBlock, nr = std::min(kRowBlock, s.rows - r0);
+      const auto rows = static_cast<std::size_t>(nr);
+      ex.resize(rows * n);
+      z.resize(rows);
+      mt.resize(rows);
+      for (std::size_t i = 0; i < rows; ++i) mt[i] = exps(r0 + static_cast<std::int64_t>(i), ex.data() + i * n);
+      const std::vector<std::size_t> len(rows, n);
+      ctx.dot_rows(typename RowsOf<A>::type{len, ex.data(), s.cols, 1}, std::span<V>(z.data(), rows),
+                   [&](std::size_t i) { return key(Tensor::Row, r0 + static_cast<std::int64_t>(i), 0); });
+      for (std::size_t i = 0; i < rows; ++i) finish(r0 + static_cast<std::int64_t>(i), ex.data() + i * n, z[i], mt[i]);
+    });
+    return;
+  }
+  for_units(s.rows, sel, [&](std::int64_t r) {
+    thread_local std::vector<V> ex;
+    ex.resize(n);
+    const auto mt = exps(r, ex.data());
+    finish(r, ex.data(), ctx.sum(ex.data(), 1, n, key(Tensor::Row, r, 0)), mt);
   });
 }
 

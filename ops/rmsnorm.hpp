@@ -6,6 +6,9 @@
 /// Accumulation (so an fp16 accumulator overflows when Σx² > 65504), rounded to compute; then, each rounded
 /// to compute: ms = Σx² / C, t = ms + eps, r = rsqrt(t) (one rounding), y = (x·r)·w; y and r → storage.
 /// Unit (Select) = one row (forward, backward-data) or one column of dw (backward-weight).
+/// Speed: without a Select, the row reductions (Σx², the backward's Σ g·x) and dw's column reductions run as one
+/// ctx.dot_rows over all units (independent reductions in SIMD lanes, each with its own order, rounding and key;
+/// bit for bit the per-unit dots, tests/ops/row_reduce_ops_test.cpp).
 #include <span>
 
 #include "ops/backend.hpp"
@@ -24,9 +27,17 @@ void rmsnorm_forward(std::span<typename A::Value> y, std::span<typename A::Value
   ctx.in_array(x, xs, Tensor::X);
   ctx.in_array(w, ws, Tensor::W);
   const V n = ctx.c(static_cast<double>(C)), e = ctx.c(eps);
+  const bool batched = sel.empty();
+  std::vector<V> sums(batched ? static_cast<std::size_t>(s.rows) : 0);
+  if (batched) {
+    const std::vector<std::size_t> len(sums.size(), static_cast<std::size_t>(C));
+    ctx.dot_rows(typename RowsOf<A>::type{len, xs.data(), C, 1, xs.data(), C, 1}, std::span<V>(sums),
+                 [](std::size_t r) { return key(Tensor::Row, r, 0); });
+  }
   for_units(s.rows, sel, [&](std::int64_t r) {
     const V* xr = xs.data() + r * C;
-    const V ss = ctx.dot(xr, 1, xr, 1, static_cast<std::size_t>(C), key(Tensor::Row, r, 0));
+    const V ss = batched ? sums[static_cast<std::size_t>(r)]
+                         : ctx.dot(xr, 1, xr, 1, static_cast<std::size_t>(C), key(Tensor::Row, r, 0));
     const V inv = ctx.rsqrt(ctx.add(ctx.div(ss, n, key(Tensor::Row, r, 1)), e, key(Tensor::Row, r, 2)),
                             key(Tensor::Row, r, 3));
     rstd[static_cast<std::size_t>(r)] = ctx.store(inv, key(Tensor::Row, r, 4));
@@ -52,12 +63,25 @@ void rmsnorm_backward_data(std::span<typename A::Value> dx, std::span<const type
   ctx.in_array(w, ws, Tensor::W);
   ctx.in_array(dy, dys, Tensor::Dy);
   const V n = ctx.c(static_cast<double>(C));
+  const auto products = [&](std::int64_t r) {
+    const std::size_t o = static_cast<std::size_t>(r * C);
+    for (std::size_t i = 0; i < static_cast<std::size_t>(C); ++i)
+      g[o + i] = ctx.mul(ws[i], dys[o + i], key(Tensor::Dx, o + i, 0));
+  };
+  const bool batched = sel.empty();
+  std::vector<V> sums(batched ? static_cast<std::size_t>(s.rows) : 0);
+  if (batched) {
+    for_units(s.rows, sel, products);
+    const std::vector<std::size_t> len(sums.size(), static_cast<std::size_t>(C));
+    ctx.dot_rows(typename RowsOf<A>::type{len, g.data(), C, 1, xs.data(), C, 1}, std::span<V>(sums),
+                 [](std::size_t r) { return key(Tensor::Row, r, 1); });
+  }
   for_units(s.rows, sel, [&](std::int64_t r) {
     const std::size_t o = static_cast<std::size_t>(r * C);
     const V inv = ctx.in(rstd[static_cast<std::size_t>(r)], key(Tensor::Row, r, 0));
-    for (std::size_t i = 0; i < static_cast<std::size_t>(C); ++i)
-      g[o + i] = ctx.mul(ws[i], dys[o + i], key(Tensor::Dx, o + i, 0));
-    const V sg = ctx.dot(g.data() + o, 1, xs.data() + o, 1, static_cast<std::size_t>(C), key(Tensor::Row, r, 1));
+    if (!batched) products(r);
+    const V sg = batched ? sums[static_cast<std::size_t>(r)]
+                         : ctx.dot(g.data() + o, 1, xs.data() + o, 1, static_cast<std::size_t>(C), key(Tensor::Row, r, 1));
     const V a = ctx.div(ctx.mul(ctx.mul(ctx.mul(inv, inv, key(Tensor::Row, r, 2)), inv, key(Tensor::Row, r, 3)), sg,
                                 key(Tensor::Row, r, 4)),
                         n, key(Tensor::Row, r, 5));
@@ -87,9 +111,17 @@ void rmsnorm_backward_weight(std::span<typename A::Value> dw, std::span<const ty
       xhat[e] = ctx.mul(ctx.in(x[e], key(Tensor::X, e, 0)), inv, key(Tensor::X, e, 1));
     }
   });
+  const bool batched = sel.empty();
+  std::vector<V> sums(batched ? static_cast<std::size_t>(C) : 0);
+  if (batched) {
+    const std::vector<std::size_t> len(sums.size(), static_cast<std::size_t>(s.rows));
+    ctx.dot_rows(typename RowsOf<A>::type{len, dys.data(), 1, C, xhat.data(), 1, C}, std::span<V>(sums),
+                 [](std::size_t i) { return key(Tensor::Column, i, 0); });
+  }
   for_units(C, sel, [&](std::int64_t i) {
-    const V d = ctx.dot(dys.data() + i, C, xhat.data() + i, C, static_cast<std::size_t>(s.rows),
-                        key(Tensor::Column, i, 0));
+    const V d = batched ? sums[static_cast<std::size_t>(i)]
+                        : ctx.dot(dys.data() + i, C, xhat.data() + i, C, static_cast<std::size_t>(s.rows),
+                                  key(Tensor::Column, i, 0));
     V& g = dw[static_cast<std::size_t>(i)];
     g = ctx.store(ctx.add(ctx.in(g, key(Tensor::Dw, i, 0)), d, key(Tensor::Dw, i, 1)), key(Tensor::Dw, i, 2));
   });

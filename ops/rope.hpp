@@ -12,9 +12,11 @@
 ///     the sum rounded to compute, the result to storage. x may alias y.
 /// Unit (Select): a position p (angles), a token row (b, t) (rotation).
 #include <span>
+#include <vector>
 
 #include "ops/backend.hpp"
 #include "ops/shape.hpp"
+#include "ops/span_arith.hpp"
 
 namespace roundoff::ops {
 
@@ -23,54 +25,118 @@ template <class A>
 void rope_angles(std::span<typename A::Value> cos_t, std::span<typename A::Value> sin_t, std::int64_t T,
                  std::int64_t hs, double base, const Ctx<A>& ctx, Select sel = {});
 
+namespace detail {
+/// One token row's pairs as spans (pair i of the row is element 2i of it): the table entries of each pair and the
+/// pair's two values, and scratch for the products and results.
+template <class V>
+struct RopeRow {
+  std::vector<V> c, s, v0, v1, p0, p1, r0, r1;
+  void resize(std::size_t n) {
+    for (std::vector<V>* v : {&c, &s, &v0, &v1, &p0, &p1, &r0, &r1}) v->resize(n);
+  }
+};
+}  // namespace detail
+
 /// y (B, T, NH·hs) = rotate(x (B, T, NH·hs)) with the table cos, sin (T, hs/2). Token t has position t.
+/// Each step runs over a whole token row at once: the casts as store_array (the same rounding as in(), keyed per
+/// element), the products and sums as arith_array (ops/span_arith.hpp: one binary64 operation then one rounding
+/// to compute, which is the correctly rounded result for p ≤ 25 under nearest-even; every other mode and
+/// format takes the per-element calls), so the bits and keys are those of the per-element definition.
 template <class A>
 void rope_forward(std::span<typename A::Value> y, std::span<const typename A::Value> x,
                   std::span<const typename A::Value> cos_t, std::span<const typename A::Value> sin_t, AttnShape s,
                   const Ctx<A>& ctx, Select sel = {}) {
+  using V = typename A::Value;
   const std::int64_t C = s.C(), H = s.hs / 2;
+  const auto P = static_cast<std::size_t>(C / 2);  // pairs per row
   for_units(s.B * s.T, sel, [&](std::int64_t row) {
+    thread_local detail::RopeRow<V> w;
+    w.resize(P);
     const std::int64_t t = row % s.T;
-    for (std::int64_t h = 0; h < s.NH; ++h)
-      for (std::int64_t i = 0; i < H; ++i) {
-        const auto e = static_cast<std::size_t>(row * C + h * s.hs + 2 * i);
-        const auto ti = static_cast<std::size_t>(t * H + i);
-        // the table is cast per use: (Y, e, 0–1) for the pair at e
-        const auto c = ctx.in(cos_t[ti], key(Tensor::Y, e, 0)), sn = ctx.in(sin_t[ti], key(Tensor::Y, e, 1));
-        const auto x0 = ctx.in(x[e], key(Tensor::X, e, 0)), x1 = ctx.in(x[e + 1], key(Tensor::X, e + 1, 0));
-        const auto y0 = ctx.sub(ctx.mul(x0, c, key(Tensor::Y, e, 2)), ctx.mul(x1, sn, key(Tensor::Y, e, 3)),
-                                key(Tensor::Y, e, 4));
-        const auto y1 = ctx.add(ctx.mul(x0, sn, key(Tensor::Y, e + 1, 0)), ctx.mul(x1, c, key(Tensor::Y, e + 1, 1)),
-                                key(Tensor::Y, e + 1, 2));
-        y[e] = ctx.store(y0, key(Tensor::Y, e, 5));
-        y[e + 1] = ctx.store(y1, key(Tensor::Y, e + 1, 3));
-      }
+    const auto o = static_cast<std::size_t>(row * C);
+    const auto e = [o](std::size_t i) { return o + 2 * i; };  // pair i's first element
+    for (std::size_t i = 0; i < P; ++i) {
+      const auto ti = static_cast<std::size_t>(t * H) + i % static_cast<std::size_t>(H);
+      w.p0[i] = cos_t[ti];
+      w.p1[i] = sin_t[ti];
+      w.r0[i] = x[e(i)];
+      w.r1[i] = x[e(i) + 1];
+    }
+    // the table is cast per use: (Y, e, 0–1) for the pair at e
+    ctx.store_array(cspan(w.p0), w.c, [&](std::size_t i) { return key(Tensor::Y, e(i), 0); });
+    ctx.store_array(cspan(w.p1), w.s, [&](std::size_t i) { return key(Tensor::Y, e(i), 1); });
+    ctx.store_array(cspan(w.r0), w.v0, [&](std::size_t i) { return key(Tensor::X, e(i), 0); });
+    ctx.store_array(cspan(w.r1), w.v1, [&](std::size_t i) { return key(Tensor::X, e(i) + 1, 0); });
+    // y_2i = x_2i·c − x_2i+1·s
+    arith_array(ctx, ArithOp::Mul, cspan(w.v0), cspan(w.c), std::span<V>(w.p0), [&](std::size_t i) { return key(Tensor::Y, e(i), 2); });
+    arith_array(ctx, ArithOp::Mul, cspan(w.v1), cspan(w.s), std::span<V>(w.p1), [&](std::size_t i) { return key(Tensor::Y, e(i), 3); });
+    arith_array(ctx, ArithOp::Sub, cspan(w.p0), cspan(w.p1), std::span<V>(w.r0), [&](std::size_t i) { return key(Tensor::Y, e(i), 4); });
+    // y_2i+1 = x_2i·s + x_2i+1·c
+    arith_array(ctx, ArithOp::Mul, cspan(w.v0), cspan(w.s), std::span<V>(w.p0), [&](std::size_t i) { return key(Tensor::Y, e(i) + 1, 0); });
+    arith_array(ctx, ArithOp::Mul, cspan(w.v1), cspan(w.c), std::span<V>(w.p1), [&](std::size_t i) { return key(Tensor::Y, e(i) + 1, 1); });
+    arith_array(ctx, ArithOp::Add, cspan(w.p0), cspan(w.p1), std::span<V>(w.r1), [&](std::size_t i) { return key(Tensor::Y, e(i) + 1, 2); });
+    ctx.store_array(cspan(w.r0), w.r0, [&](std::size_t i) { return key(Tensor::Y, e(i), 5); });
+    ctx.store_array(cspan(w.r1), w.r1, [&](std::size_t i) { return key(Tensor::Y, e(i) + 1, 3); });
+    for (std::size_t i = 0; i < P; ++i) {
+      y[e(i)] = w.r0[i];
+      y[e(i) + 1] = w.r1[i];
+    }
   });
 }
 
-/// dx += Rᵀ·dy: dx_2i += dy_2i·c + dy_2i+1·s, dx_2i+1 += dy_2i+1·c − dy_2i·s. Pass BackwardData.
+/// dx += Rᵀ·dy: dx_2i += dy_2i·c + dy_2i+1·s, dx_2i+1 += dy_2i+1·c − dy_2i·s. Pass BackwardData. Row spans as in
+/// rope_forward.
 template <class A>
 void rope_backward_data(std::span<typename A::Value> dx, std::span<const typename A::Value> dy,
                         std::span<const typename A::Value> cos_t, std::span<const typename A::Value> sin_t,
                         AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+  using V = typename A::Value;
   const std::int64_t C = s.C(), H = s.hs / 2;
+  const auto P = static_cast<std::size_t>(C / 2);
   for_units(s.B * s.T, sel, [&](std::int64_t row) {
+    thread_local detail::RopeRow<V> w;
+    thread_local std::vector<V> g0, g1;
+    w.resize(P);
+    g0.resize(P);
+    g1.resize(P);
     const std::int64_t t = row % s.T;
-    for (std::int64_t h = 0; h < s.NH; ++h)
-      for (std::int64_t i = 0; i < H; ++i) {
-        const auto e = static_cast<std::size_t>(row * C + h * s.hs + 2 * i);
-        const auto ti = static_cast<std::size_t>(t * H + i);
-        // the table is cast per use: (Dx, e, 0–1) for the pair at e
-        const auto c = ctx.in(cos_t[ti], key(Tensor::Dx, e, 0)), sn = ctx.in(sin_t[ti], key(Tensor::Dx, e, 1));
-        const auto d0 = ctx.in(dy[e], key(Tensor::Dy, e, 0)), d1 = ctx.in(dy[e + 1], key(Tensor::Dy, e + 1, 0));
-        const auto g0 = ctx.add(ctx.mul(d0, c, key(Tensor::Dx, e, 2)), ctx.mul(d1, sn, key(Tensor::Dx, e, 3)),
-                                key(Tensor::Dx, e, 4));
-        const auto g1 = ctx.sub(ctx.mul(d1, c, key(Tensor::Dx, e + 1, 0)), ctx.mul(d0, sn, key(Tensor::Dx, e + 1, 1)),
-                                key(Tensor::Dx, e + 1, 2));
-        dx[e] = ctx.store(ctx.add(ctx.in(dx[e], key(Tensor::Dx, e, 5)), g0, key(Tensor::Dx, e, 6)), key(Tensor::Dx, e, 7));
-        dx[e + 1] = ctx.store(ctx.add(ctx.in(dx[e + 1], key(Tensor::Dx, e + 1, 3)), g1, key(Tensor::Dx, e + 1, 4)),
-                              key(Tensor::Dx, e + 1, 5));
-      }
+    const auto o = static_cast<std::size_t>(row * C);
+    const auto e = [o](std::size_t i) { return o + 2 * i; };
+    for (std::size_t i = 0; i < P; ++i) {
+      const auto ti = static_cast<std::size_t>(t * H) + i % static_cast<std::size_t>(H);
+      w.p0[i] = cos_t[ti];
+      w.p1[i] = sin_t[ti];
+      w.r0[i] = dy[e(i)];
+      w.r1[i] = dy[e(i) + 1];
+    }
+    // the table is cast per use: (Dx, e, 0–1) for the pair at e
+    ctx.store_array(cspan(w.p0), w.c, [&](std::size_t i) { return key(Tensor::Dx, e(i), 0); });
+    ctx.store_array(cspan(w.p1), w.s, [&](std::size_t i) { return key(Tensor::Dx, e(i), 1); });
+    ctx.store_array(cspan(w.r0), w.v0, [&](std::size_t i) { return key(Tensor::Dy, e(i), 0); });
+    ctx.store_array(cspan(w.r1), w.v1, [&](std::size_t i) { return key(Tensor::Dy, e(i) + 1, 0); });
+    // g0 = dy_2i·c + dy_2i+1·s
+    arith_array(ctx, ArithOp::Mul, cspan(w.v0), cspan(w.c), std::span<V>(w.p0), [&](std::size_t i) { return key(Tensor::Dx, e(i), 2); });
+    arith_array(ctx, ArithOp::Mul, cspan(w.v1), cspan(w.s), std::span<V>(w.p1), [&](std::size_t i) { return key(Tensor::Dx, e(i), 3); });
+    arith_array(ctx, ArithOp::Add, cspan(w.p0), cspan(w.p1), std::span<V>(g0), [&](std::size_t i) { return key(Tensor::Dx, e(i), 4); });
+    // g1 = dy_2i+1·c − dy_2i·s
+    arith_array(ctx, ArithOp::Mul, cspan(w.v1), cspan(w.c), std::span<V>(w.p0), [&](std::size_t i) { return key(Tensor::Dx, e(i) + 1, 0); });
+    arith_array(ctx, ArithOp::Mul, cspan(w.v0), cspan(w.s), std::span<V>(w.p1), [&](std::size_t i) { return key(Tensor::Dx, e(i) + 1, 1); });
+    arith_array(ctx, ArithOp::Sub, cspan(w.p0), cspan(w.p1), std::span<V>(g1), [&](std::size_t i) { return key(Tensor::Dx, e(i) + 1, 2); });
+    // dx += g, the accumulated value cast on entry: (Dx, e, 5) / (Dx, e+1, 3), the add (6) / (4), the store (7) / (5)
+    for (std::size_t i = 0; i < P; ++i) {
+      w.p0[i] = dx[e(i)];
+      w.p1[i] = dx[e(i) + 1];
+    }
+    ctx.store_array(cspan(w.p0), w.v0, [&](std::size_t i) { return key(Tensor::Dx, e(i), 5); });
+    ctx.store_array(cspan(w.p1), w.v1, [&](std::size_t i) { return key(Tensor::Dx, e(i) + 1, 3); });
+    arith_array(ctx, ArithOp::Add, cspan(w.v0), cspan(g0), std::span<V>(w.r0), [&](std::size_t i) { return key(Tensor::Dx, e(i), 6); });
+    arith_array(ctx, ArithOp::Add, cspan(w.v1), cspan(g1), std::span<V>(w.r1), [&](std::size_t i) { return key(Tensor::Dx, e(i) + 1, 4); });
+    ctx.store_array(cspan(w.r0), w.r0, [&](std::size_t i) { return key(Tensor::Dx, e(i), 7); });
+    ctx.store_array(cspan(w.r1), w.r1, [&](std::size_t i) { return key(Tensor::Dx, e(i) + 1, 5); });
+    for (std::size_t i = 0; i < P; ++i) {
+      dx[e(i)] = w.r0[i];
+      dx[e(i) + 1] = w.r1[i];
+    }
   });
 }
 
