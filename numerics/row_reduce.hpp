@@ -38,14 +38,17 @@
 namespace roundoff::numerics {
 
 /// R independent reductions: reduction r has length[r] terms; its term k is x[r·x_row + k·x_step], multiplied
-/// by y[r·y_row + k·y_step] for a dot (y non-null), alone for a sum (y null).
-struct RowBatch {
+/// by y[r·y_row + k·y_step] for a dot (y non-null), alone for a sum (y null). T is the value type (binary64
+/// here; the ops' reference backend uses the same layout with MPFR values).
+template <class T>
+struct BasicRowBatch {
   std::span<const std::size_t> length;
-  const double* x;
+  const T* x;
   std::ptrdiff_t x_row, x_step;
-  const double* y = nullptr;
+  const T* y = nullptr;
   std::ptrdiff_t y_row = 0, y_step = 0;
 };
+using RowBatch = BasicRowBatch<double>;
 
 /// out[r] = dot(a, x + r·x_row, x_step, y + r·y_row, y_step, length[r]) (or the sum) for every r, through the
 /// lane kernels; returns false, writing nothing, when no lane kernel handles `a` on this CPU (isa_limit).

@@ -177,7 +177,7 @@ void softmax_forward(std::span<typename A::Value> att, std::span<const typename 
         len[t] = t + 1;
       }
       const std::int64_t row0 = u * s.T;
-      ctx.dot_rows(typename RowsOf<A>::type{len, ex.data(), s.T, 1}, std::span<V>(z),
+      ctx.dot_rows(numerics::BasicRowBatch<V>{len, ex.data(), s.T, 1}, std::span<V>(z),
                    [&](std::size_t t) { return key(Tensor::Row, row0 + static_cast<std::int64_t>(t), 0); });
       for (std::size_t t = 0; t < T; ++t) normalise(row0 + static_cast<std::int64_t>(t), ex.data() + t * T, z[t]);
     });
@@ -231,7 +231,7 @@ void softmax_backward_data(std::span<typename A::Value> dpreatt, std::span<const
         cast(row0 + static_cast<std::int64_t>(t), a.data() + t * T, g.data() + t * T);
         len[t] = t + 1;
       }
-      ctx.dot_rows(typename RowsOf<A>::type{len, a.data(), s.T, 1, g.data(), s.T, 1}, std::span<V>(d),
+      ctx.dot_rows(numerics::BasicRowBatch<V>{len, a.data(), s.T, 1, g.data(), s.T, 1}, std::span<V>(d),
                    [&](std::size_t t) { return key(Tensor::Row, row0 + static_cast<std::int64_t>(t), 0); });
       for (std::size_t t = 0; t < T; ++t)
         update(row0 + static_cast<std::int64_t>(t), a.data() + t * T, g.data() + t * T, d[t]);

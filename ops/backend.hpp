@@ -411,15 +411,8 @@ class Ctx<Reference> {
   bool gemm_is_dot() const { return true; }
   Ref dot_result(const Ref& s, Key) const { return s; }
   /// Ctx<Emulated>::dot_rows' contract on Ref operands (the per-reduction dots and sums).
-  struct RefRows {
-    std::span<const std::size_t> length;
-    const Ref* x;
-    std::ptrdiff_t x_row, x_step;
-    const Ref* y = nullptr;
-    std::ptrdiff_t y_row = 0, y_step = 0;
-  };
   template <class KeyFn>
-  void dot_rows(const RefRows& rows, std::span<Ref> out, KeyFn&& kf) const {
+  void dot_rows(const numerics::BasicRowBatch<Ref>& rows, std::span<Ref> out, KeyFn&& kf) const {
     for (std::size_t r = 0; r < rows.length.size(); ++r) {
       const auto ri = static_cast<std::ptrdiff_t>(r);
       out[r] = rows.y ? dot(rows.x + ri * rows.x_row, rows.x_step, rows.y + ri * rows.y_row, rows.y_step,
@@ -466,18 +459,6 @@ struct MatrixOf<Emulated> {
 template <>
 struct MatrixOf<Reference> {
   using type = Ctx<Reference>::RefMatrix;
-};
-
-/// The row-batch operand of a backend's dot_rows.
-template <class A>
-struct RowsOf;
-template <>
-struct RowsOf<Emulated> {
-  using type = numerics::RowBatch;
-};
-template <>
-struct RowsOf<Reference> {
-  using type = Ctx<Reference>::RefRows;
 };
 
 /// Units an op computes: empty = all (the normal call); otherwise only these outer-loop units (rows, heads,

@@ -60,7 +60,7 @@ void cross_entropy_forward(std::span<typename A::Value> losses, std::span<typena
       mt.resize(rows);
       for (std::size_t i = 0; i < rows; ++i) mt[i] = exps(r0 + static_cast<std::int64_t>(i), ex.data() + i * n);
       const std::vector<std::size_t> len(rows, n);
-      ctx.dot_rows(typename RowsOf<A>::type{len, ex.data(), s.cols, 1}, std::span<V>(z.data(), rows),
+      ctx.dot_rows(numerics::BasicRowBatch<V>{len, ex.data(), s.cols, 1}, std::span<V>(z.data(), rows),
                    [&](std::size_t i) { return key(Tensor::Row, r0 + static_cast<std::int64_t>(i), 0); });
       for (std::size_t i = 0; i < rows; ++i) finish(r0 + static_cast<std::int64_t>(i), ex.data() + i * n, z[i], mt[i]);
     });

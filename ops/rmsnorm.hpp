@@ -31,7 +31,7 @@ void rmsnorm_forward(std::span<typename A::Value> y, std::span<typename A::Value
   std::vector<V> sums(batched ? static_cast<std::size_t>(s.rows) : 0);
   if (batched) {
     const std::vector<std::size_t> len(sums.size(), static_cast<std::size_t>(C));
-    ctx.dot_rows(typename RowsOf<A>::type{len, xs.data(), C, 1, xs.data(), C, 1}, std::span<V>(sums),
+    ctx.dot_rows(numerics::BasicRowBatch<V>{len, xs.data(), C, 1, xs.data(), C, 1}, std::span<V>(sums),
                  [](std::size_t r) { return key(Tensor::Row, r, 0); });
   }
   for_units(s.rows, sel, [&](std::int64_t r) {
@@ -73,7 +73,7 @@ void rmsnorm_backward_data(std::span<typename A::Value> dx, std::span<const type
   if (batched) {
     for_units(s.rows, sel, products);
     const std::vector<std::size_t> len(sums.size(), static_cast<std::size_t>(C));
-    ctx.dot_rows(typename RowsOf<A>::type{len, g.data(), C, 1, xs.data(), C, 1}, std::span<V>(sums),
+    ctx.dot_rows(numerics::BasicRowBatch<V>{len, g.data(), C, 1, xs.data(), C, 1}, std::span<V>(sums),
                  [](std::size_t r) { return key(Tensor::Row, r, 1); });
   }
   for_units(s.rows, sel, [&](std::int64_t r) {
@@ -115,7 +115,7 @@ void rmsnorm_backward_weight(std::span<typename A::Value> dw, std::span<const ty
   std::vector<V> sums(batched ? static_cast<std::size_t>(C) : 0);
   if (batched) {
     const std::vector<std::size_t> len(sums.size(), static_cast<std::size_t>(s.rows));
-    ctx.dot_rows(typename RowsOf<A>::type{len, dys.data(), 1, C, xhat.data(), 1, C}, std::span<V>(sums),
+    ctx.dot_rows(numerics::BasicRowBatch<V>{len, dys.data(), 1, C, xhat.data(), 1, C}, std::span<V>(sums),
                  [](std::size_t i) { return key(Tensor::Column, i, 0); });
   }
   for_units(C, sel, [&](std::int64_t i) {

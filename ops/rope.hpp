@@ -34,6 +34,17 @@ struct RopeRow {
   void resize(std::size_t n) {
     for (std::vector<V>* v : {&c, &s, &v0, &v1, &p0, &p1, &r0, &r1}) v->resize(n);
   }
+  /// p0, p1 = the table entries of token position t for each pair; r0, r1 = the pair values of src's row at o.
+  void gather(std::span<const V> src, std::span<const V> cos_t, std::span<const V> sin_t, std::int64_t t,
+              std::int64_t H, std::size_t o) {
+    for (std::size_t i = 0; i < p0.size(); ++i) {
+      const auto ti = static_cast<std::size_t>(t * H) + i % static_cast<std::size_t>(H);
+      p0[i] = cos_t[ti];
+      p1[i] = sin_t[ti];
+      r0[i] = src[o + 2 * i];
+      r1[i] = src[o + 2 * i + 1];
+    }
+  }
 };
 }  // namespace detail
 
@@ -55,13 +66,7 @@ void rope_forward(std::span<typename A::Value> y, std::span<const typename A::Va
     const std::int64_t t = row % s.T;
     const auto o = static_cast<std::size_t>(row * C);
     const auto e = [o](std::size_t i) { return o + 2 * i; };  // pair i's first element
-    for (std::size_t i = 0; i < P; ++i) {
-      const auto ti = static_cast<std::size_t>(t * H) + i % static_cast<std::size_t>(H);
-      w.p0[i] = cos_t[ti];
-      w.p1[i] = sin_t[ti];
-      w.r0[i] = x[e(i)];
-      w.r1[i] = x[e(i) + 1];
-    }
+    w.gather(x, cos_t, sin_t, t, H, o);
     // the table is cast per use: (Y, e, 0–1) for the pair at e
     ctx.store_array(cspan(w.p0), w.c, [&](std::size_t i) { return key(Tensor::Y, e(i), 0); });
     ctx.store_array(cspan(w.p1), w.s, [&](std::size_t i) { return key(Tensor::Y, e(i), 1); });
@@ -102,13 +107,7 @@ void rope_backward_data(std::span<typename A::Value> dx, std::span<const typenam
     const std::int64_t t = row % s.T;
     const auto o = static_cast<std::size_t>(row * C);
     const auto e = [o](std::size_t i) { return o + 2 * i; };
-    for (std::size_t i = 0; i < P; ++i) {
-      const auto ti = static_cast<std::size_t>(t * H) + i % static_cast<std::size_t>(H);
-      w.p0[i] = cos_t[ti];
-      w.p1[i] = sin_t[ti];
-      w.r0[i] = dy[e(i)];
-      w.r1[i] = dy[e(i) + 1];
-    }
+    w.gather(dy, cos_t, sin_t, t, H, o);
     // the table is cast per use: (Dx, e, 0–1) for the pair at e
     ctx.store_array(cspan(w.p0), w.c, [&](std::size_t i) { return key(Tensor::Dx, e(i), 0); });
     ctx.store_array(cspan(w.p1), w.s, [&](std::size_t i) { return key(Tensor::Dx, e(i), 1); });

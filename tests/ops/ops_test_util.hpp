@@ -45,6 +45,7 @@ inline std::vector<float> to_float(const std::vector<double>& v) { return {v.beg
 /// Input regimes of the fast-path tests: N(0,1); magnitudes around √max_finite (products overflow); around
 /// √min_normal / 4 (products underflow); N(0,1) with ±0, ±inf and NaN mixed in.
 enum class Regime { Normal, Overflow, Subnormal, Specials };
+inline constexpr Regime kRegimes[] = {Regime::Normal, Regime::Overflow, Regime::Subnormal, Regime::Specials};
 
 /// n values of `regime` rounded (nearest-even) to f.
 inline std::vector<double> inputs(std::size_t n, Regime regime, const numerics::Format& f, std::uint64_t seed) {

@@ -25,9 +25,9 @@ using numerics::kernels::Isa;
 using test::both;
 using test::expect_same;
 using test::inputs;
+using test::kRegimes;
 using test::Regime;
 
-const Regime kRegimes[] = {Regime::Normal, Regime::Overflow, Regime::Subnormal, Regime::Specials};
 
 std::vector<std::string> policies() {
   std::vector<std::string> p = Policy::preset_names();
