@@ -27,7 +27,7 @@
 /// A lane that meets anything else — a non-finite value, an inexact product or tile sum, a result above
 /// max_finite (overflow), a tile sum below 2^-1000 — is recomputed by numerics::dot/sum itself. The
 /// stochastic streams are never used (the accumulation is not stochastic), so out[r] equals dot/sum with
-/// any stream. tests/numerics/row_reduce_test.cpp compares every kernel with dot/sum on random, ragged,
+/// any stream. tests/accumulation/row_reduce_test.cpp compares every kernel with dot/sum on random, ragged,
 /// cancelling, subnormal, overflowing and special inputs at every ISA tier.
 #include <cstddef>
 #include <cstdint>

@@ -23,6 +23,7 @@
 
 #include "ops/backend.hpp"
 #include "ops/shape.hpp"
+#include "ops/span_arith.hpp"
 
 namespace roundoff::ops {
 
@@ -155,8 +156,12 @@ void softmax_forward(std::span<typename A::Value> att, std::span<const typename 
     V m = ex[0];
     for (std::size_t j = 1; j < n; ++j)
       if (ex[j] > m) m = ex[j];
-    for (std::size_t j = 0; j < n; ++j)
-      ex[j] = ctx.exp(ctx.sub(ex[j], m, key(Tensor::Att, o + j, 0)), key(Tensor::Att, o + j, 1));
+    thread_local std::vector<V> ms, d;
+    ms.assign(n, m);
+    d.resize(n);
+    arith_array(ctx, ArithOp::Sub, std::span<const V>(ex, n), cspan(ms), std::span<V>(d),
+                [&](std::size_t j) { return key(Tensor::Att, o + j, 0); });
+    ctx.exp_array(cspan(d), std::span<V>(ex, n), [&](std::size_t j) { return key(Tensor::Att, o + j, 1); });
   };
   const auto normalise = [&](std::int64_t row, const V* ex, const V& z) {
     const auto o = static_cast<std::size_t>(row * s.T);

@@ -17,6 +17,7 @@
 
 #include "ops/backend.hpp"
 #include "ops/shape.hpp"
+#include "ops/span_arith.hpp"
 
 namespace roundoff::ops {
 
@@ -37,8 +38,12 @@ void cross_entropy_forward(std::span<typename A::Value> losses, std::span<typena
     for (std::size_t j = 1; j < n; ++j)
       if (ex[j] > m) m = ex[j];
     const V target = ex[static_cast<std::size_t>(targets[static_cast<std::size_t>(r)])];
-    for (std::size_t j = 0; j < n; ++j)
-      ex[j] = ctx.exp(ctx.sub(ex[j], m, key(Tensor::Y, o + j, 0)), key(Tensor::Y, o + j, 1));
+    thread_local std::vector<V> ms, d;
+    ms.assign(n, m);
+    d.resize(n);
+    arith_array(ctx, ArithOp::Sub, std::span<const V>(ex, n), cspan(ms), std::span<V>(d),
+                [&](std::size_t j) { return key(Tensor::Y, o + j, 0); });
+    ctx.exp_array(cspan(d), std::span<V>(ex, n), [&](std::size_t j) { return key(Tensor::Y, o + j, 1); });
     return std::pair<V, V>{m, target};
   };
   const auto finish = [&](std::int64_t r, const V* ex, const V& z, const std::pair<V, V>& mt) {
