@@ -17,7 +17,8 @@ namespace {
 
 /// Provenance columns, last and in this order.
 const std::vector<std::string> kProvenance = {"policy",        "loss_scale",    "data_source", "git_revision",
-                                              "build_flags",   "weights_sha256", "created_utc", "command"};
+                                              "build_flags",   "weights_sha256", "created_utc", "command",
+                                              "segments"};
 
 std::string cell(const nlohmann::json& v) {
   if (v.is_null()) return "";

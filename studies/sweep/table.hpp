@@ -5,7 +5,7 @@
 /// label on it, then every scalar field of the run's summary.json (nested objects flattened as
 /// `config.d`, `recipe.lr`, …; a field named like an axis is left to the axis column) in name order, and
 /// last the provenance: `policy` (canonical), `loss_scale`, `data_source`, `git_revision`, `build_flags`,
-/// `weights_sha256`, `created_utc`, `command`. New summary fields become new columns with no change here.
+/// `weights_sha256`, `created_utc`, `command`, `segments` (JSON: which build trained which updates). New summary fields become new columns with no change here.
 #include <cstddef>
 #include <filesystem>
 #include <string>

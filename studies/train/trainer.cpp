@@ -216,6 +216,14 @@ void Trainer::start() {
     last_train_loss_ = meta.at("last_train_loss").get<double>();
     micro_losses_ = meta.at("micro_losses").get<std::deque<double>>();
     log_ = RunLog::from_json(meta.at("log"));
+    // Checkpoints written before segment provenance existed: their updates are attributed to an unknown binary.
+    past_segments_ = meta.contains("segments")
+                         ? meta.at("segments")
+                         : nlohmann::json::array({{{"first_update", 0},
+                                                   {"last_update", step_},
+                                                   {"git_revision", nullptr},
+                                                   {"build_flags", nullptr},
+                                                   {"command", nullptr}}});
   } else {
     master_ = init_params(opts_.config, opts_.recipe, residual_rule(opts_.residual, opts_.config.layers), opts_.seed);
     m_.assign(layout_.total, 0.0);
@@ -434,7 +442,8 @@ void Trainer::save() {
                                {"diverged", diverged_},
                                {"last_train_loss", last_train_loss_},
                                {"micro_losses", micro_losses_},
-                               {"log", log_.to_json()}};
+                               {"log", log_.to_json()},
+                               {"segments", segments()}};
   save_checkpoint(opts_.out / "checkpoint.bin", meta, master_, m_, v_);
 }
 
@@ -448,6 +457,17 @@ double Trainer::autoane_metric() const {
 std::string Trainer::weights_sha256() const {
   return data::sha256_hex(std::string_view(reinterpret_cast<const char*>(master_.data()),
                                            master_.size() * sizeof(double)));
+}
+
+nlohmann::json Trainer::segments() const {
+  nlohmann::json all = past_segments_;
+  const nlohmann::json p = provenance("roundoff train");
+  all.push_back({{"first_update", started_at_},
+                 {"last_update", step_},
+                 {"git_revision", p.at("git_revision")},
+                 {"build_flags", p.at("build_flags")},
+                 {"command", p.at("command")}});
+  return all;
 }
 
 nlohmann::json Trainer::finish() {
@@ -488,6 +508,7 @@ nlohmann::json Trainer::finish() {
     summary["test_tokens"] = data_.test.tokens;
   }
   summary.update(provenance("roundoff train"));
+  summary["segments"] = segments();
   if (!opts_.out.empty()) {
     RunLog out_log = log_;
     if (complete) {

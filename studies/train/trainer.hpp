@@ -105,6 +105,8 @@ class Trainer {
   const RunLog& log() const { return log_; }
   /// sha256 of the master weights as little-endian binary64 in buffer order.
   std::string weights_sha256() const;
+  /// past_segments_ plus this invocation's (first_update = started_at_, last_update = step_).
+  nlohmann::json segments() const;
   /// AutoANE's reported number: the own-precision training loss averaged over the last kAutoAneWindow
   /// micro-steps (fewer at the start); NaN before the first step.
   double autoane_metric() const;
@@ -152,6 +154,9 @@ class Trainer {
   std::int64_t adam_t_ = 0;      ///< applied (non-skipped) updates
   std::int64_t skipped_ = 0;
   std::int64_t started_at_ = 0;  ///< step_ when this invocation started
+  /// The earlier invocations of this run (from its checkpoint): one object each, {"first_update",
+  /// "last_update", "git_revision", "build_flags", "command"}; segments() appends this invocation's.
+  nlohmann::json past_segments_ = nlohmann::json::array();
   std::optional<std::int64_t> first_nonfinite_step_;
   std::string first_nonfinite_op_;
   std::int64_t collapsed_norm_steps_ = 0;  ///< steps in which an RMSNorm row collapsed to zeros (Σx² overflow)

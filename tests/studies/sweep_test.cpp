@@ -385,7 +385,8 @@ TEST(SweepTable, RunsCsvHoldsAxesMetricsAndProvenancePerRun) {
   EXPECT_EQ(h[1], "run");
   EXPECT_EQ(h[2], "precision");
   EXPECT_EQ(h[3], "seed");
-  EXPECT_EQ(h.back(), "command");
+  EXPECT_EQ(h.back(), "segments");
+  EXPECT_EQ(h[h.size() - 2], "command");
   EXPECT_EQ(std::count(h.begin(), h.end(), "seed"), 1);  // the summary's seed is left to the axis column
   for (std::size_t i = 1; i < rows.size(); ++i) {
     const auto& row = rows[i];

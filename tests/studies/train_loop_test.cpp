@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "studies/common/provenance.hpp"
+#include "studies/train/checkpoint.hpp"
 #include "studies/train/trainer.hpp"
 #include "tests/studies/native_model.hpp"
 #include "tests/studies/train_test_util.hpp"
@@ -152,8 +154,45 @@ TEST(TrainLoop, ResumeEqualsUninterrupted) {
   };
   EXPECT_EQ(read(whole / "curves.csv"), read(parts / "curves.csv"));
   EXPECT_EQ(read(whole / "events.csv"), read(parts / "events.csv"));
+  // Provenance per invocation: the uninterrupted run is one segment, the resumed one two.
+  auto expect_segment = [](const nlohmann::json& seg, std::int64_t first, std::int64_t last) {
+    EXPECT_EQ(seg.at("first_update"), first);
+    EXPECT_EQ(seg.at("last_update"), last);
+    EXPECT_EQ(seg.at("git_revision"), std::string(git_revision()));
+    EXPECT_EQ(seg.at("build_flags"), std::string(build_flags()));
+  };
+  ASSERT_EQ(a["segments"].size(), 1u) << a["segments"];
+  expect_segment(a["segments"][0], 0, 40);
+  ASSERT_EQ(b["segments"].size(), 2u) << b["segments"];
+  expect_segment(b["segments"][0], 0, 17);
+  expect_segment(b["segments"][1], 17, 40);
   std::filesystem::remove_all(whole);
   std::filesystem::remove_all(parts);
+}
+
+TEST(TrainLoop, ResumeOfACheckpointWithoutSegmentsMarksItsUpdatesUnknown) {
+  const ModelConfig c = tiny_config();
+  const TrainData data = synthetic_data(c);
+  const auto dir = fresh_dir("legacy");
+  TrainOptions o = options(c, dir, 20);
+  o.stop_after = 7;
+  run_native(o, data);
+  // A checkpoint as binaries before segment provenance wrote it.
+  Checkpoint ck = load_checkpoint(dir / "checkpoint.bin");
+  ASSERT_TRUE(ck.meta.contains("segments"));
+  ck.meta.erase("segments");
+  save_checkpoint(dir / "checkpoint.bin", ck);
+  o.stop_after = 0;
+  o.resume = true;
+  const auto s = run_native(o, data);
+  ASSERT_EQ(s["segments"].size(), 2u) << s["segments"];
+  EXPECT_EQ(s["segments"][0]["first_update"], 0);
+  EXPECT_EQ(s["segments"][0]["last_update"], 7);
+  EXPECT_TRUE(s["segments"][0]["git_revision"].is_null());
+  EXPECT_EQ(s["segments"][1]["first_update"], 7);
+  EXPECT_EQ(s["segments"][1]["last_update"], 20);
+  EXPECT_EQ(s["segments"][1]["git_revision"], std::string(git_revision()));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(TrainLoop, CorruptOrForeignCheckpointIsRefusedAndKept) {
