@@ -152,23 +152,23 @@ void softmax_forward(std::span<typename A::Value> att, std::span<const typename 
     const std::int64_t t = row % s.T;
     const auto o = static_cast<std::size_t>(row * s.T);
     const auto n = static_cast<std::size_t>(t + 1);
-    for (std::size_t j = 0; j < n; ++j) ex[j] = ctx.in(preatt[o + j], key(Tensor::Preatt, o + j, 0));
+    ctx.store_array(preatt.subspan(o, n), std::span<V>(ex, n),
+                    [&](std::size_t j) { return key(Tensor::Preatt, o + j, 0); });  // in()
     V m = ex[0];
     for (std::size_t j = 1; j < n; ++j)
       if (ex[j] > m) m = ex[j];
-    thread_local std::vector<V> ms, d;
-    ms.assign(n, m);
-    d.resize(n);
-    arith_array(ctx, ArithOp::Sub, std::span<const V>(ex, n), cspan(ms), std::span<V>(d),
-                [&](std::size_t j) { return key(Tensor::Att, o + j, 0); });
-    ctx.exp_array(cspan(d), std::span<V>(ex, n), [&](std::size_t j) { return key(Tensor::Att, o + j, 1); });
+    exp_shifted(ctx, std::span<const V>(ex, n), m, std::span<V>(ex, n),
+                [&](std::size_t j) { return key(Tensor::Att, o + j, 0); },
+                [&](std::size_t j) { return key(Tensor::Att, o + j, 1); });
   };
   const auto normalise = [&](std::int64_t row, const V* ex, const V& z) {
     const auto o = static_cast<std::size_t>(row * s.T);
     const auto n = static_cast<std::size_t>(row % s.T + 1);
-    for (std::size_t j = 0; j < T; ++j)
-      att[o + j] =
-          j < n ? ctx.store(ctx.div(ex[j], z, key(Tensor::Att, o + j, 2)), key(Tensor::Att, o + j, 3)) : V(0);
+    thread_local std::vector<V> q;
+    q.resize(n);
+    for (std::size_t j = 0; j < n; ++j) q[j] = ctx.div(ex[j], z, key(Tensor::Att, o + j, 2));
+    ctx.store_array(cspan(q), att.subspan(o, n), [&](std::size_t j) { return key(Tensor::Att, o + j, 3); });
+    for (std::size_t j = n; j < T; ++j) att[o + j] = V(0);
   };
   if (sel.empty()) {
     for_units(s.heads(), sel, [&](std::int64_t u) {
@@ -208,20 +208,25 @@ void softmax_backward_data(std::span<typename A::Value> dpreatt, std::span<const
   const auto cast = [&](std::int64_t row, V* a, V* g) {
     const auto o = static_cast<std::size_t>(row * s.T);
     const auto n = static_cast<std::size_t>(row % s.T + 1);
-    for (std::size_t j = 0; j < n; ++j) {
-      a[j] = ctx.in(att[o + j], key(Tensor::Att, o + j, 0));
-      g[j] = ctx.in(datt[o + j], key(Tensor::Datt, o + j, 0));
-    }
+    ctx.store_array(att.subspan(o, n), std::span<V>(a, n), [&](std::size_t j) { return key(Tensor::Att, o + j, 0); });
+    ctx.store_array(datt.subspan(o, n), std::span<V>(g, n), [&](std::size_t j) { return key(Tensor::Datt, o + j, 0); });
   };
+  // dpreatt_j ← store(in(dpreatt_j) + a_j·(g_j − d)), keys (Dpreatt, e, 0–4), on row spans
   const auto update = [&](std::int64_t row, const V* a, const V* g, const V& d) {
     const auto o = static_cast<std::size_t>(row * s.T);
     const auto n = static_cast<std::size_t>(row % s.T + 1);
-    for (std::size_t j = 0; j < n; ++j) {
-      const std::size_t e = o + j;
-      const V v = ctx.mul(a[j], ctx.sub(g[j], d, key(Tensor::Dpreatt, e, 0)), key(Tensor::Dpreatt, e, 1));
-      dpreatt[e] = ctx.store(ctx.add(ctx.in(dpreatt[e], key(Tensor::Dpreatt, e, 2)), v, key(Tensor::Dpreatt, e, 3)),
-                             key(Tensor::Dpreatt, e, 4));
-    }
+    const auto kf = [o](unsigned slot) { return [o, slot](std::size_t j) { return key(Tensor::Dpreatt, o + j, slot); }; };
+    thread_local std::vector<V> ds, v, gi, sum;
+    ds.resize(n);
+    v.resize(n);
+    gi.resize(n);
+    sum.resize(n);
+    const std::span<V> out = dpreatt.subspan(o, n);
+    arith_const(ctx, ArithOp::Sub, std::span<const V>(g, n), d, std::span<V>(ds), kf(0));
+    arith_array(ctx, ArithOp::Mul, std::span<const V>(a, n), cspan(ds), std::span<V>(v), kf(1));
+    ctx.store_array(std::span<const V>(out), std::span<V>(gi), kf(2));  // in()
+    arith_array(ctx, ArithOp::Add, cspan(gi), cspan(v), std::span<V>(sum), kf(3));
+    ctx.store_array(cspan(sum), out, kf(4));
   };
   if (sel.empty()) {
     for_units(s.heads(), sel, [&](std::int64_t u) {

@@ -33,23 +33,23 @@ void cross_entropy_forward(std::span<typename A::Value> losses, std::span<typena
   // exponentials of row r into ex (n values); returns (m, l_target)
   const auto exps = [&](std::int64_t r, V* ex) {
     const auto o = static_cast<std::size_t>(r * s.cols);
-    for (std::size_t j = 0; j < n; ++j) ex[j] = ctx.in(logits[o + j], key(Tensor::X, o + j, 0));
+    ctx.store_array(logits.subspan(o, n), std::span<V>(ex, n),
+                    [&](std::size_t j) { return key(Tensor::X, o + j, 0); });  // in()
     V m = ex[0];
     for (std::size_t j = 1; j < n; ++j)
       if (ex[j] > m) m = ex[j];
     const V target = ex[static_cast<std::size_t>(targets[static_cast<std::size_t>(r)])];
-    thread_local std::vector<V> ms, d;
-    ms.assign(n, m);
-    d.resize(n);
-    arith_array(ctx, ArithOp::Sub, std::span<const V>(ex, n), cspan(ms), std::span<V>(d),
-                [&](std::size_t j) { return key(Tensor::Y, o + j, 0); });
-    ctx.exp_array(cspan(d), std::span<V>(ex, n), [&](std::size_t j) { return key(Tensor::Y, o + j, 1); });
+    exp_shifted(ctx, std::span<const V>(ex, n), m, std::span<V>(ex, n),
+                [&](std::size_t j) { return key(Tensor::Y, o + j, 0); },
+                [&](std::size_t j) { return key(Tensor::Y, o + j, 1); });
     return std::pair<V, V>{m, target};
   };
   const auto finish = [&](std::int64_t r, const V* ex, const V& z, const std::pair<V, V>& mt) {
     const auto o = static_cast<std::size_t>(r * s.cols);
-    for (std::size_t j = 0; j < n; ++j)
-      probs[o + j] = ctx.store(ctx.div(ex[j], z, key(Tensor::Y, o + j, 2)), key(Tensor::Y, o + j, 3));
+    thread_local std::vector<V> q;
+    q.resize(n);
+    for (std::size_t j = 0; j < n; ++j) q[j] = ctx.div(ex[j], z, key(Tensor::Y, o + j, 2));
+    ctx.store_array(cspan(q), probs.subspan(o, n), [&](std::size_t j) { return key(Tensor::Y, o + j, 3); });
     const V lse = ctx.add(mt.first, ctx.log(z, key(Tensor::Row, r, 1)), key(Tensor::Row, r, 2));
     losses[static_cast<std::size_t>(r)] = ctx.sub(lse, mt.second, key(Tensor::Row, r, 3));
   };
@@ -92,18 +92,27 @@ template <class A>
 void cross_entropy_backward_data(std::span<typename A::Value> dlogits, std::span<const typename A::Value> probs,
                                  std::span<const std::int32_t> targets, double grad_scale, RowShape s,
                                  const Ctx<A>& ctx, Select sel = {}) {
+  using V = typename A::Value;
   const auto gs = ctx.c(grad_scale), one = ctx.c(1.0);
+  const auto n = static_cast<std::size_t>(s.cols);
+  // per row, on spans: p = in(probs) (keys (Y, e, 0)), p_target −= 1 (Dx, e, 0), dlogits ← store(in(dlogits) + p·gs)
+  // (Dx, e, 1–4)
   for_units(s.rows, sel, [&](std::int64_t r) {
+    thread_local std::vector<V> p, pg, di, sum;
+    p.resize(n);
+    pg.resize(n);
+    di.resize(n);
+    sum.resize(n);
     const auto o = static_cast<std::size_t>(r * s.cols);
-    const auto tgt = targets[static_cast<std::size_t>(r)];
-    for (std::int64_t j = 0; j < s.cols; ++j) {
-      const std::size_t e = o + static_cast<std::size_t>(j);
-      auto p = ctx.in(probs[e], key(Tensor::Y, e, 0));
-      if (j == tgt) p = ctx.sub(p, one, key(Tensor::Dx, e, 0));
-      dlogits[e] = ctx.store(
-          ctx.add(ctx.in(dlogits[e], key(Tensor::Dx, e, 1)), ctx.mul(p, gs, key(Tensor::Dx, e, 2)), key(Tensor::Dx, e, 3)),
-          key(Tensor::Dx, e, 4));
-    }
+    const auto kf = [o](unsigned slot) { return [o, slot](std::size_t j) { return key(Tensor::Dx, o + j, slot); }; };
+    const auto tgt = static_cast<std::size_t>(targets[static_cast<std::size_t>(r)]);
+    const std::span<V> out = dlogits.subspan(o, n);
+    ctx.store_array(probs.subspan(o, n), std::span<V>(p), [&](std::size_t j) { return key(Tensor::Y, o + j, 0); });
+    p[tgt] = ctx.sub(p[tgt], one, key(Tensor::Dx, o + tgt, 0));
+    arith_const(ctx, ArithOp::Mul, cspan(p), gs, std::span<V>(pg), kf(2));
+    ctx.store_array(std::span<const V>(out), std::span<V>(di), kf(1));  // in()
+    arith_array(ctx, ArithOp::Add, cspan(di), cspan(pg), std::span<V>(sum), kf(3));
+    ctx.store_array(cspan(sum), out, kf(4));
   });
 }
 

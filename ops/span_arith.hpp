@@ -58,4 +58,26 @@ void arith_array(const Ctx<A>& ctx, ArithOp op, std::span<const typename A::Valu
   for (std::size_t i = 0; i < out.size(); ++i) one(i);
 }
 
+/// out[i] = op(x[i], y) through ctx with keys kf(i): arith_array with a constant right operand.
+template <class A, class KeyFn>
+void arith_const(const Ctx<A>& ctx, ArithOp op, std::span<const typename A::Value> x, const typename A::Value& y,
+                 std::span<typename A::Value> out, KeyFn&& kf) {
+  using V = typename A::Value;
+  thread_local std::vector<V> ys;
+  ys.assign(x.size(), y);
+  arith_array(ctx, op, x, cspan(ys), out, kf);
+}
+
+/// out[j] = ctx.exp(ctx.sub(x[j], m, ks(j)), ke(j)) for every j, bit for bit: the shifted exponentials of a softmax
+/// row (the subtraction through arith_array, the exp through ctx.exp_array). out may alias x.
+template <class A, class KS, class KE>
+void exp_shifted(const Ctx<A>& ctx, std::span<const typename A::Value> x, const typename A::Value& m,
+                 std::span<typename A::Value> out, KS&& ks, KE&& ke) {
+  using V = typename A::Value;
+  thread_local std::vector<V> d;
+  d.resize(x.size());
+  arith_const(ctx, ArithOp::Sub, x, m, std::span<V>(d), ks);
+  ctx.exp_array(cspan(d), out, ke);
+}
+
 }  // namespace roundoff::ops

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <span>
@@ -14,6 +15,7 @@
 
 #include "numerics/round.hpp"
 #include "ops/backend.hpp"
+#include "ops/policy.hpp"
 
 namespace roundoff::ops::test {
 
@@ -33,6 +35,13 @@ inline std::vector<std::int32_t> random_tokens(std::size_t n, std::int32_t vocab
   std::vector<std::int32_t> t(n);
   for (auto& x : t) x = d(rng);
   return t;
+}
+
+/// Every preset's name, then the extra policy specs.
+inline std::vector<std::string> presets_and(std::initializer_list<const char*> extra) {
+  std::vector<std::string> p = Policy::preset_names();
+  p.insert(p.end(), extra.begin(), extra.end());
+  return p;
 }
 
 template <class T>

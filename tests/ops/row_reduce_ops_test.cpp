@@ -1,7 +1,7 @@
 // The ops whose reductions run rows-in-lanes (ctx.dot_rows → numerics::reduce_rows) and RoPE's span
 // arithmetic against their per-element definitions (ops::set_fast_paths(false): the oracle), bit for bit
 // (NaN encodings aside): RMSNorm forward / backward-data / backward-weight, softmax forward / backward,
-// cross-entropy forward, RoPE forward / backward — for every preset plus stochastic op rounding (the keyed
+// cross-entropy forward / backward, RoPE forward / backward — for every preset plus stochastic op rounding (the keyed
 // draws must be the same), a stochastic accumulation and an order without a lane kernel (the fallbacks), at
 // every ISA tier (set_isa_limit: none, AVX2, AVX-512), on ragged shapes (row counts and causal lengths not a
 // multiple of the lane count, long rows) and inputs in the normal, overflow, subnormal and special regimes.
@@ -28,14 +28,10 @@ using test::inputs;
 using test::kRegimes;
 using test::Regime;
 
-
+/// The presets, stochastic op rounding, a stochastic accumulation and a pairwise order (no lane kernel).
 std::vector<std::string> policies() {
-  std::vector<std::string> p = Policy::preset_names();
-  p.push_back("pure-bf16,all.rounding=stochastic");
-  p.push_back("ane-guide,all.rounding=stochastic");
-  p.push_back("pure-fp16,all.acc=fp16-sr");
-  p.push_back("fp32,all.acc=fp16-pairwise");
-  return p;
+  return test::presets_and({"pure-bf16,all.rounding=stochastic", "ane-guide,all.rounding=stochastic",
+                            "pure-fp16,all.acc=fp16-sr", "fp32,all.acc=fp16-pairwise"});
 }
 
 std::vector<Isa> tiers() {
@@ -119,15 +115,19 @@ TEST_F(RowReduceOps, CrossEntropyEqualsTheOracle) {
       const auto n = static_cast<std::size_t>(s.size());
       const OpPrecision& pf = pol.at(OpKind::CrossEntropy, Pass::Forward);
       const std::vector<double> logits = inputs(n, regime, pf.storage, 50 + static_cast<std::uint64_t>(regime));
+      const std::vector<double> dl0 = inputs(n, regime, pf.storage, 55 + static_cast<std::uint64_t>(regime));
       const auto targets = test::random_tokens(static_cast<std::size_t>(s.rows), static_cast<std::int32_t>(s.cols), 5);
       const auto [fast, oracle] = both([&] {
-        std::vector<double> losses(static_cast<std::size_t>(s.rows)), probs(n);
+        std::vector<double> losses(static_cast<std::size_t>(s.rows)), probs(n), dlogits = dl0;
         cross_entropy_forward<Emulated>(losses, probs, logits, targets, s, Ctx<Emulated>(pf, {13, 1}));
-        return std::vector<std::vector<double>>{losses, probs};
+        cross_entropy_backward_data<Emulated>(dlogits, probs, targets, 0.375, s,
+                                              Ctx<Emulated>(pol.at(OpKind::CrossEntropy, Pass::BackwardData), {13, 2}));
+        return std::vector<std::vector<double>>{losses, probs, dlogits};
       });
       const std::string at = what + " rows " + std::to_string(s.rows) + " V " + std::to_string(s.cols);
       expect_same(fast[0], oracle[0], "cross-entropy losses " + at);
       expect_same(fast[1], oracle[1], "cross-entropy probs " + at);
+      expect_same(fast[2], oracle[2], "cross-entropy dlogits " + at);
     }
   });
 }
