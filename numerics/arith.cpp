@@ -4,6 +4,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "numerics/elementary_dd.hpp"
 #include "numerics/mpfr_util.hpp"
 
 namespace roundoff::numerics {
@@ -82,6 +83,13 @@ double sqrt(const RoundingPlan& p, Rounding m, double a, std::uint64_t draw) {
 }
 
 double fma(const RoundingPlan& p, Rounding m, double a, double b, double c, std::uint64_t draw) {
+  if (m == Rounding::NearestEven && p.format == formats::fp64) {
+    // binary64 under nearest-even: the hardware FMA is IEEE 754's fusedMultiplyAdd, the correctly rounded a·b + c
+    // with the overflow, gradual underflow and signed-zero rules the rest of this function implements; only a NaN's
+    // bits differ (round_to gives the positive quiet NaN).
+    const double r = __builtin_fma(a, b, c);
+    return std::isnan(r) ? kNaN : r;
+  }
   if (!std::isfinite(a) || !std::isfinite(b) || !std::isfinite(c)) return round_to(p, m, __builtin_fma(a, b, c), draw);
   if (a == 0 || b == 0) return add(p, m, a * b, c, draw);
   if (c == 0) {
@@ -127,6 +135,15 @@ double libm_value(Elementary f, double x) {
     case Elementary::Cos: return std::cos(x);
   }
   return kNaN;
+}
+
+/// Whether the libm check below can change a result. Skipping it changes nothing when the format has p >= 49
+/// bits and binary64's exponent range over [2^-1000, 2^1000]: in a deterministic mode an accepted value is the
+/// correct rounding, which the rest of the chain returns too; stochastic acceptance needs the accepted interval,
+/// at least 2·(kLibmUlps + 1) = 18 binary64 ulps wide, free of format values, which lie at most 16 binary64
+/// ulps apart there.
+bool libm_check_decides(const RoundingPlan& p) {
+  return p.format.precision < 49 || p.format.emin > -1000 || p.format.emax < 1000;
 }
 
 /// sigmoid(x) = 1/(1 + e^-x) rounded toward zero at y's precision, by Ziv's strategy. Returns the inexact flag.
@@ -200,7 +217,7 @@ double elementary_mpfr(const RoundingPlan& p, Rounding m, Elementary f, double x
 }
 
 double elementary(const RoundingPlan& p, Rounding m, Elementary f, double x, std::uint64_t draw) {
-  const double y = libm_value(f, x);
+  const double y = libm_check_decides(p) ? libm_value(f, x) : kNaN;
   const double a = std::fabs(y);
   if (std::isfinite(x) && std::isfinite(y) && a >= 0x1p-1000 && a <= 0x1p1000) {
     const double bound = a * ((kLibmUlps + 1) * 0x1p-52);
@@ -214,6 +231,7 @@ double elementary(const RoundingPlan& p, Rounding m, Elementary f, double x, std
       if (r1 == r2 && std::signbit(r1) == std::signbit(r2)) return r1;
     }
   }
+  if (const auto r = elementary_dd(p, m, f, x, draw)) return *r;
   return elementary_mpfr(p, m, f, x, draw);
 }
 

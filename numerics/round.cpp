@@ -1,4 +1,5 @@
 #include "numerics/round.hpp"
+#include "numerics/pair_parts.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -165,17 +166,7 @@ double round_to(const RoundingPlan& plan, Rounding mode, double x, std::uint64_t
   return round_parts(plan, mode, ExactParts{std::signbit(x), m, e, false}, draw);
 }
 
-double round_pair_scaled(const RoundingPlan& plan, Rounding mode, double hi, double lo, int scale,
-                         std::uint64_t draw) {
-  if (!std::isfinite(hi) || !std::isfinite(lo)) return round_to(plan, mode, hi + lo, draw);
-  if (lo == 0 && scale == 0) return round_to(plan, mode, hi, draw);
-  if (hi == 0) {
-    if (lo == 0) return hi;  // signed zero as computed by the caller
-    std::uint64_t m;
-    int e;
-    split_double(lo, m, e);
-    return round_parts(plan, mode, ExactParts{std::signbit(lo), m, e + scale, false}, draw);
-  }
+ExactParts pair_parts(double hi, double lo) {
   std::uint64_t mh, ml;
   int eh, el;
   split_double(hi, mh, eh);
@@ -206,6 +197,21 @@ double round_pair_scaled(const RoundingPlan& plan, Rounding mode, double hi, dou
       }
     }
   }
+  return v;
+}
+
+double round_pair_scaled(const RoundingPlan& plan, Rounding mode, double hi, double lo, int scale,
+                         std::uint64_t draw) {
+  if (!std::isfinite(hi) || !std::isfinite(lo)) return round_to(plan, mode, hi + lo, draw);
+  if (lo == 0 && scale == 0) return round_to(plan, mode, hi, draw);
+  if (hi == 0) {
+    if (lo == 0) return hi;  // signed zero as computed by the caller
+    std::uint64_t m;
+    int e;
+    split_double(lo, m, e);
+    return round_parts(plan, mode, ExactParts{std::signbit(lo), m, e + scale, false}, draw);
+  }
+  ExactParts v = pair_parts(hi, lo);
   v.exp += scale;
   return round_parts(plan, mode, v, draw);
 }

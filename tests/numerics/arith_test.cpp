@@ -14,7 +14,9 @@
 
 #include <array>
 #include <bit>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -209,6 +211,40 @@ TEST(Arith, FmaSampleEveryMode) {
     });
     EXPECT_EQ(bad.count(), 0u) << name_of(f) << " fma: " << bad.report();
   }
+}
+
+TEST(Arith, Binary64NearestEvenFmaIsTheHardwareFma) {
+  // numerics::fma's binary64 nearest-even path (the hardware FMA) against the MPFR oracle: random encodings
+  // (NaN, inf, subnormal and zero operands included), sums that cancel the product down to its low part, and
+  // products near binary64's overflow and underflow. NaN results must be the positive quiet NaN round_to gives.
+  const RoundingPlan plan(formats::fp64);
+  const Draws d{mix64(4242)};
+  Mismatches bad;
+  roundoff::test::parallel_for(100'000, [&](std::int64_t i) {
+    const auto u = static_cast<std::uint64_t>(i);
+    auto operand = [&](std::uint64_t r) {
+      switch (r % 4) {
+        case 0: return std::bit_cast<double>(mix64(r));  // any encoding
+        case 1: return std::ldexp(1.0 + static_cast<double>(mix64(r) >> 12) * 0x1p-52,
+                                  static_cast<int>(mix64(r + 1) % 2200) - 1100) * ((r >> 3) & 1 ? -1.0 : 1.0);
+        case 2: return std::ldexp(1.0 + static_cast<double>(mix64(r) >> 12) * 0x1p-52,
+                                  static_cast<int>(mix64(r + 1) % 60) - 30);
+        default: return (r >> 3) & 1 ? -0.0 : 0.0;
+      }
+    };
+    const double a = operand(d(u, 0)), b = operand(d(u, 1));
+    double c = operand(d(u, 2));
+    if (d(u, 3) % 3 == 0 && std::isfinite(a * b)) c = -(a * b);
+    const double want = roundoff::test::oracle_op(formats::fp64, roundoff::test::Op::Fma, a, b, c)
+                            .value(Rounding::NearestEven);
+    const double got = fma(plan, Rounding::NearestEven, a, b, c);
+    const bool nan_ok = !std::isnan(got) || std::bit_cast<std::uint64_t>(got) ==
+                                                std::bit_cast<std::uint64_t>(std::numeric_limits<double>::quiet_NaN());
+    if (!roundoff::test::same_value(got, want) || !nan_ok)
+      bad.add("fma a=" + hex_float(a) + " b=" + hex_float(b) + " c=" + hex_float(c) + " got " + hex_float(got) +
+              " want " + hex_float(want));
+  });
+  EXPECT_EQ(bad.count(), 0u) << bad.report();
 }
 
 #if defined(__x86_64__)
