@@ -13,7 +13,8 @@
 ///            quotient lies on; lo = r/b only needs the right sign (midpoints of p <= 53 formats are never
 ///            strictly between two adjacent binary64 numbers, and p = 53 quotients have no ties).
 ///   sqrt     as div, with remainder fma(-s, s, a).
-///   fma      exact product + c by TwoSum when the product fits 53 bits (every format with p <= 26);
+///   fma      binary64 under nearest-even: the hardware FMA (IEEE 754 fusedMultiplyAdd; NaN made canonical).
+///            Otherwise exact product + c by TwoSum when the product fits 53 bits (every format with p <= 26);
 ///            otherwise MPFR at p+2 bits rounded toward zero, then rounded once (round-to-odd argument).
 /// IEEE specials: NaN propagates, inf - inf and 0 * inf are NaN, x/0 is ±inf, sqrt(-x) is NaN; the sign of
 /// an exact zero sum is + except in Rounding::Down (IEEE 754 §6.3).
@@ -21,7 +22,9 @@
 /// Elementary functions (exp, log, sigmoid = 1/(1+e^-x), tanh, rsqrt = 1/√x, sin, cos): correctly rounded in
 /// every mode. A binary64 libm value y with error below kLibmUlps binary64 ulps is accepted when rounding
 /// y - bound and y + bound gives the same result (rounding is monotone, so that result is the correct one);
-/// otherwise the function is evaluated by MPFR at p+2 bits (Ziv's strategy for sigmoid) and rounded once.
+/// otherwise exp, log, sigmoid and rsqrt try the double-double path (numerics/elementary_dd.hpp: a proven
+/// ~2^-100 enclosure rounded once when it decides, bit for bit MPFR's result), and what remains is evaluated by
+/// MPFR at p+2 bits (Ziv's strategy for sigmoid) and rounded once.
 /// Stochastic rounding of a function uses the binary64 value's fraction: the up-probability is within
 /// kLibmUlps·2^(p-52) of exact. Hard cases are handled by the fallback, so the only assumption is the libm
 /// error bound; tests/numerics/elementary_test.cpp verifies every 16-bit input of every function and mode
