@@ -8,11 +8,13 @@
 /// Unit (Select) = one row (forward, backward-data) or one column of dw (backward-weight).
 /// Speed: without a Select, the row reductions (Σx², the backward's Σ g·x) and dw's column reductions run as one
 /// ctx.dot_rows over all units (independent reductions in SIMD lanes, each with its own order, rounding and key;
-/// bit for bit the per-unit dots, tests/ops/row_reduce_ops_test.cpp).
+/// bit for bit the per-unit dots, tests/ops/row_reduce_ops_test.cpp); the elementwise steps run on row spans
+/// (store_array, arith_array / arith_const: the per-element roundings and keys).
 #include <span>
 
 #include "ops/backend.hpp"
 #include "ops/shape.hpp"
+#include "ops/span_arith.hpp"
 
 namespace roundoff::ops {
 
@@ -41,12 +43,15 @@ void rmsnorm_forward(std::span<typename A::Value> y, std::span<typename A::Value
     const V inv = ctx.rsqrt(ctx.add(ctx.div(ss, n, key(Tensor::Row, r, 1)), e, key(Tensor::Row, r, 2)),
                             key(Tensor::Row, r, 3));
     rstd[static_cast<std::size_t>(r)] = ctx.store(inv, key(Tensor::Row, r, 4));
-    for (std::int64_t i = 0; i < C; ++i) {
-      const std::int64_t el = r * C + i;
-      y[static_cast<std::size_t>(el)] = ctx.store(
-          ctx.mul(ctx.mul(xr[i], inv, key(Tensor::Y, el, 0)), ws[static_cast<std::size_t>(i)], key(Tensor::Y, el, 1)),
-          key(Tensor::Y, el, 2));
-    }
+    // y_i = store((x_i·r)·w_i), keys (Y, el, 0–2), on the row's span
+    const auto o = static_cast<std::size_t>(r * C), cn = static_cast<std::size_t>(C);
+    const auto kf = [o](unsigned slot) { return [o, slot](std::size_t i) { return key(Tensor::Y, o + i, slot); }; };
+    thread_local std::vector<V> xr_inv, yw;
+    xr_inv.resize(cn);
+    yw.resize(cn);
+    arith_const(ctx, ArithOp::Mul, std::span<const V>(xr, cn), inv, std::span<V>(xr_inv), kf(0));
+    arith_array(ctx, ArithOp::Mul, cspan(xr_inv), cspan(ws), std::span<V>(yw), kf(1));
+    ctx.store_array(cspan(yw), y.subspan(o, cn), kf(2));
   });
 }
 
@@ -85,12 +90,20 @@ void rmsnorm_backward_data(std::span<typename A::Value> dx, std::span<const type
     const V a = ctx.div(ctx.mul(ctx.mul(ctx.mul(inv, inv, key(Tensor::Row, r, 2)), inv, key(Tensor::Row, r, 3)), sg,
                                 key(Tensor::Row, r, 4)),
                         n, key(Tensor::Row, r, 5));
-    for (std::int64_t i = 0; i < C; ++i) {
-      const std::size_t e = o + static_cast<std::size_t>(i);
-      const V d = ctx.sub(ctx.mul(inv, g[e], key(Tensor::Dx, e, 1)), ctx.mul(a, xs[e], key(Tensor::Dx, e, 2)),
-                          key(Tensor::Dx, e, 3));
-      dx[e] = ctx.store(ctx.add(ctx.in(dx[e], key(Tensor::Dx, e, 4)), d, key(Tensor::Dx, e, 5)), key(Tensor::Dx, e, 6));
-    }
+    // dx_i ← store(in(dx_i) + (r·g_i − a·x_i)), keys (Dx, e, 1–6), on the row's span (r and a as left operands)
+    const auto cn = static_cast<std::size_t>(C);
+    const auto kf = [o](unsigned slot) { return [o, slot](std::size_t i) { return key(Tensor::Dx, o + i, slot); }; };
+    thread_local std::vector<V> invs, as, rg, ax, d, di, sum;
+    invs.assign(cn, inv);
+    as.assign(cn, a);
+    for (std::vector<V>* v : {&rg, &ax, &d, &di, &sum}) v->resize(cn);
+    const std::span<V> out = dx.subspan(o, cn);
+    arith_array(ctx, ArithOp::Mul, cspan(invs), std::span<const V>(g.data() + o, cn), std::span<V>(rg), kf(1));
+    arith_array(ctx, ArithOp::Mul, cspan(as), std::span<const V>(xs.data() + o, cn), std::span<V>(ax), kf(2));
+    arith_array(ctx, ArithOp::Sub, cspan(rg), cspan(ax), std::span<V>(d), kf(3));
+    ctx.store_array(std::span<const V>(out), std::span<V>(di), kf(4));  // in()
+    arith_array(ctx, ArithOp::Add, cspan(di), cspan(d), std::span<V>(sum), kf(5));
+    ctx.store_array(cspan(sum), out, kf(6));
   });
 }
 
@@ -106,10 +119,13 @@ void rmsnorm_backward_weight(std::span<typename A::Value> dw, std::span<const ty
   ctx.in_array(dy, dys, Tensor::Dy);
   for_units(s.rows, {}, [&](std::int64_t r) {
     const V inv = ctx.in(rstd[static_cast<std::size_t>(r)], key(Tensor::Row, r, 0));
-    for (std::int64_t i = 0; i < C; ++i) {
-      const auto e = static_cast<std::size_t>(r * C + i);
-      xhat[e] = ctx.mul(ctx.in(x[e], key(Tensor::X, e, 0)), inv, key(Tensor::X, e, 1));
-    }
+    // xhat_i = in(x_i)·r, keys (X, e, 0–1), on the row's span
+    const auto o = static_cast<std::size_t>(r * C), cn = static_cast<std::size_t>(C);
+    thread_local std::vector<V> xi;
+    xi.resize(cn);
+    ctx.store_array(x.subspan(o, cn), std::span<V>(xi), [o](std::size_t i) { return key(Tensor::X, o + i, 0); });  // in()
+    arith_const(ctx, ArithOp::Mul, cspan(xi), inv, std::span<V>(xhat.data() + o, cn),
+                [o](std::size_t i) { return key(Tensor::X, o + i, 1); });
   });
   const bool batched = sel.empty();
   std::vector<V> sums(batched ? static_cast<std::size_t>(C) : 0);
