@@ -72,9 +72,6 @@ constexpr std::uint16_t kNegZeroHalf = 0x8000;
 constexpr std::size_t kPanel = 64;  ///< columns per packed B panel
 constexpr std::size_t kMr = 8;      ///< rows per micro-tile (16 accumulator vectors)
 
-/// The binary32 value of x, NaNs replaced by the quiet NaN 0x7FC00000 (see round_bf16_rne).
-float to_float(double x) { return std::isnan(x) ? std::numeric_limits<float>::quiet_NaN() : static_cast<float>(x); }
-
 // ---------------------------------------------------------------------------------------------------------
 // fp32-lane kernels (AVX-512 F): one step s ← round_acc(s + a·b) on 16 lanes.
 
@@ -322,6 +319,14 @@ ROUNDOFF_AVX512 int pack_run(const double* src, std::size_t n, bool inputs, bool
   return bad ? 0 : not_half ? 1 : 2;
 }
 
+/// dst[i] = src[i] as binary64 (exact), i < n.
+ROUNDOFF_AVX512 void widen(const float* src, double* dst, std::size_t n) {
+  for (std::size_t i = 0; i < n; i += 8) {
+    const auto live = static_cast<__mmask8>(n - i >= 8 ? 0xFF : (1u << (n - i)) - 1u);
+    _mm512_mask_storeu_pd(dst + i, live, _mm512_cvtps_pd(_mm256_maskz_loadu_ps(live, src + i)));
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Exact tile stage (ane-tile4, AVX-512 F): an fp32 accumulator fed by tiles of 4 exact products, each tile sum
 // rounded once toward zero to fp16. 16 output columns per vector (two binary64 halves for the tile sums).
@@ -521,45 +526,110 @@ struct Packed {
   std::uint16_t* Bh = nullptr;  ///< native fp16 path: panels × K × kPanel fp16 bits
 };
 
-/// Packs rows [0, M) of A and the K×kPanel panels of B into the buffers that are allocated, classifying every
-/// value (see pack_run); returns the lowest class. Transposed operands are gathered into `scratch` first.
-/// Called inside a parallel region: the loops are work-shared without a closing barrier.
-int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, std::vector<double>& scratch) {
-  const std::size_t M = pk.M, N = pk.N, K = pk.K;
-  int worst = 2;
-  const auto rows = static_cast<std::ptrdiff_t>(M);
-#pragma omp for schedule(static) nowait
-  for (std::ptrdiff_t ii = 0; ii < rows; ++ii) {
-    const auto i = static_cast<std::size_t>(ii);
-    const double* src = A.data + i * A.ld;
-    if (A.transposed) {
-      scratch.resize(K);
-      for (std::size_t k = 0; k < K; ++k) scratch[k] = A(i, k);
-      src = scratch.data();
-    }
-    worst = std::min(worst, pk.avx2 ? avx2::pack_run(src, K, true, pk.any_binary32, pk.A ? pk.A + i * K : nullptr,
-                                                     pk.Ad ? pk.Ad + i * K : nullptr)
-                                    : pack_run(src, K, true, pk.any_binary32, pk.A ? pk.A + i * K : nullptr,
-                                               pk.Ad ? pk.Ad + i * K : nullptr, nullptr,
-                                               pk.Ah ? pk.Ah + i * K : nullptr));
+/// Where one run of packed values goes: value t to index t·stride of each buffer that is not null.
+struct Dest {
+  float* f32 = nullptr;
+  double* f64 = nullptr;
+  std::uint16_t* h16 = nullptr;
+  std::uint32_t* h32 = nullptr;
+};
+
+/// Classifies and converts n contiguous source values (pack_run) into d. Stride 1 writes in place; a larger stride
+/// packs into per-thread scratch first and scatters from it (a transposed operand is read along its stored rows).
+int pack_to(const Packed& pk, const double* src, std::size_t n, Dest d, std::size_t stride,
+            const OperandCast* cast) {
+  if (cast != nullptr) {  // the run cast in per-thread scratch (in L1), then packed from there
+    thread_local Reusable<double> cast_buf;
+    double* r = cast_buf.get(n);
+    round_array(*cast->plan, cast->mode, std::span<const double>(src, n), std::span<double>(r, n));
+    if (cast->nan_to_inf)
+      for (std::size_t i = 0; i < n; ++i)
+        if (std::isnan(r[i])) r[i] = std::numeric_limits<double>::infinity();
+    return pack_to(pk, r, n, d, stride, nullptr);
   }
-  const auto segments = static_cast<std::ptrdiff_t>(pk.panels * K);
+  if (stride == 1)
+    return pk.avx2 ? avx2::pack_run(src, n, true, pk.any_binary32, d.f32, d.f64)
+                   : pack_run(src, n, true, pk.any_binary32, d.f32, d.f64, d.h16, d.h32);
+  thread_local Reusable<float> f32;
+  thread_local Reusable<double> f64;
+  thread_local Reusable<std::uint16_t> h16;
+  thread_local Reusable<std::uint32_t> h32;
+  const Dest t{d.f32 ? f32.get(n) : nullptr, d.f64 ? f64.get(n) : nullptr, d.h16 ? h16.get(n) : nullptr,
+               d.h32 ? h32.get(n) : nullptr};
+  const int w = pack_to(pk, src, n, t, 1, nullptr);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (d.f32) d.f32[i * stride] = t.f32[i];
+    if (d.f64) d.f64[i * stride] = t.f64[i];
+    if (d.h16) d.h16[i * stride] = t.h16[i];
+    if (d.h32) d.h32[i * stride] = t.h32[i];
+  }
+  return w;
+}
+
+/// Columns packed per work item of a transposed B (a quarter panel).
+constexpr std::size_t kPackCols = 16;
+
+/// Packs rows [0, M) of A and the K×kPanel panels of B into the buffers that are allocated, casting each value by
+/// cast_a / cast_b where not null and classifying it (see pack_run); returns the lowest class. A transposed operand
+/// is read along its stored rows (runs of up to kPanel rows of A, or one column of B over all K) and scattered into
+/// the packed layout. Called inside a parallel region: the loops are work-shared without a closing barrier.
+int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, const OperandCast* cast_a, const OperandCast* cast_b) {
+  const std::size_t M = pk.M, N = pk.N, K = pk.K;
+  auto a_dest = [&](std::size_t i, std::size_t k) {
+    return Dest{pk.A ? pk.A + i * K + k : nullptr, pk.Ad ? pk.Ad + i * K + k : nullptr, nullptr,
+                pk.Ah ? pk.Ah + i * K + k : nullptr};
+  };
+  auto b_dest = [&](std::size_t at) {
+    return Dest{pk.B ? pk.B + at : nullptr, nullptr, pk.Bh ? pk.Bh + at : nullptr, nullptr};
+  };
+  int worst = 2;
+  if (!A.transposed) {
+    const auto rows = static_cast<std::ptrdiff_t>(M);
 #pragma omp for schedule(static) nowait
-  for (std::ptrdiff_t idx = 0; idx < segments; ++idx) {
-    const std::size_t p = static_cast<std::size_t>(idx) / K, k = static_cast<std::size_t>(idx) % K;
-    const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0), at = (p * K + k) * kPanel;
-    const double* src = B.data + k * B.ld + j0;
-    if (B.transposed) {
-      scratch.resize(jn);
-      for (std::size_t c = 0; c < jn; ++c) scratch[c] = B(k, j0 + c);
-      src = scratch.data();
+    for (std::ptrdiff_t ii = 0; ii < rows; ++ii) {
+      const auto i = static_cast<std::size_t>(ii);
+      worst = std::min(worst, pack_to(pk, A.data + i * A.ld, K, a_dest(i, 0), 1, cast_a));
     }
-    worst = std::min(worst, pk.avx2 ? avx2::pack_run(src, jn, true, pk.any_binary32, pk.B + at, nullptr)
-                                    : pack_run(src, jn, true, pk.any_binary32, pk.B ? pk.B + at : nullptr, nullptr,
-                                               pk.Bh ? pk.Bh + at : nullptr, nullptr));
-    for (std::size_t c = jn; c < kPanel; ++c) {
-      if (pk.B) pk.B[at + c] = 0.0f;
-      if (pk.Bh) pk.Bh[at + c] = 0;
+  } else {  // A(i, k) = data[k·ld + i]: row k of the stored matrix holds rows i of A
+    const auto blocks = static_cast<std::ptrdiff_t>((M + kPanel - 1) / kPanel);
+#pragma omp for schedule(static) nowait
+    for (std::ptrdiff_t bb = 0; bb < blocks; ++bb) {
+      const std::size_t i0 = static_cast<std::size_t>(bb) * kPanel, n = std::min(kPanel, M - i0);
+      for (std::size_t k = 0; k < K; ++k)
+        worst = std::min(worst, pack_to(pk, A.data + k * A.ld + i0, n, a_dest(i0, k), K, cast_a));
+    }
+  }
+  if (!B.transposed) {
+    const auto segments = static_cast<std::ptrdiff_t>(pk.panels * K);
+#pragma omp for schedule(static) nowait
+    for (std::ptrdiff_t idx = 0; idx < segments; ++idx) {
+      const std::size_t p = static_cast<std::size_t>(idx) / K, k = static_cast<std::size_t>(idx) % K;
+      const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0), at = (p * K + k) * kPanel;
+      worst = std::min(worst, pack_to(pk, B.data + k * B.ld + j0, jn, b_dest(at), 1, cast_b));
+      for (std::size_t c = jn; c < kPanel; ++c) {
+        if (pk.B) pk.B[at + c] = 0.0f;
+        if (pk.Bh) pk.Bh[at + c] = 0;
+      }
+    }
+  } else {  // B(k, j) = data[j·ld + k]: row j of the stored matrix is column j of B, scattered kPanel apart
+    constexpr std::size_t q_per_panel = kPanel / kPackCols;
+    const auto items = static_cast<std::ptrdiff_t>(pk.panels * q_per_panel);
+#pragma omp for schedule(static) nowait
+    for (std::ptrdiff_t idx = 0; idx < items; ++idx) {
+      const std::size_t p = static_cast<std::size_t>(idx) / q_per_panel,
+                        q = static_cast<std::size_t>(idx) % q_per_panel;
+      const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0);
+      for (std::size_t c = q * kPackCols; c < (q + 1) * kPackCols; ++c) {
+        const std::size_t at = p * K * kPanel + c;
+        if (c < jn) {
+          worst = std::min(worst, pack_to(pk, B.data + (j0 + c) * B.ld, K, b_dest(at), kPanel, cast_b));
+          continue;
+        }
+        for (std::size_t k = 0; k < K; ++k) {
+          if (pk.B) pk.B[at + k * kPanel] = 0.0f;
+          if (pk.Bh) pk.Bh[at + k * kPanel] = 0;
+        }
+      }
     }
   }
   return worst;
@@ -575,9 +645,15 @@ void compute_rows(const Plan& plan, const Packed& pk, bool native, bool accumula
     const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0);
     for (std::size_t i = i_begin; i < i_end; i += kMr) {
       const std::size_t rows = std::min(kMr, i_end - i);
-      for (std::size_t r = 0; r < kMr; ++r)
-        for (std::size_t c = 0; c < kPanel; ++c)
-          tile[r * kPanel + c] = (accumulate && r < rows && c < jn) ? to_float(C[(i + r) * ldc + j0 + c]) : -0.0f;
+      // Running sums: C's rows (binary32 values, checked while packing) or −0; lanes beyond them −0 (computed,
+      // never stored).
+      std::fill(tile, tile + kMr * kPanel, -0.0f);
+      if (accumulate)
+        for (std::size_t r = 0; r < rows; ++r) {
+          const double* c_row = C + (i + r) * ldc + j0;
+          (void)(pk.avx2 ? avx2::pack_run(c_row, jn, false, false, tile + r * kPanel, nullptr)
+                         : pack_run(c_row, jn, false, false, tile + r * kPanel, nullptr, nullptr, nullptr));
+        }
       if (plan.tile && pk.avx2) {
         for (std::size_t q = 0; q < 8 && 8 * q < jn; ++q)
           avx2::tile_ane_rows(rows, pk.Ad + i * K, K, pk.B + p * K * kPanel + 8 * q, kPanel, K, tile + 8 * q, kPanel,
@@ -604,8 +680,12 @@ void compute_rows(const Plan& plan, const Packed& pk, bool native, bool accumula
           }
         }
       }
-      for (std::size_t r = 0; r < rows; ++r)
-        for (std::size_t c = 0; c < jn; ++c) C[(i + r) * ldc + j0 + c] = static_cast<double>(tile[r * kPanel + c]);
+      for (std::size_t r = 0; r < rows; ++r) {
+        if (pk.avx2)
+          avx2::widen(tile + r * kPanel, C + (i + r) * ldc + j0, jn);
+        else
+          widen(tile + r * kPanel, C + (i + r) * ldc + j0, jn);
+      }
     }
   }
 }
@@ -727,8 +807,13 @@ const char* kernel_name(const Accumulation& a) {
 }
 
 bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix A, ConstMatrix B,
-               double* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads) {
+               double* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads,
+               const OperandCast* cast_a, const OperandCast* cast_b) {
   if (!enabled() || M == 0 || N == 0 || K == 0) return false;
+  const bool casts = cast_a != nullptr || cast_b != nullptr;
+  if (casts && (stats != nullptr || (cast_a && cast_a->mode == Rounding::Stochastic) ||
+                (cast_b && cast_b->mode == Rounding::Stochastic)))
+    return false;
   const auto plan_opt = plan_for(a);
   const Isa isa = effective_isa();
   if (!plan_opt || isa == Isa::None) return false;
@@ -774,8 +859,7 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
   std::int64_t tile_overflows = 0;
 #pragma omp parallel num_threads(nthreads)
   {
-    std::vector<double> scratch;
-    int w = pack_operands(pk, A, B, scratch);
+    int w = pack_operands(pk, A, B, cast_a, cast_b);
     if (accumulate) {
       const auto rows = static_cast<std::ptrdiff_t>(M);
 #pragma omp for schedule(static) nowait
@@ -799,7 +883,7 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
       }
     }
     if (worst > 0 && try_native && !native) {
-      (void)pack_operands(pk, A, B, scratch);
+      (void)pack_operands(pk, A, B, cast_a, cast_b);
 #pragma omp barrier
     }
     if (worst > 0) {

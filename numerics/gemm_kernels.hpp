@@ -38,13 +38,26 @@
 #include <cstdint>
 
 #include "numerics/accumulate.hpp"
+#include "numerics/round.hpp"
 
 namespace roundoff::numerics::kernels {
 
+/// An entry rounding of an operand, applied to each value as it is packed: x ← round_to(*plan, mode, x) (through
+/// numerics::round_array), then NaN → +inf when nan_to_inf. mode is deterministic (not Stochastic).
+struct OperandCast {
+  const RoundingPlan* plan;
+  Rounding mode;
+  bool nan_to_inf;
+};
+
 /// C = A·B (+ C) as numerics::gemm specifies, when a bit-identical kernel exists for `a` and the inputs; returns
-/// false (C untouched) otherwise. Shapes must already be checked by the caller.
+/// false (C untouched) otherwise. Shapes must already be checked by the caller. With cast_a / cast_b, the product
+/// is cast(A)·cast(B) (each value of the operand cast as it is packed, so no cast copy of the operand is made); the
+/// inputs the kernels must accept are then the cast values. Casts need stats == nullptr (the overflow replay
+/// reads the operands) and a deterministic mode; otherwise the call returns false.
 bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix A, ConstMatrix B,
-               double* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads);
+               double* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads,
+               const OperandCast* cast_a = nullptr, const OperandCast* cast_b = nullptr);
 
 /// Instruction sets the kernels can use, weakest first. Avx2 (AVX2 + FMA + F16C, for CPUs without AVX-512) has
 /// every kernel but the native fp16 one, in 8 lanes (numerics/gemm_kernels_avx2.hpp).

@@ -149,6 +149,12 @@ ROUNDOFF_AVX2 int pack_run(const double* src, std::size_t n, bool inputs, bool a
   return bad ? 0 : 1;
 }
 
+ROUNDOFF_AVX2 void widen(const float* src, double* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4) _mm256_storeu_pd(dst + i, _mm256_cvtps_pd(_mm_loadu_ps(src + i)));
+  for (; i < n; ++i) dst[i] = static_cast<double>(src[i]);
+}
+
 namespace {
 template <Acc acc>
 void rows_of(std::size_t rows, const float* Ap, std::size_t lda, const float* Bp, std::size_t ldb, std::size_t K,

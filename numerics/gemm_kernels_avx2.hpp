@@ -44,6 +44,9 @@ namespace roundoff::numerics::kernels::avx2 {
 /// the quiet NaN.
 int pack_run(const double* src, std::size_t n, bool inputs, bool any_binary32, float* f32, double* f64);
 
+/// dst[i] = src[i] as binary64 (exact), i < n.
+void widen(const float* src, double* dst, std::size_t n);
+
 /// `rows` rows × 16 columns of the GEMM with accumulator `acc`: rows Ap[r·lda + k], B columns Bp[k·ldb + 0..15],
 /// running sums in/out tile[r·ldt + c]. block == 0: sequential; else block sums (in `acc`) restart at −0 every
 /// `block` terms and are added to the fp32 totals.

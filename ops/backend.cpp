@@ -5,10 +5,14 @@
 #include <algorithm>
 #include <atomic>
 
+#include "numerics/gemm_kernels.hpp"
+
 namespace roundoff::ops {
 
 namespace {
 std::atomic<bool> g_fast_paths{true};
+/// Values per chunk of the span roundings that make several passes (4 KiB of doubles: they stay in L1).
+constexpr std::size_t kResultChunk = 512;
 std::atomic<KeyLog*> g_key_log{nullptr};
 }  // namespace
 
@@ -69,6 +73,21 @@ bool Ctx<Emulated>::rows_fast(const numerics::RowBatch& rows, std::span<double> 
   return ok;
 }
 
+void Ctx<Emulated>::gemm_in(std::size_t M, std::size_t N, std::size_t K, std::span<const double> a, bool a_transposed,
+                            Tensor ta, std::span<const double> b, bool b_transposed, Tensor tb, double* C,
+                            std::size_t ldc, bool accumulate, Key r) const {
+  const std::size_t lda = a_transposed ? M : K, ldb = b_transposed ? K : N;
+  if (span_fast() && prec_.accumulate.rounding != numerics::Rounding::Stochastic) {
+    const numerics::kernels::OperandCast cast{&storage_, mode_, prec_.nan == NanRule::AneInf};
+    if (numerics::kernels::gemm_fast(prec_.accumulate, M, N, K, {a.data(), lda, a_transposed},
+                                     {b.data(), ldb, b_transposed}, C, ldc, accumulate, nullptr,
+                                     omp_in_parallel() ? 1 : 0, &cast, &cast))
+      return;
+  }
+  const std::span<const double> as = entry_cast(*this, a, ta, 0), bs = entry_cast(*this, b, tb, 1);
+  gemm(M, N, K, {as.data(), lda, a_transposed}, {bs.data(), ldb, b_transposed}, C, ldc, accumulate, r);
+}
+
 void Ctx<Emulated>::in_array(std::span<const double> src, std::span<double> dst, Tensor t) const {
   if (mode_ == numerics::Rounding::Stochastic) {
     for (std::size_t i = 0; i < src.size(); ++i) dst[i] = in(src[i], key(t, i, 0));
@@ -77,11 +96,23 @@ void Ctx<Emulated>::in_array(std::span<const double> src, std::span<double> dst,
   }
 }
 
+void Ctx<Emulated>::round_results(std::span<double> x) const {
+  for (std::size_t c = 0; c < x.size(); c += kResultChunk) {
+    const std::span<double> part = x.subspan(c, std::min(kResultChunk, x.size() - c));
+    round_computed(part);
+    round_stored(storage_, part, part);
+  }
+}
+
 void Ctx<Emulated>::round_stored(const numerics::RoundingPlan& p, std::span<const double> src,
                                  std::span<double> dst) const {
-  numerics::round_array(p, mode_, src, dst);
-  if (prec_.nan == NanRule::AneInf)
-    for (double& v : dst) v = nan_rule(v);
+  if (prec_.nan != NanRule::AneInf) return numerics::round_array(p, mode_, src, dst);
+  for (std::size_t c = 0; c < src.size(); c += kResultChunk) {  // the NaN rule on each chunk while it is in L1
+    const std::size_t n = std::min(kResultChunk, src.size() - c);
+    const std::span<double> part = dst.subspan(c, n);
+    numerics::round_array(p, mode_, src.subspan(c, n), part);
+    for (double& v : part) v = nan_rule(v);
+  }
 }
 
 void Ctx<Emulated>::round_computed(std::span<double> x) const {

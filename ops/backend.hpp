@@ -190,6 +190,14 @@ class Ctx<Emulated> {
   /// accumulator format. One thread inside an already parallel region, all threads otherwise.
   void gemm(std::size_t M, std::size_t N, std::size_t K, numerics::ConstMatrix A, numerics::ConstMatrix B, double* C,
             std::size_t ldc, bool accumulate, Key r) const;
+  /// gemm() of the operands cast on entry: a holds the whole tensor ta (M·K values, row-major M×K, or K×M when
+  /// a_transposed), b the tensor tb (K·N, K×N or N×K); the result is bit for bit that of
+  /// gemm(M, N, K, in_array(a), in_array(b), ...). With the fast paths on, a deterministic mode and a kernel for
+  /// the accumulation, the casts happen while the kernel packs its operands (no cast copy of either tensor);
+  /// otherwise they are made in scratch_buffer slots 0 and 1.
+  void gemm_in(std::size_t M, std::size_t N, std::size_t K, std::span<const double> a, bool a_transposed, Tensor ta,
+               std::span<const double> b, bool b_transposed, Tensor tb, double* C, std::size_t ldc, bool accumulate,
+               Key r) const;
   /// True when gemm() gives every C_ij the bits dot() gives before its conversion to compute, so that ops may
   /// batch their dots into GEMMs (the SIMD kernels). Holds whenever the accumulation does not round
   /// stochastically: numerics::gemm and numerics::dot then run the same reduction per element (or a kernel
@@ -244,10 +252,7 @@ class Ctx<Emulated> {
   /// accumulator format) converted to compute, saturated, then stored.
   template <class KC, class KS>
   void result_array(std::span<double> x, KC&& kc, KS&& ks) const {
-    if (span_fast()) {
-      round_computed(x);
-      return round_stored(storage_, x, x);
-    }
+    if (span_fast()) return round_results(x);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = store(to_compute(x[i], kc(i)), ks(i));
   }
   /// Span forms of exp / sigmoid: dst[i] = exp(src[i], kf(i)) (sigmoid(src[i], kf(i))) for every i, bit for
@@ -323,6 +328,9 @@ class Ctx<Emulated> {
   void round_stored(const numerics::RoundingPlan& p, std::span<const double> src, std::span<double> dst) const;
   /// x = to_compute(x) in a deterministic mode: round_array to compute, then the saturation.
   void round_computed(std::span<double> x) const;
+  /// x = store(to_compute(x)) in a deterministic mode: round_computed then round_stored, chunk by chunk (each
+  /// chunk's four passes stay in L1).
+  void round_results(std::span<double> x) const;
   /// sub_stream(bits_, r), logged as a stream use when the accumulation rounds stochastically.
   numerics::StochasticBits reduction_stream(Key r) const;
   std::uint64_t draw(Key k) const {
@@ -407,6 +415,13 @@ class Ctx<Reference> {
         for (std::size_t k = 0; k < K; ++k) s += A(i, k) * B(k, j);
         C[i * ldc + j] = s;
       }
+  }
+  /// Same contract as Ctx<Emulated>::gemm_in (the casts are exact here).
+  void gemm_in(std::size_t M, std::size_t N, std::size_t K, std::span<const Ref> a, bool a_transposed, Tensor,
+               std::span<const Ref> b, bool b_transposed, Tensor, Ref* C, std::size_t ldc, bool accumulate,
+               Key r) const {
+    gemm(M, N, K, RefMatrix{a.data(), a_transposed ? M : K, a_transposed},
+         RefMatrix{b.data(), b_transposed ? K : N, b_transposed}, C, ldc, accumulate, r);
   }
   bool gemm_is_dot() const { return true; }
   Ref dot_result(const Ref& s, Key) const { return s; }

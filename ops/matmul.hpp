@@ -2,7 +2,8 @@
 /// \file matmul.hpp
 /// Linear projections y = x·Wᵀ (OpKind::Matmul for Q K V O W1 W3 W2, OpKind::Classifier for the logits).
 ///
-/// Rounding contract (policy entry (kind, pass)): x, W (and dy) are rounded to storage on entry; every
+/// Rounding contract (policy entry (kind, pass)): x, W (and dy) are rounded to storage on entry (Ctx::gemm_in: on
+/// the kernels' fast path the casts happen while the operands are packed, with no cast copy); every
 /// output element is one dot product in k order 0..K-1 under the Accumulation (numerics::gemm), rounded to
 /// compute and then to storage. Backward functions add into their gradient: the current gradient value
 /// enters the accumulator first (a beta = 1 GEMM), and the caller zeroes gradients.
@@ -21,13 +22,13 @@ void matmul_forward(std::span<typename A::Value> y, std::span<const typename A::
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
   const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
-  const std::span<const V> xs = entry_cast(ctx, x, Tensor::X, 0), ws = entry_cast(ctx, w, Tensor::W, 1);
-  const M wt{ws.data(), I, true};  // W (out, in) read as the (in × out) matrix Wᵀ
-  if (sel.empty()) {
-    ctx.gemm(N, O, I, M{xs.data(), I}, wt, y.data(), O, false, key(Tensor::Y, 0, 2));
+  if (sel.empty()) {  // W (out, in) read as the (in × out) matrix Wᵀ
+    ctx.gemm_in(N, O, I, x, false, Tensor::X, w, true, Tensor::W, y.data(), O, false, key(Tensor::Y, 0, 2));
   } else {
+    const std::span<const V> xs = entry_cast(ctx, x, Tensor::X, 0), ws = entry_cast(ctx, w, Tensor::W, 1);
     for (std::int64_t r : sel)
-      ctx.gemm(1, O, I, M{xs.data() + r * s.in, I}, wt, y.data() + r * s.out, O, false, key(Tensor::Row, r, 0));
+      ctx.gemm(1, O, I, M{xs.data() + r * s.in, I}, M{ws.data(), I, true}, y.data() + r * s.out, O, false,
+               key(Tensor::Row, r, 0));
   }
   for_units(s.n, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.out), n = static_cast<std::size_t>(s.out);
@@ -42,11 +43,11 @@ void matmul_backward_data(std::span<typename A::Value> dx, std::span<const typen
                           std::span<const typename A::Value> w, MatmulShape s, const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
-  const auto I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
-  const std::span<const V> dys = entry_cast(ctx, dy, Tensor::Dy, 0), ws = entry_cast(ctx, w, Tensor::W, 1);
+  const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
   if (sel.empty()) {
-    ctx.gemm(static_cast<std::size_t>(s.n), I, O, M{dys.data(), O}, M{ws.data(), I}, dx.data(), I, true, key(Tensor::Dx, 0, 2));
+    ctx.gemm_in(N, I, O, dy, false, Tensor::Dy, w, false, Tensor::W, dx.data(), I, true, key(Tensor::Dx, 0, 2));
   } else {
+    const std::span<const V> dys = entry_cast(ctx, dy, Tensor::Dy, 0), ws = entry_cast(ctx, w, Tensor::W, 1);
     for (std::int64_t r : sel)
       ctx.gemm(1, I, O, M{dys.data() + r * s.out, O}, M{ws.data(), I}, dx.data() + r * s.in, I, true,
                key(Tensor::Row, r, 0));
@@ -65,10 +66,10 @@ void matmul_backward_weight(std::span<typename A::Value> dw, std::span<const typ
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
   const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
-  const std::span<const V> dys = entry_cast(ctx, dy, Tensor::Dy, 0), xs = entry_cast(ctx, x, Tensor::X, 1);
-  if (sel.empty()) {
-    ctx.gemm(O, I, N, M{dys.data(), O, true}, M{xs.data(), I}, dw.data(), I, true, key(Tensor::Dw, 0, 2));
+  if (sel.empty()) {  // dy (n, out) read as the (out × n) matrix dyᵀ
+    ctx.gemm_in(O, I, N, dy, true, Tensor::Dy, x, false, Tensor::X, dw.data(), I, true, key(Tensor::Dw, 0, 2));
   } else {
+    const std::span<const V> dys = entry_cast(ctx, dy, Tensor::Dy, 0), xs = entry_cast(ctx, x, Tensor::X, 1);
     for (std::int64_t o : sel)
       ctx.gemm(1, I, N, M{dys.data() + o, O, true}, M{xs.data(), I}, dw.data() + o * s.in, I, true,
                key(Tensor::Row, o, 0));

@@ -403,6 +403,56 @@ TEST(GemmKernelsLayout, TransposedOperandsAndLeadingDimensions) {
   k::set_isa_limit(k::Isa::Avx512Fp16);
 }
 
+TEST(GemmKernelsLayout, TransposedOperandsOnEveryKernelAndTier) {
+  // Transposed operands are packed along their stored rows (runs of up to 64 rows of A, one column of B) and
+  // scattered; checked for every kernel (fp16 native / round-to-odd, bf16, fp32 any-binary32, the ane-tile4 stage)
+  // on every ISA tier and 1 or 2 threads against the generic path on the same operands: M across several 64-row
+  // runs with a ragged one, N across panels with a ragged one, accumulate, and specials (NaN payloads, ±inf, ±0).
+  if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX2 or AVX-512";
+  const Accumulation accs[] = {make_acc(formats::fp16), make_acc(formats::bf16), make_acc(formats::fp32),
+                               parse_accumulation("ane-tile4")};
+  struct Dims {
+    std::size_t M, N, K;
+  };
+  const Dims dims[] = {{37, 70, 45}, {150, 131, 9}};
+  std::mt19937_64 rng(11);
+  std::int64_t compared = 0;
+  for (const Accumulation& a : accs)
+    for (const Dims& d : dims)
+      for (const Regime regime : {Regime::Normal, Regime::Specials})
+        for (int layout = 0; layout < 4; ++layout)
+          for (const bool accumulate : {false, true}) {
+            const bool at = (layout & 1) != 0, bt = (layout & 2) != 0;
+            const Format in = a.format == formats::bf16 ? formats::bf16 : formats::fp16;
+            const std::size_t lda = (at ? d.M : d.K) + 3, ldb = (bt ? d.K : d.N) + 5, ldc = d.N + 2;
+            const auto A = random_values(rng, in, (at ? d.K : d.M) * lda, regime);
+            const auto B = random_values(rng, in, (bt ? d.N : d.K) * ldb, regime);
+            const auto C0 = random_values(rng, formats::fp16, d.M * ldc, Regime::Normal);
+            const ConstMatrix Am{A.data(), lda, at}, Bm{B.data(), ldb, bt};
+            std::vector<double> want = C0;
+            k::set_enabled(false);
+            gemm(a, d.M, d.N, d.K, Am, Bm, want.data(), ldc, accumulate, {}, nullptr, 1);
+            k::set_enabled(true);
+            for (const k::Isa isa : isas_to_test()) {
+              k::set_isa_limit(isa);
+              for (const int threads : {1, 2}) {
+                std::vector<double> C = C0;
+                ASSERT_TRUE(k::gemm_fast(a, d.M, d.N, d.K, Am, Bm, C.data(), ldc, accumulate, nullptr, threads))
+                    << k::kernel_name(a);
+                for (std::size_t idx = 0; idx < C.size(); ++idx) {
+                  ASSERT_TRUE(same(C[idx], want[idx]))
+                      << k::kernel_name(a) << " threads " << threads << " layout " << layout << " M N K " << d.M
+                      << ' ' << d.N << ' ' << d.K << " accumulate " << accumulate << " at (" << idx / ldc << ','
+                      << idx % ldc << ") got " << C[idx] << " want " << want[idx];
+                  ++compared;
+                }
+              }
+            }
+            k::set_isa_limit(k::Isa::Avx512Fp16);
+          }
+  EXPECT_GT(compared, 100000);
+}
+
 TEST(GemmKernelsAvx2, TierTakesEveryKernelAccumulation) {
   // The AVX2 tier (CPUs without AVX-512) must take the fp32, fp16 and bf16 accumulations, sequential and
   // blocked, and the ane-tile4 stage, and decline the rest; forced here through set_isa_limit (the random-shape

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "numerics/gemm_kernels.hpp"
 #include "ops/activation.hpp"
 #include "ops/adamw.hpp"
 #include "ops/matmul.hpp"
@@ -68,55 +69,99 @@ TEST(SpanOps, ArrayFormsEqualThePerElementCalls) {
   }
 }
 
+/// f() on the definition's path when the fast paths are off (both()'s oracle arm): the GEMM kernels switched off
+/// too, so every output is numerics::gemm's generic per-element dot of the materialised casts.
+template <class F>
+std::vector<std::vector<double>> on_definition_when_oracle(F&& f) {
+  const bool oracle = !fast_paths();
+  if (oracle) numerics::kernels::set_enabled(false);
+  auto r = f();
+  numerics::kernels::set_enabled(true);
+  return r;
+}
+
+/// The kernel tiers this CPU has (each forced through set_isa_limit), and None (no kernel: the materialised casts).
+std::vector<numerics::kernels::Isa> isa_tiers() {
+  namespace k = numerics::kernels;
+  std::vector<k::Isa> t;
+  for (const k::Isa isa : {k::Isa::None, k::Isa::Avx2, k::Isa::Avx512, k::Isa::Avx512Fp16})
+    if (k::detected_isa() >= isa) t.push_back(isa);
+  return t;
+}
+
+/// Inputs of format f with every third value moved off f's grid (x + x·2^-30, exact in binary64), so that the entry
+/// casts round.
+std::vector<double> cast_inputs(std::size_t n, Regime regime, const numerics::Format& f, std::uint64_t seed) {
+  std::vector<double> v = inputs(n, regime, f, seed);
+  for (std::size_t i = 0; i < n; i += 3)
+    if (std::isfinite(v[i])) v[i] += std::ldexp(v[i], -30);
+  return v;
+}
+
 TEST(SpanOps, MatmulOutputsEqualTheOracle) {
-  const MatmulShape shapes[] = {{5, 13, 7}, {17, 9, 33}};
-  for (const std::string& spec : policies()) {
-    const Policy pol = load_policy(spec);
-    for (OpKind op : {OpKind::Matmul, OpKind::Classifier})
-      for (const MatmulShape& s : shapes)
-        for (Regime regime : kRegimes) {
-          const std::string what = spec + " " + std::string(name_of(op)) + " n=" + std::to_string(s.n) +
-                                   " regime " + std::to_string(static_cast<int>(regime));
-          const auto seed = static_cast<std::uint64_t>(s.n * 31 + s.in) + static_cast<std::uint64_t>(regime);
-          const auto nx = static_cast<std::size_t>(s.n * s.in), ny = static_cast<std::size_t>(s.n * s.out),
-                     nw = static_cast<std::size_t>(s.out * s.in);
-          {
-            const Ctx<Emulated> c(pol.at(op, Pass::Forward), {5, 1});
-            const auto& f = c.precision().storage;
-            const auto x = inputs(nx, regime, f, seed), w = inputs(nw, regime, f, seed + 1);
-            const auto [fast, oracle] = both([&] {
-              std::vector<double> y(ny, 7.0);
-              matmul_forward<Emulated>(y, x, w, s, c);
-              return std::vector<std::vector<double>>{y};
-            });
-            expect_same(fast[0], oracle[0], "fwd " + what, true);
+  // The fast arm casts the inputs (a third of them off the storage grid) while the kernels pack them
+  // (Ctx::gemm_in) on every ISA tier; the oracle casts them into arrays and takes the generic GEMM. {9, 5, 130}:
+  // several 64-row runs of a transposed dy (bwd-weight) and panels of W (fwd) with ragged ends.
+  namespace k = numerics::kernels;
+  const MatmulShape shapes[] = {{5, 13, 7}, {17, 9, 33}, {9, 5, 130}};
+  for (const k::Isa isa : isa_tiers()) {
+    k::set_isa_limit(isa);
+    for (const std::string& spec : policies()) {
+      const Policy pol = load_policy(spec);
+      for (OpKind op : {OpKind::Matmul, OpKind::Classifier})
+        for (const MatmulShape& s : shapes)
+          for (Regime regime : kRegimes) {
+            const std::string what = spec + " " + std::string(name_of(op)) + " n=" + std::to_string(s.n) +
+                                     " regime " + std::to_string(static_cast<int>(regime)) + " isa " +
+                                     k::name_of(isa);
+            const auto seed = static_cast<std::uint64_t>(s.n * 31 + s.in) + static_cast<std::uint64_t>(regime);
+            const auto nx = static_cast<std::size_t>(s.n * s.in), ny = static_cast<std::size_t>(s.n * s.out),
+                       nw = static_cast<std::size_t>(s.out * s.in);
+            {
+              const Ctx<Emulated> c(pol.at(op, Pass::Forward), {5, 1});
+              const auto& f = c.precision().storage;
+              const auto x = cast_inputs(nx, regime, f, seed), w = cast_inputs(nw, regime, f, seed + 1);
+              const auto [fast, oracle] = both([&] {
+                return on_definition_when_oracle([&] {
+                  std::vector<double> y(ny, 7.0);
+                  matmul_forward<Emulated>(y, x, w, s, c);
+                  return std::vector<std::vector<double>>{y};
+                });
+              });
+              expect_same(fast[0], oracle[0], "fwd " + what, true);
+            }
+            {
+              const Ctx<Emulated> c(pol.at(op, Pass::BackwardData), {5, 2});
+              const auto& f = c.precision().storage;
+              const auto dy = cast_inputs(ny, regime, f, seed + 2), w = cast_inputs(nw, regime, f, seed + 3);
+              const auto dx0 = inputs(nx, Regime::Normal, f, seed + 4);
+              const auto [fast, oracle] = both([&] {
+                return on_definition_when_oracle([&] {
+                  std::vector<double> dx = dx0;
+                  matmul_backward_data<Emulated>(dx, dy, w, s, c);
+                  return std::vector<std::vector<double>>{dx};
+                });
+              });
+              expect_same(fast[0], oracle[0], "bwd-data " + what, true);
+            }
+            {
+              const Ctx<Emulated> c(pol.at(op, Pass::BackwardWeight), {5, 3});
+              const auto& f = c.precision().storage;
+              const auto dy = cast_inputs(ny, regime, f, seed + 5), x = cast_inputs(nx, regime, f, seed + 6);
+              const auto dw0 = inputs(nw, Regime::Normal, f, seed + 7);
+              const auto [fast, oracle] = both([&] {
+                return on_definition_when_oracle([&] {
+                  std::vector<double> dw = dw0;
+                  matmul_backward_weight<Emulated>(dw, dy, x, s, c);
+                  return std::vector<std::vector<double>>{dw};
+                });
+              });
+              expect_same(fast[0], oracle[0], "bwd-weight " + what, true);
+            }
           }
-          {
-            const Ctx<Emulated> c(pol.at(op, Pass::BackwardData), {5, 2});
-            const auto& f = c.precision().storage;
-            const auto dy = inputs(ny, regime, f, seed + 2), w = inputs(nw, regime, f, seed + 3);
-            const auto dx0 = inputs(nx, Regime::Normal, f, seed + 4);
-            const auto [fast, oracle] = both([&] {
-              std::vector<double> dx = dx0;
-              matmul_backward_data<Emulated>(dx, dy, w, s, c);
-              return std::vector<std::vector<double>>{dx};
-            });
-            expect_same(fast[0], oracle[0], "bwd-data " + what, true);
-          }
-          {
-            const Ctx<Emulated> c(pol.at(op, Pass::BackwardWeight), {5, 3});
-            const auto& f = c.precision().storage;
-            const auto dy = inputs(ny, regime, f, seed + 5), x = inputs(nx, regime, f, seed + 6);
-            const auto dw0 = inputs(nw, Regime::Normal, f, seed + 7);
-            const auto [fast, oracle] = both([&] {
-              std::vector<double> dw = dw0;
-              matmul_backward_weight<Emulated>(dw, dy, x, s, c);
-              return std::vector<std::vector<double>>{dw};
-            });
-            expect_same(fast[0], oracle[0], "bwd-weight " + what, true);
-          }
-        }
+    }
   }
+  k::set_isa_limit(k::Isa::Avx512Fp16);
 }
 
 TEST(SpanOps, AdamWEqualsTheOracle) {
