@@ -599,16 +599,18 @@ int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, const OperandCast* c
         worst = std::min(worst, pack_to(pk, A.data + k * A.ld + i0, n, a_dest(i0, k), K, cast_a));
     }
   }
-  if (!B.transposed) {
-    const auto segments = static_cast<std::ptrdiff_t>(pk.panels * K);
+  if (!B.transposed) {  // row k of B read in order, its kPanel-column segments written to every panel
+    const auto rows = static_cast<std::ptrdiff_t>(K);
 #pragma omp for schedule(static) nowait
-    for (std::ptrdiff_t idx = 0; idx < segments; ++idx) {
-      const std::size_t p = static_cast<std::size_t>(idx) / K, k = static_cast<std::size_t>(idx) % K;
-      const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0), at = (p * K + k) * kPanel;
-      worst = std::min(worst, pack_to(pk, B.data + k * B.ld + j0, jn, b_dest(at), 1, cast_b));
-      for (std::size_t c = jn; c < kPanel; ++c) {
-        if (pk.B) pk.B[at + c] = 0.0f;
-        if (pk.Bh) pk.Bh[at + c] = 0;
+    for (std::ptrdiff_t kk = 0; kk < rows; ++kk) {
+      const auto k = static_cast<std::size_t>(kk);
+      for (std::size_t p = 0; p < pk.panels; ++p) {
+        const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0), at = (p * K + k) * kPanel;
+        worst = std::min(worst, pack_to(pk, B.data + k * B.ld + j0, jn, b_dest(at), 1, cast_b));
+        for (std::size_t c = jn; c < kPanel; ++c) {
+          if (pk.B) pk.B[at + c] = 0.0f;
+          if (pk.Bh) pk.Bh[at + c] = 0;
+        }
       }
     }
   } else {  // B(k, j) = data[j·ld + k]: row j of the stored matrix is column j of B, scattered kPanel apart

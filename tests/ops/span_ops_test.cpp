@@ -117,47 +117,36 @@ TEST(SpanOps, MatmulOutputsEqualTheOracle) {
             const auto seed = static_cast<std::uint64_t>(s.n * 31 + s.in) + static_cast<std::uint64_t>(regime);
             const auto nx = static_cast<std::size_t>(s.n * s.in), ny = static_cast<std::size_t>(s.n * s.out),
                        nw = static_cast<std::size_t>(s.out * s.in);
-            {
-              const Ctx<Emulated> c(pol.at(op, Pass::Forward), {5, 1});
+            // One pass: operands a, b from cast_inputs (seeds s0, s0 + 1), the output starting at 7 (forward) or at
+            // random storage values (the backward passes add into it), under the pass's policy entry.
+            const auto check = [&](Pass pass, std::uint64_t stream, std::size_t na, std::size_t nb, std::size_t nout,
+                                   std::uint64_t s0, const auto& call, const std::string& label) {
+              const Ctx<Emulated> c(pol.at(op, pass), {5, stream});
               const auto& f = c.precision().storage;
-              const auto x = cast_inputs(nx, regime, f, seed), w = cast_inputs(nw, regime, f, seed + 1);
+              const auto a = cast_inputs(na, regime, f, s0), b = cast_inputs(nb, regime, f, s0 + 1);
+              const auto out0 = pass == Pass::Forward ? std::vector<double>(nout, 7.0)
+                                                      : inputs(nout, Regime::Normal, f, s0 + 2);
               const auto [fast, oracle] = both([&] {
                 return on_definition_when_oracle([&] {
-                  std::vector<double> y(ny, 7.0);
-                  matmul_forward<Emulated>(y, x, w, s, c);
-                  return std::vector<std::vector<double>>{y};
+                  std::vector<double> out = out0;
+                  call(out, a, b, c);
+                  return std::vector<std::vector<double>>{out};
                 });
               });
-              expect_same(fast[0], oracle[0], "fwd " + what, true);
-            }
-            {
-              const Ctx<Emulated> c(pol.at(op, Pass::BackwardData), {5, 2});
-              const auto& f = c.precision().storage;
-              const auto dy = cast_inputs(ny, regime, f, seed + 2), w = cast_inputs(nw, regime, f, seed + 3);
-              const auto dx0 = inputs(nx, Regime::Normal, f, seed + 4);
-              const auto [fast, oracle] = both([&] {
-                return on_definition_when_oracle([&] {
-                  std::vector<double> dx = dx0;
-                  matmul_backward_data<Emulated>(dx, dy, w, s, c);
-                  return std::vector<std::vector<double>>{dx};
-                });
-              });
-              expect_same(fast[0], oracle[0], "bwd-data " + what, true);
-            }
-            {
-              const Ctx<Emulated> c(pol.at(op, Pass::BackwardWeight), {5, 3});
-              const auto& f = c.precision().storage;
-              const auto dy = cast_inputs(ny, regime, f, seed + 5), x = cast_inputs(nx, regime, f, seed + 6);
-              const auto dw0 = inputs(nw, Regime::Normal, f, seed + 7);
-              const auto [fast, oracle] = both([&] {
-                return on_definition_when_oracle([&] {
-                  std::vector<double> dw = dw0;
-                  matmul_backward_weight<Emulated>(dw, dy, x, s, c);
-                  return std::vector<std::vector<double>>{dw};
-                });
-              });
-              expect_same(fast[0], oracle[0], "bwd-weight " + what, true);
-            }
+              expect_same(fast[0], oracle[0], label + " " + what, true);
+            };
+            using Vec = std::vector<double>;
+            check(Pass::Forward, 1, nx, nw, ny, seed, [&](Vec& y, const Vec& x, const Vec& w, const Ctx<Emulated>& c) {
+              matmul_forward<Emulated>(y, x, w, s, c);
+            }, "fwd");
+            check(Pass::BackwardData, 2, ny, nw, nx, seed + 2,
+                  [&](Vec& dx, const Vec& dy, const Vec& w, const Ctx<Emulated>& c) {
+                    matmul_backward_data<Emulated>(dx, dy, w, s, c);
+                  }, "bwd-data");
+            check(Pass::BackwardWeight, 3, ny, nx, nw, seed + 5,
+                  [&](Vec& dw, const Vec& dy, const Vec& x, const Ctx<Emulated>& c) {
+                    matmul_backward_weight<Emulated>(dw, dy, x, s, c);
+                  }, "bwd-weight");
           }
     }
   }
