@@ -920,4 +920,37 @@ void gemm(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, Co
   }
 }
 
+void gemm_ranged(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix A, ConstMatrix B,
+                 std::span<const KRange> rows, double* C, std::size_t ldc, StochasticBits bits) {
+  check_valid(a);
+  auto bad = [&](const std::string& why) {
+    throw std::invalid_argument("gemm_ranged (M=" + std::to_string(M) + ", N=" + std::to_string(N) +
+                                ", K=" + std::to_string(K) + "): " + why);
+  };
+  if (rows.size() != M) bad("rows holds " + std::to_string(rows.size()) + " ranges, expected M");
+  if (M == 0 || N == 0) return;
+  if (C == nullptr || A.data == nullptr || B.data == nullptr) bad("A, B or C is null");
+  if (ldc < N) bad("ldc = " + std::to_string(ldc) + " < N");
+  const std::size_t a_need = A.transposed ? M : K, b_need = B.transposed ? K : N;
+  if (A.ld < a_need) bad("A has ld = " + std::to_string(A.ld) + " < " + std::to_string(a_need));
+  if (B.ld < b_need) bad("B has ld = " + std::to_string(B.ld) + " < " + std::to_string(b_need));
+  for (std::size_t i = 0; i < M; ++i)
+    if (!(rows[i].lo < rows[i].hi && rows[i].hi <= K))
+      bad("row " + std::to_string(i) + " has k-range [" + std::to_string(rows[i].lo) + ", " +
+          std::to_string(rows[i].hi) + "); valid ranges are nonempty and end at most at K");
+  if (a.rounding != Rounding::Stochastic && kernels::gemm_ranged_fast(a, M, N, K, A, B, rows.data(), C, ldc)) return;
+  const Plans& plans = plans_for(a);
+  const auto aincr = static_cast<std::ptrdiff_t>(A.transposed ? A.ld : 1);
+  const auto bincr = static_cast<std::ptrdiff_t>(B.transposed ? 1 : B.ld);
+  for (std::size_t i = 0; i < M; ++i) {
+    const std::size_t lo = rows[i].lo;
+    const double* arow = A.transposed ? A.data + lo * A.ld + i : A.data + i * A.ld + lo;
+    for (std::size_t j = 0; j < N; ++j) {
+      const double* bcol = B.transposed ? B.data + j * B.ld + lo : B.data + lo * B.ld + j;
+      const StochasticBits sb{bits.seed, bits.stream + i * N + j};
+      C[i * ldc + j] = run(plans, DotSource{arow, aincr, bcol, bincr}, rows[i].hi - lo, false, 0.0, sb, nullptr);
+    }
+  }
+}
+
 }  // namespace roundoff::numerics

@@ -161,4 +161,21 @@ void gemm(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, Co
           std::size_t ldc, bool accumulate = false, StochasticBits bits = {}, AccumStats* stats = nullptr,
           int threads = 0);
 
+/// The k-range [lo, hi) of one output row of gemm_ranged.
+struct KRange {
+  std::size_t lo = 0;
+  std::size_t hi = 0;
+};
+
+/// C(M×N) = A(M×K)·B(K×N) with a k-range per output row (causal products): C_ij = dot(a, A(i, lo_i..hi_i−1),
+/// B(lo_i..hi_i−1, j)) in k order lo_i, lo_i+1, .., hi_i−1 — exactly numerics::dot of those hi_i − lo_i terms
+/// (the partial sum starts with round(t_lo), blocks and tiles count from lo_i). Elements of A and B outside the
+/// ranges are never read into a sum, so nothing is zero-padded (s + 0·x would turn −0 into +0 and 0·inf into
+/// NaN). Outputs are in the accumulator format. Runs in the calling thread (callers parallelise over
+/// independent problems). Stochastic draws use stream bits.stream + i·N + j, as gemm's. SIMD kernels are used
+/// where a bit-identical one exists. Throws std::invalid_argument on inconsistent shapes or a range that is
+/// empty or ends past K.
+void gemm_ranged(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix A, ConstMatrix B,
+                 std::span<const KRange> rows, double* C, std::size_t ldc, StochasticBits bits = {});
+
 }  // namespace roundoff::numerics

@@ -569,11 +569,26 @@ int pack_to(const Packed& pk, const double* src, std::size_t n, Dest d, std::siz
 /// Columns packed per work item of a transposed B (a quarter panel).
 constexpr std::size_t kPackCols = 16;
 
+/// Calls f(t) for t in [0, n): work-shared among the threads of the enclosing parallel region (static schedule, no
+/// closing barrier) when `shared`, all by the calling thread otherwise.
+template <class F>
+void for_items(bool shared, std::size_t n, F f) {
+  if (!shared) {
+    for (std::size_t t = 0; t < n; ++t) f(t);
+    return;
+  }
+  const auto items = static_cast<std::ptrdiff_t>(n);
+#pragma omp for schedule(static) nowait
+  for (std::ptrdiff_t t = 0; t < items; ++t) f(static_cast<std::size_t>(t));
+}
+
 /// Packs rows [0, M) of A and the K×kPanel panels of B into the buffers that are allocated, casting each value by
 /// cast_a / cast_b where not null and classifying it (see pack_run); returns the lowest class. A transposed operand
 /// is read along its stored rows (runs of up to kPanel rows of A, or one column of B over all K) and scattered into
-/// the packed layout. Called inside a parallel region: the loops are work-shared without a closing barrier.
-int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, const OperandCast* cast_a, const OperandCast* cast_b) {
+/// the packed layout. `shared`: called by every thread of a parallel region, the loops work-shared (see
+/// for_items); otherwise the calling thread packs everything.
+int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, const OperandCast* cast_a, const OperandCast* cast_b,
+                  bool shared) {
   const std::size_t M = pk.M, N = pk.N, K = pk.K;
   auto a_dest = [&](std::size_t i, std::size_t k) {
     return Dest{pk.A ? pk.A + i * K + k : nullptr, pk.Ad ? pk.Ad + i * K + k : nullptr, nullptr,
@@ -584,26 +599,18 @@ int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, const OperandCast* c
   };
   int worst = 2;
   if (!A.transposed) {
-    const auto rows = static_cast<std::ptrdiff_t>(M);
-#pragma omp for schedule(static) nowait
-    for (std::ptrdiff_t ii = 0; ii < rows; ++ii) {
-      const auto i = static_cast<std::size_t>(ii);
+    for_items(shared, M, [&](std::size_t i) {
       worst = std::min(worst, pack_to(pk, A.data + i * A.ld, K, a_dest(i, 0), 1, cast_a));
-    }
+    });
   } else {  // A(i, k) = data[k·ld + i]: row k of the stored matrix holds rows i of A
-    const auto blocks = static_cast<std::ptrdiff_t>((M + kPanel - 1) / kPanel);
-#pragma omp for schedule(static) nowait
-    for (std::ptrdiff_t bb = 0; bb < blocks; ++bb) {
-      const std::size_t i0 = static_cast<std::size_t>(bb) * kPanel, n = std::min(kPanel, M - i0);
+    for_items(shared, (M + kPanel - 1) / kPanel, [&](std::size_t bb) {
+      const std::size_t i0 = bb * kPanel, n = std::min(kPanel, M - i0);
       for (std::size_t k = 0; k < K; ++k)
         worst = std::min(worst, pack_to(pk, A.data + k * A.ld + i0, n, a_dest(i0, k), K, cast_a));
-    }
+    });
   }
   if (!B.transposed) {  // row k of B read in order, its kPanel-column segments written to every panel
-    const auto rows = static_cast<std::ptrdiff_t>(K);
-#pragma omp for schedule(static) nowait
-    for (std::ptrdiff_t kk = 0; kk < rows; ++kk) {
-      const auto k = static_cast<std::size_t>(kk);
+    for_items(shared, K, [&](std::size_t k) {
       for (std::size_t p = 0; p < pk.panels; ++p) {
         const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0), at = (p * K + k) * kPanel;
         worst = std::min(worst, pack_to(pk, B.data + k * B.ld + j0, jn, b_dest(at), 1, cast_b));
@@ -612,14 +619,11 @@ int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, const OperandCast* c
           if (pk.Bh) pk.Bh[at + c] = 0;
         }
       }
-    }
+    });
   } else {  // B(k, j) = data[j·ld + k]: row j of the stored matrix is column j of B, scattered kPanel apart
     constexpr std::size_t q_per_panel = kPanel / kPackCols;
-    const auto items = static_cast<std::ptrdiff_t>(pk.panels * q_per_panel);
-#pragma omp for schedule(static) nowait
-    for (std::ptrdiff_t idx = 0; idx < items; ++idx) {
-      const std::size_t p = static_cast<std::size_t>(idx) / q_per_panel,
-                        q = static_cast<std::size_t>(idx) % q_per_panel;
+    for_items(shared, pk.panels * q_per_panel, [&](std::size_t idx) {
+      const std::size_t p = idx / q_per_panel, q = idx % q_per_panel;
       const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0);
       for (std::size_t c = q * kPackCols; c < (q + 1) * kPackCols; ++c) {
         const std::size_t at = p * K * kPanel + c;
@@ -632,16 +636,47 @@ int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, const OperandCast* c
           if (pk.Bh) pk.Bh[at + k * kPanel] = 0;
         }
       }
-    }
+    });
   }
   return worst;
+}
+
+/// Rows [i, i + rows) of panel p of C into tile (rows × kPanel, running sums in/out): the terms k0 .. k0+len-1
+/// of the packed operands (packed A columns and B rows k0..), counted from k0 (blocks and tiles start there).
+void kernel_rows(const Plan& plan, const Packed& pk, bool native, std::size_t rows, std::size_t i, std::size_t k0,
+                 std::size_t len, std::size_t p, std::size_t jn, float* tile, std::int64_t& overflows) {
+  const std::size_t K = pk.K, a0 = i * K + k0, b0 = (p * K + k0) * kPanel;
+  if (plan.tile && pk.avx2) {
+    for (std::size_t q = 0; q < 8 && 8 * q < jn; ++q)
+      avx2::tile_ane_rows(rows, pk.Ad + a0, K, pk.B + b0 + 8 * q, kPanel, len, tile + 8 * q, kPanel, overflows);
+  } else if (plan.tile) {
+    for (std::size_t q = 0; q < 4 && 16 * q < jn; ++q)
+      tile_ane_rows(rows, pk.Ad + a0, K, pk.B + b0 + 16 * q, kPanel, len, tile + 16 * q, kPanel, overflows);
+  } else if (native) {
+    tile_ph_rows(rows, pk.Ah + a0, K, pk.Bh + b0, len, plan.block, tile, kPanel);
+  } else if (pk.avx2) {
+    for (std::size_t q = 0; q < 4 && 16 * q < jn; ++q)
+      avx2::tile_rows(plan.acc, rows, pk.A + a0, K, pk.B + b0 + 16 * q, kPanel, len, plan.block, tile + 16 * q,
+                      kPanel);
+  } else {
+    for (std::size_t half = 0; half < 2 && 32 * half < jn; ++half) {
+      const float* Ap = pk.A + a0;
+      const float* Bp = pk.B + b0 + 32 * half;
+      float* t = tile + 32 * half;
+      switch (plan.acc) {
+        case Acc::Fp16: tile_f32_rows<Acc::Fp16>(rows, Ap, K, Bp, kPanel, len, plan.block, t, kPanel); break;
+        case Acc::Bf16: tile_f32_rows<Acc::Bf16>(rows, Ap, K, Bp, kPanel, len, plan.block, t, kPanel); break;
+        case Acc::Fp32: tile_f32_rows<Acc::Fp32>(rows, Ap, K, Bp, kPanel, len, plan.block, t, kPanel); break;
+      }
+    }
+  }
 }
 
 /// Rows [i_begin, i_end) of C from the packed operands, panel by panel, in micro-tiles of kMr rows. Adds the
 /// tile overflows the tile-stage kernel counts to `overflows`.
 void compute_rows(const Plan& plan, const Packed& pk, bool native, bool accumulate, double* C, std::size_t ldc,
                   std::size_t i_begin, std::size_t i_end, std::int64_t& overflows) {
-  const std::size_t N = pk.N, K = pk.K;
+  const std::size_t N = pk.N;
   float tile[kMr * kPanel];
   for (std::size_t p = 0; p < pk.panels; ++p) {
     const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0);
@@ -656,32 +691,7 @@ void compute_rows(const Plan& plan, const Packed& pk, bool native, bool accumula
           (void)(pk.avx2 ? avx2::pack_run(c_row, jn, false, false, tile + r * kPanel, nullptr)
                          : pack_run(c_row, jn, false, false, tile + r * kPanel, nullptr, nullptr, nullptr));
         }
-      if (plan.tile && pk.avx2) {
-        for (std::size_t q = 0; q < 8 && 8 * q < jn; ++q)
-          avx2::tile_ane_rows(rows, pk.Ad + i * K, K, pk.B + p * K * kPanel + 8 * q, kPanel, K, tile + 8 * q, kPanel,
-                              overflows);
-      } else if (plan.tile) {
-        for (std::size_t q = 0; q < 4 && 16 * q < jn; ++q)
-          tile_ane_rows(rows, pk.Ad + i * K, K, pk.B + p * K * kPanel + 16 * q, kPanel, K, tile + 16 * q,
-                        kPanel, overflows);
-      } else if (native) {
-        tile_ph_rows(rows, pk.Ah + i * K, K, pk.Bh + p * K * kPanel, K, plan.block, tile, kPanel);
-      } else if (pk.avx2) {
-        for (std::size_t q = 0; q < 4 && 16 * q < jn; ++q)
-          avx2::tile_rows(plan.acc, rows, pk.A + i * K, K, pk.B + p * K * kPanel + 16 * q, kPanel, K, plan.block,
-                          tile + 16 * q, kPanel);
-      } else {
-        for (std::size_t half = 0; half < 2 && 32 * half < jn; ++half) {
-          const float* Ap = pk.A + i * K;
-          const float* Bp = pk.B + p * K * kPanel + 32 * half;
-          float* t = tile + 32 * half;
-          switch (plan.acc) {
-            case Acc::Fp16: tile_f32_rows<Acc::Fp16>(rows, Ap, K, Bp, kPanel, K, plan.block, t, kPanel); break;
-            case Acc::Bf16: tile_f32_rows<Acc::Bf16>(rows, Ap, K, Bp, kPanel, K, plan.block, t, kPanel); break;
-            case Acc::Fp32: tile_f32_rows<Acc::Fp32>(rows, Ap, K, Bp, kPanel, K, plan.block, t, kPanel); break;
-          }
-        }
-      }
+      kernel_rows(plan, pk, native, rows, i, 0, pk.K, p, jn, tile, overflows);
       for (std::size_t r = 0; r < rows; ++r) {
         if (pk.avx2)
           avx2::widen(tile + r * kPanel, C + (i + r) * ldc + j0, jn);
@@ -861,7 +871,7 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
   std::int64_t tile_overflows = 0;
 #pragma omp parallel num_threads(nthreads)
   {
-    int w = pack_operands(pk, A, B, cast_a, cast_b);
+    int w = pack_operands(pk, A, B, cast_a, cast_b, true);
     if (accumulate) {
       const auto rows = static_cast<std::ptrdiff_t>(M);
 #pragma omp for schedule(static) nowait
@@ -885,7 +895,7 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
       }
     }
     if (worst > 0 && try_native && !native) {
-      (void)pack_operands(pk, A, B, cast_a, cast_b);
+      (void)pack_operands(pk, A, B, cast_a, cast_b, true);
 #pragma omp barrier
     }
     if (worst > 0) {
@@ -904,6 +914,57 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
   if (stats) {
     stats->terms += static_cast<std::int64_t>(M * N * K);
     stats->overflows += tile_overflows + count_overflows(plan, pk, A, B, C, ldc, accumulate, c_initial);
+  }
+  return true;
+}
+
+}  // namespace roundoff::numerics::kernels
+
+namespace roundoff::numerics::kernels {
+
+bool gemm_ranged_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix A, ConstMatrix B,
+                      const KRange* rows, double* C, std::size_t ldc) {
+  if (!enabled() || M == 0 || N == 0 || K == 0) return false;
+  const auto plan_opt = plan_for(a);
+  const Isa isa = effective_isa();
+  if (!plan_opt || isa == Isa::None) return false;
+  const Plan plan = *plan_opt;
+  Packed pk;
+  pk.M = M;
+  pk.N = N;
+  pk.K = K;
+  pk.panels = (N + kPanel - 1) / kPanel;
+  pk.any_binary32 = plan.acc == Acc::Fp32 && a.fused && !plan.tile;
+  pk.avx2 = isa == Isa::Avx2;
+  thread_local PackBuffers buffers;
+  if (plan.tile)
+    pk.Ad = buffers.Ad.get(M * K);
+  else
+    pk.A = buffers.A.get(M * K);
+  pk.B = buffers.B.get(pk.panels * K * kPanel);
+  // Packed by the calling thread (no work-sharing: callers may be inside a parallel region).
+  if (pack_operands(pk, A, B, nullptr, nullptr, false) == 0) return false;
+
+  // Terms after which a row's whole state is its running sum (see the header).
+  const std::size_t period = plan.tile ? kTile : plan.block != 0 ? plan.block : 1;
+  std::int64_t overflows = 0;  // gemm_ranged reports no statistics
+  float tile[kMr * kPanel];
+  for (std::size_t p = 0; p < pk.panels; ++p) {
+    const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0);
+    for (std::size_t i = 0; i < M;) {
+      const std::size_t lo = rows[i].lo;
+      std::size_t g = 1, common = rows[i].hi - lo;
+      for (; g < kMr && i + g < M && rows[i + g].lo == lo; ++g) common = std::min(common, rows[i + g].hi - lo);
+      const std::size_t prefix = g == 1 ? common : common - common % period;
+      std::fill(tile, tile + g * kPanel, -0.0f);
+      if (prefix > 0) kernel_rows(plan, pk, false, g, i, lo, prefix, p, jn, tile, overflows);
+      for (std::size_t r = 0; r < g; ++r)
+        if (const std::size_t len = rows[i + r].hi - lo; len > prefix)
+          kernel_rows(plan, pk, false, 1, i + r, lo + prefix, len - prefix, p, jn, tile + r * kPanel, overflows);
+      for (std::size_t r = 0; r < g; ++r)
+        for (std::size_t c = 0; c < jn; ++c) C[(i + r) * ldc + j0 + c] = static_cast<double>(tile[r * kPanel + c]);
+      i += g;
+    }
   }
   return true;
 }

@@ -59,6 +59,15 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
                double* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads,
                const OperandCast* cast_a = nullptr, const OperandCast* cast_b = nullptr);
 
+/// numerics::gemm_ranged's product when a bit-identical kernel exists (the accumulations and inputs above);
+/// false (C untouched) otherwise. Ranges must already be checked. In the calling thread. The rows of a micro-tile
+/// run their common prefix together: with sequential steps a row's state after k terms is its running sum
+/// alone, so a prefix cut at a multiple of the plan's period (1 sequential, the block size blocked, 4 for the
+/// tile stage) resumes exactly; each row then finishes its own tail, its terms counted from its own lo. The
+/// native fp16 kernel is not used here (the round-to-odd kernel gives the same bits).
+bool gemm_ranged_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix A, ConstMatrix B,
+                      const KRange* rows, double* C, std::size_t ldc);
+
 /// Instruction sets the kernels can use, weakest first. Avx2 (AVX2 + FMA + F16C, for CPUs without AVX-512) has
 /// every kernel but the native fp16 one, in 8 lanes (numerics/gemm_kernels_avx2.hpp).
 enum class Isa : std::uint8_t { None, Avx2, Avx512, Avx512Fp16 };

@@ -11,12 +11,16 @@
 /// Units (Select): a head (b, h) for scores and values; a query row (b, h, t) for softmax (all rows of a head
 /// together when no Select is given).
 ///
-/// Speed: when ctx.gemm_is_dot() (the accumulation does not round stochastically) the dot products of a head
-/// run as GEMMs on ctx.gemm (numerics' SIMD kernels where they apply): QKᵀ and dout·Vᵀ as one T×T×hs GEMM
-/// per band of query rows (only the causal outputs are used), the causal sums (att·V, dq, dk, dv) as one
-/// 1×hs GEMM per row with exactly that row's k-range [lo, hi) — never zero-padded, since s + 0·x turns −0
-/// into +0 and 0·inf into NaN. Each C_ij then gets dot()'s conversion with dot()'s key (ctx.dot_result), so
-/// the bits equal the per-element dots' (tests/ops/attention_gemm_test.cpp); otherwise each dot runs alone.
+/// Speed: each head's operands are cast into per-thread scratch (q, k, v, dout as T × hs; att and dpreatt only
+/// their causal part, zeros above the diagonal that no sum reads). When ctx.gemm_is_dot() (the accumulation does
+/// not round stochastically) the dot products of a head run on ctx's GEMMs (numerics' SIMD kernels where they
+/// apply): QKᵀ and dout·Vᵀ as one T×T×hs GEMM per band of query rows (only the causal outputs are used), the
+/// causal sums as one numerics::gemm_ranged call per head with each output row's exact k-range — att·V and
+/// dq = dps·K over [0, t+1), dk = dpsᵀ·Q and dv = attᵀ·dout over [t, T) — never zero-padded, since s + 0·x turns
+/// −0 into +0 and 0·inf into NaN. Each C_ij then gets dot()'s conversion with dot()'s key (compute_array /
+/// result_array), and the elementwise steps run as span forms (store_array, arith_array) with the per-element
+/// keys, so the bits equal the per-element definition's (tests/ops/attention_gemm_test.cpp); otherwise each dot
+/// runs alone.
 #include <algorithm>
 #include <cmath>
 #include <span>
@@ -45,12 +49,75 @@ inline std::size_t at3(const AttnShape& s, std::int64_t b, std::int64_t t, std::
 }
 /// Query rows per GEMM of the T×T products (columns up to the band's last causal one).
 inline constexpr std::int64_t kBand = 32;
-/// Per-thread scratch for a head's raw GEMM outputs.
-template <class V>
+/// Per-thread scratch buffers, one per Slot, reused across calls (a head's operands and products).
+enum class Slot : std::uint8_t { Raw, Y, Tmp, Head1, Head2, Head3 };
+template <class V, Slot slot>
 std::vector<V>& scratch(std::size_t n) {
   thread_local std::vector<V> buf;
   buf.resize(n);
   return buf;
+}
+/// The causal k-ranges of a head's T rows: [0, t+1) (prefix: the sum over j ≤ t) or [t, T) (suffix: i ≥ t).
+inline std::span<const numerics::KRange> causal_ranges(std::int64_t T, bool prefix) {
+  thread_local std::vector<numerics::KRange> r[2];
+  std::vector<numerics::KRange>& v = r[prefix ? 1 : 0];
+  if (v.size() != static_cast<std::size_t>(T)) {
+    v.resize(static_cast<std::size_t>(T));
+    for (std::size_t t = 0; t < v.size(); ++t) v[t] = prefix ? numerics::KRange{0, t + 1} : numerics::KRange{t, v.size()};
+  }
+  return v;
+}
+/// Head (b, h) of a (B, T, NH·hs) tensor cast on entry (in(), keys (t, element, 0)): dst[t·hs + d], T × hs.
+template <class A, Slot slot>
+std::vector<typename A::Value>& cast_head(const Ctx<A>& ctx, std::span<const typename A::Value> x, const AttnShape& s,
+                                          std::int64_t b, std::int64_t h, Tensor t) {
+  using V = typename A::Value;
+  const auto hs = static_cast<std::size_t>(s.hs);
+  std::vector<V>& dst = scratch<V, slot>(static_cast<std::size_t>(s.T) * hs);
+  for (std::int64_t r = 0; r < s.T; ++r) {
+    const std::size_t e0 = at3(s, b, r, h, 0);
+    ctx.store_array(x.subspan(e0, hs), std::span<V>(dst.data() + static_cast<std::size_t>(r) * hs, hs),
+                    [&](std::size_t i) { return key(t, e0 + i, 0); });
+  }
+  return dst;
+}
+/// The causal part of head (b, h) of a (B, NH, T, T) tensor cast on entry: dst[r·T + j] = in(x[b,h,r,j]) for
+/// j ≤ r (keys (t, element, 0)); 0 above the diagonal (never summed).
+template <class A, Slot slot>
+std::vector<typename A::Value>& cast_causal(const Ctx<A>& ctx, std::span<const typename A::Value> x,
+                                            const AttnShape& s, std::int64_t b, std::int64_t h, Tensor t) {
+  using V = typename A::Value;
+  const auto T = static_cast<std::size_t>(s.T);
+  std::vector<V>& dst = scratch<V, slot>(T * T);
+  for (std::size_t r = 0; r < T; ++r) {
+    const std::size_t e0 = at4(s, b, h, static_cast<std::int64_t>(r), 0);
+    ctx.store_array(x.subspan(e0, r + 1), std::span<V>(dst.data() + r * T, r + 1),
+                    [&](std::size_t i) { return key(t, e0 + i, 0); });
+    std::fill(dst.begin() + static_cast<std::ptrdiff_t>(r * T + r + 1),
+              dst.begin() + static_cast<std::ptrdiff_t>((r + 1) * T), V(0));
+  }
+  return dst;
+}
+/// out[i] = op(x[i], y, key(t, e0 + i, slot)) for a value y in compute (the span form, ops/span_arith.hpp).
+template <class A>
+void op_const(const Ctx<A>& ctx, ArithOp op, std::span<const typename A::Value> x, const typename A::Value& y,
+              std::span<typename A::Value> out, Tensor t, std::size_t e0, unsigned slot) {
+  using V = typename A::Value;
+  std::vector<V>& ys = scratch<V, Slot::Y>(x.size());
+  std::fill(ys.begin(), ys.end(), y);
+  arith_array(ctx, op, x, cspan(ys), out, [&](std::size_t i) { return key(t, e0 + i, slot); });
+}
+/// g[i] ← store(add(in(g[i]), r[i])) with keys (t, e0 + i, 1), (t, e0 + i, 2), (t, e0 + i, 3): a gradient
+/// accumulating reduction results r already in compute (slot 0 is the reduction's).
+template <class A>
+void add_into(const Ctx<A>& ctx, std::span<typename A::Value> g, std::span<const typename A::Value> r, Tensor t,
+              std::size_t e0) {
+  using V = typename A::Value;
+  std::vector<V>& gi = scratch<V, Slot::Y>(g.size());
+  std::vector<V>& sum = scratch<V, Slot::Tmp>(g.size());
+  ctx.store_array(std::span<const V>(g), std::span<V>(gi), [&](std::size_t i) { return key(t, e0 + i, 1); });  // in()
+  arith_array(ctx, ArithOp::Add, cspan(gi), r, std::span<V>(sum), [&](std::size_t i) { return key(t, e0 + i, 2); });
+  ctx.store_array(cspan(sum), g, [&](std::size_t i) { return key(t, e0 + i, 3); });
 }
 }  // namespace detail
 
@@ -59,34 +126,41 @@ template <class A>
 void attn_scores_forward(std::span<typename A::Value> preatt, std::span<const typename A::Value> q,
                          std::span<const typename A::Value> k, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
-  const std::vector<V> qs = detail::cast_in(q, ctx, Tensor::Q), ks = detail::cast_in(k, ctx, Tensor::K);
   using M = typename MatrixOf<A>::type;
+  using detail::Slot;
   const V scale = ctx.c(1.0 / std::sqrt(static_cast<double>(s.hs)));
   const bool batched = ctx.gemm_is_dot();
-  const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs), C = static_cast<std::size_t>(s.C());
+  const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs);
   for_units(s.heads(), sel, [&](std::int64_t u) {
     const std::int64_t b = u / s.NH, h = u % s.NH;
-    std::vector<V>& raw = detail::scratch<V>(batched ? T * T : 0);
+    const std::vector<V>& qh = detail::cast_head<A, Slot::Head1>(ctx, q, s, b, h, Tensor::Q);
+    const std::vector<V>& kh = detail::cast_head<A, Slot::Head2>(ctx, k, s, b, h, Tensor::K);
+    std::vector<V>& raw = detail::scratch<V, Slot::Raw>(T * T);
+    std::vector<V>& prod = detail::scratch<V, Slot::Tmp>(T);
     for (std::int64_t t0 = 0; t0 < s.T; t0 += detail::kBand) {
       const std::int64_t t1 = std::min(s.T, t0 + detail::kBand);
       // raw[t, j] = q[t,:]·k[j,:] for t in [t0, t1), j < t1 (the band's causal columns)
       if (batched)
         ctx.gemm(static_cast<std::size_t>(t1 - t0), static_cast<std::size_t>(t1), hs,
-                 M{qs.data() + detail::at3(s, b, t0, h, 0), C}, M{ks.data() + detail::at3(s, b, 0, h, 0), C, true},
+                 M{qh.data() + static_cast<std::size_t>(t0) * hs, hs}, M{kh.data(), hs, true},
                  raw.data() + static_cast<std::size_t>(t0) * T, T, false, detail::kBatchedGemm);
-      for (std::int64_t t = t0; t < t1; ++t)
-        for (std::int64_t j = 0; j < s.T; ++j) {
-          const std::size_t e = detail::at4(s, b, h, t, j);
-          if (j > t) {
-            preatt[e] = V(0);
-            continue;
-          }
-          const Key kd = key(Tensor::Preatt, e, 0);
-          const V d = batched ? ctx.dot_result(raw[static_cast<std::size_t>(t * s.T + j)], kd)
-                              : ctx.dot(qs.data() + detail::at3(s, b, t, h, 0), 1,
-                                        ks.data() + detail::at3(s, b, j, h, 0), 1, hs, kd);
-          preatt[e] = ctx.store(ctx.mul(d, scale, key(Tensor::Preatt, e, 1)), key(Tensor::Preatt, e, 2));
+      for (std::int64_t t = t0; t < t1; ++t) {
+        const auto tu = static_cast<std::size_t>(t);
+        const std::size_t e0 = detail::at4(s, b, h, t, 0), n = tu + 1;
+        const std::span<V> d(raw.data() + tu * T, n);
+        if (batched) {
+          ctx.compute_array(d, [&](std::size_t j) { return key(Tensor::Preatt, e0 + j, 0); });
+        } else {
+          for (std::size_t j = 0; j < n; ++j)
+            d[j] = ctx.dot(qh.data() + tu * hs, 1, kh.data() + j * hs, 1, hs, key(Tensor::Preatt, e0 + j, 0));
         }
+        detail::op_const(ctx, ArithOp::Mul, std::span<const V>(d), scale, std::span<V>(prod.data(), n),
+                         Tensor::Preatt, e0, 1);
+        ctx.store_array(std::span<const V>(prod.data(), n), preatt.subspan(e0, n),
+                        [&](std::size_t j) { return key(Tensor::Preatt, e0 + j, 2); });
+        std::fill(preatt.begin() + static_cast<std::ptrdiff_t>(e0 + n),
+                  preatt.begin() + static_cast<std::ptrdiff_t>(e0 + T), V(0));
+      }
     }
   });
 }
@@ -97,44 +171,46 @@ void attn_scores_backward_data(std::span<typename A::Value> dq, std::span<typena
                                std::span<const typename A::Value> dpreatt, std::span<const typename A::Value> q,
                                std::span<const typename A::Value> k, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
-  const std::vector<V> qs = detail::cast_in(q, ctx, Tensor::Q), ks = detail::cast_in(k, ctx, Tensor::K);
   using M = typename MatrixOf<A>::type;
+  using detail::Slot;
   const V scale = ctx.c(1.0 / std::sqrt(static_cast<double>(s.hs)));
   const bool batched = ctx.gemm_is_dot();
-  const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs), C = static_cast<std::size_t>(s.C());
-  std::vector<V> dps(static_cast<std::size_t>(s.att_size()));
+  const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs);
   for_units(s.heads(), sel, [&](std::int64_t u) {
     const std::int64_t b = u / s.NH, h = u % s.NH;
-    for (std::int64_t t = 0; t < s.T; ++t)
-      for (std::int64_t j = 0; j < s.T; ++j) {
-        const std::size_t e = detail::at4(s, b, h, t, j);
-        dps[e] = j > t ? V(0)
-                       : ctx.mul(ctx.in(dpreatt[e], key(Tensor::Dpreatt, e, 0)), scale, key(Tensor::Dpreatt, e, 1));
-      }
-    const V* d0 = dps.data() + detail::at4(s, b, h, 0, 0);
-    std::vector<V>& raw = detail::scratch<V>(batched ? 2 * hs : 0);
-    for (std::int64_t t = 0; t < s.T; ++t) {
-      const auto tu = static_cast<std::size_t>(t);
+    const std::vector<V>& qh = detail::cast_head<A, Slot::Head1>(ctx, q, s, b, h, Tensor::Q);
+    const std::vector<V>& kh = detail::cast_head<A, Slot::Head2>(ctx, k, s, b, h, Tensor::K);
+    // dps[t,j] = in(dpreatt[t,j])·scale for j ≤ t, 0 above (never summed)
+    std::vector<V>& dps = detail::cast_causal<A, Slot::Head3>(ctx, dpreatt, s, b, h, Tensor::Dpreatt);
+    std::vector<V>& prod = detail::scratch<V, Slot::Tmp>(T);
+    for (std::size_t t = 0; t < T; ++t) {
+      const std::span<V> row(dps.data() + t * T, t + 1);
+      detail::op_const(ctx, ArithOp::Mul, std::span<const V>(row), scale, std::span<V>(prod.data(), t + 1),
+                       Tensor::Dpreatt, detail::at4(s, b, h, static_cast<std::int64_t>(t), 0), 1);
+      std::copy_n(prod.begin(), t + 1, row.begin());
+    }
+    std::vector<V>& raw = detail::scratch<V, Slot::Raw>(2 * T * hs);
+    if (batched) {
+      // raw[t·hs + d] = Σ_{j ≤ t} dps[t,j]·k[j,d];  raw[(T + t)·hs + d] = Σ_{i ≥ t} dps[i,t]·q[i,d]
+      ctx.gemm_ranged(T, hs, T, M{dps.data(), T}, M{kh.data(), hs}, detail::causal_ranges(s.T, true), raw.data(),
+                      hs, detail::kBatchedGemm);
+      ctx.gemm_ranged(T, hs, T, M{dps.data(), T, true}, M{qh.data(), hs}, detail::causal_ranges(s.T, false),
+                      raw.data() + T * hs, hs, detail::kBatchedGemm);
+    }
+    for (std::size_t t = 0; t < T; ++t) {
+      const std::size_t e0 = detail::at3(s, b, static_cast<std::int64_t>(t), h, 0);
+      const std::span<V> gq(raw.data() + t * hs, hs), gk(raw.data() + (T + t) * hs, hs);
       if (batched) {
-        // raw[d] = Σ_{j ≤ t} dps[t,j]·k[j,d];  raw[hs + d] = Σ_{i ≥ t} dps[i,t]·q[i,d]
-        ctx.gemm(1, hs, tu + 1, M{d0 + tu * T, T}, M{ks.data() + detail::at3(s, b, 0, h, 0), C}, raw.data(), hs,
-                 false, detail::kBatchedGemm);
-        ctx.gemm(1, hs, T - tu, M{d0 + tu * T + tu, T, true}, M{qs.data() + detail::at3(s, b, t, h, 0), C},
-                 raw.data() + hs, hs, false, detail::kBatchedGemm);
+        ctx.compute_array(gq, [&](std::size_t d) { return key(Tensor::Dq, e0 + d, 0); });
+        ctx.compute_array(gk, [&](std::size_t d) { return key(Tensor::Dk, e0 + d, 0); });
+      } else {
+        for (std::size_t d = 0; d < hs; ++d) {
+          gq[d] = ctx.dot(dps.data() + t * T, 1, kh.data() + d, s.hs, t + 1, key(Tensor::Dq, e0 + d, 0));
+          gk[d] = ctx.dot(dps.data() + t * T + t, s.T, qh.data() + t * hs + d, s.hs, T - t, key(Tensor::Dk, e0 + d, 0));
+        }
       }
-      for (std::int64_t d = 0; d < s.hs; ++d) {
-        const std::size_t e = detail::at3(s, b, t, h, d);
-        // dq[t,d] = Σ_{j ≤ t} dps[t,j]·k[j,d]
-        const V g = batched ? ctx.dot_result(raw[static_cast<std::size_t>(d)], key(Tensor::Dq, e, 0))
-                            : ctx.dot(d0 + t * s.T, 1, ks.data() + detail::at3(s, b, 0, h, d), s.C(), tu + 1,
-                                      key(Tensor::Dq, e, 0));
-        dq[e] = ctx.store(ctx.add(ctx.in(dq[e], key(Tensor::Dq, e, 1)), g, key(Tensor::Dq, e, 2)), key(Tensor::Dq, e, 3));
-        // dk[t,d] = Σ_{i ≥ t} dps[i,t]·q[i,d]
-        const V gk = batched ? ctx.dot_result(raw[hs + static_cast<std::size_t>(d)], key(Tensor::Dk, e, 0))
-                             : ctx.dot(d0 + t * s.T + t, s.T, qs.data() + detail::at3(s, b, t, h, d), s.C(), T - tu,
-                                       key(Tensor::Dk, e, 0));
-        dk[e] = ctx.store(ctx.add(ctx.in(dk[e], key(Tensor::Dk, e, 1)), gk, key(Tensor::Dk, e, 2)), key(Tensor::Dk, e, 3));
-      }
+      detail::add_into(ctx, dq.subspan(e0, hs), std::span<const V>(gq), Tensor::Dq, e0);
+      detail::add_into(ctx, dk.subspan(e0, hs), std::span<const V>(gk), Tensor::Dk, e0);
     }
   });
 }
@@ -264,25 +340,27 @@ void attn_values_forward(std::span<typename A::Value> out, std::span<const typen
                          std::span<const typename A::Value> v, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
-  const std::vector<V> as = detail::cast_in(att, ctx, Tensor::Att), vs = detail::cast_in(v, ctx, Tensor::V);
+  using detail::Slot;
   const bool batched = ctx.gemm_is_dot();
   const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs), C = static_cast<std::size_t>(s.C());
   for_units(s.heads(), sel, [&](std::int64_t u) {
     const std::int64_t b = u / s.NH, h = u % s.NH;
-    std::vector<V>& raw = detail::scratch<V>(batched ? hs : 0);
-    for (std::int64_t t = 0; t < s.T; ++t) {
-      const auto tu = static_cast<std::size_t>(t);
-      // raw[d] = Σ_{j ≤ t} att[t,j]·v[j,d]
-      if (batched)
-        ctx.gemm(1, hs, tu + 1, M{as.data() + detail::at4(s, b, h, t, 0), T},
-                 M{vs.data() + detail::at3(s, b, 0, h, 0), C}, raw.data(), hs, false, detail::kBatchedGemm);
-      for (std::int64_t d = 0; d < s.hs; ++d) {
-        const std::size_t e = detail::at3(s, b, t, h, d);
-        const V r = batched ? ctx.dot_result(raw[static_cast<std::size_t>(d)], key(Tensor::Out, e, 0))
-                            : ctx.dot(as.data() + detail::at4(s, b, h, t, 0), 1,
-                                      vs.data() + detail::at3(s, b, 0, h, d), s.C(), tu + 1, key(Tensor::Out, e, 0));
-        out[e] = ctx.store(r, key(Tensor::Out, e, 1));
+    const std::vector<V>& ah = detail::cast_causal<A, Slot::Head1>(ctx, att, s, b, h, Tensor::Att);
+    const std::vector<V>& vh = detail::cast_head<A, Slot::Head2>(ctx, v, s, b, h, Tensor::V);
+    // out[b,t,h,:] (the head's rows, C apart) = att[t, 0..t]·v[0..t, :]
+    if (batched)
+      ctx.gemm_ranged(T, hs, T, M{ah.data(), T}, M{vh.data(), hs}, detail::causal_ranges(s.T, true),
+                      out.data() + detail::at3(s, b, 0, h, 0), C, detail::kBatchedGemm);
+    for (std::size_t t = 0; t < T; ++t) {
+      const std::size_t e0 = detail::at3(s, b, static_cast<std::int64_t>(t), h, 0);
+      if (batched) {
+        ctx.result_array(out.subspan(e0, hs), [&](std::size_t d) { return key(Tensor::Out, e0 + d, 0); },
+                         [&](std::size_t d) { return key(Tensor::Out, e0 + d, 1); });
+        continue;
       }
+      for (std::size_t d = 0; d < hs; ++d)
+        out[e0 + d] = ctx.store(ctx.dot(ah.data() + t * T, 1, vh.data() + d, s.hs, t + 1, key(Tensor::Out, e0 + d, 0)),
+                                key(Tensor::Out, e0 + d, 1));
     }
   });
 }
@@ -294,43 +372,49 @@ void attn_values_backward_data(std::span<typename A::Value> datt, std::span<type
                                std::span<const typename A::Value> v, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
-  const std::vector<V> as = detail::cast_in(att, ctx, Tensor::Att), vs = detail::cast_in(v, ctx, Tensor::V),
-                       ds = detail::cast_in(dout, ctx, Tensor::Dout);
+  using detail::Slot;
   const bool batched = ctx.gemm_is_dot();
-  const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs), C = static_cast<std::size_t>(s.C());
+  const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs);
   for_units(s.heads(), sel, [&](std::int64_t u) {
     const std::int64_t b = u / s.NH, h = u % s.NH;
-    std::vector<V>& raw = detail::scratch<V>(batched ? T * T : 0);
+    const std::vector<V>& ah = detail::cast_causal<A, Slot::Head1>(ctx, att, s, b, h, Tensor::Att);
+    const std::vector<V>& vh = detail::cast_head<A, Slot::Head2>(ctx, v, s, b, h, Tensor::V);
+    const std::vector<V>& dh = detail::cast_head<A, Slot::Head3>(ctx, dout, s, b, h, Tensor::Dout);
+    std::vector<V>& raw = detail::scratch<V, Slot::Raw>(std::max(T, hs) * T);
     for (std::int64_t t0 = 0; t0 < s.T; t0 += detail::kBand) {
       const std::int64_t t1 = std::min(s.T, t0 + detail::kBand);
       // raw[t, j] = dout[t,:]·v[j,:] for t in [t0, t1), j < t1
       if (batched)
         ctx.gemm(static_cast<std::size_t>(t1 - t0), static_cast<std::size_t>(t1), hs,
-                 M{ds.data() + detail::at3(s, b, t0, h, 0), C}, M{vs.data() + detail::at3(s, b, 0, h, 0), C, true},
+                 M{dh.data() + static_cast<std::size_t>(t0) * hs, hs}, M{vh.data(), hs, true},
                  raw.data() + static_cast<std::size_t>(t0) * T, T, false, detail::kBatchedGemm);
-      for (std::int64_t t = t0; t < t1; ++t)
-        for (std::int64_t j = 0; j <= t; ++j) {
-          const std::size_t e = detail::at4(s, b, h, t, j);
-          const V g = batched ? ctx.dot_result(raw[static_cast<std::size_t>(t * s.T + j)], key(Tensor::Datt, e, 0))
-                              : ctx.dot(ds.data() + detail::at3(s, b, t, h, 0), 1,
-                                        vs.data() + detail::at3(s, b, j, h, 0), 1, hs, key(Tensor::Datt, e, 0));
-          datt[e] = ctx.store(ctx.add(ctx.in(datt[e], key(Tensor::Datt, e, 1)), g, key(Tensor::Datt, e, 2)),
-                              key(Tensor::Datt, e, 3));
+      for (std::int64_t t = t0; t < t1; ++t) {
+        const auto tu = static_cast<std::size_t>(t);
+        const std::size_t e0 = detail::at4(s, b, h, t, 0), n = tu + 1;
+        const std::span<V> g(raw.data() + tu * T, n);
+        if (batched) {
+          ctx.compute_array(g, [&](std::size_t j) { return key(Tensor::Datt, e0 + j, 0); });
+        } else {
+          for (std::size_t j = 0; j < n; ++j)
+            g[j] = ctx.dot(dh.data() + tu * hs, 1, vh.data() + j * hs, 1, hs, key(Tensor::Datt, e0 + j, 0));
         }
-    }
-    for (std::int64_t j = 0; j < s.T; ++j) {
-      const auto ju = static_cast<std::size_t>(j);
-      // raw[d] = Σ_{t ≥ j} att[t,j]·dout[t,d]
-      if (batched)
-        ctx.gemm(1, hs, T - ju, M{as.data() + detail::at4(s, b, h, j, j), T, true},
-                 M{ds.data() + detail::at3(s, b, j, h, 0), C}, raw.data(), hs, false, detail::kBatchedGemm);
-      for (std::int64_t d = 0; d < s.hs; ++d) {
-        const std::size_t e = detail::at3(s, b, j, h, d);
-        const V g = batched ? ctx.dot_result(raw[static_cast<std::size_t>(d)], key(Tensor::Dv, e, 0))
-                            : ctx.dot(as.data() + detail::at4(s, b, h, j, j), s.T,
-                                      ds.data() + detail::at3(s, b, j, h, d), s.C(), T - ju, key(Tensor::Dv, e, 0));
-        dv[e] = ctx.store(ctx.add(ctx.in(dv[e], key(Tensor::Dv, e, 1)), g, key(Tensor::Dv, e, 2)), key(Tensor::Dv, e, 3));
+        detail::add_into(ctx, datt.subspan(e0, n), std::span<const V>(g), Tensor::Datt, e0);
       }
+    }
+    // raw[j·hs + d] = Σ_{t ≥ j} att[t,j]·dout[t,d]
+    if (batched)
+      ctx.gemm_ranged(T, hs, T, M{ah.data(), T, true}, M{dh.data(), hs}, detail::causal_ranges(s.T, false),
+                      raw.data(), hs, detail::kBatchedGemm);
+    for (std::size_t j = 0; j < T; ++j) {
+      const std::size_t e0 = detail::at3(s, b, static_cast<std::int64_t>(j), h, 0);
+      const std::span<V> g(raw.data() + j * hs, hs);
+      if (batched) {
+        ctx.compute_array(g, [&](std::size_t d) { return key(Tensor::Dv, e0 + d, 0); });
+      } else {
+        for (std::size_t d = 0; d < hs; ++d)
+          g[d] = ctx.dot(ah.data() + j * T + j, s.T, dh.data() + j * hs + d, s.hs, T - j, key(Tensor::Dv, e0 + d, 0));
+      }
+      detail::add_into(ctx, dv.subspan(e0, hs), std::span<const V>(g), Tensor::Dv, e0);
     }
   });
 }

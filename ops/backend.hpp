@@ -205,8 +205,21 @@ class Ctx<Emulated> {
   /// e.g. stochastic stores) is unaffected: dot_result applies dot()'s conversion with dot()'s key.
   /// False while fast_paths() is off.
   bool gemm_is_dot() const { return fast_paths() && prec_.accumulate.rounding != numerics::Rounding::Stochastic; }
+  /// C(M×N) = A·B with the k-range rows[i] for output row i (numerics::gemm_ranged: each C_ij the dot of its
+  /// range in ascending k, under the accumulation), left in the accumulator format. In the calling thread.
+  void gemm_ranged(std::size_t M, std::size_t N, std::size_t K, numerics::ConstMatrix A, numerics::ConstMatrix B,
+                   std::span<const numerics::KRange> rows, double* C, std::size_t ldc, Key r) const {
+    numerics::gemm_ranged(prec_.accumulate, M, N, K, A, B, rows, C, ldc, reduction_stream(r));
+  }
   /// dot()'s conversion of the accumulator value s of the reduction keyed r to compute.
   double dot_result(double s, Key r) const { return to_compute(s, r); }
+  /// x[i] ← dot_result(x[i], kc(i)): reduction results (a GEMM's outputs) converted to compute, bit for bit
+  /// (span_fast: numerics::round_array then the saturation, as result_array).
+  template <class KC>
+  void compute_array(std::span<double> x, KC&& kc) const {
+    if (span_fast()) return round_computed(x);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = to_compute(x[i], kc(i));
+  }
   /// Tensor t cast on entry as a whole array: dst[i] = in(src[i], key(t, i, 0)).
   void in_array(std::span<const double> src, std::span<double> dst, Tensor t) const;
   /// Many independent reductions: out[r] = dot(x + r·x_row, x_step, y + r·y_row, y_step, rows.length[r], kf(r))
@@ -423,6 +436,15 @@ class Ctx<Reference> {
     gemm(M, N, K, RefMatrix{a.data(), a_transposed ? M : K, a_transposed},
          RefMatrix{b.data(), b_transposed ? K : N, b_transposed}, C, ldc, accumulate, r);
   }
+  void gemm_ranged(std::size_t M, std::size_t N, std::size_t, RefMatrix A, RefMatrix B,
+                   std::span<const numerics::KRange> rows, Ref* C, std::size_t ldc, Key) const {
+    for (std::size_t i = 0; i < M; ++i)
+      for (std::size_t j = 0; j < N; ++j) {
+        Ref s = 0;
+        for (std::size_t k = rows[i].lo; k < rows[i].hi; ++k) s += A(i, k) * B(k, j);
+        C[i * ldc + j] = s;
+      }
+  }
   bool gemm_is_dot() const { return true; }
   Ref dot_result(const Ref& s, Key) const { return s; }
   /// Ctx<Emulated>::dot_rows' contract on Ref operands (the per-reduction dots and sums).
@@ -435,6 +457,8 @@ class Ctx<Reference> {
                       : sum(rows.x + ri * rows.x_row, rows.x_step, rows.length[r], kf(r));
     }
   }
+  template <class KC>
+  void compute_array(std::span<Ref>, KC&&) const {}
   void in_array(std::span<const Ref> src, std::span<Ref> dst, Tensor) const {
     for (std::size_t i = 0; i < src.size(); ++i) dst[i] = src[i];
   }

@@ -1,12 +1,15 @@
-// The batched attention paths (per-head GEMMs with per-row k-ranges, ops/attention.hpp) against the
-// per-element dots they replace (ops::set_fast_paths(false): the oracle), bit for bit, for every preset, with
-// stochastic op rounding and stochastic accumulation, ragged shapes (T across the 32-row bands, odd hs), and
-// inputs in the normal, overflow, subnormal and special-value (±0, ±inf, NaN) regimes.
+// The batched attention paths (per-head GEMMs, numerics::gemm_ranged with per-row causal k-ranges, span forms of
+// the elementwise steps; ops/attention.hpp) against the per-element definition they replace
+// (ops::set_fast_paths(false): one dot and one scalar rounding at a time, the oracle), bit for bit, for every
+// preset, with stochastic op rounding and stochastic accumulation, ragged shapes (T across the micro-tiles,
+// tiles and bands, hs not a multiple of 8 and across the kernel panels), and inputs in the normal, overflow,
+// subnormal and special-value (±0, ±inf, NaN) regimes.
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
@@ -35,7 +38,9 @@ TEST(AttentionGemm, BitIdenticalToPerElementDots) {
   policies.push_back("pure-bf16,all.rounding=up");
   policies.push_back("ane-fp16,attn-scores.acc=[acc=fp16:stochastic,order=seq],attn-values.acc=fp16-pairwise");
   policies.push_back("fp32,attn-scores.acc=[acc=fp32,order=blocked:4,outer=fp32],attn-values.acc=bf16-seq");
-  const AttnShape shapes[] = {{1, 2, 37, 6}, {2, 3, 5, 4}, {1, 1, 70, 16}};
+  // T across the 8-row micro-tiles, the 4-term tiles and the 32-row bands; hs below, across and above the 16-,
+  // 32- and 64-column kernel panels, never a multiple of 8 but once.
+  const AttnShape shapes[] = {{1, 2, 37, 6}, {2, 3, 5, 4}, {1, 1, 70, 16}, {1, 1, 11, 33}, {1, 1, 9, 70}};
   int batched_cases = 0;
   for (const std::string& spec : policies) {
     const Policy pol = load_policy(spec);
@@ -99,7 +104,7 @@ TEST(AttentionGemm, BitIdenticalToPerElementDots) {
       }
   }
   // Every policy but the one with a stochastic attn-scores accumulation takes the batched path.
-  EXPECT_EQ(batched_cases, static_cast<int>(policies.size() - 1) * 3 * 4);
+  EXPECT_EQ(batched_cases, static_cast<int>((policies.size() - 1) * std::size(shapes)) * 4);
 }
 
 TEST(AttentionGemm, FastPathsOffMeansPerElementDots) {

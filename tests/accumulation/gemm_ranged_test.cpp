@@ -1,0 +1,178 @@
+// numerics::gemm_ranged (a k-range per output row: the causal products of attention) against its definition,
+// numerics::dot of each row's range (itself checked against MPFR in tests/accumulation), bit for bit: every
+// kernel accumulation (fp32 with binary32 inputs, fp16/bf16 sequential, blocked split-K, the ane-tile4 stage)
+// at every ISA level the CPU has, and accumulations without a kernel (pairwise, Kahan, stochastic) on the
+// generic path; prefix ranges [0, i+1), suffix ranges [i, K), runs of equal lo with ragged ends (the kernel's
+// shared-prefix split) and random ranges; ragged N and K (not multiples of the 16/32/64-column panels nor of
+// the tile or block), transposed operands, and normal, special (±0, ±inf, NaN), overflow and subnormal inputs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "numerics/accumulate.hpp"
+#include "numerics/gemm_kernels.hpp"
+#include "numerics/round.hpp"
+
+namespace roundoff::numerics {
+namespace {
+
+namespace k = kernels;
+
+bool same(double x, double y) {
+  return (std::isnan(x) && std::isnan(y)) || std::bit_cast<std::uint64_t>(x) == std::bit_cast<std::uint64_t>(y);
+}
+
+enum class Regime { Normal, Specials, Overflow, Tiny };
+enum class Ranges { Prefix, Suffix, EqualLo, Random };
+
+std::vector<double> values(std::mt19937_64& rng, const Format& f, std::size_t n, Regime regime) {
+  const RoundingPlan plan(f);
+  std::normal_distribution<double> gauss(0.0, 1.0);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const bool half = f == formats::fp16;
+  std::vector<double> v(n);
+  for (double& x : v) {
+    double y = gauss(rng);
+    switch (regime) {
+      case Regime::Normal: break;
+      case Regime::Specials: {
+        const double u = unit(rng);
+        if (u < 0.01) y = std::numeric_limits<double>::infinity();
+        else if (u < 0.02) y = -std::numeric_limits<double>::infinity();
+        else if (u < 0.03) y = std::numeric_limits<double>::quiet_NaN();
+        else if (u < 0.10) y = 0.0;
+        else if (u < 0.15) y = -0.0;
+        break;
+      }
+      case Regime::Overflow: y = half ? 300.0 * y : std::ldexp(y, 62); break;
+      case Regime::Tiny: y = std::ldexp(y, half ? -9 : -62); break;
+    }
+    x = round_to(plan, Rounding::NearestEven, y);
+  }
+  return v;
+}
+
+std::vector<KRange> make_ranges(std::mt19937_64& rng, Ranges kind, std::size_t M, std::size_t K) {
+  std::vector<KRange> r(M);
+  std::uniform_int_distribution<std::size_t> any(0, K - 1);
+  for (std::size_t i = 0; i < M; ++i) {
+    switch (kind) {
+      case Ranges::Prefix: r[i] = {0, std::min(K, i + 1)}; break;
+      case Ranges::Suffix: r[i] = {std::min(i, K - 1), K}; break;
+      case Ranges::EqualLo: {  // runs of 1..11 rows with one lo and ragged ends
+        const std::size_t lo = (i / 11) % K;
+        r[i] = {lo, lo + 1 + (any(rng) % (K - lo))};
+        break;
+      }
+      case Ranges::Random: {
+        const std::size_t a = any(rng), b = any(rng);
+        r[i] = {std::min(a, b), std::max(a, b) + 1};
+        break;
+      }
+    }
+  }
+  return r;
+}
+
+struct Case {
+  std::string accumulation;
+  Format inputs;
+  bool kernel;  ///< a kernel exists for it (on a CPU with AVX2 or AVX-512)
+};
+
+/// Runs gemm_ranged on random problems and compares every output with numerics::dot of its range; returns the
+/// number of calls the kernel took (gemm_ranged_fast returned true on a copy of the problem).
+int check(const Case& c, std::uint64_t seed) {
+  const Accumulation a = parse_accumulation(c.accumulation);
+  std::mt19937_64 rng(seed);
+  int kernel_calls = 0;
+  const std::size_t Ms[] = {1, 7, 9, 37}, Ns[] = {1, 5, 16, 33, 70}, Ks[] = {1, 3, 6, 37, 75};
+  for (Regime regime : {Regime::Normal, Regime::Specials, Regime::Overflow, Regime::Tiny})
+    for (Ranges kind : {Ranges::Prefix, Ranges::Suffix, Ranges::EqualLo, Ranges::Random})
+      for (int trial = 0; trial < 3; ++trial) {
+        const std::size_t M = Ms[rng() % 4], N = Ns[rng() % 5], K = Ks[rng() % 5];
+        const bool at = rng() % 2 == 1, bt = rng() % 2 == 1;
+        const std::size_t lda = (at ? M : K) + rng() % 3, ldb = (bt ? K : N) + rng() % 3;
+        const auto A = values(rng, c.inputs, (at ? K : M) * lda, regime);
+        const auto B = values(rng, c.inputs, (bt ? N : K) * ldb, regime);
+        const auto rows = make_ranges(rng, kind, M, K);
+        const ConstMatrix Am{A.data(), lda, at}, Bm{B.data(), ldb, bt};
+        const StochasticBits bits{seed, 40};
+        const std::size_t ldc = N + 1;
+        std::vector<double> C(M * ldc, 5.0);
+        gemm_ranged(a, M, N, K, Am, Bm, rows, C.data(), ldc, bits);
+        std::vector<double> probe(M * ldc, 5.0);
+        if (a.rounding != Rounding::Stochastic)
+          kernel_calls += k::gemm_ranged_fast(a, M, N, K, Am, Bm, rows.data(), probe.data(), ldc);
+        int bad = 0;
+        for (std::size_t i = 0; i < M; ++i)
+          for (std::size_t j = 0; j < N; ++j) {
+            const std::size_t lo = rows[i].lo, n = rows[i].hi - lo;
+            const double* x = at ? A.data() + lo * lda + i : A.data() + i * lda + lo;
+            const double* y = bt ? B.data() + j * ldb + lo : B.data() + lo * ldb + j;
+            const double want = dot(a, x, at ? static_cast<std::ptrdiff_t>(lda) : 1, y,
+                                    bt ? 1 : static_cast<std::ptrdiff_t>(ldb), n, {bits.seed, bits.stream + i * N + j});
+            if (!same(C[i * ldc + j], want) && bad++ < 3)
+              ADD_FAILURE() << c.accumulation << " M=" << M << " N=" << N << " K=" << K << " regime "
+                            << static_cast<int>(regime) << " ranges " << static_cast<int>(kind) << " C(" << i << ","
+                            << j << ") over [" << lo << ", " << rows[i].hi << "): " << C[i * ldc + j] << " vs "
+                            << want;
+          }
+        if (bad > 0) return kernel_calls;
+      }
+  return kernel_calls;
+}
+
+TEST(GemmRanged, EveryRowIsTheDotOfItsRange) {
+  const Case cases[] = {
+      {"fp32-seq", formats::fp32, true},          {"fp16-seq", formats::fp16, true},
+      {"bf16-seq", formats::bf16, true},          {"fp16-splitk16-fp32", formats::fp16, true},
+      {"acc=bf16:nearest-even,order=blocked:4,outer=fp32", formats::bf16, true},
+      {"acc=fp32,order=blocked:5,outer=fp32", formats::fp32, true},
+      {"ane-tile4", formats::fp16, true},         {"fp16-unfused-seq", formats::fp16, false},
+      {"fp16-pairwise", formats::fp16, false},    {"bf16-kahan", formats::bf16, false},
+      {"fp16-sr", formats::fp16, false},          {"fp64-seq", formats::fp32, false},
+  };
+  std::vector<k::Isa> isas;
+  for (const k::Isa isa : {k::Isa::Avx2, k::Isa::Avx512, k::Isa::Avx512Fp16})
+    if (k::detected_isa() >= isa) isas.push_back(isa);
+  if (isas.empty()) isas.push_back(k::Isa::None);
+  std::uint64_t seed = 1;
+  for (const Case& c : cases)
+    for (const k::Isa isa : isas) {
+      k::set_isa_limit(isa);
+      const int kernel_calls = check(c, seed++);
+      // A kernel accumulation takes the kernel whenever the inputs allow (always for the normal and special
+      // regimes; bf16 overflow/tiny values lie outside the exact-product range); the others never do.
+      if (c.kernel && isa != k::Isa::None)
+        EXPECT_GE(kernel_calls, 24) << c.accumulation << " at " << k::name_of(isa);
+      else
+        EXPECT_EQ(kernel_calls, 0) << c.accumulation;
+    }
+  k::set_isa_limit(k::Isa::Avx512Fp16);
+}
+
+TEST(GemmRanged, RejectsEmptyOrOutOfBoundsRanges) {
+  const std::vector<double> A(12, 1.0), B(12, 1.0);
+  std::vector<double> C(9);
+  const Accumulation a = parse_accumulation("fp32-seq");
+  const std::vector<KRange> empty{{0, 1}, {2, 2}, {0, 4}}, past{{0, 1}, {1, 5}, {0, 4}}, good{{0, 1}, {1, 4}, {3, 4}};
+  EXPECT_THROW(gemm_ranged(a, 3, 3, 4, {A.data(), 4}, {B.data(), 3}, empty, C.data(), 3), std::invalid_argument);
+  EXPECT_THROW(gemm_ranged(a, 3, 3, 4, {A.data(), 4}, {B.data(), 3}, past, C.data(), 3), std::invalid_argument);
+  EXPECT_THROW(gemm_ranged(a, 3, 3, 4, {A.data(), 4}, {B.data(), 3}, std::span(good).first(2), C.data(), 3),
+               std::invalid_argument);
+  gemm_ranged(a, 3, 3, 4, {A.data(), 4}, {B.data(), 3}, good, C.data(), 3);
+  EXPECT_EQ(C[0], 1.0);
+  EXPECT_EQ(C[3], 3.0);
+  EXPECT_EQ(C[6], 1.0);
+}
+
+}  // namespace
+}  // namespace roundoff::numerics
