@@ -49,13 +49,11 @@ inline std::size_t at3(const AttnShape& s, std::int64_t b, std::int64_t t, std::
 }
 /// Query rows per GEMM of the T×T products (columns up to the band's last causal one).
 inline constexpr std::int64_t kBand = 32;
-/// Per-thread scratch buffers, one per Slot, reused across calls (a head's operands and products).
+/// The scratch_buffer slots the attention ops hold (a head's operands and products).
 enum class Slot : std::uint8_t { Raw, Y, Tmp, Head1, Head2, Head3 };
 template <class V, Slot slot>
-std::vector<V>& scratch(std::size_t n) {
-  thread_local std::vector<V> buf;
-  buf.resize(n);
-  return buf;
+std::span<V> scratch(std::size_t n) {
+  return scratch_buffer<V>(n, static_cast<std::size_t>(slot));
 }
 /// The causal k-ranges of a head's T rows: [0, t+1) (prefix: the sum over j ≤ t) or [t, T) (suffix: i ≥ t).
 inline std::span<const numerics::KRange> causal_ranges(std::int64_t T, bool prefix) {
@@ -69,11 +67,11 @@ inline std::span<const numerics::KRange> causal_ranges(std::int64_t T, bool pref
 }
 /// Head (b, h) of a (B, T, NH·hs) tensor cast on entry (in(), keys (t, element, 0)): dst[t·hs + d], T × hs.
 template <class A, Slot slot>
-std::vector<typename A::Value>& cast_head(const Ctx<A>& ctx, std::span<const typename A::Value> x, const AttnShape& s,
+std::span<typename A::Value> cast_head(const Ctx<A>& ctx, std::span<const typename A::Value> x, const AttnShape& s,
                                           std::int64_t b, std::int64_t h, Tensor t) {
   using V = typename A::Value;
   const auto hs = static_cast<std::size_t>(s.hs);
-  std::vector<V>& dst = scratch<V, slot>(static_cast<std::size_t>(s.T) * hs);
+  const std::span<V> dst = scratch<V, slot>(static_cast<std::size_t>(s.T) * hs);
   for (std::int64_t r = 0; r < s.T; ++r) {
     const std::size_t e0 = at3(s, b, r, h, 0);
     ctx.store_array(x.subspan(e0, hs), std::span<V>(dst.data() + static_cast<std::size_t>(r) * hs, hs),
@@ -84,11 +82,11 @@ std::vector<typename A::Value>& cast_head(const Ctx<A>& ctx, std::span<const typ
 /// The causal part of head (b, h) of a (B, NH, T, T) tensor cast on entry: dst[r·T + j] = in(x[b,h,r,j]) for
 /// j ≤ r (keys (t, element, 0)); 0 above the diagonal (never summed).
 template <class A, Slot slot>
-std::vector<typename A::Value>& cast_causal(const Ctx<A>& ctx, std::span<const typename A::Value> x,
+std::span<typename A::Value> cast_causal(const Ctx<A>& ctx, std::span<const typename A::Value> x,
                                             const AttnShape& s, std::int64_t b, std::int64_t h, Tensor t) {
   using V = typename A::Value;
   const auto T = static_cast<std::size_t>(s.T);
-  std::vector<V>& dst = scratch<V, slot>(T * T);
+  const std::span<V> dst = scratch<V, slot>(T * T);
   for (std::size_t r = 0; r < T; ++r) {
     const std::size_t e0 = at4(s, b, h, static_cast<std::int64_t>(r), 0);
     ctx.store_array(x.subspan(e0, r + 1), std::span<V>(dst.data() + r * T, r + 1),
@@ -103,9 +101,9 @@ template <class A>
 void op_const(const Ctx<A>& ctx, ArithOp op, std::span<const typename A::Value> x, const typename A::Value& y,
               std::span<typename A::Value> out, Tensor t, std::size_t e0, unsigned slot) {
   using V = typename A::Value;
-  std::vector<V>& ys = scratch<V, Slot::Y>(x.size());
+  const std::span<V> ys = scratch<V, Slot::Y>(x.size());
   std::fill(ys.begin(), ys.end(), y);
-  arith_array(ctx, op, x, cspan(ys), out, [&](std::size_t i) { return key(t, e0 + i, slot); });
+  arith_array(ctx, op, x, std::span<const V>(ys), out, [&](std::size_t i) { return key(t, e0 + i, slot); });
 }
 /// g[i] ← store(add(in(g[i]), r[i])) with keys (t, e0 + i, 1), (t, e0 + i, 2), (t, e0 + i, 3): a gradient
 /// accumulating reduction results r already in compute (slot 0 is the reduction's).
@@ -113,11 +111,11 @@ template <class A>
 void add_into(const Ctx<A>& ctx, std::span<typename A::Value> g, std::span<const typename A::Value> r, Tensor t,
               std::size_t e0) {
   using V = typename A::Value;
-  std::vector<V>& gi = scratch<V, Slot::Y>(g.size());
-  std::vector<V>& sum = scratch<V, Slot::Tmp>(g.size());
+  const std::span<V> gi = scratch<V, Slot::Y>(g.size());
+  const std::span<V> sum = scratch<V, Slot::Tmp>(g.size());
   ctx.store_array(std::span<const V>(g), std::span<V>(gi), [&](std::size_t i) { return key(t, e0 + i, 1); });  // in()
-  arith_array(ctx, ArithOp::Add, cspan(gi), r, std::span<V>(sum), [&](std::size_t i) { return key(t, e0 + i, 2); });
-  ctx.store_array(cspan(sum), g, [&](std::size_t i) { return key(t, e0 + i, 3); });
+  arith_array(ctx, ArithOp::Add, std::span<const V>(gi), r, std::span<V>(sum), [&](std::size_t i) { return key(t, e0 + i, 2); });
+  ctx.store_array(std::span<const V>(sum), g, [&](std::size_t i) { return key(t, e0 + i, 3); });
 }
 }  // namespace detail
 
@@ -133,10 +131,10 @@ void attn_scores_forward(std::span<typename A::Value> preatt, std::span<const ty
   const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs);
   for_units(s.heads(), sel, [&](std::int64_t u) {
     const std::int64_t b = u / s.NH, h = u % s.NH;
-    const std::vector<V>& qh = detail::cast_head<A, Slot::Head1>(ctx, q, s, b, h, Tensor::Q);
-    const std::vector<V>& kh = detail::cast_head<A, Slot::Head2>(ctx, k, s, b, h, Tensor::K);
-    std::vector<V>& raw = detail::scratch<V, Slot::Raw>(T * T);
-    std::vector<V>& prod = detail::scratch<V, Slot::Tmp>(T);
+    const std::span<V> qh = detail::cast_head<A, Slot::Head1>(ctx, q, s, b, h, Tensor::Q);
+    const std::span<V> kh = detail::cast_head<A, Slot::Head2>(ctx, k, s, b, h, Tensor::K);
+    const std::span<V> raw = detail::scratch<V, Slot::Raw>(T * T);
+    const std::span<V> prod = detail::scratch<V, Slot::Tmp>(T);
     for (std::int64_t t0 = 0; t0 < s.T; t0 += detail::kBand) {
       const std::int64_t t1 = std::min(s.T, t0 + detail::kBand);
       // raw[t, j] = q[t,:]·k[j,:] for t in [t0, t1), j < t1 (the band's causal columns)
@@ -178,18 +176,18 @@ void attn_scores_backward_data(std::span<typename A::Value> dq, std::span<typena
   const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs);
   for_units(s.heads(), sel, [&](std::int64_t u) {
     const std::int64_t b = u / s.NH, h = u % s.NH;
-    const std::vector<V>& qh = detail::cast_head<A, Slot::Head1>(ctx, q, s, b, h, Tensor::Q);
-    const std::vector<V>& kh = detail::cast_head<A, Slot::Head2>(ctx, k, s, b, h, Tensor::K);
+    const std::span<V> qh = detail::cast_head<A, Slot::Head1>(ctx, q, s, b, h, Tensor::Q);
+    const std::span<V> kh = detail::cast_head<A, Slot::Head2>(ctx, k, s, b, h, Tensor::K);
     // dps[t,j] = in(dpreatt[t,j])·scale for j ≤ t, 0 above (never summed)
-    std::vector<V>& dps = detail::cast_causal<A, Slot::Head3>(ctx, dpreatt, s, b, h, Tensor::Dpreatt);
-    std::vector<V>& prod = detail::scratch<V, Slot::Tmp>(T);
+    const std::span<V> dps = detail::cast_causal<A, Slot::Head3>(ctx, dpreatt, s, b, h, Tensor::Dpreatt);
+    const std::span<V> prod = detail::scratch<V, Slot::Tmp>(T);
     for (std::size_t t = 0; t < T; ++t) {
       const std::span<V> row(dps.data() + t * T, t + 1);
       detail::op_const(ctx, ArithOp::Mul, std::span<const V>(row), scale, std::span<V>(prod.data(), t + 1),
                        Tensor::Dpreatt, detail::at4(s, b, h, static_cast<std::int64_t>(t), 0), 1);
       std::copy_n(prod.begin(), t + 1, row.begin());
     }
-    std::vector<V>& raw = detail::scratch<V, Slot::Raw>(2 * T * hs);
+    const std::span<V> raw = detail::scratch<V, Slot::Raw>(2 * T * hs);
     if (batched) {
       // raw[t·hs + d] = Σ_{j ≤ t} dps[t,j]·k[j,d];  raw[(T + t)·hs + d] = Σ_{i ≥ t} dps[i,t]·q[i,d]
       ctx.gemm_ranged(T, hs, T, M{dps.data(), T}, M{kh.data(), hs}, detail::causal_ranges(s.T, true), raw.data(),
@@ -345,8 +343,8 @@ void attn_values_forward(std::span<typename A::Value> out, std::span<const typen
   const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs), C = static_cast<std::size_t>(s.C());
   for_units(s.heads(), sel, [&](std::int64_t u) {
     const std::int64_t b = u / s.NH, h = u % s.NH;
-    const std::vector<V>& ah = detail::cast_causal<A, Slot::Head1>(ctx, att, s, b, h, Tensor::Att);
-    const std::vector<V>& vh = detail::cast_head<A, Slot::Head2>(ctx, v, s, b, h, Tensor::V);
+    const std::span<V> ah = detail::cast_causal<A, Slot::Head1>(ctx, att, s, b, h, Tensor::Att);
+    const std::span<V> vh = detail::cast_head<A, Slot::Head2>(ctx, v, s, b, h, Tensor::V);
     // out[b,t,h,:] (the head's rows, C apart) = att[t, 0..t]·v[0..t, :]
     if (batched)
       ctx.gemm_ranged(T, hs, T, M{ah.data(), T}, M{vh.data(), hs}, detail::causal_ranges(s.T, true),
@@ -377,10 +375,10 @@ void attn_values_backward_data(std::span<typename A::Value> datt, std::span<type
   const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs);
   for_units(s.heads(), sel, [&](std::int64_t u) {
     const std::int64_t b = u / s.NH, h = u % s.NH;
-    const std::vector<V>& ah = detail::cast_causal<A, Slot::Head1>(ctx, att, s, b, h, Tensor::Att);
-    const std::vector<V>& vh = detail::cast_head<A, Slot::Head2>(ctx, v, s, b, h, Tensor::V);
-    const std::vector<V>& dh = detail::cast_head<A, Slot::Head3>(ctx, dout, s, b, h, Tensor::Dout);
-    std::vector<V>& raw = detail::scratch<V, Slot::Raw>(std::max(T, hs) * T);
+    const std::span<V> ah = detail::cast_causal<A, Slot::Head1>(ctx, att, s, b, h, Tensor::Att);
+    const std::span<V> vh = detail::cast_head<A, Slot::Head2>(ctx, v, s, b, h, Tensor::V);
+    const std::span<V> dh = detail::cast_head<A, Slot::Head3>(ctx, dout, s, b, h, Tensor::Dout);
+    const std::span<V> raw = detail::scratch<V, Slot::Raw>(std::max(T, hs) * T);
     for (std::int64_t t0 = 0; t0 < s.T; t0 += detail::kBand) {
       const std::int64_t t1 = std::min(s.T, t0 + detail::kBand);
       // raw[t, j] = dout[t,:]·v[j,:] for t in [t0, t1), j < t1

@@ -520,7 +520,7 @@ void for_units(std::int64_t n_units, Select sel, F&& f) {
 /// elements (contents unspecified: every element read must be written first). An op called every step would
 /// otherwise allocate, zero and page-fault its temporaries on every call (E11's classifier W cast is 69 MB). An op
 /// takes distinct slots for the buffers it holds at once and calls no other op while holding them.
-inline constexpr std::size_t kScratchSlots = 2;
+inline constexpr std::size_t kScratchSlots = 6;
 template <class V>
 std::span<V> scratch_buffer(std::size_t n, std::size_t slot) {
   thread_local std::vector<V> buffers[kScratchSlots];
