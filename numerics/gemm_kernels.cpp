@@ -526,6 +526,18 @@ struct Packed {
   std::uint16_t* Bh = nullptr;  ///< native fp16 path: panels × K × kPanel fp16 bits
 };
 
+/// The shape and kernel flags of a product's packed operands (no buffers yet).
+Packed packed_shape(const Accumulation& a, const Plan& plan, Isa isa, std::size_t M, std::size_t N, std::size_t K) {
+  Packed pk;
+  pk.M = M;
+  pk.N = N;
+  pk.K = K;
+  pk.panels = (N + kPanel - 1) / kPanel;
+  pk.any_binary32 = plan.acc == Acc::Fp32 && a.fused && !plan.tile;
+  pk.avx2 = isa == Isa::Avx2;
+  return pk;
+}
+
 /// Where one run of packed values goes: value t to index t·stride of each buffer that is not null.
 struct Dest {
   float* f32 = nullptr;
@@ -832,13 +844,7 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
   const Plan plan = *plan_opt;
   const int nthreads = threads > 0 ? threads : omp_get_max_threads();
 
-  Packed pk;
-  pk.M = M;
-  pk.N = N;
-  pk.K = K;
-  pk.panels = (N + kPanel - 1) / kPanel;
-  pk.any_binary32 = plan.acc == Acc::Fp32 && a.fused && !plan.tile;
-  pk.avx2 = isa == Isa::Avx2;
+  Packed pk = packed_shape(a, plan, isa, M, N, K);
   // The native fp16 kernel needs every input (and C) to be an fp16 value: packed optimistically as fp16; if
   // some value is not, the operands are packed again as binary32 for the round-to-odd kernel.
   const bool try_native = plan.acc == Acc::Fp16 && isa == Isa::Avx512Fp16;
@@ -929,13 +935,7 @@ bool gemm_ranged_fast(const Accumulation& a, std::size_t M, std::size_t N, std::
   const Isa isa = effective_isa();
   if (!plan_opt || isa == Isa::None) return false;
   const Plan plan = *plan_opt;
-  Packed pk;
-  pk.M = M;
-  pk.N = N;
-  pk.K = K;
-  pk.panels = (N + kPanel - 1) / kPanel;
-  pk.any_binary32 = plan.acc == Acc::Fp32 && a.fused && !plan.tile;
-  pk.avx2 = isa == Isa::Avx2;
+  Packed pk = packed_shape(a, plan, isa, M, N, K);
   thread_local PackBuffers buffers;
   if (plan.tile)
     pk.Ad = buffers.Ad.get(M * K);

@@ -19,45 +19,20 @@
 #include "numerics/accumulate.hpp"
 #include "numerics/gemm_kernels.hpp"
 #include "numerics/round.hpp"
+#include "tests/accumulation/gemm_test_values.hpp"
 
 namespace roundoff::numerics {
 namespace {
 
 namespace k = kernels;
+using test::random_values;
+using test::Regime;
 
 bool same(double x, double y) {
   return (std::isnan(x) && std::isnan(y)) || std::bit_cast<std::uint64_t>(x) == std::bit_cast<std::uint64_t>(y);
 }
 
-enum class Regime { Normal, Specials, Overflow, Tiny };
 enum class Ranges { Prefix, Suffix, EqualLo, Random };
-
-std::vector<double> values(std::mt19937_64& rng, const Format& f, std::size_t n, Regime regime) {
-  const RoundingPlan plan(f);
-  std::normal_distribution<double> gauss(0.0, 1.0);
-  std::uniform_real_distribution<double> unit(0.0, 1.0);
-  const bool half = f == formats::fp16;
-  std::vector<double> v(n);
-  for (double& x : v) {
-    double y = gauss(rng);
-    switch (regime) {
-      case Regime::Normal: break;
-      case Regime::Specials: {
-        const double u = unit(rng);
-        if (u < 0.01) y = std::numeric_limits<double>::infinity();
-        else if (u < 0.02) y = -std::numeric_limits<double>::infinity();
-        else if (u < 0.03) y = std::numeric_limits<double>::quiet_NaN();
-        else if (u < 0.10) y = 0.0;
-        else if (u < 0.15) y = -0.0;
-        break;
-      }
-      case Regime::Overflow: y = half ? 300.0 * y : std::ldexp(y, 62); break;
-      case Regime::Tiny: y = std::ldexp(y, half ? -9 : -62); break;
-    }
-    x = round_to(plan, Rounding::NearestEven, y);
-  }
-  return v;
-}
 
 std::vector<KRange> make_ranges(std::mt19937_64& rng, Ranges kind, std::size_t M, std::size_t K) {
   std::vector<KRange> r(M);
@@ -100,8 +75,8 @@ int check(const Case& c, std::uint64_t seed) {
         const std::size_t M = Ms[rng() % 4], N = Ns[rng() % 5], K = Ks[rng() % 5];
         const bool at = rng() % 2 == 1, bt = rng() % 2 == 1;
         const std::size_t lda = (at ? M : K) + rng() % 3, ldb = (bt ? K : N) + rng() % 3;
-        const auto A = values(rng, c.inputs, (at ? K : M) * lda, regime);
-        const auto B = values(rng, c.inputs, (bt ? N : K) * ldb, regime);
+        const auto A = random_values(rng, c.inputs, (at ? K : M) * lda, regime);
+        const auto B = random_values(rng, c.inputs, (bt ? N : K) * ldb, regime);
         const auto rows = make_ranges(rng, kind, M, K);
         const ConstMatrix Am{A.data(), lda, at}, Bm{B.data(), ldb, bt};
         const StochasticBits bits{seed, 40};

@@ -107,64 +107,71 @@ TEST(AttentionGemm, BitIdenticalToPerElementDots) {
   EXPECT_EQ(batched_cases, static_cast<int>((policies.size() - 1) * std::size(shapes)) * 4);
 }
 
-// The causal sums (att·V, dq, dk, dv) never read a masked position into a sum: with −0 in every causal position
-// and +0 in the masked ones (as softmax and its backward leave them), each sum over its own range is −0, and a
-// sum zero-padded over the whole row would be −0 + (+0)·1.5 = +0; with +inf in the operand rows that only masked
-// positions meet, the definition stays −0 where padding gives +0·inf = NaN. The expected values are written out,
-// not taken from the oracle, and both paths must give them (a padded kernel fails this on every preset).
+// The causal sums (att·V, dq, dk, dv) never read a masked position into a sum. att and dpreatt hold −0 on every
+// causal position and +0 on the masked ones (as softmax and its backward leave them); the operands hold 1.5 in
+// even columns and, in odd columns, +inf in the rows that only masked positions meet. So every sum over its own
+// range is a sum of −0 products (or meets −0·inf where the range itself holds an inf), while a sum zero-padded
+// over the whole row adds +0·1.5 = +0 (turning −0 into +0) or +0·inf = NaN. What a sum of −0 products and a sum
+// meeting −0·inf give under a policy (−0 and NaN under most; ane-guide's ane-tile4 accumulation gives +0 for the
+// first, so there only the inf rows tell padding apart) is read off a T = 1 head, which has no masked position and so nothing to pad; every
+// output of the T = 37 head must then be that value, on the fast path and on the per-element definition alike.
 TEST(AttentionGemm, MaskedPositionsNeverEnterTheSums) {
-  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
-  const AttnShape s{1, 2, 37, 5};
-  const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs), C = static_cast<std::size_t>(s.C());
-  // att / dpreatt: −0 on the causal part of every head, +0 above the diagonal.
-  std::vector<double> tri(static_cast<std::size_t>(s.att_size()));
-  for (std::size_t i = 0; i < tri.size(); ++i) tri[i] = (i % T) <= (i / T) % T ? -0.0 : 0.0;
-  // (B, T, NH·hs) operands: 1.5 in even columns; in odd columns +inf in the rows that only masked positions meet
-  // (rows j ≥ 1 of a prefix sum's operand, rows t < T − 1 of a suffix sum's), 1.5 in the one row every sum reads.
-  auto operand = [&](bool prefix) {
-    std::vector<double> x(static_cast<std::size_t>(s.qkv_size()));
-    for (std::size_t e = 0; e < x.size(); ++e) {
-      const std::size_t t = e / C, d = e % hs;
-      x[e] = d % 2 == 0 || t == (prefix ? 0 : T - 1) ? 1.5 : inf;
-    }
-    return x;
-  };
-  // What the definition gives each output: −0 (a sum of −0 products, added to a −0 gradient), NaN where the
-  // range itself meets an inf (−0·inf).
-  auto want = [&](bool prefix) {
-    std::vector<double> x(static_cast<std::size_t>(s.qkv_size()));
-    for (std::size_t e = 0; e < x.size(); ++e) {
-      const std::size_t t = e / C, d = e % hs;
-      x[e] = d % 2 == 0 || t == (prefix ? 0 : T - 1) ? -0.0 : nan;
-    }
-    return x;
-  };
-  const std::vector<double> pre = operand(true), suf = operand(false), zeros(tri.size(), 0.0),
-                            neg0(static_cast<std::size_t>(s.qkv_size()), -0.0);
-  std::vector<std::string> policies = Policy::preset_names();
-  policies.push_back("pure-bf16,all.rounding=stochastic");
-  int batched = 0;
-  for (const std::string& spec : policies) {
-    const Policy pol = load_policy(spec);
+  const double inf = std::numeric_limits<double>::infinity();
+  // The three ops' four causal sums (out, dq, dv, dk) of shape s; gradients start at −0.
+  auto run = [](const AttnShape& s, const std::vector<double>& tri, const std::vector<double>& pre,
+                const std::vector<double>& suf, const Policy& pol) {
     const Ctx<Emulated> sc(pol.at(OpKind::AttnScores, Pass::BackwardData)),
         vf(pol.at(OpKind::AttnValues, Pass::Forward)), vb(pol.at(OpKind::AttnValues, Pass::BackwardData));
-    batched += sc.gemm_is_dot() + vf.gemm_is_dot() + vb.gemm_is_dot();
-    const auto [fast, oracle] = both([&] {
-      std::vector<double> out(neg0.size(), 3.0), dq = neg0, dk = neg0, dv = neg0, datt = zeros;
+    return both([&] {
+      const std::vector<double> neg0(static_cast<std::size_t>(s.qkv_size()), -0.0);
+      std::vector<double> out(neg0.size(), 3.0), dq = neg0, dk = neg0, dv = neg0, datt(tri.size(), 0.0);
       attn_values_forward<Emulated>(out, tri, pre, s, vf);
       attn_values_backward_data<Emulated>(datt, dv, suf, tri, pre, s, vb);
       attn_scores_backward_data<Emulated>(dq, dk, tri, suf, pre, s, sc);
       return std::vector<std::vector<double>>{out, dq, dv, dk};
     });
-    const char* names[] = {"out = att·v", "dq += dps·k", "dv += attᵀ·dout", "dk += dpsᵀ·q"};
+  };
+  const AttnShape s{1, 2, 37, 5}, one{1, 1, 1, 2};
+  const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs), C = static_cast<std::size_t>(s.C());
+  std::vector<double> tri(static_cast<std::size_t>(s.att_size()));
+  for (std::size_t i = 0; i < tri.size(); ++i) tri[i] = (i % T) <= (i / T) % T ? -0.0 : 0.0;
+  // (B, T, NH·hs) operands; `row` is the one row every sum reads (0 for a prefix sum's operand, T − 1 for a
+  // suffix sum's).
+  auto operand = [&](std::size_t row) {
+    std::vector<double> x(static_cast<std::size_t>(s.qkv_size()));
+    for (std::size_t e = 0; e < x.size(); ++e) x[e] = (e % hs) % 2 == 0 || e / C == row ? 1.5 : inf;
+    return x;
+  };
+  const std::vector<double> pre = operand(0), suf = operand(T - 1);
+  std::vector<std::string> policies = Policy::preset_names();
+  policies.push_back("pure-bf16,all.rounding=stochastic");
+  const char* names[] = {"out = att·v", "dq += dps·k", "dv += attᵀ·dout", "dk += dpsᵀ·q"};
+  int batched = 0;
+  for (const std::string& spec : policies) {
+    const Policy pol = load_policy(spec);
+    for (OpKind k : {OpKind::AttnScores, OpKind::AttnValues})
+      for (Pass ps : {Pass::Forward, Pass::BackwardData}) batched += Ctx<Emulated>(pol.at(k, ps)).gemm_is_dot();
+    // ref[o] = {a sum of −0 products, a sum meeting −0·inf} for output o, from the T = 1 head.
+    const auto [ref, ref_oracle] = run(one, {-0.0}, {1.5, inf}, {1.5, inf}, pol);
+    const auto [fast, oracle] = run(s, tri, pre, suf, pol);
     for (std::size_t o = 0; o < 4; ++o) {
-      const std::vector<double> w = want(o < 2);
-      expect_same(fast[o], w, spec + " fast path: " + names[o]);
-      expect_same(oracle[o], w, spec + " per-element definition: " + names[o]);
+      expect_same(ref[o], ref_oracle[o], spec + " T = 1: " + names[o]);
+      // The construction tells padding apart: the −0 sum keeps its sign (but under ane-guide), and the −0·inf
+      // sum is not a zero.
+      if (spec != "ane-guide") {
+        EXPECT_TRUE(ref[o][0] == 0 && std::signbit(ref[o][0])) << spec << " " << names[o];
+      }
+      EXPECT_FALSE(ref[o][1] == 0) << spec << " " << names[o];
+      std::vector<double> want(fast[o].size());
+      for (std::size_t e = 0; e < want.size(); ++e)
+        want[e] = (e % hs) % 2 == 0 || e / C == (o < 2 ? 0 : T - 1) ? ref[o][0] : ref[o][1];
+      expect_same(fast[o], want, spec + " fast path: " + names[o]);
+      expect_same(oracle[o], want, spec + " per-element definition: " + names[o]);
     }
   }
-  // Every preset takes the batched path for all three ops; the stochastic accumulation does not.
-  EXPECT_EQ(batched, 3 * static_cast<int>(Policy::preset_names().size()));
+  // Every policy takes the batched paths (GEMMs, gemm_ranged) of both ops and passes (stochastic op rounding
+  // keeps a nearest-even accumulation).
+  EXPECT_EQ(batched, 4 * static_cast<int>(policies.size()));
 }
 
 TEST(AttentionGemm, FastPathsOffMeansPerElementDots) {
