@@ -96,15 +96,6 @@ std::span<typename A::Value> cast_causal(const Ctx<A>& ctx, std::span<const type
   }
   return dst;
 }
-/// out[i] = op(x[i], y, key(t, e0 + i, slot)) for a value y in compute (the span form, ops/span_arith.hpp).
-template <class A>
-void op_const(const Ctx<A>& ctx, ArithOp op, std::span<const typename A::Value> x, const typename A::Value& y,
-              std::span<typename A::Value> out, Tensor t, std::size_t e0, unsigned slot) {
-  using V = typename A::Value;
-  const std::span<V> ys = scratch<V, Slot::Y>(x.size());
-  std::fill(ys.begin(), ys.end(), y);
-  arith_array(ctx, op, x, std::span<const V>(ys), out, [&](std::size_t i) { return key(t, e0 + i, slot); });
-}
 /// g[i] ← store(add(in(g[i]), r[i])) with keys (t, e0 + i, 1), (t, e0 + i, 2), (t, e0 + i, 3): a gradient
 /// accumulating reduction results r already in compute (slot 0 is the reduction's).
 template <class A>
@@ -152,8 +143,8 @@ void attn_scores_forward(std::span<typename A::Value> preatt, std::span<const ty
           for (std::size_t j = 0; j < n; ++j)
             d[j] = ctx.dot(qh.data() + tu * hs, 1, kh.data() + j * hs, 1, hs, key(Tensor::Preatt, e0 + j, 0));
         }
-        detail::op_const(ctx, ArithOp::Mul, std::span<const V>(d), scale, std::span<V>(prod.data(), n),
-                         Tensor::Preatt, e0, 1);
+        arith_const(ctx, ArithOp::Mul, std::span<const V>(d), scale, std::span<V>(prod.data(), n),
+                    [&](std::size_t j) { return key(Tensor::Preatt, e0 + j, 1); });
         ctx.store_array(std::span<const V>(prod.data(), n), preatt.subspan(e0, n),
                         [&](std::size_t j) { return key(Tensor::Preatt, e0 + j, 2); });
         std::fill(preatt.begin() + static_cast<std::ptrdiff_t>(e0 + n),
@@ -183,8 +174,9 @@ void attn_scores_backward_data(std::span<typename A::Value> dq, std::span<typena
     const std::span<V> prod = detail::scratch<V, Slot::Tmp>(T);
     for (std::size_t t = 0; t < T; ++t) {
       const std::span<V> row(dps.data() + t * T, t + 1);
-      detail::op_const(ctx, ArithOp::Mul, std::span<const V>(row), scale, std::span<V>(prod.data(), t + 1),
-                       Tensor::Dpreatt, detail::at4(s, b, h, static_cast<std::int64_t>(t), 0), 1);
+      const std::size_t e0 = detail::at4(s, b, h, static_cast<std::int64_t>(t), 0);
+      arith_const(ctx, ArithOp::Mul, std::span<const V>(row), scale, std::span<V>(prod.data(), t + 1),
+                  [&](std::size_t j) { return key(Tensor::Dpreatt, e0 + j, 1); });
       std::copy_n(prod.begin(), t + 1, row.begin());
     }
     const std::span<V> raw = detail::scratch<V, Slot::Raw>(2 * T * hs);
