@@ -30,12 +30,6 @@ std::vector<std::int64_t> spaced_units(std::int64_t n, std::int64_t k) {
 
 namespace {
 
-/// Inputs lifted to Ref, as absolute values for the Σ|a||b| rerun.
-std::vector<Ref> L(std::span<const double> x, bool abs) {
-  std::vector<Ref> r(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) r[i] = abs ? std::fabs(x[i]) : x[i];
-  return r;
-}
 
 std::vector<std::size_t> elements_of(const Runner::UnitMap& m, std::span<const std::int64_t> sel) {
   std::vector<std::size_t> e;
@@ -64,6 +58,66 @@ using K = Runner::UnitMap::Kind;
 Runner::UnitMap rows(std::int64_t width) { return {K::Rows, width, 0, {}}; }
 Runner::UnitMap heads(const AttnShape& s) { return {K::Heads, 1, 0, s}; }
 
+using Outputs = std::initializer_list<Runner::Output>;
+
+/// Index of the output whose storage is y (the op function's output argument), for the reference call.
+std::size_t output_index(Outputs outs, std::span<const double> y) {
+  std::size_t i = 0;
+  for (const Runner::Output& o : outs) {
+    if (o.data.data() == y.data() && o.data.size() == y.size()) return i;
+    ++i;
+  }
+  throw std::logic_error("Runner: an op call writes a span that is not among its declared outputs");
+}
+
+/// The emulated call's arguments: the caller's spans as they are, every unit.
+struct EmulatedArgs {
+  static std::span<double> out(std::span<double> y) { return y; }
+  static std::span<const double> in(std::span<const double> x) { return x; }
+  static std::span<double> optional(std::span<double> x) { return x; }
+  static Select sel() { return {}; }
+  /// A second context of the call (the online attention's softmax entry): the emulated one, as given.
+  static const Ctx<Emulated>& context(const Ctx<Emulated>& emulated, const OpPrecision&) { return emulated; }
+};
+
+/// The shadow's Reference call's arguments: the reference outputs (snapshots of the outputs taken before the
+/// emulated call, so add-into gradients start from the same values), the inputs lifted to Ref (as |x| for
+/// the Σ|a||b| rerun of dot outputs), the sampled units. An input that is also an output (in-place updates:
+/// rope's y = x, the residual stream's out = x) is read from the output's snapshot, i.e. its value before
+/// the emulated call.
+struct ReferenceArgs {
+  Outputs outs;
+  RefOuts& o;       ///< reference outputs of this rerun
+  RefOuts& before;  ///< outputs before the emulated call, kept for inputs that alias an output
+  bool magnitude;   ///< the |inputs| rerun
+  Select units;
+
+  std::span<Ref> out(std::span<double> y) const { return o[output_index(outs, y)]; }
+  std::vector<Ref> in(std::span<const double> x) const {
+    std::size_t i = 0;
+    for (const Runner::Output& out : outs) {
+      if (out.data.data() == x.data() && !x.empty()) {
+        // The first rerun reads o[i] before the op writes it (arguments are evaluated before the call).
+        if (!magnitude) before[i] = o[i];
+        return magnitude ? magnitudes(before[i]) : before[i];
+      }
+      ++i;
+    }
+    std::vector<Ref> r(x.size());
+    for (std::size_t k = 0; k < x.size(); ++k) r[k] = magnitude ? std::fabs(x[k]) : x[k];
+    return r;
+  }
+  static std::span<Ref> optional(std::span<double>) { return {}; }
+  Select sel() const { return units; }
+  static Ctx<Reference> context(const Ctx<Emulated>&, const OpPrecision& prec) { return Ctx<Reference>(prec); }
+
+ private:
+  static std::vector<Ref> magnitudes(std::vector<Ref> v) {
+    for (Ref& r : v) r = boost::multiprecision::abs(r);
+    return v;
+  }
+};
+
 }  // namespace
 
 Runner::Runner(const Policy& policy, std::uint64_t seed) : policy_(policy), seed_(seed) {
@@ -88,54 +142,69 @@ const Ctx<Emulated>& Runner::context(OpKind op, Pass pass) {
   return c;
 }
 
-template <class EmuFn, class RefFn>
-void Runner::run(Site s, Pass pass, std::int64_t n_units, std::initializer_list<Output> outs, EmuFn&& emu,
-                 RefFn&& ref) {
+template <class Call>
+void Runner::run(Site s, Pass pass, std::int64_t n_units, Outputs outs, Call&& call) {
   const std::size_t idx = index_of(s.op) * kPassCount + index_of(pass);
   const Ctx<Emulated>& c = context(s.op, pass);
   const std::int64_t n = calls_[idx]++;
   const bool shadow = tape_ != nullptr && sampling_.ops[index_of(s.op)] && sampling_.every > 0 &&
                       n % sampling_.every == 0;
-  RefOuts refs, absr;
+  RefOuts refs, absr, before(outs.size());
   if (shadow)
     for (const Output& o : outs) refs.push_back(lift(o.data));
+  EmulatedArgs emulated;
   if (profile_ != nullptr) {
     const auto t0 = Profile::Clock::now();
-    emu(c);
+    call(c, emulated);
     profile_->add(s.op, pass, seconds_since(t0));
   } else {
-    emu(c);
+    call(c, emulated);
   }
-  if (!shadow) return;
-  const std::vector<std::int64_t> sel = spaced_units(n_units, sampling_.units);
   const OpPrecision& prec = policy_.at(s.op, pass);
-  const Ctx<Reference> rc(prec);
-  ref(rc, Select(sel), refs, false);
-  bool any_dot = false;
-  for (const Output& o : outs) any_dot = any_dot || o.dot;
-  if (any_dot) {
-    for (const Output& o : outs) absr.emplace_back(o.data.size(), Ref(0));
-    ref(rc, Select(sel), absr, true);
+  if (shadow) {
+    const std::vector<std::int64_t> sel = spaced_units(n_units, sampling_.units);
+    const Ctx<Reference> rc(prec);
+    ReferenceArgs reference{outs, refs, before, false, Select(sel)};
+    call(rc, reference);
+    bool any_dot = false;
+    for (const Output& o : outs) any_dot = any_dot || o.dot;
+    if (any_dot) {
+      for (const Output& o : outs) absr.emplace_back(o.data.size(), Ref(0));
+      ReferenceArgs magnitudes{outs, absr, before, true, Select(sel)};
+      call(rc, magnitudes);
+    }
+    std::size_t i = 0;
+    for (const Output& o : outs) {
+      const numerics::Format& f = o.format != nullptr ? *o.format : prec.storage;
+      const std::vector<std::size_t> el = elements_of(o.map, sel);
+      OpRecord r;
+      r.step = step_;
+      r.layer = s.layer;
+      r.op = s.op;
+      r.pass = pass;
+      r.tensor = s.tensor.empty() ? std::string(o.name)
+                 : outs.size() == 1 ? std::string(s.tensor)
+                                    : std::string(s.tensor) + "." + std::string(o.name);
+      r.kind = RecordKind::Local;
+      r.error = compare(o.data, refs[i], f, el, o.dot ? std::span<const Ref>(absr[i]) : std::span<const Ref>(),
+                        numerics::unit_roundoff(prec.accumulate.format));
+      r.range = range_events(o.data, f);
+      tape_->add(std::move(r));
+      ++i;
+    }
   }
-  std::size_t i = 0;
-  for (const Output& o : outs) {
-    const numerics::Format& f = o.format != nullptr ? *o.format : prec.storage;
-    const std::vector<std::size_t> el = elements_of(o.map, sel);
-    OpRecord r;
-    r.step = step_;
-    r.layer = s.layer;
-    r.op = s.op;
-    r.pass = pass;
-    r.tensor = s.tensor.empty() ? std::string(o.name)
-               : outs.size() == 1 ? std::string(s.tensor)
-                                  : std::string(s.tensor) + "." + std::string(o.name);
-    r.kind = RecordKind::Local;
-    r.error = compare(o.data, refs[i], f, el, o.dot ? std::span<const Ref>(absr[i]) : std::span<const Ref>(),
-                      numerics::unit_roundoff(prec.accumulate.format));
-    r.range = range_events(o.data, f);
-    tape_->add(std::move(r));
-    ++i;
-  }
+  if (!observer_ || s.observe == Observe::Off) return;
+  std::size_t watched = 0;
+  for (const Output& o : outs) watched += o.watched ? 1 : 0;
+  for (const Output& o : outs)
+    if (o.watched)
+      observer_({s.op, pass, s.layer, s.tensor.empty() || watched > 1 ? o.name : s.tensor, o.data,
+                 o.format != nullptr ? *o.format : prec.storage});
+}
+
+Observer Runner::set_observer(Observer observer) {
+  std::swap(observer_, observer);
+  return observer;
 }
 
 void Runner::record_global(Site s, Pass pass, CSpan emulated, std::span<const Ref> reference) {
@@ -152,235 +221,185 @@ void Runner::record_global(Site s, Pass pass, CSpan emulated, CSpan reference) {
               compare(emulated, reference, f), range_events(emulated, f)});
 }
 
-// ---- one wrapper per op: emulated call, and the same call on the Reference backend ---------------------------
-
-using RC = Ctx<Reference>;
+// ---- one call per (op, pass): `call(ctx, io)` runs on the emulated and on the Reference backend -------------
 
 void Runner::embedding_forward(Site s, Span out, Tokens tokens, CSpan wte, RowShape sh) {
-  run(s, Pass::Forward, sh.rows, {{"out", out, rows(sh.cols)}},
-      [&](const Ctx<Emulated>& c) { ops::embedding_forward<Emulated>(out, tokens, wte, sh, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        ops::embedding_forward<Reference>(o[0], tokens, L(wte, abs), sh, c, sel);
-      });
+  run(s, Pass::Forward, sh.rows, {{"out", out, rows(sh.cols)}}, [&](const auto& c, auto& io) {
+    ops::embedding_forward(io.out(out), tokens, io.in(wte), sh, c, io.sel());
+  });
 }
 
 void Runner::embedding_backward_weight(Site s, Span dwte, CSpan dout, Tokens tokens, RowShape sh) {
   const UnitMap cols{K::Columns, sh.cols, static_cast<std::int64_t>(dwte.size()) / sh.cols, {}};
-  run(s, Pass::BackwardWeight, sh.cols, {{"dwte", dwte, cols}},
-      [&](const Ctx<Emulated>& c) { ops::embedding_backward_weight<Emulated>(dwte, dout, tokens, sh, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        ops::embedding_backward_weight<Reference>(o[0], L(dout, abs), tokens, sh, c, sel);
-      });
+  run(s, Pass::BackwardWeight, sh.cols, {{"dwte", dwte, cols}}, [&](const auto& c, auto& io) {
+    ops::embedding_backward_weight(io.out(dwte), io.in(dout), tokens, sh, c, io.sel());
+  });
 }
 
 void Runner::rmsnorm_forward(Site s, Span y, Span rstd, CSpan x, CSpan w, RowShape sh, double eps) {
-  run(s, Pass::Forward, sh.rows, {{"y", y, rows(sh.cols)}, {"rstd", rstd, rows(1)}},
-      [&](const Ctx<Emulated>& c) { ops::rmsnorm_forward<Emulated>(y, rstd, x, w, sh, eps, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        ops::rmsnorm_forward<Reference>(o[0], o[1], L(x, abs), L(w, abs), sh, eps, c, sel);
+  run(s, Pass::Forward, sh.rows,
+      {{"y", y, rows(sh.cols)}, {.name = "rstd", .data = rstd, .map = rows(1), .watched = false}},
+      [&](const auto& c, auto& io) {
+        ops::rmsnorm_forward(io.out(y), io.out(rstd), io.in(x), io.in(w), sh, eps, c, io.sel());
       });
 }
 
 void Runner::rmsnorm_backward_data(Site s, Span dx, CSpan dy, CSpan x, CSpan w, CSpan rstd, RowShape sh) {
-  run(s, Pass::BackwardData, sh.rows, {{"dx", dx, rows(sh.cols)}},
-      [&](const Ctx<Emulated>& c) { ops::rmsnorm_backward_data<Emulated>(dx, dy, x, w, rstd, sh, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        ops::rmsnorm_backward_data<Reference>(o[0], L(dy, abs), L(x, abs), L(w, abs), L(rstd, abs), sh, c, sel);
-      });
+  run(s, Pass::BackwardData, sh.rows, {{"dx", dx, rows(sh.cols)}}, [&](const auto& c, auto& io) {
+    ops::rmsnorm_backward_data(io.out(dx), io.in(dy), io.in(x), io.in(w), io.in(rstd), sh, c, io.sel());
+  });
 }
 
 void Runner::rmsnorm_backward_weight(Site s, Span dw, CSpan dy, CSpan x, CSpan rstd, RowShape sh) {
-  run(s, Pass::BackwardWeight, sh.cols, {{"dw", dw, rows(1), true}},
-      [&](const Ctx<Emulated>& c) { ops::rmsnorm_backward_weight<Emulated>(dw, dy, x, rstd, sh, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        ops::rmsnorm_backward_weight<Reference>(o[0], L(dy, abs), L(x, abs), L(rstd, abs), sh, c, sel);
-      });
+  run(s, Pass::BackwardWeight, sh.cols, {{"dw", dw, rows(1), true}}, [&](const auto& c, auto& io) {
+    ops::rmsnorm_backward_weight(io.out(dw), io.in(dy), io.in(x), io.in(rstd), sh, c, io.sel());
+  });
 }
 
 void Runner::matmul_forward(Site s, Span y, CSpan x, CSpan w, MatmulShape sh) {
-  run(s, Pass::Forward, sh.n, {{"y", y, rows(sh.out), true}},
-      [&](const Ctx<Emulated>& c) { ops::matmul_forward<Emulated>(y, x, w, sh, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        ops::matmul_forward<Reference>(o[0], L(x, abs), L(w, abs), sh, c, sel);
-      });
+  run(s, Pass::Forward, sh.n, {{"y", y, rows(sh.out), true}}, [&](const auto& c, auto& io) {
+    ops::matmul_forward(io.out(y), io.in(x), io.in(w), sh, c, io.sel());
+  });
 }
 
 void Runner::matmul_backward_data(Site s, Span dx, CSpan dy, CSpan w, MatmulShape sh) {
-  run(s, Pass::BackwardData, sh.n, {{"dx", dx, rows(sh.in), true}},
-      [&](const Ctx<Emulated>& c) { ops::matmul_backward_data<Emulated>(dx, dy, w, sh, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        ops::matmul_backward_data<Reference>(o[0], L(dy, abs), L(w, abs), sh, c, sel);
-      });
+  run(s, Pass::BackwardData, sh.n, {{"dx", dx, rows(sh.in), true}}, [&](const auto& c, auto& io) {
+    ops::matmul_backward_data(io.out(dx), io.in(dy), io.in(w), sh, c, io.sel());
+  });
 }
 
 void Runner::matmul_backward_weight(Site s, Span dw, CSpan dy, CSpan x, MatmulShape sh) {
-  run(s, Pass::BackwardWeight, sh.out, {{"dw", dw, rows(sh.in), true}},
-      [&](const Ctx<Emulated>& c) { ops::matmul_backward_weight<Emulated>(dw, dy, x, sh, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        ops::matmul_backward_weight<Reference>(o[0], L(dy, abs), L(x, abs), sh, c, sel);
-      });
+  run(s, Pass::BackwardWeight, sh.out, {{"dw", dw, rows(sh.in), true}}, [&](const auto& c, auto& io) {
+    ops::matmul_backward_weight(io.out(dw), io.in(dy), io.in(x), sh, c, io.sel());
+  });
 }
 
 void Runner::rope_angles(Site s, Span cos_t, Span sin_t, std::int64_t T, std::int64_t hs, double base) {
   run(s, Pass::Forward, T, {{"cos", cos_t, rows(hs / 2)}, {"sin", sin_t, rows(hs / 2)}},
-      [&](const Ctx<Emulated>& c) { ops::rope_angles<Emulated>(cos_t, sin_t, T, hs, base, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool) { ops::rope_angles<Reference>(o[0], o[1], T, hs, base, c, sel); });
+      [&](const auto& c, auto& io) { ops::rope_angles(io.out(cos_t), io.out(sin_t), T, hs, base, c, io.sel()); });
 }
 
 void Runner::rope_forward(Site s, Span y, CSpan x, CSpan cos_t, CSpan sin_t, AttnShape sh) {
-  run(s, Pass::Forward, sh.B * sh.T, {{"y", y, rows(sh.C())}},
-      [&](const Ctx<Emulated>& c) { ops::rope_forward<Emulated>(y, x, cos_t, sin_t, sh, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        // x may alias y: the reference reads the input from before the emulated call when they alias.
-        const CSpan xin = x.data() == y.data() ? CSpan() : x;
-        std::vector<Ref> X = xin.empty() ? o[0] : L(x, abs);
-        ops::rope_forward<Reference>(o[0], X, L(cos_t, abs), L(sin_t, abs), sh, c, sel);
-      });
+  // x may alias y: the reference then reads x from y's snapshot before the emulated call (ReferenceArgs::in).
+  run(s, Pass::Forward, sh.B * sh.T, {{"y", y, rows(sh.C())}}, [&](const auto& c, auto& io) {
+    ops::rope_forward(io.out(y), io.in(x), io.in(cos_t), io.in(sin_t), sh, c, io.sel());
+  });
 }
 
 void Runner::rope_backward_data(Site s, Span dx, CSpan dy, CSpan cos_t, CSpan sin_t, AttnShape sh) {
-  run(s, Pass::BackwardData, sh.B * sh.T, {{"dx", dx, rows(sh.C())}},
-      [&](const Ctx<Emulated>& c) { ops::rope_backward_data<Emulated>(dx, dy, cos_t, sin_t, sh, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        ops::rope_backward_data<Reference>(o[0], L(dy, abs), L(cos_t, abs), L(sin_t, abs), sh, c, sel);
-      });
+  run(s, Pass::BackwardData, sh.B * sh.T, {{"dx", dx, rows(sh.C())}}, [&](const auto& c, auto& io) {
+    ops::rope_backward_data(io.out(dx), io.in(dy), io.in(cos_t), io.in(sin_t), sh, c, io.sel());
+  });
 }
 
 void Runner::attn_scores_forward(Site s, Span preatt, CSpan q, CSpan k, AttnShape sh) {
-  run(s, Pass::Forward, sh.heads(), {{"preatt", preatt, rows(sh.T * sh.T), true}},
-      [&](const Ctx<Emulated>& c) { ops::attn_scores_forward<Emulated>(preatt, q, k, sh, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        ops::attn_scores_forward<Reference>(o[0], L(q, abs), L(k, abs), sh, c, sel);
-      });
+  run(s, Pass::Forward, sh.heads(), {{"preatt", preatt, rows(sh.T * sh.T), true}}, [&](const auto& c, auto& io) {
+    ops::attn_scores_forward(io.out(preatt), io.in(q), io.in(k), sh, c, io.sel());
+  });
 }
 
 void Runner::attn_scores_backward_data(Site s, Span dq, Span dk, CSpan dpreatt, CSpan q, CSpan k, AttnShape sh) {
   run(s, Pass::BackwardData, sh.heads(), {{"dq", dq, heads(sh), true}, {"dk", dk, heads(sh), true}},
-      [&](const Ctx<Emulated>& c) { ops::attn_scores_backward_data<Emulated>(dq, dk, dpreatt, q, k, sh, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        ops::attn_scores_backward_data<Reference>(o[0], o[1], L(dpreatt, abs), L(q, abs), L(k, abs), sh, c, sel);
+      [&](const auto& c, auto& io) {
+        ops::attn_scores_backward_data(io.out(dq), io.out(dk), io.in(dpreatt), io.in(q), io.in(k), sh, c, io.sel());
       });
 }
 
 void Runner::softmax_forward(Site s, Span att, CSpan preatt, AttnShape sh) {
-  run(s, Pass::Forward, sh.heads() * sh.T, {{"att", att, rows(sh.T)}},
-      [&](const Ctx<Emulated>& c) { ops::softmax_forward<Emulated>(att, preatt, sh, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        ops::softmax_forward<Reference>(o[0], L(preatt, abs), sh, c, sel);
-      });
+  run(s, Pass::Forward, sh.heads() * sh.T, {{"att", att, rows(sh.T)}}, [&](const auto& c, auto& io) {
+    ops::softmax_forward(io.out(att), io.in(preatt), sh, c, io.sel());
+  });
 }
 
 void Runner::softmax_backward_data(Site s, Span dpreatt, CSpan datt, CSpan att, AttnShape sh) {
-  run(s, Pass::BackwardData, sh.heads() * sh.T, {{"dpreatt", dpreatt, rows(sh.T)}},
-      [&](const Ctx<Emulated>& c) { ops::softmax_backward_data<Emulated>(dpreatt, datt, att, sh, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        ops::softmax_backward_data<Reference>(o[0], L(datt, abs), L(att, abs), sh, c, sel);
-      });
+  run(s, Pass::BackwardData, sh.heads() * sh.T, {{"dpreatt", dpreatt, rows(sh.T)}}, [&](const auto& c, auto& io) {
+    ops::softmax_backward_data(io.out(dpreatt), io.in(datt), io.in(att), sh, c, io.sel());
+  });
 }
 
 void Runner::attn_values_forward(Site s, Span out, CSpan att, CSpan v, AttnShape sh) {
-  run(s, Pass::Forward, sh.heads(), {{"out", out, heads(sh), true}},
-      [&](const Ctx<Emulated>& c) { ops::attn_values_forward<Emulated>(out, att, v, sh, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        ops::attn_values_forward<Reference>(o[0], L(att, abs), L(v, abs), sh, c, sel);
-      });
+  run(s, Pass::Forward, sh.heads(), {{"out", out, heads(sh), true}}, [&](const auto& c, auto& io) {
+    ops::attn_values_forward(io.out(out), io.in(att), io.in(v), sh, c, io.sel());
+  });
 }
 
 void Runner::attn_values_backward_data(Site s, Span datt, Span dv, CSpan dout, CSpan att, CSpan v, AttnShape sh) {
   run(s, Pass::BackwardData, sh.heads(), {{"datt", datt, rows(sh.T * sh.T), true}, {"dv", dv, heads(sh), true}},
-      [&](const Ctx<Emulated>& c) { ops::attn_values_backward_data<Emulated>(datt, dv, dout, att, v, sh, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        ops::attn_values_backward_data<Reference>(o[0], o[1], L(dout, abs), L(att, abs), L(v, abs), sh, c, sel);
+      [&](const auto& c, auto& io) {
+        ops::attn_values_backward_data(io.out(datt), io.out(dv), io.in(dout), io.in(att), io.in(v), sh, c, io.sel());
       });
 }
 
 void Runner::online_attention_forward(Site s, Span y, Span lse, CSpan preatt, CSpan v, AttnShape sh) {
-  const Site site{OpKind::AttnValues, s.layer, s.tensor};
+  const Site site{OpKind::AttnValues, s.layer, s.tensor, s.observe};
   const Ctx<Emulated>& sm = context(OpKind::Softmax, Pass::Forward);
   const OpPrecision& sm_prec = policy_.at(OpKind::Softmax, Pass::Forward);
-  run(site, Pass::Forward, sh.heads(), {{"y", y, heads(sh)}, {"lse", lse, rows(sh.T), false, &sm_prec.storage}},
-      [&](const Ctx<Emulated>& c) { ops::online_attention_forward<Emulated>(y, lse, preatt, v, sh, sm, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        const RC rsm(sm_prec);
-        ops::online_attention_forward<Reference>(o[0], o[1], L(preatt, abs), L(v, abs), sh, rsm, c, sel);
+  run(site, Pass::Forward, sh.heads(),
+      {{"y", y, heads(sh)}, {.name = "lse", .data = lse, .map = rows(sh.T), .format = &sm_prec.storage}},
+      [&](const auto& c, auto& io) {
+        ops::online_attention_forward(io.out(y), io.out(lse), io.in(preatt), io.in(v), sh, io.context(sm, sm_prec), c,
+                                      io.sel());
       });
 }
 
 void Runner::softmax_from_lse(Site s, Span att, CSpan preatt, CSpan lse, AttnShape sh) {
-  const Site site{OpKind::Softmax, s.layer, s.tensor};
-  run(site, Pass::BackwardData, sh.heads() * sh.T, {{"att", att, rows(sh.T)}},
-      [&](const Ctx<Emulated>& c) { ops::softmax_from_lse<Emulated>(att, preatt, lse, sh, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        ops::softmax_from_lse<Reference>(o[0], L(preatt, abs), L(lse, abs), sh, c, sel);
-      });
+  const Site site{OpKind::Softmax, s.layer, s.tensor, s.observe};
+  run(site, Pass::BackwardData, sh.heads() * sh.T, {{"att", att, rows(sh.T)}}, [&](const auto& c, auto& io) {
+    ops::softmax_from_lse(io.out(att), io.in(preatt), io.in(lse), sh, c, io.sel());
+  });
 }
 
 void Runner::silu_forward(Site s, Span y, CSpan x, RowShape sh) {
   run(s, Pass::Forward, sh.rows, {{"y", y, rows(sh.cols)}},
-      [&](const Ctx<Emulated>& c) { ops::silu_forward<Emulated>(y, x, sh, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) { ops::silu_forward<Reference>(o[0], L(x, abs), sh, c, sel); });
+      [&](const auto& c, auto& io) { ops::silu_forward(io.out(y), io.in(x), sh, c, io.sel()); });
 }
 
 void Runner::silu_backward_data(Site s, Span dx, CSpan dy, CSpan x, RowShape sh) {
-  run(s, Pass::BackwardData, sh.rows, {{"dx", dx, rows(sh.cols)}},
-      [&](const Ctx<Emulated>& c) { ops::silu_backward_data<Emulated>(dx, dy, x, sh, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        ops::silu_backward_data<Reference>(o[0], L(dy, abs), L(x, abs), sh, c, sel);
-      });
+  run(s, Pass::BackwardData, sh.rows, {{"dx", dx, rows(sh.cols)}}, [&](const auto& c, auto& io) {
+    ops::silu_backward_data(io.out(dx), io.in(dy), io.in(x), sh, c, io.sel());
+  });
 }
 
 void Runner::swiglu_forward(Site s, Span h, CSpan a, CSpan u, RowShape sh) {
   run(s, Pass::Forward, sh.rows, {{"h", h, rows(sh.cols)}},
-      [&](const Ctx<Emulated>& c) { ops::swiglu_forward<Emulated>(h, a, u, sh, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        ops::swiglu_forward<Reference>(o[0], L(a, abs), L(u, abs), sh, c, sel);
-      });
+      [&](const auto& c, auto& io) { ops::swiglu_forward(io.out(h), io.in(a), io.in(u), sh, c, io.sel()); });
 }
 
 void Runner::swiglu_backward_data(Site s, Span da, Span du, CSpan dh, CSpan a, CSpan u, RowShape sh) {
   run(s, Pass::BackwardData, sh.rows, {{"da", da, rows(sh.cols)}, {"du", du, rows(sh.cols)}},
-      [&](const Ctx<Emulated>& c) { ops::swiglu_backward_data<Emulated>(da, du, dh, a, u, sh, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        ops::swiglu_backward_data<Reference>(o[0], o[1], L(dh, abs), L(a, abs), L(u, abs), sh, c, sel);
+      [&](const auto& c, auto& io) {
+        ops::swiglu_backward_data(io.out(da), io.out(du), io.in(dh), io.in(a), io.in(u), sh, c, io.sel());
       });
 }
 
 void Runner::residual_forward(Site s, Span out, CSpan x, CSpan f, double alpha, RowShape sh) {
-  run(s, Pass::Forward, sh.rows, {{"out", out, rows(sh.cols)}},
-      [&](const Ctx<Emulated>& c) { ops::residual_forward<Emulated>(out, x, f, alpha, sh, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        // out may alias x (in-place stream update): read x from the snapshot taken before the call.
-        std::vector<Ref> X = x.data() == out.data() ? o[0] : L(x, abs);
-        ops::residual_forward<Reference>(o[0], X, L(f, abs), alpha, sh, c, sel);
-      });
+  // out may alias x (in-place stream update): the reference then reads x from out's snapshot.
+  run(s, Pass::Forward, sh.rows, {{"out", out, rows(sh.cols)}}, [&](const auto& c, auto& io) {
+    ops::residual_forward(io.out(out), io.in(x), io.in(f), alpha, sh, c, io.sel());
+  });
 }
 
 void Runner::residual_backward_data(Site s, Span dx, Span df, CSpan dout, double alpha, RowShape sh) {
   run(s, Pass::BackwardData, sh.rows, {{"dx", dx, rows(sh.cols)}, {"df", df, rows(sh.cols)}},
-      [&](const Ctx<Emulated>& c) { ops::residual_backward_data<Emulated>(dx, df, dout, alpha, sh, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        ops::residual_backward_data<Reference>(o[0], o[1], L(dout, abs), alpha, sh, c, sel);
+      [&](const auto& c, auto& io) {
+        ops::residual_backward_data(io.out(dx), io.out(df), io.in(dout), alpha, sh, c, io.sel());
       });
 }
 
 double Runner::cross_entropy_forward(Site s, Span losses, Span probs, CSpan logits, Tokens targets, RowShape sh) {
-  run(s, Pass::Forward, sh.rows, {{"loss", losses, rows(1)}, {"probs", probs, rows(sh.cols)}},
-      [&](const Ctx<Emulated>& c) { ops::cross_entropy_forward<Emulated>(losses, probs, logits, targets, sh, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        ops::cross_entropy_forward<Reference>(o[0], o[1], L(logits, abs), targets, sh, c, sel);
+  run(s, Pass::Forward, sh.rows,
+      {{"loss", losses, rows(1)}, {.name = "probs", .data = probs, .map = rows(sh.cols), .watched = false}},
+      [&](const auto& c, auto& io) {
+        ops::cross_entropy_forward(io.out(losses), io.out(probs), io.in(logits), targets, sh, c, io.sel());
       });
   return mean_loss<double>(losses);
 }
 
 void Runner::cross_entropy_backward_data(Site s, Span dlogits, CSpan probs, Tokens targets, double grad_scale,
                                          RowShape sh) {
-  run(s, Pass::BackwardData, sh.rows, {{"dlogits", dlogits, rows(sh.cols)}},
-      [&](const Ctx<Emulated>& c) {
-        ops::cross_entropy_backward_data<Emulated>(dlogits, probs, targets, grad_scale, sh, c);
-      },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        ops::cross_entropy_backward_data<Reference>(o[0], L(probs, abs), targets, grad_scale, sh, c, sel);
-      });
+  run(s, Pass::BackwardData, sh.rows, {{"dlogits", dlogits, rows(sh.cols)}}, [&](const auto& c, auto& io) {
+    ops::cross_entropy_backward_data(io.out(dlogits), io.in(probs), targets, grad_scale, sh, c, io.sel());
+  });
 }
 
 void Runner::adamw_update(Site s, Span w, Span m, Span v, CSpan g, Span weights, const AdamWConfig& cfg,
@@ -390,11 +409,11 @@ void Runner::adamw_update(Site s, Span w, Span m, Span v, CSpan g, Span weights,
   const numerics::Format fa = policy_.storage_for(TensorRole::AdamM);
   const numerics::Format fv = policy_.storage_for(TensorRole::AdamV);
   const auto n = static_cast<std::int64_t>(w.size());
+  // The working weights (an optional extra output) are not part of the reference call.
   run(s, Pass::Forward, n,
       {{"w", w, rows(1), false, &fm}, {"m", m, rows(1), false, &fa}, {"v", v, rows(1), false, &fv}},
-      [&](const Ctx<Emulated>& c) { ops::adamw_update<Emulated>(w, m, v, g, weights, cfg, t, f, c); },
-      [&](const RC& c, Select sel, RefOuts& o, bool abs) {
-        ops::adamw_update<Reference>(o[0], o[1], o[2], L(g, abs), {}, cfg, t, f, c, sel);
+      [&](const auto& c, auto& io) {
+        ops::adamw_update(io.out(w), io.out(m), io.out(v), io.in(g), io.optional(weights), cfg, t, f, c, io.sel());
       });
 }
 

@@ -16,7 +16,12 @@
 /// and the tensor for the tape. Stochastic rounding uses the stream mix(step, call index within the step),
 /// so a run is reproducible for any thread count as long as the op calls come in the same order.
 /// The trainer's global error (emulated vs a full-reference model) goes through record_global().
+///
+/// An observer (set_observer) sees every watched output of every op call right after it is computed: the
+/// model's non-finite scan, range telemetry and fault injection run there, so a forward or backward pass
+/// reads as a list of Runner calls.
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string_view>
 
@@ -29,12 +34,32 @@
 
 namespace roundoff::ops {
 
-/// Where an op call sits: the policy entry, the layer (-1 outside blocks) and a tensor name for the tape.
+/// Whether an op call's outputs go to the Runner's observer: Off for a call whose outputs the caller looks
+/// at itself, e.g. one term of a gradient sum that the last term's call completes.
+enum class Observe : std::uint8_t { Outputs, Off };
+
+/// Where an op call sits: the policy entry, the layer (-1 outside blocks) and a tensor name for the tape and
+/// the observer.
 struct Site {
   OpKind op;
   int layer = -1;
   std::string_view tensor = "";
+  Observe observe = Observe::Outputs;
 };
+
+/// One output of an op call as the Runner's observer sees it, after the emulated call (and the shadow, if the
+/// call was sampled). tensor: the Site's tensor name when the call has one watched output, else the output's
+/// own name ("dq", "dk"; "cos", "sin"). storage: the format the output is stored in (the (op, pass) entry's
+/// storage, or the output's own role format).
+struct Observation {
+  OpKind op;
+  Pass pass;
+  int layer;
+  std::string_view tensor;
+  std::span<double> data;
+  const numerics::Format& storage;
+};
+using Observer = std::function<void(const Observation&)>;
 
 class Runner {
  public:
@@ -52,6 +77,9 @@ class Runner {
   void enable_shadow(Tape* tape, const Sampling& sampling = {});
   /// Adds the wall time of every emulated op call to `profile` under its (op, pass); nullptr: off.
   void enable_profile(Profile* profile) { profile_ = profile; }
+  /// Calls `observer` for every watched output of every op call whose Site has Observe::Outputs, in call
+  /// order and output order; an empty function: off. Returns the previous observer.
+  Observer set_observer(Observer observer);
   /// The emulated context of (op, pass) for the next call (advances the stochastic stream). For callers that
   /// use an op function directly.
   const Ctx<Emulated>& context(OpKind op, Pass pass);
@@ -113,11 +141,16 @@ class Runner {
     UnitMap map;
     bool dot = false;  ///< a dot-product output: record the dot ratio (Reference rerun on |inputs|)
     const numerics::Format* format = nullptr;  ///< ulp format when not the op's storage (AdamW roles)
+    bool watched = true;  ///< passed to the observer (false: saved statistics such as rstd, probs)
   };
 
  private:
-  template <class EmuFn, class RefFn>
-  void run(Site s, Pass pass, std::int64_t n_units, std::initializer_list<Output> outs, EmuFn&& emu, RefFn&& ref);
+  /// The one call site of an (op, pass): `call(ctx, io)` is a generic lambda that calls the op function on
+  /// io's arguments, run once with the emulated context on the caller's spans (io.out(y) = y, io.in(x) = x,
+  /// io.sel() = all units) and, when the shadow samples the call, again with a Reference context on the lifted
+  /// inputs, the reference outputs and the sampled units (and a third time on |inputs| for dot outputs).
+  template <class Call>
+  void run(Site s, Pass pass, std::int64_t n_units, std::initializer_list<Output> outs, Call&& call);
 
   Policy policy_;
   std::uint64_t seed_;
@@ -128,6 +161,7 @@ class Runner {
   Tape* tape_ = nullptr;
   Sampling sampling_{};
   Profile* profile_ = nullptr;
+  Observer observer_;
 };
 
 /// k of n units (all when k == 0 or k >= n), one per stratum [⌊i·n/k⌋, ⌊(i+1)·n/k⌋) at an offset hashed from
