@@ -79,8 +79,9 @@ class Transformer final : public Model {
                     Transformer& reference, ops::Tape& tape);
 
   const ops::Policy& policy() const { return runner_.policy(); }
-  /// Test hook: multiplies the forward output of one site (op, layer, tensor: the Matmul "v" or "w2", or
-  /// the AttnScores "scores") by `factor` at training step `step` (e.g. 1e6 to inject an overflow).
+  /// Test hook: multiplies the forward output of one observed site (op, layer, tensor as the Runner's observer
+  /// names it, e.g. the Matmul "v" or "w2", or the AttnScores "scores") by `factor` at training step `step`
+  /// (e.g. 1e6 to inject an overflow), before that output's scan and before any later op reads it.
   void inject(std::int64_t step, ops::OpKind op, int layer, std::string tensor, double factor);
 
  private:
@@ -97,12 +98,11 @@ class Transformer final : public Model {
   void forward(const Batch& b, std::span<const double> master, StepTelemetry* tel);
   void backward(const Batch& b, std::span<const double> master, double loss_scale, std::span<double> grads,
                 StepTelemetry* tel);
+  /// The Runner's observer during forward() and backward(): the injection hook (forward outputs), then check().
+  void observe(StepTelemetry* tel, const ops::Observation& o);
   /// Scans y for non-finite values (names the first op) and, at detailed steps, logs its range events.
   void check(StepTelemetry* tel, ops::OpKind op, ops::Pass pass, int layer, std::string_view tensor,
              std::span<const double> y);
-  /// RMSNorm range event the output scan cannot see: a row whose Σx² overflowed the compute format has
-  /// rstd = 1/√inf = 0, so the row becomes silent zeros. Counts rows with rstd = 0 but x ≠ 0 (names the first
-  /// such norm of the step; at detailed steps logs `collapsed_rows`).
   /// Runs `reference` on the same batch, weights and loss scale, then records every saved activation and
   /// every weight gradient of this model's last pass (gradients `grads`) against the reference's in `tape`.
   void record_global(std::int64_t step, const Batch& b, std::span<const double> master, double loss_scale,
@@ -110,6 +110,9 @@ class Transformer final : public Model {
   /// RMSNorm backward-data, AutoANE's defective form under Defects::rmsnorm_bwd (rmsnorm_defect.hpp).
   void norm_backward_data(ops::Site s, std::span<double> dx, std::span<const double> dy, std::span<const double> x,
                           std::span<const double> w, std::span<const double> rstd, ops::RowShape sh);
+  /// RMSNorm range event the output scan cannot see: a row whose Σx² overflowed the compute format has
+  /// rstd = 1/√inf = 0, so the row becomes silent zeros. Counts rows with rstd = 0 but x ≠ 0 (names the first
+  /// such norm of the step; at detailed steps logs `collapsed_rows`).
   void check_norm(StepTelemetry* tel, int layer, std::string_view tensor, std::span<const double> x,
                   std::span<const double> rstd, std::int64_t cols);
 
