@@ -32,17 +32,14 @@ double max_abs(CSpan x) {
   return m;
 }
 
-/// `v` resized to n elements, all zero, reusing its storage: the start of an add-into output (backward ops
-/// add into their gradients) without a fresh allocation per call.
-Span zeros(std::vector<double>& v, std::size_t n) {
-  v.resize(n);
-  std::fill(v.begin(), v.end(), 0.0);
-  return v;
-}
-
 /// Profile phases of the output scans (Transformer::set_profile).
 constexpr const char* kOutputChecks = "model: output checks";
 constexpr const char* kRangeTelemetry = "model: range telemetry";
+/// Profile phases of the model's work outside the Runner's ops (Transformer::set_profile).
+constexpr const char* kKvReduce = "model: gqa kv reduce";
+constexpr const char* kGradRounding = "model: gradient rounding";
+constexpr const char* kGradZeroing = "model: gradient zeroing";
+constexpr const char* kBufferGrowth = "model: buffer growth";
 
 /// Installs an observer on the Runner for one pass; the previous one comes back when the pass ends.
 class ObserverScope {
@@ -85,6 +82,17 @@ void Transformer::norm_backward_data(ops::Site s, std::span<double> dx, std::spa
     rmsnorm_backward_data_defect(dx, dy, x, w, rstd, sh, runner_.context(OpKind::RmsNorm, Pass::BackwardData));
   else
     runner_.rmsnorm_backward_data({s.op, s.layer, s.tensor, ops::Observe::Off}, dx, dy, x, w, rstd, sh);
+}
+
+std::span<double> Transformer::output(std::vector<double>& v, std::size_t n) {
+  if (v.size() != n) ops::timed_phase(profile_, kBufferGrowth, [&] { v.resize(n); });
+  return v;
+}
+
+std::span<double> Transformer::zeros(std::vector<double>& v, std::size_t n) {
+  if (v.size() != n) ops::timed_phase(profile_, kBufferGrowth, [&] { v.resize(n); });
+  std::fill(v.begin(), v.end(), 0.0);
+  return v;
 }
 
 void Transformer::inject(std::int64_t step, OpKind op, int layer, std::string tensor, double factor) {
@@ -167,7 +175,7 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
   runner_.rope_angles({OpKind::RopeAngles, -1, "rope"}, cos_, sin_, T, hs, c_.rope_base);
 
   std::vector<double>& x = x_;
-  zeros(x, NC);
+  output(x, NC);
   // x (N, C) = wte[inputs]
   runner_.embedding_forward({OpKind::Embedding, -1, "x0"}, x, bt.inputs, p.wte, rows);
 
@@ -178,42 +186,42 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
     if (rule_.post_norm) {
       L.h1 = x;
     } else {
-      L.h1.assign(NC, 0.0);
-      L.r1.assign(static_cast<std::size_t>(N), 0.0);
+      output(L.h1, NC);
+      output(L.r1, static_cast<std::size_t>(N));
       // h1 (N, C) = x·rstd ⊙ ln1w, r1 (N) = rstd
       runner_.rmsnorm_forward({OpKind::RmsNorm, l, "ln1"}, L.h1, L.r1, x, layer_of(p.ln1w, l), rows, eps);
       check_norm(tel, l, "ln1", x, L.r1, C);
     }
-    L.q.assign(NC, 0.0);
-    L.k.assign(NKVD, 0.0);
-    L.v.assign(NKVD, 0.0);
+    output(L.q, NC);
+    output(L.k, NKVD);
+    output(L.v, NKVD);
     // q (N, C), k and v (N, KVD) = h1 · Wᵀ
     runner_.matmul_forward({OpKind::Matmul, l, "q"}, L.q, L.h1, layer_of(p.wq, l), {N, C, C});
     runner_.matmul_forward({OpKind::Matmul, l, "k"}, L.k, L.h1, layer_of(p.wk, l), {N, C, KVD});
     runner_.matmul_forward({OpKind::Matmul, l, "v"}, L.v, L.h1, layer_of(p.wv, l), {N, C, KVD});
-    L.qr.assign(NC, 0.0);
-    L.kr.assign(NKVD, 0.0);
+    output(L.qr, NC);
+    output(L.kr, NKVD);
     // qr (B, T, NH·hs), kr (B, T, NKV·hs): q and k rotated by position
     runner_.rope_forward({OpKind::RopeRotate, l, "q"}, L.qr, L.q, cos_, sin_, ash);
     runner_.rope_forward({OpKind::RopeRotate, l, "k"}, L.kr, L.k, cos_, sin_, kv_ash);
     // GQA: K and V tiled to the NH query heads (exact copies) by the forward head map.
     if (gqa) {
-      L.kt.assign(NC, 0.0);
-      L.vt.assign(NC, 0.0);
+      output(L.kt, NC);
+      output(L.vt, NC);
       ops::kv_tile<double>(L.kt, L.kr, fwd_map_, NKV, hs);
       ops::kv_tile<double>(L.vt, L.v, fwd_map_, NKV, hs);
     }
     const std::vector<double>& kt = gqa ? L.kt : L.kr;
     const std::vector<double>& vt = gqa ? L.vt : L.v;
-    L.preatt.assign(static_cast<std::size_t>(ash.att_size()), 0.0);
+    output(L.preatt, static_cast<std::size_t>(ash.att_size()));
     // preatt (B, NH, T, T) = qr·ktᵀ/√hs, causal
     runner_.attn_scores_forward({OpKind::AttnScores, l, "scores"}, L.preatt, L.qr, kt, ash);
     if (detailed)
       ops::timed_phase(profile_, kRangeTelemetry, [&] {
         tel->log->telemetry(tel->step, l, "attn-scores", "fwd", "scores", "max_logit", max_abs(L.preatt));
       });
-    L.att.assign(L.preatt.size(), 0.0);
-    L.y.assign(NC, 0.0);
+    output(L.att, L.preatt.size());
+    output(L.y, NC);
     switch (runner_.policy().attention_order()) {
       case ops::AttentionOrder::Materialised:
         // att (B, NH, T, T) = softmax(preatt) by row; y (N, C) = att·vt per head
@@ -221,7 +229,7 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
         runner_.attn_values_forward({OpKind::AttnValues, l, "y"}, L.y, L.att, vt, ash);
         break;
       case ops::AttentionOrder::Online:  // att is recomputed from lse in the backward pass
-        L.lse.assign(static_cast<std::size_t>(B * NH * T), 0.0);
+        output(L.lse, static_cast<std::size_t>(B * NH * T));
         // Checked by hand: lse under the softmax entry first, then y.
         runner_.online_attention_forward({OpKind::AttnValues, l, "y", ops::Observe::Off}, L.y, L.lse, L.preatt, vt,
                                          ash);
@@ -229,10 +237,10 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
         check(tel, OpKind::AttnValues, Pass::Forward, l, "y", L.y);
         break;
     }
-    L.o.assign(NC, 0.0);
+    output(L.o, NC);
     // o (N, C) = y · Woᵀ; pre1 (N, C) = x + β·o
     runner_.matmul_forward({OpKind::Matmul, l, "o"}, L.o, L.y, layer_of(p.wo, l), {N, C, C});
-    L.pre1.assign(NC, 0.0);
+    output(L.pre1, NC);
     runner_.residual_forward({OpKind::ResidualAttn, l, "x"}, L.pre1, x, L.o, rule_.branch, rows);
     if (detailed)
       ops::timed_phase(profile_, kRangeTelemetry, [&] {
@@ -240,8 +248,8 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
                             rms(x) / (std::fabs(rule_.branch) * rms(L.o)));
       });
     if (rule_.post_norm) {
-      L.x_mid.assign(NC, 0.0);
-      L.rp1.assign(static_cast<std::size_t>(N), 0.0);
+      output(L.x_mid, NC);
+      output(L.rp1, static_cast<std::size_t>(N));
       // x_mid (N, C) = rmsnorm(pre1) ⊙ ln1w
       runner_.rmsnorm_forward({OpKind::RmsNorm, l, "post1"}, L.x_mid, L.rp1, L.pre1, layer_of(p.ln1w, l), rows, post_eps);
       check_norm(tel, l, "post1", L.pre1, L.rp1, C);
@@ -252,24 +260,24 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
     if (rule_.post_norm) {
       L.h2 = L.x_mid;
     } else {
-      L.h2.assign(NC, 0.0);
-      L.r2.assign(static_cast<std::size_t>(N), 0.0);
+      output(L.h2, NC);
+      output(L.r2, static_cast<std::size_t>(N));
       // h2 (N, C) = rmsnorm(x_mid) ⊙ ln2w, r2 (N)
       runner_.rmsnorm_forward({OpKind::RmsNorm, l, "ln2"}, L.h2, L.r2, L.x_mid, layer_of(p.ln2w, l), rows, eps);
       check_norm(tel, l, "ln2", L.x_mid, L.r2, C);
     }
-    L.g.assign(NHid, 0.0);
-    L.u.assign(NHid, 0.0);
+    output(L.g, NHid);
+    output(L.u, NHid);
     // g, u (N, H) = h2 · W1ᵀ, h2 · W3ᵀ; a = silu(g); z = a ⊙ u; f (N, C) = z · W2ᵀ; pre2 = x_mid + β·f
     runner_.matmul_forward({OpKind::Matmul, l, "w1"}, L.g, L.h2, layer_of(p.w1, l), {N, C, H});
     runner_.matmul_forward({OpKind::Matmul, l, "w3"}, L.u, L.h2, layer_of(p.w3, l), {N, C, H});
-    L.a.assign(NHid, 0.0);
+    output(L.a, NHid);
     runner_.silu_forward({OpKind::Silu, l, "silu"}, L.a, L.g, hid);
-    L.z.assign(NHid, 0.0);
+    output(L.z, NHid);
     runner_.swiglu_forward({OpKind::SwiGlu, l, "z"}, L.z, L.a, L.u, hid);
-    L.f.assign(NC, 0.0);
+    output(L.f, NC);
     runner_.matmul_forward({OpKind::Matmul, l, "w2"}, L.f, L.z, layer_of(p.w2, l), {N, H, C});
-    L.pre2.assign(NC, 0.0);
+    output(L.pre2, NC);
     runner_.residual_forward({OpKind::ResidualFfn, l, "x"}, L.pre2, L.x_mid, L.f, rule_.branch, rows);
     if (detailed)
       ops::timed_phase(profile_, kRangeTelemetry, [&] {
@@ -277,8 +285,8 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
                             rms(L.x_mid) / (std::fabs(rule_.branch) * rms(L.f)));
       });
     if (rule_.post_norm) {
-      x.assign(NC, 0.0);
-      L.rp2.assign(static_cast<std::size_t>(N), 0.0);
+      output(x, NC);
+      output(L.rp2, static_cast<std::size_t>(N));
       // x (N, C) = rmsnorm(pre2) ⊙ ln2w
       runner_.rmsnorm_forward({OpKind::RmsNorm, l, "post2"}, x, L.rp2, L.pre2, layer_of(p.ln2w, l), rows, post_eps);
       check_norm(tel, l, "post2", L.pre2, L.rp2, C);
@@ -293,19 +301,19 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
   }
   // --- head ---
   x_final_ = x;
-  xf_.assign(NC, 0.0);
-  rf_.assign(static_cast<std::size_t>(N), 0.0);
+  output(xf_, NC);
+  output(rf_, static_cast<std::size_t>(N));
   // xf (N, C) = rmsnorm(x) ⊙ lnfw; logits (N, V) = xf · Wclsᵀ; losses (N), probs (N, V)
   runner_.rmsnorm_forward({OpKind::RmsNorm, -1, "lnf"}, xf_, rf_, x_final_, p.lnfw, rows, eps);
   check_norm(tel, -1, "lnf", x_final_, rf_, C);
-  logits_.assign(static_cast<std::size_t>(N * V), 0.0);
+  output(logits_, static_cast<std::size_t>(N * V));
   runner_.matmul_forward({OpKind::Classifier, -1, "logits"}, logits_, xf_, wcls, {N, C, V});
   if (detailed)
     ops::timed_phase(profile_, kRangeTelemetry, [&] {
       tel->log->telemetry(tel->step, -1, "classifier", "fwd", "logits", "max_abs", max_abs(logits_));
     });
-  losses_.assign(static_cast<std::size_t>(N), 0.0);
-  probs_.assign(logits_.size(), 0.0);
+  output(losses_, static_cast<std::size_t>(N));
+  output(probs_, logits_.size());
   mean_loss_ = runner_.cross_entropy_forward({OpKind::CrossEntropy, -1, "loss"}, losses_, probs_, logits_, bt.targets,
                                              {N, V});
 }
@@ -318,7 +326,7 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
              NKVD = static_cast<std::size_t>(N * KVD);
   const bool gqa = NKV != NH;
   ParamViews<const double> p(master, lay_);
-  std::fill(grads.begin(), grads.end(), 0.0);
+  ops::timed_phase(profile_, kGradZeroing, [&] { std::fill(grads.begin(), grads.end(), 0.0); });
   ParamViews<double> d(grads, lay_);
   // Tied embeddings: the classifier reads wte, and its weight gradient is added into wte's before the
   // embedding's scatter-add (two gradients summed, one update).
@@ -430,10 +438,12 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
     if (gqa) {
       zeros(b.dkr_kv, NKVD);
       zeros(b.dv_kv, NKVD);
-      ops::kv_reduce_backward<ops::Emulated>(b.dkr_kv, dkrt, bwd_map_, NKV, hs,
-                                             runner_.context(OpKind::ResidualAttn, Pass::BackwardData));
-      ops::kv_reduce_backward<ops::Emulated>(b.dv_kv, dvt, bwd_map_, NKV, hs,
-                                             runner_.context(OpKind::ResidualAttn, Pass::BackwardData));
+      ops::timed_phase(profile_, kKvReduce, [&] {
+        ops::kv_reduce_backward<ops::Emulated>(b.dkr_kv, dkrt, bwd_map_, NKV, hs,
+                                               runner_.context(OpKind::ResidualAttn, Pass::BackwardData));
+        ops::kv_reduce_backward<ops::Emulated>(b.dv_kv, dvt, bwd_map_, NKV, hs,
+                                               runner_.context(OpKind::ResidualAttn, Pass::BackwardData));
+      });
     }
     const CSpan dkr = gqa ? CSpan(b.dkr_kv) : dkrt;
     const CSpan dv = gqa ? CSpan(b.dv_kv) : dvt;
@@ -463,16 +473,17 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
   runner_.embedding_backward_weight({OpKind::Embedding, -1, "wte"}, d.wte, dx, bt.inputs, rows);
   // Weight gradients are held in the policy's gradient format; an overflow there is named by its tensor.
   const numerics::Format& gf = runner_.policy().storage_for(ops::TensorRole::Gradient);
-  if (!(gf == numerics::formats::fp64)) {
-    const numerics::RoundingPlan plan(gf);
-    numerics::round_array(plan, numerics::Rounding::NearestEven, grads, grads);
-    for (const ParamTensor t : kAllParamTensors)
-      if (tel != nullptr && tel->first_nonfinite_op.empty()) {
-        const auto g = std::span<const double>(grads).subspan(lay_.offset_of(t), lay_.size_of(t));
-        if (!std::all_of(g.begin(), g.end(), [](double v) { return std::isfinite(v); }))
-          tel->first_nonfinite_op = "grads-role rounding(" + std::string(name_of(t)) + ")";
-      }
-  }
+  if (!(gf == numerics::formats::fp64))
+    ops::timed_phase(profile_, kGradRounding, [&] {
+      const numerics::RoundingPlan plan(gf);
+      numerics::round_array(plan, numerics::Rounding::NearestEven, grads, grads);
+      for (const ParamTensor t : kAllParamTensors)
+        if (tel != nullptr && tel->first_nonfinite_op.empty()) {
+          const auto g = std::span<const double>(grads).subspan(lay_.offset_of(t), lay_.size_of(t));
+          if (!std::all_of(g.begin(), g.end(), [](double v) { return std::isfinite(v); }))
+            tel->first_nonfinite_op = "grads-role rounding(" + std::string(name_of(t)) + ")";
+        }
+    });
 }
 
 std::span<const double> Transformer::working_weights(std::span<const double> master) {

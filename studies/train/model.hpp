@@ -55,7 +55,10 @@ class Transformer final : public Model {
                      double coef) override;
   /// Op calls per (op, pass) (ops::Runner), plus the output scans as phases: "model: output checks" (the
   /// non-finite and collapsed-row scans of every step) and "model: range telemetry" (the detailed steps'
-  /// range events and stream statistics).
+  /// range events and stream statistics); and the model's work outside the ops: "model: buffer growth" (the
+  /// activation and activation-gradient buffers grown to a new shape, i.e. allocated and first touched: the
+  /// first step, almost nothing after), "model: gradient zeroing", "model: gradient rounding" (to the
+  /// gradient role, with its finiteness scan) and "model: gqa kv reduce" (dK, dV summed to the KV heads).
   void set_profile(ops::Profile* profile) override {
     runner_.enable_profile(profile);
     profile_ = profile;
@@ -115,6 +118,14 @@ class Transformer final : public Model {
   /// such norm of the step; at detailed steps logs `collapsed_rows`).
   void check_norm(StepTelemetry* tel, int layer, std::string_view tensor, std::span<const double> x,
                   std::span<const double> rstd, std::int64_t cols);
+
+  /// `v` resized to n elements, its contents left as they are (the previous call's values): the output of a
+  /// forward op, which writes every element of its outputs (none adds into them), so zeros written first
+  /// would be overwritten unread.
+  std::span<double> output(std::vector<double>& v, std::size_t n);
+  /// `v` resized to n elements, all zero: the start of an add-into output (backward ops add into their
+  /// gradients).
+  std::span<double> zeros(std::vector<double>& v, std::size_t n);
 
   /// The backward pass's activation gradients, kept across calls: each is resized to its shape and zeroed
   /// where the backward starts it (the ops add into their gradients), never allocated afresh per call.

@@ -154,6 +154,46 @@ TEST(TrainModel, Fp32PolicyStepEqualsPlainFloatModelGqaTied) {
   }
 }
 
+/// The forward writes its outputs into buffers kept from the previous call without zeroing them first
+/// (Transformer::output: every forward op writes each element of its outputs). A model that first ran a
+/// batch of another shape (more windows, shorter: every buffer larger, its elements at other positions), so
+/// that its buffers hold that batch's values, gives the bits of a fresh model (all buffers zero): loss and
+/// every gradient element, for both attention orders, post-norm (DeepNorm), GQA with tied embeddings, and
+/// stochastic rounding. An op that left an output element unwritten would read the other batch's value
+/// there and zero here (checked: keeping the last element of v unwritten fails it).
+TEST(TrainModel, BuffersReusedAcrossBatchesGiveAFreshModelsBits) {
+  omp_set_num_threads(1);
+  const ModelConfig plain = small_config(16, 8, 2), gqa = gqa_tied_config(GqaMap::Cyclic);
+  struct Case {
+    const ModelConfig* c;
+    ResidualScale rs;
+    const char* policy;
+  };
+  for (const Case& k : {Case{&plain, ResidualScale::None, "ane-guide"}, Case{&plain, ResidualScale::DeepNorm, "fp32"},
+                        Case{&gqa, ResidualScale::InvSqrt2L, "pure-bf16,all.rounding=stochastic"},
+                        Case{&gqa, ResidualScale::None, "ane-fp16,attention=online"}}) {
+    const ModelConfig& c = *k.c;
+    const ops::Policy p = ops::load_policy(k.policy);
+    Recipe r;
+    r.init_std = 0.2;
+    const std::vector<double> w = init_params(c, r, residual_rule(k.rs, c.layers), 5);
+    const TrainData& data = excerpt_data(c);
+    const Batch first = train_batch(data.train, c.seq - 1, 2 * c.batch, 9, 0),
+                second = train_batch(data.train, c.seq, c.batch, 9, 1);
+    Transformer used(c, k.rs, p, 1), fresh(c, k.rs, p, 1);
+    std::vector<double> g_first(w.size()), g_used(w.size()), g_fresh(w.size());
+    StepTelemetry t0, t1, t2;
+    t1.step = t2.step = 1;
+    used.loss_and_grad(first, w, 256.0, g_first, t0);
+    const double loss_used = used.loss_and_grad(second, w, 256.0, g_used, t1);
+    const double loss_fresh = fresh.loss_and_grad(second, w, 256.0, g_fresh, t2);
+    EXPECT_EQ(std::bit_cast<std::uint64_t>(loss_used), std::bit_cast<std::uint64_t>(loss_fresh)) << k.policy;
+    for (std::size_t i = 0; i < w.size(); ++i)
+      ASSERT_EQ(std::bit_cast<std::uint64_t>(g_used[i]), std::bit_cast<std::uint64_t>(g_fresh[i]))
+          << k.policy << ", gradient element " << i;
+  }
+}
+
 nlohmann::json run(const ModelConfig& c, const std::string& policy, const std::filesystem::path& out,
                    std::int64_t steps, const std::function<void(TrainOptions&)>& tweak = {}) {
   return testing::train_run(c, policy, out, steps, tweak);

@@ -53,6 +53,9 @@ TEST(TrainProfile, CountsEveryOpCallAndChangesNoBit) {
   EXPECT_NE(table.str().find("trainer: underflow telemetry"), std::string::npos);
   EXPECT_NE(table.str().find("model: output checks"), std::string::npos);
   EXPECT_NE(table.str().find("model: range telemetry"), std::string::npos);
+  EXPECT_NE(table.str().find("model: buffer growth"), std::string::npos);
+  EXPECT_NE(table.str().find("model: gradient zeroing"), std::string::npos);
+  EXPECT_NE(table.str().find("model: gradient rounding"), std::string::npos);
   EXPECT_EQ(csv.str().rfind("op,pass,calls_per_step,ms_per_step,percent\nstep,,1,", 0), 0u);
   EXPECT_NE(csv.str().find("\nmatmul,fwd,14,"), std::string::npos);
 }
