@@ -2,7 +2,7 @@
 //   - no suffix: round_array (the fast path this CPU dispatches to; see the "round_fast_path" context);
 //   - -portable / -f16c / -avx512: that path forced (simd::round_float_with);
 //   - -scalar: the generic scalar round_to, one element at a time (what every fast path must equal);
-//   - double: round_array on doubles (always the scalar generic path).
+//   - double: round_array on doubles (round_to's fast path on 8 lanes; fp32 nearest-even: the conversions).
 // Baseline in the same run: baseline/memcpy/float/<elements> and baseline/copy-loop/float/<elements>.
 // Inputs: log-uniform magnitudes over 2^-30..2^30 with random signs (fp16 sees subnormal, normal and
 // overflowing values); variants ending in -gauss use N(0, 1) instead. Sizes: 4096 (cache-resident),
@@ -150,6 +150,13 @@ void register_all() {
       }
     }
   }
+  // binary64 → IEEE binary32 under nearest-even (every fp32-policy op's roundings): the conversion path.
+  const RoundingPlan fp32(formats::fp32);
+  for (std::size_t nd : {std::size_t{4096}, std::size_t{1} << 20})
+    add<double>(round_name("fp32", Rounding::NearestEven, "", "double", nd), nd,
+                [fp32](std::span<const double> s, std::span<double> d) {
+                  round_array(fp32, Rounding::NearestEven, s, d);
+                });
 }
 
 }  // namespace

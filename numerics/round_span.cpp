@@ -77,6 +77,33 @@ __attribute__((target("avx512f"))) void round_loop(const RoundingPlan& plan, con
   }
 }
 
+/// round_to(fp32, NearestEven, x) on 8 lanes by the hardware conversions binary64 → binary32 → binary64; NaN
+/// lanes through round_to (its NaN rules: quieting, payload, sign). Only under the default MXCSR
+/// (default_mxcsr()); the argument is at round_doubles_avx512 (numerics/round_span.hpp).
+__attribute__((target("avx512f"))) void round_loop_binary32(const RoundingPlan& plan, const double* src, double* dst,
+                                                            std::size_t n) {
+  for (std::size_t i = 0; i < n; i += 8) {
+    const std::size_t left = n - i;
+    const __mmask8 live = left >= 8 ? static_cast<__mmask8>(0xFF) : static_cast<__mmask8>((1u << left) - 1);
+    const __m512d x = _mm512_maskz_loadu_pd(live, src + i);
+    const __m512d r = _mm512_cvtps_pd(_mm512_cvtpd_ps(x));
+    unsigned nan = static_cast<unsigned>(_mm512_cmp_pd_mask(x, x, _CMP_UNORD_Q) & live);
+    _mm512_mask_storeu_pd(dst + i, static_cast<__mmask8>(live & ~nan), r);
+    while (nan != 0) {
+      const auto l = static_cast<std::size_t>(__builtin_ctz(nan));
+      nan &= nan - 1;
+      alignas(64) double lanes[8];  // x's lanes: dst may alias src, but only non-NaN lanes were stored
+      _mm512_store_pd(lanes, x);
+      dst[i + l] = round_to(plan, Rounding::NearestEven, lanes[l]);
+    }
+  }
+}
+
+/// True when the SSE/AVX control register holds the default state: every exception masked (bits 7–12),
+/// round to nearest even (bits 13–14 zero), no flush-to-zero (bit 15) and no denormals-are-zero (bit 6).
+/// The binary32 conversion path relies on it; another state falls back to the integer path.
+bool default_mxcsr() { return (_mm_getcsr() & 0xFFC0u) == 0x1F80u; }
+
 bool cpu_has_avx512f() {
   static const bool ok = [] {
     __builtin_cpu_init();
@@ -96,7 +123,12 @@ bool round_doubles_avx512(const RoundingPlan& plan, Rounding mode, std::span<con
   double* d = dst.data();
   const std::size_t n = src.size();
   switch (mode) {
-    case Rounding::NearestEven: round_loop<Rounding::NearestEven>(plan, s, d, n); return true;
+    case Rounding::NearestEven:
+      if (plan.format == formats::fp32 && default_mxcsr())
+        round_loop_binary32(plan, s, d, n);
+      else
+        round_loop<Rounding::NearestEven>(plan, s, d, n);
+      return true;
     case Rounding::NearestAway: round_loop<Rounding::NearestAway>(plan, s, d, n); return true;
     case Rounding::TowardZero: round_loop<Rounding::TowardZero>(plan, s, d, n); return true;
     case Rounding::Up: round_loop<Rounding::Up>(plan, s, d, n); return true;

@@ -12,7 +12,11 @@
 /// exceeds plan.max_finite (the overflow rule) is recomputed by the scalar round_to itself. So the two can
 /// differ only if the lane arithmetic differs from round_to's, which tests/numerics/round_span_test.cpp checks
 /// on every handled mode for formats of every shape (binary16/32/64, bfloat16, tf32, FP8, no-subnormal,
-/// saturating) on random, boundary, tie, subnormal, overflow and special inputs.
+/// saturating) on random, boundary, tie, subnormal, overflow and special inputs. One exception: the IEEE
+/// binary32 format under NearestEven, with the control register in its default state (exceptions masked,
+/// round-to-nearest-even, no FTZ/DAZ), takes the hardware conversions binary64 → binary32 → binary64, which
+/// IEEE 754 defines as that same rounding (gradual underflow, overflow to ±inf); NaN lanes still go through
+/// round_to (argument: docs/numerics.md; RoundSpan.Binary32NearestEvenConversionEqualsRoundTo).
 #include <span>
 
 #include "numerics/round.hpp"

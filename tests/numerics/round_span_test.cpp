@@ -89,6 +89,53 @@ TEST(RoundSpan, EqualsRoundToInEveryDeterministicMode) {
   }
 }
 
+/// The IEEE binary32 format under nearest-even takes the hardware conversions binary64 → binary32 → binary64
+/// (NaN lanes through round_to): equal to round_to on every binary32 binade (subnormal ones included) at a
+/// format value, its exact ties to both neighbours and one binary64 ulp either side of each tie, on the
+/// subnormal boundary (half the smallest subnormal: a tie to +0), the normal boundary, the overflow threshold
+/// (max + half an ulp: a tie to inf) and its neighbours, binary64 subnormals, ±0, ±inf, and NaNs of both signs
+/// with payloads (quiet and signalling), in place and out of place.
+TEST(RoundSpan, Binary32NearestEvenConversionEqualsRoundTo) {
+  const RoundingPlan plan(formats::fp32);
+  std::vector<double> v;
+  const auto both = [&](double x) {
+    v.push_back(x);
+    v.push_back(-x);
+  };
+  for (int e = -149; e <= 127; ++e) {
+    const double ulp = std::ldexp(1.0, std::max(e - 23, -149));
+    for (const double m : {1.0, 1.0 + 0x1p-23, 1.5, 2.0 - 0x1p-23, 1.0 + 0x3p-23}) {
+      const double f = std::ldexp(m, e);
+      if (f > plan.max_finite) continue;
+      for (const double off : {0.0, 0.5, -0.5, 0.25, 0.75})
+        both(f + off * ulp);
+      both(std::nextafter(f + 0.5 * ulp, 0.0));
+      both(std::nextafter(f + 0.5 * ulp, INFINITY));
+      both(std::nextafter(f - 0.5 * ulp, 0.0));
+    }
+  }
+  const double tiny = 0x1p-149, thr = plan.max_finite + 0x1p103;  // 0x1p103: half an ulp at the top binade
+  for (const double x : {0.0, tiny / 2, std::nextafter(tiny / 2, 1.0), std::nextafter(tiny / 2, 0.0), 1.5 * tiny,
+                         plan.min_normal, std::nextafter(plan.min_normal, 0.0), plan.min_normal - tiny / 2, thr,
+                         std::nextafter(thr, 0.0), std::nextafter(thr, INFINITY), 0x1p128, 0x1p-1074, 0x1p-1023,
+                         std::numeric_limits<double>::max(), std::numeric_limits<double>::infinity()})
+    both(x);
+  for (const std::uint64_t payload : {std::uint64_t{1}, std::uint64_t{0x8000000000000}, std::uint64_t{0xFFFFFFFFFFFFF},
+                                      std::uint64_t{0x123456789ABCD}})
+    for (const std::uint64_t sign : {std::uint64_t{0}, std::uint64_t{1} << 63})
+      v.push_back(std::bit_cast<double>(sign | 0x7FF0000000000000ull | payload));
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 20000; ++i) v.push_back(std::bit_cast<double>(rng()));
+  std::vector<double> out(v.size()), in_place = v;
+  ASSERT_TRUE(round_doubles_avx512(plan, Rounding::NearestEven, v, out));
+  ASSERT_TRUE(round_doubles_avx512(plan, Rounding::NearestEven, in_place, in_place));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const double want = round_to(plan, Rounding::NearestEven, v[i]);
+    ASSERT_TRUE(same(out[i], want)) << std::hexfloat << v[i] << " -> " << out[i] << ", round_to " << want;
+    ASSERT_TRUE(same(in_place[i], want)) << std::hexfloat << v[i] << " in place -> " << in_place[i];
+  }
+}
+
 TEST(RoundSpan, DeclinesStochasticAndMismatchedSizes) {
   const RoundingPlan plan(formats::fp16);
   std::vector<double> a(4, 1.0), b(3);
