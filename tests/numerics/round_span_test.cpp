@@ -96,6 +96,7 @@ TEST(RoundSpan, EqualsRoundToInEveryDeterministicMode) {
 /// (max + half an ulp: a tie to inf) and its neighbours, binary64 subnormals, ±0, ±inf, and NaNs of both signs
 /// with payloads (quiet and signalling), in place and out of place.
 TEST(RoundSpan, Binary32NearestEvenConversionEqualsRoundTo) {
+  if (!round_doubles_avx512_supported()) GTEST_SKIP() << "no AVX-512F on this CPU";
   const RoundingPlan plan(formats::fp32);
   std::vector<double> v;
   const auto both = [&](double x) {
@@ -134,6 +135,64 @@ TEST(RoundSpan, Binary32NearestEvenConversionEqualsRoundTo) {
     ASSERT_TRUE(same(out[i], want)) << std::hexfloat << v[i] << " -> " << out[i] << ", round_to " << want;
     ASSERT_TRUE(same(in_place[i], want)) << std::hexfloat << v[i] << " in place -> " << in_place[i];
   }
+}
+
+/// The IEEE binary16 format under nearest-even takes the hardware conversions binary64 → binary32 rounded to odd
+/// → binary16 → binary64 (NaN lanes through round_to): equal to round_to on every binary16 value, on every tie
+/// between neighbours (subnormal and normal binades, the subnormal boundary, the overflow threshold) and, for
+/// each tie, one binary64 ulp, one binary32 ulp and offsets far below binary32's precision (2^-30 and 2^-45 of
+/// the tie) either side — the inputs that rounding to nearest in binary32 first would send to the wrong
+/// neighbour (double rounding) —, on every 251st binary32 encoding, on random binary64 values across and beyond
+/// binary16's range and below binary32's, ±0, ±inf, binary64 extremes and NaNs with payloads, in place and out
+/// of place.
+TEST(RoundSpan, Binary16NearestEvenConversionEqualsRoundTo) {
+  if (!round_doubles_avx512_supported()) GTEST_SKIP() << "no AVX-512F on this CPU";
+  const RoundingPlan plan(formats::fp16);
+  std::vector<double> v;
+  const auto both = [&](double x) {
+    v.push_back(x);
+    v.push_back(-x);
+  };
+  for (std::uint32_t h = 0; h < 0x7C00u; ++h) {  // every finite non-negative binary16 value and the tie above it
+    const int e = h >= 0x400u ? static_cast<int>(h >> 10) - 15 : -14;
+    const double m = static_cast<double>(h >= 0x400u ? (h & 0x3FFu) | 0x400u : h);
+    const double f = std::ldexp(m, e - 10), ulp = std::ldexp(1.0, e - 10);
+    const double tie = f + 0.5 * ulp;
+    both(f);
+    for (const double x : {tie, tie * (1 + 0x1p-30), tie * (1 - 0x1p-30), tie * (1 + 0x1p-45), tie * (1 - 0x1p-45),
+                           std::nextafter(tie, 0.0), std::nextafter(tie, INFINITY),
+                           static_cast<double>(std::nextafter(static_cast<float>(tie), 0.0f)),
+                           static_cast<double>(std::nextafter(static_cast<float>(tie), INFINITY))})
+      both(x);
+  }
+  for (std::uint64_t b = 0; b < (std::uint64_t{1} << 32); b += 251)
+    v.push_back(static_cast<double>(std::bit_cast<float>(static_cast<std::uint32_t>(b))));
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const double x : {0.0, 0x1p-25, 0x1p-150, 0x1p-149, 0x1.8p-149, 0x1p-1074, 0x1p-1022, 65504.0, 65520.0,
+                         std::nextafter(65520.0, 0.0), std::nextafter(65520.0, inf), 0x1p128, 0x1.fffffep127,
+                         std::nextafter(0x1.fffffep127, inf), std::numeric_limits<double>::max(), inf})
+    both(x);
+  for (const std::uint64_t payload : {std::uint64_t{1}, std::uint64_t{0x8000000000000}, std::uint64_t{0xFFFFFFFFFFFFF}})
+    for (const std::uint64_t sign : {std::uint64_t{0}, std::uint64_t{1} << 63})
+      v.push_back(std::bit_cast<double>(sign | 0x7FF0000000000000ull | payload));
+  std::mt19937_64 rng(16);
+  for (int i = 0; i < 400000; ++i) {  // random significands, exponents from below binary32's range to past binary16's
+    const int e = static_cast<int>(rng() % 200) - 170;
+    v.push_back(std::ldexp(std::bit_cast<double>((rng() & 0x800FFFFFFFFFFFFFull) | 0x3FF0000000000000ull), e));
+  }
+  std::vector<double> out(v.size()), in_place = v;
+  ASSERT_TRUE(round_doubles_avx512(plan, Rounding::NearestEven, v, out));
+  ASSERT_TRUE(round_doubles_avx512(plan, Rounding::NearestEven, in_place, in_place));
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const double want = round_to(plan, Rounding::NearestEven, v[i]);
+    if (!same(out[i], want) || !same(in_place[i], want)) {
+      if (++bad <= 5)
+        ADD_FAILURE() << std::hexfloat << v[i] << " -> " << out[i] << " (in place " << in_place[i] << "), round_to "
+                      << want;
+    }
+  }
+  EXPECT_EQ(bad, 0u) << "of " << v.size();
 }
 
 TEST(RoundSpan, DeclinesStochasticAndMismatchedSizes) {
