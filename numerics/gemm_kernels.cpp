@@ -684,9 +684,20 @@ void kernel_rows(const Plan& plan, const Packed& pk, bool native, std::size_t ro
   }
 }
 
+/// Where an output's running sum starts: the sum alone (−0, the identity of IEEE addition), C's value, or +0
+/// for a C known to hold +0 everywhere.
+enum class Start { Sum, C, PositiveZero };
+
 /// Rows [i_begin, i_end) of C from the packed operands, panel by panel, in micro-tiles of kMr rows. Adds the
 /// tile overflows the tile-stage kernel counts to `overflows`.
-void compute_rows(const Plan& plan, const Packed& pk, bool native, bool accumulate, double* C, std::size_t ldc,
+///
+/// Start::PositiveZero computes the sum from −0 and then turns a −0 result into +0, which is the sum from +0
+/// without reading C. Argument: started from +0 and from −0, the same sequence of IEEE additions (any rounding
+/// direction; products, tile or block sums alike) keeps equal running sums, or +0 and −0: adding a nonzero x
+/// to either zero gives round(x) for both, adding +0 gives +0 and +0 (−0 under round-down for the −0 start),
+/// adding −0 gives +0 and −0 (−0 and −0 under round-down), and equal sums stay equal. So the two results are
+/// equal except where the −0 start ends at −0 and the +0 start at +0.
+void compute_rows(const Plan& plan, const Packed& pk, bool native, Start start, double* C, std::size_t ldc,
                   std::size_t i_begin, std::size_t i_end, std::int64_t& overflows) {
   const std::size_t N = pk.N;
   float tile[kMr * kPanel];
@@ -697,13 +708,16 @@ void compute_rows(const Plan& plan, const Packed& pk, bool native, bool accumula
       // Running sums: C's rows (binary32 values, checked while packing) or −0; lanes beyond them −0 (computed,
       // never stored).
       std::fill(tile, tile + kMr * kPanel, -0.0f);
-      if (accumulate)
+      if (start == Start::C)
         for (std::size_t r = 0; r < rows; ++r) {
           const double* c_row = C + (i + r) * ldc + j0;
           (void)(pk.avx2 ? avx2::pack_run(c_row, jn, false, false, tile + r * kPanel, nullptr)
                          : pack_run(c_row, jn, false, false, tile + r * kPanel, nullptr, nullptr, nullptr));
         }
       kernel_rows(plan, pk, native, rows, i, 0, pk.K, p, jn, tile, overflows);
+      if (start == Start::PositiveZero)
+        for (std::size_t x = 0; x < rows * kPanel; ++x)
+          if (tile[x] == 0.0f) tile[x] = 0.0f;  // −0 → +0 (NaN compares unequal)
       for (std::size_t r = 0; r < rows; ++r) {
         if (pk.avx2)
           avx2::widen(tile + r * kPanel, C + (i + r) * ldc + j0, jn);
@@ -712,6 +726,13 @@ void compute_rows(const Plan& plan, const Packed& pk, bool native, bool accumula
       }
     }
   }
+}
+
+/// True when every element of p[0, n) is +0 (its encoding is all zero bits).
+bool all_positive_zero(const double* p, std::size_t n) {
+  std::uint64_t any = 0;
+  for (std::size_t i = 0; i < n; ++i) any |= std::bit_cast<std::uint64_t>(p[i]);
+  return any == 0;
 }
 
 /// Overflow events of one output, replayed step by step with the correctly rounded scalar operations and
@@ -873,22 +894,28 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
   const std::size_t chunk = (per_thread + kMr - 1) / kMr * kMr;
   const auto nchunks = static_cast<std::ptrdiff_t>((M + chunk - 1) / chunk);
   int worst = 2;
-  bool native = false;
+  bool native = false, c_zero = true;
   std::int64_t tile_overflows = 0;
 #pragma omp parallel num_threads(nthreads)
   {
     int w = pack_operands(pk, A, B, cast_a, cast_b, true);
-    if (accumulate) {
+    bool zeros = true;
+    if (accumulate) {  // C classified, unless every row is +0 (e.g. a freshly zeroed gradient): see Start
       const auto rows = static_cast<std::ptrdiff_t>(M);
 #pragma omp for schedule(static) nowait
-      for (std::ptrdiff_t i = 0; i < rows; ++i)
-        w = std::min(w, pk.avx2 ? avx2::pack_run(C + static_cast<std::size_t>(i) * ldc, N, false, false, nullptr,
-                                                 nullptr)
-                                : pack_run(C + static_cast<std::size_t>(i) * ldc, N, false, false, nullptr, nullptr,
-                                           nullptr, nullptr));
+      for (std::ptrdiff_t i = 0; i < rows; ++i) {
+        const double* c_row = C + static_cast<std::size_t>(i) * ldc;
+        if (zeros && all_positive_zero(c_row, N)) continue;
+        zeros = false;
+        w = std::min(w, pk.avx2 ? avx2::pack_run(c_row, N, false, false, nullptr, nullptr)
+                                : pack_run(c_row, N, false, false, nullptr, nullptr, nullptr, nullptr));
+      }
     }
 #pragma omp critical(roundoff_gemm_kernels_worst)
-    worst = std::min(worst, w);
+    {
+      worst = std::min(worst, w);
+      c_zero = c_zero && zeros;
+    }
 #pragma omp barrier
 #pragma omp single
     {
@@ -909,7 +936,8 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
 #pragma omp for schedule(static, 1)
       for (std::ptrdiff_t ci = 0; ci < nchunks; ++ci) {
         const std::size_t i_begin = static_cast<std::size_t>(ci) * chunk;
-        compute_rows(plan, pk, native, accumulate, C, ldc, i_begin, std::min(M, i_begin + chunk), ov);
+        compute_rows(plan, pk, native, !accumulate ? Start::Sum : c_zero ? Start::PositiveZero : Start::C, C, ldc,
+                     i_begin, std::min(M, i_begin + chunk), ov);
       }
 #pragma omp atomic
       tile_overflows += ov;

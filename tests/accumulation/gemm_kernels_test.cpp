@@ -211,6 +211,55 @@ INSTANTIATE_TEST_SUITE_P(
       return name;
     });
 
+/// accumulate = true into a C of +0 everywhere (the kernels then skip reading C, see gemm_kernels.cpp Start) and
+/// into a C of +0 but one −0 or one 1.0 (read as usual), for every kernel accumulation and tier, 1 and 2
+/// threads, against numerics::gemm's generic path: row 0 of A is −0 and column 0 of B non-negative, so output (0, 0)
+/// is a sum of −0 products, −0 from −0 and +0 from +0 (a kernel that starts from −0 and keeps the sign fails).
+TEST(GemmKernelsZeroC, AccumulateIntoPositiveZerosEqualsTheGenericPath) {
+  if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX2 or AVX-512";
+  std::mt19937_64 rng(0x2e40);
+  std::int64_t plus_zero_sums = 0, compared = 0;
+  for (const char* name : {"fp16-seq", "bf16-seq", "fp32-seq", "fp16-splitk32-fp32", "ane-tile4"}) {
+    const Accumulation a = parse_accumulation(name);
+    const Format in = a.format == formats::bf16 ? formats::bf16 : formats::fp16;
+    for (int trial = 0; trial < 6; ++trial) {
+      std::uniform_int_distribution<std::size_t> dim(1, 40), kdim(1, 90);
+      const std::size_t M = dim(rng), N = dim(rng), K = kdim(rng);
+      auto A = random_values(rng, in, M * K, trial % 2 ? Regime::Tiny : Regime::Normal);
+      auto B = random_values(rng, in, K * N, Regime::Normal);
+      for (std::size_t kk = 0; kk < K; ++kk) {
+        A[kk] = -0.0;
+        B[kk * N] = std::fabs(B[kk * N]);  // +0 included: −0·(+0) = −0
+      }
+      std::vector<double> C0(M * N, 0.0);
+      if (trial % 3 == 1) C0[(M * N) / 2] = -0.0;
+      if (trial % 3 == 2) C0[M * N - 1] = 1.0;
+      std::vector<double> want = C0;
+      k::set_enabled(false);
+      gemm(a, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, want.data(), N, true, {}, nullptr, 1);
+      k::set_enabled(true);
+      plus_zero_sums += std::bit_cast<std::uint64_t>(want[0]) == 0;
+      for (const k::Isa isa : isas_to_test()) {
+        if (!has_kernel(a, isa)) continue;
+        k::set_isa_limit(isa);
+        for (const int threads : {1, 2}) {
+          std::vector<double> C = C0;
+          ASSERT_TRUE(k::gemm_fast(a, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, C.data(), N,
+                                   true, nullptr, threads))
+              << name << " declined, trial " << trial;
+          for (std::size_t idx = 0; idx < M * N; ++idx, ++compared)
+            ASSERT_TRUE(same(C[idx], want[idx]))
+                << name << " isa " << k::name_of(isa) << " threads " << threads << " trial " << trial << " at ("
+                << idx / N << ',' << idx % N << ") got " << C[idx] << " want " << want[idx];
+        }
+        k::set_isa_limit(k::Isa::Avx512Fp16);
+      }
+    }
+  }
+  EXPECT_GT(plus_zero_sums, 0);  // the sign case was reached
+  EXPECT_GT(compared, 1000);
+}
+
 TEST(GemmKernelsTrap, Fp16FusedMacIsNotFp32FmaThenRound) {
   // NUMERICS.md trap 1: 1.75·(439/256) + 2^-24 is 3.001953125 in fp16; fp32 FMA then rounding gives 3.0.
   if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX-512";
