@@ -232,7 +232,8 @@ void softmax_forward(std::span<typename A::Value> att, std::span<const typename 
     const auto n = static_cast<std::size_t>(row % s.T + 1);
     thread_local std::vector<V> q;
     q.resize(n);
-    for (std::size_t j = 0; j < n; ++j) q[j] = ctx.div(ex[j], z, key(Tensor::Att, o + j, 2));
+    arith_const(ctx, ArithOp::Div, std::span<const V>(ex, n), z, std::span<V>(q),
+                [&](std::size_t j) { return key(Tensor::Att, o + j, 2); });
     ctx.store_array(cspan(q), att.subspan(o, n), [&](std::size_t j) { return key(Tensor::Att, o + j, 3); });
     for (std::size_t j = n; j < T; ++j) att[o + j] = V(0);
   };

@@ -48,7 +48,8 @@ void cross_entropy_forward(std::span<typename A::Value> losses, std::span<typena
     const auto o = static_cast<std::size_t>(r * s.cols);
     thread_local std::vector<V> q;
     q.resize(n);
-    for (std::size_t j = 0; j < n; ++j) q[j] = ctx.div(ex[j], z, key(Tensor::Y, o + j, 2));
+    arith_const(ctx, ArithOp::Div, std::span<const V>(ex, n), z, std::span<V>(q),
+                [&](std::size_t j) { return key(Tensor::Y, o + j, 2); });
     ctx.store_array(cspan(q), probs.subspan(o, n), [&](std::size_t j) { return key(Tensor::Y, o + j, 3); });
     const V lse = ctx.add(mt.first, ctx.log(z, key(Tensor::Row, r, 1)), key(Tensor::Row, r, 2));
     losses[static_cast<std::size_t>(r)] = ctx.sub(lse, mt.second, key(Tensor::Row, r, 3));

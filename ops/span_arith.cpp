@@ -1,4 +1,4 @@
-// Elementwise + − × on spans: the binary64 operation rounded once to the compute format (argument in the header).
+// Elementwise + − × ÷ on spans: the binary64 operation rounded once to the compute format (argument in the header).
 #include "ops/span_arith.hpp"
 
 #include <bit>
@@ -39,6 +39,9 @@ bool arith_span(const Ctx<Emulated>& ctx, ArithOp op, std::span<const double> a,
       break;
     case ArithOp::Mul:
       for (std::size_t i = 0; i < n; ++i) out[i] = a[i] * b[i];
+      break;
+    case ArithOp::Div:
+      for (std::size_t i = 0; i < n; ++i) out[i] = a[i] / b[i];
       break;
   }
   numerics::round_array(plan, numerics::Rounding::NearestEven, out, out);

@@ -1,6 +1,7 @@
 #pragma once
 /// \file span_arith.hpp
-/// Span forms of Ctx's elementwise + − ×: out[i] = ctx.add/sub/mul(a[i], b[i], kf(i)) for every i, bit for bit.
+/// Span forms of Ctx's elementwise + − × ÷: out[i] = ctx.add/sub/mul/div(a[i], b[i], kf(i)) for every i, bit for
+/// bit.
 ///
 /// Fast path (Emulated, fast_paths() on, op rounding nearest-even, compute format F with p ≤ 25 inside the
 /// binary32 range with IEEE specials, subnormals and no saturation): out[i] is the binary64 operation rounded
@@ -9,9 +10,16 @@
 /// F the product is exact in binary64 (2p ≤ 50 bits, exponents within binary64's normal range), and so is a
 /// sum or difference whose result lies below 2^(emin_F + 1) (both operands are multiples of F's smallest
 /// quantum there); any other sum or difference is rounded twice, to binary64 then to F, which is innocuous
-/// for p ≤ 25 since 53 ≥ 2p + 2 (Figueroa, "When is double rounding innocuous?", 1995). So the value is the
-/// correctly rounded a op b, which is what numerics::add/sub/mul and Ctx's native binary32 path return for
-/// finite results (signed zeros as IEEE 754: +0 for x − x, the sign of a product the xor of the signs).
+/// for p ≤ 25 since 53 ≥ 2p + 2 (Figueroa, "When is double rounding innocuous?", 1995). A quotient a/b of values
+/// of F lies in [2^-277, 2^277], inside binary64's normal range, and is rounded twice, which is innocuous here
+/// too, subnormal results of F included: if a/b = m + δ with m a midpoint of F's grid at that magnitude (a
+/// binary64 number) and δ ≠ 0, then δ·b = a − m·b is a nonzero multiple of 2^min(ea, eq − 1 + eb) (a = A·2^ea,
+/// b = B·2^eb with |A|, |B| < 2^p, F's quantum there 2^eq), so |δ| > 2^(e_m − 2p) where 2^e_m ≤ |m|, larger
+/// than half a binary64 ulp of m (2^(e_m − 53)) for p ≤ 26; the binary64 rounding, monotone, then neither
+/// reaches nor crosses m, and both roundings to F agree (docs/numerics.md, "Division on spans"). So the value is
+/// the correctly rounded a op b, which is what numerics::add/sub/mul/div and Ctx's native binary32 path return
+/// for finite results (signed zeros as IEEE 754: +0 for x − x, the sign of a product or quotient the xor of the
+/// signs). Division by zero and 0/0 give non-finite binary64 results and take the per-element call.
 /// tests/ops/span_ops_test.cpp compares both paths per element, and the ops that use them against the oracle.
 /// Under stochastic rounding or directed modes the per-element calls run. out must not alias a or b.
 #include <cstdint>
@@ -29,7 +37,7 @@ std::span<const V> cspan(const std::vector<V>& v) {
   return {v.data(), v.size()};
 }
 
-enum class ArithOp : std::uint8_t { Add, Sub, Mul };
+enum class ArithOp : std::uint8_t { Add, Sub, Mul, Div };
 
 /// The fast core: false (nothing written) when ctx's precision does not admit the path; otherwise out[i] for
 /// every element and slow[i] = 1 for the elements the caller must recompute per element.
@@ -45,6 +53,7 @@ void arith_array(const Ctx<A>& ctx, ArithOp op, std::span<const typename A::Valu
       case ArithOp::Add: out[i] = ctx.add(a[i], b[i], kf(i)); return;
       case ArithOp::Sub: out[i] = ctx.sub(a[i], b[i], kf(i)); return;
       case ArithOp::Mul: out[i] = ctx.mul(a[i], b[i], kf(i)); return;
+      case ArithOp::Div: out[i] = ctx.div(a[i], b[i], kf(i)); return;
     }
   };
   if constexpr (std::is_same_v<A, Emulated>) {

@@ -6,8 +6,11 @@
 // blocks), and inputs in the normal, overflow, subnormal and special-value regimes.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -195,7 +198,7 @@ TEST(SpanOps, AdamWEqualsTheOracle) {
 }
 
 TEST(SpanOps, ArithArrayEqualsThePerElementCalls) {
-  const ArithOp ops[] = {ArithOp::Add, ArithOp::Sub, ArithOp::Mul};
+  const ArithOp ops[] = {ArithOp::Add, ArithOp::Sub, ArithOp::Mul, ArithOp::Div};
   int fast_cases = 0;
   for (const std::string& spec : policies()) {
     const Policy pol = load_policy(spec);
@@ -223,7 +226,12 @@ TEST(SpanOps, ArithArrayEqualsThePerElementCalls) {
           std::vector<double> want(a.size());
           for (std::size_t i = 0; i < a.size(); ++i) {
             const Key k = key(Tensor::Y, i, 7);
-            want[i] = o == ArithOp::Add ? c.add(a[i], b[i], k) : o == ArithOp::Sub ? c.sub(a[i], b[i], k) : c.mul(a[i], b[i], k);
+            switch (o) {
+              case ArithOp::Add: want[i] = c.add(a[i], b[i], k); break;
+              case ArithOp::Sub: want[i] = c.sub(a[i], b[i], k); break;
+              case ArithOp::Mul: want[i] = c.mul(a[i], b[i], k); break;
+              case ArithOp::Div: want[i] = c.div(a[i], b[i], k); break;
+            }
           }
           expect_same(out, want, spec + " op " + std::to_string(static_cast<int>(o)) + " regime " +
                                      std::to_string(static_cast<int>(regime)), true);
@@ -231,6 +239,76 @@ TEST(SpanOps, ArithArrayEqualsThePerElementCalls) {
       }
   }
   EXPECT_GT(fast_cases, 0);  // the binary64-then-round path was exercised
+}
+
+/// The next value of the format above x >= 0 (inf above the largest).
+double next_up(const numerics::RoundingPlan& plan, double x) {
+  return numerics::round_to(plan, numerics::Rounding::Up, std::nextafter(x, INFINITY));
+}
+bool same_bits(double x, double y) {
+  return (std::isnan(x) && std::isnan(y)) || std::bit_cast<std::uint64_t>(x) == std::bit_cast<std::uint64_t>(y);
+}
+
+/// Values of f drawn uniformly over its finite encodings (every binade, subnormals, both signs, ±0).
+std::vector<double> encodings(std::mt19937_64& rng, const numerics::Format& f, std::size_t n) {
+  const numerics::RoundingPlan plan(f);
+  std::vector<double> v(n);
+  std::uniform_int_distribution<int> e(f.emin - f.precision + 1, f.emax);
+  for (double& x : v) {
+    const double m = std::ldexp(static_cast<double>(rng() >> 11), -53);  // [0, 1)
+    x = numerics::round_to(plan, numerics::Rounding::TowardZero, std::ldexp(1.0 + m, e(rng)));
+    if (rng() & 1) x = -x;
+    if (rng() % 97 == 0) x = (rng() & 1) ? 0.0 : -0.0;
+  }
+  return v;
+}
+
+/// The span division (one binary64 division, one rounding) against numerics::div (checked against MPFR in
+/// tests/numerics) under nearest-even in fp16, bf16, binary32 and a p = 25 format (the largest the path takes):
+/// operands uniform over the encodings (quotients across the whole range, subnormal and overflowing ones
+/// included, division by ±0) and quotients placed within a few binary64 ulps of midpoints of the format — the
+/// inputs where rounding to binary64 first could land on the midpoint — m·b rounded to the format and divided
+/// by b, for m a midpoint.
+TEST(SpanOps, DivisionEqualsNumericsDivOnStratifiedPairs) {
+  numerics::Format p25 = numerics::formats::fp32;
+  p25.precision = 25;
+  p25.emax = 126;
+  std::int64_t compared = 0, subnormal = 0, near_midpoint = 0;
+  for (const numerics::Format& f : {numerics::formats::fp16, numerics::formats::bf16, numerics::formats::fp32, p25}) {
+    const numerics::RoundingPlan plan(f);
+    const OpPrecision prec{f, f, numerics::Rounding::NearestEven, numerics::parse_accumulation("fp32-seq")};
+    const Ctx<Emulated> c(prec, {5, 2});
+    std::mt19937_64 rng(0xd1f + static_cast<std::uint64_t>(f.precision));
+    constexpr std::size_t n = 400000;
+    std::vector<double> a = encodings(rng, f, n), b = encodings(rng, f, n);
+    for (std::size_t i = 0; i < n / 2; ++i) {  // a = round(m·b) for a midpoint m between neighbours of f
+      const double lo = std::fabs(a[i]);
+      if (!(lo > 0) || !std::isfinite(b[i]) || b[i] == 0) continue;
+      const double hi = next_up(plan, lo);
+      if (!std::isfinite(hi)) continue;
+      const double m = 0.5 * (lo + hi);
+      a[i] = numerics::round_to(plan, numerics::Rounding::NearestEven, m * b[i]);
+    }
+    std::vector<double> out(n);
+    arith_array(c, ArithOp::Div, test::cs(a), test::cs(b), std::span<double>(out),
+                [](std::size_t i) { return key(Tensor::Y, i, 2); });
+    for (std::size_t i = 0; i < n; ++i) {
+      const double want = numerics::div(plan, numerics::Rounding::NearestEven, a[i], b[i]);
+      ASSERT_TRUE(same_bits(out[i], want))
+          << numerics::name_of(f) << std::hexfloat << ' ' << a[i] << " / " << b[i] << " = " << out[i]
+          << ", numerics::div " << want;
+      ++compared;
+      subnormal += want != 0 && std::fabs(want) < plan.min_normal;
+      if (i < n / 2 && std::isfinite(want) && want != 0) {
+        const double q = a[i] / b[i], r = numerics::round_to(plan, numerics::Rounding::TowardZero, q);
+        const double mid = 0.5 * (r + next_up(plan, std::fabs(r)) * (r < 0 ? -1 : 1));
+        near_midpoint += std::fabs(q - mid) <= 0x1p-40 * std::fabs(q);
+      }
+    }
+  }
+  EXPECT_EQ(compared, 1600000);
+  EXPECT_GT(subnormal, 1000);
+  EXPECT_GT(near_midpoint, 1000);
 }
 
 TEST(SpanOps, ElementaryArraysEqualThePerElementCalls) {
