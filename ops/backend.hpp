@@ -516,6 +516,19 @@ void for_units(std::int64_t n_units, Select sel, F&& f) {
   }
 }
 
+/// Runs f(begin, end) over [0, n) in consecutive ranges of at most `chunk` elements, the ranges split over the
+/// threads (OpenMP, static schedule). For elementwise work only: each element's result must not depend on
+/// which range or thread computes it (no reduction across ranges), so the result is the same on any thread count.
+template <class F>
+void for_ranges(std::size_t n, F&& f, std::size_t chunk = std::size_t{1} << 15) {
+  const auto ranges = static_cast<std::int64_t>((n + chunk - 1) / chunk);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t r = 0; r < ranges; ++r) {
+    const std::size_t b = static_cast<std::size_t>(r) * chunk;
+    f(b, std::min(n, b + chunk));
+  }
+}
+
 /// Per-thread storage reused across op calls: buffer `slot` (< kScratchSlots) of the calling thread, at least n
 /// elements (contents unspecified: every element read must be written first). An op called every step would
 /// otherwise allocate, zero and page-fault its temporaries on every call (E11's classifier W cast is 69 MB). An op

@@ -26,6 +26,21 @@ double rms(CSpan x) {
   return x.empty() ? 0.0 : std::sqrt(s / static_cast<double>(x.size()));
 }
 
+/// True when every element of x is finite (ranges split over the threads; a logical and needs no order).
+bool all_finite(CSpan x) {
+  constexpr std::size_t kChunk = std::size_t{1} << 15;
+  bool ok = true;
+  const auto ranges = static_cast<std::int64_t>((x.size() + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static) reduction(&& : ok)
+  for (std::int64_t r = 0; r < ranges; ++r) {
+    const std::size_t b = static_cast<std::size_t>(r) * kChunk, e = std::min(x.size(), b + kChunk);
+    unsigned bad = 0;
+    for (std::size_t i = b; i < e; ++i) bad |= static_cast<unsigned>(!std::isfinite(x[i]));
+    ok = ok && bad == 0;
+  }
+  return ok;
+}
+
 double max_abs(CSpan x) {
   double m = 0;
   for (const double v : x) m = std::max(m, std::fabs(v));
@@ -114,11 +129,7 @@ void Transformer::check(StepTelemetry* tel, OpKind op, Pass pass, int layer, std
   if (tel == nullptr) return;
   if (tel->first_nonfinite_op.empty())
     ops::timed_phase(profile_, kOutputChecks, [&] {
-      for (const double v : y)
-        if (!std::isfinite(v)) {
-          tel->first_nonfinite_op = site_name(op, pass, layer, tensor);
-          break;
-        }
+      if (!all_finite(y)) tel->first_nonfinite_op = site_name(op, pass, layer, tensor);
     });
   if (!tel->detailed || tel->log == nullptr) return;
   ops::timed_phase(profile_, kRangeTelemetry, [&] {
@@ -476,11 +487,13 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
   if (!(gf == numerics::formats::fp64))
     ops::timed_phase(profile_, kGradRounding, [&] {
       const numerics::RoundingPlan plan(gf);
-      numerics::round_array(plan, numerics::Rounding::NearestEven, grads, grads);
+      ops::for_ranges(grads.size(), [&](std::size_t first, std::size_t end) {
+        const auto part = grads.subspan(first, end - first);
+        numerics::round_array(plan, numerics::Rounding::NearestEven, part, part);
+      });
       for (const ParamTensor t : kAllParamTensors)
         if (tel != nullptr && tel->first_nonfinite_op.empty()) {
-          const auto g = std::span<const double>(grads).subspan(lay_.offset_of(t), lay_.size_of(t));
-          if (!std::all_of(g.begin(), g.end(), [](double v) { return std::isfinite(v); }))
+          if (!all_finite(std::span<const double>(grads).subspan(lay_.offset_of(t), lay_.size_of(t))))
             tel->first_nonfinite_op = "grads-role rounding(" + std::string(name_of(t)) + ")";
         }
     });

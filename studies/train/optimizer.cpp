@@ -46,30 +46,48 @@ numerics::Format update_format(const numerics::Format& grads) {
   return holds_fp32 ? grads : fp32;
 }
 
+/// Runs f(i) for every i in [0, n), ranges of elements split over the threads (elementwise work only: no
+/// element depends on another, so the result is the same on any thread count); returns false when f returned
+/// false for some i (a logical and, which needs no order).
+template <class F>
+bool for_each_element(std::size_t n, F&& f) {
+  constexpr std::size_t kChunk = std::size_t{1} << 15;
+  bool all = true;
+  const auto ranges = static_cast<std::int64_t>((n + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static) reduction(&& : all)
+  for (std::int64_t r = 0; r < ranges; ++r) {
+    const std::size_t b = static_cast<std::size_t>(r) * kChunk, e = std::min(n, b + kChunk);
+    unsigned bad = 0;
+    for (std::size_t i = b; i < e; ++i) bad |= static_cast<unsigned>(!f(i));
+    all = all && bad == 0;
+  }
+  return all;
+}
+
 bool unscale_gradients(std::span<double> grads, double scale, int accum, const numerics::Format& f) {
   const Rounder to_f(f);
-  bool finite = true;
   if (accum > 1) {
     const double gsc = to_f(1.0 / (static_cast<double>(accum) * scale));
-    for (double& g : grads) {
-      g = to_f(g * gsc);
-      finite = finite && std::isfinite(g);
-    }
-    return finite;
+    return for_each_element(grads.size(), [&](std::size_t i) {
+      grads[i] = to_f(grads[i] * gsc);
+      return std::isfinite(grads[i]);
+    });
   }
   const double inv = 1.0 / scale;
   int exponent = 0;
   const bool exact_inverse = std::frexp(scale, &exponent) == 0.5;  // S a power of two: g·(1/S) is exact
-  for (double& g : grads) {
-    g = to_f(exact_inverse ? g * inv : g / scale);
-    finite = finite && std::isfinite(g);
-  }
-  return finite;
+  return for_each_element(grads.size(), [&](std::size_t i) {
+    grads[i] = to_f(exact_inverse ? grads[i] * inv : grads[i] / scale);
+    return std::isfinite(grads[i]);
+  });
 }
 
 void accumulate_gradients(std::span<double> total, std::span<const double> micro, bool first) {
   const numerics::RoundingPlan fp32(numerics::formats::fp32);
-  for (std::size_t i = 0; i < total.size(); ++i) total[i] = to_fp32(fp32, first ? micro[i] : total[i] + micro[i]);
+  (void)for_each_element(total.size(), [&](std::size_t i) {
+    total[i] = to_fp32(fp32, first ? micro[i] : total[i] + micro[i]);
+    return true;
+  });
 }
 
 double global_norm(std::span<const double> grads, const numerics::Format& f) {
