@@ -77,16 +77,17 @@ __attribute__((target("avx512f"))) void round_loop(const RoundingPlan& plan, con
   }
 }
 
-/// round_to(fp32, NearestEven, x) on 8 lanes by the hardware conversions binary64 → binary32 → binary64; NaN
-/// lanes through round_to (its NaN rules: quieting, payload, sign). Only under the default MXCSR
-/// (default_mxcsr()); the argument is at round_doubles_avx512 (numerics/round_span.hpp).
-__attribute__((target("avx512f"))) void round_loop_binary32(const RoundingPlan& plan, const double* src, double* dst,
-                                                            std::size_t n) {
+/// dst[i] = round_to(plan, NearestEven, src[i]) on 8 lanes with Convert (a rounding by hardware conversions whose
+/// result is round_to's for every non-NaN binary64); NaN lanes go through round_to (its NaN rules: quieting,
+/// payload, sign).
+template <class Convert>
+__attribute__((target("avx512f"))) void conversion_loop(const RoundingPlan& plan, const double* src, double* dst,
+                                                        std::size_t n) {
   for (std::size_t i = 0; i < n; i += 8) {
     const std::size_t left = n - i;
     const __mmask8 live = left >= 8 ? static_cast<__mmask8>(0xFF) : static_cast<__mmask8>((1u << left) - 1);
     const __m512d x = _mm512_maskz_loadu_pd(live, src + i);
-    const __m512d r = _mm512_cvtps_pd(_mm512_cvtpd_ps(x));
+    const __m512d r = Convert::apply(x);
     unsigned nan = static_cast<unsigned>(_mm512_cmp_pd_mask(x, x, _CMP_UNORD_Q) & live);
     _mm512_mask_storeu_pd(dst + i, static_cast<__mmask8>(live & ~nan), r);
     while (nan != 0) {
@@ -99,38 +100,30 @@ __attribute__((target("avx512f"))) void round_loop_binary32(const RoundingPlan& 
   }
 }
 
-/// round_to(fp16, NearestEven, x) on 8 lanes by the hardware conversions binary64 → binary32 rounded to odd →
-/// binary16 (nearest even) → binary32 → binary64; NaN lanes through round_to. Rounding to odd in binary32 is
-/// the conversion toward zero with the last bit set when it was inexact. Argument (docs/numerics.md,
-/// "Binary16 by the hardware conversions"): binary32 has 24 ≥ 11 + 2 bits and its quantum at every magnitude is
-/// at most 2^-26 of binary16's (at most 2^-149 against 2^-24 below binary16's normal range), so rounding to odd
-/// there and then to nearest even in binary16 is the single rounding to nearest even (Boldo and Melquiond),
-/// subnormals included; a |x| beyond binary32's range becomes ±FLT_MAX (odd, inexact) and then ±inf, as
-/// binary16's overflow rule gives. Only under the default MXCSR (default_mxcsr()), which the conversions'
-/// explicit rounding controls do not otherwise depend on.
-__attribute__((target("avx512f"))) void round_loop_binary16(const RoundingPlan& plan, const double* src, double* dst,
-                                                            std::size_t n) {
-  for (std::size_t i = 0; i < n; i += 8) {
-    const std::size_t left = n - i;
-    const __mmask8 live = left >= 8 ? static_cast<__mmask8>(0xFF) : static_cast<__mmask8>((1u << left) - 1);
-    const __m512d x = _mm512_maskz_loadu_pd(live, src + i);
+/// round_to(fp32, NearestEven, x) by the hardware conversions binary64 → binary32 → binary64. Only under the
+/// default MXCSR (default_mxcsr()); the argument is at round_doubles_avx512 (numerics/round_span.hpp).
+struct ToBinary32 {
+  __attribute__((target("avx512f"))) static __m512d apply(__m512d x) { return _mm512_cvtps_pd(_mm512_cvtpd_ps(x)); }
+};
+
+/// round_to(fp16, NearestEven, x) by the hardware conversions binary64 → binary32 rounded to odd → binary16
+/// (nearest even) → binary32 → binary64. Rounding to odd in binary32 is the conversion toward zero with the
+/// last bit set when it was inexact. Argument (docs/numerics.md, "Rounding binary64 arrays to binary16 by the
+/// hardware conversions"): binary32 has 24 ≥ 11 + 2 bits and its quantum at every magnitude is at most 2^-26 of
+/// binary16's (at most 2^-149 against 2^-24 below binary16's normal range), so rounding to odd there and then
+/// to nearest even in binary16 is the single rounding to nearest even (Boldo and Melquiond), subnormals
+/// included; a |x| beyond binary32's range becomes ±FLT_MAX (odd, inexact) and then ±inf, as binary16's
+/// overflow rule gives. Only under the default MXCSR (default_mxcsr()).
+struct ToBinary16 {
+  __attribute__((target("avx512f"))) static __m512d apply(__m512d x) {
     const __m256 z = _mm512_cvt_roundpd_ps(x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
     const __mmask8 inexact = _mm512_cmp_pd_mask(_mm512_cvtps_pd(z), x, _CMP_NEQ_OQ);
     const __m512i zb = _mm512_zextsi256_si512(_mm256_castps_si256(z));  // upper 8 lanes +0
     const __m512i odd = _mm512_mask_or_epi32(zb, inexact, zb, _mm512_set1_epi32(1));
     const __m256i h = _mm512_cvtps_ph(_mm512_castsi512_ps(odd), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512d r = _mm512_cvtps_pd(_mm512_castps512_ps256(_mm512_cvtph_ps(h)));
-    unsigned nan = static_cast<unsigned>(_mm512_cmp_pd_mask(x, x, _CMP_UNORD_Q) & live);
-    _mm512_mask_storeu_pd(dst + i, static_cast<__mmask8>(live & ~nan), r);
-    while (nan != 0) {
-      const auto l = static_cast<std::size_t>(__builtin_ctz(nan));
-      nan &= nan - 1;
-      alignas(64) double lanes[8];  // x's lanes: dst may alias src, but only non-NaN lanes were stored
-      _mm512_store_pd(lanes, x);
-      dst[i + l] = round_to(plan, Rounding::NearestEven, lanes[l]);
-    }
+    return _mm512_cvtps_pd(_mm512_castps512_ps256(_mm512_cvtph_ps(h)));
   }
-}
+};
 
 /// True when the SSE/AVX control register holds the default state: every exception masked (bits 7–12),
 /// round to nearest even (bits 13–14 zero), no flush-to-zero (bit 15) and no denormals-are-zero (bit 6).
@@ -158,9 +151,9 @@ bool round_doubles_avx512(const RoundingPlan& plan, Rounding mode, std::span<con
   switch (mode) {
     case Rounding::NearestEven:
       if (plan.format == formats::fp32 && default_mxcsr())
-        round_loop_binary32(plan, s, d, n);
+        conversion_loop<ToBinary32>(plan, s, d, n);
       else if (plan.format == formats::fp16 && default_mxcsr())
-        round_loop_binary16(plan, s, d, n);
+        conversion_loop<ToBinary16>(plan, s, d, n);
       else
         round_loop<Rounding::NearestEven>(plan, s, d, n);
       return true;
