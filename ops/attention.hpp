@@ -108,6 +108,40 @@ void add_into(const Ctx<A>& ctx, std::span<typename A::Value> g, std::span<const
   arith_array(ctx, ArithOp::Add, std::span<const V>(gi), r, std::span<V>(sum), [&](std::size_t i) { return key(t, e0 + i, 2); });
   ctx.store_array(std::span<const V>(sum), g, [&](std::size_t i) { return key(t, e0 + i, 3); });
 }
+/// The causal dot products of head (b, h): for every query row t, g[j] = x[t,:]·y[j,:] for j ≤ t in compute
+/// (dot()'s conversion with key (out, e0 + j, 0), e0 = at4(s, b, h, t, 0)), in raw[t·T, t·T + t + 1), then
+/// row(t, e0, g). x and y are T × hs heads. When the GEMMs equal the dots (Ctx::gemm_is_dot), one GEMM per band
+/// of kBand query rows over the band's causal columns, the outputs converted with compute_array; otherwise
+/// one ctx.dot per output.
+template <class A, class RowFn>
+void causal_dots(const Ctx<A>& ctx, const AttnShape& s, std::int64_t b, std::int64_t h,
+                 std::span<const typename A::Value> x, std::span<const typename A::Value> y,
+                 std::span<typename A::Value> raw, Tensor out, RowFn&& row) {
+  using V = typename A::Value;
+  using M = typename MatrixOf<A>::type;
+  const bool batched = ctx.gemm_is_dot();
+  const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs);
+  for (std::int64_t t0 = 0; t0 < s.T; t0 += kBand) {
+    const std::int64_t t1 = std::min(s.T, t0 + kBand);
+    // raw[t, j] = x[t,:]·y[j,:] for t in [t0, t1), j < t1 (the band's causal columns)
+    if (batched)
+      ctx.gemm(static_cast<std::size_t>(t1 - t0), static_cast<std::size_t>(t1), hs,
+               M{x.data() + static_cast<std::size_t>(t0) * hs, hs}, M{y.data(), hs, true},
+               raw.data() + static_cast<std::size_t>(t0) * T, T, false, kBatchedGemm);
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const auto tu = static_cast<std::size_t>(t);
+      const std::size_t e0 = at4(s, b, h, t, 0), n = tu + 1;
+      const std::span<V> g(raw.data() + tu * T, n);
+      if (batched) {
+        ctx.compute_array(g, [&](std::size_t j) { return key(out, e0 + j, 0); });
+      } else {
+        for (std::size_t j = 0; j < n; ++j)
+          g[j] = ctx.dot(x.data() + tu * hs, 1, y.data() + j * hs, 1, hs, key(out, e0 + j, 0));
+      }
+      row(tu, e0, g);
+    }
+  }
+}
 }  // namespace detail
 
 /// preatt[b,h,t,s] = (q[b,t,h,:]·k[b,s,h,:])·(1/√hs) for s ≤ t, else 0.
@@ -115,42 +149,25 @@ template <class A>
 void attn_scores_forward(std::span<typename A::Value> preatt, std::span<const typename A::Value> q,
                          std::span<const typename A::Value> k, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
-  using M = typename MatrixOf<A>::type;
   using detail::Slot;
   const V scale = ctx.c(1.0 / std::sqrt(static_cast<double>(s.hs)));
-  const bool batched = ctx.gemm_is_dot();
-  const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs);
+  const auto T = static_cast<std::size_t>(s.T);
   for_units(s.heads(), sel, [&](std::int64_t u) {
     const std::int64_t b = u / s.NH, h = u % s.NH;
     const std::span<V> qh = detail::cast_head<A, Slot::Head1>(ctx, q, s, b, h, Tensor::Q);
     const std::span<V> kh = detail::cast_head<A, Slot::Head2>(ctx, k, s, b, h, Tensor::K);
     const std::span<V> raw = detail::scratch<V, Slot::Raw>(T * T);
     const std::span<V> prod = detail::scratch<V, Slot::Tmp>(T);
-    for (std::int64_t t0 = 0; t0 < s.T; t0 += detail::kBand) {
-      const std::int64_t t1 = std::min(s.T, t0 + detail::kBand);
-      // raw[t, j] = q[t,:]·k[j,:] for t in [t0, t1), j < t1 (the band's causal columns)
-      if (batched)
-        ctx.gemm(static_cast<std::size_t>(t1 - t0), static_cast<std::size_t>(t1), hs,
-                 M{qh.data() + static_cast<std::size_t>(t0) * hs, hs}, M{kh.data(), hs, true},
-                 raw.data() + static_cast<std::size_t>(t0) * T, T, false, detail::kBatchedGemm);
-      for (std::int64_t t = t0; t < t1; ++t) {
-        const auto tu = static_cast<std::size_t>(t);
-        const std::size_t e0 = detail::at4(s, b, h, t, 0), n = tu + 1;
-        const std::span<V> d(raw.data() + tu * T, n);
-        if (batched) {
-          ctx.compute_array(d, [&](std::size_t j) { return key(Tensor::Preatt, e0 + j, 0); });
-        } else {
-          for (std::size_t j = 0; j < n; ++j)
-            d[j] = ctx.dot(qh.data() + tu * hs, 1, kh.data() + j * hs, 1, hs, key(Tensor::Preatt, e0 + j, 0));
-        }
-        arith_const(ctx, ArithOp::Mul, std::span<const V>(d), scale, std::span<V>(prod.data(), n),
-                    [&](std::size_t j) { return key(Tensor::Preatt, e0 + j, 1); });
-        ctx.store_array(std::span<const V>(prod.data(), n), preatt.subspan(e0, n),
-                        [&](std::size_t j) { return key(Tensor::Preatt, e0 + j, 2); });
-        std::fill(preatt.begin() + static_cast<std::ptrdiff_t>(e0 + n),
-                  preatt.begin() + static_cast<std::ptrdiff_t>(e0 + T), V(0));
-      }
-    }
+    detail::causal_dots(ctx, s, b, h, std::span<const V>(qh), std::span<const V>(kh), raw, Tensor::Preatt,
+                        [&](std::size_t t, std::size_t e0, std::span<V> d) {
+                          const std::size_t n = t + 1;
+                          arith_const(ctx, ArithOp::Mul, std::span<const V>(d), scale, std::span<V>(prod.data(), n),
+                                      [&](std::size_t j) { return key(Tensor::Preatt, e0 + j, 1); });
+                          ctx.store_array(std::span<const V>(prod.data(), n), preatt.subspan(e0, n),
+                                          [&](std::size_t j) { return key(Tensor::Preatt, e0 + j, 2); });
+                          std::fill(preatt.begin() + static_cast<std::ptrdiff_t>(e0 + n),
+                                    preatt.begin() + static_cast<std::ptrdiff_t>(e0 + T), V(0));
+                        });
   });
 }
 
@@ -372,26 +389,11 @@ void attn_values_backward_data(std::span<typename A::Value> datt, std::span<type
     const std::span<V> vh = detail::cast_head<A, Slot::Head2>(ctx, v, s, b, h, Tensor::V);
     const std::span<V> dh = detail::cast_head<A, Slot::Head3>(ctx, dout, s, b, h, Tensor::Dout);
     const std::span<V> raw = detail::scratch<V, Slot::Raw>(std::max(T, hs) * T);
-    for (std::int64_t t0 = 0; t0 < s.T; t0 += detail::kBand) {
-      const std::int64_t t1 = std::min(s.T, t0 + detail::kBand);
-      // raw[t, j] = dout[t,:]·v[j,:] for t in [t0, t1), j < t1
-      if (batched)
-        ctx.gemm(static_cast<std::size_t>(t1 - t0), static_cast<std::size_t>(t1), hs,
-                 M{dh.data() + static_cast<std::size_t>(t0) * hs, hs}, M{vh.data(), hs, true},
-                 raw.data() + static_cast<std::size_t>(t0) * T, T, false, detail::kBatchedGemm);
-      for (std::int64_t t = t0; t < t1; ++t) {
-        const auto tu = static_cast<std::size_t>(t);
-        const std::size_t e0 = detail::at4(s, b, h, t, 0), n = tu + 1;
-        const std::span<V> g(raw.data() + tu * T, n);
-        if (batched) {
-          ctx.compute_array(g, [&](std::size_t j) { return key(Tensor::Datt, e0 + j, 0); });
-        } else {
-          for (std::size_t j = 0; j < n; ++j)
-            g[j] = ctx.dot(dh.data() + tu * hs, 1, vh.data() + j * hs, 1, hs, key(Tensor::Datt, e0 + j, 0));
-        }
-        detail::add_into(ctx, datt.subspan(e0, n), std::span<const V>(g), Tensor::Datt, e0);
-      }
-    }
+    // datt[t, j] += dout[t,:]·v[j,:] for j ≤ t
+    detail::causal_dots(ctx, s, b, h, std::span<const V>(dh), std::span<const V>(vh), raw, Tensor::Datt,
+                        [&](std::size_t t, std::size_t e0, std::span<V> g) {
+                          detail::add_into(ctx, datt.subspan(e0, t + 1), std::span<const V>(g), Tensor::Datt, e0);
+                        });
     // raw[j·hs + d] = Σ_{t ≥ j} att[t,j]·dout[t,d]
     if (batched)
       ctx.gemm_ranged(T, hs, T, M{ah.data(), T, true}, M{dh.data(), hs}, detail::causal_ranges(s.T, false),
