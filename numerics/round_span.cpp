@@ -1,6 +1,8 @@
 // round_to's normal-binade fast path on 8 binary64 lanes (AVX-512F); every other lane through round_to.
 #include "numerics/round_span.hpp"
 
+#include "numerics/gemm_kernels.hpp"
+
 // GCC 12 reports -Wmaybe-uninitialized inside the intrinsic headers (the self-initialised
 // _mm*_undefined_* placeholders of unmasked intrinsics); the state at the header's own lines decides.
 #pragma GCC diagnostic push
@@ -9,6 +11,7 @@
 #pragma GCC diagnostic pop
 
 #include <cstdint>
+#include <limits>
 
 namespace roundoff::numerics {
 namespace {
@@ -125,6 +128,86 @@ struct ToBinary16 {
   }
 };
 
+/// Lane roundings for op_loop: r = round_to(plan, NearestEven, x) in every lane outside the returned mask (the
+/// lanes round_to must recompute). Conv: the hardware conversions (NaN lanes returned); Int: round_block.
+template <class Convert>
+struct ConvLanes {
+  __attribute__((target("avx512f"))) static __mmask8 apply(const RoundingPlan&, __m512d x, __m512d& r) {
+    r = Convert::apply(x);
+    return _mm512_cmp_pd_mask(x, x, _CMP_UNORD_Q);
+  }
+};
+struct IntLanes {
+  __attribute__((target("avx512f"))) static __mmask8 apply(const RoundingPlan& plan, __m512d x, __m512d& r) {
+    __m512i o;
+    const __mmask8 m = round_block<Rounding::NearestEven>(_mm512_castpd_si512(x), plan, o);
+    r = _mm512_castsi512_pd(o);
+    return m;
+  }
+};
+
+template <SpanOp op>
+__attribute__((target("avx512f"), always_inline)) inline __m512d apply_op(__m512d a, __m512d b) {
+  switch (op) {
+    case SpanOp::Add: return _mm512_add_pd(a, b);
+    case SpanOp::Sub: return _mm512_sub_pd(a, b);
+    case SpanOp::Mul: return _mm512_mul_pd(a, b);
+    case SpanOp::Div: return _mm512_div_pd(a, b);
+  }
+  return a;
+}
+
+template <class Lanes, SpanOp op>
+__attribute__((target("avx512f"))) void op_loop(const RoundingPlan& plan, const double* a, const double* b, bool bcast,
+                                                double* out, std::size_t n, std::vector<std::size_t>& slow) {
+  const __m512d inf = _mm512_set1_pd(std::numeric_limits<double>::infinity());
+  const __m512i abs_mask = _mm512_set1_epi64(static_cast<long long>(~(std::uint64_t{1} << 63)));
+  __m512d yb = _mm512_set1_pd(bcast ? b[0] : 0.0), yr = yb;
+  const __mmask8 y_bad =
+      bcast ? static_cast<__mmask8>(Lanes::apply(plan, yb, yr) |
+                                    static_cast<__mmask8>(~_mm512_cmpeq_epi64_mask(_mm512_castpd_si512(yr),
+                                                                                  _mm512_castpd_si512(yb))))
+            : static_cast<__mmask8>(0);
+  for (std::size_t i = 0; i < n; i += 8) {
+    const std::size_t left = n - i;
+    const __mmask8 live = left >= 8 ? static_cast<__mmask8>(0xFF) : static_cast<__mmask8>((1u << left) - 1);
+    const __m512d x = _mm512_maskz_loadu_pd(live, a + i);
+    __m512d xr;
+    __mmask8 bad = Lanes::apply(plan, x, xr);
+    bad |= static_cast<__mmask8>(~_mm512_cmpeq_epi64_mask(_mm512_castpd_si512(xr), _mm512_castpd_si512(x)));
+    __m512d y = yb;
+    if (bcast) {
+      bad |= y_bad;
+    } else {
+      y = _mm512_maskz_loadu_pd(live, b + i);
+      __m512d r;
+      bad |= Lanes::apply(plan, y, r);
+      bad |= static_cast<__mmask8>(~_mm512_cmpeq_epi64_mask(_mm512_castpd_si512(r), _mm512_castpd_si512(y)));
+    }
+    __m512d z;
+    bad |= Lanes::apply(plan, apply_op<op>(x, y), z);
+    bad |= static_cast<__mmask8>(~_mm512_cmp_pd_mask(_mm512_castsi512_pd(_mm512_and_si512(_mm512_castpd_si512(z), abs_mask)),
+                                                     inf, _CMP_LT_OQ));
+    _mm512_mask_storeu_pd(out + i, live, z);
+    unsigned s = static_cast<unsigned>(bad & live);
+    while (s != 0) {
+      slow.push_back(i + static_cast<std::size_t>(__builtin_ctz(s)));
+      s &= s - 1;
+    }
+  }
+}
+
+template <class Lanes>
+void op_dispatch(const RoundingPlan& plan, SpanOp op, const double* a, const double* b, bool bcast, double* out,
+                 std::size_t n, std::vector<std::size_t>& slow) {
+  switch (op) {
+    case SpanOp::Add: return op_loop<Lanes, SpanOp::Add>(plan, a, b, bcast, out, n, slow);
+    case SpanOp::Sub: return op_loop<Lanes, SpanOp::Sub>(plan, a, b, bcast, out, n, slow);
+    case SpanOp::Mul: return op_loop<Lanes, SpanOp::Mul>(plan, a, b, bcast, out, n, slow);
+    case SpanOp::Div: return op_loop<Lanes, SpanOp::Div>(plan, a, b, bcast, out, n, slow);
+  }
+}
+
 /// True when the SSE/AVX control register holds the default state: every exception masked (bits 7–12),
 /// round to nearest even (bits 13–14 zero), no flush-to-zero (bit 15) and no denormals-are-zero (bit 6).
 /// The binary32 conversion path relies on it; another state falls back to the integer path.
@@ -139,6 +222,18 @@ bool cpu_has_avx512f() {
 }
 
 }  // namespace
+
+bool op_round_avx512(const RoundingPlan& plan, SpanOp op, const double* a, const double* b, bool bcast, double* out,
+                     std::size_t n, std::vector<std::size_t>& slow) {
+  if (!cpu_has_avx512f() || kernels::isa_limit() < kernels::Isa::Avx512) return false;
+  if (plan.format == formats::fp32 && default_mxcsr())
+    op_dispatch<ConvLanes<ToBinary32>>(plan, op, a, b, bcast, out, n, slow);
+  else if (plan.format == formats::fp16 && default_mxcsr())
+    op_dispatch<ConvLanes<ToBinary16>>(plan, op, a, b, bcast, out, n, slow);
+  else
+    op_dispatch<IntLanes>(plan, op, a, b, bcast, out, n, slow);
+  return true;
+}
 
 bool round_doubles_avx512_supported() { return cpu_has_avx512f(); }
 

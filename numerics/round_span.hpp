@@ -17,7 +17,10 @@
 /// round-to-nearest-even, no FTZ/DAZ), takes the hardware conversions binary64 → binary32 → binary64, which
 /// IEEE 754 defines as that same rounding (gradual underflow, overflow to ±inf); NaN lanes still go through
 /// round_to (argument: docs/numerics.md; RoundSpan.Binary32NearestEvenConversionEqualsRoundTo).
+#include <cstddef>
+#include <cstdint>
 #include <span>
+#include <vector>
 
 #include "numerics/round.hpp"
 
@@ -30,5 +33,20 @@ bool round_doubles_avx512(const RoundingPlan& plan, Rounding mode, std::span<con
 
 /// True when the running CPU supports round_doubles_avx512.
 bool round_doubles_avx512_supported();
+
+/// The binary64 operations of op_round_avx512.
+enum class SpanOp : std::uint8_t { Add, Sub, Mul, Div };
+
+/// One fused pass of an elementwise operation rounded to a format: for every i < n, with y = b[bcast ? 0 : i],
+/// out[i] = round_to(plan, NearestEven, a[i] op y), the operation in binary64, when a[i] and y are values of
+/// plan.format (round_to returns them bit for bit) and that result is finite; every other i (an operand NaN or
+/// not a value of the format, a non-finite result, or a lane round_to's lane path hands to the scalar
+/// round_to) is appended to `slow` in ascending order, its out[i] unspecified. The lanes use the roundings of
+/// round_doubles_avx512 (so out[i] is round_to's value); whether a[i] op y rounded once to the format is the
+/// correctly rounded operation is the caller's argument (ops/span_arith.hpp). Returns false, touching nothing,
+/// when the CPU lacks AVX-512F or the kernels' ISA limit (numerics/gemm_kernels.hpp) is below AVX-512. out must not
+/// alias a or b.
+bool op_round_avx512(const RoundingPlan& plan, SpanOp op, const double* a, const double* b, bool bcast, double* out,
+                     std::size_t n, std::vector<std::size_t>& slow);
 
 }  // namespace roundoff::numerics

@@ -4,6 +4,8 @@
 #include <bit>
 #include <cmath>
 
+#include "numerics/round_span.hpp"
+
 namespace roundoff::ops {
 
 namespace {
@@ -14,22 +16,37 @@ bool admits(const OpPrecision& p) {
          f.emax <= 127 && f.subnormals && f.specials == numerics::Specials::Ieee && !f.saturate;
 }
 bool same_bits(double x, double y) { return std::bit_cast<std::uint64_t>(x) == std::bit_cast<std::uint64_t>(y); }
+numerics::SpanOp span_op(ArithOp op) {
+  switch (op) {
+    case ArithOp::Add: return numerics::SpanOp::Add;
+    case ArithOp::Sub: return numerics::SpanOp::Sub;
+    case ArithOp::Mul: return numerics::SpanOp::Mul;
+    case ArithOp::Div: return numerics::SpanOp::Div;
+  }
+  return numerics::SpanOp::Add;
+}
 }  // namespace
 
 bool arith_span(const Ctx<Emulated>& ctx, ArithOp op, std::span<const double> a, std::span<const double> b,
-                std::span<double> out, std::vector<std::uint8_t>& slow) {
+                std::span<double> out, std::vector<std::size_t>& slow) {
   if (!admits(ctx.precision())) return false;
   const std::size_t n = out.size();
+  const bool bcast = b.size() == 1 && n != 1;
   thread_local numerics::RoundingPlan plan(numerics::formats::fp32);
   if (!(plan.format == ctx.precision().compute)) plan = numerics::RoundingPlan(ctx.precision().compute);
-  thread_local std::vector<double> ra, rb;
+  slow.clear();
+  // One fused SIMD pass when the CPU has it (numerics/round_span.hpp: the same roundings as round_array).
+  if (numerics::op_round_avx512(plan, span_op(op), a.data(), b.data(), bcast, out.data(), n, slow)) return true;
+  thread_local std::vector<double> ra, rb, bs;
+  if (bcast) {
+    bs.assign(n, b[0]);
+    b = std::span<const double>(bs);
+  }
   ra.resize(n);
   rb.resize(n);
-  slow.assign(n, 0);
   // Operands that are not values of the compute format (rounding changes them, NaN included) go per element.
   numerics::round_array(plan, numerics::Rounding::NearestEven, a, ra);
   numerics::round_array(plan, numerics::Rounding::NearestEven, b, rb);
-  for (std::size_t i = 0; i < n; ++i) slow[i] = !same_bits(ra[i], a[i]) || !same_bits(rb[i], b[i]);
   switch (op) {
     case ArithOp::Add:
       for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
@@ -46,7 +63,7 @@ bool arith_span(const Ctx<Emulated>& ctx, ArithOp op, std::span<const double> a,
   }
   numerics::round_array(plan, numerics::Rounding::NearestEven, out, out);
   for (std::size_t i = 0; i < n; ++i)
-    if (!std::isfinite(out[i])) slow[i] = 1;
+    if (!same_bits(ra[i], a[i]) || !same_bits(rb[i], b[i]) || !std::isfinite(out[i])) slow.push_back(i);
   return true;
 }
 

@@ -40,41 +40,51 @@ std::span<const V> cspan(const std::vector<V>& v) {
 enum class ArithOp : std::uint8_t { Add, Sub, Mul, Div };
 
 /// The fast core: false (nothing written) when ctx's precision does not admit the path; otherwise out[i] for
-/// every element and slow[i] = 1 for the elements the caller must recompute per element.
+/// every element but those listed in `slow` (ascending), which the caller must recompute per element. b holds
+/// out.size() values, or one value used for every element. One fused SIMD pass with AVX-512F
+/// (numerics::op_round_avx512), else the roundings by numerics::round_array pass by pass.
 bool arith_span(const Ctx<Emulated>& ctx, ArithOp op, std::span<const double> a, std::span<const double> b,
-                std::span<double> out, std::vector<std::uint8_t>& slow);
+                std::span<double> out, std::vector<std::size_t>& slow);
+
+namespace detail {
+/// out[i] = op(a[i], y_i) through ctx with keys kf(i), y_i = b[i], or b[0] for every i when b has one value
+/// and out more.
+template <class A, class KeyFn>
+void arith(const Ctx<A>& ctx, ArithOp op, std::span<const typename A::Value> a, std::span<const typename A::Value> b,
+           std::span<typename A::Value> out, KeyFn&& kf) {
+  const bool bcast = b.size() == 1 && out.size() != 1;
+  const auto one = [&](std::size_t i) {
+    const auto& y = b[bcast ? 0 : i];
+    switch (op) {
+      case ArithOp::Add: out[i] = ctx.add(a[i], y, kf(i)); return;
+      case ArithOp::Sub: out[i] = ctx.sub(a[i], y, kf(i)); return;
+      case ArithOp::Mul: out[i] = ctx.mul(a[i], y, kf(i)); return;
+      case ArithOp::Div: out[i] = ctx.div(a[i], y, kf(i)); return;
+    }
+  };
+  if constexpr (std::is_same_v<A, Emulated>) {
+    thread_local std::vector<std::size_t> slow;
+    if (arith_span(ctx, op, a, b, out, slow)) {
+      for (const std::size_t i : slow) one(i);
+      return;
+    }
+  }
+  for (std::size_t i = 0; i < out.size(); ++i) one(i);
+}
+}  // namespace detail
 
 /// out[i] = op(a[i], b[i]) through ctx with keys kf(i).
 template <class A, class KeyFn>
 void arith_array(const Ctx<A>& ctx, ArithOp op, std::span<const typename A::Value> a,
                  std::span<const typename A::Value> b, std::span<typename A::Value> out, KeyFn&& kf) {
-  const auto one = [&](std::size_t i) {
-    switch (op) {
-      case ArithOp::Add: out[i] = ctx.add(a[i], b[i], kf(i)); return;
-      case ArithOp::Sub: out[i] = ctx.sub(a[i], b[i], kf(i)); return;
-      case ArithOp::Mul: out[i] = ctx.mul(a[i], b[i], kf(i)); return;
-      case ArithOp::Div: out[i] = ctx.div(a[i], b[i], kf(i)); return;
-    }
-  };
-  if constexpr (std::is_same_v<A, Emulated>) {
-    thread_local std::vector<std::uint8_t> slow;
-    if (arith_span(ctx, op, a, b, out, slow)) {
-      for (std::size_t i = 0; i < out.size(); ++i)
-        if (slow[i]) one(i);
-      return;
-    }
-  }
-  for (std::size_t i = 0; i < out.size(); ++i) one(i);
+  detail::arith(ctx, op, a, b, out, kf);
 }
 
 /// out[i] = op(x[i], y) through ctx with keys kf(i): arith_array with a constant right operand.
 template <class A, class KeyFn>
 void arith_const(const Ctx<A>& ctx, ArithOp op, std::span<const typename A::Value> x, const typename A::Value& y,
                  std::span<typename A::Value> out, KeyFn&& kf) {
-  using V = typename A::Value;
-  thread_local std::vector<V> ys;
-  ys.assign(x.size(), y);
-  arith_array(ctx, op, x, cspan(ys), out, kf);
+  detail::arith(ctx, op, x, std::span<const typename A::Value>(&y, 1), out, kf);
 }
 
 /// out[j] = ctx.exp(ctx.sub(x[j], m, ks(j)), ke(j)) for every j, bit for bit: the shifted exponentials of a softmax

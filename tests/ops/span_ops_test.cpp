@@ -198,46 +198,62 @@ TEST(SpanOps, AdamWEqualsTheOracle) {
 }
 
 TEST(SpanOps, ArithArrayEqualsThePerElementCalls) {
+  // Every ISA tier: the fused AVX-512 pass (numerics::op_round_avx512) and the pass-by-pass fallback.
+  namespace k = numerics::kernels;
   const ArithOp ops[] = {ArithOp::Add, ArithOp::Sub, ArithOp::Mul, ArithOp::Div};
   int fast_cases = 0;
-  for (const std::string& spec : policies()) {
-    const Policy pol = load_policy(spec);
-    for (OpKind op : {OpKind::SwiGlu, OpKind::ResidualFfn, OpKind::ResidualAttn})
-      for (Regime regime : kRegimes) {
-        const Ctx<Emulated> c(pol.at(op, Pass::Forward), {3, 9});
-        const numerics::Format& f = c.precision().compute;
-        // operands mostly in compute, some in binary64 only (not values of compute: the per-element path)
-        std::vector<double> a = inputs(517, regime, f, 40 + static_cast<int>(regime));
-        std::vector<double> b = inputs(517, regime, f, 41 + static_cast<int>(regime));
-        a[3] = 1.0 + 0x1p-40;
-        b[4] = -0x1p-1070;
-        // a midpoint of compute plus a tiny term: exact sum 1 + 2^-p + 2^-70 is not a binary64, which rounds it
-        // to the midpoint, which nearest-even then rounds down (the correct result rounds up)
-        a[5] = 1.0 + std::ldexp(1.0, -f.precision);
-        b[5] = 0x1p-70;
-        a[6] = 1.0 + std::ldexp(1.0, -f.precision);
-        b[6] = -0x1p-70;
-        std::vector<double> out(a.size());
-        std::vector<std::uint8_t> slow;
-        fast_cases += arith_span(c, ArithOp::Add, a, b, out, slow);
-        for (ArithOp o : ops) {
-          arith_array(c, o, test::cs(a), test::cs(b), std::span<double>(out),
-                      [](std::size_t i) { return key(Tensor::Y, i, 7); });
-          std::vector<double> want(a.size());
-          for (std::size_t i = 0; i < a.size(); ++i) {
-            const Key k = key(Tensor::Y, i, 7);
-            switch (o) {
-              case ArithOp::Add: want[i] = c.add(a[i], b[i], k); break;
-              case ArithOp::Sub: want[i] = c.sub(a[i], b[i], k); break;
-              case ArithOp::Mul: want[i] = c.mul(a[i], b[i], k); break;
-              case ArithOp::Div: want[i] = c.div(a[i], b[i], k); break;
+  const k::Isa saved = k::isa_limit();
+  for (const k::Isa isa : {k::Isa::Avx512Fp16, k::Isa::None}) {
+    k::set_isa_limit(isa);
+    for (const std::string& spec : policies()) {
+      const Policy pol = load_policy(spec);
+      for (OpKind op : {OpKind::SwiGlu, OpKind::ResidualFfn, OpKind::ResidualAttn})
+        for (Regime regime : kRegimes) {
+          const Ctx<Emulated> c(pol.at(op, Pass::Forward), {3, 9});
+          const numerics::Format& f = c.precision().compute;
+          const numerics::RoundingPlan fplan(f);
+          // operands mostly in compute, some in binary64 only (not values of compute: the per-element path)
+          std::vector<double> a = inputs(517, regime, f, 40 + static_cast<int>(regime));
+          std::vector<double> b = inputs(517, regime, f, 41 + static_cast<int>(regime));
+          a[3] = 1.0 + 0x1p-40;
+          b[4] = -0x1p-1070;
+          // a midpoint of compute plus a tiny term: exact sum 1 + 2^-p + 2^-70 is not a binary64, which rounds it
+          // to the midpoint, which nearest-even then rounds down (the correct result rounds up)
+          a[5] = 1.0 + std::ldexp(1.0, -f.precision);
+          b[5] = 0x1p-70;
+          a[6] = 1.0 + std::ldexp(1.0, -f.precision);
+          b[6] = -0x1p-70;
+          std::vector<double> out(a.size());
+          std::vector<std::size_t> slow;
+          fast_cases += arith_span(c, ArithOp::Add, a, b, out, slow);
+          const std::string where = spec + " isa " + k::name_of(isa) + " regime " + std::to_string(static_cast<int>(regime));
+          for (ArithOp o : ops) {
+            const auto want_of = [&](double x, double y, Key kk) {
+              switch (o) {
+                case ArithOp::Add: return c.add(x, y, kk);
+                case ArithOp::Sub: return c.sub(x, y, kk);
+                case ArithOp::Mul: return c.mul(x, y, kk);
+                case ArithOp::Div: return c.div(x, y, kk);
+              }
+              return 0.0;
+            };
+            arith_array(c, o, test::cs(a), test::cs(b), std::span<double>(out),
+                        [](std::size_t i) { return key(Tensor::Y, i, 7); });
+            std::vector<double> want(a.size());
+            for (std::size_t i = 0; i < a.size(); ++i) want[i] = want_of(a[i], b[i], key(Tensor::Y, i, 7));
+            expect_same(out, want, where + " op " + std::to_string(static_cast<int>(o)), true);
+            // a constant right operand: a value of compute, one that is not, a zero, a NaN
+            for (const double y : {numerics::round_to(fplan, numerics::Rounding::NearestEven, 0.7), 1.0 + 0x1p-40,
+                                   -0.0, std::numeric_limits<double>::quiet_NaN()}) {
+              arith_const(c, o, test::cs(a), y, std::span<double>(out), [](std::size_t i) { return key(Tensor::Y, i, 3); });
+              for (std::size_t i = 0; i < a.size(); ++i) want[i] = want_of(a[i], y, key(Tensor::Y, i, 3));
+              expect_same(out, want, where + " const op " + std::to_string(static_cast<int>(o)) + " y " + std::to_string(y), true);
             }
           }
-          expect_same(out, want, spec + " op " + std::to_string(static_cast<int>(o)) + " regime " +
-                                     std::to_string(static_cast<int>(regime)), true);
         }
-      }
+    }
   }
+  k::set_isa_limit(saved);
   EXPECT_GT(fast_cases, 0);  // the binary64-then-round path was exercised
 }
 
