@@ -34,6 +34,10 @@ bool round_doubles_avx512(const RoundingPlan& plan, Rounding mode, std::span<con
 /// True when the running CPU supports round_doubles_avx512.
 bool round_doubles_avx512_supported();
 
+/// True when every x[i] is finite (not ±inf, not NaN): 8 lanes at a time with AVX-512F, a portable loop on the
+/// exponent bits otherwise (also below the kernels' AVX-512 ISA limit). The answer does not depend on the path.
+bool all_finite(std::span<const double> x);
+
 /// The binary64 operations of op_round_avx512.
 enum class SpanOp : std::uint8_t { Add, Sub, Mul, Div };
 

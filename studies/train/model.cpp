@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "numerics/round.hpp"
+#include "numerics/round_span.hpp"
 #include "ops/gqa.hpp"
 #include "studies/train/rmsnorm_defect.hpp"
 
@@ -26,17 +27,17 @@ double rms(CSpan x) {
   return x.empty() ? 0.0 : std::sqrt(s / static_cast<double>(x.size()));
 }
 
-/// True when every element of x is finite (ranges split over the threads; a logical and needs no order).
+/// True when every element of x is finite (numerics::all_finite; ranges split over the threads when x spans
+/// several, a logical and needs no order).
 bool all_finite(CSpan x) {
   constexpr std::size_t kChunk = std::size_t{1} << 15;
+  if (x.size() <= 2 * kChunk) return numerics::all_finite(x);
   bool ok = true;
   const auto ranges = static_cast<std::int64_t>((x.size() + kChunk - 1) / kChunk);
 #pragma omp parallel for schedule(static) reduction(&& : ok)
   for (std::int64_t r = 0; r < ranges; ++r) {
     const std::size_t b = static_cast<std::size_t>(r) * kChunk, e = std::min(x.size(), b + kChunk);
-    unsigned bad = 0;
-    for (std::size_t i = b; i < e; ++i) bad |= static_cast<unsigned>(!std::isfinite(x[i]));
-    ok = ok && bad == 0;
+    ok = ok && numerics::all_finite(x.subspan(b, e - b));
   }
   return ok;
 }

@@ -11,6 +11,7 @@
 #include <ostream>
 #include <stdexcept>
 
+#include "numerics/round_span.hpp"
 #include "studies/common/provenance.hpp"
 #include "studies/data/batches.hpp"
 #include "studies/data/sha256.hpp"
@@ -91,21 +92,6 @@ std::string first_difference(const nlohmann::json& saved, const nlohmann::json& 
 std::uint64_t fresh_weights_version() {
   static std::atomic<std::uint64_t> last{0};
   return ++last;
-}
-
-/// True when every value is finite. Block by block, each block without a branch per value (a value is
-/// non-finite exactly when its binary64 exponent field is all ones), so the compiler vectorises the scan of
-/// the whole masters after every update.
-bool all_finite(std::span<const double> v) {
-  constexpr std::uint64_t kExponent = 0x7FF0000000000000ull;
-  constexpr std::size_t kBlock = 4096;
-  for (std::size_t at = 0; at < v.size(); at += kBlock) {
-    const std::size_t n = std::min(kBlock, v.size() - at);
-    std::uint64_t nonfinite = 0;
-    for (std::size_t i = 0; i < n; ++i) nonfinite |= (std::bit_cast<std::uint64_t>(v[at + i]) & kExponent) == kExponent;
-    if (nonfinite != 0) return false;
-  }
-  return true;
 }
 
 }  // namespace
@@ -324,7 +310,7 @@ void Trainer::step() {
     weights_changed();
     log_.curve(s, "grad_norm", norm);
     log_.curve(s, "lr", lr);
-    if (!all_finite(master_)) {
+    if (!numerics::all_finite(master_)) {
       diverged_ = true;
       if (!first_nonfinite_step_) {
         first_nonfinite_step_ = s;

@@ -15,6 +15,7 @@
 
 #include "numerics/round.hpp"
 #include "numerics/round_span.hpp"
+#include "numerics/gemm_kernels.hpp"
 
 namespace roundoff::numerics {
 namespace {
@@ -200,6 +201,32 @@ TEST(RoundSpan, DeclinesStochasticAndMismatchedSizes) {
   std::vector<double> a(4, 1.0), b(3);
   EXPECT_FALSE(round_doubles_avx512(plan, Rounding::Stochastic, a, a));
   EXPECT_FALSE(round_doubles_avx512(plan, Rounding::NearestEven, a, b));
+}
+
+TEST(RoundSpan, AllFiniteFindsEveryNonFiniteLaneOnEveryTier) {
+  // One ±inf or NaN (quiet, signalling, negative) at every position of ragged lengths: the 8-lane blocks, the
+  // masked tail, the 256-value early-exit blocks; the largest finite values and zeros are finite.
+  const double specials[] = {std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
+                             std::numeric_limits<double>::quiet_NaN(), -std::numeric_limits<double>::quiet_NaN(),
+                             std::numeric_limits<double>::signaling_NaN()};
+  const kernels::Isa saved = kernels::isa_limit();
+  for (const kernels::Isa isa : {kernels::Isa::Avx512Fp16, kernels::Isa::None}) {
+    kernels::set_isa_limit(isa);
+    for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{13},
+                                std::size_t{256}, std::size_t{263}, std::size_t{600}}) {
+      std::vector<double> x(n, std::numeric_limits<double>::max());
+      for (std::size_t i = 0; i < n; i += 3) x[i] = i % 2 ? -0.0 : 0x1p-1074;
+      EXPECT_TRUE(all_finite(x)) << "n " << n << " isa " << kernels::name_of(isa);
+      for (std::size_t at = 0; at < n; ++at)
+        for (const double s : specials) {
+          const double keep = x[at];
+          x[at] = s;
+          ASSERT_FALSE(all_finite(x)) << "n " << n << " at " << at << " isa " << kernels::name_of(isa);
+          x[at] = keep;
+        }
+    }
+  }
+  kernels::set_isa_limit(saved);
 }
 
 }  // namespace
