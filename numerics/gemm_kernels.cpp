@@ -13,8 +13,11 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "numerics/arith.hpp"
@@ -594,20 +597,15 @@ void for_items(bool shared, std::size_t n, F f) {
   for (std::ptrdiff_t t = 0; t < items; ++t) f(static_cast<std::size_t>(t));
 }
 
-/// Packs rows [0, M) of A and the K×kPanel panels of B into the buffers that are allocated, casting each value by
-/// cast_a / cast_b where not null and classifying it (see pack_run); returns the lowest class. A transposed operand
-/// is read along its stored rows (runs of up to kPanel rows of A, or one column of B over all K) and scattered into
-/// the packed layout. `shared`: called by every thread of a parallel region, the loops work-shared (see
-/// for_items); otherwise the calling thread packs everything.
-int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, const OperandCast* cast_a, const OperandCast* cast_b,
-                  bool shared) {
-  const std::size_t M = pk.M, N = pk.N, K = pk.K;
+/// Packs rows [0, M) of A into the buffers that are allocated, casting each value by cast_a where not null and
+/// classifying it (see pack_run); returns the lowest class. A transposed A is read along its stored rows (runs of up
+/// to kPanel rows) and scattered into the packed layout. `shared`: called by every thread of a parallel region,
+/// the loops work-shared (see for_items); otherwise the calling thread packs everything.
+int pack_a(Packed& pk, ConstMatrix A, const OperandCast* cast_a, bool shared) {
+  const std::size_t M = pk.M, K = pk.K;
   auto a_dest = [&](std::size_t i, std::size_t k) {
     return Dest{pk.A ? pk.A + i * K + k : nullptr, pk.Ad ? pk.Ad + i * K + k : nullptr, nullptr,
                 pk.Ah ? pk.Ah + i * K + k : nullptr};
-  };
-  auto b_dest = [&](std::size_t at) {
-    return Dest{pk.B ? pk.B + at : nullptr, nullptr, pk.Bh ? pk.Bh + at : nullptr, nullptr};
   };
   int worst = 2;
   if (!A.transposed) {
@@ -621,6 +619,17 @@ int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, const OperandCast* c
         worst = std::min(worst, pack_to(pk, A.data + k * A.ld + i0, n, a_dest(i0, k), K, cast_a));
     });
   }
+  return worst;
+}
+
+/// Packs the K×kPanel panels of B as pack_a packs A (a transposed B read one stored row, i.e. one column of B
+/// over all K, at a time, scattered kPanel apart); returns the lowest class.
+int pack_b(Packed& pk, ConstMatrix B, const OperandCast* cast_b, bool shared) {
+  const std::size_t N = pk.N, K = pk.K;
+  auto b_dest = [&](std::size_t at) {
+    return Dest{pk.B ? pk.B + at : nullptr, nullptr, pk.Bh ? pk.Bh + at : nullptr, nullptr};
+  };
+  int worst = 2;
   if (!B.transposed) {  // row k of B read in order, its kPanel-column segments written to every panel
     for_items(shared, K, [&](std::size_t k) {
       for (std::size_t p = 0; p < pk.panels; ++p) {
@@ -651,6 +660,144 @@ int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, const OperandCast* c
     });
   }
   return worst;
+}
+
+/// pack_a and pack_b; the lower of their classes.
+int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, const OperandCast* cast_a, const OperandCast* cast_b,
+                  bool shared) {
+  const int wa = pack_a(pk, A, cast_a, shared);
+  return std::min(wa, pack_b(pk, B, cast_b, shared));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// B-operand pack cache (see register_immutable in the header).
+
+/// What a packed B depends on besides its values: where and how it is read, its entry cast, and how it is packed.
+struct BKey {
+  const double* data;
+  std::size_t ld, K, N;
+  bool transposed;
+  bool cast;
+  Format cast_format;
+  Rounding cast_mode;
+  bool cast_nan_to_inf;
+  Acc acc;
+  bool tile, any_binary32, avx2;
+  std::uint64_t version;
+  bool operator==(const BKey& o) const {
+    return data == o.data && ld == o.ld && K == o.K && N == o.N && transposed == o.transposed && cast == o.cast &&
+           (!cast || (cast_format == o.cast_format && cast_mode == o.cast_mode &&
+                      cast_nan_to_inf == o.cast_nan_to_inf)) &&
+           acc == o.acc && tile == o.tile && any_binary32 == o.any_binary32 && avx2 == o.avx2 && version == o.version;
+  }
+};
+
+/// One cached packed B (binary32 panels, the layout pack_b writes) and its class (1 or 2).
+struct PackedB {
+  BKey key;
+  std::unique_ptr<float[]> panels;
+  std::size_t floats = 0;
+  int worst = 0;
+};
+
+struct ImmutableRange {
+  const double* data;
+  std::size_t n;
+  std::uint64_t version;
+};
+
+/// The registry and the cache, behind one mutex (looked up once per gemm_fast call, outside its parallel region).
+struct PackCache {
+  std::mutex mutex;
+  std::vector<ImmutableRange> ranges;
+  std::vector<std::shared_ptr<const PackedB>> entries;
+  std::size_t bytes = 0;
+  std::uint64_t hits = 0, misses = 0;
+
+  /// Drops the entries made from inside [data, data + n) (under any version).
+  void drop_range(const double* data, std::size_t n) {
+    std::erase_if(entries, [&](const std::shared_ptr<const PackedB>& e) {
+      const bool inside = e->key.data >= data && e->key.data < data + n;
+      if (inside) bytes -= e->floats * sizeof(float);
+      return inside;
+    });
+  }
+};
+PackCache& pack_cache() {
+  static PackCache c;
+  return c;
+}
+
+/// The stored extent of B: the doubles from B.data that a K×N product reads.
+std::size_t b_extent(ConstMatrix B, std::size_t K, std::size_t N) {
+  return B.transposed ? (N - 1) * B.ld + K : (K - 1) * B.ld + N;
+}
+
+/// The cache's capacity: E11's own-precision weights (matmul and classifier B operands of the forward and
+/// bwd-data GEMMs, ≈ 500 MB of binary32 panels) fit; a pack that would exceed it is not cached (no eviction, so
+/// nothing is packed into fresh memory twice).
+constexpr std::size_t kPackCacheBytes = std::size_t{512} << 20;
+
+/// For a B inside a registered range: the cached pack of the same key (a hit), or a fresh entry to pack into and
+/// insert afterwards (a miss with room left); both null for any other B.
+std::pair<std::shared_ptr<const PackedB>, std::shared_ptr<PackedB>> cache_lookup(ConstMatrix B,
+                                                                                 const OperandCast* cast_b,
+                                                                                 const Plan& plan, const Packed& pk) {
+  PackCache& pc = pack_cache();
+  const std::lock_guard<std::mutex> lock(pc.mutex);
+  if (pc.ranges.empty()) return {};
+  const std::size_t extent = b_extent(B, pk.K, pk.N);
+  for (const ImmutableRange& r : pc.ranges) {
+    if (!(B.data >= r.data && B.data + extent <= r.data + r.n)) continue;
+    const BKey key{B.data,
+                   B.ld,
+                   pk.K,
+                   pk.N,
+                   B.transposed,
+                   cast_b != nullptr,
+                   cast_b ? cast_b->plan->format : formats::fp64,
+                   cast_b ? cast_b->mode : Rounding::NearestEven,
+                   cast_b ? cast_b->nan_to_inf : false,
+                   plan.acc,
+                   plan.tile,
+                   pk.any_binary32,
+                   pk.avx2,
+                   r.version};
+    for (const auto& e : pc.entries)
+      if (e->key == key) {
+        ++pc.hits;
+        return {e, nullptr};
+      }
+    ++pc.misses;
+    const std::size_t floats = pk.panels * pk.K * kPanel;
+    if (pc.bytes + floats * sizeof(float) > kPackCacheBytes) return {};
+    auto fresh = std::make_shared<PackedB>();
+    fresh->key = key;
+    fresh->panels.reset(new float[floats]);
+    fresh->floats = floats;
+    pc.bytes += floats * sizeof(float);  // reserved now, released if it is not inserted
+    return {nullptr, std::move(fresh)};
+  }
+  return {};
+}
+
+/// Inserts a pack made by cache_lookup's miss when B was accepted (class > 0), its range is still registered
+/// under the key's version and no other thread inserted the same key meanwhile; otherwise releases its bytes.
+void cache_insert(std::shared_ptr<PackedB> fresh, int worst_b) {
+  PackCache& pc = pack_cache();
+  const std::lock_guard<std::mutex> lock(pc.mutex);
+  const BKey& key = fresh->key;
+  const bool registered = std::any_of(pc.ranges.begin(), pc.ranges.end(), [&](const ImmutableRange& r) {
+    return r.version == key.version && key.data >= r.data && key.data < r.data + r.n;
+  });
+  const bool present =
+      std::any_of(pc.entries.begin(), pc.entries.end(), [&](const auto& e) { return e->key == key; });
+  if (worst_b == 0 || !registered || present) {
+    pc.bytes -= fresh->floats * sizeof(float);
+    return;
+  }
+  fresh->worst = worst_b;
+  pc.entries.push_back(std::move(fresh));
 }
 
 /// Rows [i, i + rows) of panel p of C into tile (rows × kPanel, running sums in/out): the terms k0 .. k0+len-1
@@ -823,6 +970,36 @@ Isa isa_limit() { return g_limit.load(); }
 void set_enabled(bool on) { g_enabled.store(on); }
 bool enabled() { return g_enabled.load(); }
 
+void register_immutable(const double* data, std::size_t n, std::uint64_t version) {
+  PackCache& pc = pack_cache();
+  const std::lock_guard<std::mutex> lock(pc.mutex);
+  for (ImmutableRange& r : pc.ranges)
+    if (r.data == data) {
+      if (r.n == n && r.version == version) return;
+      pc.drop_range(r.data, r.n);
+      r = ImmutableRange{data, n, version};
+      return;
+    }
+  pc.ranges.push_back(ImmutableRange{data, n, version});
+}
+
+void unregister_immutable(const double* data) {
+  PackCache& pc = pack_cache();
+  const std::lock_guard<std::mutex> lock(pc.mutex);
+  for (std::size_t i = 0; i < pc.ranges.size(); ++i)
+    if (pc.ranges[i].data == data) {
+      pc.drop_range(pc.ranges[i].data, pc.ranges[i].n);
+      pc.ranges.erase(pc.ranges.begin() + static_cast<std::ptrdiff_t>(i));
+      return;
+    }
+}
+
+PackCacheStats pack_cache_stats() {
+  PackCache& pc = pack_cache();
+  const std::lock_guard<std::mutex> lock(pc.mutex);
+  return {pc.ranges.size(), pc.entries.size(), pc.bytes, pc.hits, pc.misses};
+}
+
 namespace {
 Isa effective_isa() { return std::min(detected_isa(), isa_limit()); }
 }  // namespace
@@ -871,6 +1048,11 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
   const bool try_native = plan.acc == Acc::Fp16 && isa == Isa::Avx512Fp16;
   thread_local PackBuffers tls_buffers;
   PackBuffers& buffers = tls_buffers;  // the caller's set, also inside the parallel region below
+  // B from the pack cache when it lies in a range registered immutable (binary32 panels only: not for the
+  // native fp16 attempt, whose fp16 panels may be repacked).
+  std::shared_ptr<const PackedB> cached;
+  std::shared_ptr<PackedB> fill;
+  if (!try_native) std::tie(cached, fill) = cache_lookup(B, cast_b, plan, pk);
   if (try_native) {
     pk.Ah = buffers.Ah.get(M * K);
     pk.Bh = buffers.Bh.get(pk.panels * K * kPanel);
@@ -879,7 +1061,7 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
       pk.Ad = buffers.Ad.get(M * K);
     else
       pk.A = buffers.A.get(M * K);
-    pk.B = buffers.B.get(pk.panels * K * kPanel);
+    pk.B = cached ? cached->panels.get() : fill ? fill->panels.get() : buffers.B.get(pk.panels * K * kPanel);
   }
   std::vector<double> c_initial;  // only needed to replay overflowing outputs
   if (stats && accumulate && !plan.tile) {
@@ -893,12 +1075,14 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
   const std::size_t per_thread = (M + static_cast<std::size_t>(nthreads) - 1) / static_cast<std::size_t>(nthreads);
   const std::size_t chunk = (per_thread + kMr - 1) / kMr * kMr;
   const auto nchunks = static_cast<std::ptrdiff_t>((M + chunk - 1) / chunk);
-  int worst = 2;
+  int worst = 2, worst_b = 2;
   bool native = false, c_zero = true;
   std::int64_t tile_overflows = 0;
 #pragma omp parallel num_threads(nthreads)
   {
-    int w = pack_operands(pk, A, B, cast_a, cast_b, true);
+    int w = pack_a(pk, A, cast_a, true);
+    const int wb = cached ? cached->worst : pack_b(pk, B, cast_b, true);
+    w = std::min(w, wb);
     bool zeros = true;
     if (accumulate) {  // C classified, unless every row is +0 (e.g. a freshly zeroed gradient): see Start
       const auto rows = static_cast<std::ptrdiff_t>(M);
@@ -914,6 +1098,7 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
 #pragma omp critical(roundoff_gemm_kernels_worst)
     {
       worst = std::min(worst, w);
+      worst_b = std::min(worst_b, wb);
       c_zero = c_zero && zeros;
     }
 #pragma omp barrier
@@ -943,6 +1128,7 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
       tile_overflows += ov;
     }
   }
+  if (fill) cache_insert(std::move(fill), worst_b);
   if (worst == 0) return false;
 
   if (stats) {

@@ -78,6 +78,23 @@ Isa detected_isa();
 void set_isa_limit(Isa limit);
 Isa isa_limit();
 
+/// B-operand pack cache. A caller may promise that the doubles in [data, data + n) do not change until it calls
+/// register_immutable again for the same data pointer (with a new version) or unregister_immutable(data); both drop
+/// every pack made from inside the range. While the promise holds, gemm_fast reuses the packed panels of a B that
+/// lies inside the range, packed earlier from the same address, leading dimension, shape, transposition, entry
+/// cast and kernel plan under the same version: the packing is a function of those and of the values alone, so the
+/// product is the same bits as packing afresh. The trainer registers its working weights once per update (an
+/// update's micro-steps and the own-precision evaluation then pack each weight matrix once). Unregistered memory
+/// is never cached. The cache holds at most 512 MiB of binary32 panels; a pack beyond that is not cached. Not used
+/// for the native fp16 kernel's packing (AVX512-FP16).
+void register_immutable(const double* data, std::size_t n, std::uint64_t version);
+void unregister_immutable(const double* data);
+struct PackCacheStats {
+  std::size_t ranges, entries, bytes;
+  std::uint64_t hits, misses;
+};
+PackCacheStats pack_cache_stats();
+
 /// Global switch (tests and benchmarks compare against the generic path); on by default.
 void set_enabled(bool on);
 bool enabled();

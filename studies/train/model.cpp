@@ -8,6 +8,7 @@
 
 #include "numerics/round.hpp"
 #include "numerics/round_span.hpp"
+#include "numerics/gemm_kernels.hpp"
 #include "ops/gqa.hpp"
 #include "studies/train/rmsnorm_defect.hpp"
 
@@ -525,11 +526,33 @@ std::span<const double> Transformer::working_weights(std::span<const double> mas
   derived_identity_ = identity;
   if (identity) {
     weights_ = {};
+    register_weights(master);
     return master;
   }
   weights_.resize(master.size());
   numerics::round_array(plan, numerics::Rounding::NearestEven, master, weights_);
+  register_weights(weights_);
   return weights_;
+}
+
+Transformer::~Transformer() { unregister_weights(); }
+
+void Transformer::set_weights_version(std::uint64_t version) {
+  if (version != weights_version_) unregister_weights();
+  weights_version_ = version;
+}
+
+void Transformer::register_weights(std::span<const double> w) {
+  if (weights_version_ == 0) return;  // no promise from the caller: the weights may change between calls
+  if (registered_ != nullptr && registered_ != w.data()) unregister_weights();
+  numerics::kernels::register_immutable(w.data(), w.size(), weights_version_);
+  registered_ = w.data();
+}
+
+void Transformer::unregister_weights() {
+  if (registered_ == nullptr) return;
+  numerics::kernels::unregister_immutable(registered_);
+  registered_ = nullptr;
 }
 
 double Transformer::total_loss(const Batch& b, std::span<const double> master) {
@@ -657,6 +680,7 @@ void Transformer::record_global(std::int64_t step, const Batch& b, std::span<con
 void Transformer::update_tensor(ParamTensor tensor, std::span<double> master, std::span<double> m,
                                 std::span<double> v, std::span<const double> grads, const Recipe& recipe, double lr,
                                 std::int64_t t, double coef) {
+  unregister_weights();  // the masters change (and with them any working copy): no pack of them stays valid
   const std::size_t off = lay_.offset_of(tensor), n = lay_.size_of(tensor);
   ops::AdamWConfig cfg;
   cfg.lr = lr;

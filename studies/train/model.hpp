@@ -46,6 +46,9 @@ class Transformer final : public Model {
  public:
   /// `seed` drives the stochastic-rounding stream (with the step and call index; see ops::Runner).
   Transformer(const ModelConfig& c, ResidualScale residual, const ops::Policy& policy, std::uint64_t seed);
+  ~Transformer() override;
+  Transformer(const Transformer&) = delete;
+  Transformer& operator=(const Transformer&) = delete;
 
   double total_loss(const Batch& b, std::span<const double> master) override;
   double loss_and_grad(const Batch& b, std::span<const double> master, double loss_scale, std::span<double> grads,
@@ -63,7 +66,9 @@ class Transformer final : public Model {
     runner_.enable_profile(profile);
     profile_ = profile;
   }
-  void set_weights_version(std::uint64_t version) override { weights_version_ = version; }
+  /// A new version withdraws the working weights' registration with the GEMM pack cache at once
+  /// (numerics::kernels::register_immutable; working_weights registers the next copy it derives).
+  void set_weights_version(std::uint64_t version) override;
 
   /// One forward+backward on `b` (loss scale `loss_scale`) with the MPFR shadow on (ops::Runner::enable_shadow):
   /// every op call records its local error on `units` sampled units into `tape` (tagged with `step`). With a
@@ -152,6 +157,10 @@ class Transformer final : public Model {
   const double* derived_from_ = nullptr;
   std::size_t derived_size_ = 0;
   bool derived_identity_ = false;
+  /// The working weights registered immutable with the GEMM pack cache under weights_version_ (null: none).
+  const double* registered_ = nullptr;
+  void register_weights(std::span<const double> w);
+  void unregister_weights();
   double mean_loss_ = 0;
   std::int64_t inject_step_ = -1;
   ops::OpKind inject_op_ = ops::OpKind::Matmul;
