@@ -12,11 +12,13 @@
 /// (residual-attn, bwd-data), the entry of the attention block's other gradient sums (AutoANE does both on
 /// the CPU in fp32). Unit (Select) = one token row n.
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "ops/backend.hpp"
 #include "ops/shape.hpp"
+#include "ops/span_arith.hpp"
 
 namespace roundoff::ops {
 
@@ -33,8 +35,39 @@ void kv_tile(std::span<V> full, std::span<const V> kv, std::span<const int> head
             kv[static_cast<std::size_t>((n * kv_heads + head_map[static_cast<std::size_t>(h)]) * hs + i)];
 }
 
+/// The query heads of KV head j as an arithmetic progression first[j] + m·stride, m < group, in increasing h
+/// (the block map: stride 1; the cyclic map: stride NKV), when every KV head has one of the same length and stride.
+struct HeadGroups {
+  std::vector<std::int64_t> first;
+  std::int64_t group = 0, stride = 0;
+};
+inline std::optional<HeadGroups> head_groups(std::span<const int> head_map, std::int64_t kv_heads) {
+  HeadGroups g;
+  std::vector<std::vector<std::int64_t>> members(static_cast<std::size_t>(kv_heads));
+  for (std::size_t h = 0; h < head_map.size(); ++h) {
+    const int j = head_map[h];
+    if (j < 0 || j >= kv_heads) return std::nullopt;
+    members[static_cast<std::size_t>(j)].push_back(static_cast<std::int64_t>(h));
+  }
+  for (const auto& m : members) {
+    const auto n = static_cast<std::int64_t>(m.size());
+    const std::int64_t stride = n > 1 ? m[1] - m[0] : 1;
+    if (n == 0 || (g.group != 0 && (n != g.group || stride != g.stride))) return std::nullopt;
+    for (std::size_t t = 1; t < m.size(); ++t)
+      if (m[t] - m[t - 1] != stride) return std::nullopt;
+    g.group = n;
+    g.stride = stride;
+    g.first.push_back(m[0]);
+  }
+  return g;
+}
+
 /// dkv (rows, NKV·hs) += Σ over the query heads of each KV head of dfull (rows, NH·hs). Policy pass
-/// BackwardData of the caller's entry.
+/// BackwardData of the caller's entry. When every KV head's query heads form arithmetic progressions of one
+/// length and stride (head_groups: the block and the cyclic maps), row by row on the span forms: dfull's row cast
+/// with store_array (in() with its keys), the sums as ctx.dot_rows (each output its own sum, bit for bit the
+/// per-reduction ctx.sum), then in(dkv) + s and the store as store_array / arith_array with the same keys as the
+/// per-element definition below (the oracle: always with the fast paths off).
 template <class A>
 void kv_reduce_backward(std::span<typename A::Value> dkv, std::span<const typename A::Value> dfull,
                         std::span<const int> head_map, std::int64_t kv_heads, std::int64_t hs, const Ctx<A>& ctx,
@@ -42,6 +75,33 @@ void kv_reduce_backward(std::span<typename A::Value> dkv, std::span<const typena
   using V = typename A::Value;
   const auto NH = static_cast<std::int64_t>(head_map.size());
   const std::int64_t rows = static_cast<std::int64_t>(dfull.size()) / (NH * hs);
+  if (const std::optional<HeadGroups> groups = fast_paths() ? head_groups(head_map, kv_heads) : std::nullopt) {
+    const auto full = static_cast<std::size_t>(NH * hs), kv = static_cast<std::size_t>(kv_heads * hs);
+    for_units(rows, sel, [&](std::int64_t n) {
+      thread_local std::vector<V> x, sums, in, sum;
+      thread_local std::vector<std::size_t> len;
+      x.resize(full);
+      sums.resize(kv);
+      in.resize(kv);
+      sum.resize(kv);
+      len.assign(static_cast<std::size_t>(hs), static_cast<std::size_t>(groups->group));
+      const auto o = static_cast<std::size_t>(n) * full, e0 = static_cast<std::size_t>(n) * kv;
+      ctx.store_array(dfull.subspan(o, full), std::span<V>(x), [o](std::size_t i) { return key(Tensor::Dy, o + i, 0); });
+      for (std::int64_t j = 0; j < kv_heads; ++j) {
+        const auto ej = e0 + static_cast<std::size_t>(j * hs);
+        ctx.dot_rows(numerics::BasicRowBatch<V>{len, x.data() + groups->first[static_cast<std::size_t>(j)] * hs, 1,
+                                               groups->stride * hs},
+                     std::span<V>(sums.data() + static_cast<std::size_t>(j * hs), static_cast<std::size_t>(hs)),
+                     [ej](std::size_t i) { return key(Tensor::Dx, ej + i, 0); });
+      }
+      const std::span<V> out = dkv.subspan(e0, kv);
+      ctx.store_array(std::span<const V>(out), std::span<V>(in), [e0](std::size_t i) { return key(Tensor::Dx, e0 + i, 1); });
+      arith_array(ctx, ArithOp::Add, cspan(in), cspan(sums), std::span<V>(sum),
+                  [e0](std::size_t i) { return key(Tensor::Dx, e0 + i, 2); });
+      ctx.store_array(cspan(sum), out, [e0](std::size_t i) { return key(Tensor::Dx, e0 + i, 3); });
+    });
+    return;
+  }
   for_units(rows, sel, [&](std::int64_t n) {
     std::vector<V> terms;
     terms.reserve(static_cast<std::size_t>(NH));

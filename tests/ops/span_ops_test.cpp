@@ -17,6 +17,7 @@
 #include "numerics/gemm_kernels.hpp"
 #include "ops/activation.hpp"
 #include "ops/adamw.hpp"
+#include "ops/gqa.hpp"
 #include "ops/matmul.hpp"
 #include "ops/policy.hpp"
 #include "ops/residual.hpp"
@@ -195,6 +196,35 @@ TEST(SpanOps, AdamWEqualsTheOracle) {
       }
   }
   EXPECT_GT(binary32_cases, 0);  // the binary32 path was exercised (fp32 AdamW in most presets)
+}
+
+TEST(SpanOps, GqaKvReduceEqualsTheOracle) {
+  // 6 query heads on 2 KV heads: the block map (groups 0-2, 3-5), the cyclic map (0,2,4 and 1,3,5), and a map
+  // that is no progression (the per-element path either way); 7 rows, hs 5; dkv starts non-zero.
+  const std::vector<std::vector<int>> maps = {{0, 0, 0, 1, 1, 1}, {0, 1, 0, 1, 0, 1}, {0, 1, 1, 0, 1, 0}};
+  const std::int64_t NH = 6, NKV = 2, hs = 5, rows = 7;
+  for (const std::string& spec : policies()) {
+    const Policy pol = load_policy(spec);
+    const Ctx<Emulated> c(pol.at(OpKind::ResidualAttn, Pass::BackwardData), {5, 2});
+    for (Regime regime : kRegimes)
+      for (const std::vector<int>& map : maps) {
+        const auto seed = 60 + static_cast<int>(regime);
+        const std::vector<double> dfull = inputs(static_cast<std::size_t>(rows * NH * hs), regime,
+                                                 numerics::formats::fp32, seed);
+        const std::vector<double> dkv0 = inputs(static_cast<std::size_t>(rows * NKV * hs), regime,
+                                                numerics::formats::fp32, seed + 1);
+        const auto [fast, oracle] = both([&] {
+          std::vector<double> dkv = dkv0;
+          kv_reduce_backward<Emulated>(dkv, test::cs(dfull), map, NKV, hs, c);
+          return std::vector<std::vector<double>>{dkv};
+        });
+        expect_same(fast[0], oracle[0], spec + " regime " + std::to_string(static_cast<int>(regime)) + " map " +
+                                            std::to_string(map[1]) + std::to_string(map[2]), true);
+      }
+  }
+  EXPECT_TRUE(head_groups(std::vector<int>{0, 0, 1, 1}, 2).has_value());
+  EXPECT_FALSE(head_groups(std::vector<int>{0, 1, 1, 0, 1, 0}, 2).has_value());
+  EXPECT_FALSE(head_groups(std::vector<int>{0, 0, 0, 1}, 2).has_value());  // unequal groups
 }
 
 TEST(SpanOps, ArithArrayEqualsThePerElementCalls) {
