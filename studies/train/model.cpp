@@ -10,6 +10,7 @@
 #include "numerics/round_span.hpp"
 #include "numerics/gemm_kernels.hpp"
 #include "ops/gqa.hpp"
+#include "studies/train/optimizer.hpp"
 #include "studies/train/rmsnorm_defect.hpp"
 
 namespace roundoff::studies::train {
@@ -55,6 +56,7 @@ constexpr const char* kRangeTelemetry = "model: range telemetry";
 /// Profile phases of the model's work outside the Runner's ops (Transformer::set_profile).
 constexpr const char* kKvReduce = "model: gqa kv reduce";
 constexpr const char* kGradRounding = "model: gradient rounding";
+constexpr const char* kGradRoundingAccumulate = "model: gradient rounding + accumulate";
 constexpr const char* kGradZeroing = "model: gradient zeroing";
 constexpr const char* kBufferGrowth = "model: buffer growth";
 
@@ -332,14 +334,16 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
 }
 
 void Transformer::backward(const Batch& bt, std::span<const double> master, double loss_scale, std::span<double> grads,
-                           StepTelemetry* tel) {
+                           StepTelemetry* tel, GradSink sink) {
   const std::int64_t B = bt.batch, T = bt.seq, C = c_.d, H = c_.hidden, N = B * T, V = c_.vocab, NH = c_.heads,
                      hs = c_.head_size(), NKV = c_.kv_count(), KVD = NKV * hs;
   const auto NC = static_cast<std::size_t>(N * C), NHid = static_cast<std::size_t>(N * H),
              NKVD = static_cast<std::size_t>(N * KVD);
   const bool gqa = NKV != NH;
   ParamViews<const double> p(master, lay_);
-  ops::timed_phase(profile_, kGradZeroing, [&] { std::fill(grads.begin(), grads.end(), 0.0); });
+  const bool cleared = grads.data() == cleared_grads_ && grads.size() == cleared_size_;
+  cleared_grads_ = nullptr;
+  if (!cleared) ops::timed_phase(profile_, kGradZeroing, [&] { std::fill(grads.begin(), grads.end(), 0.0); });
   ParamViews<double> d(grads, lay_);
   // Tied embeddings: the classifier reads wte, and its weight gradient is added into wte's before the
   // embedding's scatter-add (two gradients summed, one update).
@@ -484,21 +488,51 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
   }
   // dwte (V, C) += dx scattered to the input tokens' rows
   runner_.embedding_backward_weight({OpKind::Embedding, -1, "wte"}, d.wte, dx, bt.inputs, rows);
+  finish_gradients(grads, tel, sink);
+}
+
+void Transformer::finish_gradients(std::span<double> grads, StepTelemetry* tel, GradSink sink) {
   // Weight gradients are held in the policy's gradient format; an overflow there is named by its tensor.
   const numerics::Format& gf = runner_.policy().storage_for(ops::TensorRole::Gradient);
-  if (!(gf == numerics::formats::fp64))
-    ops::timed_phase(profile_, kGradRounding, [&] {
-      const numerics::RoundingPlan plan(gf);
-      ops::for_ranges(grads.size(), [&](std::size_t first, std::size_t end) {
-        const auto part = grads.subspan(first, end - first);
-        numerics::round_array(plan, numerics::Rounding::NearestEven, part, part);
-      });
-      for (const ParamTensor t : kAllParamTensors)
-        if (tel != nullptr && tel->first_nonfinite_op.empty()) {
-          if (!all_finite(std::span<const double>(grads).subspan(lay_.offset_of(t), lay_.size_of(t))))
-            tel->first_nonfinite_op = "grads-role rounding(" + std::string(name_of(t)) + ")";
+  const bool round = !(gf == numerics::formats::fp64), accumulate = !sink.total.empty();
+  if (!round && !accumulate) return;
+  const numerics::RoundingPlan plan(gf);
+  ops::timed_phase(profile_, accumulate ? kGradRoundingAccumulate : kGradRounding, [&] {
+    for (const ParamTensor t : kAllParamTensors) {
+      const std::size_t off = lay_.offset_of(t), n = lay_.size_of(t);
+      const auto g = grads.subspan(off, n);
+      bool finite = true;
+      if (accumulate) {
+        // per range: rounded, scanned while in cache, summed into the total, cleared
+        bool ok = true;
+        constexpr std::size_t kRange = std::size_t{1} << 15;
+        const auto ranges = static_cast<std::int64_t>((n + kRange - 1) / kRange);
+#pragma omp parallel for schedule(static) reduction(&& : ok)
+        for (std::int64_t r = 0; r < ranges; ++r) {
+          const std::size_t b = static_cast<std::size_t>(r) * kRange, e = std::min(n, b + kRange);
+          const auto part = g.subspan(b, e - b);
+          if (round) {
+            numerics::round_array(plan, numerics::Rounding::NearestEven, part, part);
+            ok = ok && numerics::all_finite(part);
+          }
+          accumulate_and_clear(sink.total.subspan(off + b, e - b), part, sink.first);
         }
-    });
+        finite = ok;
+      } else {
+        ops::for_ranges(n, [&](std::size_t first, std::size_t end) {
+          const auto part = g.subspan(first, end - first);
+          numerics::round_array(plan, numerics::Rounding::NearestEven, part, part);
+        });
+        finite = tel == nullptr || !tel->first_nonfinite_op.empty() || all_finite(g);
+      }
+      if (round && !finite && tel != nullptr && tel->first_nonfinite_op.empty())
+        tel->first_nonfinite_op = "grads-role rounding(" + std::string(name_of(t)) + ")";
+    }
+  });
+  if (accumulate) {
+    cleared_grads_ = grads.data();
+    cleared_size_ = grads.size();
+  }
 }
 
 std::span<const double> Transformer::working_weights(std::span<const double> master) {
@@ -571,6 +605,17 @@ double Transformer::loss_and_grad(const Batch& b, std::span<const double> master
   const std::span<const double> w = working_weights(master);
   forward(b, w, &telemetry);
   backward(b, w, loss_scale, grads, &telemetry);
+  return mean_loss_;
+}
+
+double Transformer::loss_and_grad_accumulate(const Batch& b, std::span<const double> master, double loss_scale,
+                                             std::span<double> grads, std::span<double> total, bool first,
+                                             StepTelemetry& telemetry) {
+  current_step_ = telemetry.step;
+  runner_.set_step(telemetry.step);
+  const std::span<const double> w = working_weights(master);
+  forward(b, w, &telemetry);
+  backward(b, w, loss_scale, grads, &telemetry, GradSink{total, first});
   return mean_loss_;
 }
 

@@ -53,6 +53,12 @@ class Transformer final : public Model {
   double total_loss(const Batch& b, std::span<const double> master) override;
   double loss_and_grad(const Batch& b, std::span<const double> master, double loss_scale, std::span<double> grads,
                        StepTelemetry& telemetry) override;
+  /// Fused: the gradient-role rounding, its finiteness scan, the accumulation into `total` and the clearing of
+  /// `grads` in one pass per tensor ("model: gradient rounding + accumulate"); the next backward into the same
+  /// buffer skips its zeroing.
+  double loss_and_grad_accumulate(const Batch& b, std::span<const double> master, double loss_scale,
+                                  std::span<double> grads, std::span<double> total, bool first,
+                                  StepTelemetry& telemetry) override;
   void update_tensor(ParamTensor tensor, std::span<double> master, std::span<double> m, std::span<double> v,
                      std::span<const double> grads, const Recipe& recipe, double lr, std::int64_t t,
                      double coef) override;
@@ -104,8 +110,17 @@ class Transformer final : public Model {
   /// whenever that rounding changes no master value: then no copy is held).
   std::span<const double> working_weights(std::span<const double> master);
   void forward(const Batch& b, std::span<const double> master, StepTelemetry* tel);
+  /// Where backward's gradient pass leaves the weight gradients: in `grads`, rounded to the gradient role
+  /// (total empty), or summed into `total` by accumulate_and_clear and `grads` cleared.
+  struct GradSink {
+    std::span<double> total;
+    bool first;
+  };
   void backward(const Batch& b, std::span<const double> master, double loss_scale, std::span<double> grads,
-                StepTelemetry* tel);
+                StepTelemetry* tel, GradSink sink = {});
+  /// The gradient pass at the end of backward: each tensor's gradients rounded to the gradient role (unless it
+  /// is fp64), scanned for non-finite values (naming the first tensor), then summed into sink.total and cleared.
+  void finish_gradients(std::span<double> grads, StepTelemetry* tel, GradSink sink);
   /// The Runner's observer during forward() and backward(): the injection hook (forward outputs), then check().
   void observe(StepTelemetry* tel, const ops::Observation& o);
   /// Scans y for non-finite values (names the first op) and, at detailed steps, logs its range events.
@@ -157,6 +172,9 @@ class Transformer final : public Model {
   const double* derived_from_ = nullptr;
   std::size_t derived_size_ = 0;
   bool derived_identity_ = false;
+  /// A gradient buffer finish_gradients left all +0 (the next backward into it need not zero it); null: none.
+  const double* cleared_grads_ = nullptr;
+  std::size_t cleared_size_ = 0;
   /// The working weights registered immutable with the GEMM pack cache under weights_version_ (null: none).
   const double* registered_ = nullptr;
   void register_weights(std::span<const double> w);

@@ -44,6 +44,12 @@ class Model {
   /// the gradient of loss_scale·mean loss as the policy's backward pass produces it (not yet unscaled).
   virtual double loss_and_grad(const Batch& b, std::span<const double> master, double loss_scale,
                                std::span<double> grads, StepTelemetry& telemetry) = 0;
+  /// loss_and_grad into `grads`, then the update's gradient sum accumulate_gradients(total, grads, first), and
+  /// `grads` left +0 everywhere. This default runs the three in turn; a model may fuse them into one pass with the
+  /// same bits (Transformer: with its gradient-role rounding, and the next call's zeroing skipped).
+  virtual double loss_and_grad_accumulate(const Batch& b, std::span<const double> master, double loss_scale,
+                                          std::span<double> grads, std::span<double> total, bool first,
+                                          StepTelemetry& telemetry);
   /// One AdamW update of `tensor`'s elements of master, m, v (whole buffers in the master layout) from unscaled
   /// gradients, under the model's precision (the OPT group): lr at this step, t = 1-based applied-update
   /// count, coef = clip multiplier, weight decay on is_decayed() tensors only. An update of every tensor is

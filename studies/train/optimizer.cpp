@@ -1,6 +1,8 @@
 // Unscaling, clipping and AdamW on master weights.
 #include "studies/train/optimizer.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "numerics/round.hpp"
@@ -88,6 +90,23 @@ void accumulate_gradients(std::span<double> total, std::span<const double> micro
     total[i] = to_fp32(fp32, first ? micro[i] : total[i] + micro[i]);
     return true;
   });
+}
+
+void accumulate_and_clear(std::span<double> total, std::span<double> micro, bool first) {
+  const numerics::RoundingPlan fp32(numerics::formats::fp32);
+  constexpr std::size_t kPiece = 1024;  // the sums of a piece stay in L1 between the addition and the rounding
+  std::array<double, kPiece> sum;
+  for (std::size_t at = 0; at < total.size(); at += kPiece) {
+    const std::size_t n = std::min(kPiece, total.size() - at);
+    const std::span<double> t = total.subspan(at, n), m = micro.subspan(at, n);
+    if (first) {
+      numerics::round_array(fp32, Rounding::NearestEven, m, t);
+    } else {
+      for (std::size_t i = 0; i < n; ++i) sum[i] = t[i] + m[i];
+      numerics::round_array(fp32, Rounding::NearestEven, std::span<const double>(sum.data(), n), t);
+    }
+    std::fill(m.begin(), m.end(), 0.0);
+  }
 }
 
 double global_norm(std::span<const double> grads, const numerics::Format& f) {

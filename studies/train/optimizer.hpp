@@ -34,6 +34,10 @@ bool unscale_gradients(std::span<double> grads, double scale, int accum = 1,
 /// when `first`, else fl32(total[i] + micro[i]): one addition per micro-step, in micro-step order.
 void accumulate_gradients(std::span<double> total, std::span<const double> micro, bool first);
 
+/// accumulate_gradients on one range, then micro ← +0 there: the same fl32 roundings (by numerics::round_array,
+/// whose binary32 rounding is the conversion accumulate_gradients uses), in the calling thread.
+void accumulate_and_clear(std::span<double> total, std::span<double> micro, bool first);
+
 
 /// ‖g‖₂: squares and sum in binary64, sequentially in buffer order, the square root rounded to f once.
 double global_norm(std::span<const double> grads, const numerics::Format& f = numerics::formats::fp32);

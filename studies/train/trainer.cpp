@@ -261,10 +261,15 @@ void Trainer::step() {
     tel.step = micro;
     const bool detailed = tel.detailed;
     tel.detailed = detailed && j == 0;
-    const double micro_loss = own_.loss_and_grad(batch, master_, scale, accum == 1 ? grads_ : micro_grads_, tel);
+    // A micro-step of an accumulated update sums its gradients into grads_ in the model's gradient pass
+    // (loss_and_grad_accumulate), except when the underflow telemetry must read them first.
+    const bool fused = accum > 1 && !tel.detailed;
+    const double micro_loss =
+        fused ? own_.loss_and_grad_accumulate(batch, master_, scale, micro_grads_, grads_, j == 0, tel)
+              : own_.loss_and_grad(batch, master_, scale, accum == 1 ? grads_ : micro_grads_, tel);
     if (tel.detailed) phase("trainer: underflow telemetry", [&] { log_gradient_underflow(s, batch, accum, scale); });
     tel.detailed = detailed;
-    if (accum > 1) phase("trainer: accumulate", [&] { accumulate_gradients(grads_, micro_grads_, j == 0); });
+    if (accum > 1 && !fused) phase("trainer: accumulate", [&] { accumulate_gradients(grads_, micro_grads_, j == 0); });
     loss += micro_loss;
     micro_losses_.push_back(micro_loss);
     if (micro_losses_.size() > kAutoAneWindow) micro_losses_.pop_front();
