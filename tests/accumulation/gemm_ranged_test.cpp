@@ -26,11 +26,9 @@ namespace {
 
 namespace k = kernels;
 using test::random_values;
+using test::same;
 using test::Regime;
 
-bool same(double x, double y) {
-  return (std::isnan(x) && std::isnan(y)) || std::bit_cast<std::uint64_t>(x) == std::bit_cast<std::uint64_t>(y);
-}
 
 enum class Ranges { Prefix, Suffix, EqualLo, Random };
 

@@ -2,6 +2,8 @@
 // Random GEMM operands of the kernel tests (gemm_kernels_test, gemm_ranged_test): values of a format in the
 // regimes the kernels must get right.
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -13,6 +15,11 @@
 namespace roundoff::numerics::test {
 
 enum class Regime { Normal, Specials, Overflow, Tiny };
+
+/// The kernels' equality: the same bits, or both NaN.
+inline bool same(double x, double y) {
+  return (std::isnan(x) && std::isnan(y)) || std::bit_cast<std::uint64_t>(x) == std::bit_cast<std::uint64_t>(y);
+}
 
 /// Random values of `f` (fp16, bf16 or fp32) in a regime. Tiny: products whose sums land in the accumulator's
 /// subnormal range. Overflow: magnitudes whose products overflow the accumulator after a few terms.
