@@ -1169,6 +1169,29 @@ bool gemm_ranged_fast(const Accumulation& a, std::size_t M, std::size_t N, std::
       const std::size_t lo = rows[i].lo;
       std::size_t g = 1, common = rows[i].hi - lo;
       for (; g < kMr && i + g < M && rows[i + g].lo == lo; ++g) common = std::min(common, rows[i + g].hi - lo);
+      if (g == 1 && period == 1) {
+        // Rows with one end and ascending starts (the suffix ranges [t, T) of the attention backward): each row
+        // alone up to the group's last start, then all of them together to the end (sequential steps: a row's
+        // state at any k is its running sum alone).
+        const std::size_t hi = rows[i].hi;
+        std::size_t h = 1;
+        while (h < kMr && i + h < M && rows[i + h].hi == hi && rows[i + h].lo >= rows[i + h - 1].lo &&
+               rows[i + h].lo < hi)
+          ++h;
+        if (h > 1 && lo < hi) {
+          const std::size_t start = rows[i + h - 1].lo;
+          std::fill(tile, tile + h * kPanel, -0.0f);
+          for (std::size_t r = 0; r + 1 < h; ++r)
+            if (start > rows[i + r].lo)
+              kernel_rows(plan, pk, false, 1, i + r, rows[i + r].lo, start - rows[i + r].lo, p, jn, tile + r * kPanel,
+                          overflows);
+          kernel_rows(plan, pk, false, h, i, start, hi - start, p, jn, tile, overflows);
+          for (std::size_t r = 0; r < h; ++r)
+            for (std::size_t c = 0; c < jn; ++c) C[(i + r) * ldc + j0 + c] = static_cast<double>(tile[r * kPanel + c]);
+          i += h;
+          continue;
+        }
+      }
       const std::size_t prefix = g == 1 ? common : common - common % period;
       std::fill(tile, tile + g * kPanel, -0.0f);
       if (prefix > 0) kernel_rows(plan, pk, false, g, i, lo, prefix, p, jn, tile, overflows);

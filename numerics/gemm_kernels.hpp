@@ -63,7 +63,9 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
 /// false (C untouched) otherwise. Ranges must already be checked. In the calling thread. The rows of a micro-tile
 /// run their common prefix together: with sequential steps a row's state after k terms is its running sum
 /// alone, so a prefix cut at a multiple of the plan's period (1 sequential, the block size blocked, 4 for the
-/// tile stage) resumes exactly; each row then finishes its own tail, its terms counted from its own lo. The
+/// tile stage) resumes exactly; each row then finishes its own tail, its terms counted from its own lo. With
+/// sequential steps, rows with one hi and ascending lo (suffix ranges) run alone up to the last lo of their
+/// micro-tile and then together, for the same reason. The
 /// native fp16 kernel is not used here (the round-to-odd kernel gives the same bits).
 bool gemm_ranged_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix A, ConstMatrix B,
                       const KRange* rows, double* C, std::size_t ldc);

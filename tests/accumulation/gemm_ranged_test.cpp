@@ -30,7 +30,7 @@ using test::same;
 using test::Regime;
 
 
-enum class Ranges { Prefix, Suffix, EqualLo, Random };
+enum class Ranges { Prefix, Suffix, EqualLo, EqualHi, Random };
 
 std::vector<KRange> make_ranges(std::mt19937_64& rng, Ranges kind, std::size_t M, std::size_t K) {
   std::vector<KRange> r(M);
@@ -42,6 +42,12 @@ std::vector<KRange> make_ranges(std::mt19937_64& rng, Ranges kind, std::size_t M
       case Ranges::EqualLo: {  // runs of 1..11 rows with one lo and ragged ends
         const std::size_t lo = (i / 11) % K;
         r[i] = {lo, lo + 1 + (any(rng) % (K - lo))};
+        break;
+      }
+      case Ranges::EqualHi: {  // runs of 9 rows with one hi and ascending lo (steps 0..3, so some equal)
+        const std::size_t hi = K - (i / 9) % std::min<std::size_t>(K, 3);
+        const std::size_t prev = i % 9 == 0 ? any(rng) % hi : r[i - 1].lo;
+        r[i] = {std::min(hi - 1, prev + any(rng) % 4), hi};
         break;
       }
       case Ranges::Random: {
@@ -68,7 +74,7 @@ int check(const Case& c, std::uint64_t seed) {
   int kernel_calls = 0;
   const std::size_t Ms[] = {1, 7, 9, 37}, Ns[] = {1, 5, 16, 33, 70}, Ks[] = {1, 3, 6, 37, 75};
   for (Regime regime : {Regime::Normal, Regime::Specials, Regime::Overflow, Regime::Tiny})
-    for (Ranges kind : {Ranges::Prefix, Ranges::Suffix, Ranges::EqualLo, Ranges::Random})
+    for (Ranges kind : {Ranges::Prefix, Ranges::Suffix, Ranges::EqualLo, Ranges::EqualHi, Ranges::Random})
       for (int trial = 0; trial < 3; ++trial) {
         const std::size_t M = Ms[rng() % 4], N = Ns[rng() % 5], K = Ks[rng() % 5];
         const bool at = rng() % 2 == 1, bt = rng() % 2 == 1;
