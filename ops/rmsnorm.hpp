@@ -68,10 +68,11 @@ void rmsnorm_backward_data(std::span<typename A::Value> dx, std::span<const type
   ctx.in_array(w, ws, Tensor::W);
   ctx.in_array(dy, dys, Tensor::Dy);
   const V n = ctx.c(static_cast<double>(C));
+  // g_i = w_i·dy_i, keys (Dx, e, 0), on the row's span
   const auto products = [&](std::int64_t r) {
-    const std::size_t o = static_cast<std::size_t>(r * C);
-    for (std::size_t i = 0; i < static_cast<std::size_t>(C); ++i)
-      g[o + i] = ctx.mul(ws[i], dys[o + i], key(Tensor::Dx, o + i, 0));
+    const auto o = static_cast<std::size_t>(r * C), cn = static_cast<std::size_t>(C);
+    arith_array(ctx, ArithOp::Mul, cspan(ws), std::span<const V>(dys.data() + o, cn), std::span<V>(g.data() + o, cn),
+                [o](std::size_t i) { return key(Tensor::Dx, o + i, 0); });
   };
   const bool batched = sel.empty();
   std::vector<V> sums(batched ? static_cast<std::size_t>(s.rows) : 0);
