@@ -353,6 +353,17 @@ ROUNDOFF_AVX512 void widen(const float* src, double* dst, std::size_t n) {
 // 65504); exact lanes are counted here (their h is ±65504, so they are among the rare lanes), inexact ones by
 // the scalar fallback. The fp32 accumulator never overflows: |s| <= max32 and |h| <= 65504 give
 // |s + h| < max32 + 2^103 (half an ulp of max32), which rounds to at most max32, also with an unbounded exponent.
+//
+// Binary32 bracket, tried first (AVX-512 tier): the products are exact in binary32 as well (pack_run: at most 12
+// significant bits each, 2^-63 <= |x| < 2^63, so |p_t| lies in [2^-126, 2^126] or is 0/inf/NaN), so the binary32
+// FMA chains lo = RD(..RD(p_0 + p_1)..+ p_3) and hi = RU(..) satisfy lo <= S <= hi the same way (an overflowing
+// chain only widens the bracket, to ±max32 or ±inf). RZ16 is monotone, so when RZ16(lo) and RZ16(hi) are the
+// same fp16 value h, h = RZ16(S) (RZ16 of a binary32 value is one vcvtps2ph with RZ). A lane is taken when the
+// two agree and 0 < |h| < 65504 (then S is finite, nonzero and |S| < 65504: no overflow event), or h = ±0 with
+// S's sign proven (lo > 0: S > 0 and h = +0; hi < 0: S < 0 and h = −0, RZ16 of a tiny nonzero S), or lo = hi = 0
+// (S = 0 exactly: h = +0, the definition's exact zero, whatever the signs of lo and hi). In each case h is what
+// the binary64 path gives (RZ16(S), or +0 for S = 0, in its exact lanes and its scalar fallback alike). The
+// attempt succeeds only when all 16 lanes are taken; otherwise the tile is summed by the binary64 path.
 
 /// The tile stage alone: numerics::sum of one tile's terms under it is the tile value (and its overflow count).
 const Accumulation& tile_only() {
@@ -434,20 +445,63 @@ ROUNDOFF_AVX512 ROUNDOFF_INLINE void load_b_f64(const float* Bp, std::size_t ldb
   }
 }
 
-/// MR rows × 16 columns: rows Ap[r·lda + k] (binary64), B columns Bp[k·ldb + 0..15] (binary32), running sums
-/// in/out tile[r·ldt + c].
+/// The tile of N terms in binary32 first (see "binary32 bracket" above): s += h on all 16 lanes and true, or
+/// false with s untouched when a lane's bracket straddles an fp16 value, its h is ±65504, ±inf or NaN, or its h
+/// is ±0 without a proof of S's sign or of S = 0.
+/// a: the row's N values as binary32; b[t]: the terms' 16 B columns.
+template <std::size_t N>
+ROUNDOFF_AVX512 ROUNDOFF_INLINE bool tile_step_f32(__m512& s, const float* a, const __m512* b) {
+  constexpr int kRd = _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC, kRu = _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC;
+  constexpr int kRz = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;
+  __m512 lo = _mm512_mul_ps(_mm512_set1_ps(a[0]), b[0]);  // exact
+  __m512 hi = lo;
+#pragma GCC unroll 4
+  for (std::size_t t = 1; t < N; ++t) {
+    const __m512 at = _mm512_set1_ps(a[t]);
+    lo = _mm512_fmadd_round_ps(at, b[t], lo, kRd);
+    hi = _mm512_fmadd_round_ps(at, b[t], hi, kRu);
+  }
+  __m256i hh = _mm512_cvtps_ph(hi, kRz);
+  const __m256i hl = _mm512_cvtps_ph(lo, kRz);
+  const __m256i mag = _mm256_and_si256(hh, _mm256_set1_epi16(0x7FFF));
+  const __mmask16 same = _mm256_cmpeq_epi16_mask(hl, hh);
+  const __mmask16 ok = same & _mm256_cmpgt_epu16_mask(mag, _mm256_setzero_si256()) &
+                       _mm256_cmplt_epu16_mask(mag, _mm256_set1_epi16(0x7BFF));
+  if (__builtin_expect(ok != 0xFFFF, 0)) {
+    // Zero lanes: S = 0 exactly when lo = hi = 0 (h = +0, the definition's exact zero); a nonzero S of known sign
+    // (lo > 0 or hi < 0) whose ends both round toward zero to that signed zero.
+    const __m512 zero = _mm512_setzero_ps();
+    const __mmask16 exact_zero = _mm512_cmp_ps_mask(lo, zero, _CMP_EQ_OQ) & _mm512_cmp_ps_mask(hi, zero, _CMP_EQ_OQ);
+    const __mmask16 signed_tiny = same & _mm256_cmpeq_epi16_mask(mag, _mm256_setzero_si256()) &
+                                  (_mm512_cmp_ps_mask(lo, zero, _CMP_GT_OQ) | _mm512_cmp_ps_mask(hi, zero, _CMP_LT_OQ));
+    if (static_cast<__mmask16>(ok | exact_zero | signed_tiny) != 0xFFFF) return false;
+    hh = _mm256_mask_mov_epi16(hh, exact_zero, _mm256_setzero_si256());
+  }
+  s = _mm512_add_ps(s, _mm512_cvtph_ps(hh));
+  return true;
+}
+
+/// MR rows × 16 columns: rows Ap[r·lda + k] (binary64) and Af[r·lda + k] (the same values as binary32), B
+/// columns Bp[k·ldb + 0..15] (binary32), running sums in/out tile[r·ldt + c]. Each tile is tried in binary32
+/// (tile_step_f32) and, where that declines, summed by tile_step.
 template <std::size_t MR>
-ROUNDOFF_AVX512 void tile_ane(const double* Ap, std::size_t lda, const float* Bp, std::size_t ldb, std::size_t K,
-                              float* tile, std::size_t ldt, std::int64_t& overflows) {
+ROUNDOFF_AVX512 void tile_ane(const double* Ap, const float* Af, std::size_t lda, const float* Bp, std::size_t ldb,
+                              std::size_t K, float* tile, std::size_t ldt, std::int64_t& overflows) {
   __m512 s[MR];
   for (std::size_t r = 0; r < MR; ++r) s[r] = _mm512_loadu_ps(tile + r * ldt);
+  __m512 bf[kTile];
   __m512d bl[kTile], bh[kTile];
   std::size_t k0 = 0;
   for (; k0 + kTile <= K; k0 += kTile) {
-    load_b_f64(Bp, ldb, k0, kTile, bl, bh);
+    for (std::size_t t = 0; t < kTile; ++t) bf[t] = _mm512_loadu_ps(Bp + (k0 + t) * ldb);
+    bool wide = false;  // bl, bh loaded for this tile
 #pragma GCC unroll 8
-    for (std::size_t r = 0; r < MR; ++r)
+    for (std::size_t r = 0; r < MR; ++r) {
+      if (__builtin_expect(tile_step_f32<kTile>(s[r], Af + r * lda + k0, bf), 1)) continue;
+      if (!wide) load_b_f64(Bp, ldb, k0, kTile, bl, bh);
+      wide = true;
       s[r] = tile_step<kTile>(s[r], Ap + r * lda + k0, bl, bh, Bp + k0 * ldb, ldb, overflows);
+    }
   }
   const std::size_t rest = K - k0;  // the last, partial tile
   if (rest > 0) {
@@ -463,24 +517,26 @@ ROUNDOFF_AVX512 void tile_ane(const double* Ap, std::size_t lda, const float* Bp
   for (std::size_t r = 0; r < MR; ++r) _mm512_storeu_ps(tile + r * ldt, s[r]);
 }
 
-ROUNDOFF_AVX512 void tile_ane_rows(std::size_t rows, const double* Ap, std::size_t lda, const float* Bp,
+ROUNDOFF_AVX512 void tile_ane_rows(std::size_t rows, const double* Ap, const float* Af, std::size_t lda,
+                                   const float* Bp,
                                    std::size_t ldb, std::size_t K, float* tile, std::size_t ldt,
                                    std::int64_t& overflows) {
   for (std::size_t r0 = 0; r0 < rows;) {
     const std::size_t left = rows - r0;
     const double* a = Ap + r0 * lda;
+    const float* af = Af + r0 * lda;
     float* t = tile + r0 * ldt;
     if (left >= 8) {
-      tile_ane<8>(a, lda, Bp, ldb, K, t, ldt, overflows);
+      tile_ane<8>(a, af, lda, Bp, ldb, K, t, ldt, overflows);
       r0 += 8;
     } else if (left >= 4) {
-      tile_ane<4>(a, lda, Bp, ldb, K, t, ldt, overflows);
+      tile_ane<4>(a, af, lda, Bp, ldb, K, t, ldt, overflows);
       r0 += 4;
     } else if (left >= 2) {
-      tile_ane<2>(a, lda, Bp, ldb, K, t, ldt, overflows);
+      tile_ane<2>(a, af, lda, Bp, ldb, K, t, ldt, overflows);
       r0 += 2;
     } else {
-      tile_ane<1>(a, lda, Bp, ldb, K, t, ldt, overflows);
+      tile_ane<1>(a, af, lda, Bp, ldb, K, t, ldt, overflows);
       r0 += 1;
     }
   }
@@ -810,7 +866,8 @@ void kernel_rows(const Plan& plan, const Packed& pk, bool native, std::size_t ro
       avx2::tile_ane_rows(rows, pk.Ad + a0, K, pk.B + b0 + 8 * q, kPanel, len, tile + 8 * q, kPanel, overflows);
   } else if (plan.tile) {
     for (std::size_t q = 0; q < 4 && 16 * q < jn; ++q)
-      tile_ane_rows(rows, pk.Ad + a0, K, pk.B + b0 + 16 * q, kPanel, len, tile + 16 * q, kPanel, overflows);
+      tile_ane_rows(rows, pk.Ad + a0, pk.A + a0, K, pk.B + b0 + 16 * q, kPanel, len, tile + 16 * q, kPanel,
+                    overflows);
   } else if (native) {
     tile_ph_rows(rows, pk.Ah + a0, K, pk.Bh + b0, len, plan.block, tile, kPanel);
   } else if (pk.avx2) {
@@ -1057,10 +1114,8 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
     pk.Ah = buffers.Ah.get(M * K);
     pk.Bh = buffers.Bh.get(pk.panels * K * kPanel);
   } else {
-    if (plan.tile)
-      pk.Ad = buffers.Ad.get(M * K);
-    else
-      pk.A = buffers.A.get(M * K);
+    if (plan.tile) pk.Ad = buffers.Ad.get(M * K);
+    if (!plan.tile || !pk.avx2) pk.A = buffers.A.get(M * K);  // the tile kernel's binary32 attempt too
     pk.B = cached ? cached->panels.get() : fill ? fill->panels.get() : buffers.B.get(pk.panels * K * kPanel);
   }
   std::vector<double> c_initial;  // only needed to replay overflowing outputs
@@ -1151,10 +1206,8 @@ bool gemm_ranged_fast(const Accumulation& a, std::size_t M, std::size_t N, std::
   const Plan plan = *plan_opt;
   Packed pk = packed_shape(a, plan, isa, M, N, K);
   thread_local PackBuffers buffers;
-  if (plan.tile)
-    pk.Ad = buffers.Ad.get(M * K);
-  else
-    pk.A = buffers.A.get(M * K);
+  if (plan.tile) pk.Ad = buffers.Ad.get(M * K);
+  if (!plan.tile || !pk.avx2) pk.A = buffers.A.get(M * K);  // the tile kernel's binary32 attempt too
   pk.B = buffers.B.get(pk.panels * K * kPanel);
   // Packed by the calling thread (no work-sharing: callers may be inside a parallel region).
   if (pack_operands(pk, A, B, nullptr, nullptr, false) == 0) return false;

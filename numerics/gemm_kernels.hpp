@@ -24,9 +24,12 @@
 ///                          integer round-half-even on the bits (vcvtneps2bf16 flushes subnormals: trap 3);
 ///   fp16 accumulator with AVX512-FP16 and all inputs (and C) fp16 values: the native vfmadd*ph, which is
 ///                          exactly one correctly rounded fp16 FMA.
-///   tile stage: per tile and 16 lanes, the products' binary64 sums rounded down (sd) and up (su); sd == su
-///                          proves su exact (monotone directed rounding brackets the exact sum), else that lane's
-///                          tile is computed by the scalar definition. The exact sum is rounded toward zero to
+///   tile stage: per tile and 16 lanes, first the products' binary32 sums rounded down and up, each rounded
+///                          toward zero to fp16: equal, nonzero and below 65504 in every lane proves that value
+///                          RZ16(S) (monotone rounding, AVX-512 tier); otherwise the products' binary64 sums
+///                          rounded down (sd) and up (su); sd == su proves su exact (monotone directed
+///                          rounding brackets the exact sum), else that lane's tile is computed by the scalar
+///                          definition. The exact sum is rounded toward zero to
 ///                          binary32 then to fp16 (RZ of RZ is RZ since fp16 ⊂ binary32), added in fp32 (RNE).
 ///                          Full argument, signed zeros and overflow counting at tile_ane in gemm_kernels.cpp.
 ///   AVX2 tier (no embedded rounding): the same steps, with round-to-odd and the tile's exactness built from

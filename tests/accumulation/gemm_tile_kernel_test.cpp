@@ -265,6 +265,81 @@ TEST_F(GemmTileKernel, AdversarialTilesTakeTheFallback) {
   }
 }
 
+TEST_F(GemmTileKernel, Binary32BracketsThatStraddleAnFp16ValueTakeTheBinary64Path) {
+  // Tiles binary64 sums exactly but binary32 cannot: 64·32 = 2048 and ±2^-10·2^-10 = ±2^-20. Rounded down and
+  // up in binary32 (ulp 2^-13 below 2048, 2^-12 above) the sums bracket an fp16 value, so the binary32 attempt
+  // must decline; taking either end would give the neighbour of the right fp16 value for one sign.
+  if (isas_with_tile_kernel().empty()) GTEST_SKIP() << "no AVX2 or AVX-512";
+  const double e = 0x1p-10;
+  struct Tile {
+    std::vector<double> a, b;
+    double want;
+  };
+  const std::vector<Tile> tiles = {
+      {{64, -e, 0, 0}, {32, e, 0, 0}, 2047.0},    // 2048 − 2^-20: RZ16 2047 (fp16 ulp 1 below 2048)
+      {{-64, e, 0, 0}, {32, e, 0, 0}, -2047.0},   // −2048 + 2^-20
+      {{64, e, 0, 0}, {32, e, 0, 0}, 2048.0},     // 2048 + 2^-20: both ends round toward zero to 2048
+      {{64, -e, e, -e}, {32, e, e, e}, 2047.0},   // 2048 − 2^-20 + 2^-20 − 2^-20, a full tile of 4
+  };
+  for (const k::Isa isa : isas_with_tile_kernel()) {
+    k::set_isa_limit(isa);
+    for (std::size_t t = 0; t < tiles.size(); ++t) {
+      const Tile& tile = tiles[t];
+      const std::size_t K = tile.a.size();
+      // 16 columns so that the 16-lane kernels (not only their ragged edge) see the tile; column j scales B by
+      // 2^(j mod 3) (exact; the sums scale too).
+      const std::size_t N = 16;
+      std::vector<double> B(K * N);
+      for (std::size_t k = 0; k < K; ++k)
+        for (std::size_t j = 0; j < N; ++j) B[k * N + j] = std::ldexp(tile.b[k], static_cast<int>(j % 3));
+      std::vector<double> C(N, 0.0);
+      ASSERT_TRUE(k::gemm_fast(ane, 1, N, K, ConstMatrix{tile.a.data(), K}, ConstMatrix{B.data(), N}, C.data(), N,
+                               false, nullptr, 1));
+      for (std::size_t j = 0; j < N; ++j) {
+        const double want = naive_tile_dot(tile.a, B, N, K, 0, j, false, 0.0).value;
+        EXPECT_TRUE(same(C[j], want)) << k::name_of(isa) << " tile " << t << " column " << j << " got " << C[j]
+                                      << " want " << want;
+      }
+      EXPECT_TRUE(same(C[0], tile.want)) << k::name_of(isa) << " tile " << t << " got " << C[0];
+    }
+  }
+}
+
+TEST_F(GemmTileKernel, ZeroTilesOfOneFullTileOn16Columns) {
+  // One full tile (K = 4) per output, 16 columns (c = 2^-24·2^(j mod 3) in column j), no accumulate, so each
+  // result is the tile value itself. B's column: (c, −c, 2^-24, −0). Row 0: every product −0 (S = 0: +0, though
+  // both binary32 sums are −0). Row 1: c − c (S = 0 by cancellation: +0; the sum rounded down is −0). Row 2:
+  // −2^-24·c − 2^-48 (a tiny negative S: −0). Row 3: the positive one (+0).
+  if (isas_with_tile_kernel().empty()) GTEST_SKIP() << "no AVX2 or AVX-512";
+  const double e = 0x1p-24;
+  const std::vector<double> A = {-0.0, 0.0, -0.0, 1.0,  //
+                                 1.0,  1.0, 0.0,  0.0,  //
+                                 -e,   0.0, -e,   0.0,  //
+                                 e,    0.0, e,    0.0};
+  const std::size_t M = 4, N = 16, K = 4;
+  std::vector<double> B(K * N);
+  for (std::size_t j = 0; j < N; ++j) {
+    const double c = std::ldexp(e, static_cast<int>(j % 3));
+    B[0 * N + j] = c;
+    B[1 * N + j] = -c;
+    B[2 * N + j] = e;
+    B[3 * N + j] = -0.0;
+  }
+  for (const k::Isa isa : isas_with_tile_kernel()) {
+    k::set_isa_limit(isa);
+    std::vector<double> C(M * N, 1.0);
+    ASSERT_TRUE(k::gemm_fast(ane, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, C.data(), N, false,
+                             nullptr, 1));
+    for (std::size_t i = 0; i < M; ++i)
+      for (std::size_t j = 0; j < N; ++j) {
+        const double want = naive_tile_dot(A, B, N, K, i, j, false, 0.0).value;
+        EXPECT_TRUE(same(C[i * N + j], want))
+            << k::name_of(isa) << " row " << i << " column " << j << " got " << C[i * N + j] << " want " << want;
+        EXPECT_TRUE(same(want, i == 2 ? -0.0 : 0.0)) << "row " << i << " column " << j << ": " << want;
+      }
+  }
+}
+
 TEST_F(GemmTileKernel, SignedZeroTilesAndSaturation) {
   if (isas_with_tile_kernel().empty()) GTEST_SKIP() << "no AVX2 or AVX-512";
   const double e = 0x1p-24, max32 = std::numeric_limits<float>::max();
