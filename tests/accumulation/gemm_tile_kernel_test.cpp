@@ -122,6 +122,13 @@ std::vector<k::Isa> isas_with_tile_kernel() {
   return out;
 }
 
+/// A hand-made tile row: A's values a, B's column b, the expected result and overflow count.
+struct HandTile {
+  std::vector<double> a, b;
+  double want;
+  std::int64_t overflows = 0;
+};
+
 class GemmTileKernel : public ::testing::Test {
  protected:
   void TearDown() override {
@@ -231,12 +238,7 @@ TEST_F(GemmTileKernel, AdversarialTilesTakeTheFallback) {
   // sign or overflow count. Products: 32·32 = 1024, 256·256 = 65536, 2^-24·2^-24 = 2^-48.
   if (isas_with_tile_kernel().empty()) GTEST_SKIP() << "no AVX2 or AVX-512";
   const double e = 0x1p-24;
-  struct Tile {
-    std::vector<double> a, b;
-    double want;
-    std::int64_t overflows;
-  };
-  const std::vector<Tile> tiles = {
+  const std::vector<HandTile> tiles = {
       // 1024 − 2^-48: RZ gives 1023.5, the binary64 sums bracket 1024.
       {{32, -e, e, -e}, {32, e, e, e}, 1023.5, 0},
       // 1024 + 2^-48 − 1024 − 2^-47 = −2^-48 (−0), then a ragged one-term tile 2^-47 (+0): −0 + +0 = +0.
@@ -250,7 +252,7 @@ TEST_F(GemmTileKernel, AdversarialTilesTakeTheFallback) {
   for (const k::Isa isa : isas_with_tile_kernel()) {
     k::set_isa_limit(isa);
     for (std::size_t t = 0; t < tiles.size(); ++t) {
-      const Tile& tile = tiles[t];
+      const HandTile& tile = tiles[t];
       const std::size_t K = tile.a.size();
       double C = 1.0;
       AccumStats stats;
@@ -271,11 +273,7 @@ TEST_F(GemmTileKernel, Binary32BracketsThatStraddleAnFp16ValueTakeTheBinary64Pat
   // must decline; taking either end would give the neighbour of the right fp16 value for one sign.
   if (isas_with_tile_kernel().empty()) GTEST_SKIP() << "no AVX2 or AVX-512";
   const double e = 0x1p-10;
-  struct Tile {
-    std::vector<double> a, b;
-    double want;
-  };
-  const std::vector<Tile> tiles = {
+  const std::vector<HandTile> tiles = {
       {{64, -e, 0, 0}, {32, e, 0, 0}, 2047.0},    // 2048 − 2^-20: RZ16 2047 (fp16 ulp 1 below 2048)
       {{-64, e, 0, 0}, {32, e, 0, 0}, -2047.0},   // −2048 + 2^-20
       {{64, e, 0, 0}, {32, e, 0, 0}, 2048.0},     // 2048 + 2^-20: both ends round toward zero to 2048
@@ -284,7 +282,7 @@ TEST_F(GemmTileKernel, Binary32BracketsThatStraddleAnFp16ValueTakeTheBinary64Pat
   for (const k::Isa isa : isas_with_tile_kernel()) {
     k::set_isa_limit(isa);
     for (std::size_t t = 0; t < tiles.size(); ++t) {
-      const Tile& tile = tiles[t];
+      const HandTile& tile = tiles[t];
       const std::size_t K = tile.a.size();
       // 16 columns so that the 16-lane kernels (not only their ragged edge) see the tile; column j scales B by
       // 2^(j mod 3) (exact; the sums scale too).
