@@ -315,7 +315,7 @@ def fig_decomposition(spec, contrasts, path):
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(comps) + 2), 5))
     width = 0.8 / max(1, len(metrics))
     for j, m in enumerate(metrics):
-        ys, lo, hi = [], [], []
+        ys, lo, hi, ns = [], [], [], []
         for c in comps:
             row = contrasts[(contrasts.metric == m) & (contrasts.arm == c["arm"]) & (contrasts.ref == c["ref"])] \
                 if not contrasts.empty else contrasts
@@ -323,16 +323,25 @@ def fig_decomposition(spec, contrasts, path):
             ys.append(y)
             lo.append(y - float(row.rel_ci_low.iloc[0]) if not row.empty else math.nan)
             hi.append(float(row.rel_ci_high.iloc[0]) - y if not row.empty else math.nan)
+            ns.append(int(row.n.iloc[0]) if not row.empty and not pd.isna(row.n.iloc[0]) else 0)
         x = np.arange(len(comps)) + (j - (len(metrics) - 1) / 2) * width
-        ax.bar(x, np.nan_to_num(ys), width, yerr=[np.nan_to_num(lo), np.nan_to_num(hi)], capsize=3,
-               color=f"C{j}", label=m)
-        for xi, y in zip(x, ys):
+        ax.bar(x, np.nan_to_num(ys), width, color=f"C{j}", label=m)
+        # Error bars only where the interval exists (n >= 2); each bar says its number of paired seeds.
+        has_ci = [not (math.isnan(a) or math.isnan(b)) for a, b in zip(lo, hi)]
+        if any(has_ci):
+            xs = [xi for xi, h in zip(x, has_ci) if h]
+            ax.errorbar(xs, [y for y, h in zip(ys, has_ci) if h],
+                        yerr=[[v for v, h in zip(lo, has_ci) if h], [v for v, h in zip(hi, has_ci) if h]],
+                        fmt="none", ecolor="black", capsize=3, lw=0.8)
+        for xi, y, n in zip(x, ys, ns):
             if math.isnan(y):
                 ax.text(xi, 0, "no data", rotation=90, ha="center", va="bottom", fontsize=7)
+            else:
+                ax.text(xi, y, f"n={n}", rotation=90, ha="center", va="bottom" if y >= 0 else "top", fontsize=6)
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(np.arange(len(comps)))
     ax.set_xticklabels([c["label"] for c in comps], rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel("gap, % of the reference's loss (mean over seeds, 95 % t CI)")
+    ax.set_ylabel("gap, % of the reference's loss\n(mean of paired seeds; 95 % t CI where n >= 2)")
     ax.set_title("gap decomposition")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
