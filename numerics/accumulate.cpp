@@ -31,6 +31,22 @@ std::string_view name_of(Order o) {
   return "?";
 }
 
+std::string_view name_of(AdderAnchor a) {
+  switch (a) {
+    case AdderAnchor::LeadingBit: return "lead";
+    case AdderAnchor::ExponentSum: return "exp-sum";
+  }
+  return "?";
+}
+
+std::string_view name_of(AdderEdges e) {
+  switch (e) {
+    case AdderEdges::Ieee: return "ieee";
+    case AdderEdges::InfPositiveZero: return "inf-pos-zero";
+  }
+  return "?";
+}
+
 namespace {
 
 struct Preset {
@@ -90,6 +106,26 @@ const std::vector<Preset>& presets() {
       tc.adder = MultiTermAdder{g, 0, Rounding::TowardZero, Rounding::TowardZero, 2};
       v.push_back({name, tc});
     }
+    // H100 mma.sync, fitted bit for bit to the hardware (studies/tensorcore, docs/studies/tensorcore.md): each
+    // instruction adds its k products (16; 8 for tf32) and C in one step, aligned on the largest exponent sum
+    // with 2 bits below binary32's last place, truncated, normalised by truncation; overflow gives inf and an
+    // underflow to zero gives +0.
+    struct H100 {
+      const char* name;
+      int group;
+      int emin;
+    };
+    for (const H100& h : {H100{"tc-h100", 16, -14}, H100{"tc-h100-bf16", 16, -126}, H100{"tc-h100-tf32", 8, -126}}) {
+      Accumulation tc = seq(formats::fp32, Rounding::TowardZero);
+      tc.adder = MultiTermAdder{h.group, 2, Rounding::TowardZero, Rounding::TowardZero, 6, AdderAnchor::ExponentSum,
+                                h.emin, AdderEdges::InfPositiveZero};
+      v.push_back({h.name, tc});
+    }
+    // The fp16-accumulator form: the same register (binary32's alignment: 23 + 2 bits below the anchor, so 15
+    // extra bits over fp16's 10) rounded once to fp16 to nearest, with IEEE edges (negative underflow gives -0).
+    Accumulation f16acc = seq(formats::fp16, Rounding::NearestEven);
+    f16acc.adder = MultiTermAdder{16, 15, Rounding::TowardZero, Rounding::NearestEven, 6, AdderAnchor::ExponentSum, -14};
+    v.push_back({"tc-h100-f16acc", f16acc});
     // The ANE accumulator as the reverse-engineered ane-guide describes it (docs/numerics.md): exact tiles of 4
     // terms rounded to fp16 (toward zero: the mode that reproduces its 4096 + 1024·1 = 5116 example) feeding an
     // fp32 accumulator.
@@ -109,7 +145,7 @@ std::string preset_list() {
 
 constexpr const char* kKeysHelp =
     "keys: acc=FORMAT[:ROUNDING], order=seq|reverse|pairwise|kahan|blocked:B, outer=FORMAT, fused, unfused, "
-    "product=FORMAT, promote=N[:FORMAT], group=G, extra=E, align=ROUNDING, normalize=ROUNDING, carry=C, "
+    "product=FORMAT, promote=N[:FORMAT], group=G, extra=E, align=ROUNDING, normalize=ROUNDING, carry=C, anchor=lead|exp-sum:EMIN, edges=ieee|inf-pos-zero, "
     "tile=G[:FORMAT][:ROUNDING]";
 
 [[noreturn]] void fail(std::string_view text, const std::string& why) {
@@ -135,6 +171,15 @@ int parse_count(std::string_view text, std::string_view token, std::string_view 
   }
   if (!ok) fail(text, "'" + std::string(token) + "' is not a non-negative integer for " + std::string(what));
   return v;
+}
+
+int parse_signed(std::string_view text, std::string_view token, std::string_view what) {
+  const bool neg = token.starts_with('-');
+  const std::string_view digits = neg ? token.substr(1) : token;
+  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string_view::npos)
+    fail(text, "'" + std::string(token) + "' is not an integer for " + std::string(what));
+  const int v = parse_count(text, digits, what);
+  return neg ? -v : v;
 }
 
 Format parse_format_in(std::string_view text, std::string_view token) {
@@ -188,6 +233,12 @@ std::optional<std::string> validate(const Accumulation& a) {
     if (m.align != Rounding::TowardZero && m.align != Rounding::NearestEven)
       return std::string("adder alignment rounding must be toward-zero or nearest-even");
     if (m.normalize == Rounding::Stochastic) return std::string("adder normalisation cannot be stochastic");
+    if (m.anchor == AdderAnchor::ExponentSum && (m.input_emin < -1074 || m.input_emin > -1))
+      return std::string("anchor=exp-sum needs the input format's emin in -1074..-1");
+    if (m.anchor == AdderAnchor::LeadingBit && m.input_emin != 0)
+      return std::string("an input emin is only meaningful with anchor=exp-sum");
+    if (m.edges == AdderEdges::InfPositiveZero && (a.format.specials != Specials::Ieee || a.format.saturate))
+      return std::string("edges=inf-pos-zero needs an accumulator format with infinities that does not saturate");
   } else if (!(m == MultiTermAdder{})) {
     return std::string("adder parameters are set but group is 0");
   }
@@ -235,6 +286,9 @@ std::string spec_text(const Accumulation& a) {
     s += ",group=" + std::to_string(a.adder.group) + ",extra=" + std::to_string(a.adder.extra_bits) +
          ",align=" + std::string(name_of(a.adder.align)) + ",normalize=" + std::string(name_of(a.adder.normalize)) +
          ",carry=" + std::to_string(a.adder.carry_bits);
+    if (a.adder.anchor != AdderAnchor::LeadingBit || a.adder.input_emin != 0)
+      s += ",anchor=" + std::string(name_of(a.adder.anchor)) + ":" + std::to_string(a.adder.input_emin);
+    if (a.adder.edges != AdderEdges::Ieee) s += ",edges=" + std::string(name_of(a.adder.edges));
   }
   if (!(a.tile == TileStage{}))
     s += ",tile=" + std::to_string(a.tile.size) + ":" + name_of(a.tile.format) + ":" +
@@ -315,6 +369,20 @@ Accumulation parse_accumulation(std::string_view text) {
       a.adder.align = parse_rounding_in(text, val);
     } else if (key == "normalize") {
       a.adder.normalize = parse_rounding_in(text, val);
+    } else if (key == "edges") {
+      if (val == "ieee") a.adder.edges = AdderEdges::Ieee;
+      else if (val == "inf-pos-zero") a.adder.edges = AdderEdges::InfPositiveZero;
+      else fail(text, "unknown edges '" + std::string(val) + "' (valid: ieee, inf-pos-zero)");
+    } else if (key == "anchor") {
+      if (val == "lead") {
+        a.adder.anchor = AdderAnchor::LeadingBit;
+        a.adder.input_emin = 0;
+      } else if (val.starts_with("exp-sum:")) {
+        a.adder.anchor = AdderAnchor::ExponentSum;
+        a.adder.input_emin = parse_signed(text, val.substr(8), "the anchor's input emin");
+      } else {
+        fail(text, "unknown anchor '" + std::string(val) + "' (valid: lead, exp-sum:EMIN, e.g. exp-sum:-14 for fp16 inputs)");
+      }
     } else if (key == "tile") {
       // G[:FORMAT][:ROUNDING]; a custom FORMAT has colons of its own, so the rounding is split off the end.
       const std::size_t colon = val.find(':');
@@ -365,12 +433,14 @@ u128 shift_round(u128 m, int k, Rounding mode) {
   return q;
 }
 
-/// An addend of the multi-term adder: (-1)^neg·m·2^exp, m != 0; top = exponent of the leading bit.
+/// An addend of the multi-term adder: (-1)^neg·m·2^exp, m != 0; top = exponent of the leading bit; anchor = the
+/// exponent it is aligned by (top, or a fused product's exponent sum under AdderAnchor::ExponentSum).
 struct Addend {
   bool neg;
   u128 m;
   int exp;
   int top;
+  int anchor;
 };
 
 struct SumSource {
@@ -622,7 +692,8 @@ class Run {
 
   static void push(std::vector<Addend>& v, bool neg, u128 m, int exp) {
     if (m == 0) return;
-    v.push_back(Addend{neg, m, exp, exp + bit_length(m) - 1});
+    const int top = exp + bit_length(m) - 1;
+    v.push_back(Addend{neg, m, exp, top, top});
   }
   static void push_value(std::vector<Addend>& v, double x) {
     if (x == 0) return;
@@ -661,6 +732,10 @@ class Run {
             split_double(x, mx, ex);
             split_double(y, my, ey);
             push(addends_, std::signbit(x) != std::signbit(y), u128{mx} * my, ex + ey);
+            if (a_.adder.anchor == AdderAnchor::ExponentSum) {
+              const int lo = a_.adder.input_emin;
+              addends_.back().anchor = std::max(std::ilogb(x), lo) + std::max(std::ilogb(y), lo);
+            }
           }
           continue;
         }
@@ -684,8 +759,8 @@ class Run {
     const double special_sum = nf.sum;
     if (special) return round_to(p_.acc, ad.normalize, special_sum);
     if (addends_.empty()) return 0.0;
-    int top = addends_[0].top;
-    for (const Addend& v : addends_) top = std::max(top, v.top);
+    int top = addends_[0].anchor;
+    for (const Addend& v : addends_) top = std::max(top, v.anchor);
     const int p = a_.format.precision;
     int q = top - (p - 1) - ad.extra_bits;  // weight of the last bit kept in alignment
     __extension__ typedef __int128 i128;
@@ -705,8 +780,12 @@ class Run {
       q += len - width;
     }
     const ExactParts parts{neg, mag, q, false};
-    const double r = round_parts(p_.acc, ad.normalize, parts);
+    double r = round_parts(p_.acc, ad.normalize, parts);
     count(p_.acc, r, operands_finite, [&](const RoundingPlan& pl) { return round_parts(pl, ad.normalize, parts); });
+    if (ad.edges == AdderEdges::InfPositiveZero) {
+      if (r == 0) return 0.0;
+      if (q + bit_length(mag) - 1 > a_.format.emax) return neg ? -HUGE_VAL : HUGE_VAL;
+    }
     return r;
   }
 

@@ -31,6 +31,14 @@
 ///             aligned values are summed exactly in a register of p + extra_bits + carry_bits bits: a sum longer
 ///             than that first loses its low bits (rounded per adder.align); N rounds the result once to the
 ///             accumulator format per adder.normalize. An exactly zero result is +0.
+///             adder.anchor = ExponentSum changes only E: a fused product x·y then counts with the exponent
+///             e(x) + e(y), e(v) = max(floor(log2|v|), adder.input_emin) (what the hardware knows before the
+///             significands are multiplied; the product's leading bit may sit one above it, or below it for
+///             subnormal factors); the running sum and every other addend count with their leading bit. This is
+///             the H100 tensor-core model fitted bit for bit to the hardware (docs/studies/tensorcore.md).
+///             adder.edges = InfPositiveZero changes only N's edge cases: a result of magnitude at least
+///             2^(emax+1) is ±inf whatever adder.normalize is (IEEE toward-zero would give ±max_finite), and a
+///             result that rounds to zero is +0 (IEEE keeps the sign of an underflowed value).
 ///   tile      tile.size = g > 0 (orders seq/reverse, no adder, no promotion): an exact first reduction stage (the
 ///             Apple Neural Engine model of the reverse-engineered ane-guide, docs/numerics.md). Consecutive terms
 ///             (processing order; the last tile ragged) form tiles of g; each tile's exact sum Σ t_k (fused: exact
@@ -67,6 +75,22 @@ enum class Order : std::uint8_t { Sequential, Reverse, Pairwise, Blocked, Kahan 
 /// "seq", "reverse", "pairwise", "blocked", "kahan".
 std::string_view name_of(Order o);
 
+/// Which exponent a multi-term adder aligns its addends on (see `adder` above).
+enum class AdderAnchor : std::uint8_t {
+  LeadingBit,   ///< the largest leading-bit exponent of the addends (Fasi et al.'s V100/A100 model)
+  ExponentSum,  ///< fused products by the sum of their factors' exponents (H100, fitted to the hardware)
+};
+/// "lead", "exp-sum".
+std::string_view name_of(AdderAnchor a);
+
+/// How a multi-term adder's normalisation treats overflow and zero results (see `adder` above).
+enum class AdderEdges : std::uint8_t {
+  Ieee,             ///< as IEEE 754 defines for adder.normalize
+  InfPositiveZero,  ///< overflow is ±inf whatever the rounding, every zero result is +0 (H100 binary32 output)
+};
+/// "ieee", "inf-pos-zero".
+std::string_view name_of(AdderEdges e);
+
 /// Multi-term fused adder parameters (tensor cores / NPUs). group == 0 disables the model.
 struct MultiTermAdder {
   int group = 0;                           ///< products added per step (4 on V100, 8/16 on later parts)
@@ -74,6 +98,9 @@ struct MultiTermAdder {
   Rounding align = Rounding::TowardZero;   ///< TowardZero (truncate) or NearestEven, for alignment shifts
   Rounding normalize = Rounding::TowardZero;  ///< rounding of the normalised result to the accumulator format
   int carry_bits = 2;                      ///< carry-out bits available above the leading bit
+  AdderAnchor anchor = AdderAnchor::LeadingBit;
+  int input_emin = 0;  ///< ExponentSum: the factors' format emin (subnormal factors count with it); else 0
+  AdderEdges edges = AdderEdges::Ieee;
   friend constexpr bool operator==(const MultiTermAdder&, const MultiTermAdder&) = default;
 };
 
@@ -123,11 +150,15 @@ std::string spec_text(const Accumulation& a);
 /// Preset name or key=value spec. Presets, for F in {fp16, bf16}: F-seq, F-unfused-seq (products rounded to F),
 /// F-reverse, F-pairwise, F-kahan, F-sr (stochastic), F-splitk{16,32,64,128}-fp32 (blocked, fp32 outer sum),
 /// F-promote128-fp32; and fp32-seq, fp32-pairwise, fp64-seq, tc-v100 (fp32 accumulator, group 4, no extra bits,
-/// truncation, 2 carry bits: Fasi et al. 2021), tc-a100 (the same model with groups of 8), ane-tile4 (fp32
+/// truncation, 2 carry bits: Fasi et al. 2021), tc-a100 (the same model with groups of 8), tc-h100 (fp16 inputs:
+/// groups of 16 products anchored on their exponent sums, 2 extra bits, truncation, 6 carry bits, overflow to
+/// inf and +0 for zero; fitted to an H100's mma.sync bit for bit), tc-h100-bf16 (the same for bf16 inputs), tc-h100-tf32 (tf32 inputs, groups of
+/// 8), tc-h100-f16acc (fp16 inputs and accumulator: the tc-h100 register rounded once to fp16 to nearest), ane-tile4 (fp32
 /// accumulator fed by exact tiles of 4 terms rounded toward zero to fp16: the ane-guide's ANE accumulator).
 /// Spec: comma-separated tokens, optionally starting with a preset to modify: acc=FORMAT[:ROUNDING],
 /// order=seq|reverse|pairwise|kahan|blocked:B, outer=FORMAT, fused, unfused, product=FORMAT, promote=N[:FORMAT],
-/// group=G, extra=E, align=ROUNDING, normalize=ROUNDING, carry=C, tile=G[:FORMAT][:ROUNDING]
+/// group=G, extra=E, align=ROUNDING, normalize=ROUNDING, carry=C, anchor=lead|exp-sum:EMIN, edges=ieee|inf-pos-zero,
+/// tile=G[:FORMAT][:ROUNDING]
 /// (FORMAT default fp16, ROUNDING default toward-zero). Unset fields keep the Accumulation{} defaults.
 /// Throws std::invalid_argument naming the bad token and listing the presets and keys.
 Accumulation parse_accumulation(std::string_view text);

@@ -214,5 +214,44 @@ TEST(AccumulateFacts, GemmMatchesDotAndIsThreadCountInvariant) {
   }
 }
 
+TEST(AccumulateFacts, H100AdderAnchorsOnExponentSumsAndHasItsOwnEdges) {
+  // 1.5·1.5 = 2.25 has its leading bit at 2^1 but its exponent sum is 0. With -1.5·1.25 = -1.875 (exponent sum
+  // 0) and 2^-13·2^-12 = 2^-25: the exp-sum anchor is 0, so the register keeps bits down to 2^(0-23-2) = 2^-25 and
+  // the sum 0.375 + 2^-25 is exact in binary32; the leading-bit anchor is 1, keeps only 2^-24 and truncates the
+  // 2^-25 away.
+  const Accumulation h100 = parse_accumulation("tc-h100");
+  const Accumulation lead = parse_accumulation("tc-h100,anchor=lead");
+  const std::vector<double> x = {1.5, -1.5, 0x1p-13}, y = {1.5, 1.25, 0x1p-12};
+  EXPECT_EQ(dot(h100, x, y), 0.375 + 0x1p-25);
+  EXPECT_EQ(dot(lead, x, y), 0.375);
+  // Subnormal factors count with the input format's emin: 2^-20 (an fp16 subnormal) anchors at -14, which lifts
+  // the register's last kept bit to 2^(-14-25) and truncates the 2^-42 product; anchored at its own exponent
+  // (emin -24) the last kept bit is 2^-45 and 2^-20 + 2^-42 is exact in binary32.
+  const std::vector<double> xs = {0x1p-20, 0x1p-24}, ys = {1.0, 0x1p-18};
+  EXPECT_EQ(dot(h100, xs, ys), 0x1p-20);
+  EXPECT_EQ(dot(parse_accumulation("tc-h100,anchor=exp-sum:-24"), xs, ys), 0x1p-20 + 0x1p-42);
+  // Overflow is inf even though the normalisation truncates; IEEE toward-zero edges give max_finite.
+  const Accumulation bf = parse_accumulation("tc-h100-bf16");
+  const Accumulation bf_ieee = parse_accumulation("tc-h100-bf16,edges=ieee");
+  const std::vector<double> big = {0x1.8p127}, two = {2.0};
+  EXPECT_EQ(dot(bf, big, two), HUGE_VAL);
+  EXPECT_EQ(dot(bf_ieee, big, two), max_finite(formats::fp32));
+  // An underflow to zero is +0, where IEEE toward-zero keeps the sign.
+  const std::vector<double> tiny = {-0x1p-100}, tiny2 = {0x1p-100};
+  EXPECT_FALSE(std::signbit(dot(bf, tiny, tiny2)));
+  EXPECT_TRUE(std::signbit(dot(bf_ieee, tiny, tiny2)));
+  EXPECT_EQ(dot(bf_ieee, tiny, tiny2), 0.0);
+  // The text form round-trips and names what is wrong.
+  for (const char* name : {"tc-h100", "tc-h100-bf16", "tc-h100-tf32", "tc-h100-f16acc"}) {
+    const Accumulation a = parse_accumulation(name);
+    EXPECT_EQ(parse_accumulation(spec_text(a)), a) << name;
+    EXPECT_EQ(canonical(a), name);
+  }
+  EXPECT_THROW(parse_accumulation("tc-h100,anchor=exp-sum:x"), std::invalid_argument);
+  EXPECT_THROW(parse_accumulation("tc-h100,edges=wrap"), std::invalid_argument);
+  EXPECT_THROW(parse_accumulation("acc=fp32,group=4,anchor=exp-sum:0"), std::invalid_argument);
+  EXPECT_THROW(parse_accumulation("acc=e4m3,group=4,edges=inf-pos-zero"), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace roundoff::numerics

@@ -109,6 +109,9 @@ std::vector<Accumulation> grid() {
       {4, 0, Rounding::TowardZero, Rounding::TowardZero, 2},   {8, 0, Rounding::TowardZero, Rounding::TowardZero, 2},
       {3, 3, Rounding::NearestEven, Rounding::NearestEven, 1}, {4, 1, Rounding::TowardZero, Rounding::NearestEven, 0},
       {5, 2, Rounding::NearestEven, Rounding::Up, 3},
+      {16, 2, Rounding::TowardZero, Rounding::TowardZero, 6, AdderAnchor::ExponentSum, -14, AdderEdges::InfPositiveZero},
+      {4, 1, Rounding::NearestEven, Rounding::Down, 2, AdderAnchor::ExponentSum, -10, AdderEdges::Ieee},
+      {3, 0, Rounding::TowardZero, Rounding::NearestEven, 1, AdderAnchor::LeadingBit, 0, AdderEdges::InfPositiveZero},
   };
   for (const Format& acc : {formats::fp32, formats::fp16}) {
     for (const MultiTermAdder& ad : adders) {
@@ -321,6 +324,10 @@ TEST(AccumulateTwin, EveryParameterChangesSomeResult) {
       {tc, with(tc, [](Accumulation& a) { a.adder.align = Rounding::TowardZero; })},
       {tc, with(tc, [](Accumulation& a) { a.adder.normalize = Rounding::TowardZero; })},
       {tc, with(tc, [](Accumulation& a) { a.adder.carry_bits = 0; })},
+      {tc, with(tc, [](Accumulation& a) {
+         a.adder.anchor = AdderAnchor::ExponentSum;
+         a.adder.input_emin = -14;
+       })},
       {parse_accumulation("ane-tile4"), parse_accumulation("ane-tile4,tile=8")},
       {parse_accumulation("ane-tile4"), parse_accumulation("ane-tile4,tile=4:bf16:toward-zero")},
       {parse_accumulation("ane-tile4"), parse_accumulation("ane-tile4,tile=4:fp16:nearest-even")},

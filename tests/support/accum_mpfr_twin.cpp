@@ -335,7 +335,10 @@ class Twin {
   };
 
   /// The exact nonzero terms at processing positions [k0, k1), appended to vals[nv...]; non-finite ones to nf.
-  void collect(std::size_t k0, std::size_t k1, std::vector<Big>& vals, std::size_t& nv, Nonfinite& nf) {
+  /// anchors (when given) receives each collected value's alignment exponent: its leading-bit exponent, or for a
+  /// fused product under anchor=exp-sum the sum of its factors' exponents, each at least adder.input_emin.
+  void collect(std::size_t k0, std::size_t k1, std::vector<Big>& vals, std::size_t& nv, Nonfinite& nf,
+               std::vector<long>* anchors = nullptr) {
     for (std::size_t k = k0; k < k1; ++k) {
       const std::size_t i = at(k);
       const double x = xv(i), y = yv(i);
@@ -346,7 +349,18 @@ class Twin {
           Big bx, by;
           mpfr_set_d(bx.v, x, MPFR_RNDN);
           mpfr_set_d(by.v, y, MPFR_RNDN);
-          mpfr_mul(vals[nv++].v, bx.v, by.v, MPFR_RNDN);
+          mpfr_mul(vals[nv].v, bx.v, by.v, MPFR_RNDN);
+          if (anchors) {
+            long anchor = mpfr_get_exp(vals[nv].v) - 1;
+            if (a_.adder.anchor == numerics::AdderAnchor::ExponentSum) {
+              int fx = 0, fy = 0;
+              std::frexp(x, &fx);
+              std::frexp(y, &fy);
+              anchor = std::max<long>(fx - 1, a_.adder.input_emin) + std::max<long>(fy - 1, a_.adder.input_emin);
+            }
+            anchors->push_back(anchor);
+          }
+          ++nv;
         }
         continue;
       }
@@ -355,8 +369,13 @@ class Twin {
         if (!std::isfinite(x) || !std::isfinite(y)) nf.finite_operands = false;
         t = rounded_product(i);
       }
-      if (!std::isfinite(t)) nf.add(t);
-      else if (t != 0) mpfr_set_d(vals[nv++].v, t, MPFR_RNDN);
+      if (!std::isfinite(t)) {
+        nf.add(t);
+      } else if (t != 0) {
+        mpfr_set_d(vals[nv].v, t, MPFR_RNDN);
+        if (anchors) anchors->push_back(mpfr_get_exp(vals[nv].v) - 1);
+        ++nv;
+      }
     }
   }
 
@@ -365,9 +384,15 @@ class Twin {
     std::vector<Big> vals(k1 - k0 + 1);
     std::size_t nv = 0;
     Nonfinite nf;
-    if (!std::isfinite(s)) nf.add(s);
-    else if (s != 0) mpfr_set_d(vals[nv++].v, s, MPFR_RNDN);
-    collect(k0, k1, vals, nv, nf);
+    std::vector<long> anchors;
+    if (!std::isfinite(s)) {
+      nf.add(s);
+    } else if (s != 0) {
+      mpfr_set_d(vals[nv].v, s, MPFR_RNDN);
+      anchors.push_back(mpfr_get_exp(vals[nv].v) - 1);
+      ++nv;
+    }
+    collect(k0, k1, vals, nv, nf, &anchors);
     const bool special = nf.any, finite_operands = nf.finite_operands;
     const double special_sum = nf.sum;
     if (special) {
@@ -377,7 +402,7 @@ class Twin {
     }
     if (nv == 0) return 0.0;
     long top = std::numeric_limits<long>::min();
-    for (std::size_t k = 0; k < nv; ++k) top = std::max<long>(top, mpfr_get_exp(vals[k].v) - 1);
+    for (std::size_t k = 0; k < nv; ++k) top = std::max<long>(top, anchors[k]);
     long q = top - (a_.format.precision - 1) - ad.extra_bits;
     Big sum;
     mpfr_set_zero(sum.v, 1);
@@ -398,6 +423,12 @@ class Twin {
     bool ov = false;
     const double r = twin_round(a_.format, ad.normalize, sum.v, 0, &ov);
     if (ov && finite_operands) ++overflows_;
+    if (ad.edges == numerics::AdderEdges::InfPositiveZero) {
+      if (r == 0) return 0.0;
+      // |sum| >= 2^(emax+1): MPFR's exponent e puts |sum| in [2^(e-1), 2^e)
+      if (mpfr_get_exp(sum.v) - 1 >= a_.format.emax + 1)
+        return mpfr_signbit(sum.v) ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+    }
     return r;
   }
 
