@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   roundoff::cli::add_accumulate_command(app);
   roundoff::cli::add_train_command(app);
   roundoff::cli::add_sweep_command(app);
+  roundoff::cli::add_tensorcore_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

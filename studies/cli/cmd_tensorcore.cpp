@@ -1,0 +1,175 @@
+// `roundoff tensorcore-fit`: which Accumulation model reproduces a GPU's matrix-multiply-accumulate bit for bit
+// (probe dumps from studies/tensorcore/mma_probe.cu; docs/studies/tensorcore.md).
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "numerics/accumulate.hpp"
+#include "numerics/rounding.hpp"
+#include "studies/cli/commands.hpp"
+#include "studies/common/provenance.hpp"
+#include "studies/tensorcore/tc_fit.hpp"
+
+namespace roundoff::cli {
+
+namespace {
+
+struct Options {
+  std::vector<std::string> dumps;
+  std::vector<std::string> models;
+  std::uint32_t screen = 256;
+  std::string out;
+  std::uint32_t trim = 0;
+  std::size_t show = 1;
+  std::string trim_dir;
+};
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return q + "\"";
+}
+
+bool is_wgmma_dump(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[8] = {};
+  in.read(magic, 8);
+  return in && std::string(magic, 8) == "RTCWGMMA";
+}
+
+tensorcore::Model parse_model(const std::string& text) {
+  tensorcore::Model m;
+  const auto then = text.find(" then ");
+  try {
+    m.acc = numerics::parse_accumulation(text.substr(0, then));
+    if (then != std::string::npos) m.output = numerics::parse_rounding(text.substr(then + 6));
+  } catch (const std::invalid_argument& e) {
+    throw CliError("--model '" + text + "': " + e.what());
+  }
+  return m;
+}
+
+void run(const Options& o) {
+  std::ostringstream csv;
+  csv << "shape,model,tiles,outputs,mismatches";
+  for (int c = 0; c < 8; ++c) csv << ",mismatches_" << tensorcore::class_name(c);
+  csv << ",first_mismatch\n";
+  nlohmann::json side = studies::provenance();
+  side["dumps"] = nlohmann::json::array();
+  for (const std::string& path : o.dumps) {
+    if (is_wgmma_dump(path)) {
+      if (o.models.empty()) throw CliError(path + " is a wgmma dump: name the models to score with --model");
+      tensorcore::WgmmaDump w;
+      try {
+        w = tensorcore::read_wgmma(path);
+      } catch (const std::exception& e) {
+        throw CliError(e.what());
+      }
+      std::printf("%s: wgmma, K %d, %u tiles\n", path.c_str(), w.k, w.tiles);
+      for (const auto& t : o.models) {
+        const tensorcore::Model m = parse_model(t);
+        const tensorcore::FitScore s = tensorcore::score(w, m, o.show);
+        std::printf("  %-90s %lld of %lld wrong\n", m.text().c_str(), static_cast<long long>(s.mismatches),
+                    static_cast<long long>(s.outputs));
+        for (const std::string& e : s.examples) std::printf("    %s\n", e.c_str());
+      }
+      continue;
+    }
+    tensorcore::ProbeDump dump;
+    try {
+      dump = tensorcore::read_probe(path);
+      tensorcore::check_operands(dump);
+    } catch (const std::exception& e) {
+      throw CliError(e.what());
+    }
+    const tensorcore::Geometry g = tensorcore::geometry(dump.shape);
+    side["dumps"].push_back({{"path", path}, {"shape", g.name}, {"tiles", dump.tiles}, {"seed", dump.seed}});
+    if (o.trim > 0) {
+      if (o.trim > dump.tiles) throw CliError("--trim " + std::to_string(o.trim) + ": " + path + " holds only " +
+                                              std::to_string(dump.tiles) + " tiles");
+      std::filesystem::create_directories(o.trim_dir);
+      const std::string to = o.trim_dir + "/tc-" + g.name + ".bin";
+      tensorcore::write_probe(to, dump, o.trim);
+      std::printf("%s: first %u tiles written to %s\n", g.name, o.trim, to.c_str());
+      continue;
+    }
+    std::vector<tensorcore::Model> finals;
+    if (!o.models.empty()) {
+      for (const auto& t : o.models) finals.push_back(parse_model(t));
+    } else {
+      const std::vector<tensorcore::Model> cands = tensorcore::candidate_models(dump.shape);
+      std::vector<std::pair<std::int64_t, std::size_t>> screened;
+      for (std::size_t i = 0; i < cands.size(); ++i)
+        screened.emplace_back(tensorcore::score(dump, cands[i], o.screen).mismatches, i);
+      std::stable_sort(screened.begin(), screened.end());
+      std::printf("%s: %zu candidate models screened on %u tiles; %lld reproduce all of them\n", g.name, cands.size(),
+                  std::min(o.screen, dump.tiles),
+                  static_cast<long long>(std::count_if(screened.begin(), screened.end(),
+                                                       [](const auto& p) { return p.first == 0; })));
+      for (std::size_t r = 0; r < screened.size(); ++r)
+        if (screened[r].first == 0 || r < 3) finals.push_back(cands[screened[r].second]);
+    }
+    for (const tensorcore::Model& m : finals) {
+      const tensorcore::FitScore s = tensorcore::score(dump, m, 0, o.show);
+      std::printf("  %-90s %lld of %lld wrong", m.text().c_str(), static_cast<long long>(s.mismatches),
+                  static_cast<long long>(s.outputs));
+      if (s.mismatches > 0) {
+        std::printf(" [");
+        for (int c = 0; c < 8; ++c)
+          if (s.class_mismatches[static_cast<std::size_t>(c)] > 0)
+            std::printf(" %s %lld", tensorcore::class_name(c),
+                        static_cast<long long>(s.class_mismatches[static_cast<std::size_t>(c)]));
+        std::printf(" ]");
+        for (const std::string& e : s.examples) std::printf("\n    %s", e.c_str());
+      }
+      std::printf("\n");
+      csv << g.name << ',' << csv_field(m.text()) << ',' << dump.tiles << ',' << s.outputs << ',' << s.mismatches;
+      for (auto n : s.class_mismatches) csv << ',' << n;
+      csv << ',' << csv_field(s.examples.empty() ? std::string() : s.examples.front()) << '\n';
+    }
+  }
+  if (!o.out.empty() && o.trim == 0) {
+    studies::write_file_atomic(std::filesystem::path(o.out) / "fit.csv", csv.str());
+    studies::write_json_atomic(std::filesystem::path(o.out) / "fit.json", side);
+    std::printf("wrote %s/fit.csv and fit.json\n", o.out.c_str());
+  }
+}
+
+}  // namespace
+
+void add_tensorcore_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "tensorcore-fit",
+      "Which Accumulation model reproduces a GPU's mma output bits: regenerates each probe dump's operands, "
+      "screens the candidate models (multi-term adders: group, extra bits, alignment and normalisation rounding, "
+      "carry bits) on the first tiles, then scores the survivors on every tile.");
+  static Options o;
+  cmd->add_option("dumps", o.dumps,
+                  "Probe dumps: tc-<shape>.bin from studies/tensorcore/mma_probe.cu, or wgmma dumps from "
+                  "studies/tensorcore/wgmma_to_bin.py (these need --model)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--model", o.models,
+                  "Score only these models: an accumulation spec (see `roundoff dot --help`), optionally followed "
+                  "by ' then ROUNDING' for a final rounding to the accumulator format");
+  cmd->add_option("--screen", o.screen, "Tiles to screen the candidates on (default 256)")->check(CLI::Range(1, 1 << 30));
+  cmd->add_option("--show", o.show, "Mismatches to describe per model (default 1)");
+  cmd->add_option("--out", o.out, "Directory for fit.csv and fit.json (provenance)");
+  cmd->add_option("--trim", o.trim, "Instead of fitting, write each dump's first N tiles to --trim-dir")
+      ->check(CLI::Range(1, 1 << 30));
+  cmd->add_option("--trim-dir", o.trim_dir, "Directory for --trim");
+  cmd->footer(
+      "Examples:\n  roundoff tensorcore-fit out/tc/tc-f16-f32.bin --out out/tc-fit\n"
+      "  roundoff tensorcore-fit tc-f16-f32.bin --model 'acc=fp32:nearest-even,order=seq,fused,group=16,extra=3'");
+  cmd->callback([] {
+    if (o.trim > 0 && o.trim_dir.empty()) throw CliError("--trim needs --trim-dir");
+    run(o);
+  });
+}
+
+}  // namespace roundoff::cli

@@ -1,0 +1,136 @@
+"""Probe an H100's warpgroup tensor-core path (wgmma: HGMMA for fp16/bf16, QGMMA for fp8) through Triton.
+
+Each program computes one tile D(64x64) = A(64xK) . B(Kx64) + C with tl.dot and the fp32 accumulator initialised
+from C, so C enters the tensor core's adder as with mma.sync; fp8 dots run with max_num_imprecise_acc = K, i.e.
+entirely in the tensor core's own accumulator (no promotion into CUDA-core fp32 adds). Operands are random bit
+patterns in four case classes (tile mod 4): 0 narrow (exponents near 1), 1 cancel (C = -(sum of the products)
+rounded to binary32), 2 every finite encoding, 3 mostly zeros and subnormals. Writes one .npz per configuration
+(a, b as raw bits, c, d as binary32 bits) and prints which tensor-core instructions the kernel used.
+
+Run on a GPU machine: python3 studies/tensorcore/wgmma_probe.py OUTDIR [TILES]
+"""
+import sys
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def tile_kernel(a_ptr, b_ptr, c_ptr, d_ptr, K: tl.constexpr, IMPRECISE: tl.constexpr):
+    pid = tl.program_id(0)
+    rm = tl.arange(0, 64)
+    rn = tl.arange(0, 64)
+    rk = tl.arange(0, K)
+    a = tl.load(a_ptr + pid * 64 * K + rm[:, None] * K + rk[None, :])
+    b = tl.load(b_ptr + pid * K * 64 + rk[:, None] * 64 + rn[None, :])
+    c = tl.load(c_ptr + pid * 64 * 64 + rm[:, None] * 64 + rn[None, :])
+    if IMPRECISE > 0:
+        d = tl.dot(a, b, c, max_num_imprecise_acc=IMPRECISE, out_dtype=tl.float32)
+    else:
+        d = tl.dot(a, b, c, out_dtype=tl.float32)
+    tl.store(d_ptr + pid * 64 * 64 + rm[:, None] * 64 + rn[None, :], d)
+
+
+# name: (storage dtype, torch dtype, exponent bits, fraction bits, NaN-only)
+FORMATS = {
+    "f16": (np.uint16, torch.float16, 5, 10, False),
+    "bf16": (np.uint16, torch.bfloat16, 8, 7, False),
+    "e4m3": (np.uint8, torch.float8_e4m3fn, 4, 3, True),
+    "e5m2": (np.uint8, torch.float8_e5m2, 5, 2, False),
+}
+
+
+def decode(bits, eb, mb, nan_only):
+    bits = bits.astype(np.int64)
+    s = (bits >> (eb + mb)) & 1
+    e = (bits >> mb) & ((1 << eb) - 1)
+    f = bits & ((1 << mb) - 1)
+    bias = (1 << (eb - 1)) - 1
+    v = np.where(e == 0, np.ldexp(f.astype(np.float64), 1 - bias - mb),
+                 np.ldexp((f + (1 << mb)).astype(np.float64), (e - bias - mb).astype(np.int64)))
+    return np.where(s == 1, -v, v)
+
+
+def finite_bits(rng, n, eb, mb, nan_only, elo, ehi):
+    e = rng.integers(elo, ehi + 1, n)
+    f = rng.integers(0, 1 << mb, n)
+    s = rng.integers(0, 2, n)
+    bits = (s << (eb + mb)) | (e << mb) | f
+    if nan_only:  # S.1111.111 is NaN in e4m3
+        bits = np.where((bits & 0x7F) == 0x7F, bits - 1, bits)
+    return bits
+
+
+def make(rng, fmt, tiles, K):
+    st, _, eb, mb, nan_only = FORMATS[fmt]
+    bias = (1 << (eb - 1)) - 1
+    emax_field = (1 << eb) - 1 if nan_only else (1 << eb) - 2
+    A = np.zeros((tiles, 64, K), np.int64)
+    B = np.zeros((tiles, K, 64), np.int64)
+    C = np.zeros((tiles, 64, 64), np.float32)
+    for t in range(tiles):
+        cls = t % 4
+        if cls in (0, 1):
+            A[t] = finite_bits(rng, 64 * K, eb, mb, nan_only, bias - 3, bias + 3).reshape(64, K)
+            B[t] = finite_bits(rng, 64 * K, eb, mb, nan_only, bias - 3, bias + 3).reshape(K, 64)
+        elif cls == 2:
+            A[t] = finite_bits(rng, 64 * K, eb, mb, nan_only, 0, emax_field).reshape(64, K)
+            B[t] = finite_bits(rng, 64 * K, eb, mb, nan_only, 0, emax_field).reshape(K, 64)
+        else:
+            A[t] = finite_bits(rng, 64 * K, eb, mb, nan_only, 0, 2).reshape(64, K)
+            B[t] = finite_bits(rng, 64 * K, eb, mb, nan_only, bias - 3, bias + 3).reshape(K, 64)
+            A[t] *= rng.random((64, K)) < 0.5
+            B[t] *= rng.random((K, 64)) < 0.5
+        if cls == 1:
+            exact = decode(A[t], eb, mb, nan_only) @ decode(B[t], eb, mb, nan_only)  # exact: few bits, small K
+            C[t] = (-exact).astype(np.float32)
+        elif cls == 3:
+            C[t] = np.where(rng.random((64, 64)) < 0.5, 0.0, rng.standard_normal((64, 64)) * 2.0 ** -20)
+        else:
+            C[t] = (rng.standard_normal((64, 64)) * np.exp2(rng.integers(-8, 8, (64, 64)))).astype(np.float32)
+    return A.astype(st), B.astype(st), C
+
+
+def run(out, fmt, K, tiles, imprecise, seed):
+    st, tdt, eb, mb, nan_only = FORMATS[fmt]
+    rng = np.random.default_rng(seed)
+    A, B, C = make(rng, fmt, tiles, K)
+    a = torch.from_numpy(A.view(np.int16) if st == np.uint16 else A).cuda().view(tdt)
+    b = torch.from_numpy(B.view(np.int16) if st == np.uint16 else B).cuda().view(tdt)
+    c = torch.from_numpy(C).cuda()
+    d = torch.empty_like(c)
+    k = tile_kernel[(tiles,)](a, b, c, d, K=K, IMPRECISE=imprecise, num_warps=4)
+    torch.cuda.synchronize()
+    D = d.cpu().numpy()
+    name = f"wg-{fmt}-k{K}-imp{imprecise}"
+    np.savez_compressed(f"{out}/{name}.npz", a=A, b=B, c=C.view(np.uint32), d=D.view(np.uint32),
+                        fmt=fmt, K=K, imprecise=imprecise, seed=seed)
+    ops = {}
+    try:
+        sass = k.asm.get("sass") or ""
+        for line in sass.splitlines():
+            for op in ("HGMMA", "QGMMA", "HMMA", "QMMA", "FADD", "FFMA"):
+                if op in line:
+                    ops[op] = ops.get(op, 0) + 1
+    except Exception as e:  # noqa: BLE001 - report and go on
+        ops["sass-error"] = str(e)[:80]
+    ptx = k.asm.get("ptx", "")
+    print(f"{name}: {tiles} tiles, instructions {ops}, ptx wgmma lines {ptx.count('wgmma.mma_async')}", flush=True)
+
+
+def main():
+    out = sys.argv[1]
+    tiles = int(sys.argv[2]) if len(sys.argv) > 2 else 64
+    print("torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name(), flush=True)
+    configs = [("f16", 16, 0), ("f16", 64, 0), ("bf16", 64, 0), ("e4m3", 32, 32), ("e4m3", 128, 128),
+               ("e5m2", 128, 128), ("e4m3", 128, 0)]
+    for i, (fmt, K, imp) in enumerate(configs):
+        try:
+            run(out, fmt, K, tiles, imp, 1000 + i)
+        except Exception as e:  # noqa: BLE001 - one failing configuration must not lose the others
+            print(f"{fmt} K={K} imprecise={imp}: FAILED {type(e).__name__}: {str(e)[:400]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+// The H100 tensor-core models against the hardware's own output bits: notebooks-data/tensorcore-h100 holds the
+// first 1024 tiles of each probe dump (studies/tensorcore/mma_probe.cu run on an H100, 16384 tiles per shape;
+// docs/studies/tensorcore.md). Every output of the fitted presets must match bit for bit; the older tensor-core
+// models must not, so the comparison can fail.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "numerics/accumulate.hpp"
+#include "studies/common/provenance.hpp"
+#include "studies/tensorcore/tc_fit.hpp"
+
+namespace roundoff::tensorcore {
+namespace {
+
+ProbeDump load(const char* shape) {
+  const std::string path =
+      std::string(studies::source_dir()) + "/notebooks-data/tensorcore-h100/tc-" + shape + ".bin";
+  ProbeDump d = read_probe(path);
+  check_operands(d);  // the generator still makes the operands the hardware saw
+  return d;
+}
+
+Model model(const char* text) { return plain_model(numerics::parse_accumulation(text)); }
+
+TEST(TensorCoreH100, FittedPresetsReproduceEveryOutputBit) {
+  const std::pair<const char*, const char*> fits[] = {
+      {"f16-f32", "tc-h100"}, {"bf16-f32", "tc-h100-bf16"}, {"tf32-f32", "tc-h100-tf32"}, {"f16-f16", "tc-h100-f16acc"}};
+  for (const auto& [shape, preset] : fits) {
+    const ProbeDump d = load(shape);
+    ASSERT_EQ(d.tiles, 1024u) << shape;
+    const FitScore s = score(d, model(preset));
+    EXPECT_EQ(s.outputs, 1024 * 128) << shape;
+    EXPECT_EQ(s.mismatches, 0) << shape << " under " << preset << ": "
+                               << (s.examples.empty() ? std::string() : s.examples.front());
+  }
+}
+
+TEST(TensorCoreH100, EachFittedFeatureIsNeeded) {
+  // Dropping any one feature of the fitted model breaks some outputs (of the classes that exercise it).
+  const ProbeDump f16 = load("f16-f32");
+  const ProbeDump bf16 = load("bf16-f32");
+  const ProbeDump half = load("f16-f16");
+  EXPECT_GT(score(f16, model("tc-a100")).mismatches, 0);
+  EXPECT_GT(score(f16, model("tc-v100")).mismatches, 0);
+  EXPECT_GT(score(f16, model("tc-h100,anchor=lead")).mismatches, 0);
+  EXPECT_GT(score(f16, model("tc-h100,extra=1")).mismatches, 0);
+  EXPECT_GT(score(f16, model("tc-h100,extra=3")).mismatches, 0);
+  EXPECT_GT(score(f16, model("tc-h100,group=8")).mismatches, 0);
+  EXPECT_GT(score(f16, model("tc-h100,normalize=nearest-even")).mismatches, 0);
+  EXPECT_GT(score(f16, model("tc-h100,align=nearest-even")).mismatches, 0);
+  EXPECT_GT(score(bf16, model("tc-h100-bf16,edges=ieee")).mismatches, 0);
+  EXPECT_GT(score(bf16, model("tc-h100")).mismatches, 0);  // fp16's emin for bf16 inputs
+  EXPECT_GT(score(half, plain_model(numerics::parse_accumulation("tc-h100"), numerics::Rounding::NearestEven)).mismatches,
+            0);  // binary32 first, then fp16: double rounding
+}
+
+TEST(TensorCoreH100, Fp8MmaSyncIsTwoFp16StepsThenABinary32Add) {
+  // nvcc 13.0 compiles fp8 mma.sync for sm_90 into two HMMA.16816.F32 on fp16-converted operands (the probe's
+  // SASS): the k-pairs {0,1,4,5,..} first, then {2,3,6,7,..}, and C added at the end by an IEEE binary32 add.
+  for (const char* shape : {"e4m3-f32", "e5m2-f32"}) {
+    const ProbeDump d = load(shape);
+    const Model fit = fp8_mma_sync_sm90_model(d.shape);
+    const FitScore s = score(d, fit);
+    EXPECT_EQ(s.mismatches, 0) << shape << ": " << (s.examples.empty() ? std::string() : s.examples.front());
+    Model natural = fit;  // k in natural order
+    for (int k = 0; k < 32; ++k) natural.k_order[static_cast<std::size_t>(k)] = k;
+    EXPECT_GT(score(d, natural).mismatches, 0) << shape;
+    Model c_first = fit;  // C as the first step's starting value, as for native mma.sync
+    c_first.c_last.reset();
+    EXPECT_GT(score(d, c_first).mismatches, 0) << shape;
+  }
+}
+
+TEST(TensorCoreH100, WarpgroupMmaOnAnH200FollowsTheSameModel) {
+  // wgmma (Triton tl.dot, fp32 accumulator initialised from C) on an H200, the same GH100 tensor cores: each
+  // wgmma adds 16 products, chained through the accumulator, so K = 64 is four tc-h100 steps.
+  const std::pair<const char*, const char*> fits[] = {
+      {"wg-f16-k16-imp0", "tc-h100"}, {"wg-f16-k64-imp0", "tc-h100"}, {"wg-bf16-k64-imp0", "tc-h100-bf16"}};
+  for (const auto& [name, preset] : fits) {
+    const WgmmaDump d = read_wgmma(std::string(studies::source_dir()) + "/notebooks-data/tensorcore-h200-wgmma/" +
+                                   name + ".bin");
+    ASSERT_EQ(d.tiles, 8u) << name;
+    const FitScore s = score(d, model(preset));
+    EXPECT_EQ(s.outputs, 8 * 64 * 64) << name;
+    EXPECT_EQ(s.mismatches, 0) << name << ": " << (s.examples.empty() ? std::string() : s.examples.front());
+    EXPECT_GT(score(d, model("tc-h100,group=64")).mismatches + score(d, model("tc-a100")).mismatches, 0) << name;
+  }
+  // fp8 wgmma (QGMMA, accumulated in the tensor core alone) is not this model: it keeps fewer bits (open).
+  const WgmmaDump q = read_wgmma(std::string(studies::source_dir()) +
+                                 "/notebooks-data/tensorcore-h200-wgmma/wg-e4m3-k32-imp32.bin");
+  EXPECT_GT(score(q, model("tc-h100,group=32")).mismatches, 0);
+}
+
+TEST(TensorCoreH100, ProbeDumpErrorsNameTheProblem) {
+  try {
+    read_probe("/nonexistent/tc-f16-f32.bin");
+    FAIL() << "no throw";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot open"), std::string::npos) << e.what();
+  }
+  ProbeDump d = load("f16-f32");
+  d.seed ^= 1;
+  EXPECT_THROW(check_operands(d), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace roundoff::tensorcore
