@@ -30,6 +30,12 @@ __device__ __forceinline__ unsigned pack8(unsigned e0, unsigned e1, unsigned e2,
   return (e0 & 0xffu) | ((e1 & 0xffu) << 8) | ((e2 & 0xffu) << 16) | ((e3 & 0xffu) << 24);
 }
 
+// One mma.sync with binary32 C and D: PTX is the instruction up to its operands; A in a0..a3, B in b0, b1.
+#define MMA_F32(PTX)                                                                              \
+  asm volatile(PTX " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"                  \
+               : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)                                           \
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c0), "f"(c1), "f"(c2), "f"(c3))
+
 // One warp per tile. Fragment layouts: PTX ISA, "Matrix fragments for mma.m16n8k16 / m16n8k8 / m16n8k32".
 template <int S, int K>
 __global__ void mma_tiles(const unsigned* A, const unsigned* B, const unsigned* C, unsigned* D, int tiles) {
@@ -53,17 +59,9 @@ __global__ void mma_tiles(const unsigned* A, const unsigned* B, const unsigned* 
     const unsigned a3 = pack16(at(g + 8, 2 * t + 8), at(g + 8, 2 * t + 9));
     const unsigned b0 = pack16(bt(2 * t, g), bt(2 * t + 1, g)), b1 = pack16(bt(2 * t + 8, g), bt(2 * t + 9, g));
     if constexpr (S == 0) {
-      asm volatile(
-          "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-          "{%10,%11,%12,%13};\n"
-          : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)
-          : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c0), "f"(c1), "f"(c2), "f"(c3));
+      MMA_F32("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32");
     } else if constexpr (S == 2) {
-      asm volatile(
-          "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-          "{%10,%11,%12,%13};\n"
-          : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)
-          : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c0), "f"(c1), "f"(c2), "f"(c3));
+      MMA_F32("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32");
     } else {
       // f16 accumulator: c0,c1 packed (row g), c2,c3 packed (row g+8)
       const unsigned ch0 = pack16(c[g * N + 2 * t], c[g * N + 2 * t + 1]);
@@ -83,11 +81,7 @@ __global__ void mma_tiles(const unsigned* A, const unsigned* B, const unsigned* 
     // tf32 m16n8k8: a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); b0 (t, g), b1 (t+4, g)
     const unsigned a0 = at(g, t), a1 = at(g + 8, t), a2 = at(g, t + 4), a3 = at(g + 8, t + 4);
     const unsigned b0 = bt(t, g), b1 = bt(t + 4, g);
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%10,%11,%12,%13};\n"
-        : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c0), "f"(c1), "f"(c2), "f"(c3));
+    MMA_F32("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32");
   } else {
     // 8-bit m16n8k32: a0..3 (g, 4t..4t+3), a4..7 (g+8, 4t..), a8..11 (g, 4t+16..), a12..15 (g+8, 4t+16..);
     // b0..3 (4t..4t+3, g), b4..7 (4t+16.., g)
@@ -99,17 +93,9 @@ __global__ void mma_tiles(const unsigned* A, const unsigned* B, const unsigned* 
     const unsigned b0 = pack8(bt(4 * t, g), bt(4 * t + 1, g), bt(4 * t + 2, g), bt(4 * t + 3, g));
     const unsigned b1 = pack8(bt(4 * t + 16, g), bt(4 * t + 17, g), bt(4 * t + 18, g), bt(4 * t + 19, g));
     if constexpr (S == 4) {
-      asm volatile(
-          "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-          "{%10,%11,%12,%13};\n"
-          : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)
-          : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c0), "f"(c1), "f"(c2), "f"(c3));
+      MMA_F32("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32");
     } else {
-      asm volatile(
-          "mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-          "{%10,%11,%12,%13};\n"
-          : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)
-          : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c0), "f"(c1), "f"(c2), "f"(c3));
+      MMA_F32("mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32");
     }
   }
   d[g * N + 2 * t] = __float_as_uint(d0);
