@@ -121,8 +121,17 @@ const std::vector<Preset>& presets() {
                                 h.emin, AdderEdges::InfPositiveZero};
       v.push_back({h.name, tc});
     }
+    // fp8 wgmma (QGMMA): each instruction adds its 32 products and the accumulator in one step aligned 13 bits
+    // below the largest exponent sum (extra 0 over a 14-bit significand), truncated, and truncates the sum to
+    // 14 significant bits: the accumulator is a 14-bit format with binary32's exponent range. Promotion
+    // (`,promote=N:fp32`) gives Triton's max_num_imprecise_acc = N and DeepSeek-V3's N_C = 128.
+    for (const auto& [name, emin] : {std::pair<const char*, int>{"tc-h100-fp8", -6}, {"tc-h100-fp8-e5m2", -14}}) {
+      Accumulation q = seq(Format{14, -126, 127}, Rounding::NearestEven);
+      q.adder = MultiTermAdder{32, 0, Rounding::TowardZero, Rounding::TowardZero, 6, AdderAnchor::ExponentSum, emin};
+      v.push_back({name, q});
+    }
     // The fp16-accumulator form: the same register (binary32's alignment: 23 + 2 bits below the anchor, so 15
-    // extra bits over fp16's 10) rounded once to fp16 to nearest, with IEEE edges (negative underflow gives -0).
+    // extra bits over fp16's 10) rounded once to fp16 to nearest; IEEE edges (the probe cannot tell them apart).
     Accumulation f16acc = seq(formats::fp16, Rounding::NearestEven);
     f16acc.adder = MultiTermAdder{16, 15, Rounding::TowardZero, Rounding::NearestEven, 6, AdderAnchor::ExponentSum, -14};
     v.push_back({"tc-h100-f16acc", f16acc});

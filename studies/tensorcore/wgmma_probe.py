@@ -7,7 +7,8 @@ patterns in four case classes (tile mod 4): 0 narrow (exponents near 1), 1 cance
 rounded to binary32), 2 every finite encoding, 3 mostly zeros and subnormals. Writes one .npz per configuration
 (a, b as raw bits, c, d as binary32 bits) and prints which tensor-core instructions the kernel used.
 
-Run on a GPU machine: python3 studies/tensorcore/wgmma_probe.py OUTDIR [TILES]
+Run on a GPU machine: python3 studies/tensorcore/wgmma_probe.py OUTDIR [TILES] [--designed]
+(--designed: only the designed e4m3 tiles of make_designed, for the QGMMA accumulator)
 """
 import sys
 import numpy as np
@@ -92,10 +93,55 @@ def make(rng, fmt, tiles, K):
     return A.astype(st), B.astype(st), C
 
 
-def run(out, fmt, K, tiles, imprecise, seed):
+def e4m3_bits(v):
+    """The e4m3 encoding of v, which must be exact in e4m3 (normal range)."""
+    if v == 0:
+        return 0
+    s = 0x80 if v < 0 else 0
+    m, e = np.frexp(abs(v))  # abs(v) = m 2^e, m in [0.5, 1)
+    assert -6 <= e - 1 <= 8, v
+    frac = int(round((m * 2 - 1) * 8))
+    assert (1 + frac / 8) * 2.0 ** (e - 1) == abs(v), v
+    return s | ((e - 1 + 7) << 3) | frac
+
+
+def make_designed(rng, K):
+    """Designed e4m3 tiles (K 32) that isolate one feature each, D = x_i + y_ij + C_ij:
+    0 C's window: product 1, C = (1 + f) 2^(i-40); 1 a product's window: products 1 and
+    (1+a/8)(1+b/8) 2^-(i mod 14 div 2 + j div 8 mod 7), C = 0; 2 as 1 with C = 16; 3 as 1 with the small product negative;
+    4 32 products near 1 (carries), C = 0; 5 as 1 with C = 2^-30; 6 as 1 with C = -1 (cancellation);
+    7 as 0 with C negative."""
+    tiles = 8
+    A = np.zeros((tiles, 64, K), np.int64)
+    B = np.zeros((tiles, K, 64), np.int64)
+    C = np.zeros((tiles, 64, 64), np.float32)
+    one = e4m3_bits(1.0)
+    for t in range(tiles):
+        if t in (0, 7):
+            A[t, :, 0] = one
+            B[t, 0, :] = one
+            f = rng.random((64, 64))
+            C[t] = ((1 + f) * np.exp2(np.arange(64) - 40)[:, None]).astype(np.float32) * (-1 if t == 7 else 1)
+        elif t == 4:
+            A[t] = [[e4m3_bits((1 + rng.integers(0, 8) / 8) * (-1) ** rng.integers(0, 2)) for _ in range(K)]
+                    for _ in range(64)]
+            B[t] = one
+        else:
+            for i in range(64):
+                A[t, i, 0] = one
+                A[t, i, 1] = e4m3_bits((1 + (i % 8) / 8) * 2.0 ** -(i % 14 // 2) * (-1 if t == 3 else 1))
+            for j in range(64):
+                B[t, 0, j] = one
+                B[t, 1, j] = e4m3_bits((1 + (j % 8) / 8) * 2.0 ** -(j // 8 % 7))
+            C[t] = {1: 0.0, 2: 16.0, 3: 0.0, 5: 2.0 ** -30, 6: -1.0}[t]
+    return A.astype(np.uint8), B.astype(np.uint8), C
+
+
+def run(out, fmt, K, tiles, imprecise, seed, designed=False):
     st, tdt, eb, mb, nan_only = FORMATS[fmt]
     rng = np.random.default_rng(seed)
-    A, B, C = make(rng, fmt, tiles, K)
+    A, B, C = make_designed(rng, K) if designed else make(rng, fmt, tiles, K)
+    tiles = A.shape[0]
     a = torch.from_numpy(A.view(np.int16) if st == np.uint16 else A).cuda().view(tdt)
     b = torch.from_numpy(B.view(np.int16) if st == np.uint16 else B).cuda().view(tdt)
     c = torch.from_numpy(C).cuda()
@@ -103,7 +149,7 @@ def run(out, fmt, K, tiles, imprecise, seed):
     k = tile_kernel[(tiles,)](a, b, c, d, K=K, IMPRECISE=imprecise, num_warps=4)
     torch.cuda.synchronize()
     D = d.cpu().numpy()
-    name = f"wg-{fmt}-k{K}-imp{imprecise}"
+    name = f"wg-{fmt}-k{K}-imp{imprecise}" + ("-designed" if designed else "")
     np.savez_compressed(f"{out}/{name}.npz", a=A, b=B, c=C.view(np.uint32), d=D.view(np.uint32),
                         fmt=fmt, K=K, imprecise=imprecise, seed=seed)
     ops = {}
@@ -121,13 +167,16 @@ def run(out, fmt, K, tiles, imprecise, seed):
 
 def main():
     out = sys.argv[1]
-    tiles = int(sys.argv[2]) if len(sys.argv) > 2 else 64
+    tiles = int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2].isdigit() else 64
     print("torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name(), flush=True)
-    configs = [("f16", 16, 0), ("f16", 64, 0), ("bf16", 64, 0), ("e4m3", 32, 32), ("e4m3", 128, 128),
-               ("e5m2", 128, 128), ("e4m3", 128, 0)]
-    for i, (fmt, K, imp) in enumerate(configs):
+    if "--designed" in sys.argv:
+        configs = [("e4m3", 32, 32, True)]
+    else:
+        configs = [("f16", 16, 0, False), ("f16", 64, 0, False), ("bf16", 64, 0, False), ("e4m3", 32, 32, False),
+                   ("e4m3", 128, 128, False), ("e5m2", 128, 128, False), ("e4m3", 128, 0, False)]
+    for i, (fmt, K, imp, designed) in enumerate(configs):
         try:
-            run(out, fmt, K, tiles, imp, 1000 + i)
+            run(out, fmt, K, tiles, imp, 1000 + i, designed)
         except Exception as e:  # noqa: BLE001 - one failing configuration must not lose the others
             print(f"{fmt} K={K} imprecise={imp}: FAILED {type(e).__name__}: {str(e)[:400]}", flush=True)
 

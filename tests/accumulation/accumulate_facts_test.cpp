@@ -242,7 +242,8 @@ TEST(AccumulateFacts, H100AdderAnchorsOnExponentSumsAndHasItsOwnEdges) {
   EXPECT_TRUE(std::signbit(dot(bf_ieee, tiny, tiny2)));
   EXPECT_EQ(dot(bf_ieee, tiny, tiny2), 0.0);
   // The text form round-trips and names what is wrong.
-  for (const char* name : {"tc-h100", "tc-h100-bf16", "tc-h100-tf32", "tc-h100-f16acc"}) {
+  for (const char* name : {"tc-h100", "tc-h100-bf16", "tc-h100-tf32", "tc-h100-f16acc", "tc-h100-fp8",
+                           "tc-h100-fp8-e5m2"}) {
     const Accumulation a = parse_accumulation(name);
     EXPECT_EQ(parse_accumulation(spec_text(a)), a) << name;
     EXPECT_EQ(canonical(a), name);

@@ -209,7 +209,8 @@ TEST(AccumulateTwin, GemmWithAccumulateMatchesTheTwin) {
   std::mt19937_64 rng(5);
   const std::size_t M = 3, N = 4, K = 19;
   for (const char* name : {"fp16-seq", "bf16-pairwise", "fp16-splitk16-fp32", "fp16-kahan", "fp16-promote128-fp32",
-                           "tc-v100", "fp16-sr", "ane-tile4", "acc=fp16:up,order=blocked:4,outer=bf16,unfused,product=fp16"}) {
+                           "tc-v100", "fp16-sr", "ane-tile4", "acc=fp16:up,order=blocked:4,outer=bf16,unfused,product=fp16",
+                           "tc-h100", "tc-h100-fp8,promote=8:fp32", "tc-h100-fp8-e5m2"}) {
     const Accumulation a = parse_accumulation(name);
     const auto A = make_data(formats::fp16, Data::Normal, M * K, rng);
     const auto B = make_data(formats::fp16, Data::Normal, K * N, rng);

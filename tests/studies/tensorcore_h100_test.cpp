@@ -86,10 +86,38 @@ TEST(TensorCoreH100, WarpgroupMmaOnAnH200FollowsTheSameModel) {
     EXPECT_EQ(s.mismatches, 0) << name << ": " << (s.examples.empty() ? std::string() : s.examples.front());
     EXPECT_GT(score(d, model("tc-h100,group=64")).mismatches + score(d, model("tc-a100")).mismatches, 0) << name;
   }
-  // fp8 wgmma (QGMMA, accumulated in the tensor core alone) is not this model: it keeps fewer bits (open).
-  const WgmmaDump q = read_wgmma(std::string(studies::source_dir()) +
-                                 "/notebooks-data/tensorcore-h200-wgmma/wg-e4m3-k32-imp32.bin");
-  EXPECT_GT(score(q, model("tc-h100,group=32")).mismatches, 0);
+}
+
+WgmmaDump wgmma(const char* name) {
+  return read_wgmma(std::string(studies::source_dir()) + "/notebooks-data/tensorcore-h200-wgmma/" + name + ".bin");
+}
+
+TEST(TensorCoreH100, Fp8WarpgroupMmaHasAFourteenBitAccumulator) {
+  // QGMMA: 32 products and the accumulator per step, aligned 13 bits below the largest exponent sum, the sum
+  // truncated to 14 significant bits. Triton's max_num_imprecise_acc = N starts each N-chunk from zero and adds
+  // it into binary32 to nearest (promote=N:fp32, the promoted total starting at C); unset, C is the first
+  // step's starting value and nothing is promoted.
+  const std::pair<const char*, const char*> fits[] = {
+      {"wg-e4m3-k32-imp32", "tc-h100-fp8,promote=32:fp32"},
+      {"wg-e4m3-k32-imp32-designed", "tc-h100-fp8,promote=32:fp32"},
+      {"wg-e4m3-k128-imp128", "tc-h100-fp8,promote=128:fp32"},
+      {"wg-e5m2-k128-imp128", "tc-h100-fp8-e5m2,promote=128:fp32"},
+      {"wg-e4m3-k128-imp0", "tc-h100-fp8"}};
+  for (const auto& [name, spec] : fits) {
+    const WgmmaDump d = wgmma(name);
+    const FitScore s = score(d, model(spec));
+    EXPECT_EQ(s.outputs, static_cast<std::int64_t>(d.tiles) * 64 * 64) << name;
+    EXPECT_EQ(s.mismatches, 0) << name << " under " << spec << ": "
+                               << (s.examples.empty() ? std::string() : s.examples.front());
+  }
+  // Each feature is needed: the binary32 register of fp16, a 15-bit accumulator, one more alignment bit, the
+  // leading-bit anchor, no promotion where Triton promotes, promotion where it does not.
+  const WgmmaDump k32 = wgmma("wg-e4m3-k32-imp32");
+  for (const char* wrong : {"tc-h100,group=32", "tc-h100-fp8,promote=32:fp32,acc=p15:emin-126:emax127",
+                            "tc-h100-fp8,promote=32:fp32,extra=1", "tc-h100-fp8,promote=32:fp32,anchor=lead",
+                            "tc-h100-fp8"})
+    EXPECT_GT(score(k32, model(wrong)).mismatches, 0) << wrong;
+  EXPECT_GT(score(wgmma("wg-e4m3-k128-imp0"), model("tc-h100-fp8,promote=128:fp32")).mismatches, 0);
 }
 
 TEST(TensorCoreH100, ProbeDumpErrorsNameTheProblem) {
