@@ -193,3 +193,20 @@ TEST(Cli, KjvCorpusErrorsNameTheFix) {
   ::unsetenv("ROUNDOFF_DATA");
   expect_refused(train, "./scripts/fetch-corpus --corpus kjv", "train --corpus kjv unprepared");
 }
+
+TEST(Cli, TensorcoreFitNamesWhatIsWrongWithItsInput) {
+  const fs::path d = scratch("tcfit");
+  {
+    std::ofstream(d / "junk.bin") << "not a probe dump";
+  }
+  expect_refused(roundoff("tensorcore-fit " + (d / "junk.bin").string()), "not a probe dump (no RTCPROBE header)",
+                 "tensorcore-fit on a text file");
+  const std::string wg = std::string(ROUNDOFF_SOURCE_DIR) + "/notebooks-data/tensorcore-h200-wgmma/wg-f16-k16-imp0.bin";
+  expect_refused(roundoff("tensorcore-fit " + wg), "name the models to score with --model",
+                 "tensorcore-fit on a wgmma dump without --model");
+  expect_refused(roundoff("tensorcore-fit " + wg + " --model 'tc-h100,group=x'"), "--model 'tc-h100,group=x'",
+                 "tensorcore-fit with a bad model");
+  const Outcome ok = roundoff("tensorcore-fit " + wg + " --model tc-h100");
+  EXPECT_EQ(ok.status, 0) << ok.output;
+  EXPECT_NE(ok.output.find("0 of 32768 wrong"), std::string::npos) << ok.output;
+}
