@@ -18,6 +18,7 @@ namespace {
 struct TrainArgs {
   std::string config = "T0", tokenizer, precision = "fp32", residual = "none", init = "normal", loss_scale = "auto";
   std::string gqa_map = "block", defects = "none", recipe = "default", schedule = "updates";
+  std::string eval_checkpoint;
   int accum = 1;
   std::int64_t total_steps = 0;
   bool decay_embedding = false;
@@ -107,6 +108,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--batch", args->batch, "custom: sequences per step");
   cmd->add_option("--tokenizer", args->tokenizer, "custom: byte | bpe");
   cmd->add_option("--vocab", args->vocab, "custom: BPE vocabulary size (byte: 256)");
+  cmd->add_option("--eval-checkpoint", args->eval_checkpoint,
+                  "Do not train: evaluate the master weights of this checkpoint (another run's, any policy) on the "
+                  "validation split under this command's config, precision and defects; writes OUT/eval.json")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--defect", args->defects,
                   "AutoANE's code defects, a comma list: gqa-mismatch, rmsnorm-bwd (default none)")
       ->capture_default_str();
@@ -241,6 +246,16 @@ void add_train_command(CLI::App& app) {
               << spec.policy.canonical() << " (from " << policy_source << "), loss scale " << o.loss_scale.canonical() << ", " << o.steps
               << " updates of " << o.recipe.accum << " micro-step(s) (" << o.steps * o.recipe.accum
               << " micro-steps), seed " << o.seed << ", defects " << tr::defects_text(o.config.defects) << "\n";
+    if (!a.eval_checkpoint.empty()) {
+      if (a.resume) throw CliError("train: --eval-checkpoint evaluates another run's weights; it cannot --resume");
+      const nlohmann::json e = tr::evaluate_checkpoint(spec, data, a.eval_checkpoint);
+      std::cout << "val_loss " << e["val_loss"] << "  val_bpb " << e["val_bpb"] << "  (checkpoint step "
+                << e["checkpoint_step"] << ", trained under " << e["checkpoint_policy"] << "; evaluated under "
+                << e["policy"] << ", defects " << e["defects"] << ")\nweights_sha256 "
+                << e["weights_sha256"].get<std::string>() << "\n";
+      if (!a.out.empty()) std::cout << "results in " << a.out << "\n";
+      return;
+    }
     const nlohmann::json s = tr::run_session(spec, data, &std::cerr);
     std::cout << "updates " << s["steps_completed"] << "/" << s["steps"] << " (micro-steps "
               << s["micro_steps_completed"] << ")  autoane_train_loss " << s["autoane_train_loss"];

@@ -1,7 +1,9 @@
 // Building and running a complete training session.
 #include "studies/train/session.hpp"
 
+#include <cmath>
 #include <optional>
+#include <stdexcept>
 #include <ostream>
 #include <sstream>
 
@@ -10,8 +12,11 @@
 #include "studies/common/out_dir.hpp"
 #include "studies/data/bpe.hpp"
 #include "studies/data/corpus.hpp"
+#include "studies/data/sha256.hpp"
 #include "studies/data/tokenizer.hpp"
+#include "studies/train/checkpoint.hpp"
 #include "studies/train/model.hpp"
+#include "studies/train/params.hpp"
 #include "studies/train/optimizer.hpp"
 
 namespace roundoff::studies::train {
@@ -77,6 +82,45 @@ ModelConfig evaluation_config(const ModelConfig& c) {
     e.gqa_map = GqaMap::Block;
   }
   return e;
+}
+
+nlohmann::json evaluate_checkpoint(const SessionSpec& spec, const TrainData& data,
+                                   const std::filesystem::path& checkpoint) {
+  const TrainOptions& o = spec.options;
+  const Checkpoint ck = load_checkpoint(checkpoint);
+  const std::size_t expected = param_layout(o.config).total;
+  if (ck.master.size() != expected)
+    throw std::runtime_error("checkpoint " + checkpoint.string() + " holds " + std::to_string(ck.master.size()) +
+                             " parameters; the model of this config has " + std::to_string(expected));
+  if (data.val.batches.empty()) throw std::runtime_error("evaluating a checkpoint needs a non-empty validation split");
+  Transformer model(o.config, o.residual, spec.policy, o.seed);
+  model.set_weights_version(1);
+  double total = 0;
+  for (const Batch& b : data.val.batches) total += model.total_loss(b, ck.master);
+  const nlohmann::json& id = ck.meta.at("identity");
+  if (id.contains("tokenizer") && id.at("tokenizer") != data.tokenizer)
+    throw std::runtime_error("checkpoint " + checkpoint.string() + " was trained on tokenizer " +
+                             id.at("tokenizer").get<std::string>() + ", this evaluation uses " + data.tokenizer);
+  nlohmann::json r = provenance("roundoff train --eval-checkpoint");
+  r["val_loss"] = total / static_cast<double>(data.val.tokens);
+  r["val_bpb"] = total / (std::log(2.0) * static_cast<double>(data.val.bytes));
+  r["val_tokens"] = data.val.tokens;
+  r["val_bytes"] = data.val.bytes;
+  r["policy"] = spec.policy.canonical();
+  r["defects"] = defects_text(o.config.defects);
+  r["seed"] = o.seed;
+  r["checkpoint"] = checkpoint.string();
+  r["checkpoint_step"] = ck.meta.at("step");
+  r["checkpoint_policy"] = id.contains("policy") ? id.at("policy") : nlohmann::json();
+  r["checkpoint_seed"] = id.contains("seed") ? id.at("seed") : nlohmann::json();
+  r["checkpoint_config"] = id.contains("config") ? id.at("config") : nlohmann::json();
+  r["weights_sha256"] = data::sha256_hex(std::string_view(reinterpret_cast<const char*>(ck.master.data()),
+                                                          ck.master.size() * sizeof(double)));
+  if (!o.out.empty()) {
+    const OutDirLock lock(o.out);
+    write_json_atomic(o.out / "eval.json", r);
+  }
+  return r;
 }
 
 nlohmann::json run_session(SessionSpec spec, const TrainData& data, std::ostream* progress) {

@@ -42,6 +42,18 @@ TrainData load_train_data(const ModelConfig& c, const std::optional<std::filesys
 /// defect it is the block-map model (AutoANE's CPU validation forward uses the block map).
 ModelConfig evaluation_config(const ModelConfig& c);
 
+/// Evaluates the master weights stored in `checkpoint` (any run's, trained under any policy) under `spec`'s
+/// model config, policy and defects on the validation split, without training or touching the checkpoint:
+/// the loss and bits per byte of the model `spec` describes, as Trainer's own-precision evaluation computes
+/// them. Returns {"val_loss", "val_bpb", "val_tokens", "val_bytes", "policy", "defects", "seed",
+/// "checkpoint", "checkpoint_step", "checkpoint_policy", "checkpoint_seed", "checkpoint_config",
+/// "weights_sha256"} plus provenance,
+/// and writes it to spec.options.out / "eval.json" (atomically) when out is set. Throws std::runtime_error
+/// when the checkpoint cannot be read, holds a different number of parameters than the model, or was trained
+/// on another tokenizer.
+nlohmann::json evaluate_checkpoint(const SessionSpec& spec, const TrainData& data,
+                                   const std::filesystem::path& checkpoint);
+
 /// Runs (or resumes) the training described by `spec` on `data`; progress lines go to `progress`
 /// (may be null). Returns the summary written to DIR/summary.json. Shadow records land in the run's
 /// telemetry (op = <op>, pass, tensor, metric ∈ {median_ulp, p95_ulp, max_ulp, norm_rel, underflow}).

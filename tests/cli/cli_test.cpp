@@ -210,3 +210,37 @@ TEST(Cli, TensorcoreFitNamesWhatIsWrongWithItsInput) {
   EXPECT_EQ(ok.status, 0) << ok.output;
   EXPECT_NE(ok.output.find("0 of 32768 wrong"), std::string::npos) << ok.output;
 }
+
+TEST(Cli, EvalCheckpointReproducesTheRunsEvaluationAndRefusesAMismatch) {
+  const fs::path d = scratch("evalck");
+  const Outcome run = roundoff(kTiny + "--steps 2 --precision pure-fp16 --out " + (d / "run").string());
+  ASSERT_EQ(run.status, 0) << run.output;
+  nlohmann::json s;
+  {
+    std::ifstream in(d / "run" / "summary.json");
+    s = nlohmann::json::parse(in);
+  }
+  const std::string ck = (d / "run" / "checkpoint.bin").string();
+  auto eval = [&](const std::string& precision, const std::string& out) {
+    const Outcome o = roundoff(kTiny + "--steps 2 --precision " + precision + " --eval-checkpoint " + ck + " --out " +
+                               (d / out).string());
+    EXPECT_EQ(o.status, 0) << o.output;
+    std::ifstream in(d / out / "eval.json");
+    return nlohmann::json::parse(in);
+  };
+  // Under the run's own policy the evaluation is the run's own-precision one, bit for bit; under fp32 it is
+  // the run's fp32 evaluation.
+  const nlohmann::json own = eval("pure-fp16", "own");
+  EXPECT_EQ(own["val_loss"].get<double>(), s["val_loss_own"].get<double>());
+  EXPECT_EQ(own["checkpoint_policy"], "pure-fp16");
+  EXPECT_EQ(own["weights_sha256"], s["weights_sha256"]);
+  const nlohmann::json f32 = eval("fp32", "fp32");
+  EXPECT_EQ(f32["val_loss"].get<double>(), s["val_loss_fp32"].get<double>());
+  EXPECT_NE(f32["val_loss"].get<double>(), own["val_loss"].get<double>());
+  // Another model shape, or --resume, is refused with the reason.
+  expect_refused(roundoff("train --config custom --d 16 --layers 1 --heads 2 --seq 8 --batch 1 --eval-tokens 64 "
+                          "--progress-every 0 --eval-checkpoint " + ck + " --out " + (d / "bad").string()),
+                 "parameters; the model of this config has", "--eval-checkpoint on another shape");
+  expect_refused(roundoff(kTiny + "--eval-checkpoint " + ck + " --resume --out " + (d / "run").string()),
+                 "cannot --resume", "--eval-checkpoint with --resume");
+}
