@@ -163,14 +163,17 @@ WgmmaDump read_wgmma(const std::string& path) {
     throw std::runtime_error("wgmma dump " + path + ": not a wgmma dump (no RTCWGMMA header)");
   if (head[0] != 1u) throw std::runtime_error("wgmma dump " + path + ": version " + std::to_string(head[0]) +
                                               ", this build reads version 1");
-  const Field fields[4] = {kFp16, kBf16, kE4m3, kE5m2};
-  if (head[1] > 3u) throw std::runtime_error("wgmma dump " + path + ": unknown input format code " +
-                                             std::to_string(head[1]) + " (valid: 0 f16, 1 bf16, 2 e4m3, 3 e5m2)");
+  const Field fields[5] = {kFp16, kBf16, kE4m3, kE5m2, kTf32};
+  if (head[1] > 4u) throw std::runtime_error("wgmma dump " + path + ": unknown input format code " +
+                                             std::to_string(head[1]) + " (valid: 0 f16, 1 bf16, 2 e4m3, 3 e5m2, 4 tf32)");
+  if (head[5] > 1u) throw std::runtime_error("wgmma dump " + path + ": unknown accumulator code " +
+                                             std::to_string(head[5]) + " (valid: 0 binary32, 1 fp16)");
   if (head[2] == 0 || head[2] > 4096 || head[3] == 0 || head[3] > 65536)
     throw std::runtime_error("wgmma dump " + path + ": K " + std::to_string(head[2]) + " or tiles " +
                              std::to_string(head[3]) + " out of range");
   WgmmaDump d;
   d.in = fields[head[1]];
+  d.acc = head[5] == 1u ? kFp16 : kFp32;
   d.k = static_cast<int>(head[2]);
   d.tiles = head[3];
   d.imprecise = static_cast<int>(head[4]);
@@ -191,9 +194,9 @@ FitScore score(const WgmmaDump& dump, const Model& m, std::size_t examples) {
   for (std::uint32_t t = 0; t < dump.tiles; ++t) {
     for (std::size_t i = 0; i < a.size(); ++i) a[i] = decode(dump.in, dump.a[t * 64 * K + i]);
     for (std::size_t i = 0; i < b.size(); ++i) b[i] = decode(dump.in, dump.b[t * 64 * K + i]);
-    for (std::size_t i = 0; i < c.size(); ++i) c[i] = decode(kFp32, dump.c[t * 64 * 64 + i]);
+    for (std::size_t i = 0; i < c.size(); ++i) c[i] = decode(dump.acc, dump.c[t * 64 * 64 + i]);
     const int cls = static_cast<int>(t % 4);
-    score_tile(m, 64, 64, dump.k, kFp32, a, b, c, &dump.d[t * 64 * 64], t, cls, names[cls], examples, s);
+    score_tile(m, 64, 64, dump.k, dump.acc, a, b, c, &dump.d[t * 64 * 64], t, cls, names[cls], examples, s);
   }
   return s;
 }

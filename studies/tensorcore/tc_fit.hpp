@@ -39,11 +39,13 @@ void check_operands(const ProbeDump& dump);
 
 /// A warpgroup (wgmma) probe: tiles D(64×64) = A(64×K)·B(K×64) + C with explicit operands, written by
 /// studies/tensorcore/wgmma_to_bin.py from wgmma_probe.py's output: "RTCWGMMA", u32 version 1, u32 input format
-/// (0 f16, 1 bf16, 2 e4m3, 3 e5m2), u32 K, u32 tiles, u32 max_num_imprecise_acc, u32 0, then A, B, C and D as
-/// u32 arrays (A, B raw input encodings, C, D binary32 bits), each row-major per tile. Case class = tile mod 4
-/// (narrow, cancel, all-finite, zeros-tiny).
+/// (0 f16, 1 bf16, 2 e4m3, 3 e5m2, 4 tf32), u32 K, u32 tiles, u32 max_num_imprecise_acc, u32 accumulator (0
+/// binary32, 1 fp16), then A, B, C and D as u32 arrays (A, B raw input encodings, tf32 as binary32; C, D the
+/// accumulator's encodings), each row-major per tile. Case class = tile mod 4 (narrow, cancel, all-finite,
+/// zeros-tiny).
 struct WgmmaDump {
   Field in = kFp16;
+  Field acc = kFp32;
   int k = 0;
   std::uint32_t tiles = 0;
   int imprecise = 0;

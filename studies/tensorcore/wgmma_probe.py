@@ -7,8 +7,9 @@ patterns in four case classes (tile mod 4): 0 narrow (exponents near 1), 1 cance
 rounded to binary32), 2 every finite encoding, 3 mostly zeros and subnormals. Writes one .npz per configuration
 (a, b as raw bits, c, d as binary32 bits) and prints which tensor-core instructions the kernel used.
 
-Run on a GPU machine: python3 studies/tensorcore/wgmma_probe.py OUTDIR [TILES] [--designed]
-(--designed: only the designed e4m3 tiles of make_designed, for the QGMMA accumulator)
+Run on a GPU machine: python3 studies/tensorcore/wgmma_probe.py OUTDIR [TILES] [--designed | --more]
+(--designed: only the designed e4m3 tiles of make_designed, for the QGMMA accumulator; --more: fp16 with an
+fp16 accumulator and tf32, K 64 and 32)
 """
 import sys
 import numpy as np
@@ -18,7 +19,8 @@ import triton.language as tl
 
 
 @triton.jit
-def tile_kernel(a_ptr, b_ptr, c_ptr, d_ptr, K: tl.constexpr, IMPRECISE: tl.constexpr):
+def tile_kernel(a_ptr, b_ptr, c_ptr, d_ptr, K: tl.constexpr, IMPRECISE: tl.constexpr, ACC16: tl.constexpr,
+                TF32: tl.constexpr):
     pid = tl.program_id(0)
     rm = tl.arange(0, 64)
     rn = tl.arange(0, 64)
@@ -28,13 +30,19 @@ def tile_kernel(a_ptr, b_ptr, c_ptr, d_ptr, K: tl.constexpr, IMPRECISE: tl.const
     c = tl.load(c_ptr + pid * 64 * 64 + rm[:, None] * 64 + rn[None, :])
     if IMPRECISE > 0:
         d = tl.dot(a, b, c, max_num_imprecise_acc=IMPRECISE, out_dtype=tl.float32)
+    elif ACC16:
+        d = tl.dot(a, b, c, out_dtype=tl.float16)
+    elif TF32:
+        d = tl.dot(a, b, c, input_precision="tf32", out_dtype=tl.float32)
     else:
         d = tl.dot(a, b, c, out_dtype=tl.float32)
     tl.store(d_ptr + pid * 64 * 64 + rm[:, None] * 64 + rn[None, :], d)
 
 
-# name: (storage dtype, torch dtype, exponent bits, fraction bits, NaN-only)
+# name: (storage dtype, torch dtype, exponent bits, fraction bits, NaN-only); tf32 is generated as a 19-bit
+# pattern and stored as the binary32 encoding (the pattern shifted left by 13).
 FORMATS = {
+    "tf32": (np.uint32, torch.float32, 8, 10, False),
     "f16": (np.uint16, torch.float16, 5, 10, False),
     "bf16": (np.uint16, torch.bfloat16, 8, 7, False),
     "e4m3": (np.uint8, torch.float8_e4m3fn, 4, 3, True),
@@ -90,6 +98,9 @@ def make(rng, fmt, tiles, K):
             C[t] = np.where(rng.random((64, 64)) < 0.5, 0.0, rng.standard_normal((64, 64)) * 2.0 ** -20)
         else:
             C[t] = (rng.standard_normal((64, 64)) * np.exp2(rng.integers(-8, 8, (64, 64)))).astype(np.float32)
+    if fmt == "tf32":
+        A <<= 13
+        B <<= 13
     return A.astype(st), B.astype(st), C
 
 
@@ -137,21 +148,26 @@ def make_designed(rng, K):
     return A.astype(np.uint8), B.astype(np.uint8), C
 
 
-def run(out, fmt, K, tiles, imprecise, seed, designed=False):
+def run(out, fmt, K, tiles, imprecise, seed, designed=False, acc="f32"):
     st, tdt, eb, mb, nan_only = FORMATS[fmt]
     rng = np.random.default_rng(seed)
     A, B, C = make_designed(rng, K) if designed else make(rng, fmt, tiles, K)
+    if acc == "f16":
+        C = C.astype(np.float16)  # to nearest; overflow to inf in the all-finite class is part of the test
     tiles = A.shape[0]
-    a = torch.from_numpy(A.view(np.int16) if st == np.uint16 else A).cuda().view(tdt)
-    b = torch.from_numpy(B.view(np.int16) if st == np.uint16 else B).cuda().view(tdt)
+    view = {np.uint16: np.int16, np.uint32: np.int32, np.uint8: np.uint8}[st]
+    a = torch.from_numpy(A.view(view)).cuda().view(tdt)
+    b = torch.from_numpy(B.view(view)).cuda().view(tdt)
     c = torch.from_numpy(C).cuda()
     d = torch.empty_like(c)
-    k = tile_kernel[(tiles,)](a, b, c, d, K=K, IMPRECISE=imprecise, num_warps=4)
+    k = tile_kernel[(tiles,)](a, b, c, d, K=K, IMPRECISE=imprecise, ACC16=acc == "f16", TF32=fmt == "tf32",
+                              num_warps=4)
     torch.cuda.synchronize()
     D = d.cpu().numpy()
-    name = f"wg-{fmt}-k{K}-imp{imprecise}" + ("-designed" if designed else "")
-    np.savez_compressed(f"{out}/{name}.npz", a=A, b=B, c=C.view(np.uint32), d=D.view(np.uint32),
-                        fmt=fmt, K=K, imprecise=imprecise, seed=seed)
+    name = f"wg-{fmt}-k{K}-imp{imprecise}" + ("-designed" if designed else "") + ("-acc16" if acc == "f16" else "")
+    bits = np.uint16 if acc == "f16" else np.uint32
+    np.savez_compressed(f"{out}/{name}.npz", a=A, b=B, c=C.view(bits), d=D.view(bits),
+                        fmt=fmt, K=K, imprecise=imprecise, seed=seed, acc=acc)
     ops = {}
     try:
         sass = k.asm.get("sass") or ""
@@ -170,13 +186,17 @@ def main():
     tiles = int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2].isdigit() else 64
     print("torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name(), flush=True)
     if "--designed" in sys.argv:
-        configs = [("e4m3", 32, 32, True)]
+        configs = [("e4m3", 32, 32, True, "f32")]
+    elif "--more" in sys.argv:
+        configs = [("f16", 64, 0, False, "f16"), ("tf32", 32, 0, False, "f32")]
     else:
-        configs = [("f16", 16, 0, False), ("f16", 64, 0, False), ("bf16", 64, 0, False), ("e4m3", 32, 32, False),
-                   ("e4m3", 128, 128, False), ("e5m2", 128, 128, False), ("e4m3", 128, 0, False)]
-    for i, (fmt, K, imp, designed) in enumerate(configs):
+        configs = [("f16", 16, 0, False, "f32"), ("f16", 64, 0, False, "f32"), ("bf16", 64, 0, False, "f32"),
+                   ("e4m3", 32, 32, False, "f32"), ("e4m3", 128, 128, False, "f32"), ("e5m2", 128, 128, False, "f32"),
+                   ("e4m3", 128, 0, False, "f32")]
+    seed0 = 2000 if "--more" in sys.argv else 1000
+    for i, (fmt, K, imp, designed, acc) in enumerate(configs):
         try:
-            run(out, fmt, K, tiles, imp, 1000 + i, designed)
+            run(out, fmt, K, tiles, imp, seed0 + i, designed, acc)
         except Exception as e:  # noqa: BLE001 - one failing configuration must not lose the others
             print(f"{fmt} K={K} imprecise={imp}: FAILED {type(e).__name__}: {str(e)[:400]}", flush=True)
 

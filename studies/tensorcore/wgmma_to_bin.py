@@ -6,7 +6,8 @@ import os
 import sys
 import numpy as np
 
-FORMAT_CODES = {"f16": 0, "bf16": 1, "e4m3": 2, "e5m2": 3}
+FORMAT_CODES = {"f16": 0, "bf16": 1, "e4m3": 2, "e5m2": 3, "tf32": 4}
+ACC_CODES = {"f32": 0, "f16": 1}
 
 
 def main():
@@ -14,7 +15,8 @@ def main():
     z = np.load(src)
     tiles = z["d"].shape[0] if len(sys.argv) < 4 else int(sys.argv[3])
     fmt, k, imprecise = str(z["fmt"]), int(z["K"]), int(z["imprecise"])
-    head = np.array([1, FORMAT_CODES[fmt], k, tiles, imprecise, 0], dtype="<u4")
+    acc = str(z["acc"]) if "acc" in z.files else "f32"
+    head = np.array([1, FORMAT_CODES[fmt], k, tiles, imprecise, ACC_CODES[acc]], dtype="<u4")
     tmp = dst + ".tmp"
     with open(tmp, "wb") as f:
         f.write(b"RTCWGMMA")
@@ -22,7 +24,7 @@ def main():
         for name in ("a", "b", "c", "d"):
             f.write(np.ascontiguousarray(z[name][:tiles]).astype("<u4").tobytes())
     os.replace(tmp, dst)
-    print(f"{dst}: {fmt}, K {k}, {tiles} tiles, max_num_imprecise_acc {imprecise}")
+    print(f"{dst}: {fmt}, K {k}, {tiles} tiles, max_num_imprecise_acc {imprecise}, accumulator {acc}")
 
 
 if __name__ == "__main__":
