@@ -133,7 +133,8 @@ const std::vector<Preset>& presets() {
     // The fp16-accumulator form: the same register (binary32's alignment: 23 + 2 bits below the anchor, so 15
     // extra bits over fp16's 10) rounded once to fp16 to nearest; IEEE edges (the probe cannot tell them apart).
     Accumulation f16acc = seq(formats::fp16, Rounding::NearestEven);
-    f16acc.adder = MultiTermAdder{16, 15, Rounding::TowardZero, Rounding::NearestEven, 6, AdderAnchor::ExponentSum, -14};
+    f16acc.adder =
+        MultiTermAdder{16, 15, Rounding::TowardZero, Rounding::NearestEven, 6, AdderAnchor::ExponentSum, -14};
     v.push_back({"tc-h100-f16acc", f16acc});
     // The ANE accumulator as the reverse-engineered ane-guide describes it (docs/numerics.md): exact tiles of 4
     // terms rounded to fp16 (toward zero: the mode that reproduces its 4096 + 1024·1 = 5116 example) feeding an
@@ -154,7 +155,8 @@ std::string preset_list() {
 
 constexpr const char* kKeysHelp =
     "keys: acc=FORMAT[:ROUNDING], order=seq|reverse|pairwise|kahan|blocked:B, outer=FORMAT, fused, unfused, "
-    "product=FORMAT, promote=N[:FORMAT], group=G, extra=E, align=ROUNDING, normalize=ROUNDING, carry=C, anchor=lead|exp-sum:EMIN, edges=ieee|inf-pos-zero, "
+    "product=FORMAT, promote=N[:FORMAT], group=G, extra=E, align=ROUNDING, normalize=ROUNDING, carry=C, "
+    "anchor=lead|exp-sum:EMIN, edges=ieee|inf-pos-zero, "
     "tile=G[:FORMAT][:ROUNDING]";
 
 [[noreturn]] void fail(std::string_view text, const std::string& why) {
@@ -390,7 +392,8 @@ Accumulation parse_accumulation(std::string_view text) {
         a.adder.anchor = AdderAnchor::ExponentSum;
         a.adder.input_emin = parse_signed(text, val.substr(8), "the anchor's input emin");
       } else {
-        fail(text, "unknown anchor '" + std::string(val) + "' (valid: lead, exp-sum:EMIN, e.g. exp-sum:-14 for fp16 inputs)");
+        fail(text, "unknown anchor '" + std::string(val) +
+                       "' (valid: lead, exp-sum:EMIN, e.g. exp-sum:-14 for fp16 inputs)");
       }
     } else if (key == "tile") {
       // G[:FORMAT][:ROUNDING]; a custom FORMAT has colons of its own, so the rounding is split off the end.

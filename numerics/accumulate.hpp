@@ -150,13 +150,13 @@ std::string spec_text(const Accumulation& a);
 /// Preset name or key=value spec. Presets, for F in {fp16, bf16}: F-seq, F-unfused-seq (products rounded to F),
 /// F-reverse, F-pairwise, F-kahan, F-sr (stochastic), F-splitk{16,32,64,128}-fp32 (blocked, fp32 outer sum),
 /// F-promote128-fp32; and fp32-seq, fp32-pairwise, fp64-seq, tc-v100 (fp32 accumulator, group 4, no extra bits,
-/// truncation, 2 carry bits: Fasi et al. 2021), tc-a100 (the same model with groups of 8), tc-h100 (fp16 inputs:
-/// groups of 16 products anchored on their exponent sums, 2 extra bits, truncation, 6 carry bits, overflow to
-/// inf and +0 for zero; fitted to an H100's mma.sync bit for bit), tc-h100-bf16 (the same for bf16 inputs), tc-h100-tf32 (tf32 inputs, groups of
-/// 8), tc-h100-f16acc (fp16 inputs and accumulator: the tc-h100 register rounded once to fp16 to nearest),
-/// tc-h100-fp8 and tc-h100-fp8-e5m2 (fp8 wgmma: groups of 32, a 14-bit accumulator; add promote=N:fp32 for
-/// periodic promotion), ane-tile4 (fp32
-/// accumulator fed by exact tiles of 4 terms rounded toward zero to fp16: the ane-guide's ANE accumulator).
+/// truncation, 2 carry bits: Fasi et al. 2021), tc-a100 (the same model with groups of 8), tc-h100 (fp16
+/// inputs: groups of 16 products anchored on their exponent sums, 2 extra bits, truncation, 6 carry bits,
+/// overflow to inf and +0 for zero; fitted to an H100's mma.sync bit for bit), tc-h100-bf16 (the same for bf16
+/// inputs), tc-h100-tf32 (tf32 inputs, groups of 8), tc-h100-f16acc (fp16 inputs and accumulator: the tc-h100
+/// register rounded once to fp16 to nearest), tc-h100-fp8 and tc-h100-fp8-e5m2 (fp8 wgmma: groups of 32, a
+/// 14-bit accumulator; add promote=N:fp32 for periodic promotion), ane-tile4 (fp32 accumulator fed by exact
+/// tiles of 4 terms rounded toward zero to fp16: the ane-guide's ANE accumulator).
 /// Spec: comma-separated tokens, optionally starting with a preset to modify: acc=FORMAT[:ROUNDING],
 /// order=seq|reverse|pairwise|kahan|blocked:B, outer=FORMAT, fused, unfused, product=FORMAT, promote=N[:FORMAT],
 /// group=G, extra=E, align=ROUNDING, normalize=ROUNDING, carry=C, anchor=lead|exp-sum:EMIN, edges=ieee|inf-pos-zero,

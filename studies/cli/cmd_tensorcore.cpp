@@ -157,7 +157,8 @@ void add_tensorcore_command(CLI::App& app) {
   cmd->add_option("--model", o.models,
                   "Score only these models: an accumulation spec (see `roundoff dot --help`), optionally followed "
                   "by ' then ROUNDING' for a final rounding to the accumulator format");
-  cmd->add_option("--screen", o.screen, "Tiles to screen the candidates on (default 256)")->check(CLI::Range(1, 1 << 30));
+  cmd->add_option("--screen", o.screen, "Tiles to screen the candidates on (default 256)")
+      ->check(CLI::Range(1, 1 << 30));
   cmd->add_option("--show", o.show, "Mismatches to describe per model (default 1)");
   cmd->add_option("--out", o.out, "Directory for fit.csv and fit.json (provenance)");
   cmd->add_option("--trim", o.trim, "Instead of fitting, write each dump's first N tiles to --trim-dir")

@@ -231,7 +231,9 @@ inline Tile make_tile(Shape s, std::uint64_t seed, std::uint64_t t) {
       for (auto& x : tile.b) x = tiny(in);
       for (auto& x : tile.c) {
         const int w = r.uniform(0, 2);
-        x = w == 0 ? random_subnormal(acc, r) : w == 1 ? random_normal(acc, r, acc.emin(), acc.emin() + 4) : zero(acc, r.chance(1, 2));
+        x = w == 0   ? random_subnormal(acc, r)
+            : w == 1 ? random_normal(acc, r, acc.emin(), acc.emin() + 4)
+                     : zero(acc, r.chance(1, 2));
       }
       break;
     case 6:

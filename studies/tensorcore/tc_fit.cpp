@@ -164,8 +164,9 @@ WgmmaDump read_wgmma(const std::string& path) {
   if (head[0] != 1u) throw std::runtime_error("wgmma dump " + path + ": version " + std::to_string(head[0]) +
                                               ", this build reads version 1");
   const Field fields[5] = {kFp16, kBf16, kE4m3, kE5m2, kTf32};
-  if (head[1] > 4u) throw std::runtime_error("wgmma dump " + path + ": unknown input format code " +
-                                             std::to_string(head[1]) + " (valid: 0 f16, 1 bf16, 2 e4m3, 3 e5m2, 4 tf32)");
+  if (head[1] > 4u)
+    throw std::runtime_error("wgmma dump " + path + ": unknown input format code " + std::to_string(head[1]) +
+                             " (valid: 0 f16, 1 bf16, 2 e4m3, 3 e5m2, 4 tf32)");
   if (head[5] > 1u) throw std::runtime_error("wgmma dump " + path + ": unknown accumulator code " +
                                              std::to_string(head[5]) + " (valid: 0 binary32, 1 fp16)");
   if (head[2] == 0 || head[2] > 4096 || head[3] == 0 || head[3] > 65536)
