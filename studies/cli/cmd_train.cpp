@@ -252,8 +252,7 @@ void add_train_command(CLI::App& app) {
       std::cout << "val_loss " << e["val_loss"] << "  val_bpb " << e["val_bpb"] << "  (checkpoint step "
                 << e["checkpoint_step"] << ", trained under " << e["checkpoint_policy"] << "; evaluated under "
                 << e["policy"] << ", defects " << e["defects"] << ")\nweights_sha256 "
-                << e["weights_sha256"].get<std::string>() << "\n";
-      if (!a.out.empty()) std::cout << "results in " << a.out << "\n";
+                << e["weights_sha256"].get<std::string>() << "\nresults in " << a.out << "\n";
       return;
     }
     const nlohmann::json s = tr::run_session(spec, data, &std::cerr);

@@ -1,18 +1,16 @@
 // Building and running a complete training session.
 #include "studies/train/session.hpp"
 
-#include <cmath>
 #include <optional>
-#include <stdexcept>
 #include <ostream>
 #include <sstream>
+#include <stdexcept>
 
 #include "ops/probe.hpp"
 #include "studies/common/provenance.hpp"
 #include "studies/common/out_dir.hpp"
 #include "studies/data/bpe.hpp"
 #include "studies/data/corpus.hpp"
-#include "studies/data/sha256.hpp"
 #include "studies/data/tokenizer.hpp"
 #include "studies/train/checkpoint.hpp"
 #include "studies/train/model.hpp"
@@ -93,17 +91,16 @@ nlohmann::json evaluate_checkpoint(const SessionSpec& spec, const TrainData& dat
     throw std::runtime_error("checkpoint " + checkpoint.string() + " holds " + std::to_string(ck.master.size()) +
                              " parameters; the model of this config has " + std::to_string(expected));
   if (data.val.batches.empty()) throw std::runtime_error("evaluating a checkpoint needs a non-empty validation split");
-  Transformer model(o.config, o.residual, spec.policy, o.seed);
-  model.set_weights_version(1);
-  double total = 0;
-  for (const Batch& b : data.val.batches) total += model.total_loss(b, ck.master);
   const nlohmann::json& id = ck.meta.at("identity");
   if (id.contains("tokenizer") && id.at("tokenizer") != data.tokenizer)
     throw std::runtime_error("checkpoint " + checkpoint.string() + " was trained on tokenizer " +
                              id.at("tokenizer").get<std::string>() + ", this evaluation uses " + data.tokenizer);
+  Transformer model(o.config, o.residual, spec.policy, o.seed);
+  model.set_weights_version(1);
+  const EvalLoss val = evaluate_loss(model, data.val, ck.master);
   nlohmann::json r = provenance("roundoff train --eval-checkpoint");
-  r["val_loss"] = total / static_cast<double>(data.val.tokens);
-  r["val_bpb"] = total / (std::log(2.0) * static_cast<double>(data.val.bytes));
+  r["val_loss"] = val.loss;
+  r["val_bpb"] = val.bpb;
   r["val_tokens"] = data.val.tokens;
   r["val_bytes"] = data.val.bytes;
   r["policy"] = spec.policy.canonical();
@@ -114,8 +111,7 @@ nlohmann::json evaluate_checkpoint(const SessionSpec& spec, const TrainData& dat
   r["checkpoint_policy"] = id.contains("policy") ? id.at("policy") : nlohmann::json();
   r["checkpoint_seed"] = id.contains("seed") ? id.at("seed") : nlohmann::json();
   r["checkpoint_config"] = id.contains("config") ? id.at("config") : nlohmann::json();
-  r["weights_sha256"] = data::sha256_hex(std::string_view(reinterpret_cast<const char*>(ck.master.data()),
-                                                          ck.master.size() * sizeof(double)));
+  r["weights_sha256"] = weights_sha256(ck.master);
   if (!o.out.empty()) {
     const OutDirLock lock(o.out);
     write_json_atomic(o.out / "eval.json", r);

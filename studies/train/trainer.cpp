@@ -397,28 +397,36 @@ void Trainer::log_stagnation(std::int64_t s, ParamTensor t) {
                    static_cast<double>(c.hits) / static_cast<double>(c.selected));
 }
 
-Trainer::EvalResult Trainer::evaluate(Model& m, const EvalSet& set, const char* name) {
-  const auto t0 = ops::Profile::Clock::now();
+EvalLoss evaluate_loss(Model& m, const EvalSet& set, std::span<const double> master) {
   double total = 0;
-  std::int64_t windows = 0;
-  for (const Batch& b : set.batches) {
-    total += m.total_loss(b, master_);
-    windows += b.batch;
-  }
-  if (profile_ != nullptr) profile_->add_outside(name, ops::seconds_since(t0), windows);
-  const double loss = total / static_cast<double>(set.tokens);
-  const double bpb = total / (std::log(2.0) * static_cast<double>(set.bytes));
-  return {loss, bpb};
+  for (const Batch& b : set.batches) total += m.total_loss(b, master);
+  return {total / static_cast<double>(set.tokens), total / (std::log(2.0) * static_cast<double>(set.bytes))};
 }
 
-Trainer::EvalResult Trainer::evaluate_own(const EvalResult& fp32_val) {
+std::string weights_sha256(std::span<const double> master) {
+  return data::sha256_hex(
+      std::string_view(reinterpret_cast<const char*>(master.data()), master.size() * sizeof(double)));
+}
+
+EvalLoss Trainer::evaluate(Model& m, const EvalSet& set, const char* name) {
+  const auto t0 = ops::Profile::Clock::now();
+  const EvalLoss r = evaluate_loss(m, set, master_);
+  if (profile_ != nullptr) {
+    std::int64_t windows = 0;
+    for (const Batch& b : set.batches) windows += b.batch;
+    profile_->add_outside(name, ops::seconds_since(t0), windows);
+  }
+  return r;
+}
+
+EvalLoss Trainer::evaluate_own(const EvalLoss& fp32_val) {
   // The own model is the fp32 model (see the constructor): its evaluation is the fp32 one, bit for bit.
   return &own_ == &fp32_ ? fp32_val : evaluate(own_, data_.val, "evaluation: val own");
 }
 
 void Trainer::evaluate_and_log() {
-  const EvalResult f = evaluate(fp32_, data_.val, "evaluation: val fp32");
-  const EvalResult o = evaluate_own(f);
+  const EvalLoss f = evaluate(fp32_, data_.val, "evaluation: val fp32");
+  const EvalLoss o = evaluate_own(f);
   log_.curve(step_, "val_loss_fp32", f.loss);
   log_.curve(step_, "val_bpb_fp32", f.bpb);
   log_.curve(step_, "val_loss_own", o.loss);
@@ -456,10 +464,7 @@ double Trainer::autoane_metric() const {
   return total / static_cast<double>(micro_losses_.size());
 }
 
-std::string Trainer::weights_sha256() const {
-  return data::sha256_hex(std::string_view(reinterpret_cast<const char*>(master_.data()),
-                                           master_.size() * sizeof(double)));
-}
+std::string Trainer::weights_sha256() const { return train::weights_sha256(master_); }
 
 nlohmann::json Trainer::segments() const {
   nlohmann::json all = past_segments_;
@@ -498,9 +503,9 @@ nlohmann::json Trainer::finish() {
   summary["val_bytes"] = data_.val.bytes;
   summary["threads"] = opts_.threads;
   if (complete) {
-    const EvalResult f = evaluate(fp32_, data_.val, "evaluation: val fp32");
-    const EvalResult o = evaluate_own(f);
-    const EvalResult t = evaluate(fp32_, data_.test, "evaluation: test fp32");
+    const EvalLoss f = evaluate(fp32_, data_.val, "evaluation: val fp32");
+    const EvalLoss o = evaluate_own(f);
+    const EvalLoss t = evaluate(fp32_, data_.test, "evaluation: test fp32");
     summary["val_loss_fp32"] = f.loss;
     summary["val_bpb_fp32"] = f.bpb;
     summary["val_loss_own"] = o.loss;

@@ -37,6 +37,15 @@ struct EvalSet {
   std::int64_t bytes = 0;   ///< bytes those tokens stand for (bits per byte)
 };
 
+/// Mean loss (nats per predicted token) and bits per byte of a model on an evaluation split.
+struct EvalLoss {
+  double loss, bpb;
+};
+/// `m` with weights `master` on every batch of `set`, in order.
+EvalLoss evaluate_loss(Model& m, const EvalSet& set, std::span<const double> master);
+/// sha256 of master weights as little-endian binary64 in buffer order (a run's summary "weights_sha256").
+std::string weights_sha256(std::span<const double> master);
+
 /// Everything the loop reads from the data: train tokens, eval sets and where they came from.
 struct TrainData {
   std::vector<std::int32_t> train;
@@ -113,13 +122,10 @@ class Trainer {
   static constexpr std::size_t kAutoAneWindow = 200;
 
  private:
-  struct EvalResult {
-    double loss, bpb;
-  };
   /// Loss and bits per byte of `m` on `set`; with a profile, its seconds and windows under `name`.
-  EvalResult evaluate(Model& m, const EvalSet& set, const char* name);
+  EvalLoss evaluate(Model& m, const EvalSet& set, const char* name);
   /// The own-precision validation result, given the fp32 one (reused when own_ is fp32_).
-  EvalResult evaluate_own(const EvalResult& fp32_val);
+  EvalLoss evaluate_own(const EvalLoss& fp32_val);
   void evaluate_and_log();
   /// Per tensor: fraction of weight-gradient elements that are 0 in the run's precision (this micro-step's
   /// gradients) but not in an fp32 pass over the same batch and weights (STUDY_PROTOCOL §4.4 "gradient
