@@ -1,0 +1,218 @@
+#!/usr/bin/python3
+"""Range, underflow and swamping telemetry of a sweep study, per run and per arm (preregistration §4,
+secondary 4: the fp16 backward's gradient underflow, the stream's size and the swamping ratio per residual add).
+
+Reads one or more `runs.csv` tables written by `roundoff sweep` and each run's telemetry.csv
+(`step,layer,op,pass,tensor,metric,value`; docs/trainer.md). Writes into --out:
+
+  telemetry_runs.csv  one row per run: arm, seed, run and the quantities below
+  telemetry_arms.csv  one row per (arm, quantity): n seeds, mean, min and max over the seeds
+  telemetry_ops.csv   one row per (arm, op, pass) at the final sample: subnormal outputs (summed over layers) and
+                      the share of exact zeros (mean over layers), each the mean over the arm's seeds; against
+                      the fp32 arm, the extra zeros of a backward op are activation gradients that underflowed
+
+Units of telemetry.csv's `step`: the op rows (range events, stream, swamping, max_logit, collapsed rows) are
+logged at the micro-step index (update × accum, the update's first micro-step); the `grad` and `adamw` rows at
+the update index. Each quantity below reads one family of rows only, so the two never meet; "final" is the
+family's last logged step, "max" the largest value over every logged step.
+
+  stream_max_abs_final / _max       max |x| of the residual stream over layers (fp16 max is 65504)
+  stream_rms_final                  largest per-layer rms of the stream at the final sample
+  op_max_abs_max                    largest max |x| of any op output (forward and backward) at any sample
+  fp16_headroom_bits                log2(65504 / op_max_abs_max): how many doublings an fp16 value had left
+  max_logit_final / _max            largest attention logit over layers (attn-scores fwd)
+  classifier_max_abs_max            largest |logit| of the classifier (fwd)
+  swamping_attn_median_final        median over layers of rms(x)/rms(α·F) at residual-attn, final sample
+  swamping_ffn_median_final         the same at residual-ffn
+  swamping_max                      largest swamping ratio at any residual add and sample
+  softmax_zero_fraction_final       mean over layers of the share of softmax outputs that are exactly 0
+  masked_zero_fraction_final        the same share in the attention scores (the causal mask's zeros)
+  softmax_underflow_final           the difference of the two: probabilities that underflowed to 0
+  subnormal_fwd_per_sample          subnormal op outputs per sampled micro-step, forward ops
+  subnormal_bwd_per_sample          the same for the backward (bwd-data and bwd-weight) ops
+  nonfinite_values                  inf + nan op outputs over all samples
+  collapsed_rows                    RMSNorm rows whose sum of squares overflowed, over all samples
+  grad_underflow_max                largest share of a weight-gradient tensor that is 0 in the run's precision
+                                    and non-zero in the fp32 pass on the same batch and weights, any update
+  grad_underflow_mean_final         mean of that share over the tensors at the last sampled update
+  stagnation_mean_final             mean over tensors of the share of weights with a non-zero gradient that
+                                    the update left unchanged, last sampled update
+  stagnation_max                    the largest such share, any tensor and update
+
+A run without telemetry.csv, or with no rows of a family, gets empty cells for that family. Nothing here holds a
+result: every number comes from the inputs. Run with the system python (pandas):
+
+    /usr/bin/python3 studies/sweep/telemetry_summary.py --runs notebooks-data/autoane-gap-e11/runs.csv \
+        --runs-dir notebooks-data/autoane-gap-e11/runs --out notebooks-data/autoane-gap-e11/analysis
+"""
+import argparse
+import math
+import os
+import sys
+
+import pandas as pd
+
+FP16_MAX = 65504.0
+QUANTITIES = [
+    "stream_max_abs_final", "stream_max_abs_max", "stream_rms_final", "op_max_abs_max", "fp16_headroom_bits",
+    "max_logit_final", "max_logit_max", "classifier_max_abs_max", "swamping_attn_median_final",
+    "swamping_ffn_median_final", "swamping_max", "softmax_zero_fraction_final", "masked_zero_fraction_final",
+    "softmax_underflow_final", "subnormal_fwd_per_sample", "subnormal_bwd_per_sample", "nonfinite_values",
+    "collapsed_rows", "grad_underflow_max", "grad_underflow_mean_final", "stagnation_mean_final", "stagnation_max",
+]
+OP_FAMILY = {"grad", "adamw"}  # rows logged at the update index; every other op at the micro-step index
+COLUMNS = ["step", "layer", "op", "pass", "tensor", "metric", "value"]
+
+
+def fail(msg):
+    print(f"telemetry_summary: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def nan_if_empty(series, how):
+    return float(getattr(series, how)()) if len(series) else math.nan
+
+
+def summarise(t):
+    """The quantities of the module doc for one run's telemetry frame t (columns COLUMNS)."""
+    q = dict.fromkeys(QUANTITIES, math.nan)
+    ops = t[~t.op.isin(OP_FAMILY)]
+    upd = t[t.op.isin(OP_FAMILY)]
+
+    def rows(frame, op=None, metric=None, passes=None):
+        r = frame
+        if op is not None:
+            r = r[r.op == op]
+        if metric is not None:
+            r = r[r.metric == metric]
+        if passes is not None:
+            r = r[r["pass"].isin(passes)]
+        return r
+
+    def at_final(r):
+        return r[r.step == r.step.max()] if len(r) else r
+
+    stream = rows(ops, "stream", "max_abs")
+    q["stream_max_abs_final"] = nan_if_empty(at_final(stream).value, "max")
+    q["stream_max_abs_max"] = nan_if_empty(stream.value, "max")
+    q["stream_rms_final"] = nan_if_empty(at_final(rows(ops, "stream", "rms")).value, "max")
+    q["op_max_abs_max"] = nan_if_empty(rows(ops, metric="max_abs").value, "max")
+    if q["op_max_abs_max"] > 0:
+        q["fp16_headroom_bits"] = math.log2(FP16_MAX / q["op_max_abs_max"])
+    logit = rows(ops, "attn-scores", "max_logit")
+    q["max_logit_final"] = nan_if_empty(at_final(logit).value, "max")
+    q["max_logit_max"] = nan_if_empty(logit.value, "max")
+    q["classifier_max_abs_max"] = nan_if_empty(rows(ops, "classifier", "max_abs", ["fwd"]).value, "max")
+    q["swamping_attn_median_final"] = nan_if_empty(at_final(rows(ops, "residual-attn", "swamping_ratio")).value,
+                                                   "median")
+    q["swamping_ffn_median_final"] = nan_if_empty(at_final(rows(ops, "residual-ffn", "swamping_ratio")).value,
+                                                  "median")
+    q["swamping_max"] = nan_if_empty(rows(ops, metric="swamping_ratio").value, "max")
+    smax = at_final(rows(ops, "softmax", "zero_fraction", ["fwd"]))
+    mask = at_final(rows(ops, "attn-scores", "zero_fraction", ["fwd"]))
+    q["softmax_zero_fraction_final"] = nan_if_empty(smax.value, "mean")
+    q["masked_zero_fraction_final"] = nan_if_empty(mask.value, "mean")
+    q["softmax_underflow_final"] = q["softmax_zero_fraction_final"] - q["masked_zero_fraction_final"]
+    sub = rows(ops, metric="subnormal")
+    samples = ops.step.nunique()
+    if samples:
+        q["subnormal_fwd_per_sample"] = float(sub[sub["pass"] == "fwd"].value.sum()) / samples
+        q["subnormal_bwd_per_sample"] = float(sub[sub["pass"] != "fwd"].value.sum()) / samples
+        q["nonfinite_values"] = float(rows(ops, metric="inf").value.sum() + rows(ops, metric="nan").value.sum())
+        q["collapsed_rows"] = float(rows(ops, metric="collapsed_rows").value.sum())
+    under = rows(upd, "grad", "underflow_fraction")
+    q["grad_underflow_max"] = nan_if_empty(under.value, "max")
+    q["grad_underflow_mean_final"] = nan_if_empty(at_final(under).value, "mean")
+    stag = rows(upd, "adamw", "stagnation_fraction")
+    q["stagnation_mean_final"] = nan_if_empty(at_final(stag).value, "mean")
+    q["stagnation_max"] = nan_if_empty(stag.value, "max")
+    return q
+
+
+def final_ops(t):
+    """Per (op, pass) at the final op sample: subnormal count summed over layers, zero_fraction mean over layers."""
+    ops = t[~t.op.isin(OP_FAMILY)]
+    if ops.empty:
+        return pd.DataFrame(columns=["op", "pass", "subnormal", "zero_fraction"])
+    f = ops[ops.step == ops.step.max()]
+    sub = f[f.metric == "subnormal"].groupby(["op", "pass"]).value.sum().rename("subnormal")
+    zero = f[f.metric == "zero_fraction"].groupby(["op", "pass"]).value.mean().rename("zero_fraction")
+    return pd.concat([sub, zero], axis=1).reset_index()
+
+
+def telemetry_of(run, runs_dirs):
+    """telemetry.csv of one run: <dir>/<study>/<run>/ or <dir>/<run>/, first found; None when absent."""
+    for d in runs_dirs:
+        for p in (os.path.join(d, run["study"], run["run"], "telemetry.csv"),
+                  os.path.join(d, run["run"], "telemetry.csv")):
+            if os.path.isfile(p):
+                t = pd.read_csv(p)
+                missing = [c for c in COLUMNS if c not in t.columns]
+                if missing:
+                    fail(f"{p} has no column(s) {', '.join(missing)} (expected {','.join(COLUMNS)})")
+                return t
+    return None
+
+
+def per_arm(per_run, arm_col):
+    out = []
+    for arm, g in per_run.groupby(arm_col, sort=False):
+        for name in QUANTITIES:
+            v = g[name].dropna()
+            out.append({arm_col: arm, "quantity": name, "n": int(len(v)),
+                        "mean": float(v.mean()) if len(v) else math.nan,
+                        "min": float(v.min()) if len(v) else math.nan,
+                        "max": float(v.max()) if len(v) else math.nan})
+    return pd.DataFrame(out, columns=[arm_col, "quantity", "n", "mean", "min", "max"])
+
+
+def write_csv(frame, path):
+    tmp = f"{path}.tmp.{os.getpid()}"
+    frame.to_csv(tmp, index=False, float_format="%.17g")
+    os.replace(tmp, path)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", action="append", default=[], help="runs.csv (repeatable)")
+    ap.add_argument("--runs-dir", action="append", default=[],
+                    help="where the runs' directories are (<dir>/<study>/<run>/ or <dir>/<run>/); default out/sweep")
+    ap.add_argument("--out", required=True, help="output directory")
+    ap.add_argument("--arm-column", default="arm")
+    ap.add_argument("--seed-column", default="seed")
+    a = ap.parse_args(argv)
+    if not a.runs:
+        fail("give at least one --runs runs.csv")
+    frames = []
+    for p in a.runs:
+        if not os.path.isfile(p):
+            fail(f"{p} not found (a runs.csv written by `roundoff sweep`)")
+        t = pd.read_csv(p)
+        for c in (a.arm_column, a.seed_column, "run", "study"):
+            if c not in t.columns:
+                fail(f"{p} has no column '{c}' (columns: {', '.join(t.columns[:8])}, ...)")
+        frames.append(t)
+    runs = pd.concat(frames, ignore_index=True)
+    runs_dirs = a.runs_dir or ["out/sweep"]
+    rows, op_rows = [], []
+    for _, run in runs.iterrows():
+        t = telemetry_of(run, runs_dirs)
+        q = summarise(t) if t is not None else dict.fromkeys(QUANTITIES, math.nan)
+        if t is not None:
+            op_rows.append(final_ops(t).assign(**{a.arm_column: run[a.arm_column]}))
+        rows.append({a.arm_column: run[a.arm_column], a.seed_column: int(run[a.seed_column]), "run": run["run"],
+                     "telemetry": t is not None, **q})
+    per_run = pd.DataFrame(rows).sort_values([a.arm_column, a.seed_column], kind="stable")
+    os.makedirs(a.out, exist_ok=True)
+    write_csv(per_run, os.path.join(a.out, "telemetry_runs.csv"))
+    write_csv(per_arm(per_run, a.arm_column), os.path.join(a.out, "telemetry_arms.csv"))
+    ops = pd.concat(op_rows, ignore_index=True) if op_rows else pd.DataFrame(
+        columns=[a.arm_column, "op", "pass", "subnormal", "zero_fraction"])
+    ops = ops.groupby([a.arm_column, "op", "pass"], sort=True).agg(
+        n=("subnormal", "size"), subnormal=("subnormal", "mean"), zero_fraction=("zero_fraction", "mean"))
+    write_csv(ops.reset_index(), os.path.join(a.out, "telemetry_ops.csv"))
+    print(f"telemetry_summary: {len(per_run)} runs ({int(per_run.telemetry.sum())} with telemetry) -> {a.out}")
+
+
+if __name__ == "__main__":
+    main()
