@@ -40,6 +40,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.transforms import blended_transform_factory  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
@@ -275,17 +276,25 @@ def analyse(spec, runs, runs_dirs):
 
 
 def fig_curves(spec, runs, runs_dirs, path):
-    arm_col = spec.get("arm_column", "arm")
+    """Left: own-precision training loss per update (mean over seeds, seed min..max band). Right: fp32 validation
+    loss; as curves when the runs evaluated more than once, else (a study that evaluates only at the end) each
+    seed's final value per arm, filled for the fp32 evaluation and open for the run's own precision."""
+    arm_col, seed_col = spec.get("arm_column", "arm"), spec.get("seed_column", "seed")
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
     arms = list(dict.fromkeys(runs[arm_col])) if not runs.empty else []
+    curves = {}
+    for _, r in runs.iterrows():
+        curves[r["run"]] = curves_of(r, runs_dirs)[0]
+    val_points = max((int((c.metric == "val_loss_fp32").sum()) for c in curves.values()), default=0)
+    val_as_curves = val_points > 1
     for k, arm in enumerate(arms):
         color = f"C{k % 10}"
         sub = runs[runs[arm_col] == arm]
         for ax, metric in zip(axes, ["train_loss", "val_loss_fp32"]):
-            series = []
-            for _, r in sub.iterrows():
-                c, _ = curves_of(r, runs_dirs)
-                series.append(c[c.metric == metric].set_index("step")["value"])
+            if metric != "train_loss" and not val_as_curves:
+                continue
+            series = [curves[r["run"]][curves[r["run"]].metric == metric].set_index("step")["value"]
+                      for _, r in sub.iterrows()]
             if not series:
                 continue
             table = pd.concat(series, axis=1).dropna()
@@ -295,10 +304,30 @@ def fig_curves(spec, runs, runs_dirs, path):
             ax.plot(x, table.mean(axis=1), color=color, label=f"{arm} (n={table.shape[1]})",
                     marker="o" if metric != "train_loss" else None, ms=3)
             ax.fill_between(x, table.min(axis=1), table.max(axis=1), color=color, alpha=0.18, lw=0)
-    for ax, title in zip(axes, ["training loss, own precision (mean per update)", "validation loss, fp32"]):
-        ax.set_xlabel("update")
+        if not val_as_curves and "val_loss_fp32" in sub.columns:
+            ax = axes[1]
+            fp32 = sub["val_loss_fp32"].astype(float)
+            own = sub["val_loss_own"].astype(float) if "val_loss_own" in sub.columns else None
+            jitter = np.linspace(-0.15, 0.15, len(sub)) if len(sub) > 1 else np.zeros(1)
+            ax.scatter(k + jitter, fp32, color=color, s=28, zorder=3, label=f"{arm} (n={len(sub)})")
+            if own is not None:
+                ax.scatter(k + jitter, own, facecolors="none", edgecolors=color, s=46, zorder=3)
+            for xj, y, seed in zip(k + jitter, fp32, sub[seed_col]):
+                ax.annotate(str(seed), (xj, y), textcoords="offset points", xytext=(4, -3), fontsize=6)
+            ax.hlines(fp32.mean(), k - 0.3, k + 0.3, color=color, lw=1.2)
+    axes[0].set_title("training loss, own precision (mean per update)\nline: mean over seeds; band: seed min..max")
+    axes[0].set_xlabel("update")
+    if val_as_curves:
+        axes[1].set_title("validation loss, fp32\nline: mean over seeds; band: seed min..max")
+        axes[1].set_xlabel("update")
+    else:
+        axes[1].set_title("final validation loss per seed (number = seed; bar = mean)\n"
+                          "filled: fp32 evaluation (primary); open: the run's own precision")
+        axes[1].set_xticks(range(len(arms)))
+        axes[1].set_xticklabels(arms, fontsize=8)
+        axes[1].set_xlim(-0.6, len(arms) - 0.4)
+    for ax in axes:
         ax.set_ylabel("nats / token")
-        ax.set_title(title + "\nline: mean over seeds; band: seed min..max")
         ax.grid(alpha=0.3)
         if arms:
             ax.legend(fontsize=8)
@@ -337,7 +366,8 @@ def fig_decomposition(spec, contrasts, path):
             if math.isnan(y):
                 ax.text(xi, 0, "no data", rotation=90, ha="center", va="bottom", fontsize=7)
             else:
-                ax.text(xi, y, f"n={n}", rotation=90, ha="center", va="bottom" if y >= 0 else "top", fontsize=6)
+                ax.text(xi, 0.01, f"n={n}", transform=blended_transform_factory(ax.transData, ax.transAxes),
+                        ha="center", va="bottom", fontsize=6)
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(np.arange(len(comps)))
     ax.set_xticklabels([c["label"] for c in comps], rotation=20, ha="right", fontsize=8)
