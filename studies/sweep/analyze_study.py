@@ -44,6 +44,7 @@ from matplotlib.transforms import blended_transform_factory  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
+from study_io import InputError, load_runs, run_file, write_csv  # noqa: E402
 
 EQUAL_WALL_TIME = "autoane_equal_wall_time"
 
@@ -145,31 +146,12 @@ def bootstrap_closure(ref, parent, remedy, alpha=0.05):
 # ---------------------------------------------------------------------------------------------- data
 
 
-def load_runs(paths, arm_col, seed_col):
-    frames = []
-    for p in paths:
-        if not os.path.isfile(p):
-            fail(f"{p} not found (a runs.csv written by `roundoff sweep`)")
-        t = pd.read_csv(p)
-        for c in (arm_col, seed_col, "run", "study"):
-            if c not in t.columns:
-                fail(f"{p} has no column '{c}' (columns: {', '.join(t.columns[:8])}, ...)")
-        frames.append(t)
-    runs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    dup = runs[runs.duplicated([arm_col, seed_col], keep=False)]
-    if not dup.empty:
-        fail(f"two runs for arm '{dup[arm_col].iloc[0]}' seed {dup[seed_col].iloc[0]} "
-             f"({', '.join(dup.run)}): analyse one config and corpus at a time")
-    return runs
-
-
 def curves_of(run, runs_dirs):
     """curves.csv of one run: <dir>/<study>/<run>/curves.csv or <dir>/<run>/curves.csv, first found."""
-    for d in runs_dirs:
-        for p in (os.path.join(d, run["study"], run["run"], "curves.csv"), os.path.join(d, run["run"], "curves.csv")):
-            if os.path.isfile(p):
-                return pd.read_csv(p), p
-    fail(f"no curves.csv for run {run['run']} under {', '.join(runs_dirs)} (give --runs-dir)")
+    p = run_file(run, runs_dirs, "curves.csv")
+    if p is None:
+        fail(f"no curves.csv for run {run['run']} under {', '.join(runs_dirs)} (give --runs-dir)")
+    return pd.read_csv(p), p
 
 
 def window_mean(curves, end_micro, window_micro, accum):
@@ -388,12 +370,6 @@ def sha256_of(path):
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def write_csv(frame, path):
-    tmp = f"{path}.tmp.{os.getpid()}"
-    frame.to_csv(tmp, index=False, float_format="%.17g")
-    os.replace(tmp, path)
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--spec", required=True, help="analysis spec JSON")
@@ -412,7 +388,10 @@ def main(argv=None):
         if k not in spec:
             fail(f"spec {a.spec} has no '{k}'")
     runs_dirs = a.runs_dir or ["out/sweep"]
-    runs = load_runs(a.runs, spec.get("arm_column", "arm"), spec.get("seed_column", "seed"))
+    try:
+        runs = load_runs(a.runs, spec.get("arm_column", "arm"), spec.get("seed_column", "seed"))
+    except InputError as e:
+        fail(str(e))
     paired, contrasts, closures = analyse(spec, runs, runs_dirs)
     os.makedirs(a.out, exist_ok=True)
     figdir = a.figures or a.out

@@ -51,6 +51,7 @@ import os
 import sys
 
 import pandas as pd
+from study_io import InputError, load_runs, run_file, write_csv
 
 FP16_MAX = 65504.0
 QUANTITIES = [
@@ -142,16 +143,14 @@ def final_ops(t):
 
 def telemetry_of(run, runs_dirs):
     """telemetry.csv of one run: <dir>/<study>/<run>/ or <dir>/<run>/, first found; None when absent."""
-    for d in runs_dirs:
-        for p in (os.path.join(d, run["study"], run["run"], "telemetry.csv"),
-                  os.path.join(d, run["run"], "telemetry.csv")):
-            if os.path.isfile(p):
-                t = pd.read_csv(p)
-                missing = [c for c in COLUMNS if c not in t.columns]
-                if missing:
-                    fail(f"{p} has no column(s) {', '.join(missing)} (expected {','.join(COLUMNS)})")
-                return t
-    return None
+    p = run_file(run, runs_dirs, "telemetry.csv")
+    if p is None:
+        return None
+    t = pd.read_csv(p)
+    missing = [c for c in COLUMNS if c not in t.columns]
+    if missing:
+        fail(f"{p} has no column(s) {', '.join(missing)} (expected {','.join(COLUMNS)})")
+    return t
 
 
 def per_arm(per_run, arm_col):
@@ -166,12 +165,6 @@ def per_arm(per_run, arm_col):
     return pd.DataFrame(out, columns=[arm_col, "quantity", "n", "mean", "min", "max"])
 
 
-def write_csv(frame, path):
-    tmp = f"{path}.tmp.{os.getpid()}"
-    frame.to_csv(tmp, index=False, float_format="%.17g")
-    os.replace(tmp, path)
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", action="append", default=[], help="runs.csv (repeatable)")
@@ -183,16 +176,10 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if not a.runs:
         fail("give at least one --runs runs.csv")
-    frames = []
-    for p in a.runs:
-        if not os.path.isfile(p):
-            fail(f"{p} not found (a runs.csv written by `roundoff sweep`)")
-        t = pd.read_csv(p)
-        for c in (a.arm_column, a.seed_column, "run", "study"):
-            if c not in t.columns:
-                fail(f"{p} has no column '{c}' (columns: {', '.join(t.columns[:8])}, ...)")
-        frames.append(t)
-    runs = pd.concat(frames, ignore_index=True)
+    try:
+        runs = load_runs(a.runs, a.arm_column, a.seed_column)
+    except InputError as e:
+        fail(str(e))
     runs_dirs = a.runs_dir or ["out/sweep"]
     rows, op_rows = [], []
     for _, run in runs.iterrows():
