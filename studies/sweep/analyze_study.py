@@ -27,13 +27,10 @@ with n = 0 and empty statistics. Run with the system python (numpy, scipy, panda
         --runs notebooks-data/autoane-gap-e11/runs.csv --runs-dir out/sweep --out notebooks-data/autoane-gap-e11/analysis
 """
 import argparse
-import datetime
-import hashlib
 import itertools
 import json
 import math
 import os
-import subprocess
 import sys
 
 import matplotlib
@@ -44,7 +41,7 @@ from matplotlib.transforms import blended_transform_factory  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
-from study_io import InputError, load_runs, run_file, write_csv  # noqa: E402
+from study_io import InputError, load_runs, run_file, write_csv, write_provenance  # noqa: E402
 
 EQUAL_WALL_TIME = "autoane_equal_wall_time"
 
@@ -365,11 +362,6 @@ def fig_decomposition(spec, contrasts, path):
 # ---------------------------------------------------------------------------------------------- main
 
 
-def sha256_of(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--spec", required=True, help="analysis spec JSON")
@@ -401,21 +393,8 @@ def main(argv=None):
     write_csv(closures, os.path.join(a.out, "closures.csv"))
     fig_curves(spec, runs, runs_dirs, os.path.join(figdir, f"{a.prefix}loss_curves.png"))
     fig_decomposition(spec, contrasts, os.path.join(figdir, f"{a.prefix}gap_decomposition.png"))
-    try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
-    except OSError:
-        rev = "unknown"
-    meta = {"script": "studies/sweep/analyze_study.py", "git_revision": rev,
-            "created_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "command": " ".join(sys.argv), "spec": spec,
-            "inputs": {p: sha256_of(p) for p in a.runs + [a.spec]},
-            "runs": int(len(runs)), "contrasts": int(len(contrasts))}
-    tmp = os.path.join(a.out, f"analysis.json.tmp.{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(meta, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, os.path.join(a.out, "analysis.json"))
+    write_provenance(os.path.join(a.out, "analysis.json"), "studies/sweep/analyze_study.py", a.runs + [a.spec],
+                     spec=spec, runs=int(len(runs)), contrasts=int(len(contrasts)))
     print(f"analyze_study: {len(runs)} runs, {len(contrasts)} contrast rows -> {a.out}")
 
 

@@ -1,7 +1,12 @@
 """Reading a sweep study's runs.csv tables and its runs' files, and writing tables atomically; shared by
 analyze_study.py and telemetry_summary.py. Bad input raises InputError with a message that names the file and
 what was wrong; each script prints it with its own name and exits 2."""
+import datetime
+import hashlib
+import json
 import os
+import subprocess
+import sys
 
 import pandas as pd
 
@@ -43,3 +48,26 @@ def write_csv(frame, path):
     tmp = f"{path}.tmp.{os.getpid()}"
     frame.to_csv(tmp, index=False, float_format="%.17g")
     os.replace(tmp, path)
+
+
+def write_provenance(path, script, inputs, **extra):
+    """path (JSON, atomically): the script, the git revision of its checkout, the time, the command line, each
+    input file's sha256, and extra's keys."""
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                             cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
+    except OSError:
+        rev = "unknown"
+    meta = {"script": script, "git_revision": rev,
+            "created_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "command": " ".join(sys.argv), **extra, "inputs": {p: sha256_of(p) for p in inputs}}
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(meta, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def sha256_of(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()

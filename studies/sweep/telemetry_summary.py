@@ -10,6 +10,7 @@ Reads one or more `runs.csv` tables written by `roundoff sweep` and each run's t
   telemetry_ops.csv   one row per (arm, op, pass) at the final sample: subnormal outputs (summed over layers) and
                       the share of exact zeros (mean over layers), each the mean over the arm's seeds; against
                       the fp32 arm, the extra zeros of a backward op are activation gradients that underflowed
+  telemetry_summary.json  provenance: the inputs' sha256, the git revision, the command, the time
 
 Units of telemetry.csv's `step`: the op rows (range events, stream, swamping, max_logit, collapsed rows) are
 logged at the micro-step index (update × accum, the update's first micro-step); the `grad` and `adamw` rows at
@@ -51,7 +52,7 @@ import os
 import sys
 
 import pandas as pd
-from study_io import InputError, load_runs, run_file, write_csv
+from study_io import InputError, load_runs, run_file, write_csv, write_provenance
 
 FP16_MAX = 65504.0
 QUANTITIES = [
@@ -198,6 +199,8 @@ def main(argv=None):
     ops = ops.groupby([a.arm_column, "op", "pass"], sort=True).agg(
         n=("subnormal", "size"), subnormal=("subnormal", "mean"), zero_fraction=("zero_fraction", "mean"))
     write_csv(ops.reset_index(), os.path.join(a.out, "telemetry_ops.csv"))
+    write_provenance(os.path.join(a.out, "telemetry_summary.json"), "studies/sweep/telemetry_summary.py", a.runs,
+                     runs_dirs=runs_dirs, runs=int(len(per_run)), with_telemetry=int(per_run.telemetry.sum()))
     print(f"telemetry_summary: {len(per_run)} runs ({int(per_run.telemetry.sum())} with telemetry) -> {a.out}")
 
 

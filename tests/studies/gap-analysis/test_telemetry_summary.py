@@ -6,6 +6,7 @@ index, grad and adamw rows at the update index (accum 10 below), so each expecte
 rows themselves, and a summary that mixed the two step units, or read the first sample as the final one, fails.
 """
 import csv
+import json
 import math
 import os
 import shutil
@@ -122,6 +123,14 @@ class Summarise(unittest.TestCase):
         self.assertEqual(float(sm["subnormal"]), (2 * 100.0 * 2.0 + 2 * 100.0 * 4.0) / 2)
         self.assertAlmostEqual(float(sm["zero_fraction"]), 0.3, places=12)
         self.assertNotIn(("CPU", "softmax", "bwd-data"), ops)
+
+    def test_provenance_names_the_inputs(self):
+        with open(os.path.join(self.dir, "out", "telemetry_summary.json")) as f:
+            meta = json.load(f)
+        self.assertEqual(meta["script"], "studies/sweep/telemetry_summary.py")
+        self.assertEqual(list(meta["inputs"]), [os.path.join(self.dir, "runs.csv")])
+        self.assertEqual(len(meta["inputs"][os.path.join(self.dir, "runs.csv")]), 64)
+        self.assertEqual((meta["runs"], meta["with_telemetry"]), (3, 2))
 
     def test_bad_input_is_named(self):
         bad = os.path.join(self.dir, "bad.csv")
