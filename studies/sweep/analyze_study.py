@@ -10,6 +10,9 @@ notebooks-data/autoane-gap/analysis-spec.json). Writes into --out:
                  Holm-adjusted p over the family (primary metric only), the relative gap (mean of the per-seed
                  100 D / L_ref) with its 95 % t CI, and TOST on the relative gaps for each margin
   closures.csv   gap-closure fraction of each remedy, with the exhaustive seed-bootstrap percentile CI
+  trajectory.csv same-seed agreement of loss trajectories (C4's |ΔL| < 5e-5 up to update 10): per contrast of the
+                 spec's trajectory_agreement and seed, the largest early |ΔL|, whether it holds, and the first
+                 update at which |ΔL| reaches the threshold
   analysis.json  provenance: inputs and their sha256, the spec, the git revision, the time
   loss_curves.png, gap_decomposition.png (or --figures DIR)
 
@@ -41,7 +44,7 @@ from matplotlib.transforms import blended_transform_factory  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from scipy import stats  # noqa: E402
-from study_io import InputError, load_runs, run_file, write_csv, write_provenance  # noqa: E402
+from study_io import InputError, load_runs, read_csv, run_file, write_csv, write_provenance  # noqa: E402
 
 EQUAL_WALL_TIME = "autoane_equal_wall_time"
 
@@ -148,7 +151,7 @@ def curves_of(run, runs_dirs):
     p = run_file(run, runs_dirs, "curves.csv")
     if p is None:
         fail(f"no curves.csv for run {run['run']} under {', '.join(runs_dirs)} (give --runs-dir)")
-    return pd.read_csv(p), p
+    return read_csv(p), p
 
 
 def window_mean(curves, end_micro, window_micro, accum):
@@ -249,6 +252,42 @@ def analyse(spec, runs, runs_dirs):
     paired_cols = ["metric", "arm", "ref", "seed", "L_ref", "L_arm", "diff", "rel_gap_pct"]
     return (pd.DataFrame(paired_rows, columns=paired_cols), contrasts,
             pd.DataFrame(closure_rows, columns=closure_cols))
+
+
+def trajectory_agreement(spec, runs, runs_dirs):
+    """Same-seed agreement of two arms' loss trajectories (preregistration §6, C4's literal claim: |ΔL| < 5e-5 up
+    to update 10). For each contrast of spec["trajectory_agreement"] and each seed both arms have: the largest
+    |L_arm - L_ref| of the per-update metric (curves.csv, step k = update k + 1) over updates 1..updates, whether
+    it stays below threshold there, and the first update of the whole run at which |ΔL| reaches the threshold
+    (empty if none)."""
+    ta = spec.get("trajectory_agreement")
+    cols = ["metric", "arm", "ref", "seed", "updates", "threshold", "max_abs_diff", "holds",
+            "first_update_at_threshold", "updates_compared"]
+    if not ta:
+        return pd.DataFrame(columns=cols)
+    arm_col, seed_col = spec.get("arm_column", "arm"), spec.get("seed_column", "seed")
+    metric, n_up, thr = ta.get("metric", "train_loss"), int(ta["updates"]), float(ta["threshold"])
+
+    def series(arm):
+        out = {}
+        for _, r in runs[runs[arm_col] == arm].iterrows():
+            c, _ = curves_of(r, runs_dirs)
+            out[int(r[seed_col])] = c[c.metric == metric].set_index("step")["value"]
+        return out
+
+    rows = []
+    for c in ta["contrasts"]:
+        a, b = series(c["arm"]), series(c["ref"])
+        for seed in sorted(set(a) & set(b)):
+            d = (a[seed] - b[seed]).dropna().abs().sort_index()
+            early = d[d.index < n_up]
+            over = d[d >= thr]
+            rows.append({"metric": metric, "arm": c["arm"], "ref": c["ref"], "seed": seed, "updates": n_up,
+                         "threshold": thr, "max_abs_diff": float(early.max()) if len(early) else math.nan,
+                         "holds": bool(len(early) == n_up and early.max() < thr),
+                         "first_update_at_threshold": int(over.index[0]) + 1 if len(over) else None,
+                         "updates_compared": int(len(d))})
+    return pd.DataFrame(rows, columns=cols)
 
 
 # ---------------------------------------------------------------------------------------------- figures
@@ -391,6 +430,7 @@ def main(argv=None):
     write_csv(paired, os.path.join(a.out, "paired.csv"))
     write_csv(contrasts, os.path.join(a.out, "contrasts.csv"))
     write_csv(closures, os.path.join(a.out, "closures.csv"))
+    write_csv(trajectory_agreement(spec, runs, runs_dirs), os.path.join(a.out, "trajectory.csv"))
     fig_curves(spec, runs, runs_dirs, os.path.join(figdir, f"{a.prefix}loss_curves.png"))
     fig_decomposition(spec, contrasts, os.path.join(figdir, f"{a.prefix}gap_decomposition.png"))
     write_provenance(os.path.join(a.out, "analysis.json"), "studies/sweep/analyze_study.py", a.runs + [a.spec],

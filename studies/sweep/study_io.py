@@ -15,13 +15,18 @@ class InputError(Exception):
     pass
 
 
+def read_csv(path):
+    """A CSV table with every number parsed exactly as written (pandas' default parser can be off in the last bit)."""
+    return pd.read_csv(path, float_precision="round_trip")
+
+
 def load_runs(paths, arm_col, seed_col):
     """The rows of every runs.csv in paths, concatenated; one run per (arm, seed)."""
     frames = []
     for p in paths:
         if not os.path.isfile(p):
             raise InputError(f"{p} not found (a runs.csv written by `roundoff sweep`)")
-        t = pd.read_csv(p)
+        t = read_csv(p)
         for c in (arm_col, seed_col, "run", "study"):
             if c not in t.columns:
                 raise InputError(f"{p} has no column '{c}' (columns: {', '.join(t.columns[:8])}, ...)")

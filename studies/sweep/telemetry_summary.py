@@ -52,7 +52,7 @@ import os
 import sys
 
 import pandas as pd
-from study_io import InputError, load_runs, run_file, write_csv, write_provenance
+from study_io import InputError, load_runs, read_csv, run_file, write_csv, write_provenance
 
 FP16_MAX = 65504.0
 QUANTITIES = [
@@ -147,7 +147,7 @@ def telemetry_of(run, runs_dirs):
     p = run_file(run, runs_dirs, "telemetry.csv")
     if p is None:
         return None
-    t = pd.read_csv(p)
+    t = read_csv(p)
     missing = [c for c in COLUMNS if c not in t.columns]
     if missing:
         fail(f"{p} has no column(s) {', '.join(missing)} (expected {','.join(COLUMNS)})")

@@ -118,7 +118,7 @@ class TinySweep(unittest.TestCase):
         return rows[0]
 
     def test_outputs_exist(self):
-        for f in ("paired.csv", "contrasts.csv", "closures.csv", "analysis.json", "loss_curves.png",
+        for f in ("paired.csv", "contrasts.csv", "closures.csv", "trajectory.csv", "analysis.json", "loss_curves.png",
                   "gap_decomposition.png"):
             self.assertGreater(os.path.getsize(os.path.join(self.out, f)), 0, f)
         self.assertEqual(len(self.runs), 6)
@@ -160,6 +160,40 @@ class TinySweep(unittest.TestCase):
         diffs = [d[s]["FULL16"] - d[s]["CPU"] for s in (1, 2, 3)]
         row = self.contrast(A.EQUAL_WALL_TIME)
         self.assertAlmostEqual(float(row["mean_diff"]), sum(diffs) / 3, places=14)
+
+    def test_trajectory_agreement_by_hand(self):
+        # spec-tiny: FULL16 vs CPU train_loss, updates 1..4 (curves steps 0..3), threshold 5e-5 (every seed holds
+        # on this sweep); again at 2e-5, where seeds 1 and 2 fail and 3 holds, so both outcomes are checked.
+        import json
+
+        def train_loss(run):
+            rows = read_csv(os.path.join(HERE, "runs", run, "curves.csv"))
+            return {int(r["step"]): float(r["value"]) for r in rows if r["metric"] == "train_loss"}
+
+        tl = {(r["arm"], int(r["seed"])): train_loss(r["run"]) for r in self.runs}
+        with open(os.path.join(HERE, "spec-tiny.json")) as f:
+            spec = json.load(f)
+        spec["trajectory_agreement"]["threshold"] = 2e-5
+        path = os.path.join(self.out, "spec-2e-5.json")
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        out = os.path.join(self.out, "t2e-5")
+        A.main(["--spec", path, "--runs", os.path.join(HERE, "runs.csv"), "--runs-dir", os.path.join(HERE, "runs"),
+                "--out", out])
+        outcomes = set()
+        for thr, where in ((5e-5, self.out), (2e-5, out)):
+            rows = {int(r["seed"]): r for r in read_csv(os.path.join(where, "trajectory.csv"))}
+            self.assertEqual(sorted(rows), [1, 2, 3])
+            for seed, row in rows.items():
+                d = {k: abs(tl[("FULL16", seed)][k] - tl[("CPU", seed)][k]) for k in tl[("CPU", seed)]}
+                early = max(d[k] for k in range(4))
+                self.assertEqual(float(row["max_abs_diff"]), early)
+                self.assertEqual(row["holds"], str(early < thr))
+                over = [k + 1 for k in sorted(d) if d[k] >= thr]
+                self.assertEqual(row["first_update_at_threshold"], str(over[0]) if over else "")
+                self.assertEqual(int(row["updates_compared"]), len(d))
+                outcomes.add((thr, row["holds"]))
+        self.assertEqual(outcomes, {(5e-5, "True"), (2e-5, "True"), (2e-5, "False")})
 
     def test_missing_arms_give_empty_rows_not_errors(self):
         import json
