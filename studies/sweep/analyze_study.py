@@ -6,7 +6,8 @@ axis columns) and each run's curves.csv, and an analysis spec (JSON: which contr
 notebooks-data/autoane-gap/analysis-spec.json). Writes into --out:
 
   paired.csv     one row per (metric, contrast, seed): L_ref, L_arm, D = L_arm - L_ref, 100 D / L_ref
-  contrasts.csv  one row per (metric, contrast): where its runs ran (config/corpus), n, mean D with its 95 % t CI (df n - 1), two-sided paired t-test,
+  contrasts.csv  one row per (metric, contrast): where its runs ran (config/corpus), n, mean D with its 95 % t CI (df n - 1), two-sided paired t-test
+                 (only from the spec's min_seeds paired seeds on, default 2; below it the row has no test),
                  Holm-adjusted p over the family (primary metric only), the relative gap (mean of the per-seed
                  100 D / L_ref) with its 95 % t CI, and TOST on the relative gaps for each margin
   closures.csv   gap-closure fraction of each remedy, with the exhaustive seed-bootstrap percentile CI
@@ -173,6 +174,9 @@ def analyse(spec, runs, runs_dirs):
     arm_col, seed_col = spec.get("arm_column", "arm"), spec.get("seed_column", "seed")
     alpha = float(spec.get("alpha", 0.05))
     margins = [float(m) for m in spec.get("tost_margins_pct", [])]
+    # Below min_seeds paired seeds a contrast is incomplete (preregistration amendment 7): its mean difference and
+    # interval are reported, its tests (t, p, TOST) are not, and it stays out of the Holm family.
+    min_seeds = int(spec.get("min_seeds", 2))
     metrics = list(spec["metrics"])
     for m in metrics:
         if not runs.empty and m not in runs.columns:
@@ -222,6 +226,10 @@ def analyse(spec, runs, runs_dirs):
             for mg in margins:
                 p, eq = tost(rel, mg, alpha)
                 row[f"tost_p_{mg:g}pct"], row[f"equivalent_{mg:g}pct"] = p, eq
+            if st["n"] < min_seeds:
+                row.update({"t": math.nan, "p": math.nan})
+                for mg in margins:
+                    row[f"tost_p_{mg:g}pct"], row[f"equivalent_{mg:g}pct"] = math.nan, None
             contrast_rows.append(row)
     contrasts = pd.DataFrame(contrast_rows)
     if not contrasts.empty:

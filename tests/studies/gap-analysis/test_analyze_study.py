@@ -195,6 +195,26 @@ class TinySweep(unittest.TestCase):
                 outcomes.add((thr, row["holds"]))
         self.assertEqual(outcomes, {(5e-5, "True"), (2e-5, "True"), (2e-5, "False")})
 
+    def test_below_min_seeds_no_test_and_no_holm(self):
+        import json
+        with open(os.path.join(HERE, "spec-tiny.json")) as f:
+            spec = json.load(f)
+        spec["min_seeds"] = 4  # the tiny sweep has 3 paired seeds
+        path = os.path.join(self.out, "spec-min4.json")
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        out = os.path.join(self.out, "min4")
+        A.main(["--spec", path, "--runs", os.path.join(HERE, "runs.csv"), "--runs-dir", os.path.join(HERE, "runs"),
+                "--out", out])
+        row = [r for r in read_csv(os.path.join(out, "contrasts.csv")) if r["metric"] == "val_loss_fp32"][0]
+        full = self.contrast("val_loss_fp32")
+        self.assertEqual(row["n"], "3")
+        self.assertEqual(row["mean_diff"], full["mean_diff"])
+        self.assertEqual(row["ci_low"], full["ci_low"])
+        for k in ("t", "p", "p_holm", "tost_p_0.5pct", "equivalent_0.5pct", "significant_holm"):
+            self.assertEqual(row[k], "", k)
+        self.assertNotEqual(full["p"], "")
+
     def test_missing_arms_give_empty_rows_not_errors(self):
         import json
         with open(os.path.join(HERE, "spec-tiny.json")) as f:
