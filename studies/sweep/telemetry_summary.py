@@ -11,6 +11,8 @@ Reads one or more `runs.csv` tables written by `roundoff sweep` and each run's t
                       the share of exact zeros (mean over layers), each the mean over the arm's seeds; against
                       the fp32 arm, the extra zeros of a backward op are activation gradients that underflowed
   telemetry_summary.json  provenance: the inputs' sha256, the git revision, the command, the time
+  telemetry.png       four panels over training, per arm (mean over seeds, band seed min..max): the stream's max
+                      |x|, the median swamping ratio, backward subnormal outputs, softmax outputs rounded to 0
 
 Units of telemetry.csv's `step`: the op rows (range events, stream, swamping, max_logit, collapsed rows) are
 logged at the micro-step index (update × accum, the update's first micro-step); the `grad` and `adamw` rows at
@@ -51,8 +53,12 @@ import math
 import os
 import sys
 
-import pandas as pd
-from study_io import InputError, load_runs, read_csv, run_file, write_csv, write_provenance
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from study_io import InputError, load_runs, read_csv, run_file, write_csv, write_provenance  # noqa: E402
 
 FP16_MAX = 65504.0
 QUANTITIES = [
@@ -142,6 +148,51 @@ def final_ops(t):
     return pd.concat([sub, zero], axis=1).reset_index()
 
 
+def over_training(t):
+    """Per op sample (micro-step index): the four series of telemetry.png."""
+    ops = t[~t.op.isin(OP_FAMILY)]
+
+    def series(op, metric, how):
+        r = ops[(ops.op == op) & (ops.metric == metric) & (ops["pass"] == "fwd")]
+        return getattr(r.groupby("step").value, how)()
+
+    sub = ops[(ops.metric == "subnormal") & (ops["pass"] != "fwd")].groupby("step").value.sum()
+    under = series("softmax", "zero_fraction", "mean") - series("attn-scores", "zero_fraction", "mean")
+    return {"stream max |x| (max over layers)": series("stream", "max_abs", "max"),
+            "swamping ratio rms(x)/rms(a*F), median over adds": ops[ops.metric == "swamping_ratio"]
+            .groupby("step").value.median(),
+            "backward subnormal outputs per sampled micro-step": sub,
+            "softmax outputs rounded to 0 (share beyond the causal mask)": under}
+
+
+def fig_over_training(series_by_run, arms_of_run, path):
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    titles = None
+    arms = list(dict.fromkeys(arms_of_run.values()))
+    for k, arm in enumerate(arms):
+        runs = [r for r, a in arms_of_run.items() if a == arm and r in series_by_run]
+        if not runs:
+            continue
+        titles = list(series_by_run[runs[0]])
+        for ax, name in zip(axes.flat, titles):
+            table = pd.concat([series_by_run[r][name] for r in runs], axis=1).dropna()
+            if table.empty:
+                continue
+            ax.plot(table.index, table.mean(axis=1), color=f"C{k % 10}", label=f"{arm} (n={table.shape[1]})")
+            ax.fill_between(table.index, table.min(axis=1), table.max(axis=1), color=f"C{k % 10}", alpha=0.18, lw=0)
+    for ax, name in zip(axes.flat, titles or [""] * 4):
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("micro-step (telemetry sample)")
+        ax.grid(alpha=0.3)
+        if arms:
+            ax.legend(fontsize=7)
+    if titles is None:
+        fig.suptitle("no telemetry")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def telemetry_of(run, runs_dirs):
     """telemetry.csv of one run: <dir>/<study>/<run>/ or <dir>/<run>/, first found; None when absent."""
     p = run_file(run, runs_dirs, "telemetry.csv")
@@ -182,12 +233,14 @@ def main(argv=None):
     except InputError as e:
         fail(str(e))
     runs_dirs = a.runs_dir or ["out/sweep"]
-    rows, op_rows = [], []
+    rows, op_rows, series_by_run, arms_of_run = [], [], {}, {}
     for _, run in runs.iterrows():
         t = telemetry_of(run, runs_dirs)
         q = summarise(t) if t is not None else dict.fromkeys(QUANTITIES, math.nan)
+        arms_of_run[run["run"]] = run[a.arm_column]
         if t is not None:
             op_rows.append(final_ops(t).assign(**{a.arm_column: run[a.arm_column]}))
+            series_by_run[run["run"]] = over_training(t)
         rows.append({a.arm_column: run[a.arm_column], a.seed_column: int(run[a.seed_column]), "run": run["run"],
                      "telemetry": t is not None, **q})
     per_run = pd.DataFrame(rows).sort_values([a.arm_column, a.seed_column], kind="stable")
@@ -199,6 +252,7 @@ def main(argv=None):
     ops = ops.groupby([a.arm_column, "op", "pass"], sort=True).agg(
         n=("subnormal", "size"), subnormal=("subnormal", "mean"), zero_fraction=("zero_fraction", "mean"))
     write_csv(ops.reset_index(), os.path.join(a.out, "telemetry_ops.csv"))
+    fig_over_training(series_by_run, arms_of_run, os.path.join(a.out, "telemetry.png"))
     write_provenance(os.path.join(a.out, "telemetry_summary.json"), "studies/sweep/telemetry_summary.py", a.runs,
                      runs_dirs=runs_dirs, runs=int(len(per_run)), with_telemetry=int(per_run.telemetry.sum()))
     print(f"telemetry_summary: {len(per_run)} runs ({int(per_run.telemetry.sum())} with telemetry) -> {a.out}")

@@ -124,6 +124,9 @@ class Summarise(unittest.TestCase):
         self.assertAlmostEqual(float(sm["zero_fraction"]), 0.3, places=12)
         self.assertNotIn(("CPU", "softmax", "bwd-data"), ops)
 
+    def test_figure_is_drawn(self):
+        self.assertGreater(os.path.getsize(os.path.join(self.dir, "out", "telemetry.png")), 10000)
+
     def test_provenance_names_the_inputs(self):
         with open(os.path.join(self.dir, "out", "telemetry_summary.json")) as f:
             meta = json.load(f)
