@@ -15,8 +15,8 @@ Reads one or more `runs.csv` tables written by `roundoff sweep` and each run's t
                       |x|, the median swamping ratio, backward subnormal outputs, softmax outputs rounded to 0
 
 Units of telemetry.csv's `step`: the op rows (range events, stream, swamping, max_logit, collapsed rows) are
-logged at the micro-step index (update × accum, the update's first micro-step); the `grad` and `adamw` rows at
-the update index. Each quantity below reads one family of rows only, so the two never meet; "final" is the
+logged at the micro-step index (update × accum, the update's first micro-step); the `grad` and `adamw` rows and
+the attribution runs' `shadow_*` and `global_*` rows (not summarised here) at the update index. Each quantity below reads one family of rows only, so the two never meet; "final" is the
 family's last logged step, "max" the largest value over every logged step.
 
   stream_max_abs_final / _max       max |x| of the residual stream over layers (fp16 max is 65504)
@@ -68,7 +68,12 @@ QUANTITIES = [
     "softmax_underflow_final", "subnormal_fwd_per_sample", "subnormal_bwd_per_sample", "nonfinite_values",
     "collapsed_rows", "grad_underflow_max", "grad_underflow_mean_final", "stagnation_mean_final", "stagnation_max",
 ]
-OP_FAMILY = {"grad", "adamw"}  # rows logged at the update index; every other op at the micro-step index
+UPDATE_OPS = {"grad", "adamw"}  # with the shadow_* and global_* metrics: rows logged at the update index
+
+
+def update_indexed(t):
+    """The rows logged at the update index (the rest are op rows at the micro-step index)."""
+    return t.op.isin(UPDATE_OPS) | t.metric.str.startswith(("shadow_", "global_"))
 COLUMNS = ["step", "layer", "op", "pass", "tensor", "metric", "value"]
 
 
@@ -84,8 +89,8 @@ def nan_if_empty(series, how):
 def summarise(t):
     """The quantities of the module doc for one run's telemetry frame t (columns COLUMNS)."""
     q = dict.fromkeys(QUANTITIES, math.nan)
-    ops = t[~t.op.isin(OP_FAMILY)]
-    upd = t[t.op.isin(OP_FAMILY)]
+    ops = t[~update_indexed(t)]
+    upd = t[update_indexed(t)]
 
     def rows(frame, op=None, metric=None, passes=None):
         r = frame
@@ -139,7 +144,7 @@ def summarise(t):
 
 def final_ops(t):
     """Per (op, pass) at the final op sample: subnormal count summed over layers, zero_fraction mean over layers."""
-    ops = t[~t.op.isin(OP_FAMILY)]
+    ops = t[~update_indexed(t)]
     if ops.empty:
         return pd.DataFrame(columns=["op", "pass", "subnormal", "zero_fraction"])
     f = ops[ops.step == ops.step.max()]
@@ -150,7 +155,7 @@ def final_ops(t):
 
 def over_training(t):
     """Per op sample (micro-step index): the four series of telemetry.png."""
-    ops = t[~t.op.isin(OP_FAMILY)]
+    ops = t[~update_indexed(t)]
 
     def series(op, metric, how):
         r = ops[(ops.op == op) & (ops.metric == metric) & (ops["pass"] == "fwd")]

@@ -41,6 +41,8 @@ def rows_fp16_run(final_scale):
                   (step, layer, "rmsnorm", "fwd", "y", "collapsed_rows", 1.0 if step == 10 else 0.0),
                   (step, layer, "matmul", "fwd", "y", "inf", 2.0 if step == 0 else 0.0)]
         r.append((step, -1, "classifier", "fwd", "logits", "max_abs", 9.0 * k))
+    # An attribution row at the update index (step 1): it must not count as a third op sample.
+    r.append((1, 0, "matmul", "fwd", "y", "shadow_max_ulp", 3.0))
     for update, u in ((0, 0.0), (1, 0.02)):
         for tensor, extra in (("wq", 0.0), ("wk", 0.04)):
             r += [(update, -1, "grad", "bwd-weight", tensor, "underflow_fraction", u + extra),
