@@ -31,6 +31,7 @@ with n = 0 and empty statistics. Run with the system python (numpy, scipy, panda
         --runs notebooks-data/autoane-gap-e11/runs.csv --runs-dir out/sweep --out notebooks-data/autoane-gap-e11/analysis
 """
 import argparse
+import functools
 import itertools
 import json
 import math
@@ -148,11 +149,17 @@ def bootstrap_closure(ref, parent, remedy, alpha=0.05):
 
 
 def curves_of(run, runs_dirs):
-    """curves.csv of one run: <dir>/<study>/<run>/curves.csv or <dir>/<run>/curves.csv, first found."""
+    """curves.csv of one run: <dir>/<study>/<run>/curves.csv or <dir>/<run>/curves.csv, first found. Read once per
+    file (the analysis, the trajectory table and the figure all ask); callers must not modify the frame."""
     p = run_file(run, runs_dirs, "curves.csv")
     if p is None:
         fail(f"no curves.csv for run {run['run']} under {', '.join(runs_dirs)} (give --runs-dir)")
-    return read_csv(p), p
+    return read_curves(p), p
+
+
+@functools.lru_cache(maxsize=None)
+def read_curves(path):
+    return read_csv(path)
 
 
 def window_mean(curves, end_micro, window_micro, accum):
@@ -223,13 +230,12 @@ def analyse(spec, runs, runs_dirs):
                    "mean_diff": st["mean"], "sd_diff": st["sd"], "ci_low": st["ci_low"], "ci_high": st["ci_high"],
                    "t": st["t"], "df": st["df"], "p": st["p"], "rel_gap_pct": sr["mean"],
                    "rel_ci_low": sr["ci_low"], "rel_ci_high": sr["ci_high"]}
-            for mg in margins:
-                p, eq = tost(rel, mg, alpha)
-                row[f"tost_p_{mg:g}pct"], row[f"equivalent_{mg:g}pct"] = p, eq
-            if st["n"] < min_seeds:
+            tested = st["n"] >= min_seeds
+            if not tested:
                 row.update({"t": math.nan, "p": math.nan})
-                for mg in margins:
-                    row[f"tost_p_{mg:g}pct"], row[f"equivalent_{mg:g}pct"] = math.nan, None
+            for mg in margins:
+                p, eq = tost(rel, mg, alpha) if tested else (math.nan, None)
+                row[f"tost_p_{mg:g}pct"], row[f"equivalent_{mg:g}pct"] = p, eq
             contrast_rows.append(row)
     contrasts = pd.DataFrame(contrast_rows)
     if not contrasts.empty:

@@ -69,11 +69,6 @@ QUANTITIES = [
     "collapsed_rows", "grad_underflow_max", "grad_underflow_mean_final", "stagnation_mean_final", "stagnation_max",
 ]
 UPDATE_OPS = {"grad", "adamw"}  # with the shadow_* and global_* metrics: rows logged at the update index
-
-
-def update_indexed(t):
-    """The rows logged at the update index (the rest are op rows at the micro-step index)."""
-    return t.op.isin(UPDATE_OPS) | t.metric.str.startswith(("shadow_", "global_"))
 COLUMNS = ["step", "layer", "op", "pass", "tensor", "metric", "value"]
 
 
@@ -86,11 +81,15 @@ def nan_if_empty(series, how):
     return float(getattr(series, how)()) if len(series) else math.nan
 
 
-def summarise(t):
-    """The quantities of the module doc for one run's telemetry frame t (columns COLUMNS)."""
+def split_by_step_unit(t):
+    """One run's telemetry frame t (columns COLUMNS) as (op rows at the micro-step index, rows at the update index)."""
+    at_update = t.op.isin(UPDATE_OPS) | t.metric.str.startswith(("shadow_", "global_"))
+    return t[~at_update], t[at_update]
+
+
+def summarise(ops, upd):
+    """The quantities of the module doc for one run's telemetry, split by split_by_step_unit."""
     q = dict.fromkeys(QUANTITIES, math.nan)
-    ops = t[~update_indexed(t)]
-    upd = t[update_indexed(t)]
 
     def rows(frame, op=None, metric=None, passes=None):
         r = frame
@@ -142,9 +141,8 @@ def summarise(t):
     return q
 
 
-def final_ops(t):
+def final_ops(ops):
     """Per (op, pass) at the final op sample: subnormal count summed over layers, zero_fraction mean over layers."""
-    ops = t[~update_indexed(t)]
     if ops.empty:
         return pd.DataFrame(columns=["op", "pass", "subnormal", "zero_fraction"])
     f = ops[ops.step == ops.step.max()]
@@ -153,9 +151,8 @@ def final_ops(t):
     return pd.concat([sub, zero], axis=1).reset_index()
 
 
-def over_training(t):
+def over_training(ops):
     """Per op sample (micro-step index): the four series of telemetry.png."""
-    ops = t[~update_indexed(t)]
 
     def series(op, metric, how):
         r = ops[(ops.op == op) & (ops.metric == metric) & (ops["pass"] == "fwd")]
@@ -241,11 +238,13 @@ def main(argv=None):
     rows, op_rows, series_by_run, arms_of_run = [], [], {}, {}
     for _, run in runs.iterrows():
         t = telemetry_of(run, runs_dirs)
-        q = summarise(t) if t is not None else dict.fromkeys(QUANTITIES, math.nan)
+        q = dict.fromkeys(QUANTITIES, math.nan)
         arms_of_run[run["run"]] = run[a.arm_column]
         if t is not None:
-            op_rows.append(final_ops(t).assign(**{a.arm_column: run[a.arm_column]}))
-            series_by_run[run["run"]] = over_training(t)
+            ops, upd = split_by_step_unit(t)
+            q = summarise(ops, upd)
+            op_rows.append(final_ops(ops).assign(**{a.arm_column: run[a.arm_column]}))
+            series_by_run[run["run"]] = over_training(ops)
         rows.append({a.arm_column: run[a.arm_column], a.seed_column: int(run[a.seed_column]), "run": run["run"],
                      "telemetry": t is not None, **q})
     per_run = pd.DataFrame(rows).sort_values([a.arm_column, a.seed_column], kind="stable")
