@@ -14,6 +14,9 @@ notebooks-data/autoane-gap/analysis-spec.json). Writes into --out:
   trajectory.csv same-seed agreement of loss trajectories (C4's |ΔL| < 5e-5 up to update 10): per contrast of the
                  spec's trajectory_agreement and seed, the largest early |ΔL|, whether it holds, and the first
                  update at which |ΔL| reaches the threshold
+  single_seed.csv exploratory (not preregistered): per decomposition contrast and metric, the smallest and largest
+                 relative gap of a same-seed pair and of a pair of different seeds (what one run per arm, as
+                 AutoANE compared, could show), and the reference arm's between-seed sd in % of its mean
   analysis.json  provenance: inputs and their sha256, the spec, the git revision, the time
   loss_curves.png, gap_decomposition.png (or --figures DIR)
 
@@ -265,7 +268,41 @@ def analyse(spec, runs, runs_dirs):
     closure_cols = ["remedy", "parent", "ref", "n", "parent_gap_significant", "closure", "ci_low", "ci_high"]
     paired_cols = ["metric", "arm", "ref", "seed", "L_ref", "L_arm", "diff", "rel_gap_pct"]
     return (pd.DataFrame(paired_rows, columns=paired_cols), contrasts,
-            pd.DataFrame(closure_rows, columns=closure_cols))
+            pd.DataFrame(closure_rows, columns=closure_cols), values)
+
+
+def single_seed_spread(spec, values):
+    """Exploratory, not preregistered: what a single-seed comparison like AutoANE's could have shown. For each
+    contrast of spec["single_seed"] (default: the decomposition's) and each metric there (default: the primary and
+    decomposition_also), the relative gap 100 (L_arm - L_ref) / L_ref of every same-seed pair (paired: the seed
+    fixes init and batches in both arms) and of every pair of different seeds (unpaired: what two independent
+    single runs compare), as min and max; and the reference arm's between-seed spread, 100 sd / mean (sd with
+    n - 1). `values` maps (metric, arm) to {seed: value}."""
+    ss = spec.get("single_seed", {})
+    comps = ss.get("contrasts", spec.get("decomposition", []))
+    metrics = ss.get("metrics", [spec["primary"]] + list(spec.get("decomposition_also", [])))
+    ewt_arms = spec.get("equal_wall_time", {}).get("arms", [])
+    rows = []
+    for m in metrics:
+        for c in comps:
+            if m == EQUAL_WALL_TIME and c["arm"] not in ewt_arms:  # as in analyse(): no window for this arm
+                continue
+            a, b = values.get((m, c["arm"]), {}), values.get((m, c["ref"]), {})
+            a = {s: v for s, v in a.items() if not math.isnan(v)}
+            b = {s: v for s, v in b.items() if not math.isnan(v)}
+            paired = [100 * (a[s] - b[s]) / b[s] for s in sorted(set(a) & set(b))]
+            unpaired = [100 * (a[i] - b[j]) / b[j] for i in sorted(a) for j in sorted(b) if i != j]
+            ref = np.array([b[s] for s in sorted(b)])
+            rows.append({"metric": m, "arm": c["arm"], "ref": c["ref"], "n_paired": len(paired),
+                         "paired_min_pct": min(paired, default=math.nan),
+                         "paired_max_pct": max(paired, default=math.nan), "n_unpaired": len(unpaired),
+                         "unpaired_min_pct": min(unpaired, default=math.nan),
+                         "unpaired_max_pct": max(unpaired, default=math.nan), "ref_seeds": len(ref),
+                         "ref_between_seed_sd_pct": float(100 * ref.std(ddof=1) / ref.mean()) if len(ref) >= 2
+                         else math.nan})
+    cols = ["metric", "arm", "ref", "n_paired", "paired_min_pct", "paired_max_pct", "n_unpaired", "unpaired_min_pct",
+            "unpaired_max_pct", "ref_seeds", "ref_between_seed_sd_pct"]
+    return pd.DataFrame(rows, columns=cols)
 
 
 def trajectory_agreement(spec, runs, runs_dirs):
@@ -437,7 +474,7 @@ def main(argv=None):
         runs = load_runs(a.runs, spec.get("arm_column", "arm"), spec.get("seed_column", "seed"))
     except InputError as e:
         fail(str(e))
-    paired, contrasts, closures = analyse(spec, runs, runs_dirs)
+    paired, contrasts, closures, values = analyse(spec, runs, runs_dirs)
     os.makedirs(a.out, exist_ok=True)
     figdir = a.figures or a.out
     os.makedirs(figdir, exist_ok=True)
@@ -445,6 +482,7 @@ def main(argv=None):
     write_csv(contrasts, os.path.join(a.out, "contrasts.csv"))
     write_csv(closures, os.path.join(a.out, "closures.csv"))
     write_csv(trajectory_agreement(spec, runs, runs_dirs), os.path.join(a.out, "trajectory.csv"))
+    write_csv(single_seed_spread(spec, values), os.path.join(a.out, "single_seed.csv"))
     fig_curves(spec, runs, runs_dirs, os.path.join(figdir, f"{a.prefix}loss_curves.png"))
     fig_decomposition(spec, contrasts, os.path.join(figdir, f"{a.prefix}gap_decomposition.png"))
     write_provenance(os.path.join(a.out, "analysis.json"), "studies/sweep/analyze_study.py", a.runs + [a.spec],

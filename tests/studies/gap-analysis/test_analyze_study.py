@@ -132,8 +132,8 @@ class TinySweep(unittest.TestCase):
         return rows[0]
 
     def test_outputs_exist(self):
-        for f in ("paired.csv", "contrasts.csv", "closures.csv", "trajectory.csv", "analysis.json", "loss_curves.png",
-                  "gap_decomposition.png"):
+        for f in ("paired.csv", "contrasts.csv", "closures.csv", "trajectory.csv", "single_seed.csv", "analysis.json",
+                  "loss_curves.png", "gap_decomposition.png"):
             self.assertGreater(os.path.getsize(os.path.join(self.out, f)), 0, f)
         self.assertEqual(len(self.runs), 6)
 
@@ -199,6 +199,27 @@ class TinySweep(unittest.TestCase):
                 self.assertEqual(int(row["updates_compared"]), len(d))
                 outcomes.add((thr, row["holds"]))
         self.assertEqual(outcomes, {(5e-5, "True"), (2e-5, "True"), (2e-5, "False")})
+
+    def test_single_seed_spread_by_hand(self):
+        # spec-tiny's decomposition (FULL16 - CPU) in the primary metric and autoane_train_loss: every same-seed
+        # and every different-seed relative gap, min and max; CPU's between-seed sd in % of its mean.
+        rows = {r["metric"]: r for r in read_csv(os.path.join(self.out, "single_seed.csv"))}
+        self.assertEqual(sorted(rows), ["autoane_train_loss", "val_loss_fp32"])
+        for metric, row in rows.items():
+            v = self.by_arm(metric)
+            a, b = v["FULL16"], v["CPU"]
+            paired = [100 * (a[s] - b[s]) / b[s] for s in (1, 2, 3)]
+            unpaired = [100 * (a[i] - b[j]) / b[j] for i in (1, 2, 3) for j in (1, 2, 3) if i != j]
+            self.assertEqual((row["n_paired"], row["n_unpaired"], row["ref_seeds"]), ("3", "6", "3"))
+            self.assertAlmostEqual(float(row["paired_min_pct"]), min(paired), places=12)
+            self.assertAlmostEqual(float(row["paired_max_pct"]), max(paired), places=12)
+            self.assertAlmostEqual(float(row["unpaired_min_pct"]), min(unpaired), places=12)
+            self.assertAlmostEqual(float(row["unpaired_max_pct"]), max(unpaired), places=12)
+            mean = sum(b.values()) / 3
+            sd = math.sqrt(sum((x - mean) ** 2 for x in b.values()) / 2)
+            self.assertAlmostEqual(float(row["ref_between_seed_sd_pct"]), 100 * sd / mean, places=12)
+            # Different seeds differ by more than the same seed does on this sweep, so the two columns differ.
+            self.assertGreater(max(abs(x) for x in unpaired), max(abs(x) for x in paired))
 
     def test_below_min_seeds_no_test_and_no_holm(self):
         out = self.run_with_spec("min4", lambda spec: spec.update(min_seeds=4))  # the tiny sweep has 3 seeds
