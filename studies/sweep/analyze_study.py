@@ -410,8 +410,12 @@ def fig_curves(spec, runs, runs_dirs, path):
 def fig_decomposition(spec, contrasts, path):
     comps = spec.get("decomposition", [])
     metrics = [spec["primary"]] + [m for m in spec.get("decomposition_also", [])]
+    ewt_arms = spec.get("equal_wall_time", {}).get("arms", [])
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(comps) + 2), 5))
     width = 0.8 / max(1, len(metrics))
+    # The published gaps this study tests (spec "published_gaps"), as reference lines.
+    for k, g in enumerate(spec.get("published_gaps", [])):
+        ax.axhline(float(g["pct"]), color="grey", ls="--" if k % 2 == 0 else ":", lw=0.9, label=g["label"])
     for j, m in enumerate(metrics):
         ys, lo, hi, ns = [], [], [], []
         for c in comps:
@@ -431,9 +435,12 @@ def fig_decomposition(spec, contrasts, path):
             ax.errorbar(xs, [y for y, h in zip(ys, has_ci) if h],
                         yerr=[[v for v, h in zip(lo, has_ci) if h], [v for v, h in zip(hi, has_ci) if h]],
                         fmt="none", ecolor="black", capsize=3, lw=0.8)
-        for xi, y, n in zip(x, ys, ns):
+        for xi, y, n, c in zip(x, ys, ns, comps):
             if math.isnan(y):
-                ax.text(xi, 0, "no data", rotation=90, ha="center", va="bottom", fontsize=7)
+                # An arm outside equal_wall_time's arms has no equal-wall-time window at all (not applicable);
+                # otherwise its runs are missing.
+                na = m == EQUAL_WALL_TIME and c["arm"] not in ewt_arms
+                ax.text(xi, 0, "n/a" if na else "no data", rotation=90, ha="center", va="bottom", fontsize=7)
             else:
                 ax.text(xi, 0.01, f"n={n}", transform=blended_transform_factory(ax.transData, ax.transAxes),
                         ha="center", va="bottom", fontsize=6)
