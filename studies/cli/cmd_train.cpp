@@ -18,7 +18,7 @@ namespace {
 struct TrainArgs {
   std::string config = "T0", tokenizer, precision = "fp32", residual = "none", init = "normal", loss_scale = "auto";
   std::string gqa_map = "block", defects = "none", recipe = "default", schedule = "updates";
-  std::string eval_checkpoint;
+  std::string eval_checkpoint, shadow_checkpoint;
   int accum = 1;
   std::int64_t total_steps = 0;
   bool decay_embedding = false;
@@ -112,6 +112,13 @@ void add_train_command(CLI::App& app) {
                   "Do not train: evaluate the master weights of this checkpoint (another run's, any policy) on the "
                   "validation split under this command's config, precision and defects; writes OUT/eval.json")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--shadow-checkpoint", args->shadow_checkpoint,
+                  "Do not train: per-op attribution of the master weights of this checkpoint (another run's, any "
+                  "policy) under this command's config, precision and defects: the MPFR-shadowed step on the probe "
+                  "batch that --shadow-every records at the checkpoint's step; writes OUT/telemetry.csv and "
+                  "OUT/shadow.json")
+      ->check(CLI::ExistingFile)
+      ->excludes("--eval-checkpoint");
   cmd->add_option("--defect", args->defects,
                   "AutoANE's code defects, a comma list: gqa-mismatch, rmsnorm-bwd (default none)")
       ->capture_default_str();
@@ -251,6 +258,15 @@ void add_train_command(CLI::App& app) {
       const nlohmann::json e = tr::evaluate_checkpoint(spec, data, a.eval_checkpoint);
       std::cout << "val_loss " << e["val_loss"] << "  val_bpb " << e["val_bpb"] << "  (checkpoint step "
                 << e["checkpoint_step"] << ", trained under " << e["checkpoint_policy"] << "; evaluated under "
+                << e["policy"] << ", defects " << e["defects"] << ")\nweights_sha256 "
+                << e["weights_sha256"].get<std::string>() << "\nresults in " << a.out << "\n";
+      return;
+    }
+    if (!a.shadow_checkpoint.empty()) {
+      if (a.resume) throw CliError("train: --shadow-checkpoint attributes another run's weights; it cannot --resume");
+      const nlohmann::json e = tr::shadow_checkpoint(spec, data, a.shadow_checkpoint);
+      std::cout << "shadow records " << e["records"] << " at step " << e["checkpoint_step"] << " (loss scale "
+                << e["loss_scale"] << ", trained under " << e["checkpoint_policy"] << "; attributed under "
                 << e["policy"] << ", defects " << e["defects"] << ")\nweights_sha256 "
                 << e["weights_sha256"].get<std::string>() << "\nresults in " << a.out << "\n";
       return;

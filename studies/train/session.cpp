@@ -82,27 +82,31 @@ ModelConfig evaluation_config(const ModelConfig& c) {
   return e;
 }
 
-nlohmann::json evaluate_checkpoint(const SessionSpec& spec, const TrainData& data,
-                                   const std::filesystem::path& checkpoint) {
-  const TrainOptions& o = spec.options;
-  const Checkpoint ck = load_checkpoint(checkpoint);
+namespace {
+
+/// Another run's checkpoint, read for use under `o`'s model (`what` names the use in errors): refused when its
+/// parameter count is not this config's, when it was trained on another tokenizer than `data`'s, or when
+/// `data` has no validation window to use.
+Checkpoint load_foreign_checkpoint(const TrainOptions& o, const TrainData& data, const std::filesystem::path& checkpoint,
+                                   const std::string& what) {
+  Checkpoint ck = load_checkpoint(checkpoint);
   const std::size_t expected = param_layout(o.config).total;
   if (ck.master.size() != expected)
     throw std::runtime_error("checkpoint " + checkpoint.string() + " holds " + std::to_string(ck.master.size()) +
                              " parameters; the model of this config has " + std::to_string(expected));
-  if (data.val.batches.empty()) throw std::runtime_error("evaluating a checkpoint needs a non-empty validation split");
+  if (data.val.batches.empty()) throw std::runtime_error(what + " needs a non-empty validation split");
   const nlohmann::json& id = ck.meta.at("identity");
   if (id.contains("tokenizer") && id.at("tokenizer") != data.tokenizer)
     throw std::runtime_error("checkpoint " + checkpoint.string() + " was trained on tokenizer " +
-                             id.at("tokenizer").get<std::string>() + ", this evaluation uses " + data.tokenizer);
-  Transformer model(o.config, o.residual, spec.policy, o.seed);
-  model.set_weights_version(1);
-  const EvalLoss val = evaluate_loss(model, data.val, ck.master);
-  nlohmann::json r = provenance("roundoff train --eval-checkpoint");
-  r["val_loss"] = val.loss;
-  r["val_bpb"] = val.bpb;
-  r["val_tokens"] = data.val.tokens;
-  r["val_bytes"] = data.val.bytes;
+                             id.at("tokenizer").get<std::string>() + ", this run uses " + data.tokenizer);
+  return ck;
+}
+
+/// What a result computed from another run's checkpoint records about it and about this command.
+void describe_checkpoint(nlohmann::json& r, const SessionSpec& spec, const std::filesystem::path& checkpoint,
+                         const Checkpoint& ck) {
+  const TrainOptions& o = spec.options;
+  const nlohmann::json& id = ck.meta.at("identity");
   r["policy"] = spec.policy.canonical();
   r["defects"] = defects_text(o.config.defects);
   r["seed"] = o.seed;
@@ -112,9 +116,73 @@ nlohmann::json evaluate_checkpoint(const SessionSpec& spec, const TrainData& dat
   r["checkpoint_seed"] = id.contains("seed") ? id.at("seed") : nlohmann::json();
   r["checkpoint_config"] = id.contains("config") ? id.at("config") : nlohmann::json();
   r["weights_sha256"] = weights_sha256(ck.master);
+}
+
+}  // namespace
+
+nlohmann::json evaluate_checkpoint(const SessionSpec& spec, const TrainData& data,
+                                   const std::filesystem::path& checkpoint) {
+  const TrainOptions& o = spec.options;
+  const Checkpoint ck = load_foreign_checkpoint(o, data, checkpoint, "evaluating a checkpoint");
+  Transformer model(o.config, o.residual, spec.policy, o.seed);
+  model.set_weights_version(1);
+  const EvalLoss val = evaluate_loss(model, data.val, ck.master);
+  nlohmann::json r = provenance("roundoff train --eval-checkpoint");
+  r["val_loss"] = val.loss;
+  r["val_bpb"] = val.bpb;
+  r["val_tokens"] = data.val.tokens;
+  r["val_bytes"] = data.val.bytes;
+  describe_checkpoint(r, spec, checkpoint, ck);
   if (!o.out.empty()) {
     const OutDirLock lock(o.out);
     write_json_atomic(o.out / "eval.json", r);
+  }
+  return r;
+}
+
+namespace {
+
+/// The MPFR shadow's records of one shadowed forward+backward as telemetry rows (op, pass, tensor, metric
+/// shadow_* for the local error, global_* for the error against the fp64 reference), tagged with `step`.
+void log_shadow(const ops::Tape& tape, std::int64_t step, RunLog& log) {
+  for (const ops::OpRecord& r : tape.records()) {
+    const auto op = ops::name_of(r.op), pass = ops::name_of(r.pass);
+    const std::string kind = r.kind == ops::RecordKind::Global ? "global_" : "shadow_";
+    auto put = [&](const char* metric, double v) { log.telemetry(step, r.layer, op, pass, r.tensor, kind + metric, v); };
+    put("median_ulp", r.error.median_ulp);
+    put("p95_ulp", r.error.p95_ulp);
+    put("max_ulp", r.error.max_ulp);
+    put("norm_rel", r.error.norm_rel);
+    put("underflow", static_cast<double>(r.error.underflow));
+    if (r.range.inf + r.range.nan > 0) put("nonfinite", static_cast<double>(r.range.inf + r.range.nan));
+  }
+}
+
+}  // namespace
+
+nlohmann::json shadow_checkpoint(const SessionSpec& spec, const TrainData& data,
+                                 const std::filesystem::path& checkpoint) {
+  const TrainOptions& o = spec.options;
+  const Checkpoint ck = load_foreign_checkpoint(o, data, checkpoint, "shadowing a checkpoint");
+  const std::int64_t step = ck.meta.at("step").get<std::int64_t>();
+  const double loss_scale = ck.meta.at("loss_scale_value").get<double>();
+  Transformer own(o.config, o.residual, spec.policy, o.seed);
+  Transformer reference(o.config, o.residual, ops::Policy::preset("fp64"), o.seed);
+  own.set_weights_version(1);
+  ops::Tape tape;
+  own.shadow(step, data.val.batches.front(), ck.master, loss_scale, tape, spec.shadow_units, &reference);
+  RunLog log;
+  log_shadow(tape, step, log);
+  nlohmann::json r = provenance("roundoff train --shadow-checkpoint");
+  r["step"] = step;
+  r["loss_scale"] = loss_scale;
+  r["shadow_units"] = spec.shadow_units;
+  r["records"] = tape.records().size();
+  describe_checkpoint(r, spec, checkpoint, ck);
+  if (!o.out.empty()) {
+    const OutDirLock lock(o.out);
+    write_file_atomic(o.out / "telemetry.csv", log.telemetry_csv());
+    write_json_atomic(o.out / "shadow.json", r);
   }
   return r;
 }
@@ -144,17 +212,7 @@ nlohmann::json run_session(SessionSpec spec, const TrainData& data, std::ostream
                                            RunLog& log) {
       ops::Tape tape;
       own.shadow(step, probe, master, loss_scale, tape, units, &*reference);
-      for (const ops::OpRecord& r : tape.records()) {
-        const auto op = ops::name_of(r.op), pass = ops::name_of(r.pass);
-        const std::string kind = r.kind == ops::RecordKind::Global ? "global_" : "shadow_";
-        auto put = [&](const char* metric, double v) { log.telemetry(step, r.layer, op, pass, r.tensor, kind + metric, v); };
-        put("median_ulp", r.error.median_ulp);
-        put("p95_ulp", r.error.p95_ulp);
-        put("max_ulp", r.error.max_ulp);
-        put("norm_rel", r.error.norm_rel);
-        put("underflow", static_cast<double>(r.error.underflow));
-        if (r.range.inf + r.range.nan > 0) put("nonfinite", static_cast<double>(r.range.inf + r.range.nan));
-      }
+      log_shadow(tape, step, log);
     };
   }
   Trainer trainer(o, own, fp32, data, progress, hook);

@@ -54,6 +54,17 @@ ModelConfig evaluation_config(const ModelConfig& c);
 nlohmann::json evaluate_checkpoint(const SessionSpec& spec, const TrainData& data,
                                    const std::filesystem::path& checkpoint);
 
+/// Per-op attribution of the master weights stored in `checkpoint` (any run's, trained under any policy) under
+/// `spec`'s model config, policy and defects, without training or touching the checkpoint: the one MPFR-shadowed
+/// forward+backward on the fixed probe batch (the first validation batch) that a run with --shadow-every
+/// records at the checkpoint's step — local error of every op call on spec.shadow_units units and global error
+/// against the fp64 model — at the checkpoint's step and loss scale, so its rows equal that run's. Writes the
+/// rows to spec.options.out / "telemetry.csv" (the run's telemetry columns) and {"step", "loss_scale",
+/// "shadow_units", "records"} plus what evaluate_checkpoint records about the checkpoint, and provenance, to
+/// "shadow.json", both atomically, when out is set; returns the JSON. Throws as evaluate_checkpoint does.
+nlohmann::json shadow_checkpoint(const SessionSpec& spec, const TrainData& data,
+                                 const std::filesystem::path& checkpoint);
+
 /// Runs (or resumes) the training described by `spec` on `data`; progress lines go to `progress`
 /// (may be null). Returns the summary written to DIR/summary.json. Shadow records land in the run's
 /// telemetry (op = <op>, pass, tensor, metric ∈ {median_ulp, p95_ulp, max_ulp, norm_rel, underflow}).

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -243,4 +244,58 @@ TEST(Cli, EvalCheckpointReproducesTheRunsEvaluationAndRefusesAMismatch) {
                  "parameters; the model of this config has", "--eval-checkpoint on another shape");
   expect_refused(roundoff(kTiny + "--eval-checkpoint " + ck + " --resume --out " + (d / "run").string()),
                  "cannot --resume", "--eval-checkpoint with --resume");
+}
+
+namespace {
+
+/// The shadow rows (shadow_* and global_* metrics) of telemetry.csv at `step`, header excluded.
+std::vector<std::string> shadow_rows(const fs::path& telemetry, std::int64_t step) {
+  std::ifstream in(telemetry);
+  std::vector<std::string> rows;
+  const std::string prefix = std::to_string(step) + ",";
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(prefix, 0) == 0 &&
+        (line.find(",shadow_") != std::string::npos || line.find(",global_") != std::string::npos))
+      rows.push_back(line);
+  return rows;
+}
+
+}  // namespace
+
+TEST(Cli, ShadowCheckpointGivesTheRunsShadowRowsAtItsStep) {
+  const fs::path d = scratch("shadowck");
+  // A run that shadows at step 2, and the same run stopped after 2 updates (the same schedule, so the same
+  // weights at step 2): attributing the stopped run's checkpoint must give the first run's rows bit for bit.
+  const std::string run = kTiny + "--steps 3 --precision pure-fp16 --shadow-units 2 ";
+  const Outcome full = roundoff(run + "--shadow-every 2 --out " + (d / "full").string());
+  ASSERT_EQ(full.status, 0) << full.output;
+  const Outcome part = roundoff(run + "--stop-after 2 --out " + (d / "part").string());
+  ASSERT_EQ(part.status, 0) << part.output;
+  const std::string ck = (d / "part" / "checkpoint.bin").string();
+  const Outcome sh = roundoff(run + "--shadow-checkpoint " + ck + " --out " + (d / "sh").string());
+  ASSERT_EQ(sh.status, 0) << sh.output;
+  const std::vector<std::string> expected = shadow_rows(d / "full" / "telemetry.csv", 2);
+  ASSERT_GT(expected.size(), 20u);
+  EXPECT_EQ(shadow_rows(d / "sh" / "telemetry.csv", 2), expected);
+  nlohmann::json j;
+  {
+    std::ifstream in(d / "sh" / "shadow.json");
+    j = nlohmann::json::parse(in);
+  }
+  EXPECT_EQ(j["step"], 2);
+  EXPECT_EQ(j["checkpoint_policy"], "pure-fp16");
+  EXPECT_EQ(j["shadow_units"], 2);
+  // Under another policy the rows differ (fp32's local errors are in fp32 ulps of other outputs).
+  const Outcome f32 = roundoff(kTiny + "--steps 3 --precision fp32 --shadow-units 2 --shadow-checkpoint " + ck +
+                               " --out " + (d / "f32").string());
+  ASSERT_EQ(f32.status, 0) << f32.output;
+  EXPECT_NE(shadow_rows(d / "f32" / "telemetry.csv", 2), expected);
+  expect_refused(roundoff(run + "--shadow-checkpoint " + ck + " --resume --out " + (d / "part").string()),
+                 "cannot --resume", "--shadow-checkpoint with --resume");
+  expect_refused(roundoff(run + "--shadow-checkpoint " + ck + " --eval-checkpoint " + ck + " --out " +
+                          (d / "both").string()),
+                 "excludes", "--shadow-checkpoint with --eval-checkpoint");
+  expect_refused(roundoff("train --config custom --d 16 --layers 1 --heads 2 --seq 8 --batch 1 --eval-tokens 64 "
+                          "--progress-every 0 --shadow-checkpoint " + ck + " --out " + (d / "bad").string()),
+                 "parameters; the model of this config has", "--shadow-checkpoint on another shape");
 }
