@@ -17,6 +17,10 @@ notebooks-data/autoane-gap/analysis-spec.json). Writes into --out:
   single_seed.csv exploratory (not preregistered): per decomposition contrast and metric, the smallest and largest
                  relative gap of a same-seed pair and of a pair of different seeds (what one run per arm, as
                  AutoANE compared, could show), and the reference arm's between-seed sd in % of its mean
+  penalties.csv  claim D's "the same penalty" (amendment 9): per entry of the spec's penalty_comparison and metric,
+                 two contrasts' mean penalties on their common seeds, their ratio and whether it lies within the
+                 entry's ratio_bounds, the per-seed difference of the penalties with its 95 % t CI and p, and on
+                 the primary metric the first contrast's (Holm) significance and same_penalty
   analysis.json  provenance: inputs and their sha256, the spec, the git revision, the time
   loss_curves.png, gap_decomposition.png (or --figures DIR)
 
@@ -305,6 +309,58 @@ def single_seed_spread(spec, values):
     return pd.DataFrame(rows, columns=cols)
 
 
+def penalty_comparison(spec, values, contrasts):
+    """Preregistration amendment 9, claim D's second condition: does contrast a (e.g. CPU-D - CPU, the defect without
+    fp16) show the same penalty as contrast b (GUIDE-D - GUIDE)? For each entry {"label", "a": {"arm", "ref"},
+    "b": {"arm", "ref"}, "ratio_bounds": [lo, hi], "metrics": [...] (default: the primary)} of
+    spec["penalty_comparison"] and each metric, on the seeds all four arms have: the mean penalty of a and of b
+    (L_arm - L_ref, nats), ratio = mean_a / mean_b and whether lo <= ratio <= hi, and the per-seed difference of the
+    penalties (a - b) with its 95 % t CI and two-sided p (no p below min_seeds). On the primary metric also a's
+    significance as contrasts.csv has it (Holm-adjusted when a is in the family, else p < alpha) and
+    same_penalty = significant and within the bounds (empty while a has no test)."""
+    cols = ["label", "metric", "a_arm", "a_ref", "b_arm", "b_ref", "n", "seeds", "mean_a", "mean_b", "ratio",
+            "ratio_low", "ratio_high", "ratio_within", "diff_mean", "diff_ci_low", "diff_ci_high", "diff_p",
+            "a_p", "a_p_holm", "a_significant", "same_penalty"]
+    alpha = float(spec.get("alpha", 0.05))
+    min_seeds = int(spec.get("min_seeds", 2))
+    rows = []
+    for e in spec.get("penalty_comparison", []):
+        lo, hi = (float(x) for x in e["ratio_bounds"])
+        for m in e.get("metrics", [spec["primary"]]):
+            a1, a0 = values.get((m, e["a"]["arm"]), {}), values.get((m, e["a"]["ref"]), {})
+            b1, b0 = values.get((m, e["b"]["arm"]), {}), values.get((m, e["b"]["ref"]), {})
+            seeds = sorted(s for s in set(a1) & set(a0) & set(b1) & set(b0)
+                           if not any(math.isnan(v[s]) for v in (a1, a0, b1, b0)))
+            pa = np.array([a1[s] - a0[s] for s in seeds])
+            pb = np.array([b1[s] - b0[s] for s in seeds])
+            st = paired_t(pa - pb, alpha)
+            mean_a = float(pa.mean()) if len(seeds) else math.nan
+            mean_b = float(pb.mean()) if len(seeds) else math.nan
+            ratio = mean_a / mean_b if len(seeds) and mean_b != 0 else math.nan
+            row = {"label": e.get("label", ""), "metric": m, "a_arm": e["a"]["arm"], "a_ref": e["a"]["ref"],
+                   "b_arm": e["b"]["arm"], "b_ref": e["b"]["ref"], "n": len(seeds),
+                   "seeds": " ".join(str(s) for s in seeds), "mean_a": mean_a, "mean_b": mean_b, "ratio": ratio,
+                   "ratio_low": lo, "ratio_high": hi,
+                   "ratio_within": bool(lo <= ratio <= hi) if not math.isnan(ratio) else None,
+                   "diff_mean": st["mean"], "diff_ci_low": st["ci_low"], "diff_ci_high": st["ci_high"],
+                   "diff_p": st["p"] if st["n"] >= min_seeds else math.nan,
+                   "a_p": math.nan, "a_p_holm": math.nan, "a_significant": None, "same_penalty": None}
+            if m == spec["primary"] and not contrasts.empty:
+                ca = contrasts[(contrasts.metric == m) & (contrasts.arm == e["a"]["arm"]) &
+                               (contrasts.ref == e["a"]["ref"])]
+                if ca.empty:
+                    fail(f"penalty_comparison: {e['a']['arm']} - {e['a']['ref']} is not a contrast of the spec")
+                c = ca.iloc[0]
+                row["a_p"] = float(c.p)
+                if not math.isnan(c.p):
+                    row["a_p_holm"] = float(c.p_holm) if c.in_family else math.nan
+                    row["a_significant"] = bool(c.significant_holm) if c.in_family else bool(c.p < alpha)
+                    if row["ratio_within"] is not None:
+                        row["same_penalty"] = row["a_significant"] and row["ratio_within"]
+            rows.append(row)
+    return pd.DataFrame(rows, columns=cols)
+
+
 def trajectory_agreement(spec, runs, runs_dirs):
     """Same-seed agreement of two arms' loss trajectories (preregistration §6, C4's literal claim: |ΔL| < 5e-5 up
     to update 10). For each contrast of spec["trajectory_agreement"] and each seed both arms have: the largest
@@ -490,6 +546,7 @@ def main(argv=None):
     write_csv(closures, os.path.join(a.out, "closures.csv"))
     write_csv(trajectory_agreement(spec, runs, runs_dirs), os.path.join(a.out, "trajectory.csv"))
     write_csv(single_seed_spread(spec, values), os.path.join(a.out, "single_seed.csv"))
+    write_csv(penalty_comparison(spec, values, contrasts), os.path.join(a.out, "penalties.csv"))
     fig_curves(spec, runs, runs_dirs, os.path.join(figdir, f"{a.prefix}loss_curves.png"))
     fig_decomposition(spec, contrasts, os.path.join(figdir, f"{a.prefix}gap_decomposition.png"))
     write_provenance(os.path.join(a.out, "analysis.json"), "studies/sweep/analyze_study.py", a.runs + [a.spec],

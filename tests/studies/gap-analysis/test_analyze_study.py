@@ -132,8 +132,8 @@ class TinySweep(unittest.TestCase):
         return rows[0]
 
     def test_outputs_exist(self):
-        for f in ("paired.csv", "contrasts.csv", "closures.csv", "trajectory.csv", "single_seed.csv", "analysis.json",
-                  "loss_curves.png", "gap_decomposition.png"):
+        for f in ("paired.csv", "contrasts.csv", "closures.csv", "trajectory.csv", "single_seed.csv", "penalties.csv",
+                  "analysis.json", "loss_curves.png", "gap_decomposition.png"):
             self.assertGreater(os.path.getsize(os.path.join(self.out, f)), 0, f)
         self.assertEqual(len(self.runs), 6)
 
@@ -220,6 +220,51 @@ class TinySweep(unittest.TestCase):
             self.assertAlmostEqual(float(row["ref_between_seed_sd_pct"]), 100 * sd / mean, places=12)
             # Different seeds differ by more than the same seed does on this sweep, so the two columns differ.
             self.assertGreater(max(abs(x) for x in unpaired), max(abs(x) for x in paired))
+
+    def test_penalty_comparison_by_hand(self):
+        # Amendment 9's comparison of two contrasts' penalties, on the tiny sweep's two arms: FULL16 - CPU against
+        # itself (ratio 1, within [0.5, 2], per-seed difference 0) and against CPU - FULL16 (ratio -1, outside;
+        # per-seed difference twice FULL16 - CPU's), in the primary metric and autoane_train_loss.
+        def change(spec):
+            spec["penalty_comparison"] = [
+                {"label": label, "a": {"arm": "FULL16", "ref": "CPU"}, "b": b, "ratio_bounds": [0.5, 2.0],
+                 "metrics": ["val_loss_fp32", "autoane_train_loss"]}
+                for label, b in (("same", {"arm": "FULL16", "ref": "CPU"}), ("negated", {"arm": "CPU", "ref": "FULL16"}))]
+
+        out = self.run_with_spec("penalties", change)
+        rows = {(r["label"], r["metric"]): r for r in read_csv(os.path.join(out, "penalties.csv"))}
+        self.assertEqual(len(rows), 4)
+        primary = self.contrast("val_loss_fp32")
+        for metric in ("val_loss_fp32", "autoane_train_loss"):
+            v = self.by_arm(metric)
+            pa = [v["FULL16"][s] - v["CPU"][s] for s in (1, 2, 3)]
+            mean_a = sum(pa) / 3
+            same, neg = rows[("same", metric)], rows[("negated", metric)]
+            for r in (same, neg):
+                self.assertEqual((r["n"], r["seeds"]), ("3", "1 2 3"))
+                self.assertAlmostEqual(float(r["mean_a"]), mean_a, places=15)
+            self.assertAlmostEqual(float(same["ratio"]), 1.0, places=15)
+            self.assertEqual((same["ratio_within"], neg["ratio_within"]), ("True", "False"))
+            self.assertAlmostEqual(float(neg["mean_b"]), -mean_a, places=15)
+            self.assertAlmostEqual(float(neg["ratio"]), -1.0, places=15)
+            self.assertEqual(float(same["diff_mean"]), 0.0)
+            self.assertEqual(float(same["diff_p"]), 1.0)
+            d = [2 * x for x in pa]
+            mean = sum(d) / 3
+            sd = math.sqrt(sum((x - mean) ** 2 for x in d) / 2)
+            self.assertAlmostEqual(float(neg["diff_mean"]), mean, places=15)
+            self.assertAlmostEqual(float(neg["diff_p"]), 2 * t2_sf(abs(mean / (sd / math.sqrt(3)))), places=12)
+            if metric == "val_loss_fp32":  # a's significance is contrasts.csv's (FULL16 is the family's member)
+                self.assertEqual(same["a_p_holm"], primary["p_holm"])
+                self.assertEqual(same["a_significant"], primary["significant_holm"])
+                self.assertEqual(same["same_penalty"], primary["significant_holm"])
+                self.assertEqual(neg["same_penalty"], "False")
+            else:
+                self.assertEqual((same["a_significant"], same["same_penalty"]), ("", ""))
+        # A first contrast the spec does not have is refused.
+        with self.assertRaises(SystemExit):
+            self.run_with_spec("penalty-bad", lambda spec: (change(spec), spec["penalty_comparison"][0].update(
+                a={"arm": "CPU", "ref": "FULL16"})))
 
     def test_below_min_seeds_no_test_and_no_holm(self):
         out = self.run_with_spec("min4", lambda spec: spec.update(min_seeds=4))  # the tiny sweep has 3 seeds
