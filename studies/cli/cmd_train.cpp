@@ -253,22 +253,26 @@ void add_train_command(CLI::App& app) {
               << spec.policy.canonical() << " (from " << policy_source << "), loss scale " << o.loss_scale.canonical() << ", " << o.steps
               << " updates of " << o.recipe.accum << " micro-step(s) (" << o.steps * o.recipe.accum
               << " micro-steps), seed " << o.seed << ", defects " << tr::defects_text(o.config.defects) << "\n";
+    // The tail of what --eval-checkpoint and --shadow-checkpoint print: whose weights, used under what.
+    auto print_foreign = [&a](const nlohmann::json& e, const char* used) {
+      std::cout << "trained under " << e["checkpoint_policy"] << "; " << used << " under " << e["policy"]
+                << ", defects " << e["defects"] << ")\nweights_sha256 " << e["weights_sha256"].get<std::string>()
+                << "\nresults in " << a.out << "\n";
+    };
     if (!a.eval_checkpoint.empty()) {
       if (a.resume) throw CliError("train: --eval-checkpoint evaluates another run's weights; it cannot --resume");
       const nlohmann::json e = tr::evaluate_checkpoint(spec, data, a.eval_checkpoint);
       std::cout << "val_loss " << e["val_loss"] << "  val_bpb " << e["val_bpb"] << "  (checkpoint step "
-                << e["checkpoint_step"] << ", trained under " << e["checkpoint_policy"] << "; evaluated under "
-                << e["policy"] << ", defects " << e["defects"] << ")\nweights_sha256 "
-                << e["weights_sha256"].get<std::string>() << "\nresults in " << a.out << "\n";
+                << e["checkpoint_step"] << ", ";
+      print_foreign(e, "evaluated");
       return;
     }
     if (!a.shadow_checkpoint.empty()) {
       if (a.resume) throw CliError("train: --shadow-checkpoint attributes another run's weights; it cannot --resume");
       const nlohmann::json e = tr::shadow_checkpoint(spec, data, a.shadow_checkpoint);
       std::cout << "shadow records " << e["records"] << " at step " << e["checkpoint_step"] << " (loss scale "
-                << e["loss_scale"] << ", trained under " << e["checkpoint_policy"] << "; attributed under "
-                << e["policy"] << ", defects " << e["defects"] << ")\nweights_sha256 "
-                << e["weights_sha256"].get<std::string>() << "\nresults in " << a.out << "\n";
+                << e["loss_scale"] << ", ";
+      print_foreign(e, "attributed");
       return;
     }
     const nlohmann::json s = tr::run_session(spec, data, &std::cerr);

@@ -118,6 +118,22 @@ void describe_checkpoint(nlohmann::json& r, const SessionSpec& spec, const std::
   r["weights_sha256"] = weights_sha256(ck.master);
 }
 
+/// The MPFR shadow's records of one shadowed forward+backward as telemetry rows (op, pass, tensor, metric
+/// shadow_* for the local error, global_* for the error against the fp64 reference), tagged with `step`.
+void log_shadow(const ops::Tape& tape, std::int64_t step, RunLog& log) {
+  for (const ops::OpRecord& r : tape.records()) {
+    const auto op = ops::name_of(r.op), pass = ops::name_of(r.pass);
+    const std::string kind = r.kind == ops::RecordKind::Global ? "global_" : "shadow_";
+    auto put = [&](const char* metric, double v) { log.telemetry(step, r.layer, op, pass, r.tensor, kind + metric, v); };
+    put("median_ulp", r.error.median_ulp);
+    put("p95_ulp", r.error.p95_ulp);
+    put("max_ulp", r.error.max_ulp);
+    put("norm_rel", r.error.norm_rel);
+    put("underflow", static_cast<double>(r.error.underflow));
+    if (r.range.inf + r.range.nan > 0) put("nonfinite", static_cast<double>(r.range.inf + r.range.nan));
+  }
+}
+
 }  // namespace
 
 nlohmann::json evaluate_checkpoint(const SessionSpec& spec, const TrainData& data,
@@ -139,26 +155,6 @@ nlohmann::json evaluate_checkpoint(const SessionSpec& spec, const TrainData& dat
   }
   return r;
 }
-
-namespace {
-
-/// The MPFR shadow's records of one shadowed forward+backward as telemetry rows (op, pass, tensor, metric
-/// shadow_* for the local error, global_* for the error against the fp64 reference), tagged with `step`.
-void log_shadow(const ops::Tape& tape, std::int64_t step, RunLog& log) {
-  for (const ops::OpRecord& r : tape.records()) {
-    const auto op = ops::name_of(r.op), pass = ops::name_of(r.pass);
-    const std::string kind = r.kind == ops::RecordKind::Global ? "global_" : "shadow_";
-    auto put = [&](const char* metric, double v) { log.telemetry(step, r.layer, op, pass, r.tensor, kind + metric, v); };
-    put("median_ulp", r.error.median_ulp);
-    put("p95_ulp", r.error.p95_ulp);
-    put("max_ulp", r.error.max_ulp);
-    put("norm_rel", r.error.norm_rel);
-    put("underflow", static_cast<double>(r.error.underflow));
-    if (r.range.inf + r.range.nan > 0) put("nonfinite", static_cast<double>(r.range.inf + r.range.nan));
-  }
-}
-
-}  // namespace
 
 nlohmann::json shadow_checkpoint(const SessionSpec& spec, const TrainData& data,
                                  const std::filesystem::path& checkpoint) {
