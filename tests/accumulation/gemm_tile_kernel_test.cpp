@@ -378,16 +378,20 @@ TEST_F(GemmTileKernel, DeclinesOtherTileStages) {
     return k::gemm_fast(parse_accumulation(spec), 2, 2, 2, ConstMatrix{ok, 2}, ConstMatrix{ok, 2}, C, 2, false,
                         nullptr, 1);
   };
-  EXPECT_TRUE(run("ane-tile4"));
-  EXPECT_STREQ(k::kernel_name(ane), "ane-tile4-avx512");
-  EXPECT_FALSE(run("ane-tile4,tile=8"));
-  EXPECT_FALSE(run("ane-tile4,tile=4:fp16:nearest-even"));
-  EXPECT_FALSE(run("ane-tile4,tile=4:bf16"));
-  EXPECT_FALSE(run("ane-tile4,order=reverse"));
-  EXPECT_FALSE(run("acc=fp16,tile=4"));
-  EXPECT_FALSE(run("ane-tile4,unfused,product=fp16"));
   const double wide[] = {1.0 + 0x1p-20, 2.0, 3.0, 4.0};  // 21 significant bits: products not exact
-  EXPECT_FALSE(k::gemm_fast(ane, 2, 2, 2, ConstMatrix{wide, 2}, ConstMatrix{ok, 2}, C, 2, false, nullptr, 1));
+  for (const k::Isa isa : isas_with_tile_kernel()) {
+    SCOPED_TRACE(static_cast<int>(isa));
+    k::set_isa_limit(isa);
+    EXPECT_TRUE(run("ane-tile4"));
+    EXPECT_STREQ(k::kernel_name(ane), isa == k::Isa::Avx2 ? "ane-tile4-avx2" : "ane-tile4-avx512");
+    EXPECT_FALSE(run("ane-tile4,tile=8"));
+    EXPECT_FALSE(run("ane-tile4,tile=4:fp16:nearest-even"));
+    EXPECT_FALSE(run("ane-tile4,tile=4:bf16"));
+    EXPECT_FALSE(run("ane-tile4,order=reverse"));
+    EXPECT_FALSE(run("acc=fp16,tile=4"));
+    EXPECT_FALSE(run("ane-tile4,unfused,product=fp16"));
+    EXPECT_FALSE(k::gemm_fast(ane, 2, 2, 2, ConstMatrix{wide, 2}, ConstMatrix{ok, 2}, C, 2, false, nullptr, 1));
+  }
 }
 
 }  // namespace
