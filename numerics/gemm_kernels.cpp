@@ -577,7 +577,7 @@ struct PackBuffers {
 struct Packed {
   std::size_t M, N, K, panels;
   bool any_binary32 = false;  ///< fused fp32 accumulator: any binary32 inputs (one hardware FMA per step)
-  bool avx2 = false;          ///< the AVX2 tier (fp32 accumulator only; binary32 buffers A and B)
+  bool avx2 = false;          ///< the AVX2 tier (its kernels and packing, gemm_kernels_avx2.hpp)
   float* A = nullptr;           ///< M×K row-major (fp32-lane kernels)
   double* Ad = nullptr;         ///< tile-stage kernel: M×K row-major binary64 (B is in `B`)
   float* B = nullptr;           ///< panels × K × kPanel, zero-padded columns
@@ -863,7 +863,8 @@ void kernel_rows(const Plan& plan, const Packed& pk, bool native, std::size_t ro
   const std::size_t K = pk.K, a0 = i * K + k0, b0 = (p * K + k0) * kPanel;
   if (plan.tile && pk.avx2) {
     for (std::size_t q = 0; q < 8 && 8 * q < jn; ++q)
-      avx2::tile_ane_rows(rows, pk.Ad + a0, K, pk.B + b0 + 8 * q, kPanel, len, tile + 8 * q, kPanel, overflows);
+      avx2::tile_ane_rows(rows, pk.Ad + a0, pk.A + a0, K, pk.B + b0 + 8 * q, kPanel, len, tile + 8 * q, kPanel,
+                          overflows);
   } else if (plan.tile) {
     for (std::size_t q = 0; q < 4 && 16 * q < jn; ++q)
       tile_ane_rows(rows, pk.Ad + a0, pk.A + a0, K, pk.B + b0 + 16 * q, kPanel, len, tile + 16 * q, kPanel,
@@ -1115,7 +1116,7 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
     pk.Bh = buffers.Bh.get(pk.panels * K * kPanel);
   } else {
     if (plan.tile) pk.Ad = buffers.Ad.get(M * K);
-    if (!plan.tile || !pk.avx2) pk.A = buffers.A.get(M * K);  // the tile kernel's binary32 attempt too
+    pk.A = buffers.A.get(M * K);  // the tile kernel's binary32 attempt too
     pk.B = cached ? cached->panels.get() : fill ? fill->panels.get() : buffers.B.get(pk.panels * K * kPanel);
   }
   std::vector<double> c_initial;  // only needed to replay overflowing outputs
@@ -1207,7 +1208,7 @@ bool gemm_ranged_fast(const Accumulation& a, std::size_t M, std::size_t N, std::
   Packed pk = packed_shape(a, plan, isa, M, N, K);
   thread_local PackBuffers buffers;
   if (plan.tile) pk.Ad = buffers.Ad.get(M * K);
-  if (!plan.tile || !pk.avx2) pk.A = buffers.A.get(M * K);  // the tile kernel's binary32 attempt too
+  pk.A = buffers.A.get(M * K);  // the tile kernel's binary32 attempt too
   pk.B = buffers.B.get(pk.panels * K * kPanel);
   // Packed by the calling thread (no work-sharing: callers may be inside a parallel region).
   if (pack_operands(pk, A, B, nullptr, nullptr, false) == 0) return false;

@@ -247,17 +247,65 @@ ROUNDOFF_AVX2 __attribute__((always_inline)) inline void load_b_f64(const float*
   }
 }
 
+/// 8 lanes of 32-bit masks as 8 lanes of 16-bit masks.
+ROUNDOFF_AVX2 __attribute__((always_inline)) inline __m128i halves(__m256 m) {
+  const __m256i i = _mm256_castps_si256(m);
+  return _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extractf128_si256(i, 1));
+}
+
+/// The full tile of 4 terms in binary32 first (see "binary32 bracket" in gemm_kernels_avx2.hpp): s += h on all
+/// 8 lanes and true, or false with s untouched when a lane's bracket straddles an fp16 value, its h is ±65504,
+/// ±inf or NaN, or its h is ±0 without a proof of S's sign or of S = 0.
+/// a: the row's 4 values as binary32; b[t]: the terms' 8 B columns.
+ROUNDOFF_AVX2 __attribute__((always_inline)) inline bool ane_step_f32(__m256& s, const float* a, const __m256* b) {
+  const __m256 s1 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 1), b[1], _mm256_mul_ps(_mm256_broadcast_ss(a), b[0]));
+  const __m256 s2 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 2), b[2], s1);
+  const __m256 s3 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 3), b[3], s2);
+  const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 t = _mm256_add_ps(_mm256_add_ps(_mm256_and_ps(s1, abs), _mm256_and_ps(s2, abs)), _mm256_and_ps(s3, abs));
+  const __m256 c = _mm256_set1_ps(0x1p-22f);  // 4u: the bound u·T with room for rounding T and the two ends
+  const __m256 hi = _mm256_fmadd_ps(c, t, s3), lo = _mm256_fnmadd_ps(c, t, s3);
+  constexpr int kRz = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;
+  __m128i hh = _mm256_cvtps_ph(hi, kRz);
+  const __m128i hl = _mm256_cvtps_ph(lo, kRz);
+  const __m128i mag = _mm_and_si128(hh, _mm_set1_epi16(0x7FFF));
+  const __m128i same = _mm_cmpeq_epi16(hl, hh);
+  const __m128i ok = _mm_and_si128(same, _mm_and_si128(_mm_cmpgt_epi16(mag, _mm_setzero_si128()),
+                                                       _mm_cmpgt_epi16(_mm_set1_epi16(0x7BFF), mag)));
+  if (__builtin_expect(_mm_movemask_epi8(ok) != 0xFFFF, 0)) {
+    // Zero lanes: S = 0 exactly when lo = hi = 0 (h = +0, the definition's exact zero); a nonzero S of known sign
+    // (lo > 0 or hi < 0) whose ends both round toward zero to that signed zero.
+    const __m256 zero = _mm256_setzero_ps();
+    const __m128i exact_zero =
+        halves(_mm256_and_ps(_mm256_cmp_ps(lo, zero, _CMP_EQ_OQ), _mm256_cmp_ps(hi, zero, _CMP_EQ_OQ)));
+    const __m128i signed_tiny =
+        _mm_and_si128(_mm_and_si128(same, _mm_cmpeq_epi16(mag, _mm_setzero_si128())),
+                      halves(_mm256_or_ps(_mm256_cmp_ps(lo, zero, _CMP_GT_OQ), _mm256_cmp_ps(hi, zero, _CMP_LT_OQ))));
+    if (_mm_movemask_epi8(_mm_or_si128(ok, _mm_or_si128(exact_zero, signed_tiny))) != 0xFFFF) return false;
+    hh = _mm_andnot_si128(exact_zero, hh);
+  }
+  s = _mm256_add_ps(s, _mm256_cvtph_ps(hh));
+  return true;
+}
+
 template <std::size_t MR>
-ROUNDOFF_AVX2 void ane_tile(const double* Ap, std::size_t lda, const float* Bp, std::size_t ldb, std::size_t K,
-                            float* t, std::size_t ldt, std::int64_t& overflows) {
+ROUNDOFF_AVX2 void ane_tile(const double* Ap, const float* Af, std::size_t lda, const float* Bp, std::size_t ldb,
+                            std::size_t K, float* t, std::size_t ldt, std::int64_t& overflows) {
   __m256 s[MR];
   for (std::size_t r = 0; r < MR; ++r) s[r] = _mm256_loadu_ps(t + r * ldt);
+  __m256 bf[kTile];
   __m256d bl[kTile], bh[kTile];
   std::size_t k0 = 0;
   for (; k0 + kTile <= K; k0 += kTile) {
-    load_b_f64(Bp, ldb, k0, kTile, bl, bh);
-    for (std::size_t r = 0; r < MR; ++r)
+    for (std::size_t q = 0; q < kTile; ++q) bf[q] = _mm256_loadu_ps(Bp + (k0 + q) * ldb);
+    bool wide = false;  // bl, bh loaded for this tile
+#pragma GCC unroll 4
+    for (std::size_t r = 0; r < MR; ++r) {
+      if (__builtin_expect(ane_step_f32(s[r], Af + r * lda + k0, bf), 1)) continue;
+      if (!wide) load_b_f64(Bp, ldb, k0, kTile, bl, bh);
+      wide = true;
       s[r] = ane_step<kTile>(s[r], Ap + r * lda + k0, bl, bh, Bp + k0 * ldb, ldb, overflows);
+    }
   }
   const std::size_t rest = K - k0;  // the last, partial tile
   if (rest > 0) {
@@ -275,17 +323,18 @@ ROUNDOFF_AVX2 void ane_tile(const double* Ap, std::size_t lda, const float* Bp, 
 
 }  // namespace
 
-void tile_ane_rows(std::size_t rows, const double* Ap, std::size_t lda, const float* Bp, std::size_t ldb,
-                   std::size_t K, float* t, std::size_t ldt, std::int64_t& overflows) {
+void tile_ane_rows(std::size_t rows, const double* Ap, const float* Af, std::size_t lda, const float* Bp,
+                   std::size_t ldb, std::size_t K, float* t, std::size_t ldt, std::int64_t& overflows) {
   for (std::size_t r0 = 0; r0 < rows;) {
     const std::size_t h = std::min<std::size_t>(rows - r0, 4);
     const double* a = Ap + r0 * lda;
+    const float* af = Af + r0 * lda;
     float* out = t + r0 * ldt;
     switch (h) {
-      case 4: ane_tile<4>(a, lda, Bp, ldb, K, out, ldt, overflows); break;
-      case 3: ane_tile<3>(a, lda, Bp, ldb, K, out, ldt, overflows); break;
-      case 2: ane_tile<2>(a, lda, Bp, ldb, K, out, ldt, overflows); break;
-      default: ane_tile<1>(a, lda, Bp, ldb, K, out, ldt, overflows); break;
+      case 4: ane_tile<4>(a, af, lda, Bp, ldb, K, out, ldt, overflows); break;
+      case 3: ane_tile<3>(a, af, lda, Bp, ldb, K, out, ldt, overflows); break;
+      case 2: ane_tile<2>(a, af, lda, Bp, ldb, K, out, ldt, overflows); break;
+      default: ane_tile<1>(a, af, lda, Bp, ldb, K, out, ldt, overflows); break;
     }
     r0 += h;
   }

@@ -54,14 +54,38 @@ void tile_rows(Acc acc, std::size_t rows, const float* Ap, std::size_t lda, cons
                std::size_t K, std::size_t block, float* tile, std::size_t ldt);
 
 /// `rows` rows × 8 columns of the ane-tile4 GEMM (tiles of 4 exact products rounded toward zero to fp16, summed
-/// in fp32): rows Ap[r·lda + k] (binary64), B columns Bp[k·ldb + 0..7], running sums in/out tile[r·ldt + c];
-/// tile overflows are added to `overflows`. Without per-instruction rounding the exactness certificate is
-/// TwoSum: the binary64 running sum of a tile's exact products with every step's error 0 is the exact sum S
-/// (+0 added last, so an exact zero is +0); other lanes take tile_fixup. RZ to binary32 is truncation of S's
-/// significand to 24 bits (S is normal in binary64, below 2^128 and a multiple of 2^-148, so values in binary32's
-/// subnormal range are already binary32 values), then vcvtps2ph with RZ (RZ of RZ is RZ, see tile_ane in
-/// gemm_kernels.cpp), then one binary32 add.
-void tile_ane_rows(std::size_t rows, const double* Ap, std::size_t lda, const float* Bp, std::size_t ldb,
-                   std::size_t K, float* tile, std::size_t ldt, std::int64_t& overflows);
+/// in fp32): rows Ap[r·lda + k] (binary64) and Af[r·lda + k] (the same values as binary32), B columns
+/// Bp[k·ldb + 0..7], running sums in/out tile[r·ldt + c]; tile overflows are added to `overflows`.
+///
+/// Binary32 bracket, tried first for each full tile of a row (8 lanes). The products p_t = a_t·b_t are exact in
+/// binary32 (pack_run: at most 12 significant bits, 2^-63 <= |x| < 2^63, so |p_t| lies in [2^-126, 2^126] or is
+/// 0/inf/NaN). AVX2 has no per-instruction rounding, so instead of sums rounded down and up (the AVX-512 kernel)
+/// the bracket comes from the round-to-nearest chain s1 = RN(p_0 + p_1), s2 = RN(s1 + p_2), s3 = RN(s2 + p_3) (one
+/// FMA each; the product inside is exact) and an error bound. With δ_i the error of step i, S − s3 = δ1 + δ2 + δ3.
+/// A sum of two binary32 values whose result is below 2^-126 in magnitude is exact, and otherwise
+/// |δ_i| <= u·|s_i| (u = 2^-24), so |S − s3| <= u·T with T = |s1| + |s2| + |s3|. The kernel forms
+/// T_c = RN(RN(|s1| + |s2|) + |s3|) >= (1 − u)²·T and the ends hi = RN(s3 + c·T_c), lo = RN(s3 − c·T_c) with
+/// c = 4u (one FMA each, c·T_c exact inside it). Then lo <= S <= hi:
+///   - all δ_i = 0: S = s3, and RN is monotone with c·T_c >= 0, so lo <= RN(s3) = s3 <= hi;
+///   - some δ_i ≠ 0: that |s_i| >= 2^-126, so T >= 2^-126. x = s3 + c·T_c satisfies x − S >= (4(1 − u)² − 1)·u·T
+///     > 2.9·u·T, while |RN(x) − x| <= max(u·|x|, 2^-150) with u·|x| <= u·(T + 4u(1 + u)²·T) < 1.1·u·T and
+///     2^-150 <= u·T; so hi = RN(x) > S. lo likewise.
+/// Overflow anywhere (a step, T_c or an end) gives an end of ±inf or NaN, which the test below declines. RZ16 is
+/// monotone, so when RZ16(lo) and RZ16(hi) (vcvtps2ph with RZ, exact for binary32 inputs) are the same fp16 value
+/// h, h = RZ16(S). A lane is taken when they agree and 0 < |h| < 65504 (S finite, nonzero, |S| < 65504: no
+/// overflow event), or h = ±0 with S's sign proven (lo > 0 or hi < 0: RZ16 of a tiny nonzero S), or lo = hi = 0
+/// (S = 0 exactly: h = +0, the definition's exact zero). In each case h is what the binary64 path below gives.
+/// The attempt succeeds only when all 8 lanes are taken; otherwise, and for the last partial tile, the tile is
+/// summed by the binary64 path. The bracket is a few binary32 ulps wide, so it declines tiles whose exact sum
+/// lies on or within about 2^-19 relative of an fp16 value (about 0.2 % of the lanes of random data) and tiles
+/// with heavy cancellation; the AVX-512 kernel's directed sums decline only the first kind.
+///
+/// Binary64 path: without per-instruction rounding the exactness certificate is TwoSum: the binary64 running
+/// sum of a tile's exact products with every step's error 0 is the exact sum S (+0 added last, so an exact zero
+/// is +0); other lanes take tile_fixup. RZ to binary32 is truncation of S's significand to 24 bits (S is normal
+/// in binary64, below 2^128 and a multiple of 2^-148, so values in binary32's subnormal range are already binary32
+/// values), then vcvtps2ph with RZ (RZ of RZ is RZ, see tile_ane in gemm_kernels.cpp), then one binary32 add.
+void tile_ane_rows(std::size_t rows, const double* Ap, const float* Af, std::size_t lda, const float* Bp,
+                   std::size_t ldb, std::size_t K, float* tile, std::size_t ldt, std::int64_t& overflows);
 
 }  // namespace roundoff::numerics::kernels::avx2

@@ -1,5 +1,7 @@
-// Explicit instantiations (each op compiles once per backend) and AdamW's binary32 path (AVX-512F).
+// Explicit instantiations (each op compiles once per backend) and AdamW's binary32 path (AVX2).
 #include "ops/adamw.hpp"
+
+#include "numerics/gemm_kernels.hpp"
 
 // GCC 12 reports -Wmaybe-uninitialized inside the intrinsic headers (the self-initialised
 // _mm*_undefined_* placeholders of unmasked intrinsics); the state at the header's own lines decides.
@@ -13,48 +15,58 @@ namespace roundoff::ops {
 namespace detail {
 namespace {
 
+#define ROUNDOFF_ADAMW_AVX2 __attribute__((target("avx2")))
+
 /// All-ones lanes where t is finite (t − t is 0 for finite t, NaN for ±inf and NaN).
-__attribute__((target("avx512f"))) inline __m256 finite(__m256 t) {
+ROUNDOFF_ADAMW_AVX2 inline __m256 finite(__m256 t) {
   return _mm256_cmp_ps(_mm256_sub_ps(t, t), _mm256_setzero_ps(), _CMP_EQ_OQ);
 }
 
 /// t, and-ing its finite lanes into ok.
-__attribute__((target("avx512f"))) inline __m256 step(__m256 t, __m256& ok) {
+ROUNDOFF_ADAMW_AVX2 inline __m256 step(__m256 t, __m256& ok) {
   ok = _mm256_and_ps(ok, finite(t));
   return t;
 }
 
-/// Loads 8 doubles as binary32 and sets `exact` lanes where the conversion was exact (NaN is not).
-__attribute__((target("avx512f"))) inline __m256 load_b32(const double* p, __mmask8 live, __mmask8& exact) {
-  const __m512d d = _mm512_maskz_loadu_pd(live, p);
-  const __m256 f = _mm512_cvtpd_ps(d);
-  exact &= _mm512_cmp_pd_mask(_mm512_cvtps_pd(f), d, _CMP_EQ_OQ);
-  return f;
+/// Loads 8 doubles as binary32 and clears the bits of `exact` whose conversion was not exact (NaN is not).
+ROUNDOFF_ADAMW_AVX2 inline __m256 load_b32(const double* p, unsigned& exact) {
+  const __m256d lo = _mm256_loadu_pd(p), hi = _mm256_loadu_pd(p + 4);
+  const __m128 flo = _mm256_cvtpd_ps(lo), fhi = _mm256_cvtpd_ps(hi);
+  exact &= static_cast<unsigned>(_mm256_movemask_pd(_mm256_cmp_pd(_mm256_cvtps_pd(flo), lo, _CMP_EQ_OQ)) |
+                                 (_mm256_movemask_pd(_mm256_cmp_pd(_mm256_cvtps_pd(fhi), hi, _CMP_EQ_OQ)) << 4));
+  return _mm256_set_m128(fhi, flo);
+}
+
+/// Stores the lanes of x (as binary64) whose bit is set in `lanes` to p[0, 8).
+ROUNDOFF_ADAMW_AVX2 inline void store_lanes(double* p, __m256 x, unsigned lanes) {
+  const __m256i bit = _mm256_set_epi64x(8, 4, 2, 1);
+  const __m256i lo = _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi64x(lanes & 0xF), bit), bit);
+  const __m256i hi = _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi64x((lanes >> 4) & 0xF), bit), bit);
+  _mm256_maskstore_pd(p, lo, _mm256_cvtps_pd(_mm256_castps256_ps128(x)));
+  _mm256_maskstore_pd(p + 4, hi, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)));
 }
 
 }  // namespace
 
 bool adamw_binary32_supported() {
-  static const bool ok = [] {
+  static const bool cpu = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") != 0;
+    return __builtin_cpu_supports("avx2") != 0;
   }();
-  return ok;
+  return cpu && numerics::kernels::isa_limit() >= numerics::kernels::Isa::Avx2;
 }
 
-__attribute__((target("avx512f"))) void adamw_binary32(double* w, double* m, double* v, const double* g,
-                                                        std::size_t n, const AdamWBinary32& c, std::uint8_t* bad) {
+ROUNDOFF_ADAMW_AVX2 void adamw_binary32(double* w, double* m, double* v, const double* g, std::size_t n,
+                                        const AdamWBinary32& c, std::uint8_t* bad) {
   const __m256 b1 = _mm256_set1_ps(c.b1), b2 = _mm256_set1_ps(c.b2), ob1 = _mm256_set1_ps(c.ob1),
                ob2 = _mm256_set1_ps(c.ob2), c1 = _mm256_set1_ps(c.c1), c2 = _mm256_set1_ps(c.c2),
                eps = _mm256_set1_ps(c.eps), wd = _mm256_set1_ps(c.wd), lr = _mm256_set1_ps(c.lr),
                gs = _mm256_set1_ps(c.gs);
-  for (std::size_t i = 0; i < n; i += 8) {
-    const std::size_t left = n - i;
-    const __mmask8 live = left >= 8 ? static_cast<__mmask8>(0xFF) : static_cast<__mmask8>((1u << left) - 1);
-    __mmask8 exact = live;
-    const __m256 wi = load_b32(w + i, live, exact), mi0 = load_b32(m + i, live, exact),
-                 vi0 = load_b32(v + i, live, exact);
-    __m256 gi = load_b32(g + i, live, exact);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    unsigned exact = 0xFF;
+    const __m256 wi = load_b32(w + i, exact), mi0 = load_b32(m + i, exact), vi0 = load_b32(v + i, exact);
+    __m256 gi = load_b32(g + i, exact);
     __m256 ok = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
     if (c.scale) gi = step(_mm256_mul_ps(gi, gs), ok);
     const __m256 mi = step(_mm256_add_ps(step(_mm256_mul_ps(b1, mi0), ok), step(_mm256_mul_ps(ob1, gi), ok)), ok);
@@ -64,12 +76,13 @@ __attribute__((target("avx512f"))) void adamw_binary32(double* w, double* m, dou
     const __m256 den = step(_mm256_add_ps(step(_mm256_sqrt_ps(vhat), ok), eps), ok);
     const __m256 upd = step(_mm256_add_ps(step(_mm256_div_ps(mhat, den), ok), step(_mm256_mul_ps(wd, wi), ok)), ok);
     const __m256 wn = step(_mm256_sub_ps(wi, step(_mm256_mul_ps(lr, upd), ok)), ok);
-    const auto good = static_cast<__mmask8>(exact & static_cast<unsigned>(_mm256_movemask_ps(ok)));
-    _mm512_mask_storeu_pd(m + i, good, _mm512_cvtps_pd(mi));
-    _mm512_mask_storeu_pd(v + i, good, _mm512_cvtps_pd(vi));
-    _mm512_mask_storeu_pd(w + i, good, _mm512_cvtps_pd(wn));
-    bad[i / 8] = static_cast<std::uint8_t>(live & ~good);
+    const unsigned good = exact & static_cast<unsigned>(_mm256_movemask_ps(ok));
+    store_lanes(m + i, mi, good);
+    store_lanes(v + i, vi, good);
+    store_lanes(w + i, wn, good);
+    bad[i / 8] = static_cast<std::uint8_t>(~good & 0xFF);
   }
+  if (i < n) bad[i / 8] = static_cast<std::uint8_t>((1u << (n - i)) - 1);  // a ragged group: the scalar path
 }
 
 }  // namespace detail

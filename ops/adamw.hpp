@@ -44,9 +44,11 @@ struct AdamWBinary32 {
 };
 /// Elements per block of the binary32 path (a multiple of 8).
 inline constexpr std::size_t kAdamWBlock = 2048;
-/// True when the running CPU has the AVX-512F the binary32 path needs.
+/// True when the running CPU has the AVX2 the binary32 path needs and the kernels' ISA limit
+/// (numerics::kernels::set_isa_limit) allows AVX2.
 bool adamw_binary32_supported();
-/// The binary32 path of adamw_update on elements [0, n), n ≤ kAdamWBlock, 8 lanes at a time: every operation
+/// The binary32 path of adamw_update on elements [0, n), n ≤ kAdamWBlock, 8 lanes at a time (AVX2; the
+/// elements of a last group of fewer than 8 are left to the scalar path): every operation
 /// of the update is the hardware binary32 operation (vaddps, vmulps, vdivps, vsqrtps; no FMA), in the order
 /// and with the operands of the scalar definition. Under compute = fp32 with nearest-even the scalar path
 /// takes exactly these operations (Ctx's native path) whenever every operand is a binary32 value and every
@@ -62,7 +64,7 @@ void adamw_binary32(double* w, double* m, double* v, const double* g, std::size_
 /// when it is non-empty.
 ///
 /// Fast path (Emulated, fast_paths() on, all units, compute fp32 with nearest-even, master/m/v roles fp32,
-/// AVX-512F): detail::adamw_binary32 on blocks of kAdamWBlock elements, the elements it leaves on the scalar
+/// AVX2): detail::adamw_binary32 on blocks of kAdamWBlock elements, the elements it leaves on the scalar
 /// path, the working copy through store_to_array. Bit-identical to the scalar path (argument at
 /// detail::adamw_binary32; tests/ops/span_ops_test.cpp compares the two).
 template <class A>

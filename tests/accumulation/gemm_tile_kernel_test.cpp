@@ -270,7 +270,8 @@ TEST_F(GemmTileKernel, AdversarialTilesTakeTheFallback) {
 TEST_F(GemmTileKernel, Binary32BracketsThatStraddleAnFp16ValueTakeTheBinary64Path) {
   // Tiles binary64 sums exactly but binary32 cannot: 64·32 = 2048 and ±2^-10·2^-10 = ±2^-20. Rounded down and
   // up in binary32 (ulp 2^-13 below 2048, 2^-12 above) the sums bracket an fp16 value, so the binary32 attempt
-  // must decline; taking either end would give the neighbour of the right fp16 value for one sign.
+  // must decline; taking either end would give the neighbour of the right fp16 value for one sign. The AVX2
+  // kernel's bracket (a round-to-nearest sum ± an error bound) must decline them too.
   if (isas_with_tile_kernel().empty()) GTEST_SKIP() << "no AVX2 or AVX-512";
   const double e = 0x1p-10;
   const std::vector<HandTile> tiles = {
@@ -278,6 +279,15 @@ TEST_F(GemmTileKernel, Binary32BracketsThatStraddleAnFp16ValueTakeTheBinary64Pat
       {{-64, e, 0, 0}, {32, e, 0, 0}, -2047.0},   // −2048 + 2^-20
       {{64, e, 0, 0}, {32, e, 0, 0}, 2048.0},     // 2048 + 2^-20: both ends round toward zero to 2048
       {{64, -e, e, -e}, {32, e, e, e}, 2047.0},   // 2048 − 2^-20 + 2^-20 − 2^-20, a full tile of 4
+      // Binary32 errs before a cancellation (the AVX2 kernel's bracket from round-to-nearest sums must bound
+      // every step's error, not only the last one's): 2^13 − 3·2^-14 rounds to 2^13 (spacing 2^-11 below it),
+      // − 2^13 cancels it, + (1 + 2^-10 + 2^-13) is exact. S = 1 + 2^-10 − 2^-14: RZ16 gives 1, while the
+      // round-to-nearest sum rounds toward zero to 1 + 2^-10.
+      {{0x1p7, -3 * 0x1p-7, -0x1p7, 59 * 0x1p-6}, {0x1p6, 0x1p-7, 0x1p6, 139 * 0x1p-7}, 1.0},
+      {{-0x1p7, 3 * 0x1p-7, 0x1p7, -59 * 0x1p-6}, {0x1p6, 0x1p-7, 0x1p6, 139 * 0x1p-7}, -1.0},
+      // The same for the sign of a tiny sum: 1 + 2^-30 rounds to 1, − 1 cancels it, − 2^-40 is exact. S =
+      // 2^-30 − 2^-40 > 0 rounds toward zero to +0; the round-to-nearest sum −2^-40 would give −0.
+      {{1, 0x1p-15, -1, -0x1p-20}, {1, 0x1p-15, 1, 0x1p-20}, 0.0},
   };
   for (const k::Isa isa : isas_with_tile_kernel()) {
     k::set_isa_limit(isa);
