@@ -299,7 +299,6 @@ ROUNDOFF_AVX2 void ane_tile(const double* Ap, const float* Af, std::size_t lda, 
   for (; k0 + kTile <= K; k0 += kTile) {
     for (std::size_t q = 0; q < kTile; ++q) bf[q] = _mm256_loadu_ps(Bp + (k0 + q) * ldb);
     bool wide = false;  // bl, bh loaded for this tile
-#pragma GCC unroll 4
     for (std::size_t r = 0; r < MR; ++r) {
       if (__builtin_expect(ane_step_f32(s[r], Af + r * lda + k0, bf), 1)) continue;
       if (!wide) load_b_f64(Bp, ldb, k0, kTile, bl, bh);
