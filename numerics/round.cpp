@@ -250,8 +250,8 @@ void round_doubles(const RoundingPlan& plan, Rounding mode, const double* src, d
 void round_array(const RoundingPlan& plan, Rounding mode, std::span<const double> src, std::span<double> dst,
                  StochasticBits bits, std::uint64_t first_index) {
   if (src.size() != dst.size()) throw std::invalid_argument("round_array: source and destination sizes differ");
-  // Deterministic modes: round_to's fast path on 8 lanes (numerics/round_span.hpp), any format.
-  if (round_doubles_avx512(plan, mode, src, dst)) return;
+  // Deterministic modes: round_to's fast path on 8 or 4 lanes (numerics/round_span.hpp), any format.
+  if (round_doubles_avx512(plan, mode, src, dst) || round_doubles_avx2(plan, mode, src, dst)) return;
   // A chunk whose every element is a binary32 number (NaN excluded) is rounded on floats: such a value is exact
   // in binary32, so rounding it is the same computation (same exact value, same draw index) as on the double,
   // and the float paths are bit-identical to round_to. For the IEEE binary32 format itself the values are

@@ -78,7 +78,8 @@ double round_to(const Format& f, Rounding mode, double x, std::uint64_t draw = 0
 /// Array rounding, dst[i] = round(src[i]); stochastic draws come from bits.draw(first_index + i), so the
 /// result is independent of how the array is split. Uses SIMD fast paths when the CPU has them; every
 /// fast path is bit-identical to round_to. dst may alias src. Doubles in a deterministic mode take
-/// round_doubles_avx512 (numerics/round_span.hpp) when the CPU has AVX-512F.
+/// round_doubles_avx512 (numerics/round_span.hpp) when the CPU has AVX-512F, else round_doubles_avx2 when it has
+/// AVX2 and F16C.
 void round_array(const RoundingPlan& plan, Rounding mode, std::span<const double> src, std::span<double> dst,
                  StochasticBits bits = {}, std::uint64_t first_index = 0);
 void round_array(const RoundingPlan& plan, Rounding mode, std::span<const float> src, std::span<float> dst,

@@ -1,4 +1,4 @@
-// round_to's normal-binade fast path on 8 binary64 lanes (AVX-512F); every other lane through round_to.
+// round_to's normal-binade fast path on 8 binary64 lanes (AVX-512F) or 4 (AVX2); every other lane through round_to.
 #include "numerics/round_span.hpp"
 
 #include "numerics/gemm_kernels.hpp"
@@ -240,6 +240,161 @@ bool op_round_avx512(const RoundingPlan& plan, SpanOp op, const double* a, const
 bool round_doubles_avx512_supported() { return cpu_has_avx512f(); }
 
 namespace {
+
+/// round_block on 4 lanes with AVX2: the same integer arithmetic on the binary64 encoding. AVX2 has only signed
+/// 64-bit comparisons; every operand compared is below 2^63 (magnitudes, remainders below 2^52, the plan's bounds),
+/// where signed and unsigned order agree. Returns the lanes (all ones) the scalar round_to must recompute.
+template <Rounding M>
+__attribute__((target("avx2"))) inline __m256i round_block4(__m256i bits, const RoundingPlan& plan, __m256i& out) {
+  const __m256i sign = _mm256_set1_epi64x(static_cast<long long>(std::uint64_t{1} << 63));
+  const __m256i zeros = _mm256_setzero_si256();
+  const __m256i mag = _mm256_andnot_si256(sign, bits);
+  const __m256i outside =
+      _mm256_or_si256(_mm256_cmpgt_epi64(_mm256_set1_epi64x(static_cast<long long>(plan.fast_lo_bits)), mag),
+                      _mm256_cmpgt_epi64(mag, _mm256_set1_epi64x(static_cast<long long>(plan.fast_hi_bits))));
+  const __m256i zero = _mm256_cmpeq_epi64(mag, zeros);
+  const int sh = plan.drop_bits;
+  if (sh == 0) {  // binary64 itself: round_to returns x in the fast range
+    out = bits;
+    return _mm256_andnot_si256(zero, outside);
+  }
+  const __m256i low = _mm256_set1_epi64x(static_cast<long long>((std::uint64_t{1} << sh) - 1));
+  const __m256i ulp = _mm256_set1_epi64x(static_cast<long long>(std::uint64_t{1} << sh));
+  const __m256i half = _mm256_set1_epi64x(static_cast<long long>(std::uint64_t{1} << (sh - 1)));
+  const __m256i rem = _mm256_and_si256(mag, low);
+  __m256i r = _mm256_andnot_si256(low, mag);
+  const __m256i neg = _mm256_cmpgt_epi64(zeros, bits);  // sign bit set
+  const __m256i odd = _mm256_cmpeq_epi64(_mm256_and_si256(mag, ulp), ulp);
+  const __m256i exact = _mm256_cmpeq_epi64(rem, zeros);
+  __m256i inc = zeros;
+  switch (M) {
+    case Rounding::NearestEven:
+      inc = _mm256_or_si256(_mm256_cmpgt_epi64(rem, half), _mm256_and_si256(_mm256_cmpeq_epi64(rem, half), odd));
+      break;
+    case Rounding::NearestAway: inc = _mm256_andnot_si256(_mm256_cmpgt_epi64(half, rem), _mm256_set1_epi64x(-1)); break;
+    case Rounding::TowardZero: break;
+    case Rounding::Up: inc = _mm256_andnot_si256(_mm256_or_si256(exact, neg), _mm256_set1_epi64x(-1)); break;
+    case Rounding::Down: inc = _mm256_andnot_si256(exact, neg); break;
+    case Rounding::Odd: inc = _mm256_andnot_si256(_mm256_or_si256(exact, odd), _mm256_set1_epi64x(-1)); break;
+    case Rounding::Stochastic: break;  // not instantiated
+  }
+  r = _mm256_add_epi64(r, _mm256_and_si256(inc, ulp));
+  const __m256i ovf = _mm256_castpd_si256(
+      _mm256_cmp_pd(_mm256_castsi256_pd(r), _mm256_set1_pd(plan.max_finite), _CMP_GT_OQ));
+  out = _mm256_blendv_epi8(_mm256_or_si256(r, _mm256_and_si256(bits, sign)), bits, zero);
+  return _mm256_andnot_si256(zero, _mm256_or_si256(outside, ovf));
+}
+
+/// The lanes of the 4-value blocks; a tail of fewer than 4 values, and every lane the block hands back, through
+/// round_to.
+template <Rounding M>
+__attribute__((target("avx2"))) void round_loop4(const RoundingPlan& plan, const double* src, double* dst,
+                                                 std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256i bits = _mm256_castpd_si256(_mm256_loadu_pd(src + i));
+    __m256i out;
+    unsigned slow = static_cast<unsigned>(_mm256_movemask_pd(_mm256_castsi256_pd(round_block4<M>(bits, plan, out))));
+    _mm256_storeu_pd(dst + i, _mm256_castsi256_pd(out));
+    while (slow != 0) {
+      const auto l = static_cast<std::size_t>(__builtin_ctz(slow));
+      slow &= slow - 1;
+      alignas(32) double lanes[4];  // bits' lanes: dst may alias src, and the store above wrote every lane
+      _mm256_store_pd(lanes, _mm256_castsi256_pd(bits));
+      dst[i + l] = round_to(plan, M, lanes[l]);
+    }
+  }
+  for (; i < n; ++i) dst[i] = round_to(plan, M, src[i]);
+}
+
+/// conversion_loop on 4 lanes: dst[i] = round_to(plan, NearestEven, src[i]) by Convert (AVX2 conversions whose
+/// result is round_to's for every non-NaN binary64); NaN lanes and a tail of fewer than 4 values through round_to.
+template <class Convert>
+__attribute__((target("avx2,f16c"))) void conversion_loop4(const RoundingPlan& plan, const double* src, double* dst,
+                                                           std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256d x = _mm256_loadu_pd(src + i);
+    const __m256d r = Convert::apply(x);
+    unsigned slow = static_cast<unsigned>(_mm256_movemask_pd(_mm256_cmp_pd(x, x, _CMP_UNORD_Q)));
+    _mm256_storeu_pd(dst + i, r);
+    while (slow != 0) {
+      const auto l = static_cast<std::size_t>(__builtin_ctz(slow));
+      slow &= slow - 1;
+      alignas(32) double lanes[4];  // x's lanes: dst may alias src
+      _mm256_store_pd(lanes, x);
+      dst[i + l] = round_to(plan, Rounding::NearestEven, lanes[l]);
+    }
+  }
+  for (; i < n; ++i) dst[i] = round_to(plan, Rounding::NearestEven, src[i]);
+}
+
+/// ToBinary32 on 4 lanes (vcvtpd2ps rounds by the MXCSR: nearest even in its default state).
+struct ToBinary32x4 {
+  __attribute__((target("avx2,f16c"))) static __m256d apply(__m256d x) { return _mm256_cvtps_pd(_mm256_cvtpd_ps(x)); }
+};
+
+/// ToBinary16 on 4 lanes with AVX2 and F16C. AVX2 has no conversion with an explicit rounding, so the conversion
+/// toward zero is built from the one to nearest: z = RN32(x) is RZ32(x) or its neighbour away from zero; it is the
+/// neighbour exactly when |z| > |x| (compared exactly in binary64), and then the encoding less one is RZ32(x) — a
+/// decrement of a binary32 encoding steps its magnitude one quantum toward zero, from ±inf to ±max_float and
+/// from ±2^-149 to ±0, the sign kept. Then, as in ToBinary16: the last bit set when inexact (rounding to odd),
+/// vcvtps2ph to nearest even (explicit in its immediate), and the exact conversions back.
+struct ToBinary16x4 {
+  __attribute__((target("avx2,f16c"))) static __m256d apply(__m256d x) {
+    const __m256d abs = _mm256_castsi256_pd(_mm256_set1_epi64x(static_cast<long long>(~(std::uint64_t{1} << 63))));
+    const __m128 n = _mm256_cvtpd_ps(x);
+    const __m256d away = _mm256_cmp_pd(_mm256_and_pd(_mm256_cvtps_pd(n), abs), _mm256_and_pd(x, abs), _CMP_GT_OQ);
+    // the 64-bit lane masks narrowed to 32-bit lanes (the low halves of the 4 lanes)
+    const __m128i idx = _mm256_castsi256_si128(
+        _mm256_permutevar8x32_epi32(_mm256_castpd_si256(away), _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)));
+    const __m128i z = _mm_add_epi32(_mm_castps_si128(n), idx);  // all ones = −1
+    const __m256d inexact = _mm256_cmp_pd(_mm256_cvtps_pd(_mm_castsi128_ps(z)), x, _CMP_NEQ_OQ);
+    const __m128i inexact32 = _mm256_castsi256_si128(
+        _mm256_permutevar8x32_epi32(_mm256_castpd_si256(inexact), _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)));
+    const __m128i odd = _mm_or_si128(z, _mm_and_si128(inexact32, _mm_set1_epi32(1)));
+    const __m128i h = _mm_cvtps_ph(_mm_castsi128_ps(odd), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm256_cvtps_pd(_mm_cvtph_ps(h));
+  }
+};
+
+bool cpu_has_avx2_f16c() {
+  static const bool ok = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0 && __builtin_cpu_supports("f16c") != 0;
+  }();
+  return ok;
+}
+
+}  // namespace
+
+bool round_doubles_avx2_supported() { return cpu_has_avx2_f16c(); }
+
+bool round_doubles_avx2(const RoundingPlan& plan, Rounding mode, std::span<const double> src, std::span<double> dst) {
+  if (src.size() != dst.size() || !cpu_has_avx2_f16c()) return false;
+  const double* s = src.data();
+  double* d = dst.data();
+  const std::size_t n = src.size();
+  switch (mode) {
+    case Rounding::NearestEven:
+      if (plan.format == formats::fp32 && default_mxcsr())
+        conversion_loop4<ToBinary32x4>(plan, s, d, n);
+      else if (plan.format == formats::fp16 && default_mxcsr())
+        conversion_loop4<ToBinary16x4>(plan, s, d, n);
+      else
+        round_loop4<Rounding::NearestEven>(plan, s, d, n);
+      return true;
+    case Rounding::NearestAway: round_loop4<Rounding::NearestAway>(plan, s, d, n); return true;
+    case Rounding::TowardZero: round_loop4<Rounding::TowardZero>(plan, s, d, n); return true;
+    case Rounding::Up: round_loop4<Rounding::Up>(plan, s, d, n); return true;
+    case Rounding::Down: round_loop4<Rounding::Down>(plan, s, d, n); return true;
+    case Rounding::Odd: round_loop4<Rounding::Odd>(plan, s, d, n); return true;
+    case Rounding::Stochastic: return false;
+  }
+  return false;
+}
+
+namespace {
 /// The AVX-512F scan of all_finite: an exponent field of all ones marks ±inf and NaN.
 __attribute__((target("avx512f"))) bool all_finite_avx512(const double* x, std::size_t n) {
   const __m512i exp = _mm512_set1_epi64(0x7FF0000000000000ll);
@@ -257,10 +412,30 @@ __attribute__((target("avx512f"))) bool all_finite_avx512(const double* x, std::
   }
   return true;
 }
+
+/// The AVX2 scan of all_finite, 4 lanes; a tail of fewer than 4 values by the portable test.
+__attribute__((target("avx2"))) bool all_finite_avx2(const double* x, std::size_t n) {
+  const __m256i exp = _mm256_set1_epi64x(0x7FF0000000000000ll);
+  constexpr std::size_t kBlock = 256;
+  std::size_t i = 0;
+  for (std::size_t at = 0; at + 4 <= n; at += kBlock) {
+    const std::size_t end = std::min(n, at + kBlock);
+    __m256i bad = _mm256_setzero_si256();
+    for (i = at; i + 4 <= end; i += 4) {
+      const __m256i v = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), exp);
+      bad = _mm256_or_si256(bad, _mm256_cmpeq_epi64(v, exp));
+    }
+    if (!_mm256_testz_si256(bad, bad)) return false;
+  }
+  for (; i < n; ++i)
+    if ((std::bit_cast<std::uint64_t>(x[i]) & 0x7FF0000000000000ull) == 0x7FF0000000000000ull) return false;
+  return true;
+}
 }  // namespace
 
 bool all_finite(std::span<const double> x) {
   if (cpu_has_avx512f() && kernels::isa_limit() >= kernels::Isa::Avx512) return all_finite_avx512(x.data(), x.size());
+  if (cpu_has_avx2_f16c() && kernels::isa_limit() >= kernels::Isa::Avx2) return all_finite_avx2(x.data(), x.size());
   constexpr std::uint64_t kExponent = 0x7FF0000000000000ull;
   std::uint64_t bad = 0;
   for (const double v : x) bad |= static_cast<std::uint64_t>((std::bit_cast<std::uint64_t>(v) & kExponent) == kExponent);

@@ -1,6 +1,6 @@
 #pragma once
 /// \file round_span.hpp
-/// Rounding of binary64 spans in the deterministic modes with AVX-512F, 8 values per instruction.
+/// Rounding of binary64 spans in the deterministic modes with AVX-512F, 8 values per instruction, or AVX2, 4.
 ///
 /// Contract: round_doubles_avx512(plan, mode, src, dst) writes dst[i] = round_to(plan, mode, src[i]) for every
 /// i, bit for bit, for every format and every mode but Stochastic. Argument: it is round_to's own fast path
@@ -34,8 +34,21 @@ bool round_doubles_avx512(const RoundingPlan& plan, Rounding mode, std::span<con
 /// True when the running CPU supports round_doubles_avx512.
 bool round_doubles_avx512_supported();
 
-/// True when every x[i] is finite (not ±inf, not NaN): 8 lanes at a time with AVX-512F, a portable loop on the
-/// exponent bits otherwise (also below the kernels' AVX-512 ISA limit). The answer does not depend on the path.
+/// round_doubles_avx512 on 4 lanes with AVX2 (for CPUs without AVX-512F): the same contract, the same integer
+/// lane arithmetic (with signed 64-bit comparisons, exact here because every operand compared is below 2^63) and
+/// the same hardware-conversion paths under the default MXCSR for the IEEE binary32 and binary16 formats under
+/// NearestEven. AVX2 has no conversion with an explicit rounding, so binary16's rounding to odd in binary32 takes
+/// the conversion to nearest and steps the encoding one quantum toward zero where the result's magnitude exceeds
+/// |x| (argument at ToBinary16x4 in numerics/round_span.cpp and in docs/numerics.md). A tail of fewer than 4
+/// values goes through round_to. Returns false, leaving dst untouched, when mode is Stochastic, the sizes differ,
+/// or the CPU lacks AVX2 or F16C. dst may alias src exactly.
+bool round_doubles_avx2(const RoundingPlan& plan, Rounding mode, std::span<const double> src, std::span<double> dst);
+
+/// True when the running CPU supports round_doubles_avx2.
+bool round_doubles_avx2_supported();
+
+/// True when every x[i] is finite (not ±inf, not NaN): 8 lanes at a time with AVX-512F, 4 with AVX2, a portable
+/// loop on the exponent bits otherwise (the kernels' ISA limit caps the tier). The answer does not depend on the path.
 bool all_finite(std::span<const double> x);
 
 /// The binary64 operations of op_round_avx512.

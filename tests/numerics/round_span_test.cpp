@@ -1,14 +1,15 @@
-// numerics::round_doubles_avx512 (round_to's normal-binade fast path on 8 binary64 lanes) against round_to
-// per element, bit for bit, in every deterministic mode, for formats of every shape, on inputs that hit each
+// numerics::round_doubles_avx512 and round_doubles_avx2 (round_to's normal-binade fast path on 8 and 4 binary64
+// lanes, and their hardware-conversion paths) against round_to per element, bit for bit, each tier on its own, in every deterministic mode, for formats of every shape, on inputs that hit each
 // branch of the lane arithmetic: random values across and beyond the format's exponent range, exact ties and
 // their neighbours, the binade edges (2^emin, max_finite and the overflow threshold), zeros, subnormals of
-// both formats, ±inf and NaN; also with dst aliasing src and ragged lengths (masked tails).
+// both formats, ±inf and NaN; also with dst aliasing src and ragged lengths (masked and scalar tails).
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,6 +22,27 @@ namespace roundoff::numerics {
 namespace {
 
 bool same(double a, double b) { return std::bit_cast<std::uint64_t>(a) == std::bit_cast<std::uint64_t>(b); }
+
+/// One SIMD tier of the binary64 span rounding.
+struct Tier {
+  const char* name;
+  bool (*round)(const RoundingPlan&, Rounding, std::span<const double>, std::span<double>);
+  bool (*supported)();
+};
+const Tier kTiers[] = {{"avx512", round_doubles_avx512, round_doubles_avx512_supported},
+                       {"avx2", round_doubles_avx2, round_doubles_avx2_supported}};
+
+void PrintTo(const Tier& t, std::ostream* os) { *os << t.name; }
+
+class RoundSpanTier : public ::testing::TestWithParam<Tier> {
+ protected:
+  void SetUp() override {
+    if (!GetParam().supported()) GTEST_SKIP() << "this CPU lacks the " << GetParam().name << " tier";
+  }
+  bool round(const RoundingPlan& plan, Rounding mode, std::span<const double> src, std::span<double> dst) const {
+    return GetParam().round(plan, mode, src, dst);
+  }
+};
 
 std::vector<double> inputs(const Format& f, std::uint64_t seed) {
   const RoundingPlan plan(f);
@@ -55,8 +77,7 @@ std::vector<double> inputs(const Format& f, std::uint64_t seed) {
   return v;
 }
 
-TEST(RoundSpan, EqualsRoundToInEveryDeterministicMode) {
-  if (!round_doubles_avx512_supported()) GTEST_SKIP() << "no AVX-512F on this CPU";
+TEST_P(RoundSpanTier, EqualsRoundToInEveryDeterministicMode) {
   const Format custom_nosub{7, -10, 9, false};
   const Format custom_sat{5, -6, 7, true, Specials::Ieee, true};
   const Format none{4, -3, 4, true, Specials::None, true};
@@ -69,10 +90,10 @@ TEST(RoundSpan, EqualsRoundToInEveryDeterministicMode) {
     const RoundingPlan plan(f);
     const std::vector<double> x = inputs(f, seed++);
     for (Rounding mode : modes) {
-      for (std::size_t n : {x.size(), std::size_t{13}, std::size_t{7}}) {  // ragged: masked tails
+      for (std::size_t n : {x.size(), std::size_t{13}, std::size_t{7}, std::size_t{3}}) {  // ragged: tails
         std::vector<double> got(n), alias(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n));
-        ASSERT_TRUE(round_doubles_avx512(plan, mode, std::span<const double>(x.data(), n), got));
-        ASSERT_TRUE(round_doubles_avx512(plan, mode, alias, alias));
+        ASSERT_TRUE(round(plan, mode, std::span<const double>(x.data(), n), got));
+        ASSERT_TRUE(round(plan, mode, alias, alias));
         std::size_t bad = 0;
         for (std::size_t i = 0; i < n; ++i) {
           const double want = round_to(plan, mode, x[i]);
@@ -96,8 +117,7 @@ TEST(RoundSpan, EqualsRoundToInEveryDeterministicMode) {
 /// subnormal boundary (half the smallest subnormal: a tie to +0), the normal boundary, the overflow threshold
 /// (max + half an ulp: a tie to inf) and its neighbours, binary64 subnormals, ±0, ±inf, and NaNs of both signs
 /// with payloads (quiet and signalling), in place and out of place.
-TEST(RoundSpan, Binary32NearestEvenConversionEqualsRoundTo) {
-  if (!round_doubles_avx512_supported()) GTEST_SKIP() << "no AVX-512F on this CPU";
+TEST_P(RoundSpanTier, Binary32NearestEvenConversionEqualsRoundTo) {
   const RoundingPlan plan(formats::fp32);
   std::vector<double> v;
   const auto both = [&](double x) {
@@ -129,8 +149,8 @@ TEST(RoundSpan, Binary32NearestEvenConversionEqualsRoundTo) {
   std::mt19937_64 rng(7);
   for (int i = 0; i < 20000; ++i) v.push_back(std::bit_cast<double>(rng()));
   std::vector<double> out(v.size()), in_place = v;
-  ASSERT_TRUE(round_doubles_avx512(plan, Rounding::NearestEven, v, out));
-  ASSERT_TRUE(round_doubles_avx512(plan, Rounding::NearestEven, in_place, in_place));
+  ASSERT_TRUE(round(plan, Rounding::NearestEven, v, out));
+  ASSERT_TRUE(round(plan, Rounding::NearestEven, in_place, in_place));
   for (std::size_t i = 0; i < v.size(); ++i) {
     const double want = round_to(plan, Rounding::NearestEven, v[i]);
     ASSERT_TRUE(same(out[i], want)) << std::hexfloat << v[i] << " -> " << out[i] << ", round_to " << want;
@@ -146,8 +166,7 @@ TEST(RoundSpan, Binary32NearestEvenConversionEqualsRoundTo) {
 /// neighbour (double rounding) —, on every 251st binary32 encoding, on random binary64 values across and beyond
 /// binary16's range and below binary32's, ±0, ±inf, binary64 extremes and NaNs with payloads, in place and out
 /// of place.
-TEST(RoundSpan, Binary16NearestEvenConversionEqualsRoundTo) {
-  if (!round_doubles_avx512_supported()) GTEST_SKIP() << "no AVX-512F on this CPU";
+TEST_P(RoundSpanTier, Binary16NearestEvenConversionEqualsRoundTo) {
   const RoundingPlan plan(formats::fp16);
   std::vector<double> v;
   const auto both = [&](double x) {
@@ -182,8 +201,8 @@ TEST(RoundSpan, Binary16NearestEvenConversionEqualsRoundTo) {
     v.push_back(std::ldexp(std::bit_cast<double>((rng() & 0x800FFFFFFFFFFFFFull) | 0x3FF0000000000000ull), e));
   }
   std::vector<double> out(v.size()), in_place = v;
-  ASSERT_TRUE(round_doubles_avx512(plan, Rounding::NearestEven, v, out));
-  ASSERT_TRUE(round_doubles_avx512(plan, Rounding::NearestEven, in_place, in_place));
+  ASSERT_TRUE(round(plan, Rounding::NearestEven, v, out));
+  ASSERT_TRUE(round(plan, Rounding::NearestEven, in_place, in_place));
   std::size_t bad = 0;
   for (std::size_t i = 0; i < v.size(); ++i) {
     const double want = round_to(plan, Rounding::NearestEven, v[i]);
@@ -196,21 +215,24 @@ TEST(RoundSpan, Binary16NearestEvenConversionEqualsRoundTo) {
   EXPECT_EQ(bad, 0u) << "of " << v.size();
 }
 
-TEST(RoundSpan, DeclinesStochasticAndMismatchedSizes) {
+TEST_P(RoundSpanTier, DeclinesStochasticAndMismatchedSizes) {
   const RoundingPlan plan(formats::fp16);
   std::vector<double> a(4, 1.0), b(3);
-  EXPECT_FALSE(round_doubles_avx512(plan, Rounding::Stochastic, a, a));
-  EXPECT_FALSE(round_doubles_avx512(plan, Rounding::NearestEven, a, b));
+  EXPECT_FALSE(round(plan, Rounding::Stochastic, a, a));
+  EXPECT_FALSE(round(plan, Rounding::NearestEven, a, b));
 }
 
+INSTANTIATE_TEST_SUITE_P(EveryTier, RoundSpanTier, ::testing::ValuesIn(kTiers),
+                         [](const ::testing::TestParamInfo<Tier>& i) { return std::string(i.param.name); });
+
 TEST(RoundSpan, AllFiniteFindsEveryNonFiniteLaneOnEveryTier) {
-  // One ±inf or NaN (quiet, signalling, negative) at every position of ragged lengths: the 8-lane blocks, the
-  // masked tail, the 256-value early-exit blocks; the largest finite values and zeros are finite.
+  // One ±inf or NaN (quiet, signalling, negative) at every position of ragged lengths: the 8- and 4-lane blocks,
+  // the tails, the 256-value early-exit blocks; the largest finite values and zeros are finite.
   const double specials[] = {std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
                              std::numeric_limits<double>::quiet_NaN(), -std::numeric_limits<double>::quiet_NaN(),
                              std::numeric_limits<double>::signaling_NaN()};
   const kernels::Isa saved = kernels::isa_limit();
-  for (const kernels::Isa isa : {kernels::Isa::Avx512Fp16, kernels::Isa::None}) {
+  for (const kernels::Isa isa : {kernels::Isa::Avx512Fp16, kernels::Isa::Avx2, kernels::Isa::None}) {
     kernels::set_isa_limit(isa);
     for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{13},
                                 std::size_t{256}, std::size_t{263}, std::size_t{600}}) {
