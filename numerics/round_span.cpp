@@ -358,6 +358,95 @@ struct ToBinary16x4 {
   }
 };
 
+/// Lane roundings for op_loop4, as ConvLanes and IntLanes for op_loop: the returned lanes (all ones) are those
+/// round_to must recompute.
+template <class Convert>
+struct ConvLanes4 {
+  __attribute__((target("avx2,f16c"))) static __m256i apply(const RoundingPlan&, __m256d x, __m256d& r) {
+    r = Convert::apply(x);
+    return _mm256_castpd_si256(_mm256_cmp_pd(x, x, _CMP_UNORD_Q));
+  }
+};
+struct IntLanes4 {
+  __attribute__((target("avx2"))) static __m256i apply(const RoundingPlan& plan, __m256d x, __m256d& r) {
+    __m256i o;
+    const __m256i m = round_block4<Rounding::NearestEven>(_mm256_castpd_si256(x), plan, o);
+    r = _mm256_castsi256_pd(o);
+    return m;
+  }
+};
+
+template <SpanOp op>
+__attribute__((target("avx2"), always_inline)) inline __m256d apply_op4(__m256d a, __m256d b) {
+  switch (op) {
+    case SpanOp::Add: return _mm256_add_pd(a, b);
+    case SpanOp::Sub: return _mm256_sub_pd(a, b);
+    case SpanOp::Mul: return _mm256_mul_pd(a, b);
+    case SpanOp::Div: return _mm256_div_pd(a, b);
+  }
+  return a;
+}
+
+/// All ones in the lanes whose 64-bit encodings differ.
+__attribute__((target("avx2"), always_inline)) inline __m256i differ4(__m256d x, __m256d y) {
+  return _mm256_andnot_si256(_mm256_cmpeq_epi64(_mm256_castpd_si256(x), _mm256_castpd_si256(y)),
+                             _mm256_set1_epi64x(-1));
+}
+
+/// op_loop on 4 lanes; a tail of fewer than 4 elements goes to `slow`.
+template <class Lanes, SpanOp op>
+__attribute__((target("avx2,f16c"))) void op_loop4(const RoundingPlan& plan, const double* a, const double* b,
+                                                   bool bcast, double* out, std::size_t n,
+                                                   std::vector<std::size_t>& slow) {
+  const __m256d inf = _mm256_set1_pd(std::numeric_limits<double>::infinity());
+  const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(static_cast<long long>(~(std::uint64_t{1} << 63))));
+  const __m256d yb = _mm256_set1_pd(bcast ? b[0] : 0.0);
+  __m256i y_bad = _mm256_setzero_si256();
+  if (bcast) {
+    __m256d yr;
+    y_bad = Lanes::apply(plan, yb, yr);
+    y_bad = _mm256_or_si256(y_bad, differ4(yr, yb));
+  }
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256d x = _mm256_loadu_pd(a + i);
+    __m256d xr;
+    __m256i bad = Lanes::apply(plan, x, xr);
+    bad = _mm256_or_si256(bad, differ4(xr, x));
+    __m256d y = yb;
+    if (bcast) {
+      bad = _mm256_or_si256(bad, y_bad);
+    } else {
+      y = _mm256_loadu_pd(b + i);
+      __m256d r;
+      bad = _mm256_or_si256(bad, Lanes::apply(plan, y, r));
+      bad = _mm256_or_si256(bad, differ4(r, y));
+    }
+    __m256d z;
+    bad = _mm256_or_si256(bad, Lanes::apply(plan, apply_op4<op>(x, y), z));
+    const __m256d finite = _mm256_cmp_pd(_mm256_and_pd(z, abs_mask), inf, _CMP_LT_OQ);
+    bad = _mm256_or_si256(bad, _mm256_andnot_si256(_mm256_castpd_si256(finite), _mm256_set1_epi64x(-1)));
+    _mm256_storeu_pd(out + i, z);
+    auto s = static_cast<unsigned>(_mm256_movemask_pd(_mm256_castsi256_pd(bad)));
+    while (s != 0) {
+      slow.push_back(i + static_cast<std::size_t>(__builtin_ctz(s)));
+      s &= s - 1;
+    }
+  }
+  for (; i < n; ++i) slow.push_back(i);
+}
+
+template <class Lanes>
+void op_dispatch4(const RoundingPlan& plan, SpanOp op, const double* a, const double* b, bool bcast, double* out,
+                  std::size_t n, std::vector<std::size_t>& slow) {
+  switch (op) {
+    case SpanOp::Add: return op_loop4<Lanes, SpanOp::Add>(plan, a, b, bcast, out, n, slow);
+    case SpanOp::Sub: return op_loop4<Lanes, SpanOp::Sub>(plan, a, b, bcast, out, n, slow);
+    case SpanOp::Mul: return op_loop4<Lanes, SpanOp::Mul>(plan, a, b, bcast, out, n, slow);
+    case SpanOp::Div: return op_loop4<Lanes, SpanOp::Div>(plan, a, b, bcast, out, n, slow);
+  }
+}
+
 bool cpu_has_avx2_f16c() {
   static const bool ok = [] {
     __builtin_cpu_init();
@@ -367,6 +456,18 @@ bool cpu_has_avx2_f16c() {
 }
 
 }  // namespace
+
+bool op_round_avx2(const RoundingPlan& plan, SpanOp op, const double* a, const double* b, bool bcast, double* out,
+                   std::size_t n, std::vector<std::size_t>& slow) {
+  if (!cpu_has_avx2_f16c() || kernels::isa_limit() < kernels::Isa::Avx2) return false;
+  if (plan.format == formats::fp32 && default_mxcsr())
+    op_dispatch4<ConvLanes4<ToBinary32x4>>(plan, op, a, b, bcast, out, n, slow);
+  else if (plan.format == formats::fp16 && default_mxcsr())
+    op_dispatch4<ConvLanes4<ToBinary16x4>>(plan, op, a, b, bcast, out, n, slow);
+  else
+    op_dispatch4<IntLanes4>(plan, op, a, b, bcast, out, n, slow);
+  return true;
+}
 
 bool round_doubles_avx2_supported() { return cpu_has_avx2_f16c(); }
 

@@ -66,4 +66,10 @@ enum class SpanOp : std::uint8_t { Add, Sub, Mul, Div };
 bool op_round_avx512(const RoundingPlan& plan, SpanOp op, const double* a, const double* b, bool bcast, double* out,
                      std::size_t n, std::vector<std::size_t>& slow);
 
+/// op_round_avx512 on 4 lanes with AVX2 (the lane roundings of round_doubles_avx2); the elements of a tail of
+/// fewer than 4 are appended to `slow` as well. Returns false, touching nothing, when the CPU lacks AVX2 or F16C
+/// or the kernels' ISA limit is below AVX2. out must not alias a or b.
+bool op_round_avx2(const RoundingPlan& plan, SpanOp op, const double* a, const double* b, bool bcast, double* out,
+                   std::size_t n, std::vector<std::size_t>& slow);
+
 }  // namespace roundoff::numerics

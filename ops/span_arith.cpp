@@ -36,7 +36,9 @@ bool arith_span(const Ctx<Emulated>& ctx, ArithOp op, std::span<const double> a,
   if (!(plan.format == ctx.precision().compute)) plan = numerics::RoundingPlan(ctx.precision().compute);
   slow.clear();
   // One fused SIMD pass when the CPU has it (numerics/round_span.hpp: the same roundings as round_array).
-  if (numerics::op_round_avx512(plan, span_op(op), a.data(), b.data(), bcast, out.data(), n, slow)) return true;
+  if (numerics::op_round_avx512(plan, span_op(op), a.data(), b.data(), bcast, out.data(), n, slow) ||
+      numerics::op_round_avx2(plan, span_op(op), a.data(), b.data(), bcast, out.data(), n, slow))
+    return true;
   thread_local std::vector<double> ra, rb, bs;
   if (bcast) {
     bs.assign(n, b[0]);

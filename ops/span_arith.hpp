@@ -42,7 +42,7 @@ enum class ArithOp : std::uint8_t { Add, Sub, Mul, Div };
 /// The fast core: false (nothing written) when ctx's precision does not admit the path; otherwise out[i] for
 /// every element but those listed in `slow` (ascending), which the caller must recompute per element. b holds
 /// out.size() values, or one value used for every element. One fused SIMD pass with AVX-512F
-/// (numerics::op_round_avx512), else the roundings by numerics::round_array pass by pass.
+/// (numerics::op_round_avx512) or AVX2 (op_round_avx2), else the roundings by numerics::round_array pass by pass.
 bool arith_span(const Ctx<Emulated>& ctx, ArithOp op, std::span<const double> a, std::span<const double> b,
                 std::span<double> out, std::vector<std::size_t>& slow);
 

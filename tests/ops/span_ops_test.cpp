@@ -233,12 +233,13 @@ TEST(SpanOps, GqaKvReduceEqualsTheOracle) {
 }
 
 TEST(SpanOps, ArithArrayEqualsThePerElementCalls) {
-  // Every ISA tier: the fused AVX-512 pass (numerics::op_round_avx512) and the pass-by-pass fallback.
+  // Every ISA tier: the fused AVX-512 and AVX2 passes (numerics::op_round_avx512, op_round_avx2) and the
+  // pass-by-pass fallback.
   namespace k = numerics::kernels;
   const ArithOp ops[] = {ArithOp::Add, ArithOp::Sub, ArithOp::Mul, ArithOp::Div};
   int fast_cases = 0;
   const k::Isa saved = k::isa_limit();
-  for (const k::Isa isa : {k::Isa::Avx512Fp16, k::Isa::None}) {
+  for (const k::Isa isa : {k::Isa::Avx512Fp16, k::Isa::Avx2, k::Isa::None}) {
     k::set_isa_limit(isa);
     for (const std::string& spec : policies()) {
       const Policy pol = load_policy(spec);
@@ -258,10 +259,34 @@ TEST(SpanOps, ArithArrayEqualsThePerElementCalls) {
           b[5] = 0x1p-70;
           a[6] = 1.0 + std::ldexp(1.0, -f.precision);
           b[6] = -0x1p-70;
+          // a value of compute plus one that is not, whose binary64 sum is a midpoint of compute: the exact sum
+          // 1 + 2^-p + 2^-(p+52) rounds up, the binary64 sum 1 + 2^-p then rounds down
+          a[7] = 1.0;
+          b[7] = std::ldexp(1.0, -f.precision) + std::ldexp(1.0, -f.precision - 52);
+          // sums past the largest finite value (overflow) and an inf - inf (NaN)
+          a[8] = b[8] = fplan.max_finite;
+          a[9] = b[9] = -fplan.max_finite;
+          a[10] = std::numeric_limits<double>::infinity();
+          b[10] = -a[10];
           std::vector<double> out(a.size());
           std::vector<std::size_t> slow;
-          fast_cases += arith_span(c, ArithOp::Add, a, b, out, slow);
           const std::string where = spec + " isa " + k::name_of(isa) + " regime " + std::to_string(static_cast<int>(regime));
+          if (arith_span(c, ArithOp::Add, a, b, out, slow)) {
+            // the core's own contract: every element outside `slow` is the correctly rounded sum and finite
+            ++fast_cases;
+            std::vector<bool> listed(a.size());
+            for (const std::size_t i : slow) listed[i] = true;
+            for (std::size_t i = 0; i < a.size(); ++i) {
+              const double want = c.add(a[i], b[i], key(Tensor::Y, i, 7));
+              if (!std::isfinite(want)) {
+                EXPECT_TRUE(listed[i]) << where << ": non-finite sum at " << i << " not listed";
+              }
+              if (!listed[i]) {
+                EXPECT_EQ(std::bit_cast<std::uint64_t>(out[i]), std::bit_cast<std::uint64_t>(want))
+                    << where << " at " << i << ": " << out[i] << " vs " << want;
+              }
+            }
+          }
           for (ArithOp o : ops) {
             const auto want_of = [&](double x, double y, Key kk) {
               switch (o) {
@@ -277,9 +302,10 @@ TEST(SpanOps, ArithArrayEqualsThePerElementCalls) {
             std::vector<double> want(a.size());
             for (std::size_t i = 0; i < a.size(); ++i) want[i] = want_of(a[i], b[i], key(Tensor::Y, i, 7));
             expect_same(out, want, where + " op " + std::to_string(static_cast<int>(o)), true);
-            // a constant right operand: a value of compute, one that is not, a zero, a NaN
+            // a constant right operand: a value of compute, two that are not (the second with a[7] = 1 has a
+            // binary64 sum on a midpoint of compute), a zero, a NaN
             for (const double y : {numerics::round_to(fplan, numerics::Rounding::NearestEven, 0.7), 1.0 + 0x1p-40,
-                                   -0.0, std::numeric_limits<double>::quiet_NaN()}) {
+                                   b[7], -0.0, std::numeric_limits<double>::quiet_NaN()}) {
               arith_const(c, o, test::cs(a), y, std::span<double>(out), [](std::size_t i) { return key(Tensor::Y, i, 3); });
               for (std::size_t i = 0; i < a.size(); ++i) want[i] = want_of(a[i], y, key(Tensor::Y, i, 3));
               expect_same(out, want, where + " const op " + std::to_string(static_cast<int>(o)) + " y " + std::to_string(y), true);
