@@ -3,7 +3,9 @@
 // Baseline gemm/eigen-fp32/<n>: Eigen::MatrixXf product, one thread, compiled for AVX-512 (the fp32 speed this
 // core actually has; the project's portable -O2 flags would give Eigen only SSE2 and flatter every ratio).
 // The Eigen code below is compiled with a target pragma and runs only when the CPU has AVX-512; everything else
-// goes through the public numerics::gemm, which picks its kernel at run time.
+// goes through the public numerics::gemm, which picks its kernel at run time. Baseline
+// gemm/eigen-fp32-avx2/<n>: the same product compiled for AVX2 + FMA (bench/eigen_avx2_baseline.cpp), the native
+// baseline on CPUs without AVX-512 and the like-for-like one for the -avx2 variants.
 //
 // Variants (inputs are fp16 or bf16 values held in doubles, as numerics::gemm takes them; packing is timed):
 //   fp16-seq, bf16-seq          fp16 / bf16 inputs, fused sequential accumulation in the same format
@@ -29,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/eigen_avx2_baseline.hpp"
 #include "numerics/accumulate.hpp"
 #include "numerics/gemm_kernels.hpp"
 #include "numerics/round.hpp"
@@ -120,6 +123,20 @@ void bench_eigen(benchmark::State& state, int n) {
   destroy_eigen(e);
 }
 
+void bench_eigen_avx2(benchmark::State& state, int n) {
+  if (!roundoff::bench::eigen_avx2_supported()) {
+    state.SkipWithError("the AVX2 Eigen baseline needs AVX2 and FMA; this CPU lacks them");
+    return;
+  }
+  roundoff::bench::EigenAvx2Gemm e(n);
+  for (auto _ : state) {
+    e.run();
+    benchmark::DoNotOptimize(e.result());
+  }
+  set_flops(state, n);
+  state.SetLabel(roundoff::bench::eigen_avx2_simd());
+}
+
 std::vector<double> random_matrix(const Format& f, std::size_t rows, std::size_t cols, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> gauss(0.0, 1.0);
@@ -180,6 +197,10 @@ void register_all() {
   for (const int n : {256, 512})
     benchmark::RegisterBenchmark(("gemm/eigen-fp32/" + std::to_string(n)).c_str(),
                                  [n](benchmark::State& s) { bench_eigen(s, n); })
+        ->Unit(benchmark::kMillisecond);
+  for (const int n : {256, 512})
+    benchmark::RegisterBenchmark(("gemm/eigen-fp32-avx2/" + std::to_string(n)).c_str(),
+                                 [n](benchmark::State& s) { bench_eigen_avx2(s, n); })
         ->Unit(benchmark::kMillisecond);
   const std::vector<Variant> fast = {
       {"fp16-seq", make_acc(formats::fp16), formats::fp16},
