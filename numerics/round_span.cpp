@@ -199,17 +199,6 @@ __attribute__((target("avx512f"))) void op_loop(const RoundingPlan& plan, const 
   }
 }
 
-template <class Lanes>
-void op_dispatch(const RoundingPlan& plan, SpanOp op, const double* a, const double* b, bool bcast, double* out,
-                 std::size_t n, std::vector<std::size_t>& slow) {
-  switch (op) {
-    case SpanOp::Add: return op_loop<Lanes, SpanOp::Add>(plan, a, b, bcast, out, n, slow);
-    case SpanOp::Sub: return op_loop<Lanes, SpanOp::Sub>(plan, a, b, bcast, out, n, slow);
-    case SpanOp::Mul: return op_loop<Lanes, SpanOp::Mul>(plan, a, b, bcast, out, n, slow);
-    case SpanOp::Div: return op_loop<Lanes, SpanOp::Div>(plan, a, b, bcast, out, n, slow);
-  }
-}
-
 /// True when the SSE/AVX control register holds the default state: every exception masked (bits 7–12),
 /// round to nearest even (bits 13–14 zero), no flush-to-zero (bit 15) and no denormals-are-zero (bit 6).
 /// The binary32 conversion path relies on it; another state falls back to the integer path.
@@ -224,18 +213,6 @@ bool cpu_has_avx512f() {
 }
 
 }  // namespace
-
-bool op_round_avx512(const RoundingPlan& plan, SpanOp op, const double* a, const double* b, bool bcast, double* out,
-                     std::size_t n, std::vector<std::size_t>& slow) {
-  if (!cpu_has_avx512f() || kernels::isa_limit() < kernels::Isa::Avx512) return false;
-  if (plan.format == formats::fp32 && default_mxcsr())
-    op_dispatch<ConvLanes<ToBinary32>>(plan, op, a, b, bcast, out, n, slow);
-  else if (plan.format == formats::fp16 && default_mxcsr())
-    op_dispatch<ConvLanes<ToBinary16>>(plan, op, a, b, bcast, out, n, slow);
-  else
-    op_dispatch<IntLanes>(plan, op, a, b, bcast, out, n, slow);
-  return true;
-}
 
 bool round_doubles_avx512_supported() { return cpu_has_avx512f(); }
 
@@ -436,17 +413,6 @@ __attribute__((target("avx2,f16c"))) void op_loop4(const RoundingPlan& plan, con
   for (; i < n; ++i) slow.push_back(i);
 }
 
-template <class Lanes>
-void op_dispatch4(const RoundingPlan& plan, SpanOp op, const double* a, const double* b, bool bcast, double* out,
-                  std::size_t n, std::vector<std::size_t>& slow) {
-  switch (op) {
-    case SpanOp::Add: return op_loop4<Lanes, SpanOp::Add>(plan, a, b, bcast, out, n, slow);
-    case SpanOp::Sub: return op_loop4<Lanes, SpanOp::Sub>(plan, a, b, bcast, out, n, slow);
-    case SpanOp::Mul: return op_loop4<Lanes, SpanOp::Mul>(plan, a, b, bcast, out, n, slow);
-    case SpanOp::Div: return op_loop4<Lanes, SpanOp::Div>(plan, a, b, bcast, out, n, slow);
-  }
-}
-
 bool cpu_has_avx2_f16c() {
   static const bool ok = [] {
     __builtin_cpu_init();
@@ -457,43 +423,7 @@ bool cpu_has_avx2_f16c() {
 
 }  // namespace
 
-bool op_round_avx2(const RoundingPlan& plan, SpanOp op, const double* a, const double* b, bool bcast, double* out,
-                   std::size_t n, std::vector<std::size_t>& slow) {
-  if (!cpu_has_avx2_f16c() || kernels::isa_limit() < kernels::Isa::Avx2) return false;
-  if (plan.format == formats::fp32 && default_mxcsr())
-    op_dispatch4<ConvLanes4<ToBinary32x4>>(plan, op, a, b, bcast, out, n, slow);
-  else if (plan.format == formats::fp16 && default_mxcsr())
-    op_dispatch4<ConvLanes4<ToBinary16x4>>(plan, op, a, b, bcast, out, n, slow);
-  else
-    op_dispatch4<IntLanes4>(plan, op, a, b, bcast, out, n, slow);
-  return true;
-}
-
 bool round_doubles_avx2_supported() { return cpu_has_avx2_f16c(); }
-
-bool round_doubles_avx2(const RoundingPlan& plan, Rounding mode, std::span<const double> src, std::span<double> dst) {
-  if (src.size() != dst.size() || !cpu_has_avx2_f16c()) return false;
-  const double* s = src.data();
-  double* d = dst.data();
-  const std::size_t n = src.size();
-  switch (mode) {
-    case Rounding::NearestEven:
-      if (plan.format == formats::fp32 && default_mxcsr())
-        conversion_loop4<ToBinary32x4>(plan, s, d, n);
-      else if (plan.format == formats::fp16 && default_mxcsr())
-        conversion_loop4<ToBinary16x4>(plan, s, d, n);
-      else
-        round_loop4<Rounding::NearestEven>(plan, s, d, n);
-      return true;
-    case Rounding::NearestAway: round_loop4<Rounding::NearestAway>(plan, s, d, n); return true;
-    case Rounding::TowardZero: round_loop4<Rounding::TowardZero>(plan, s, d, n); return true;
-    case Rounding::Up: round_loop4<Rounding::Up>(plan, s, d, n); return true;
-    case Rounding::Down: round_loop4<Rounding::Down>(plan, s, d, n); return true;
-    case Rounding::Odd: round_loop4<Rounding::Odd>(plan, s, d, n); return true;
-    case Rounding::Stochastic: return false;
-  }
-  return false;
-}
 
 namespace {
 /// The AVX-512F scan of all_finite: an exponent field of all ones marks ±inf and NaN.
@@ -543,29 +473,121 @@ bool all_finite(std::span<const double> x) {
   return bad == 0;
 }
 
-bool round_doubles_avx512(const RoundingPlan& plan, Rounding mode, std::span<const double> src,
-                          std::span<double> dst) {
-  if (src.size() != dst.size() || !cpu_has_avx512f()) return false;
-  const double* s = src.data();
-  double* d = dst.data();
-  const std::size_t n = src.size();
+namespace {
+
+/// The two SIMD tiers for the dispatch below: each names its lane loops and its lane roundings.
+struct Avx512Tier {
+  template <Rounding M>
+  static void round(const RoundingPlan& p, const double* s, double* d, std::size_t n) {
+    round_loop<M>(p, s, d, n);
+  }
+  template <class Convert>
+  static void convert(const RoundingPlan& p, const double* s, double* d, std::size_t n) {
+    conversion_loop<Convert>(p, s, d, n);
+  }
+  template <class Lanes, SpanOp op>
+  static void arith(const RoundingPlan& p, const double* a, const double* b, bool bcast, double* out, std::size_t n,
+                    std::vector<std::size_t>& slow) {
+    op_loop<Lanes, op>(p, a, b, bcast, out, n, slow);
+  }
+  using To32 = ToBinary32;
+  using To16 = ToBinary16;
+  using Lanes32 = ConvLanes<ToBinary32>;
+  using Lanes16 = ConvLanes<ToBinary16>;
+  using LanesInt = IntLanes;
+};
+struct Avx2Tier {
+  template <Rounding M>
+  static void round(const RoundingPlan& p, const double* s, double* d, std::size_t n) {
+    round_loop4<M>(p, s, d, n);
+  }
+  template <class Convert>
+  static void convert(const RoundingPlan& p, const double* s, double* d, std::size_t n) {
+    conversion_loop4<Convert>(p, s, d, n);
+  }
+  template <class Lanes, SpanOp op>
+  static void arith(const RoundingPlan& p, const double* a, const double* b, bool bcast, double* out, std::size_t n,
+                    std::vector<std::size_t>& slow) {
+    op_loop4<Lanes, op>(p, a, b, bcast, out, n, slow);
+  }
+  using To32 = ToBinary32x4;
+  using To16 = ToBinary16x4;
+  using Lanes32 = ConvLanes4<ToBinary32x4>;
+  using Lanes16 = ConvLanes4<ToBinary16x4>;
+  using LanesInt = IntLanes4;
+};
+
+template <class Tier, class Lanes>
+void arith_on(const RoundingPlan& plan, SpanOp op, const double* a, const double* b, bool bcast, double* out,
+              std::size_t n, std::vector<std::size_t>& slow) {
+  switch (op) {
+    case SpanOp::Add: return Tier::template arith<Lanes, SpanOp::Add>(plan, a, b, bcast, out, n, slow);
+    case SpanOp::Sub: return Tier::template arith<Lanes, SpanOp::Sub>(plan, a, b, bcast, out, n, slow);
+    case SpanOp::Mul: return Tier::template arith<Lanes, SpanOp::Mul>(plan, a, b, bcast, out, n, slow);
+    case SpanOp::Div: return Tier::template arith<Lanes, SpanOp::Div>(plan, a, b, bcast, out, n, slow);
+  }
+}
+
+/// op_round_avx512 / op_round_avx2 once the tier is chosen: the hardware conversions for the IEEE binary32 and
+/// binary16 formats under the default MXCSR, the integer lane path otherwise.
+template <class Tier>
+void op_round_on(const RoundingPlan& plan, SpanOp op, const double* a, const double* b, bool bcast, double* out,
+                 std::size_t n, std::vector<std::size_t>& slow) {
+  if (plan.format == formats::fp32 && default_mxcsr())
+    arith_on<Tier, typename Tier::Lanes32>(plan, op, a, b, bcast, out, n, slow);
+  else if (plan.format == formats::fp16 && default_mxcsr())
+    arith_on<Tier, typename Tier::Lanes16>(plan, op, a, b, bcast, out, n, slow);
+  else
+    arith_on<Tier, typename Tier::LanesInt>(plan, op, a, b, bcast, out, n, slow);
+}
+
+/// round_doubles_avx512 / round_doubles_avx2 once the tier is chosen; false for Stochastic.
+template <class Tier>
+bool round_doubles_on(const RoundingPlan& plan, Rounding mode, const double* s, double* d, std::size_t n) {
   switch (mode) {
     case Rounding::NearestEven:
       if (plan.format == formats::fp32 && default_mxcsr())
-        conversion_loop<ToBinary32>(plan, s, d, n);
+        Tier::template convert<typename Tier::To32>(plan, s, d, n);
       else if (plan.format == formats::fp16 && default_mxcsr())
-        conversion_loop<ToBinary16>(plan, s, d, n);
+        Tier::template convert<typename Tier::To16>(plan, s, d, n);
       else
-        round_loop<Rounding::NearestEven>(plan, s, d, n);
+        Tier::template round<Rounding::NearestEven>(plan, s, d, n);
       return true;
-    case Rounding::NearestAway: round_loop<Rounding::NearestAway>(plan, s, d, n); return true;
-    case Rounding::TowardZero: round_loop<Rounding::TowardZero>(plan, s, d, n); return true;
-    case Rounding::Up: round_loop<Rounding::Up>(plan, s, d, n); return true;
-    case Rounding::Down: round_loop<Rounding::Down>(plan, s, d, n); return true;
-    case Rounding::Odd: round_loop<Rounding::Odd>(plan, s, d, n); return true;
+    case Rounding::NearestAway: Tier::template round<Rounding::NearestAway>(plan, s, d, n); return true;
+    case Rounding::TowardZero: Tier::template round<Rounding::TowardZero>(plan, s, d, n); return true;
+    case Rounding::Up: Tier::template round<Rounding::Up>(plan, s, d, n); return true;
+    case Rounding::Down: Tier::template round<Rounding::Down>(plan, s, d, n); return true;
+    case Rounding::Odd: Tier::template round<Rounding::Odd>(plan, s, d, n); return true;
     case Rounding::Stochastic: return false;
   }
   return false;
+}
+
+}  // namespace
+
+bool op_round_avx512(const RoundingPlan& plan, SpanOp op, const double* a, const double* b, bool bcast, double* out,
+                     std::size_t n, std::vector<std::size_t>& slow) {
+  if (!cpu_has_avx512f() || kernels::isa_limit() < kernels::Isa::Avx512) return false;
+  op_round_on<Avx512Tier>(plan, op, a, b, bcast, out, n, slow);
+  return true;
+}
+
+bool op_round_avx2(const RoundingPlan& plan, SpanOp op, const double* a, const double* b, bool bcast, double* out,
+                   std::size_t n, std::vector<std::size_t>& slow) {
+  if (!cpu_has_avx2_f16c() || kernels::isa_limit() < kernels::Isa::Avx2) return false;
+  op_round_on<Avx2Tier>(plan, op, a, b, bcast, out, n, slow);
+  return true;
+}
+
+bool round_doubles_avx512(const RoundingPlan& plan, Rounding mode, std::span<const double> src,
+                          std::span<double> dst) {
+  if (src.size() != dst.size() || !cpu_has_avx512f()) return false;
+  return round_doubles_on<Avx512Tier>(plan, mode, src.data(), dst.data(), src.size());
+}
+
+bool round_doubles_avx2(const RoundingPlan& plan, Rounding mode, std::span<const double> src, std::span<double> dst) {
+  if (src.size() != dst.size() || !cpu_has_avx2_f16c()) return false;
+  return round_doubles_on<Avx2Tier>(plan, mode, src.data(), dst.data(), src.size());
 }
 
 }  // namespace roundoff::numerics
