@@ -265,21 +265,6 @@ ROUNDOFF_AVX2 __attribute__((always_inline)) inline bool ane_step_f32(__m256& s,
   const __m256 t = _mm256_add_ps(_mm256_add_ps(_mm256_and_ps(s1, abs), _mm256_and_ps(s2, abs)), _mm256_and_ps(s3, abs));
   const __m256 c = _mm256_set1_ps(0x1p-22f);  // 4u: the bound u·T with room for rounding T and the two ends
   const __m256 hi = _mm256_fmadd_ps(c, t, s3), lo = _mm256_fnmadd_ps(c, t, s3);
-  // The common case on integer lanes, without a conversion: when RZ16(hi) is a normal fp16 value below 65504,
-  // it is hi with its 13 low significand bits cleared, and lo gives the same fp16 value exactly when its
-  // encoding with those bits cleared is the same.
-  const __m256i trunc = _mm256_set1_epi32(static_cast<int>(0xFFFFE000u));
-  const __m256i ht = _mm256_and_si256(_mm256_castps_si256(hi), trunc);
-  const __m256i lt = _mm256_and_si256(_mm256_castps_si256(lo), trunc);
-  const __m256i mt = _mm256_and_si256(ht, _mm256_set1_epi32(0x7FFFFFFF));
-  const __m256i normal = _mm256_and_si256(_mm256_cmpgt_epi32(mt, _mm256_set1_epi32(0x387FFFFF)),       // >= 2^-14
-                                          _mm256_cmpgt_epi32(_mm256_set1_epi32(0x477FE000), mt));     // < 65504
-  if (__builtin_expect(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_and_si256(normal, _mm256_cmpeq_epi32(ht, lt)))) ==
-                           0xFF,
-                       1)) {
-    s = _mm256_add_ps(s, _mm256_castsi256_ps(ht));
-    return true;
-  }
   constexpr int kRz = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;
   __m128i hh = _mm256_cvtps_ph(hi, kRz);
   const __m128i hl = _mm256_cvtps_ph(lo, kRz);

@@ -75,10 +75,6 @@ void tile_rows(Acc acc, std::size_t rows, const float* Ap, std::size_t lda, cons
 /// h, h = RZ16(S). A lane is taken when they agree and 0 < |h| < 65504 (S finite, nonzero, |S| < 65504: no
 /// overflow event), or h = ±0 with S's sign proven (lo > 0 or hi < 0: RZ16 of a tiny nonzero S), or lo = hi = 0
 /// (S = 0 exactly: h = +0, the definition's exact zero). In each case h is what the binary64 path below gives.
-/// The common case is tested first on integer lanes, with no conversion: when hi's encoding with its 13 low
-/// significand bits cleared is a normal fp16 value below 65504 (2^-14 <= |·| < 65504 as binary32), that is
-/// RZ16(hi), and lo has the same fp16 value exactly when its encoding cleared likewise is the same; the lanes this
-/// declines (subnormal or zero h, ±65504, straddles) take the conversion test above.
 /// The attempt succeeds only when all 8 lanes are taken; otherwise, and for the last partial tile, the tile is
 /// summed by the binary64 path. The bracket is a few binary32 ulps wide, so it declines tiles whose exact sum
 /// lies on or within about 2^-19 relative of an fp16 value (about 0.2 % of the lanes of random data) and tiles
