@@ -579,7 +579,7 @@ struct Packed {
   bool any_binary32 = false;  ///< fused fp32 accumulator: any binary32 inputs (one hardware FMA per step)
   bool avx2 = false;          ///< the AVX2 tier (its kernels and packing, gemm_kernels_avx2.hpp)
   float* A = nullptr;           ///< M×K row-major (fp32-lane kernels)
-  double* Ad = nullptr;         ///< tile-stage kernel: M×K row-major binary64 (B is in `B`)
+  double* Ad = nullptr;         ///< AVX-512 tile-stage kernel: M×K row-major binary64 (B is in `B`)
   float* B = nullptr;           ///< panels × K × kPanel, zero-padded columns
   std::uint32_t* Ah = nullptr;  ///< native fp16 path: fp16 bits twice per word, M×K
   std::uint16_t* Bh = nullptr;  ///< native fp16 path: panels × K × kPanel fp16 bits
@@ -863,7 +863,7 @@ void kernel_rows(const Plan& plan, const Packed& pk, bool native, std::size_t ro
   const std::size_t K = pk.K, a0 = i * K + k0, b0 = (p * K + k0) * kPanel;
   if (plan.tile && pk.avx2) {
     for (std::size_t q = 0; q < 8 && 8 * q < jn; ++q)
-      avx2::tile_ane_rows(rows, pk.Ad + a0, pk.A + a0, K, pk.B + b0 + 8 * q, kPanel, len, tile + 8 * q, kPanel,
+      avx2::tile_ane_rows(rows, pk.A + a0, K, pk.B + b0 + 8 * q, kPanel, len, tile + 8 * q, kPanel,
                           overflows);
   } else if (plan.tile) {
     for (std::size_t q = 0; q < 4 && 16 * q < jn; ++q)
@@ -1115,7 +1115,7 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
     pk.Ah = buffers.Ah.get(M * K);
     pk.Bh = buffers.Bh.get(pk.panels * K * kPanel);
   } else {
-    if (plan.tile) pk.Ad = buffers.Ad.get(M * K);
+    if (plan.tile && !pk.avx2) pk.Ad = buffers.Ad.get(M * K);  // the AVX2 kernel widens its binary32 rows
     pk.A = buffers.A.get(M * K);  // the tile kernel's binary32 attempt too
     pk.B = cached ? cached->panels.get() : fill ? fill->panels.get() : buffers.B.get(pk.panels * K * kPanel);
   }
@@ -1207,7 +1207,7 @@ bool gemm_ranged_fast(const Accumulation& a, std::size_t M, std::size_t N, std::
   const Plan plan = *plan_opt;
   Packed pk = packed_shape(a, plan, isa, M, N, K);
   thread_local PackBuffers buffers;
-  if (plan.tile) pk.Ad = buffers.Ad.get(M * K);
+  if (plan.tile && !pk.avx2) pk.Ad = buffers.Ad.get(M * K);  // the AVX2 kernel widens its binary32 rows
   pk.A = buffers.A.get(M * K);  // the tile kernel's binary32 attempt too
   pk.B = buffers.B.get(pk.panels * K * kPanel);
   // Packed by the calling thread (no work-sharing: callers may be inside a parallel region).

@@ -192,12 +192,15 @@ void tile_rows(Acc acc, std::size_t rows, const float* Ap, std::size_t lda, cons
 
 namespace {
 
-/// One tile of N terms added into the 8 sums s of one row (see tile_ane_rows): a = the row at k0, bl/bh = the
+/// One tile of N terms added into the 8 sums s of one row (see tile_ane_rows): af = the row at k0 (binary32,
+/// widened here: the row is in cache from the binary32 attempt, a binary64 copy would not be), bl/bh = the
 /// terms' B columns 0..3 / 4..7 as binary64, b = the same as binary32 (for the fallback).
 template <std::size_t N>
-ROUNDOFF_AVX2 __attribute__((always_inline)) inline __m256 ane_step(__m256 s, const double* a, const __m256d* bl,
+ROUNDOFF_AVX2 __attribute__((always_inline)) inline __m256 ane_step(__m256 s, const float* af, const __m256d* bl,
                                                                       const __m256d* bh, const float* b,
                                                                       std::size_t ldb, std::int64_t& overflows) {
+  double a[N];
+  for (std::size_t t = 0; t < N; ++t) a[t] = static_cast<double>(af[t]);
   const __m256d zero = _mm256_setzero_pd();
   const __m256d a0 = _mm256_broadcast_sd(a);
   __m256d sl = _mm256_mul_pd(a0, bl[0]), sh = _mm256_mul_pd(a0, bh[0]);
@@ -289,7 +292,7 @@ ROUNDOFF_AVX2 __attribute__((always_inline)) inline bool ane_step_f32(__m256& s,
 }
 
 template <std::size_t MR>
-ROUNDOFF_AVX2 void ane_tile(const double* Ap, const float* Af, std::size_t lda, const float* Bp, std::size_t ldb,
+ROUNDOFF_AVX2 void ane_tile(const float* Af, std::size_t lda, const float* Bp, std::size_t ldb,
                             std::size_t K, float* t, std::size_t ldt, std::int64_t& overflows) {
   __m256 s[MR];
   for (std::size_t r = 0; r < MR; ++r) s[r] = _mm256_loadu_ps(t + r * ldt);
@@ -303,14 +306,14 @@ ROUNDOFF_AVX2 void ane_tile(const double* Ap, const float* Af, std::size_t lda, 
       if (__builtin_expect(ane_step_f32(s[r], Af + r * lda + k0, bf), 1)) continue;
       if (!wide) load_b_f64(Bp, ldb, k0, kTile, bl, bh);
       wide = true;
-      s[r] = ane_step<kTile>(s[r], Ap + r * lda + k0, bl, bh, Bp + k0 * ldb, ldb, overflows);
+      s[r] = ane_step<kTile>(s[r], Af + r * lda + k0, bl, bh, Bp + k0 * ldb, ldb, overflows);
     }
   }
   const std::size_t rest = K - k0;  // the last, partial tile
   if (rest > 0) {
     load_b_f64(Bp, ldb, k0, rest, bl, bh);
     for (std::size_t r = 0; r < MR; ++r) {
-      const double* a = Ap + r * lda + k0;
+      const float* a = Af + r * lda + k0;
       const float* b = Bp + k0 * ldb;
       s[r] = rest == 1   ? ane_step<1>(s[r], a, bl, bh, b, ldb, overflows)
              : rest == 2 ? ane_step<2>(s[r], a, bl, bh, b, ldb, overflows)
@@ -322,18 +325,17 @@ ROUNDOFF_AVX2 void ane_tile(const double* Ap, const float* Af, std::size_t lda, 
 
 }  // namespace
 
-void tile_ane_rows(std::size_t rows, const double* Ap, const float* Af, std::size_t lda, const float* Bp,
-                   std::size_t ldb, std::size_t K, float* t, std::size_t ldt, std::int64_t& overflows) {
+void tile_ane_rows(std::size_t rows, const float* Af, std::size_t lda, const float* Bp, std::size_t ldb, std::size_t K,
+                   float* t, std::size_t ldt, std::int64_t& overflows) {
   for (std::size_t r0 = 0; r0 < rows;) {
     const std::size_t h = std::min<std::size_t>(rows - r0, 4);
-    const double* a = Ap + r0 * lda;
     const float* af = Af + r0 * lda;
     float* out = t + r0 * ldt;
     switch (h) {
-      case 4: ane_tile<4>(a, af, lda, Bp, ldb, K, out, ldt, overflows); break;
-      case 3: ane_tile<3>(a, af, lda, Bp, ldb, K, out, ldt, overflows); break;
-      case 2: ane_tile<2>(a, af, lda, Bp, ldb, K, out, ldt, overflows); break;
-      default: ane_tile<1>(a, af, lda, Bp, ldb, K, out, ldt, overflows); break;
+      case 4: ane_tile<4>(af, lda, Bp, ldb, K, out, ldt, overflows); break;
+      case 3: ane_tile<3>(af, lda, Bp, ldb, K, out, ldt, overflows); break;
+      case 2: ane_tile<2>(af, lda, Bp, ldb, K, out, ldt, overflows); break;
+      default: ane_tile<1>(af, lda, Bp, ldb, K, out, ldt, overflows); break;
     }
     r0 += h;
   }

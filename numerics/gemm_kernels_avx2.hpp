@@ -54,8 +54,8 @@ void tile_rows(Acc acc, std::size_t rows, const float* Ap, std::size_t lda, cons
                std::size_t K, std::size_t block, float* tile, std::size_t ldt);
 
 /// `rows` rows × 8 columns of the ane-tile4 GEMM (tiles of 4 exact products rounded toward zero to fp16, summed
-/// in fp32): rows Ap[r·lda + k] (binary64) and Af[r·lda + k] (the same values as binary32), B columns
-/// Bp[k·ldb + 0..7], running sums in/out tile[r·ldt + c]; tile overflows are added to `overflows`.
+/// in fp32): rows Af[r·lda + k] (binary32), B columns Bp[k·ldb + 0..7], running sums in/out tile[r·ldt + c];
+/// tile overflows are added to `overflows`.
 ///
 /// Binary32 bracket, tried first for each full tile of a row (8 lanes). The products p_t = a_t·b_t are exact in
 /// binary32 (pack_run: at most 12 significant bits, 2^-63 <= |x| < 2^63, so |p_t| lies in [2^-126, 2^126] or is
@@ -80,12 +80,15 @@ void tile_rows(Acc acc, std::size_t rows, const float* Ap, std::size_t lda, cons
 /// lies on or within about 2^-19 relative of an fp16 value (about 0.2 % of the lanes of random data) and tiles
 /// with heavy cancellation; the AVX-512 kernel's directed sums decline only the first kind.
 ///
-/// Binary64 path: without per-instruction rounding the exactness certificate is TwoSum: the binary64 running
-/// sum of a tile's exact products with every step's error 0 is the exact sum S (+0 added last, so an exact zero
-/// is +0); other lanes take tile_fixup. RZ to binary32 is truncation of S's significand to 24 bits (S is normal
-/// in binary64, below 2^128 and a multiple of 2^-148, so values in binary32's subnormal range are already binary32
-/// values), then vcvtps2ph with RZ (RZ of RZ is RZ, see tile_ane in gemm_kernels.cpp), then one binary32 add.
-void tile_ane_rows(std::size_t rows, const double* Ap, const float* Af, std::size_t lda, const float* Bp,
-                   std::size_t ldb, std::size_t K, float* tile, std::size_t ldt, std::int64_t& overflows);
+/// Binary64 path: without per-instruction rounding the exactness certificate is TwoSum: the binary64 running sum
+/// of a tile's exact products with every step's error 0 is the exact sum S (+0 added last, so an exact zero is
+/// +0); other lanes take tile_fixup. The row's values are widened from Af here (exact), not read from a binary64
+/// copy: Af is in cache from the binary32 attempt, and a copy, read only by the rare declined tiles, was not (its
+/// cache misses were a quarter of the kernel's time). RZ to binary32 is truncation of S's significand to 24 bits
+/// (S is normal in binary64, below 2^128 and a multiple of 2^-148, so values in binary32's subnormal range are
+/// already binary32 values), then vcvtps2ph with RZ (RZ of RZ is RZ, see tile_ane in gemm_kernels.cpp), then one
+/// binary32 add.
+void tile_ane_rows(std::size_t rows, const float* Af, std::size_t lda, const float* Bp, std::size_t ldb, std::size_t K,
+                   float* tile, std::size_t ldt, std::int64_t& overflows);
 
 }  // namespace roundoff::numerics::kernels::avx2
