@@ -277,7 +277,7 @@ ROUNDOFF_AVX512FP16 void tile_ph_rows(std::size_t rows, const std::uint32_t* Ap,
 /// replaced by the quiet NaN, see round_bf16_rne), as fp16 bits, and as fp16 bits twice per 32-bit word
 /// (fp16 outputs are meaningful only when the result is 2).
 ROUNDOFF_AVX512 int pack_run(const double* src, std::size_t n, bool inputs, bool any_binary32, float* f32,
-                             double* f64, std::uint16_t* h16, std::uint32_t* h32) {
+                             std::uint16_t* h16, std::uint32_t* h32) {
   __mmask16 bad = 0, not_half = 0;
   for (std::size_t i = 0; i < n; i += 16) {
     const std::size_t len = std::min<std::size_t>(16, n - i);
@@ -304,14 +304,10 @@ ROUNDOFF_AVX512 int pack_run(const double* src, std::size_t n, bool inputs, bool
     bad |= static_cast<__mmask16>(valid & ~ok);
     const __m256i h = _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     not_half |= static_cast<__mmask16>(valid & ~_mm512_cmp_ps_mask(_mm512_cvtph_ps(h), f, _CMP_EQ_UQ));
-    if (f32 || f64) {
+    if (f32) {
       const __m512 f_canon = _mm512_mask_mov_ps(f, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q),
                                                 _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
-      if (f32) _mm512_mask_storeu_ps(f32 + i, valid, f_canon);
-      if (f64) {
-        _mm512_mask_storeu_pd(f64 + i, vlo, _mm512_cvtps_pd(_mm512_castps512_ps256(f_canon)));
-        _mm512_mask_storeu_pd(f64 + i + 8, vhi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(f_canon, 1)));
-      }
+      _mm512_mask_storeu_ps(f32 + i, valid, f_canon);
     }
     if (h16) _mm256_mask_storeu_epi16(h16 + i, valid, h);
     if (h32) {
@@ -398,11 +394,14 @@ __attribute__((noinline)) void tile_fixup(std::uint16_t* h, std::uint32_t exact,
 
 namespace {
 
-/// One tile of N terms (k0 .. k0+N-1) added into the 16 sums s of one row: a = the row at k0, b[t] = the
-/// terms' B columns as binary64 halves (lo: columns 0..7, hi: 8..15).
+/// One tile of N terms (k0 .. k0+N-1) added into the 16 sums s of one row: af = the row at k0 (binary32, widened
+/// here: the row is in cache from the binary32 attempt, a binary64 copy read only by declined tiles would not
+/// be), b[t] = the terms' B columns as binary64 halves (lo: columns 0..7, hi: 8..15).
 template <std::size_t N>
-ROUNDOFF_AVX512 ROUNDOFF_INLINE __m512 tile_step(__m512 s, const double* a, const __m512d* bl, const __m512d* bh,
+ROUNDOFF_AVX512 ROUNDOFF_INLINE __m512 tile_step(__m512 s, const float* af, const __m512d* bl, const __m512d* bh,
                                                  const float* b, std::size_t ldb, std::int64_t& overflows) {
+  double a[N];
+  for (std::size_t t = 0; t < N; ++t) a[t] = static_cast<double>(af[t]);
   constexpr int kRd = _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC, kRu = _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC;
   constexpr int kRz = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;
   const __m512d a0 = _mm512_set1_pd(a[0]), zero = _mm512_setzero_pd();
@@ -481,11 +480,11 @@ ROUNDOFF_AVX512 ROUNDOFF_INLINE bool tile_step_f32(__m512& s, const float* a, co
   return true;
 }
 
-/// MR rows × 16 columns: rows Ap[r·lda + k] (binary64) and Af[r·lda + k] (the same values as binary32), B
-/// columns Bp[k·ldb + 0..15] (binary32), running sums in/out tile[r·ldt + c]. Each tile is tried in binary32
-/// (tile_step_f32) and, where that declines, summed by tile_step.
+/// MR rows × 16 columns: rows Af[r·lda + k] (binary32), B columns Bp[k·ldb + 0..15] (binary32), running sums
+/// in/out tile[r·ldt + c]. Each tile is tried in binary32 (tile_step_f32) and, where that declines, summed by
+/// tile_step.
 template <std::size_t MR>
-ROUNDOFF_AVX512 void tile_ane(const double* Ap, const float* Af, std::size_t lda, const float* Bp, std::size_t ldb,
+ROUNDOFF_AVX512 void tile_ane(const float* Af, std::size_t lda, const float* Bp, std::size_t ldb,
                               std::size_t K, float* tile, std::size_t ldt, std::int64_t& overflows) {
   __m512 s[MR];
   for (std::size_t r = 0; r < MR; ++r) s[r] = _mm512_loadu_ps(tile + r * ldt);
@@ -500,14 +499,14 @@ ROUNDOFF_AVX512 void tile_ane(const double* Ap, const float* Af, std::size_t lda
       if (__builtin_expect(tile_step_f32<kTile>(s[r], Af + r * lda + k0, bf), 1)) continue;
       if (!wide) load_b_f64(Bp, ldb, k0, kTile, bl, bh);
       wide = true;
-      s[r] = tile_step<kTile>(s[r], Ap + r * lda + k0, bl, bh, Bp + k0 * ldb, ldb, overflows);
+      s[r] = tile_step<kTile>(s[r], Af + r * lda + k0, bl, bh, Bp + k0 * ldb, ldb, overflows);
     }
   }
   const std::size_t rest = K - k0;  // the last, partial tile
   if (rest > 0) {
     load_b_f64(Bp, ldb, k0, rest, bl, bh);
     for (std::size_t r = 0; r < MR; ++r) {
-      const double* a = Ap + r * lda + k0;
+      const float* a = Af + r * lda + k0;
       const float* b = Bp + k0 * ldb;
       s[r] = rest == 1   ? tile_step<1>(s[r], a, bl, bh, b, ldb, overflows)
              : rest == 2 ? tile_step<2>(s[r], a, bl, bh, b, ldb, overflows)
@@ -517,26 +516,24 @@ ROUNDOFF_AVX512 void tile_ane(const double* Ap, const float* Af, std::size_t lda
   for (std::size_t r = 0; r < MR; ++r) _mm512_storeu_ps(tile + r * ldt, s[r]);
 }
 
-ROUNDOFF_AVX512 void tile_ane_rows(std::size_t rows, const double* Ap, const float* Af, std::size_t lda,
-                                   const float* Bp,
+ROUNDOFF_AVX512 void tile_ane_rows(std::size_t rows, const float* Af, std::size_t lda, const float* Bp,
                                    std::size_t ldb, std::size_t K, float* tile, std::size_t ldt,
                                    std::int64_t& overflows) {
   for (std::size_t r0 = 0; r0 < rows;) {
     const std::size_t left = rows - r0;
-    const double* a = Ap + r0 * lda;
     const float* af = Af + r0 * lda;
     float* t = tile + r0 * ldt;
     if (left >= 8) {
-      tile_ane<8>(a, af, lda, Bp, ldb, K, t, ldt, overflows);
+      tile_ane<8>(af, lda, Bp, ldb, K, t, ldt, overflows);
       r0 += 8;
     } else if (left >= 4) {
-      tile_ane<4>(a, af, lda, Bp, ldb, K, t, ldt, overflows);
+      tile_ane<4>(af, lda, Bp, ldb, K, t, ldt, overflows);
       r0 += 4;
     } else if (left >= 2) {
-      tile_ane<2>(a, af, lda, Bp, ldb, K, t, ldt, overflows);
+      tile_ane<2>(af, lda, Bp, ldb, K, t, ldt, overflows);
       r0 += 2;
     } else {
-      tile_ane<1>(a, af, lda, Bp, ldb, K, t, ldt, overflows);
+      tile_ane<1>(af, lda, Bp, ldb, K, t, ldt, overflows);
       r0 += 1;
     }
   }
@@ -567,7 +564,6 @@ class Reusable {
 /// The pack buffers of one calling thread (the threads a call forks share their caller's set).
 struct PackBuffers {
   Reusable<float> A, B;
-  Reusable<double> Ad;
   Reusable<std::uint32_t> Ah;
   Reusable<std::uint16_t> Bh;
 };
@@ -579,7 +575,6 @@ struct Packed {
   bool any_binary32 = false;  ///< fused fp32 accumulator: any binary32 inputs (one hardware FMA per step)
   bool avx2 = false;          ///< the AVX2 tier (its kernels and packing, gemm_kernels_avx2.hpp)
   float* A = nullptr;           ///< M×K row-major (fp32-lane kernels)
-  double* Ad = nullptr;         ///< AVX-512 tile-stage kernel: M×K row-major binary64 (B is in `B`)
   float* B = nullptr;           ///< panels × K × kPanel, zero-padded columns
   std::uint32_t* Ah = nullptr;  ///< native fp16 path: fp16 bits twice per word, M×K
   std::uint16_t* Bh = nullptr;  ///< native fp16 path: panels × K × kPanel fp16 bits
@@ -600,7 +595,6 @@ Packed packed_shape(const Accumulation& a, const Plan& plan, Isa isa, std::size_
 /// Where one run of packed values goes: value t to index t·stride of each buffer that is not null.
 struct Dest {
   float* f32 = nullptr;
-  double* f64 = nullptr;
   std::uint16_t* h16 = nullptr;
   std::uint32_t* h32 = nullptr;
 };
@@ -619,18 +613,15 @@ int pack_to(const Packed& pk, const double* src, std::size_t n, Dest d, std::siz
     return pack_to(pk, r, n, d, stride, nullptr);
   }
   if (stride == 1)
-    return pk.avx2 ? avx2::pack_run(src, n, true, pk.any_binary32, d.f32, d.f64)
-                   : pack_run(src, n, true, pk.any_binary32, d.f32, d.f64, d.h16, d.h32);
+    return pk.avx2 ? avx2::pack_run(src, n, true, pk.any_binary32, d.f32)
+                   : pack_run(src, n, true, pk.any_binary32, d.f32, d.h16, d.h32);
   thread_local Reusable<float> f32;
-  thread_local Reusable<double> f64;
   thread_local Reusable<std::uint16_t> h16;
   thread_local Reusable<std::uint32_t> h32;
-  const Dest t{d.f32 ? f32.get(n) : nullptr, d.f64 ? f64.get(n) : nullptr, d.h16 ? h16.get(n) : nullptr,
-               d.h32 ? h32.get(n) : nullptr};
+  const Dest t{d.f32 ? f32.get(n) : nullptr, d.h16 ? h16.get(n) : nullptr, d.h32 ? h32.get(n) : nullptr};
   const int w = pack_to(pk, src, n, t, 1, nullptr);
   for (std::size_t i = 0; i < n; ++i) {
     if (d.f32) d.f32[i * stride] = t.f32[i];
-    if (d.f64) d.f64[i * stride] = t.f64[i];
     if (d.h16) d.h16[i * stride] = t.h16[i];
     if (d.h32) d.h32[i * stride] = t.h32[i];
   }
@@ -660,8 +651,7 @@ void for_items(bool shared, std::size_t n, F f) {
 int pack_a(Packed& pk, ConstMatrix A, const OperandCast* cast_a, bool shared) {
   const std::size_t M = pk.M, K = pk.K;
   auto a_dest = [&](std::size_t i, std::size_t k) {
-    return Dest{pk.A ? pk.A + i * K + k : nullptr, pk.Ad ? pk.Ad + i * K + k : nullptr, nullptr,
-                pk.Ah ? pk.Ah + i * K + k : nullptr};
+    return Dest{pk.A ? pk.A + i * K + k : nullptr, nullptr, pk.Ah ? pk.Ah + i * K + k : nullptr};
   };
   int worst = 2;
   if (!A.transposed) {
@@ -683,7 +673,7 @@ int pack_a(Packed& pk, ConstMatrix A, const OperandCast* cast_a, bool shared) {
 int pack_b(Packed& pk, ConstMatrix B, const OperandCast* cast_b, bool shared) {
   const std::size_t N = pk.N, K = pk.K;
   auto b_dest = [&](std::size_t at) {
-    return Dest{pk.B ? pk.B + at : nullptr, nullptr, pk.Bh ? pk.Bh + at : nullptr, nullptr};
+    return Dest{pk.B ? pk.B + at : nullptr, pk.Bh ? pk.Bh + at : nullptr, nullptr};
   };
   int worst = 2;
   if (!B.transposed) {  // row k of B read in order, its kPanel-column segments written to every panel
@@ -867,7 +857,7 @@ void kernel_rows(const Plan& plan, const Packed& pk, bool native, std::size_t ro
                           overflows);
   } else if (plan.tile) {
     for (std::size_t q = 0; q < 4 && 16 * q < jn; ++q)
-      tile_ane_rows(rows, pk.Ad + a0, pk.A + a0, K, pk.B + b0 + 16 * q, kPanel, len, tile + 16 * q, kPanel,
+      tile_ane_rows(rows, pk.A + a0, K, pk.B + b0 + 16 * q, kPanel, len, tile + 16 * q, kPanel,
                     overflows);
   } else if (native) {
     tile_ph_rows(rows, pk.Ah + a0, K, pk.Bh + b0, len, plan.block, tile, kPanel);
@@ -916,8 +906,8 @@ void compute_rows(const Plan& plan, const Packed& pk, bool native, Start start, 
       if (start == Start::C)
         for (std::size_t r = 0; r < rows; ++r) {
           const double* c_row = C + (i + r) * ldc + j0;
-          (void)(pk.avx2 ? avx2::pack_run(c_row, jn, false, false, tile + r * kPanel, nullptr)
-                         : pack_run(c_row, jn, false, false, tile + r * kPanel, nullptr, nullptr, nullptr));
+          (void)(pk.avx2 ? avx2::pack_run(c_row, jn, false, false, tile + r * kPanel)
+                         : pack_run(c_row, jn, false, false, tile + r * kPanel, nullptr, nullptr));
         }
       kernel_rows(plan, pk, native, rows, i, 0, pk.K, p, jn, tile, overflows);
       if (start == Start::PositiveZero)
@@ -1115,7 +1105,6 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
     pk.Ah = buffers.Ah.get(M * K);
     pk.Bh = buffers.Bh.get(pk.panels * K * kPanel);
   } else {
-    if (plan.tile && !pk.avx2) pk.Ad = buffers.Ad.get(M * K);  // the AVX2 kernel widens its binary32 rows
     pk.A = buffers.A.get(M * K);  // the tile kernel's binary32 attempt too
     pk.B = cached ? cached->panels.get() : fill ? fill->panels.get() : buffers.B.get(pk.panels * K * kPanel);
   }
@@ -1147,8 +1136,8 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
         const double* c_row = C + static_cast<std::size_t>(i) * ldc;
         if (zeros && all_positive_zero(c_row, N)) continue;
         zeros = false;
-        w = std::min(w, pk.avx2 ? avx2::pack_run(c_row, N, false, false, nullptr, nullptr)
-                                : pack_run(c_row, N, false, false, nullptr, nullptr, nullptr, nullptr));
+        w = std::min(w, pk.avx2 ? avx2::pack_run(c_row, N, false, false, nullptr)
+                                : pack_run(c_row, N, false, false, nullptr, nullptr, nullptr));
       }
     }
 #pragma omp critical(roundoff_gemm_kernels_worst)
@@ -1207,7 +1196,6 @@ bool gemm_ranged_fast(const Accumulation& a, std::size_t M, std::size_t N, std::
   const Plan plan = *plan_opt;
   Packed pk = packed_shape(a, plan, isa, M, N, K);
   thread_local PackBuffers buffers;
-  if (plan.tile && !pk.avx2) pk.Ad = buffers.Ad.get(M * K);  // the AVX2 kernel widens its binary32 rows
   pk.A = buffers.A.get(M * K);  // the tile kernel's binary32 attempt too
   pk.B = buffers.B.get(pk.panels * K * kPanel);
   // Packed by the calling thread (no work-sharing: callers may be inside a parallel region).

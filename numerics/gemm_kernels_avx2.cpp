@@ -103,8 +103,7 @@ ROUNDOFF_AVX2 void tile(const float* Ap, std::size_t lda, const float* Bp, std::
 
 }  // namespace
 
-ROUNDOFF_AVX2 int pack_run(const double* src, std::size_t n, bool inputs, bool any_binary32, float* f32,
-                           double* f64) {
+ROUNDOFF_AVX2 int pack_run(const double* src, std::size_t n, bool inputs, bool any_binary32, float* f32) {
   const bool check_inputs = inputs && !any_binary32;
   int bad = 0;
   std::size_t i = 0;
@@ -130,21 +129,15 @@ ROUNDOFF_AVX2 int pack_run(const double* src, std::size_t n, bool inputs, bool a
       ok &= _mm256_movemask_ps(_mm256_castsi256_ps(good));
     }
     bad |= ~ok & 0xFF;
-    if (f32 || f64) {
+    if (f32) {
       const __m256 nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
-      const __m256 canon = _mm256_blendv_ps(f, _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()), nan);
-      if (f32) _mm256_storeu_ps(f32 + i, canon);
-      if (f64) {
-        _mm256_storeu_pd(f64 + i, _mm256_cvtps_pd(_mm256_castps256_ps128(canon)));
-        _mm256_storeu_pd(f64 + i + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(canon, 1)));
-      }
+      _mm256_storeu_ps(f32 + i, _mm256_blendv_ps(f, _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()), nan));
     }
   }
   for (; i < n; ++i) {
     float f;
     if (classify(src[i], inputs, any_binary32, f) == 0) bad = 1;
     if (f32) f32[i] = f;
-    if (f64) f64[i] = static_cast<double>(f);
   }
   return bad ? 0 : 1;
 }

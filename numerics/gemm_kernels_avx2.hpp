@@ -40,9 +40,8 @@ namespace roundoff::numerics::kernels::avx2 {
 /// Classifies n contiguous doubles as the AVX-512 pack_run does, returning 0 (no kernel: not a binary32 value,
 /// or, for inputs without `any_binary32`, more than 12 significant bits or a finite nonzero |x| outside
 /// [2^-63, 2^63)) or 1 (handled); whether the values are fp16 values is not computed (only the AVX512-FP16
-/// kernel needs it). Writes the binary32 values to f32 and as binary64 to f64 where not null, NaNs replaced by
-/// the quiet NaN.
-int pack_run(const double* src, std::size_t n, bool inputs, bool any_binary32, float* f32, double* f64);
+/// kernel needs it). Writes the binary32 values to f32 where not null, NaNs replaced by the quiet NaN.
+int pack_run(const double* src, std::size_t n, bool inputs, bool any_binary32, float* f32);
 
 /// dst[i] = src[i] as binary64 (exact), i < n.
 void widen(const float* src, double* dst, std::size_t n);
