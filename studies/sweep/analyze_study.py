@@ -17,7 +17,7 @@ notebooks-data/autoane-gap/analysis-spec.json). Writes into --out:
   single_seed.csv exploratory (not preregistered): per decomposition contrast and metric, the smallest and largest
                  relative gap of a same-seed pair and of a pair of different seeds (what one run per arm, as
                  AutoANE compared, could show), and the reference arm's between-seed sd in % of its mean
-  penalties.csv  claim D's "the same penalty" (amendment 9): per entry of the spec's penalty_comparison and metric,
+  penalties.csv  claim D's "the same penalty" (amendment 9) and C6's fp16 cost of alpha = 1 (amendment 11): per entry of the spec's penalty_comparison and metric,
                  two contrasts' mean penalties on their common seeds, their ratio and whether it lies within the
                  entry's ratio_bounds, the per-seed difference of the penalties with its 95 % t CI and p, and on
                  the primary metric the first contrast's (Holm) significance and same_penalty
@@ -310,8 +310,9 @@ def single_seed_spread(spec, values):
 
 
 def penalty_comparison(spec, values, contrasts):
-    """Preregistration amendment 9, claim D's second condition: does contrast a (e.g. CPU-D - CPU, the defect without
-    fp16) show the same penalty as contrast b (GUIDE-D - GUIDE)? For each entry {"label", "a": {"arm", "ref"},
+    """Preregistration amendments 9 and 11 (claim D's second condition; C6's fp16 cost of alpha = 1, the difference of
+    the penalties): does contrast a (e.g. CPU-D - CPU, the defect without fp16) show the same penalty as contrast b
+    (GUIDE-D - GUIDE)? For each entry {"label", "a": {"arm", "ref"},
     "b": {"arm", "ref"}, "ratio_bounds": [lo, hi], "metrics": [...] (default: the primary)} of
     spec["penalty_comparison"] and each metric, on the seeds all four arms have: the mean penalty of a and of b
     (L_arm - L_ref, nats), ratio = mean_a / mean_b and whether lo <= ratio <= hi, and the per-seed difference of the
