@@ -17,10 +17,11 @@ notebooks-data/autoane-gap/analysis-spec.json). Writes into --out:
   single_seed.csv exploratory (not preregistered): per decomposition contrast and metric, the smallest and largest
                  relative gap of a same-seed pair and of a pair of different seeds (what one run per arm, as
                  AutoANE compared, could show), and the reference arm's between-seed sd in % of its mean
-  penalties.csv  claim D's "the same penalty" (amendment 9) and C6's fp16 cost of alpha = 1 (amendment 11): per entry of the spec's penalty_comparison and metric,
-                 two contrasts' mean penalties on their common seeds, their ratio and whether it lies within the
-                 entry's ratio_bounds, the per-seed difference of the penalties with its 95 % t CI and p, and on
-                 the primary metric the first contrast's (Holm) significance and same_penalty
+  penalties.csv  claim D's "the same penalty" (amendment 9) and C6's fp16 cost of alpha = 1 (amendment 11): per
+                 entry of the spec's penalty_comparison and metric, two contrasts' mean penalties on their common
+                 seeds, their ratio and whether it lies within the entry's ratio_bounds, the per-seed difference of
+                 the penalties with its 95 % t CI and p, and on the primary metric the first contrast's (Holm)
+                 significance and same_penalty
   analysis.json  provenance: inputs and their sha256, the spec, the git revision, the time
   loss_curves.png, gap_decomposition.png (or --figures DIR)
 
