@@ -21,7 +21,8 @@ notebooks-data/autoane-gap/analysis-spec.json). Writes into --out:
                  entry of the spec's penalty_comparison and metric, two contrasts' mean penalties on their common
                  seeds, their ratio and whether it lies within the entry's ratio_bounds, the per-seed difference of
                  the penalties with its 95 % t CI and p, and on the primary metric the first contrast's (Holm)
-                 significance and same_penalty
+                 significance and same_penalty; with the entry's diff_margin and range_events (amendment 11) also
+                 the margin, whether the difference's upper bound is below it, the seeds with range events, no_worse
   analysis.json  provenance: inputs and their sha256, the spec, the git revision, the time
   loss_curves.png, gap_decomposition.png (or --figures DIR)
 
@@ -310,7 +311,7 @@ def single_seed_spread(spec, values):
     return pd.DataFrame(rows, columns=cols)
 
 
-def penalty_comparison(spec, values, contrasts):
+def penalty_comparison(spec, values, contrasts, runs):
     """Preregistration amendments 9 and 11 (claim D's second condition; C6's fp16 cost of alpha = 1, the difference of
     the penalties): does contrast a (e.g. CPU-D - CPU, the defect without fp16) show the same penalty as contrast b
     (GUIDE-D - GUIDE)? For each entry {"label", "a": {"arm", "ref"},
@@ -319,10 +320,17 @@ def penalty_comparison(spec, values, contrasts):
     (L_arm - L_ref, nats), ratio = mean_a / mean_b and whether lo <= ratio <= hi, and the per-seed difference of the
     penalties (a - b) with its 95 % t CI and two-sided p (no p below min_seeds). On the primary metric also a's
     significance as contrasts.csv has it (Holm-adjusted when a is in the family, else p < alpha) and
-    same_penalty = significant and within the bounds (empty while a has no test)."""
+    same_penalty = significant and within the bounds (empty while a has no test).
+
+    Amendment 11 (C6) adds two optional fields. "diff_margin": {"pct": P, "of": ARM}: margin = P/100 x the mean of
+    ARM's values on the common seeds (ARM one of the four arms), and diff_below_margin = the upper bound of the
+    difference's interval < margin (empty below min_seeds). "range_events": true: on the primary metric the seeds of
+    a's arm and of a's reference whose run had a range event (a skipped update, a non-finite value, a collapsed
+    norm; range_events()), over all their runs, and no_worse = no range event in a's arm and diff_below_margin."""
     cols = ["label", "metric", "a_arm", "a_ref", "b_arm", "b_ref", "n", "seeds", "mean_a", "mean_b", "ratio",
             "ratio_low", "ratio_high", "ratio_within", "diff_mean", "diff_ci_low", "diff_ci_high", "diff_p",
-            "a_p", "a_p_holm", "a_significant", "same_penalty"]
+            "a_p", "a_p_holm", "a_significant", "same_penalty", "margin", "diff_below_margin",
+            "range_event_seeds_a_arm", "range_event_seeds_a_ref", "no_worse"]
     alpha = float(spec.get("alpha", 0.05))
     min_seeds = int(spec.get("min_seeds", 2))
     rows = []
@@ -359,8 +367,46 @@ def penalty_comparison(spec, values, contrasts):
                     row["a_significant"] = bool(c.significant_holm) if c.in_family else bool(c.p < alpha)
                     if row["ratio_within"] is not None:
                         row["same_penalty"] = row["a_significant"] and row["ratio_within"]
+            row.update({"margin": math.nan, "diff_below_margin": None, "range_event_seeds_a_arm": "",
+                        "range_event_seeds_a_ref": "", "no_worse": None})
+            if "diff_margin" in e:
+                of = e["diff_margin"]["of"]
+                if of not in (e["a"]["arm"], e["a"]["ref"], e["b"]["arm"], e["b"]["ref"]):
+                    fail(f"penalty_comparison: diff_margin's arm '{of}' is not one of the entry's four arms")
+                ref_values = values.get((m, of), {})
+                if seeds:
+                    ref_mean = float(np.mean([ref_values[s] for s in seeds]))
+                    row["margin"] = float(e["diff_margin"]["pct"]) / 100 * ref_mean
+                if len(seeds) >= min_seeds:
+                    row["diff_below_margin"] = bool(st["ci_high"] < row["margin"])
+            if e.get("range_events") and m == spec["primary"]:
+                events = range_events(spec, runs)
+                ev_arm, ev_ref = events.get(e["a"]["arm"], []), events.get(e["a"]["ref"], [])
+                row["range_event_seeds_a_arm"] = " ".join(str(s) for s in ev_arm)
+                row["range_event_seeds_a_ref"] = " ".join(str(s) for s in ev_ref)
+                if row["diff_below_margin"] is not None:
+                    row["no_worse"] = not ev_arm and row["diff_below_margin"]
             rows.append(row)
     return pd.DataFrame(rows, columns=cols)
+
+
+def range_events(spec, runs):
+    """Preregistration amendment 11: arm -> sorted seeds whose run had a range event in its summary: a skipped update
+    (skipped_steps > 0), a non-finite loss or gradient (first_nonfinite_step set) or a collapsed norm
+    (collapsed_norm_steps > 0)."""
+    arm_col, seed_col = spec.get("arm_column", "arm"), spec.get("seed_column", "seed")
+    need = ("skipped_steps", "first_nonfinite_step", "collapsed_norm_steps")
+    if runs.empty:
+        return {}
+    for c in need:
+        if c not in runs.columns:
+            fail(f"range events: runs.csv has no '{c}' column (needed by a penalty_comparison with range_events)")
+    out = {}
+    for _, r in runs.iterrows():
+        if (float(r["skipped_steps"]) > 0 or not pd.isna(r["first_nonfinite_step"])
+                or float(r["collapsed_norm_steps"]) > 0):
+            out.setdefault(r[arm_col], []).append(r[seed_col])
+    return {a: sorted(s) for a, s in out.items()}
 
 
 def trajectory_agreement(spec, runs, runs_dirs):
@@ -548,7 +594,7 @@ def main(argv=None):
     write_csv(closures, os.path.join(a.out, "closures.csv"))
     write_csv(trajectory_agreement(spec, runs, runs_dirs), os.path.join(a.out, "trajectory.csv"))
     write_csv(single_seed_spread(spec, values), os.path.join(a.out, "single_seed.csv"))
-    write_csv(penalty_comparison(spec, values, contrasts), os.path.join(a.out, "penalties.csv"))
+    write_csv(penalty_comparison(spec, values, contrasts, runs), os.path.join(a.out, "penalties.csv"))
     fig_curves(spec, runs, runs_dirs, os.path.join(figdir, f"{a.prefix}loss_curves.png"))
     fig_decomposition(spec, contrasts, os.path.join(figdir, f"{a.prefix}gap_decomposition.png"))
     write_provenance(os.path.join(a.out, "analysis.json"), "studies/sweep/analyze_study.py", a.runs + [a.spec],

@@ -266,6 +266,73 @@ class TinySweep(unittest.TestCase):
             self.run_with_spec("penalty-bad", lambda spec: (change(spec), spec["penalty_comparison"][0].update(
                 a={"arm": "CPU", "ref": "FULL16"})))
 
+    def test_penalty_margin_and_range_events_by_hand(self):
+        # Amendment 11's C6 rule: the difference of two penalties against a margin of P % of an arm's mean, and the
+        # range events of a's arm. Entries: FULL16 - CPU against itself (difference 0, its interval the point 0) with
+        # margins +0.5 % and -0.5 % of CPU's mean (below the first only), and against CPU - FULL16 (difference
+        # 2 (FULL16 - CPU), its upper bound by hand against 0.5 % of FULL16's mean).
+        def change(spec):
+            spec["penalty_comparison"] = [
+                {"label": label, "a": {"arm": "FULL16", "ref": "CPU"}, "b": b, "ratio_bounds": [0.5, 2.0],
+                 "metrics": ["val_loss_fp32", "autoane_train_loss"], "diff_margin": {"pct": pct, "of": of},
+                 "range_events": True}
+                for label, b, pct, of in (("same", {"arm": "FULL16", "ref": "CPU"}, 0.5, "CPU"),
+                                          ("same-neg", {"arm": "FULL16", "ref": "CPU"}, -0.5, "CPU"),
+                                          ("negated", {"arm": "CPU", "ref": "FULL16"}, 0.5, "FULL16"))]
+
+        out = self.run_with_spec("margin", change)
+        rows = {(r["label"], r["metric"]): r for r in read_csv(os.path.join(out, "penalties.csv"))}
+        for metric in ("val_loss_fp32", "autoane_train_loss"):
+            v = self.by_arm(metric)
+            primary = metric == "val_loss_fp32"
+            cpu, full = (sum(v[a][s] for s in (1, 2, 3)) / 3 for a in ("CPU", "FULL16"))
+            same, neg_margin, neg = rows[("same", metric)], rows[("same-neg", metric)], rows[("negated", metric)]
+            self.assertAlmostEqual(float(same["margin"]), 0.005 * cpu, places=15)
+            self.assertAlmostEqual(float(neg_margin["margin"]), -0.005 * cpu, places=15)
+            self.assertEqual((same["diff_below_margin"], neg_margin["diff_below_margin"]), ("True", "False"))
+            d = [2 * (v["FULL16"][s] - v["CPU"][s]) for s in (1, 2, 3)]
+            mean = sum(d) / 3
+            high = mean + t2_quantile(0.975) * math.sqrt(sum((x - mean) ** 2 for x in d) / 2) / math.sqrt(3)
+            self.assertAlmostEqual(float(neg["diff_ci_high"]), high, places=12)
+            self.assertAlmostEqual(float(neg["margin"]), 0.005 * full, places=15)
+            self.assertEqual(neg["diff_below_margin"], str(high < 0.005 * full))
+            # No run of the tiny sweep has a range event; the events and no_worse are on the primary metric only.
+            for r in (same, neg_margin, neg):
+                self.assertEqual((r["range_event_seeds_a_arm"], r["range_event_seeds_a_ref"]), ("", ""))
+            if primary:
+                self.assertEqual((same["no_worse"], neg_margin["no_worse"]), ("True", "False"))
+            else:
+                self.assertEqual(same["no_worse"], "")
+        # A skipped update in FULL16 seed 2 and a non-finite value in CPU seed 3: seen, and no_worse is then False.
+        with open(os.path.join(HERE, "runs.csv")) as f:
+            table = list(csv.DictReader(f))
+        for r in table:
+            if (r["arm"], r["seed"]) == ("FULL16", "2"):
+                r["skipped_steps"] = "1"
+            if (r["arm"], r["seed"]) == ("CPU", "3"):
+                r["first_nonfinite_step"] = "7"
+        events_csv = os.path.join(self.out, "runs-events.csv")
+        with open(events_csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(table[0]))
+            w.writeheader()
+            w.writerows(table)
+        with open(os.path.join(HERE, "spec-tiny.json")) as f:
+            spec = json.load(f)
+        change(spec)
+        spec_path = os.path.join(self.out, "spec-events.json")
+        with open(spec_path, "w") as f:
+            json.dump(spec, f)
+        out = os.path.join(self.out, "events")
+        A.main(["--spec", spec_path, "--runs", events_csv, "--runs-dir", os.path.join(HERE, "runs"), "--out", out])
+        same = [r for r in read_csv(os.path.join(out, "penalties.csv"))
+                if (r["label"], r["metric"]) == ("same", "val_loss_fp32")][0]
+        self.assertEqual((same["range_event_seeds_a_arm"], same["range_event_seeds_a_ref"]), ("2", "3"))
+        self.assertEqual((same["diff_below_margin"], same["no_worse"]), ("True", "False"))
+        # A margin arm outside the entry is refused.
+        with self.assertRaises(SystemExit):
+            self.run_with_spec("margin-bad", lambda spec: (change(spec), spec["penalty_comparison"][0].update(
+                diff_margin={"pct": 0.5, "of": "GUIDE"})))
+
     def test_below_min_seeds_no_test_and_no_holm(self):
         out = self.run_with_spec("min4", lambda spec: spec.update(min_seeds=4))  # the tiny sweep has 3 seeds
         row = [r for r in read_csv(os.path.join(out, "contrasts.csv")) if r["metric"] == "val_loss_fp32"][0]
