@@ -23,6 +23,9 @@ notebooks-data/autoane-gap/analysis-spec.json). Writes into --out:
                  the penalties with its 95 % t CI and p, and on the primary metric the first contrast's (Holm)
                  significance and same_penalty; with the entry's diff_margin and range_events (amendment 11) also
                  the margin, whether the difference's upper bound is below it, the seeds with range events, no_worse
+  claims.csv     the verdict of each claim of §6 (amendment 12): per entry of the spec's claims (C1 per arm), where
+                 it ran, its seeds, whether the confirmation and the refutation rule hold, the verdict (confirmed,
+                 refuted, undetermined, or incomplete while an input lacks its seeds), the numbers it rests on and why
   analysis.json  provenance: inputs and their sha256, the spec, the git revision, the time
   loss_curves.png, gap_decomposition.png (or --figures DIR)
 
@@ -445,6 +448,279 @@ def trajectory_agreement(spec, runs, runs_dirs):
     return pd.DataFrame(rows, columns=cols)
 
 
+# ---------------------------------------------------------------------------------------------- claims
+
+
+class ClaimInputs:
+    """What the claim rules read: the primary-metric rows of contrasts.csv, closures.csv, penalties.csv and
+    trajectory.csv, and the spec's alpha, min_seeds and TOST margins. Asking for a contrast, closure or penalty
+    row that the spec does not produce is a spec error (the rule could never be decided), not a missing run."""
+
+    def __init__(self, spec, contrasts, closures, penalties, trajectory):
+        self.primary = spec["primary"]
+        self.alpha = float(spec.get("alpha", 0.05))
+        self.min_seeds = int(spec.get("min_seeds", 2))
+        self.margins = [float(m) for m in spec.get("tost_margins_pct", [])]
+        self.contrasts, self.closures = contrasts, closures
+        self.penalties, self.trajectory = penalties, trajectory
+
+    def contrast(self, arm, ref, metric=None):
+        m = metric or self.primary
+        c = self.contrasts
+        rows = c[(c.metric == m) & (c.arm == arm) & (c.ref == ref)] if not c.empty else c
+        if rows.empty:
+            fail(f"claims: {arm} - {ref} ({m}) is not a contrast of the spec")
+        return rows.iloc[0]
+
+    def complete(self, row):
+        return int(row.n) >= self.min_seeds
+
+    def significant(self, row):
+        """As closures.csv judges a gap: Holm-adjusted within the family, else p < alpha; None while untested."""
+        if not self.complete(row) or pd.isna(row.p):
+            return None
+        return bool(row.significant_holm) if row.in_family else bool(row.p < self.alpha)
+
+    def equivalent(self, row, margin):
+        if float(margin) not in self.margins:
+            fail(f"claims: TOST margin {margin:g} % is not one of the spec's tost_margins_pct {self.margins}")
+        v = row[f"equivalent_{float(margin):g}pct"]
+        return None if not self.complete(row) or pd.isna(v) else bool(v)
+
+    def closure(self, remedy, parent):
+        c = self.closures
+        rows = c[(c.remedy == remedy) & (c.parent == parent)] if not c.empty else c
+        if rows.empty:
+            fail(f"claims: no closure of {remedy} against {parent} in the spec's closures")
+        return rows.iloc[0]
+
+    def penalty(self, arm, ref):
+        p = self.penalties
+        rows = p[(p.metric == self.primary) & (p.a_arm == arm) & (p.a_ref == ref)] if not p.empty else p
+        if rows.empty:
+            fail(f"claims: no penalty_comparison entry with a = {arm} - {ref} in the spec")
+        return rows.iloc[0]
+
+
+def fmt_gap(row):
+    """'+0.02 % [-0.34 %, +0.39 %] n 3' from a contrasts.csv row (relative gap and its 95 % t interval)."""
+    if int(row.n) == 0:
+        return "n 0"
+    if pd.isna(row.rel_ci_low):
+        return f"{row.rel_gap_pct:+.2f} % n {int(row.n)}"
+    return f"{row.rel_gap_pct:+.2f} % [{row.rel_ci_low:+.2f} %, {row.rel_ci_high:+.2f} %] n {int(row.n)}"
+
+
+def yes(v):
+    return v is True
+
+
+def claim_c1(ci, rule):
+    """§6 C1 per arm: confirmed when the relative gap >= confirm_gap_pct with its CI lower bound > confirm_ci_low_pct;
+    refuted when the CI upper bound < refute_ci_high_pct, or TOST-equivalent within refute_tost_pct. §6's third
+    refutation, a gap that appears only in AutoANE's metrics, is read as: the primary metric has no gap by one of
+    the first two, while one of autoane_metrics has a significant positive gap; it names the refutation a
+    measurement artefact (amendment 12). A primary gap that is merely not significant is not 'no gap'."""
+    rows = []
+    for arm in rule["arms"]:
+        c = ci.contrast(arm, rule["ref"])
+        done = ci.complete(c)
+        eq = ci.equivalent(c, rule["refute_tost_pct"])
+        auto = [ci.contrast(arm, rule["ref"], m) for m in rule.get("autoane_metrics", [])]
+        auto_gap = [m.metric for m in auto if ci.significant(m) and m.mean_diff > 0]
+        confirmed = done and c.rel_gap_pct >= rule["confirm_gap_pct"] and c.rel_ci_low > rule["confirm_ci_low_pct"]
+        reasons = []
+        if done and c.rel_ci_high < rule["refute_ci_high_pct"]:
+            reasons.append(f"CI upper bound < {rule['refute_ci_high_pct']:g} %")
+        if eq:
+            tost_p = c[f"tost_p_{float(rule['refute_tost_pct']):g}pct"]
+            reasons.append(f"TOST-equivalent within ±{rule['refute_tost_pct']:g} % (p {tost_p:.2g})")
+        refuted = bool(reasons)
+        if refuted and auto_gap:
+            reasons.append("a gap only in AutoANE's metrics (" + ", ".join(auto_gap) + "): a measurement artefact")
+        if done and not confirmed and not refuted:
+            reasons.append(f"neither rule: CI lower bound {c.rel_ci_low:+.2f} % <= {rule['confirm_ci_low_pct']:g} % "
+                           f"or gap < {rule['confirm_gap_pct']:g} %; upper bound {c.rel_ci_high:+.2f} % >= "
+                           f"{rule['refute_ci_high_pct']:g} %; not TOST-equivalent within "
+                           f"±{rule['refute_tost_pct']:g} %")
+        evidence = f"{arm} - {rule['ref']} {fmt_gap(c)}" + "".join(f"; {m.metric} {fmt_gap(m)}" for m in auto)
+        rows.append(claim_row("C1", arm, c.ran_at, int(c.n), confirmed, refuted, done, evidence, "; ".join(reasons)))
+    return rows
+
+
+def claim_c2(ci, rule):
+    """§6 C2: confirmed when the arm's gap is significant and `closer` closes >= confirm_closure of it (closures.csv
+    point estimate); refuted when the gap is not significant, or the closer closes < refute_closure of it."""
+    c = ci.contrast(rule["arm"], rule["ref"])
+    sig = ci.significant(c)
+    cl = ci.closure(rule["closer"], rule["arm"])
+    frac = float(cl.closure)
+    done = sig is not None and (sig is False or not math.isnan(frac))
+    confirmed = sig is True and frac >= rule["confirm_closure"]
+    refuted = sig is False or (sig is True and frac < rule["refute_closure"])
+    reason = ("no significant gap" if sig is False else
+              f"{rule['closer']} closes {frac:.0%} < {rule['refute_closure']:.0%}" if refuted else "")
+    evidence = (f"{rule['arm']} - {rule['ref']} {fmt_gap(c)}, p {c.p:.2g}" +
+                (f" (Holm {c.p_holm:.2g})" if c.in_family and not pd.isna(c.p_holm) else "") +
+                (f"; closure by {rule['closer']} {frac:.2f} [{cl.ci_low:.2f}, {cl.ci_high:.2f}]"
+                 if not math.isnan(frac) else ""))
+    return [claim_row("C2", rule["arm"], c.ran_at, int(c.n), confirmed, refuted, done, evidence, reason)]
+
+
+def claim_c3(ci, rule):
+    """§6 C3 over the remedies: refuted when any remedy is TOST-equivalent to the reference within tost_pct;
+    confirmed when every remedy is complete and its gap's CI lies wholly outside +-tost_pct. The parents
+    TOST-equivalent to the reference are named in the note: a remedy of a parent with no gap meets the refutation
+    rule without having repaired anything."""
+    margin = rule["tost_pct"]
+    rows = [(r, ci.contrast(r, rule["ref"])) for r in rule["remedies"]]
+    eq = {r: ci.equivalent(c, margin) for r, c in rows}
+    done = all(ci.complete(c) for _, c in rows)
+    outside = done and all(c.rel_ci_low > margin or c.rel_ci_high < -margin for _, c in rows)
+    no_gap = [p for p in rule.get("parents", []) if ci.equivalent(ci.contrast(p, rule["ref"]), margin)]
+    reason = ", ".join(r for r, v in eq.items() if v)
+    reason = f"TOST-equivalent to {rule['ref']} within ±{margin:g} %: {reason}" if reason else ""
+    if no_gap:
+        reason += ("; " if reason else "") + (", ".join(no_gap) + f" already TOST-equivalent to {rule['ref']} "
+                                               f"within ±{margin:g} % (no gap to close)")
+    evidence = "; ".join(f"{r} - {rule['ref']} {fmt_gap(c)}" for r, c in rows)
+    ran = " ".join(sorted({w for _, c in rows for w in str(c.ran_at).split() if w and w != "nan"}))
+    return [claim_row("C3", " ".join(rule["remedies"]), ran, min(int(c.n) for _, c in rows), outside,
+                      any(yes(v) for v in eq.values()), done, evidence, reason)]
+
+
+def claim_c4(ci, rule, trajectory):
+    """§6 C4: confirmed when the arm is TOST-equivalent to the reference within tost_pct and every seed's
+    trajectory agreement holds (trajectory.csv, amendment 8); refuted when its gap is significant and
+    >= refute_gap_pct."""
+    c = ci.contrast(rule["arm"], rule["ref"])
+    done = ci.complete(c)
+    t = trajectory
+    t = t[(t.arm == rule["arm"]) & (t.ref == rule["ref"])] if not t.empty else t
+    holds = done and len(t) >= ci.min_seeds and bool(t.holds.astype(str).eq("True").all())
+    eq = ci.equivalent(c, rule["tost_pct"])
+    confirmed = bool(eq) and holds
+    refuted = ci.significant(c) is True and c.rel_gap_pct >= rule["refute_gap_pct"]
+    failing = [str(int(s)) for s, h in zip(t.seed, t.holds.astype(str)) if h != "True"] if len(t) else []
+    reason = "; ".join(x for x in (
+        f"TOST-equivalent within ±{rule['tost_pct']:g} %" if eq else "",
+        f"trajectory |ΔL| reaches the threshold early in seed(s) {' '.join(failing)}" if failing else "") if x)
+    evidence = (f"{rule['arm']} - {rule['ref']} {fmt_gap(c)}; trajectory holds in {len(t) - len(failing)} of "
+                f"{len(t)} seeds")
+    return [claim_row("C4", rule["arm"], c.ran_at, int(c.n), confirmed, refuted, done, evidence, reason)]
+
+
+def claim_c5(ci, rule):
+    """§6 C5 (amendment 12): the non-linear ops' share of the gap of the ANE with its lookup tables is the closure of
+    rule["closure"] = {remedy: the fp32-softmax arm, parent: the LUT arm} (telescoping: LUT - ref = (LUT - parent
+    of both) + (parent - remedy) + (remedy - ref), the first two being the LUT and softmax contrasts). Computed only
+    when the LUT arm's gap is significant; confirmed when the share >= confirm_share, refuted when < refute_share
+    (the dominant share is elsewhere). With no significant gap there is nothing to explain: undetermined."""
+    rem, par = rule["closure"]["remedy"], rule["closure"]["parent"]
+    cl = ci.closure(rem, par)
+    c = ci.contrast(par, cl.ref)
+    cr = ci.contrast(rem, cl.ref)
+    sig = ci.significant(c)
+    share = float(cl.closure)
+    done = ci.complete(c) and ci.complete(cr)
+    confirmed = sig is True and share >= rule["confirm_share"]
+    refuted = sig is True and share < rule["refute_share"]
+    note = f"{par} - {cl.ref} not significant: no gap to explain" if sig is False else ""
+    evidence = (f"{par} - {cl.ref} {fmt_gap(c)}; {rem} - {cl.ref} {fmt_gap(cr)}" +
+                (f"; share {share:.2f} [{cl.ci_low:.2f}, {cl.ci_high:.2f}]" if not math.isnan(share) else ""))
+    return [claim_row("C5", f"{rem} {par}", c.ran_at, min(int(c.n), int(cr.n)), done and confirmed,
+                      done and refuted, done, evidence, note)]
+
+
+def claim_c6(ci, rule):
+    """§6 C6 with amendment 11: confirmed when an arm's seed has a range event that the reference's same seed does
+    not; refuted when penalties.csv's no_worse holds (no range event in the arm, fp16's extra cost below the
+    margin)."""
+    p = ci.penalty(rule["arm"], rule["ref"])
+    ev_arm = set(str(p.range_event_seeds_a_arm).split()) if not pd.isna(p.range_event_seeds_a_arm) else set()
+    ev_ref = set(str(p.range_event_seeds_a_ref).split()) if not pd.isna(p.range_event_seeds_a_ref) else set()
+    own = sorted(ev_arm - ev_ref)
+    nw = None if pd.isna(p.no_worse) else str(p.no_worse) == "True"
+    c = ci.contrast(rule["arm"], rule["ref"])
+    cost = ("no seed with all four arms" if int(p.n) == 0 else
+            f"fp16's extra cost {p.diff_mean:+.4f} nats" +
+            (f" [{p.diff_ci_low:+.4f}, {p.diff_ci_high:+.4f}]" if not pd.isna(p.diff_ci_high) else "") +
+            f" against a margin of {p.margin:.4f} (n {int(p.n)})")
+    evidence = (f"range events in {rule['arm']}: seeds {' '.join(sorted(ev_arm)) or 'none'}; {cost}; "
+                f"{rule['arm']} - {rule['ref']} {fmt_gap(c)}")
+    reason = (f"range event in seed(s) {' '.join(own)} only" if own else
+              "no range event, extra cost below the margin" if nw else "")
+    return [claim_row("C6", rule["arm"], c.ran_at, int(p.n), bool(own), nw is True, nw is not None or bool(own),
+                      evidence, reason)]
+
+
+def claim_d(ci, rule):
+    """§6 D with amendment 9: confirmed when arm - ref is significant and >= share of the arm's gap against ref0,
+    and penalties.csv's same_penalty holds for the entry whose b is arm - ref; refuted when arm - ref is
+    TOST-equivalent within tost_pct (arm ≈ ref). Significant but without the same penalty because the fp32 contrast
+    is not significant after Holm: undetermined (amendment 9)."""
+    c = ci.contrast(rule["arm"], rule["ref"])
+    g = ci.contrast(rule["arm"], rule["ref0"])
+    pens = ci.penalties
+    pens = pens[(pens.metric == ci.primary) & (pens.b_arm == rule["arm"]) & (pens.b_ref == rule["ref"])] \
+        if not pens.empty else pens
+    if pens.empty:
+        fail(f"claims: no penalty_comparison entry with b = {rule['arm']} - {rule['ref']} in the spec")
+    p = pens.iloc[0]
+    done = ci.complete(c) and ci.complete(g) and not pd.isna(p.same_penalty)
+    share = c.mean_diff / g.mean_diff if ci.complete(g) and g.mean_diff != 0 else math.nan
+    first = ci.significant(c) is True and share >= rule["share"]
+    same = str(p.same_penalty) == "True"
+    confirmed = done and first and same
+    refuted = ci.equivalent(c, rule["tost_pct"]) is True
+    reason = ("" if not done else
+              f"TOST-equivalent within ±{rule['tost_pct']:g} %" if refuted else
+              "first condition holds; second fails: " + ("the penalties differ beyond the ratio bounds"
+                                                          if str(p.ratio_within) != "True" else
+                                                          f"{p.a_arm} - {p.a_ref} not significant")
+              if first and not same else "")
+    evidence = (f"{rule['arm']} - {rule['ref']} {fmt_gap(c)}, p {c.p:.2g}, {share:.0%} of {rule['arm']} - "
+                f"{rule['ref0']}; {p.a_arm} - {p.a_ref} p {p.a_p:.2g}" +
+                (f" (Holm {p.a_p_holm:.2g})" if not pd.isna(p.a_p_holm) else "") + f", ratio {p.ratio:.2f}")
+    return [claim_row("D", rule["arm"], c.ran_at, min(int(c.n), int(g.n)), confirmed, refuted, done, evidence,
+                      reason)]
+
+
+CLAIM_COLUMNS = ["claim", "subject", "ran_at", "n", "confirmed", "refuted", "verdict", "evidence", "reason"]
+
+
+def claim_row(claim, subject, ran_at, n, confirmed, refuted, complete, evidence, reason):
+    """One claims.csv row. verdict: confirmed / refuted by the rule; undetermined when every input has its seeds
+    and neither rule holds; incomplete when an input lacks its min_seeds seeds and neither rule holds yet."""
+    confirmed, refuted = bool(confirmed), bool(refuted)
+    if confirmed and refuted:
+        fail(f"claims: {claim} ({subject}) is both confirmed and refuted by the spec's rules")
+    verdict = ("confirmed" if confirmed else "refuted" if refuted else
+               "undetermined" if complete else "incomplete")
+    return {"claim": claim, "subject": subject, "ran_at": "" if pd.isna(ran_at) else ran_at, "n": n,
+            "confirmed": confirmed, "refuted": refuted, "verdict": verdict, "evidence": evidence, "reason": reason}
+
+
+def claims(spec, contrasts, closures, penalties, trajectory):
+    """claims.csv (preregistration amendment 12): §6's rules, with amendments 9 and 11, applied to this analysis's
+    own tables for each entry of spec["claims"]. A claim whose arms this runs.csv lacks comes out incomplete."""
+    rules = spec.get("claims", {})
+    if not rules:
+        return pd.DataFrame(columns=CLAIM_COLUMNS)
+    ci = ClaimInputs(spec, contrasts, closures, penalties, trajectory)
+    evaluate = {"C1": lambda r: claim_c1(ci, r), "C2": lambda r: claim_c2(ci, r), "C3": lambda r: claim_c3(ci, r),
+                "C4": lambda r: claim_c4(ci, r, trajectory), "C5": lambda r: claim_c5(ci, r),
+                "C6": lambda r: claim_c6(ci, r), "D": lambda r: claim_d(ci, r)}
+    rows = []
+    for name, rule in rules.items():
+        if name == "about":
+            continue
+        if name not in evaluate:
+            fail(f"claims: unknown claim '{name}' in the spec (known: {', '.join(evaluate)})")
+        rows.extend(evaluate[name](rule))
+    return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+
+
 # ---------------------------------------------------------------------------------------------- figures
 
 
@@ -592,9 +868,12 @@ def main(argv=None):
     write_csv(paired, os.path.join(a.out, "paired.csv"))
     write_csv(contrasts, os.path.join(a.out, "contrasts.csv"))
     write_csv(closures, os.path.join(a.out, "closures.csv"))
-    write_csv(trajectory_agreement(spec, runs, runs_dirs), os.path.join(a.out, "trajectory.csv"))
+    trajectory = trajectory_agreement(spec, runs, runs_dirs)
+    penalties = penalty_comparison(spec, values, contrasts, runs)
+    write_csv(trajectory, os.path.join(a.out, "trajectory.csv"))
     write_csv(single_seed_spread(spec, values), os.path.join(a.out, "single_seed.csv"))
-    write_csv(penalty_comparison(spec, values, contrasts, runs), os.path.join(a.out, "penalties.csv"))
+    write_csv(penalties, os.path.join(a.out, "penalties.csv"))
+    write_csv(claims(spec, contrasts, closures, penalties, trajectory), os.path.join(a.out, "claims.csv"))
     fig_curves(spec, runs, runs_dirs, os.path.join(figdir, f"{a.prefix}loss_curves.png"))
     fig_decomposition(spec, contrasts, os.path.join(figdir, f"{a.prefix}gap_decomposition.png"))
     write_provenance(os.path.join(a.out, "analysis.json"), "studies/sweep/analyze_study.py", a.runs + [a.spec],

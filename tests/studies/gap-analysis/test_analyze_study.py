@@ -133,7 +133,7 @@ class TinySweep(unittest.TestCase):
 
     def test_outputs_exist(self):
         for f in ("paired.csv", "contrasts.csv", "closures.csv", "trajectory.csv", "single_seed.csv", "penalties.csv",
-                  "analysis.json", "loss_curves.png", "gap_decomposition.png"):
+                  "claims.csv", "analysis.json", "loss_curves.png", "gap_decomposition.png"):
             self.assertGreater(os.path.getsize(os.path.join(self.out, f)), 0, f)
         self.assertEqual(len(self.runs), 6)
 
@@ -357,6 +357,199 @@ class TinySweep(unittest.TestCase):
         closures = read_csv(os.path.join(out, "closures.csv"))
         self.assertEqual(closures[0]["n"], "0")
         self.assertEqual(closures[0]["closure"], "")
+
+    def test_claims_c1_on_the_tiny_sweep(self):
+        # Amendment 12's C1 rule end to end: FULL16 - CPU of the tiny sweep with thresholds placed just either side
+        # of its own relative gap and interval (read from contrasts.csv, which the tests above check by hand).
+        row = self.contrast("val_loss_fp32")
+        gap, lo, hi = float(row["rel_gap_pct"]), float(row["rel_ci_low"]), float(row["rel_ci_high"])
+        eps = 1e-9
+
+        def verdict(**rule):
+            base = {"arms": ["FULL16"], "ref": "CPU", "confirm_gap_pct": 50.0, "confirm_ci_low_pct": 50.0,
+                    "refute_ci_high_pct": -50.0, "refute_tost_pct": 0.5, "autoane_metrics": ["autoane_train_loss"]}
+            base.update(rule)
+            name = "claims-" + "-".join(f"{k}{v}" for k, v in sorted(rule.items()))
+            out = self.run_with_spec(name, lambda spec: spec.update(tost_margins_pct=[0.5, 2.0, 1e-6],
+                                                                    claims={"C1": base}))
+            rows = read_csv(os.path.join(out, "claims.csv"))
+            self.assertEqual(len(rows), 1)
+            self.assertEqual((rows[0]["claim"], rows[0]["subject"], rows[0]["n"]), ("C1", "FULL16", "3"))
+            return rows[0]["verdict"]
+
+        self.assertEqual(row["equivalent_0.5pct"], "True")  # the tiny sweep's fp16 gap is far below 0.5 %
+        self.assertEqual(verdict(), "refuted")  # TOST within +-0.5 %
+        self.assertEqual(verdict(refute_tost_pct=1e-6, confirm_gap_pct=gap - eps, confirm_ci_low_pct=lo - eps),
+                         "confirmed")
+        self.assertEqual(verdict(refute_tost_pct=1e-6, confirm_gap_pct=gap - eps, confirm_ci_low_pct=lo),
+                         "undetermined")  # the lower bound must exceed the threshold
+        self.assertEqual(verdict(refute_tost_pct=1e-6, confirm_gap_pct=gap + eps, confirm_ci_low_pct=lo - eps),
+                         "undetermined")
+        self.assertEqual(verdict(refute_tost_pct=1e-6, refute_ci_high_pct=hi + eps), "refuted")
+        self.assertEqual(verdict(refute_tost_pct=1e-6, refute_ci_high_pct=hi), "undetermined")
+        # A TOST margin the spec does not test is refused.
+        with self.assertRaises(SystemExit):
+            self.run_with_spec("claims-bad-margin", lambda spec: spec.update(claims={"C1": {
+                "arms": ["FULL16"], "ref": "CPU", "confirm_gap_pct": 10.0, "confirm_ci_low_pct": 5.0,
+                "refute_ci_high_pct": 2.0, "refute_tost_pct": 3.0}}))
+
+
+def contrast(arm, ref, n=3, rel=0.0, lo=-1.0, hi=1.0, p=0.5, metric="val_loss_fp32", in_family=False,
+             significant_holm=None, eq05=False, eq2=False, mean_diff=None):
+    """A contrasts.csv row as analyse() makes it, with the fields the claim rules read."""
+    return {"metric": metric, "arm": arm, "ref": ref, "in_family": in_family, "ran_at": "E11/brown", "n": n,
+            "mean_diff": rel / 100 if mean_diff is None else mean_diff, "p": p if n >= 3 else math.nan,
+            "rel_gap_pct": rel, "rel_ci_low": lo, "rel_ci_high": hi,
+            "tost_p_0.5pct": 0.01 if eq05 else 0.4, "equivalent_0.5pct": eq05 if n >= 3 else None,
+            "tost_p_2pct": 0.01 if eq2 else 0.4, "equivalent_2pct": eq2 if n >= 3 else None,
+            "p_holm": p if in_family else math.nan, "significant_holm": significant_holm}
+
+
+class ClaimRules(unittest.TestCase):
+    """Amendment 12's rules on hand-made tables, each threshold crossed in both directions."""
+    SPEC = {"primary": "val_loss_fp32", "alpha": 0.05, "min_seeds": 3, "tost_margins_pct": [0.5, 2.0]}
+    C1 = {"arms": ["X"], "ref": "CPU", "confirm_gap_pct": 10.0, "confirm_ci_low_pct": 5.0, "refute_ci_high_pct": 2.0,
+          "refute_tost_pct": 2.0, "autoane_metrics": ["autoane_train_loss"]}
+
+    def claims(self, rules, contrasts=(), closures=(), penalties=(), trajectory=()):
+        import pandas as pd
+        spec = dict(self.SPEC, claims=rules)
+        out = A.claims(spec, pd.DataFrame(list(contrasts)), pd.DataFrame(list(closures)),
+                       pd.DataFrame(list(penalties)), pd.DataFrame(list(trajectory)))
+        return list(out.verdict), list(out.reason)
+
+    def c1(self, primary, autoane=None):
+        auto = autoane or contrast("X", "CPU", metric="autoane_train_loss")
+        return self.claims({"C1": self.C1}, [primary, auto])
+
+    def test_c1(self):
+        self.assertEqual(self.c1(contrast("X", "CPU", rel=10.0, lo=5.01, hi=15.0, p=0.01))[0], ["confirmed"])
+        self.assertEqual(self.c1(contrast("X", "CPU", rel=10.0, lo=5.0, hi=15.0, p=0.01))[0], ["undetermined"])
+        self.assertEqual(self.c1(contrast("X", "CPU", rel=9.99, lo=6.0, hi=15.0, p=0.01))[0], ["undetermined"])
+        self.assertEqual(self.c1(contrast("X", "CPU", rel=0.5, lo=-0.9, hi=1.99))[0], ["refuted"])
+        self.assertEqual(self.c1(contrast("X", "CPU", rel=0.5, lo=-0.9, hi=2.0))[0], ["undetermined"])
+        self.assertEqual(self.c1(contrast("X", "CPU", rel=0.5, lo=-0.9, hi=2.5, eq2=True))[0], ["refuted"])
+        self.assertEqual(self.c1(contrast("X", "CPU", rel=10.0, lo=5.01, hi=15.0, n=2))[0], ["incomplete"])
+        # The artefact clause names a refutation when AutoANE's metric has a significant positive gap ...
+        auto = contrast("X", "CPU", metric="autoane_train_loss", rel=1.4, lo=0.7, hi=2.1, p=0.01)
+        verdict, reason = self.c1(contrast("X", "CPU", rel=0.0, lo=-0.3, hi=0.4, eq2=True), auto)
+        self.assertEqual(verdict, ["refuted"])
+        self.assertIn("measurement artefact", reason[0])
+        # ... but a large primary gap that is not significant after Holm is not 'no gap' (GUIDE-D at E11:
+        # +15.1 % [+2.46 %, +27.8 %], Holm-adjusted p above alpha, AutoANE's metric +1.40 % significant).
+        verdict, reason = self.c1(contrast("X", "CPU", rel=15.1, lo=2.46, hi=27.8, p=0.03, in_family=True,
+                                           significant_holm=False), auto)
+        self.assertEqual(verdict, ["undetermined"])
+        self.assertNotIn("artefact", reason[0])
+
+    def test_c2(self):
+        rule = {"C2": {"arm": "F", "ref": "CPU", "closer": "G", "confirm_closure": 0.8, "refute_closure": 0.2}}
+
+        def run(sig, closure):
+            c = contrast("F", "CPU", rel=3.0, lo=1.0, hi=5.0, p=0.01, in_family=True, significant_holm=sig)
+            cl = {"remedy": "G", "parent": "F", "ref": "CPU", "n": 3, "parent_gap_significant": sig,
+                  "closure": closure, "ci_low": closure - 0.1, "ci_high": closure + 0.1}
+            return self.claims(rule, [c], [cl])[0][0]
+
+        self.assertEqual(run(False, math.nan), "refuted")
+        self.assertEqual(run(True, 0.8), "confirmed")
+        self.assertEqual(run(True, 0.79), "undetermined")
+        self.assertEqual(run(True, 0.2), "undetermined")
+        self.assertEqual(run(True, 0.19), "refuted")
+
+    def test_c3(self):
+        rule = {"C3": {"remedies": ["R1", "R2"], "ref": "CPU", "tost_pct": 0.5, "parents": ["G"]}}
+        g = contrast("G", "CPU", rel=3.0, lo=2.0, hi=4.0, p=0.01)
+
+        def run(r1, r2):
+            return self.claims(rule, [r1, r2, g])
+
+        out = contrast("R1", "CPU", rel=2.0, lo=0.51, hi=3.0, p=0.01)
+        below = contrast("R2", "CPU", rel=-2.0, lo=-3.0, hi=-0.51, p=0.01)
+        self.assertEqual(run(out, below)[0], ["confirmed"])
+        self.assertEqual(run(out, contrast("R2", "CPU", rel=0.1, lo=-0.2, hi=0.4, eq05=True))[0], ["refuted"])
+        # Any equivalent remedy refutes, even while another lacks its seeds.
+        self.assertEqual(run(contrast("R1", "CPU", n=1), contrast("R2", "CPU", rel=0.1, lo=-0.2, hi=0.4, eq05=True))[0],
+                         ["refuted"])
+        self.assertEqual(run(out, contrast("R2", "CPU", rel=0.6, lo=0.5, hi=0.7))[0], ["undetermined"])
+        self.assertEqual(run(out, contrast("R2", "CPU", n=2, rel=2.0, lo=1.0, hi=3.0))[0], ["incomplete"])
+        # A parent with no gap is named.
+        verdict, reason = self.claims(rule, [out, below, contrast("G", "CPU", eq05=True)])
+        self.assertIn("G already TOST-equivalent", reason[0])
+
+    def test_c4(self):
+        rule = {"C4": {"arm": "M", "ref": "CPU", "tost_pct": 0.5, "refute_gap_pct": 1.0}}
+
+        def run(c, holds):
+            t = [{"arm": "M", "ref": "CPU", "seed": s, "holds": h} for s, h in zip((1, 2, 3), holds)]
+            return self.claims(rule, [c], trajectory=t)[0][0]
+
+        eq = contrast("M", "CPU", rel=0.0, lo=-0.2, hi=0.2, eq05=True)
+        self.assertEqual(run(eq, (True, True, True)), "confirmed")
+        self.assertEqual(run(eq, (True, False, True)), "undetermined")
+        self.assertEqual(run(eq, (True, True)), "undetermined")  # a seed without its trajectory
+        gap = dict(in_family=True, significant_holm=True, p=0.001)
+        self.assertEqual(run(contrast("M", "CPU", rel=1.0, lo=0.8, hi=1.2, **gap), (False,) * 3), "refuted")
+        self.assertEqual(run(contrast("M", "CPU", rel=0.99, lo=0.8, hi=1.2, **gap), (False,) * 3), "undetermined")
+
+    def test_c5(self):
+        rule = {"C5": {"closure": {"remedy": "S", "parent": "L"}, "confirm_share": 0.7, "refute_share": 0.5}}
+
+        def run(p, share):
+            cl = {"remedy": "S", "parent": "L", "ref": "CPU", "n": 3, "parent_gap_significant": p < 0.05,
+                  "closure": share, "ci_low": share - 0.2, "ci_high": share + 0.2}
+            cs = [contrast("L", "CPU", rel=3.0, lo=1.0, hi=5.0, p=p), contrast("S", "CPU", rel=1.0, lo=0.0, hi=2.0)]
+            return self.claims(rule, cs, [cl])
+
+        self.assertEqual(run(0.01, 0.7)[0], ["confirmed"])
+        self.assertEqual(run(0.01, 0.69)[0], ["undetermined"])
+        self.assertEqual(run(0.01, 0.5)[0], ["undetermined"])
+        self.assertEqual(run(0.01, 0.49)[0], ["refuted"])
+        verdict, reason = run(0.2, math.nan)
+        self.assertEqual(verdict, ["undetermined"])
+        self.assertIn("no gap to explain", reason[0])
+
+    def test_c6(self):
+        rule = {"C6": {"arm": "A1", "ref": "G"}}
+
+        def run(ev_arm, ev_ref, no_worse, n=3):
+            p = {"metric": "val_loss_fp32", "a_arm": "A1", "a_ref": "G", "n": n, "diff_mean": 0.01,
+                 "diff_ci_low": -0.01, "diff_ci_high": 0.03, "margin": 0.034, "range_event_seeds_a_arm": ev_arm,
+                 "range_event_seeds_a_ref": ev_ref, "no_worse": no_worse}
+            return self.claims(rule, [contrast("A1", "G", n=n, rel=2.0)], penalties=[p])[0][0]
+
+        self.assertEqual(run("", "", True), "refuted")
+        self.assertEqual(run("", "", False), "undetermined")
+        self.assertEqual(run("", "", None, n=2), "incomplete")
+        self.assertEqual(run("2", "", False), "confirmed")  # a range event that G's seed 2 does not have
+        self.assertEqual(run("2", "2", False), "undetermined")
+        self.assertEqual(run("2", "", None, n=1), "confirmed")  # decided before the third seed
+
+    def test_d(self):
+        rule = {"D": {"arm": "GD", "ref": "G", "ref0": "CPU", "share": 0.5, "tost_pct": 0.5}}
+
+        def run(p_first, first_nats, same, a_sig, within=True, eq=False):
+            cs = [contrast("GD", "G", rel=15.0, lo=3.0, hi=27.0, p=p_first, mean_diff=first_nats, eq05=eq),
+                  contrast("GD", "CPU", rel=15.0, lo=3.0, hi=27.0, p=0.01, mean_diff=1.0)]
+            p = {"metric": "val_loss_fp32", "a_arm": "CD", "a_ref": "CPU", "b_arm": "GD", "b_ref": "G",
+                 "same_penalty": same, "ratio_within": within, "a_p": 0.1, "a_p_holm": 0.4, "ratio": 1.0,
+                 "a_significant": a_sig}
+            return self.claims(rule, cs, penalties=[p])
+
+        self.assertEqual(run(0.01, 0.5, True, True)[0], ["confirmed"])
+        self.assertEqual(run(0.01, 0.49, True, True)[0], ["undetermined"])  # under half of GD - CPU
+        self.assertEqual(run(0.06, 0.9, True, True)[0], ["undetermined"])
+        verdict, reason = run(0.01, 0.9, False, False)
+        self.assertEqual(verdict, ["undetermined"])  # amendment 9: for want of power, not refuted
+        self.assertIn("CD - CPU not significant", reason[0])
+        self.assertIn("ratio bounds", run(0.01, 0.9, False, True, within=False)[1][0])
+        self.assertEqual(run(0.5, 0.001, False, False, eq=True)[0], ["refuted"])
+
+    def test_spec_errors(self):
+        with self.assertRaises(SystemExit):  # an unknown claim
+            self.claims({"C7": {}}, [contrast("X", "CPU")])
+        with self.assertRaises(SystemExit):  # a contrast the spec does not produce
+            self.claims({"C1": dict(self.C1, arms=["Y"])}, [contrast("X", "CPU")])
 
 
 if __name__ == "__main__":
