@@ -133,6 +133,19 @@ def holm(pvalues, alpha=0.05):
     return adjusted, [None if math.isnan(a) else bool(a < alpha) for a in adjusted]
 
 
+def find_contrast(contrasts, metric, arm, ref):
+    """The contrasts row of arm - ref in metric, or None when the spec has no such contrast."""
+    if contrasts.empty:
+        return None
+    rows = contrasts[(contrasts.metric == metric) & (contrasts.arm == arm) & (contrasts.ref == ref)]
+    return None if rows.empty else rows.iloc[0]
+
+
+def gap_significant(row, alpha):
+    """Whether a tested contrast's gap is significant: Holm-adjusted when it is a family member, else p < alpha."""
+    return bool(row.significant_holm) if row.in_family else bool(row.p < alpha)
+
+
 def closure_fraction(ref, parent, remedy):
     """(gap(parent) - gap(remedy)) / gap(parent), gaps = mean over seeds of the arm minus the reference."""
     gp = float(np.mean(parent - ref))
@@ -265,11 +278,10 @@ def analyse(spec, runs, runs_dirs):
         seeds = sorted(set(a) & set(p) & set(r))
         row = {"remedy": rem, "parent": par, "ref": ref, "n": len(seeds), "parent_gap_significant": None,
                "closure": math.nan, "ci_low": math.nan, "ci_high": math.nan}
-        pc = contrasts[(contrasts.metric == prim) & (contrasts.arm == par) & (contrasts.ref == ref)] \
-            if not contrasts.empty else contrasts
-        if len(seeds) >= 2 and not pc.empty:
-            sig = pc.significant_holm.iloc[0] if pc.in_family.iloc[0] else bool(pc.p.iloc[0] < alpha)
-            row["parent_gap_significant"] = bool(sig)
+        pc = find_contrast(contrasts, prim, par, ref)
+        if len(seeds) >= 2 and pc is not None:
+            sig = gap_significant(pc, alpha)
+            row["parent_gap_significant"] = sig
             if sig:  # §5: only computed when the parent's gap is significant
                 arr = [np.array([v[s] for s in seeds]) for v in (r, p, a)]
                 row["closure"], row["ci_low"], row["ci_high"] = bootstrap_closure(*arr, alpha=alpha)
@@ -359,15 +371,13 @@ def penalty_comparison(spec, values, contrasts, runs):
                    "diff_p": st["p"] if st["n"] >= min_seeds else math.nan,
                    "a_p": math.nan, "a_p_holm": math.nan, "a_significant": None, "same_penalty": None}
             if m == spec["primary"] and not contrasts.empty:
-                ca = contrasts[(contrasts.metric == m) & (contrasts.arm == e["a"]["arm"]) &
-                               (contrasts.ref == e["a"]["ref"])]
-                if ca.empty:
+                c = find_contrast(contrasts, m, e["a"]["arm"], e["a"]["ref"])
+                if c is None:
                     fail(f"penalty_comparison: {e['a']['arm']} - {e['a']['ref']} is not a contrast of the spec")
-                c = ca.iloc[0]
                 row["a_p"] = float(c.p)
                 if not math.isnan(c.p):
                     row["a_p_holm"] = float(c.p_holm) if c.in_family else math.nan
-                    row["a_significant"] = bool(c.significant_holm) if c.in_family else bool(c.p < alpha)
+                    row["a_significant"] = gap_significant(c, alpha)
                     if row["ratio_within"] is not None:
                         row["same_penalty"] = row["a_significant"] and row["ratio_within"]
             row.update({"margin": math.nan, "diff_below_margin": None, "range_event_seeds_a_arm": "",
@@ -466,11 +476,10 @@ class ClaimInputs:
 
     def contrast(self, arm, ref, metric=None):
         m = metric or self.primary
-        c = self.contrasts
-        rows = c[(c.metric == m) & (c.arm == arm) & (c.ref == ref)] if not c.empty else c
-        if rows.empty:
+        row = find_contrast(self.contrasts, m, arm, ref)
+        if row is None:
             fail(f"claims: {arm} - {ref} ({m}) is not a contrast of the spec")
-        return rows.iloc[0]
+        return row
 
     def complete(self, row):
         return int(row.n) >= self.min_seeds
@@ -479,7 +488,7 @@ class ClaimInputs:
         """As closures.csv judges a gap: Holm-adjusted within the family, else p < alpha; None while untested."""
         if not self.complete(row) or pd.isna(row.p):
             return None
-        return bool(row.significant_holm) if row.in_family else bool(row.p < self.alpha)
+        return gap_significant(row, self.alpha)
 
     def equivalent(self, row, margin):
         if float(margin) not in self.margins:
@@ -589,13 +598,13 @@ def claim_c3(ci, rule):
                       any(yes(v) for v in eq.values()), done, evidence, reason)]
 
 
-def claim_c4(ci, rule, trajectory):
+def claim_c4(ci, rule):
     """§6 C4: confirmed when the arm is TOST-equivalent to the reference within tost_pct and every seed's
     trajectory agreement holds (trajectory.csv, amendment 8); refuted when its gap is significant and
     >= refute_gap_pct."""
     c = ci.contrast(rule["arm"], rule["ref"])
     done = ci.complete(c)
-    t = trajectory
+    t = ci.trajectory
     t = t[(t.arm == rule["arm"]) & (t.ref == rule["ref"])] if not t.empty else t
     holds = done and len(t) >= ci.min_seeds and bool(t.holds.astype(str).eq("True").all())
     eq = ci.equivalent(c, rule["tost_pct"])
@@ -709,7 +718,7 @@ def claims(spec, contrasts, closures, penalties, trajectory):
         return pd.DataFrame(columns=CLAIM_COLUMNS)
     ci = ClaimInputs(spec, contrasts, closures, penalties, trajectory)
     evaluate = {"C1": lambda r: claim_c1(ci, r), "C2": lambda r: claim_c2(ci, r), "C3": lambda r: claim_c3(ci, r),
-                "C4": lambda r: claim_c4(ci, r, trajectory), "C5": lambda r: claim_c5(ci, r),
+                "C4": lambda r: claim_c4(ci, r), "C5": lambda r: claim_c5(ci, r),
                 "C6": lambda r: claim_c6(ci, r), "D": lambda r: claim_d(ci, r)}
     rows = []
     for name, rule in rules.items():
