@@ -27,7 +27,7 @@ notebooks-data/autoane-gap/analysis-spec.json). Writes into --out:
                  it ran, its seeds, whether the confirmation and the refutation rule hold, the verdict (confirmed,
                  refuted, undetermined, or incomplete while an input lacks its seeds), the numbers it rests on and why
   analysis.json  provenance: inputs and their sha256, the spec, the git revision, the time
-  loss_curves.png, gap_decomposition.png (or --figures DIR)
+  loss_curves.png, gap_decomposition.png, and with the spec's remedies_figure remedies.png (or --figures DIR)
 
 Metrics: every `metrics` entry of the spec is a runs.csv column (e.g. val_loss_fp32, our primary endpoint at
 equal steps; autoane_train_loss, AutoANE's own-precision training loss over the final 200 micro-steps;
@@ -733,6 +733,23 @@ def claims(spec, contrasts, closures, penalties, trajectory):
 # ---------------------------------------------------------------------------------------------- figures
 
 
+def arm_styles(n):
+    """(colour, line style, marker) for n arms, no two alike: the first ten take tab10's colours with solid lines
+    and round markers, the next ten the light tab20 shade of the same hues with dashed lines and squares, and any
+    further arms evenly spaced hues, dotted, with triangles (cycling tab10 alone made the 11th arm the 1st's twin)."""
+    tab20 = plt.get_cmap("tab20")
+    hsv = plt.get_cmap("hsv")
+    styles = []
+    for k in range(n):
+        if k < 10:
+            styles.append((f"C{k}", "-", "o"))
+        elif k < 20:
+            styles.append((tab20(2 * (k - 10) + 1), "--", "s"))
+        else:
+            styles.append((hsv((k - 20) / max(1, n - 20)), ":", "^"))
+    return styles
+
+
 def fig_curves(spec, runs, runs_dirs, path):
     """Left: own-precision training loss per update (mean over seeds, seed min..max band). Right: fp32 validation
     loss; as curves when the runs evaluated more than once, else (a study that evaluates only at the end) each
@@ -745,8 +762,9 @@ def fig_curves(spec, runs, runs_dirs, path):
         curves[r["run"]] = curves_of(r, runs_dirs)[0]
     val_points = max((int((c.metric == "val_loss_fp32").sum()) for c in curves.values()), default=0)
     val_as_curves = val_points > 1
+    styles = arm_styles(len(arms))
     for k, arm in enumerate(arms):
-        color = f"C{k % 10}"
+        color, line, marker = styles[k]
         sub = runs[runs[arm_col] == arm]
         for ax, metric in zip(axes, ["train_loss", "val_loss_fp32"]):
             if metric != "train_loss" and not val_as_curves:
@@ -759,17 +777,17 @@ def fig_curves(spec, runs, runs_dirs, path):
             if table.empty:
                 continue
             x = table.index + (1 if metric == "train_loss" else 0)  # train_loss at step k is update k + 1
-            ax.plot(x, table.mean(axis=1), color=color, label=f"{arm} (n={table.shape[1]})",
-                    marker="o" if metric != "train_loss" else None, ms=3)
+            ax.plot(x, table.mean(axis=1), color=color, ls=line, label=f"{arm} (n={table.shape[1]})",
+                    marker=marker if metric != "train_loss" else None, ms=3)
             ax.fill_between(x, table.min(axis=1), table.max(axis=1), color=color, alpha=0.18, lw=0)
         if not val_as_curves and "val_loss_fp32" in sub.columns:
             ax = axes[1]
             fp32 = sub["val_loss_fp32"].astype(float)
             own = sub["val_loss_own"].astype(float) if "val_loss_own" in sub.columns else None
             jitter = np.linspace(-0.15, 0.15, len(sub)) if len(sub) > 1 else np.zeros(1)
-            ax.scatter(k + jitter, fp32, color=color, s=28, zorder=3, label=f"{arm} (n={len(sub)})")
+            ax.scatter(k + jitter, fp32, color=color, marker=marker, s=28, zorder=3)
             if own is not None:
-                ax.scatter(k + jitter, own, facecolors="none", edgecolors=color, s=46, zorder=3)
+                ax.scatter(k + jitter, own, marker=marker, facecolors="none", edgecolors=color, s=46, zorder=3)
             for xj, y, seed in zip(k + jitter, fp32, sub[seed_col]):
                 ax.annotate(str(seed), (xj, y), textcoords="offset points", xytext=(4, -3), fontsize=6)
             ax.hlines(fp32.mean(), k - 0.3, k + 0.3, color=color, lw=1.2)
@@ -782,13 +800,18 @@ def fig_curves(spec, runs, runs_dirs, path):
         axes[1].set_title("final validation loss per seed (number = seed; bar = mean)\n"
                           "filled: fp32 evaluation (primary); open: the run's own precision")
         axes[1].set_xticks(range(len(arms)))
-        axes[1].set_xticklabels(arms, fontsize=8)
+        axes[1].set_xticklabels([f"{arm} (n={int((runs[arm_col] == arm).sum())})" for arm in arms],
+                                fontsize=8, rotation=35, ha="right")
         axes[1].set_xlim(-0.6, len(arms) - 0.4)
     for ax in axes:
         ax.set_ylabel("nats / token")
         ax.grid(alpha=0.3)
-        if arms:
-            ax.legend(fontsize=8)
+    # The per-seed panel names its arms (and seeds) on its x axis and has no legend: with more than a handful of
+    # arms a legend there hid points. The curves' legend takes a second column past nine arms.
+    if arms:
+        axes[0].legend(fontsize=7, ncol=1 + len(arms) // 9, loc="upper right")
+        if val_as_curves:
+            axes[1].legend(fontsize=7, ncol=1 + len(arms) // 9, loc="upper right")
     if not arms:
         fig.suptitle("no complete runs yet")
     fig.tight_layout()
@@ -845,6 +868,53 @@ def fig_decomposition(spec, contrasts, path):
     plt.close(fig)
 
 
+def fig_remedies(spec, contrasts, path):
+    """A forest plot of the spec's remedies_figure rows: each contrast's relative gap on the primary metric (mean of
+    the paired seeds' 100 D / L_ref) with its 95 % t CI where n >= 2, the number of seeds and the interval written
+    beside it, and the band of +-band_pct shaded (C3's equivalence margin). Descriptive: the verdicts are
+    claims.csv's."""
+    fig_spec = spec["remedies_figure"]
+    rows, band, metric = fig_spec["rows"], float(fig_spec["band_pct"]), spec["primary"]
+    listed = {(c["arm"], c["ref"]) for c in spec["contrasts"]}
+    for r in rows:
+        if (r["arm"], r["ref"]) not in listed:
+            fail(f"remedies_figure row {r['arm']} - {r['ref']} is not one of the spec's contrasts; "
+                 f"valid: {', '.join(f'{a} - {b}' for a, b in sorted(listed))}")
+    fig, ax = plt.subplots(figsize=(10, 0.42 * len(rows) + 1.6))
+    ax.axvspan(-band, band, color="grey", alpha=0.15, lw=0, label=f"+-{band:g} % (C3's equivalence margin)")
+    ax.axvline(0, color="black", lw=0.8)
+    labels = []
+    for i, r in enumerate(rows):
+        y = len(rows) - 1 - i
+        labels.append(f"{r['arm']} - {r['ref']}")
+        c = find_contrast(contrasts, metric, r["arm"], r["ref"])
+        n = 0 if c is None or pd.isna(c["n"]) else int(c["n"])
+        if n == 0:
+            ax.text(0, y, "  no data", va="center", fontsize=7)
+            continue
+        g = float(c["rel_gap_pct"])
+        lo, hi = float(c["rel_ci_low"]), float(c["rel_ci_high"])
+        if n >= 2 and not (math.isnan(lo) or math.isnan(hi)):
+            ax.errorbar([g], [y], xerr=[[g - lo], [hi - g]], fmt="o", color="C0", ecolor="black", capsize=3,
+                        lw=0.8, ms=5)
+            note = f"n={n}: {g:+.2f} % [{lo:+.2f}, {hi:+.2f}]"
+        else:
+            ax.plot([g], [y], "o", color="C0", mfc="none", ms=5)
+            note = f"n={n}: {g:+.2f} % (no interval)"
+        ax.annotate(note, (1.0, y), xycoords=("axes fraction", "data"), xytext=(6, 0), textcoords="offset points",
+                    va="center", fontsize=7)
+    ax.set_yticks(range(len(rows) - 1, -1, -1))
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.set_xlabel(f"gap on {metric}, % of the reference's loss (mean of paired seeds; 95 % t CI where n >= 2)")
+    ax.set_title("remedies: each against its parent and against the reference")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 # ---------------------------------------------------------------------------------------------- main
 
 
@@ -885,6 +955,8 @@ def main(argv=None):
     write_csv(claims(spec, contrasts, closures, penalties, trajectory), os.path.join(a.out, "claims.csv"))
     fig_curves(spec, runs, runs_dirs, os.path.join(figdir, f"{a.prefix}loss_curves.png"))
     fig_decomposition(spec, contrasts, os.path.join(figdir, f"{a.prefix}gap_decomposition.png"))
+    if "remedies_figure" in spec:
+        fig_remedies(spec, contrasts, os.path.join(figdir, f"{a.prefix}remedies.png"))
     write_provenance(os.path.join(a.out, "analysis.json"), "studies/sweep/analyze_study.py", a.runs + [a.spec],
                      spec=spec, runs=int(len(runs)), contrasts=int(len(contrasts)))
     print(f"analyze_study: {len(runs)} runs, {len(contrasts)} contrast rows -> {a.out}")

@@ -137,6 +137,21 @@ class TinySweep(unittest.TestCase):
             self.assertGreater(os.path.getsize(os.path.join(self.out, f)), 0, f)
         self.assertEqual(len(self.runs), 6)
 
+    def test_remedies_figure_only_with_its_spec_entry(self):
+        self.assertFalse(os.path.exists(os.path.join(self.out, "remedies.png")))  # spec-tiny has none
+        out = self.run_with_spec("remedies-fig", lambda s: s.update(
+            remedies_figure={"band_pct": 0.5, "rows": [{"arm": "FULL16", "ref": "CPU"}]}))
+        self.assertGreater(os.path.getsize(os.path.join(out, "remedies.png")), 10000)
+        with self.assertRaises(SystemExit):  # a row that is not one of the spec's contrasts
+            self.run_with_spec("remedies-fig-bad", lambda s: s.update(
+                remedies_figure={"band_pct": 0.5, "rows": [{"arm": "CPU", "ref": "FULL16"}]}))
+
+    def test_arm_styles_never_repeat(self):
+        for n in (1, 10, 11, 20, 21, 30):
+            styles = A.arm_styles(n)
+            self.assertEqual(len(styles), n)
+            self.assertEqual(len({(str(c), ls, m) for c, ls, m in styles}), n, n)
+
     def test_primary_contrast_by_hand(self):
         v = self.by_arm("val_loss_fp32")
         d = [v["FULL16"][s] - v["CPU"][s] for s in (1, 2, 3)]
