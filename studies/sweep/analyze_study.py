@@ -807,7 +807,7 @@ def fig_curves(spec, runs, runs_dirs, path):
         ax.set_ylabel("nats / token")
         ax.grid(alpha=0.3)
     # The per-seed panel names its arms (and seeds) on its x axis and has no legend: with more than a handful of
-    # arms a legend there hid points. The curves' legend takes a second column past nine arms.
+    # arms a legend there hid points. The curves' legend takes a second column from nine arms on.
     if arms:
         axes[0].legend(fontsize=7, ncol=1 + len(arms) // 9, loc="upper right")
         if val_as_curves:
@@ -868,6 +868,16 @@ def fig_decomposition(spec, contrasts, path):
     plt.close(fig)
 
 
+def check_remedies_figure(spec, spec_path):
+    """Refuses a remedies_figure row that is not one of the spec's contrasts (it could only ever say "no data"),
+    before anything is written."""
+    listed = {(c["arm"], c["ref"]) for c in spec["contrasts"]}
+    for r in spec.get("remedies_figure", {}).get("rows", []):
+        if (r["arm"], r["ref"]) not in listed:
+            fail(f"spec {spec_path}: remedies_figure row {r['arm']} - {r['ref']} is not one of the spec's contrasts; "
+                 f"valid: {', '.join(f'{a} - {b}' for a, b in sorted(listed))}")
+
+
 def fig_remedies(spec, contrasts, path):
     """A forest plot of the spec's remedies_figure rows: each contrast's relative gap on the primary metric (mean of
     the paired seeds' 100 D / L_ref) with its 95 % t CI where n >= 2, the number of seeds and the interval written
@@ -875,11 +885,6 @@ def fig_remedies(spec, contrasts, path):
     claims.csv's."""
     fig_spec = spec["remedies_figure"]
     rows, band, metric = fig_spec["rows"], float(fig_spec["band_pct"]), spec["primary"]
-    listed = {(c["arm"], c["ref"]) for c in spec["contrasts"]}
-    for r in rows:
-        if (r["arm"], r["ref"]) not in listed:
-            fail(f"remedies_figure row {r['arm']} - {r['ref']} is not one of the spec's contrasts; "
-                 f"valid: {', '.join(f'{a} - {b}' for a, b in sorted(listed))}")
     fig, ax = plt.subplots(figsize=(10, 0.42 * len(rows) + 1.6))
     ax.axvspan(-band, band, color="grey", alpha=0.15, lw=0, label=f"+-{band:g} % (C3's equivalence margin)")
     ax.axvline(0, color="black", lw=0.8)
@@ -935,6 +940,7 @@ def main(argv=None):
     for k in ("reference", "primary", "metrics", "contrasts"):
         if k not in spec:
             fail(f"spec {a.spec} has no '{k}'")
+    check_remedies_figure(spec, a.spec)
     runs_dirs = a.runs_dir or ["out/sweep"]
     try:
         runs = load_runs(a.runs, spec.get("arm_column", "arm"), spec.get("seed_column", "seed"))

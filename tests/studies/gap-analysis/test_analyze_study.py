@@ -142,9 +142,10 @@ class TinySweep(unittest.TestCase):
         out = self.run_with_spec("remedies-fig", lambda s: s.update(
             remedies_figure={"band_pct": 0.5, "rows": [{"arm": "FULL16", "ref": "CPU"}]}))
         self.assertGreater(os.path.getsize(os.path.join(out, "remedies.png")), 10000)
-        with self.assertRaises(SystemExit):  # a row that is not one of the spec's contrasts
+        with self.assertRaises(SystemExit):  # a row that is not one of the spec's contrasts, refused before any output
             self.run_with_spec("remedies-fig-bad", lambda s: s.update(
                 remedies_figure={"band_pct": 0.5, "rows": [{"arm": "CPU", "ref": "FULL16"}]}))
+        self.assertFalse(os.path.exists(os.path.join(self.out, "remedies-fig-bad")))
 
     def test_arm_styles_never_repeat(self):
         for n in (1, 10, 11, 20, 21, 30):
