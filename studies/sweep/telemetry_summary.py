@@ -21,8 +21,13 @@ family's last logged step, "max" the largest value over every logged step.
 
   stream_max_abs_final / _max       max |x| of the residual stream over layers (fp16 max is 65504)
   stream_rms_final                  largest per-layer rms of the stream at the final sample
-  op_max_abs_max                    largest max |x| of any op output (forward and backward) at any sample
-  fp16_headroom_bits                log2(65504 / op_max_abs_max): how many doublings an fp16 value had left
+  op_max_abs_max                    largest max |x| of any op output (forward and backward, any storage format)
+                                    at any sample
+  fp16_op_max_abs_max               the same over the outputs the run's policy stores in fp16 (empty when none)
+  fp16_headroom_bits                min over those (op, pass) of log2(limit / max |x|), limit = 65504 or the op's
+                                    `saturate` if smaller (the ANE's matmul port: 32768): how many doublings the
+                                    fp16 output nearest its limit had left; telemetry_runs.csv names it in
+                                    fp16_headroom_at (op pass tensor layer step)
   max_logit_final / _max            largest attention logit over layers (attn-scores fwd)
   classifier_max_abs_max            largest |logit| of the classifier (fwd)
   swamping_attn_median_final        median over layers of rms(x)/rms(α·F) at residual-attn, final sample
@@ -42,11 +47,15 @@ family's last logged step, "max" the largest value over every logged step.
                                     the update left unchanged, last sampled update
   stagnation_max                    the largest such share, any tensor and update
 
+Which outputs are fp16, and each op's limit, come from --policy-tables (policy_tables.py: the tables `roundoff
+policy show --table` prints for each run's `policy`), not from the telemetry: a study's fp32 outputs (under
+ane-guide the embedding, RMSNorm, classifier and weight gradients) are no fp16 value's headroom.
 A run without telemetry.csv, or with no rows of a family, gets empty cells for that family. Nothing here holds a
 result: every number comes from the inputs. Run with the system python (pandas):
 
     /usr/bin/python3 studies/sweep/telemetry_summary.py --runs notebooks-data/autoane-gap-e11/runs.csv \
-        --runs-dir notebooks-data/autoane-gap-e11/runs --out notebooks-data/autoane-gap-e11/analysis
+        --runs-dir notebooks-data/autoane-gap-e11/runs --policy-tables notebooks-data/autoane-gap/policy-tables.json \
+        --out notebooks-data/autoane-gap-e11/analysis
 """
 import argparse
 import math
@@ -58,16 +67,18 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from policy_tables import read_tables  # noqa: E402
 from study_io import InputError, load_runs, read_csv, run_file, write_csv, write_provenance  # noqa: E402
 
-FP16_MAX = 65504.0
 QUANTITIES = [
-    "stream_max_abs_final", "stream_max_abs_max", "stream_rms_final", "op_max_abs_max", "fp16_headroom_bits",
+    "stream_max_abs_final", "stream_max_abs_max", "stream_rms_final", "op_max_abs_max", "fp16_op_max_abs_max",
+    "fp16_headroom_bits",
     "max_logit_final", "max_logit_max", "classifier_max_abs_max", "swamping_attn_median_final",
     "swamping_ffn_median_final", "swamping_max", "softmax_zero_fraction_final", "masked_zero_fraction_final",
     "softmax_underflow_final", "subnormal_fwd_per_sample", "subnormal_bwd_per_sample", "nonfinite_values",
     "collapsed_rows", "grad_underflow_max", "grad_underflow_mean_final", "stagnation_mean_final", "stagnation_max",
 ]
+STREAM = "stream"  # the residual stream's rows: values that the residual adds' own rows already cover
 UPDATE_OPS = {"grad", "adamw"}  # with the shadow_* and global_* metrics: rows logged at the update index
 COLUMNS = ["step", "layer", "op", "pass", "tensor", "metric", "value"]
 
@@ -87,8 +98,28 @@ def split_by_step_unit(t):
     return t[~at_update], t[at_update]
 
 
-def summarise(ops, upd):
-    """The quantities of the module doc for one run's telemetry, split by split_by_step_unit."""
+def fp16_headroom(ops, table):
+    """(largest max |x| of an fp16-stored output, min log2(limit / max |x|) over them, where that was) of one run's
+    op rows under its policy's table {(op, pass): Entry}; (nan, nan, "") when no sampled output is stored in fp16."""
+    m = ops[(ops.metric == "max_abs") & (ops.value > 0) & (ops.op != STREAM)]
+    entries = [table.get(k) for k in zip(m.op, m["pass"])]
+    missing = sorted({k for k, e in zip(zip(m.op, m["pass"]), entries) if e is None})
+    if missing:
+        raise InputError(f"the run's policy table has no entry for {missing[0][0]} {missing[0][1]}, which its "
+                         f"telemetry logs")
+    fp16 = [e is not None and e.storage == "fp16" for e in entries]
+    m = m[fp16]
+    if m.empty:
+        return math.nan, math.nan, ""
+    limit = pd.Series([e.limit for e, f in zip(entries, fp16) if f], index=m.index)
+    bits = (limit / m.value).map(math.log2)
+    r = m.loc[bits.idxmin()]
+    return float(m.value.max()), float(bits.min()), f"{r.op} {r['pass']} {r.tensor} layer {r.layer} step {r.step}"
+
+
+def summarise(ops, upd, table):
+    """The quantities of the module doc for one run's telemetry, split by split_by_step_unit, under its policy's
+    table {(op, pass): Entry}; and where the fp16 headroom was smallest."""
     q = dict.fromkeys(QUANTITIES, math.nan)
 
     def rows(frame, op=None, metric=None, passes=None):
@@ -109,8 +140,7 @@ def summarise(ops, upd):
     q["stream_max_abs_max"] = nan_if_empty(stream.value, "max")
     q["stream_rms_final"] = nan_if_empty(at_final(rows(ops, "stream", "rms")).value, "max")
     q["op_max_abs_max"] = nan_if_empty(rows(ops, metric="max_abs").value, "max")
-    if q["op_max_abs_max"] > 0:
-        q["fp16_headroom_bits"] = math.log2(FP16_MAX / q["op_max_abs_max"])
+    q["fp16_op_max_abs_max"], q["fp16_headroom_bits"], at = fp16_headroom(ops, table)
     logit = rows(ops, "attn-scores", "max_logit")
     q["max_logit_final"] = nan_if_empty(at_final(logit).value, "max")
     q["max_logit_max"] = nan_if_empty(logit.value, "max")
@@ -138,7 +168,7 @@ def summarise(ops, upd):
     stag = rows(upd, "adamw", "stagnation_fraction")
     q["stagnation_mean_final"] = nan_if_empty(at_final(stag).value, "mean")
     q["stagnation_max"] = nan_if_empty(stag.value, "max")
-    return q
+    return q, at
 
 
 def final_ops(ops):
@@ -224,6 +254,8 @@ def main(argv=None):
     ap.add_argument("--runs", action="append", default=[], help="runs.csv (repeatable)")
     ap.add_argument("--runs-dir", action="append", default=[],
                     help="where the runs' directories are (<dir>/<study>/<run>/ or <dir>/<run>/); default out/sweep")
+    ap.add_argument("--policy-tables", required=True,
+                    help="policy_tables.py's file: the (op, pass) storage and limit of every run's policy")
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--arm-column", default="arm")
     ap.add_argument("--seed-column", default="seed")
@@ -232,21 +264,31 @@ def main(argv=None):
         fail("give at least one --runs runs.csv")
     try:
         runs = load_runs(a.runs, a.arm_column, a.seed_column)
+        tables = read_tables(a.policy_tables)
     except InputError as e:
         fail(str(e))
+    if "policy" not in runs.columns:
+        fail(f"no 'policy' column in {', '.join(a.runs)}: the fp16 headroom needs each run's policy")
+    unknown = sorted(set(runs.policy) - set(tables))
+    if unknown:
+        fail(f"{a.policy_tables} has no table for policy '{unknown[0]}' (it has: {', '.join(sorted(tables))}); "
+             f"re-write it with studies/sweep/policy_tables.py write")
     runs_dirs = a.runs_dir or ["out/sweep"]
     rows, op_rows, series_by_run, arms_of_run = [], [], {}, {}
     for _, run in runs.iterrows():
         t = telemetry_of(run, runs_dirs)
-        q = dict.fromkeys(QUANTITIES, math.nan)
+        q, at = dict.fromkeys(QUANTITIES, math.nan), ""
         arms_of_run[run["run"]] = run[a.arm_column]
         if t is not None:
             ops, upd = split_by_step_unit(t)
-            q = summarise(ops, upd)
+            try:
+                q, at = summarise(ops, upd, tables[run["policy"]])
+            except InputError as e:
+                fail(f"run {run['run']} (policy '{run['policy']}'): {e}")
             op_rows.append(final_ops(ops).assign(**{a.arm_column: run[a.arm_column]}))
             series_by_run[run["run"]] = over_training(ops)
         rows.append({a.arm_column: run[a.arm_column], a.seed_column: int(run[a.seed_column]), "run": run["run"],
-                     "telemetry": t is not None, **q})
+                     "telemetry": t is not None, **q, "fp16_headroom_at": at})
     per_run = pd.DataFrame(rows).sort_values([a.arm_column, a.seed_column], kind="stable")
     os.makedirs(a.out, exist_ok=True)
     write_csv(per_run, os.path.join(a.out, "telemetry_runs.csv"))
@@ -257,7 +299,8 @@ def main(argv=None):
         n=("subnormal", "size"), subnormal=("subnormal", "mean"), zero_fraction=("zero_fraction", "mean"))
     write_csv(ops.reset_index(), os.path.join(a.out, "telemetry_ops.csv"))
     fig_over_training(series_by_run, arms_of_run, os.path.join(a.out, "telemetry.png"))
-    write_provenance(os.path.join(a.out, "telemetry_summary.json"), "studies/sweep/telemetry_summary.py", a.runs,
+    write_provenance(os.path.join(a.out, "telemetry_summary.json"), "studies/sweep/telemetry_summary.py",
+                     a.runs + [a.policy_tables],
                      runs_dirs=runs_dirs, runs=int(len(per_run)), with_telemetry=int(per_run.telemetry.sum()))
     print(f"telemetry_summary: {len(per_run)} runs ({int(per_run.telemetry.sum())} with telemetry) -> {a.out}")
 

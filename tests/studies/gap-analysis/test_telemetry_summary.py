@@ -5,7 +5,9 @@ The telemetry here is written by hand, in the trainer's layout (docs/trainer.md)
 index, grad and adamw rows at the update index (accum 10 below), so each expected number is worked out from the
 rows themselves, and a summary that mixed the two step units, or read the first sample as the final one, fails.
 """
+import contextlib
 import csv
+import io
 import json
 import math
 import os
@@ -19,6 +21,24 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "studies", "sweep"))
 import telemetry_summary as T  # noqa: E402
 
 HEADER = ["step", "layer", "op", "pass", "tensor", "metric", "value"]
+ENTRY = "fp32/fp32/fp32-seq/nearest-even"
+
+
+def tables(path, fp16_policy="tiny-fp16"):
+    """A policy-tables file (policy_tables.py's layout) for the runs below. Under fp16_policy attn-scores and the
+    matmul forward store fp16, the matmul forward with a `saturate` limit of 1024 (as the ANE's is 32768); the
+    matmul's weight gradient stays fp32. Under fp32 everything is fp32."""
+    entries = [f"{op:14s} {ps:10s} {ENTRY}" for op in ("attn-scores", "matmul", "softmax", "classifier") for ps in
+               ("fwd", "bwd-data", "bwd-weight")]
+    fp16 = [e.replace(ENTRY, "fp16/fp16/fp16-seq/nearest-even") if e.startswith(("attn-scores    fwd",))
+            else e.replace(ENTRY, "fp16/fp16/fp16-seq/nearest-even  saturate=1024") if e.startswith("matmul         fwd")
+            else e for e in entries]
+    head = "op             pass       storage/compute/accumulation/rounding [approx saturate nan]"
+    doc = {"generated_by": "by hand", "formats": {"fp32": 3.40282e+38, "fp16": 65504.0},
+           "policies": {fp16_policy: [fp16_policy, head] + fp16 + ["weights        role       fp32"],
+                        "fp32": ["fp32", head] + entries}}
+    with open(path, "w") as f:
+        json.dump(doc, f)
 
 
 def rows_fp16_run(final_scale):
@@ -40,6 +60,8 @@ def rows_fp16_run(final_scale):
                   (step, layer, "residual-ffn", "fwd", "y", "swamping_ratio", 6.0 * k + 2 * layer),
                   (step, layer, "rmsnorm", "fwd", "y", "collapsed_rows", 1.0 if step == 10 else 0.0),
                   (step, layer, "matmul", "fwd", "y", "inf", 2.0 if step == 0 else 0.0)]
+        # Below attn-scores' largest (7 at the final sample) but nearer its own limit (1024): log2(1024/2) = 9.
+        r.append((step, 0, "matmul", "fwd", "y", "max_abs", 2.0 if step == 10 else 0.5))
         r.append((step, -1, "classifier", "fwd", "logits", "max_abs", 9.0 * k))
     # An attribution row at the update index (step 1): it must not count as a third op sample.
     r.append((1, 0, "matmul", "fwd", "y", "shadow_max_ulp", 3.0))
@@ -57,9 +79,9 @@ class Summarise(unittest.TestCase):
                 ("CPU", 1, "arm-CPU_seed-1_c", None)]
         with open(os.path.join(self.dir, "runs.csv"), "w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["study", "run", "arm", "seed"])
+            w.writerow(["study", "run", "arm", "seed", "policy"])
             for arm, seed, run, scale in runs:
-                w.writerow(["tiny", run, arm, seed])
+                w.writerow(["tiny", run, arm, seed, "fp32" if arm == "CPU" else "tiny-fp16"])
                 if scale is None:
                     continue  # a run without telemetry.csv
                 os.makedirs(os.path.join(self.dir, "runs", run))
@@ -67,8 +89,9 @@ class Summarise(unittest.TestCase):
                     tw = csv.writer(g)
                     tw.writerow(HEADER)
                     tw.writerows(rows_fp16_run(scale))
+        tables(os.path.join(self.dir, "tables.json"))
         T.main(["--runs", os.path.join(self.dir, "runs.csv"), "--runs-dir", os.path.join(self.dir, "runs"),
-                "--out", os.path.join(self.dir, "out")])
+                "--policy-tables", os.path.join(self.dir, "tables.json"), "--out", os.path.join(self.dir, "out")])
 
     def tearDown(self):
         shutil.rmtree(self.dir)
@@ -80,13 +103,15 @@ class Summarise(unittest.TestCase):
     def test_per_run_quantities_from_the_rows(self):
         runs = {(r["arm"], r["seed"]): r for r in self.read("telemetry_runs.csv")}
         r = {k: float(v) if v not in ("", "True", "False") else v for k, v in runs[("FULL16", "1")].items()
-             if k not in ("arm", "run")}
+             if k not in ("arm", "run", "fp16_headroom_at")}
         k = 2.0  # seed 1's final-sample scale
         self.assertEqual(r["stream_max_abs_final"], 2.0 * k + 1)
         self.assertEqual(r["stream_max_abs_max"], 2.0 * k + 1)
         self.assertEqual(r["stream_rms_final"], 0.5 * k + 1)
-        self.assertEqual(r["op_max_abs_max"], 1000.0 * k)
-        self.assertAlmostEqual(r["fp16_headroom_bits"], math.log2(65504.0 / 2000.0), places=12)
+        self.assertEqual(r["op_max_abs_max"], 1000.0 * k)  # the fp32 weight gradient: no fp16 value's headroom
+        self.assertEqual(r["fp16_op_max_abs_max"], 3.0 * k + 1)  # attn-scores, layer 1
+        self.assertEqual(r["fp16_headroom_bits"], 9.0)  # the matmul forward against its saturate limit
+        self.assertEqual(runs[("FULL16", "1")]["fp16_headroom_at"], "matmul fwd y layer 0 step 10")
         self.assertEqual(r["max_logit_final"], 3.0 * k + 1)
         self.assertEqual(r["classifier_max_abs_max"], 9.0 * k)
         self.assertEqual(r["swamping_attn_median_final"], ((4.0 * k) + (4.0 * k + 2)) / 2)
@@ -108,6 +133,47 @@ class Summarise(unittest.TestCase):
         cpu = runs[("CPU", "1")]
         self.assertEqual(cpu["telemetry"], "False")
         self.assertEqual(cpu["stream_max_abs_max"], "")
+
+    def rerun(self, policy_of_full16, tables_policy="tiny-fp16"):
+        """The same telemetry with FULL16's runs under another policy name; returns (exit code, telemetry_runs)."""
+        with open(os.path.join(self.dir, "runs.csv")) as f:
+            text = f.read().replace(",tiny-fp16", "," + policy_of_full16)
+        with open(os.path.join(self.dir, "runs2.csv"), "w") as f:
+            f.write(text)
+        tables(os.path.join(self.dir, "tables2.json"), tables_policy)
+        out = os.path.join(self.dir, "out2")
+        try:
+            T.main(["--runs", os.path.join(self.dir, "runs2.csv"), "--runs-dir", os.path.join(self.dir, "runs"),
+                    "--policy-tables", os.path.join(self.dir, "tables2.json"), "--out", out])
+        except SystemExit as e:
+            return e.code, None
+        with open(os.path.join(out, "telemetry_runs.csv")) as f:
+            return 0, {(r["arm"], r["seed"]): r for r in csv.DictReader(f)}
+
+    def test_no_fp16_headroom_where_the_policy_stores_no_fp16(self):
+        code, runs = self.rerun("fp32")
+        self.assertEqual(code, 0)
+        self.assertEqual(runs[("FULL16", "1")]["fp16_headroom_bits"], "")
+        self.assertEqual(runs[("FULL16", "1")]["fp16_op_max_abs_max"], "")
+        self.assertEqual(float(runs[("FULL16", "1")]["op_max_abs_max"]), 2000.0)
+
+    def test_an_op_without_a_table_entry_is_refused(self):
+        with open(os.path.join(self.dir, "runs", "arm-FULL16_seed-1_a", "telemetry.csv"), "a", newline="") as f:
+            csv.writer(f).writerow((10, 0, "rope", "fwd", "q", "max_abs", 3.0))
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code, _ = self.rerun("tiny-fp16")
+        self.assertEqual(code, 2)
+        self.assertIn("run arm-FULL16_seed-1_a (policy 'tiny-fp16'): the run's policy table has no entry for rope fwd",
+                      err.getvalue())
+
+    def test_a_policy_without_a_table_is_refused(self):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code, _ = self.rerun("ane-guide", tables_policy="tiny-fp16")
+        self.assertEqual(code, 2)
+        self.assertIn("no table for policy 'ane-guide'", err.getvalue())
+        self.assertIn("fp32, tiny-fp16", err.getvalue())
 
     def test_per_arm_mean_min_max_over_seeds(self):
         arms = {(r["arm"], r["quantity"]): r for r in self.read("telemetry_arms.csv")}
@@ -133,7 +199,7 @@ class Summarise(unittest.TestCase):
         with open(os.path.join(self.dir, "out", "telemetry_summary.json")) as f:
             meta = json.load(f)
         self.assertEqual(meta["script"], "studies/sweep/telemetry_summary.py")
-        self.assertEqual(list(meta["inputs"]), [os.path.join(self.dir, "runs.csv")])
+        self.assertEqual(list(meta["inputs"]), [os.path.join(self.dir, "runs.csv"), os.path.join(self.dir, "tables.json")])
         self.assertEqual(len(meta["inputs"][os.path.join(self.dir, "runs.csv")]), 64)
         self.assertEqual((meta["runs"], meta["with_telemetry"]), (3, 2))
 
@@ -142,7 +208,8 @@ class Summarise(unittest.TestCase):
         with open(bad, "w") as f:
             f.write("run,arm\nx,CPU\n")
         with self.assertRaises(SystemExit) as e:
-            T.main(["--runs", bad, "--out", os.path.join(self.dir, "o2")])
+            T.main(["--runs", bad, "--policy-tables", os.path.join(self.dir, "tables.json"),
+                    "--out", os.path.join(self.dir, "o2")])
         self.assertEqual(e.exception.code, 2)
 
 
