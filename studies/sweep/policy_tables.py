@@ -79,8 +79,8 @@ def parse_table(policy, lines, formats):
     return out
 
 
-def read_tables(path):
-    """{policy: {(op, pass): Entry}} from a file written by `write`."""
+def read_doc(path):
+    """The JSON document of a file written by `write`, with its two keys checked."""
     if not os.path.isfile(path):
         raise InputError(f"{path} not found (write it with studies/sweep/policy_tables.py write)")
     with open(path) as f:
@@ -88,6 +88,12 @@ def read_tables(path):
     for key in ("formats", "policies"):
         if key not in doc:
             raise InputError(f"{path} has no '{key}' (write it with studies/sweep/policy_tables.py write)")
+    return doc
+
+
+def read_tables(path):
+    """{policy: {(op, pass): Entry}} from a file written by `write`."""
+    doc = read_doc(path)
     return {p: parse_table(p, lines, doc["formats"]) for p, lines in doc["policies"].items()}
 
 
@@ -115,8 +121,7 @@ def write(binary, runs_paths, out):
 
 
 def check(binary, path):
-    with open(path) as f:
-        doc = json.load(f)
+    doc = read_doc(path)
     diffs = []
     formats = formats_of(binary)
     for name, value in doc["formats"].items():

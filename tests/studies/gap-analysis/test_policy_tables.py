@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """Tests of studies/sweep/policy_tables.py (ctest AnalyzeStudy); ctest PolicyTablesCurrent checks the committed file
 against the build."""
+import contextlib
+import io
 import json
 import os
 import sys
@@ -40,6 +42,40 @@ class ParseTable(unittest.TestCase):
                 json.dump({"policies": {}}, f)
             with self.assertRaisesRegex(InputError, "has no 'formats'"):
                 P.read_tables(path)
+
+
+class Check(unittest.TestCase):
+    """`check` against a stand-in for the roundoff binary that prints a given table: equal passes, a changed
+    entry fails and is named."""
+
+    def fake(self, d, storage):
+        path = os.path.join(d, "roundoff")
+        with open(path, "w") as f:
+            f.write("#!/bin/sh\n"
+                    'if [ "$1" = formats ]; then\n'
+                    "  echo 'format  p emin emax subnorm u max finite'\n"
+                    "  echo 'fp32 24 -126 127 yes 5.96e-08 3.40282e+38 x'\n"
+                    "  echo 'fp16 11 -14 15 yes 0.00048828 65504 x'\n"
+                    "else\n"
+                    "  echo p; echo '%s'; echo 'matmul fwd %s/fp16/fp16-seq/nearest-even'\n"
+                    "fi\n" % (HEAD, storage))
+        os.chmod(path, 0o755)
+        return path
+
+    def test_equal_passes_and_a_changed_entry_is_named(self):
+        with tempfile.TemporaryDirectory() as d:
+            runs = os.path.join(d, "runs.csv")
+            with open(runs, "w") as f:
+                f.write("study,run,arm,seed,policy\ns,r,A,1,p\n")
+            out = os.path.join(d, "tables.json")
+            self.assertEqual(P.main(["write", "--roundoff", self.fake(d, "fp16"), "--runs", runs, "--out", out]), 0)
+            self.assertEqual(P.read_tables(out), {"p": {("matmul", "fwd"): P.Entry("fp16", 65504.0)}})
+            self.assertEqual(P.main(["check", "--roundoff", self.fake(d, "fp16"), out]), 0)
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                self.assertEqual(P.main(["check", "--roundoff", self.fake(d, "fp32"), out]), 1)
+            self.assertIn("policy 'p' line 3", err.getvalue())
+            self.assertIn("is stale", err.getvalue())
 
 
 if __name__ == "__main__":
