@@ -32,9 +32,11 @@ notebooks-data/autoane-gap/analysis-spec.json). Writes into --out:
 Metrics: every `metrics` entry of the spec is a runs.csv column (e.g. val_loss_fp32, our primary endpoint at
 equal steps; autoane_train_loss, AutoANE's own-precision training loss over the final 200 micro-steps;
 val_loss_own). The spec's `equal_wall_time` adds AutoANE's equal-wall-time metric `autoane_equal_wall_time`:
-the reference arm's mean training loss over the window of window/accum updates ending at the update boundary
-nearest to ref_micro_steps, against the other arm's window ending nearest to arm_micro_steps (curves.csv logs
-one mean per update, so AutoANE's 1041 and 1297 micro-steps become 1040 and 1300 at accum 10).
+each arm's mean training loss over the window of window/accum updates ending at the update boundary nearest to
+its step count: ref_micro_steps for the arms in AutoANE's CPU mode (`ref_arms`, default the reference alone),
+arm_micro_steps for its ANE-full arms (`arms`); curves.csv logs one mean per update, so AutoANE's 1041 and 1297
+micro-steps become 1040 and 1300 at accum 10. A contrast has this metric when its arm is ANE-full and its
+reference has a window (R-GUIDE-D - R-CPU: 1300 against 1040; GUIDE-D - GUIDE: 1300 against 1300).
 
 Nothing here holds a result: every number comes from the inputs. Contrasts whose runs are absent are written
 with n = 0 and empty statistics. Run with the system python (numpy, scipy, pandas, matplotlib):
@@ -187,6 +189,27 @@ def read_curves(path):
     return read_csv(path)
 
 
+def wall_time_ends(spec):
+    """Arm -> the micro-step at which its equal-wall-time window ends: ref_micro_steps for the arms in AutoANE's
+    CPU mode (the spec's equal_wall_time ref_arms, default the reference alone), arm_micro_steps for its ANE-full
+    arms (arms). An arm in neither has no window: AutoANE measured no step time for it. Empty without the entry."""
+    ewt = spec.get("equal_wall_time")
+    if not ewt:
+        return {}
+    cpu, ane = list(ewt.get("ref_arms", [spec["reference"]])), list(ewt.get("arms", []))
+    both = sorted(set(cpu) & set(ane))
+    if both:
+        fail(f"equal_wall_time: {', '.join(both)} in both ref_arms (CPU mode, {ewt['ref_micro_steps']} micro-steps) "
+             f"and arms (ANE-full, {ewt['arm_micro_steps']}); each arm has one step time")
+    return {**{a: ewt["ref_micro_steps"] for a in cpu}, **{a: ewt["arm_micro_steps"] for a in ane}}
+
+
+def wall_time_applies(ends, spec, arm, ref):
+    """Whether a contrast has an equal-wall-time value: its arm is one of the ANE-full arms and its reference has
+    a window of its own (a CPU-mode arm at the CPU's step count, or another ANE-full arm)."""
+    return arm in spec.get("equal_wall_time", {}).get("arms", []) and ref in ends
+
+
 def window_mean(curves, end_micro, window_micro, accum):
     """Mean training loss of the window of window/accum updates ending at the update nearest end_micro;
     curves.csv step k holds update k + 1. NaN when the run has not reached that update."""
@@ -219,10 +242,13 @@ def analyse(spec, runs, runs_dirs):
     for _, r in runs.iterrows():
         for m in metrics:
             values.setdefault((m, r[arm_col]), {})[r[seed_col]] = float(r[m])
+    ends = wall_time_ends(spec)
     if ewt:
         for _, r in runs.iterrows():
+            if r[arm_col] not in ends:
+                continue
             accum = float(r["recipe.accum"]) if "recipe.accum" in runs.columns else 1.0
-            end = ewt["ref_micro_steps"] if r[arm_col] == spec["reference"] else ewt["arm_micro_steps"]
+            end = ends[r[arm_col]]
             curves, _ = curves_of(r, runs_dirs)
             values.setdefault((EQUAL_WALL_TIME, r[arm_col]), {})[r[seed_col]] = window_mean(
                 curves, end, ewt["window_micro_steps"], accum)
@@ -240,7 +266,7 @@ def analyse(spec, runs, runs_dirs):
     for m in metrics:
         for c in spec["contrasts"]:
             arm, ref = c["arm"], c["ref"]
-            if m == EQUAL_WALL_TIME and arm not in ewt.get("arms", []):
+            if m == EQUAL_WALL_TIME and not wall_time_applies(ends, spec, arm, ref):
                 continue
             a, b = values.get((m, arm), {}), values.get((m, ref), {})
             seeds = sorted(s for s in set(a) & set(b) if not (math.isnan(a[s]) or math.isnan(b[s])))
@@ -302,11 +328,11 @@ def single_seed_spread(spec, values):
     ss = spec.get("single_seed", {})
     comps = ss.get("contrasts", spec.get("decomposition", []))
     metrics = ss.get("metrics", [spec["primary"]] + list(spec.get("decomposition_also", [])))
-    ewt_arms = spec.get("equal_wall_time", {}).get("arms", [])
+    ends = wall_time_ends(spec)
     rows = []
     for m in metrics:
         for c in comps:
-            if m == EQUAL_WALL_TIME and c["arm"] not in ewt_arms:  # as in analyse(): no window for this arm
+            if m == EQUAL_WALL_TIME and not wall_time_applies(ends, spec, c["arm"], c["ref"]):  # as in analyse()
                 continue
             a, b = values.get((m, c["arm"]), {}), values.get((m, c["ref"]), {})
             a = {s: v for s, v in a.items() if not math.isnan(v)}
@@ -822,7 +848,7 @@ def fig_curves(spec, runs, runs_dirs, path):
 def fig_decomposition(spec, contrasts, path):
     comps = spec.get("decomposition", [])
     metrics = [spec["primary"]] + [m for m in spec.get("decomposition_also", [])]
-    ewt_arms = spec.get("equal_wall_time", {}).get("arms", [])
+    ends = wall_time_ends(spec)
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(comps) + 2), 5))
     width = 0.8 / max(1, len(metrics))
     # The published gaps this study tests (spec "published_gaps"), as reference lines.
@@ -849,9 +875,9 @@ def fig_decomposition(spec, contrasts, path):
                         fmt="none", ecolor="black", capsize=3, lw=0.8)
         for xi, y, n, c in zip(x, ys, ns, comps):
             if math.isnan(y):
-                # An arm outside equal_wall_time's arms has no equal-wall-time window at all (not applicable);
-                # otherwise its runs are missing.
-                na = m == EQUAL_WALL_TIME and c["arm"] not in ewt_arms
+                # A contrast without an equal-wall-time window on both sides is not applicable; otherwise its
+                # runs are missing.
+                na = m == EQUAL_WALL_TIME and not wall_time_applies(ends, spec, c["arm"], c["ref"])
                 ax.text(xi, 0, "n/a" if na else "no data", rotation=90, ha="center", va="bottom", fontsize=7)
             else:
                 ax.text(xi, 0.01, f"n={n}", transform=blended_transform_factory(ax.transData, ax.transAxes),

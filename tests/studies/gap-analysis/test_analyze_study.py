@@ -191,6 +191,41 @@ class TinySweep(unittest.TestCase):
         row = self.contrast(A.EQUAL_WALL_TIME)
         self.assertAlmostEqual(float(row["mean_diff"]), sum(diffs) / 3, places=14)
 
+    def test_equal_wall_time_window_by_step_time_not_by_reference(self):
+        # A contrast whose reference is a CPU-mode arm other than the spec's reference (R-GUIDE-D - R-CPU in the
+        # study) takes that arm's window at ref_micro_steps. Here CPU2 is a copy of CPU's runs: FULL16 - CPU2 must
+        # equal FULL16 - CPU when CPU2 is in ref_arms, and have no equal-wall-time row when it is in neither list.
+        runs = read_csv(os.path.join(HERE, "runs.csv"))
+        path = os.path.join(self.out, "runs-cpu2.csv")
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(runs[0]))
+            w.writeheader()
+            w.writerows(runs)
+            w.writerows({**r, "arm": "CPU2"} for r in runs if r["arm"] == "CPU")
+
+        def run(name, ref_arms):
+            with open(os.path.join(HERE, "spec-tiny.json")) as f:
+                spec = json.load(f)
+            spec["contrasts"].append({"arm": "FULL16", "ref": "CPU2"})
+            if ref_arms is not None:
+                spec["equal_wall_time"]["ref_arms"] = ref_arms
+            sp = os.path.join(self.out, f"spec-{name}.json")
+            with open(sp, "w") as f:
+                json.dump(spec, f)
+            out = os.path.join(self.out, name)
+            A.main(["--spec", sp, "--runs", path, "--runs-dir", os.path.join(HERE, "runs"), "--out", out])
+            return {(r["arm"], r["ref"]): r for r in read_csv(os.path.join(out, "contrasts.csv"))
+                    if r["metric"] == A.EQUAL_WALL_TIME}
+
+        rows = run("ewt-cpu2", ["CPU", "CPU2"])
+        self.assertEqual(rows[("FULL16", "CPU2")]["mean_diff"], rows[("FULL16", "CPU")]["mean_diff"])
+        self.assertEqual(rows[("FULL16", "CPU")]["mean_diff"], self.contrast(A.EQUAL_WALL_TIME)["mean_diff"])
+        rows = run("ewt-default", None)  # ref_arms defaults to the reference alone: CPU2 has no window
+        self.assertNotIn(("FULL16", "CPU2"), rows)
+        self.assertIn(("FULL16", "CPU"), rows)
+        with self.assertRaises(SystemExit):  # an arm with two step times is refused
+            run("ewt-both", ["CPU", "FULL16"])
+
     def test_trajectory_agreement_by_hand(self):
         # spec-tiny: FULL16 vs CPU train_loss, updates 1..4 (curves steps 0..3), threshold 5e-5 (every seed holds
         # on this sweep); again at 2e-5, where seeds 1 and 2 fail and 3 holds, so both outcomes are checked.
