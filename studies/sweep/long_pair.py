@@ -1,0 +1,139 @@
+#!/usr/bin/python3
+"""The longer pair of the AutoANE-gap study (L1; preregistration §3 and amendment 13): descriptive, one seed.
+
+Reads the long pair's runs.csv (--long: an arm and a reference arm of one seed, trained for N updates) and the
+runs of the same arms at the study's run length (--short: one or more runs.csv, e.g. the A512 pilot's; their
+final metrics are all it reads), and the runs directories of the long pair's curves.csv (--long-dir). Writes into
+--out:
+
+  long_pair.csv     per metric (val_loss_fp32, autoane_train_loss, val_loss_own) and run length (the short
+                    pair's updates, then the long pair's): L_ref, L_arm, diff = L_arm - L_ref (nats) and
+                    rel_gap_pct = 100 diff / L_ref, for the given seed
+  windows.csv       the long pair's own-precision training loss over the window of --window micro-steps ending
+                    at each update of --at (AutoANE's metric at that point of training): L_ref, L_arm, diff,
+                    rel_gap_pct
+  growth.json       growth = diff(long) - diff(short) in AutoANE's metric (nats); ref_sd = the sample sd (n - 1)
+                    of the reference arm's AutoANE metric over the short runs' seeds; grows = growth > ref_sd
+                    (amendment 13's reading of "the gap grows with training"; reported, not tested); and the
+                    provenance (inputs' sha256, git revision, command, time)
+
+Nothing here holds a result: every number comes from the inputs. Run with the system python:
+
+    /usr/bin/python3 studies/sweep/long_pair.py \\
+        --long notebooks-data/autoane-gap-a512-long/runs.csv --long-dir notebooks-data/autoane-gap-a512-long/runs \\
+        --short notebooks-data/autoane-gap-a512-pilot/runs.csv \\
+        --out notebooks-data/autoane-gap-a512-long/analysis
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import pandas as pd
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from study_io import InputError, load_runs, read_csv, run_file, write_csv, write_provenance  # noqa: E402
+
+METRICS = ["val_loss_fp32", "autoane_train_loss", "val_loss_own"]
+AUTOANE = "autoane_train_loss"
+
+
+def one_run(runs, arm, seed, what):
+    rows = runs[(runs.arm == arm) & (runs.seed == seed)]
+    if len(rows) != 1:
+        raise InputError(f"{what}: {len(rows)} runs of arm '{arm}' seed {seed} (expected one; arms there: "
+                         f"{', '.join(sorted(set(runs.arm)))})")
+    return rows.iloc[0]
+
+
+def pair_row(metric, updates, ref, arm):
+    r, a = float(ref[metric]), float(arm[metric])
+    return {"metric": metric, "updates": updates, "L_ref": r, "L_arm": a, "diff": a - r,
+            "rel_gap_pct": 100 * (a - r) / r}
+
+
+def window_mean(run, dirs, end_update, window_micro):
+    """Mean train_loss over the window of window_micro / accum updates ending at end_update (curves.csv step k
+    holds update k + 1)."""
+    p = run_file(run, dirs, "curves.csv")
+    if p is None:
+        raise InputError(f"no curves.csv for run {run['run']} under {', '.join(dirs)}")
+    accum = int(run["recipe.accum"])
+    n = window_micro // accum
+    if n < 1 or n * accum != window_micro:
+        raise InputError(f"--window {window_micro} is not a positive multiple of the runs' accum {accum}")
+    c = read_csv(p)
+    tl = c[c.metric == "train_loss"].set_index("step")["value"]
+    steps = range(end_update - n, end_update)
+    missing = [s + 1 for s in steps if s not in tl.index]
+    if steps.start < 0 or missing:
+        raise InputError(f"{p}: no train_loss for update(s) {missing[:3] or [steps.start + 1]} of the window "
+                         f"ending at update {end_update}")
+    return float(tl[list(steps)].mean())
+
+
+def analyse(args):
+    long_runs = load_runs(args.long, "arm", "seed")
+    short_runs = load_runs(args.short, "arm", "seed")
+    lr, la = (one_run(long_runs, x, args.seed, "--long") for x in (args.ref, args.arm))
+    sr, sa = (one_run(short_runs, x, args.seed, "--short") for x in (args.ref, args.arm))
+    for r in (lr, la, sr, sa):
+        if str(r["complete"]).lower() != "true":
+            raise InputError(f"run {r['run']} is not complete ({r['steps_completed']} of {r['steps']} updates)")
+    n_long, n_short = int(lr["steps"]), int(sr["steps"])
+    if int(la["steps"]) != n_long or int(sa["steps"]) != n_short or n_long <= n_short:
+        raise InputError(f"the long pair must have one length longer than the short pair's "
+                         f"(long {lr['steps']} and {la['steps']}, short {sr['steps']} and {sa['steps']} updates)")
+    pairs = pd.DataFrame([pair_row(m, n, r, a) for n, r, a in ((n_short, sr, sa), (n_long, lr, la))
+                          for m in METRICS])
+    at = args.at or list(range(100, n_long + 1, 100))
+    bad = [u for u in at if not 0 < u <= n_long]
+    if bad:
+        raise InputError(f"--at {bad[0]} is outside the long runs' 1..{n_long} updates")
+    win = []
+    for u in at:
+        r, a = (window_mean(x, args.long_dir, u, args.window) for x in (lr, la))
+        win.append({"update": u, "L_ref": r, "L_arm": a, "diff": a - r, "rel_gap_pct": 100 * (a - r) / r})
+    ref_vals = [float(v) for v in short_runs[short_runs.arm == args.ref][AUTOANE]]
+    if len(ref_vals) < 2:
+        raise InputError(f"--short has {len(ref_vals)} run(s) of '{args.ref}': its seed-to-seed sd needs two or more")
+    d = pairs.set_index(["metric", "updates"])["diff"]
+    growth = float(d[(AUTOANE, n_long)] - d[(AUTOANE, n_short)])
+    ref_sd = statistics.stdev(ref_vals)
+    summary = {"arm": args.arm, "ref": args.ref, "seed": args.seed, "updates_short": n_short, "updates_long": n_long,
+               "metric": AUTOANE, "diff_short": float(d[(AUTOANE, n_short)]), "diff_long": float(d[(AUTOANE, n_long)]),
+               "growth": growth, "ref_sd": ref_sd, "ref_sd_seeds": len(ref_vals), "grows": growth > ref_sd}
+    return pairs, pd.DataFrame(win), summary
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--long", nargs="+", required=True, help="runs.csv of the long pair")
+    ap.add_argument("--long-dir", nargs="+", required=True, help="runs directories of the long pair")
+    ap.add_argument("--short", nargs="+", required=True, help="runs.csv of the same arms at the study's length")
+    ap.add_argument("--arm", default="GUIDE-D")
+    ap.add_argument("--ref", default="CPU")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--window", type=int, default=200, help="window of AutoANE's metric, micro-steps")
+    ap.add_argument("--at", type=int, nargs="*", help="updates at which windows end (default every 100th)")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    try:
+        pairs, win, summary = analyse(args)
+    except InputError as e:
+        print(f"long_pair: {e}", file=sys.stderr)
+        sys.exit(2)
+    os.makedirs(args.out, exist_ok=True)
+    write_csv(pairs, os.path.join(args.out, "long_pair.csv"))
+    write_csv(win, os.path.join(args.out, "windows.csv"))
+    write_provenance(os.path.join(args.out, "growth.json"), "studies/sweep/long_pair.py", args.long + args.short,
+                     **summary)
+    print(f"long_pair: {args.arm} - {args.ref} seed {args.seed} in {AUTOANE}: {summary['diff_short']:+.5f} nats at "
+          f"{summary['updates_short']} updates, {summary['diff_long']:+.5f} at {summary['updates_long']}; growth "
+          f"{summary['growth']:+.5f} against the reference's seed sd {summary['ref_sd']:.5f} "
+          f"(n {summary['ref_sd_seeds']}): {'grows' if summary['grows'] else 'does not grow'} -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()
