@@ -17,11 +17,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "studies", "sweep"))
 import long_pair as L  # noqa: E402
-
-
-def read_csv(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+from test_analyze_study import read_csv  # noqa: E402  (a CSV file as a list of dicts of strings)
 
 
 class LongPair(unittest.TestCase):
