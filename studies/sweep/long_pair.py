@@ -25,7 +25,7 @@ Nothing here holds a result: every number comes from the inputs. Run with the sy
         --out notebooks-data/autoane-gap-a512-long/analysis
 """
 import argparse
-import json
+import math
 import os
 import statistics
 import sys
@@ -33,6 +33,7 @@ import sys
 import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import analyze_study  # noqa: E402
 from study_io import InputError, load_runs, read_csv, run_file, write_csv, write_provenance  # noqa: E402
 
 METRICS = ["val_loss_fp32", "autoane_train_loss", "val_loss_own"]
@@ -54,23 +55,18 @@ def pair_row(metric, updates, ref, arm):
 
 
 def window_mean(run, dirs, end_update, window_micro):
-    """Mean train_loss over the window of window_micro / accum updates ending at end_update (curves.csv step k
-    holds update k + 1)."""
+    """Mean train_loss over the window of window_micro / accum updates ending at end_update: analyze_study's
+    window (the equal-wall-time metric's), refusing a window the run's curves do not hold."""
     p = run_file(run, dirs, "curves.csv")
     if p is None:
         raise InputError(f"no curves.csv for run {run['run']} under {', '.join(dirs)}")
     accum = int(run["recipe.accum"])
-    n = window_micro // accum
-    if n < 1 or n * accum != window_micro:
+    if window_micro < accum or window_micro % accum:
         raise InputError(f"--window {window_micro} is not a positive multiple of the runs' accum {accum}")
-    c = read_csv(p)
-    tl = c[c.metric == "train_loss"].set_index("step")["value"]
-    steps = range(end_update - n, end_update)
-    missing = [s + 1 for s in steps if s not in tl.index]
-    if steps.start < 0 or missing:
-        raise InputError(f"{p}: no train_loss for update(s) {missing[:3] or [steps.start + 1]} of the window "
-                         f"ending at update {end_update}")
-    return float(tl[list(steps)].mean())
+    v = analyze_study.window_mean(read_csv(p), end_update * accum, window_micro, accum)
+    if math.isnan(v):
+        raise InputError(f"{p}: no train_loss for every update of the window ending at update {end_update}")
+    return v
 
 
 def analyse(args):
