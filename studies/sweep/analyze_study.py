@@ -845,7 +845,17 @@ def fig_curves(spec, runs, runs_dirs, path):
     plt.close(fig)
 
 
-def fig_decomposition(spec, contrasts, path):
+def missing_bar_label(spec, arms_run, ends, metric, arm, ref):
+    """What a decomposition bar without a value says: "n/a" where the metric does not apply (equal wall time
+    without a window on both sides), "no runs of X" naming the contrast's arm(s) with no run in the table (not in
+    this study's grid, or not run yet), else "no data" (both arms ran, but no seed of them is paired)."""
+    if metric == EQUAL_WALL_TIME and not wall_time_applies(ends, spec, arm, ref):
+        return "n/a"
+    absent = [a for a in (arm, ref) if a not in arms_run]
+    return f"no runs of {' or '.join(absent)}" if absent else "no data"
+
+
+def fig_decomposition(spec, contrasts, path, arms_run):
     comps = spec.get("decomposition", [])
     metrics = [spec["primary"]] + [m for m in spec.get("decomposition_also", [])]
     ends = wall_time_ends(spec)
@@ -875,10 +885,8 @@ def fig_decomposition(spec, contrasts, path):
                         fmt="none", ecolor="black", capsize=3, lw=0.8)
         for xi, y, n, c in zip(x, ys, ns, comps):
             if math.isnan(y):
-                # A contrast without an equal-wall-time window on both sides is not applicable; otherwise its
-                # runs are missing.
-                na = m == EQUAL_WALL_TIME and not wall_time_applies(ends, spec, c["arm"], c["ref"])
-                ax.text(xi, 0, "n/a" if na else "no data", rotation=90, ha="center", va="bottom", fontsize=7)
+                ax.text(xi, 0, missing_bar_label(spec, arms_run, ends, m, c["arm"], c["ref"]), rotation=90,
+                        ha="center", va="bottom", fontsize=7)
             else:
                 ax.text(xi, 0.01, f"n={n}", transform=blended_transform_factory(ax.transData, ax.transAxes),
                         ha="center", va="bottom", fontsize=6)
@@ -986,7 +994,8 @@ def main(argv=None):
     write_csv(penalties, os.path.join(a.out, "penalties.csv"))
     write_csv(claims(spec, contrasts, closures, penalties, trajectory), os.path.join(a.out, "claims.csv"))
     fig_curves(spec, runs, runs_dirs, os.path.join(figdir, f"{a.prefix}loss_curves.png"))
-    fig_decomposition(spec, contrasts, os.path.join(figdir, f"{a.prefix}gap_decomposition.png"))
+    fig_decomposition(spec, contrasts, os.path.join(figdir, f"{a.prefix}gap_decomposition.png"),
+                      set(runs[spec.get("arm_column", "arm")]) if not runs.empty else set())
     if "remedies_figure" in spec:
         fig_remedies(spec, contrasts, os.path.join(figdir, f"{a.prefix}remedies.png"))
     write_provenance(os.path.join(a.out, "analysis.json"), "studies/sweep/analyze_study.py", a.runs + [a.spec],

@@ -153,6 +153,21 @@ class TinySweep(unittest.TestCase):
             self.assertEqual(len(styles), n)
             self.assertEqual(len({(str(c), ls, m) for c, ls, m in styles}), n, n)
 
+    def test_missing_bar_labels(self):
+        # The decomposition figure's label for a bar without a value: equal wall time without a window is "n/a";
+        # a contrast whose arm or reference has no run names it; both ran but no paired seed is "no data".
+        spec = {"reference": "CPU", "equal_wall_time": {"ref_micro_steps": 1041, "arm_micro_steps": 1297,
+                                                        "ref_arms": ["CPU"], "arms": ["FULL16"]}}
+        ends = A.wall_time_ends(spec)
+        ran = {"CPU", "FULL16", "MM"}
+        self.assertEqual(A.missing_bar_label(spec, ran, ends, A.EQUAL_WALL_TIME, "MM", "CPU"), "n/a")
+        self.assertEqual(A.missing_bar_label(spec, ran, ends, A.EQUAL_WALL_TIME, "GUIDE", "CPU"), "n/a")
+        self.assertEqual(A.missing_bar_label(spec, ran, ends, "val_loss_fp32", "GUIDE", "CPU"), "no runs of GUIDE")
+        self.assertEqual(A.missing_bar_label(spec, ran, ends, "val_loss_fp32", "GUIDE", "CPU-D"),
+                         "no runs of GUIDE or CPU-D")
+        self.assertEqual(A.missing_bar_label(spec, ran, ends, A.EQUAL_WALL_TIME, "FULL16", "CPU"), "no data")
+        self.assertEqual(A.missing_bar_label(spec, ran, ends, "val_loss_fp32", "MM", "CPU"), "no data")
+
     def test_primary_contrast_by_hand(self):
         v = self.by_arm("val_loss_fp32")
         d = [v["FULL16"][s] - v["CPU"][s] for s in (1, 2, 3)]
