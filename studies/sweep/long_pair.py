@@ -16,6 +16,10 @@ final metrics are all it reads), and the runs directories of the long pair's cur
                     of the reference arm's AutoANE metric over the short runs' seeds; grows = growth > ref_sd
                     (amendment 13's reading of "the gap grows with training"; reported, not tested); and the
                     provenance (inputs' sha256, git revision, command, time)
+  long_pair.png     display only: left, each long run's own-precision training loss per update (thin) and its
+                    mean over the window ending at each update (AutoANE's metric, were training to stop there);
+                    right, the window gap 100 (L_arm - L_ref) / L_ref at every update with a whole window, the
+                    --at points marked
 
 Nothing here holds a result: every number comes from the inputs. Run with the system python:
 
@@ -30,7 +34,11 @@ import os
 import statistics
 import sys
 
-import pandas as pd
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import analyze_study  # noqa: E402
@@ -69,6 +77,41 @@ def window_mean(run, dirs, end_update, window_micro):
     return v
 
 
+def window_series(run, dirs, window_micro, n_updates):
+    """Update -> the run's window mean ending there (window_mean), for every update from the first whole window
+    to n_updates."""
+    first = max(1, window_micro // int(run["recipe.accum"]))
+    return pd.Series({u: window_mean(run, dirs, u, window_micro) for u in range(first, n_updates + 1)})
+
+
+def figure(args, lr, la, win, path):
+    n = int(lr["steps"])
+    ref, arm = (window_series(r, args.long_dir, args.window, n) for r in (lr, la))
+    fig, (a0, a1) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for k, (name, run, series) in enumerate(((args.ref, lr, ref), (args.arm, la, arm))):
+        c = read_csv(run_file(run, args.long_dir, "curves.csv"))
+        tl = c[c.metric == "train_loss"]
+        a0.plot(tl.step + 1, tl.value, color=f"C{k}", lw=0.4, alpha=0.35)
+        a0.plot(series.index, series.values, color=f"C{k}", lw=1.6, label=f"{name} (window mean)")
+    a0.set_xlabel("update")
+    a0.set_ylabel(f"own-precision training loss\n(thin: per update; thick: last {args.window} micro-steps)")
+    a0.set_title(f"seed {args.seed}, {n} updates")
+    a0.grid(alpha=0.3)
+    a0.legend(fontsize=8)
+    gap = 100 * (arm - ref) / ref
+    a1.plot(gap.index, gap.values, color="black", lw=1.2)
+    a1.plot(win["update"], win["rel_gap_pct"], "o", color="C3", ms=5, label="windows.csv")
+    a1.axhline(0, color="grey", lw=0.8)
+    a1.set_xlabel("update (end of the window)")
+    a1.set_ylabel(f"{args.arm} - {args.ref}, % of {args.ref}'s loss\n(AutoANE's metric at that point)")
+    a1.set_title("gap in AutoANE's metric over training (n = 1, descriptive)")
+    a1.grid(alpha=0.3)
+    a1.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def analyse(args):
     long_runs = load_runs(args.long, "arm", "seed")
     short_runs = load_runs(args.short, "arm", "seed")
@@ -100,7 +143,7 @@ def analyse(args):
     summary = {"arm": args.arm, "ref": args.ref, "seed": args.seed, "updates_short": n_short, "updates_long": n_long,
                "metric": AUTOANE, "diff_short": float(d[(AUTOANE, n_short)]), "diff_long": float(d[(AUTOANE, n_long)]),
                "growth": growth, "ref_sd": ref_sd, "ref_sd_seeds": len(ref_vals), "grows": growth > ref_sd}
-    return pairs, pd.DataFrame(win), summary
+    return pairs, pd.DataFrame(win), summary, (lr, la)
 
 
 def main(argv=None):
@@ -116,13 +159,14 @@ def main(argv=None):
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     try:
-        pairs, win, summary = analyse(args)
+        pairs, win, summary, (lr, la) = analyse(args)
     except InputError as e:
         print(f"long_pair: {e}", file=sys.stderr)
         sys.exit(2)
     os.makedirs(args.out, exist_ok=True)
     write_csv(pairs, os.path.join(args.out, "long_pair.csv"))
     write_csv(win, os.path.join(args.out, "windows.csv"))
+    figure(args, lr, la, win, os.path.join(args.out, "long_pair.png"))
     write_provenance(os.path.join(args.out, "growth.json"), "studies/sweep/long_pair.py", args.long + args.short,
                      **summary)
     print(f"long_pair: {args.arm} - {args.ref} seed {args.seed} in {AUTOANE}: {summary['diff_short']:+.5f} nats at "
