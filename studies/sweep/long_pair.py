@@ -77,27 +77,30 @@ def window_mean(run, dirs, end_update, window_micro):
     return v
 
 
-def window_series(run, dirs, window_micro, n_updates):
-    """Update -> the run's window mean ending there (window_mean), for every update from the first whole window
-    to n_updates."""
-    first = max(1, window_micro // int(run["recipe.accum"]))
-    return pd.Series({u: window_mean(run, dirs, u, window_micro) for u in range(first, n_updates + 1)})
+def window_series(curves, accum, window_micro, n_updates):
+    """Update -> the window mean ending there (analyze_study.window_mean on one curves.csv frame, read once), for
+    every update from the first whole window to n_updates."""
+    first = max(1, window_micro // accum)
+    return pd.Series({u: analyze_study.window_mean(curves, u * accum, window_micro, accum)
+                      for u in range(first, n_updates + 1)})
 
 
 def figure(args, lr, la, win, path):
     n = int(lr["steps"])
-    ref, arm = (window_series(r, args.long_dir, args.window, n) for r in (lr, la))
     fig, (a0, a1) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for k, (name, run, series) in enumerate(((args.ref, lr, ref), (args.arm, la, arm))):
+    series = []
+    for k, (name, run) in enumerate(((args.ref, lr), (args.arm, la))):
         c = read_csv(run_file(run, args.long_dir, "curves.csv"))
+        series.append(window_series(c, int(run["recipe.accum"]), args.window, n))
         tl = c[c.metric == "train_loss"]
         a0.plot(tl.step + 1, tl.value, color=f"C{k}", lw=0.4, alpha=0.35)
-        a0.plot(series.index, series.values, color=f"C{k}", lw=1.6, label=f"{name} (window mean)")
+        a0.plot(series[-1].index, series[-1].values, color=f"C{k}", lw=1.6, label=f"{name} (window mean)")
     a0.set_xlabel("update")
     a0.set_ylabel(f"own-precision training loss\n(thin: per update; thick: last {args.window} micro-steps)")
     a0.set_title(f"seed {args.seed}, {n} updates")
     a0.grid(alpha=0.3)
     a0.legend(fontsize=8)
+    ref, arm = series
     gap = 100 * (arm - ref) / ref
     a1.plot(gap.index, gap.values, color="black", lw=1.2)
     a1.plot(win["update"], win["rel_gap_pct"], "o", color="C3", ms=5, label="windows.csv")

@@ -87,8 +87,9 @@ class LongPair(unittest.TestCase):
             self.assertAlmostEqual(float(r["diff"]), arm - ref, places=14)
         # The figure's series: the window mean at every update from the first whole window (4) to 12.
         self.assertGreater(os.path.getsize(os.path.join(out, "long_pair.png")), 10000)
-        runs = L.load_runs([os.path.join(HERE, "runs.csv")], "arm", "seed")
-        series = L.window_series(L.one_run(runs, "CPU", 2, "test"), [os.path.join(HERE, "runs")], 4, 12)
+        run = next(r for r in self.long if r["arm"] == "CPU" and r["seed"] == "2")
+        curves = L.read_csv(os.path.join(HERE, "runs", run["run"], "curves.csv"))
+        series = L.window_series(curves, int(run["recipe.accum"]), 4, 12)
         self.assertEqual(list(series.index), list(range(4, 13)))
         for u in range(4, 13):
             self.assertAlmostEqual(series[u], sum(c[k] for k in range(u - 3, u + 1)) / 4, places=14)
