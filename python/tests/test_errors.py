@@ -1,0 +1,84 @@
+"""Bad input is refused with one clear line: wrong dtypes, shapes, values outside the format, unknown names."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import roundoff
+
+
+def one_line(excinfo):
+    assert "\n" not in str(excinfo.value)
+    return str(excinfo.value)
+
+
+def test_wrong_dtype():
+    with pytest.raises(TypeError, match="complex128 is not supported") as e:
+        roundoff.round(np.ones(3, dtype=complex), "fp16")
+    one_line(e)
+    with pytest.raises(TypeError, match="dtype <U1"):
+        roundoff.round(np.array(["a"]), "fp16")
+    with pytest.raises(ValueError, match="2\\*\\*53"):
+        roundoff.round(np.array([2**60 + 1], dtype=np.int64), "fp64")
+    assert roundoff.round(np.array([1, 2, 3], dtype=np.int16), "fp16").dtype == np.float64
+
+
+def test_non_contiguous_inputs_are_read_correctly():
+    x = np.arange(20.0).reshape(4, 5)[:, ::2] * 0.1
+    assert np.array_equal(roundoff.round(x, "fp16"), roundoff.round(np.ascontiguousarray(x), "fp16"))
+
+
+def test_mismatched_shapes():
+    with pytest.raises(ValueError, match="inner dimensions differ"):
+        roundoff.gemm(np.ones((2, 3)), np.ones((2, 3)), inputs="fp16", accumulation="fp16-seq")
+    with pytest.raises(ValueError, match="same shape"):
+        roundoff.dot(np.ones(3), np.ones(4), inputs="fp16", accumulation="fp16-seq")
+    with pytest.raises(ValueError, match="must be 2-D"):
+        roundoff.gemm(np.ones(3), np.ones((3, 1)), inputs="fp16", accumulation="fp16-seq")
+    with pytest.raises(ValueError, match="c must be 2x1"):
+        roundoff.gemm(np.ones((2, 3)), np.ones((3, 1)), np.ones((1, 1)), inputs="fp16", accumulation="fp16-seq")
+    with pytest.raises(ValueError, match="do not broadcast"):
+        roundoff.arith("add", np.ones(3), np.ones(4), format="fp16")
+
+
+def test_values_outside_the_format():
+    with pytest.raises(ValueError, match=r"x\[1\] = 0.1 .* is not a value of fp16; round it first") as e:
+        roundoff.dot([1.0, 0.1], [1.0, 1.0], inputs="fp16", accumulation="fp32-seq")
+    one_line(e)
+    a = np.ones((3, 4))
+    a[2, 1] = 1 + 2.0**-20
+    with pytest.raises(ValueError, match=r"a\[2, 1\]"):
+        roundoff.gemm(a, np.ones((4, 2)), inputs="fp16", accumulation="fp32-seq")
+    with pytest.raises(ValueError, match=r"a\[2, 1\]"):  # the same index when a is read as a transpose
+        roundoff.gemm(np.asfortranarray(a), np.ones((4, 2)), inputs="fp16", accumulation="fp32-seq")
+    with pytest.raises(ValueError, match="not a value of e4m3"):
+        roundoff.to_bits([500.0], "e4m3")
+    with pytest.raises(ValueError, match="more than the 16 bits"):
+        roundoff.from_bits([1 << 16], "fp16")
+
+
+def test_unknown_names():
+    for call, pat in [(lambda: roundoff.Format("fp9"), "fp9"),
+                      (lambda: roundoff.Accumulation("tc-b300"), "tc-b300"),
+                      (lambda: roundoff.Policy("ane-fp64"), "ane-fp64"),
+                      (lambda: roundoff.round(1.0, "fp16", "nearest"), "nearest"),
+                      (lambda: roundoff.arith("pow", 1.0, 2.0, format="fp16"), "pow"),
+                      (lambda: roundoff.op_error("gelu", "fp32"), "gelu")]:
+        with pytest.raises(ValueError, match=pat) as e:
+            call()
+        one_line(e)
+    with pytest.raises(ValueError, match="specials 'inf' is not one of"):
+        roundoff.Format(p=5, emin=-3, emax=4, specials="inf")
+    with pytest.raises(ValueError):
+        roundoff.Format(p=80, emin=-3, emax=4)
+    with pytest.raises(TypeError, match="expected a roundoff.Format"):
+        roundoff.round(1.0, 16)
+
+
+def test_arity_and_seed_errors():
+    with pytest.raises(ValueError, match="fma takes 3 operands"):
+        roundoff.arith("fma", 1.0, 2.0, format="fp16")
+    with pytest.raises(ValueError, match="seed"):
+        roundoff.round(0.1, "fp16", "stochastic")
+    with pytest.raises(ValueError, match=r"\[0, 2\*\*64\)"):
+        roundoff.round(0.1, "fp16", "stochastic", seed=-1)
