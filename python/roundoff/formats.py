@@ -66,7 +66,7 @@ def modes() -> list:
     return list(_c.rounding_names())
 
 
-def round(x, format, mode: str = "nearest-even", *, seed=None, stream: int = 0):  # noqa: A001 (numpy-like name)
+def round(x, format, mode: str = "nearest-even", *, seed=None, stream: int = 0, out=None):  # noqa: A001
     """Round every element of ``x`` to ``format`` in ``mode``, correctly (one rounding of the exact value).
 
     Parameters
@@ -82,6 +82,9 @@ def round(x, format, mode: str = "nearest-even", *, seed=None, stream: int = 0):
     seed : int, optional
         Required for stochastic rounding.
     stream : int
+    out : numpy.ndarray, optional
+        Where to write the result (no allocation): C-contiguous, writable, of x's shape and of the result's
+        dtype (float32 for float32 input when the format fits binary32, else float64). May be ``x`` itself.
 
     Returns
     -------
@@ -105,11 +108,25 @@ def round(x, format, mode: str = "nearest-even", *, seed=None, stream: int = 0):
     s = as_seed(seed, m == "stochastic")
     st = as_stream(stream)
     a = np.asarray(x)
-    if a.dtype == np.float32 and fits_float32(f):
-        r = _c.round_f32(np.require(a, requirements="C"), f, m, s, st, 0)
+    f32 = a.dtype == np.float32 and fits_float32(f)
+    if out is not None:
+        _check_out(out, a.shape, np.float32 if f32 else np.float64)
+    if f32:
+        r = _c.round_f32(np.require(a, requirements="C"), f, m, s, st, 0, out)
     else:
-        r = _c.round_f64(as_f64(a, "x"), f, m, s, st, 0)
-    return r[()] if a.ndim == 0 else r
+        r = _c.round_f64(as_f64(a, "x"), f, m, s, st, 0, out)
+    return r[()] if a.ndim == 0 and out is None else r
+
+
+def _check_out(out, shape, dtype) -> None:
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out: expected a numpy array, got {type(out).__name__}")
+    if out.dtype != dtype:
+        raise TypeError(f"out: dtype {out.dtype} is not the result's dtype {np.dtype(dtype)}")
+    if out.shape != shape:
+        raise ValueError(f"out: shape {out.shape} is not x's shape {shape}")
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError("out: must be C-contiguous and writable (a non-contiguous view cannot be written in place)")
 
 
 def representable(x, format) -> np.ndarray:

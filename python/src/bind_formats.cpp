@@ -1,4 +1,6 @@
 // Formats, rounding modes, array rounding, elementwise correctly rounded arithmetic, encodings.
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <string>
 
@@ -10,8 +12,19 @@ namespace roundoff::python {
 using namespace numerics;
 
 std::int64_t first_not_representable(const RoundingPlan& plan, const double* x, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i)
-    if (!is_representable(plan, x[i])) return static_cast<std::int64_t>(i);
+  // A value of the format is the only input that rounding (nearest-even) leaves unchanged, so chunks are
+  // rounded on the SIMD path and compared bit for bit; only a differing element (or a NaN, which compares
+  // as a different pattern when the format's NaN is canonical) is asked is_representable, the definition.
+  constexpr std::size_t kChunk = 4096;
+  double buf[kChunk];
+  for (std::size_t c = 0; c < n; c += kChunk) {
+    const std::size_t m = std::min(kChunk, n - c);
+    round_array(plan, Rounding::NearestEven, std::span<const double>(x + c, m), std::span<double>(buf, m));
+    for (std::size_t i = 0; i < m; ++i)
+      if (std::bit_cast<std::uint64_t>(buf[i]) != std::bit_cast<std::uint64_t>(x[c + i]) &&
+          !is_representable(plan, x[c + i]))
+        return static_cast<std::int64_t>(c + i);
+  }
   return -1;
 }
 
@@ -115,10 +128,11 @@ void bind_formats(py::module_& m) {
 
   m.def("round_f64",
         [](const F64& x, const Format& f, const std::string& mode, std::uint64_t seed, std::uint64_t stream,
-           std::uint64_t first) {
+           std::uint64_t first, std::optional<F64> out_arg) {
           const RoundingPlan plan(f);
           const Rounding r = parse_rounding(mode);
-          F64 out = new_like(x);
+          F64 out = out_arg ? *out_arg : new_like(x);
+          need_size(out, x.size(), "out", "(the size of x)");
           const auto n = static_cast<std::size_t>(x.size());
           const double* src = x.data();
           double* dst = out.mutable_data();
@@ -128,14 +142,15 @@ void bind_formats(py::module_& m) {
           }
           return out;
         },
-        py::arg("x"), py::arg("format"), py::arg("mode"), py::arg("seed"), py::arg("stream"), py::arg("first_index"));
+        py::arg("x"), py::arg("format"), py::arg("mode"), py::arg("seed"), py::arg("stream"), py::arg("first_index"),
+        py::arg("out").noconvert() = py::none());
   m.def("round_f32",
         [](const F32& x, const Format& f, const std::string& mode, std::uint64_t seed, std::uint64_t stream,
-           std::uint64_t first) {
+           std::uint64_t first, std::optional<F32> out_arg) {
           const RoundingPlan plan(f);
           const Rounding r = parse_rounding(mode);
-          std::vector<py::ssize_t> shape(x.shape(), x.shape() + x.ndim());
-          F32 out(shape);
+          F32 out = out_arg ? *out_arg : F32(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+          need_size(out, x.size(), "out", "(the size of x)");
           const auto n = static_cast<std::size_t>(x.size());
           const float* src = x.data();
           float* dst = out.mutable_data();
@@ -145,7 +160,8 @@ void bind_formats(py::module_& m) {
           }
           return out;
         },
-        py::arg("x"), py::arg("format"), py::arg("mode"), py::arg("seed"), py::arg("stream"), py::arg("first_index"));
+        py::arg("x"), py::arg("format"), py::arg("mode"), py::arg("seed"), py::arg("stream"), py::arg("first_index"),
+        py::arg("out").noconvert() = py::none());
 
   m.def("arith",
         [](const std::string& op_name, const Format& f, const std::string& mode, const F64& x,

@@ -28,6 +28,24 @@ def test_non_contiguous_inputs_are_read_correctly():
     assert np.array_equal(roundoff.round(x, "fp16"), roundoff.round(np.ascontiguousarray(x), "fp16"))
 
 
+def test_out_arrays():
+    x = np.linspace(0, 1, 10)
+    buf = np.empty(10)
+    r = roundoff.round(x, "fp16", out=buf)
+    assert r is buf or np.shares_memory(r, buf)
+    assert np.array_equal(buf, roundoff.round(x, "fp16"))
+    roundoff.round(x, "fp16", out=x)  # in place
+    assert np.array_equal(x, buf)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        roundoff.round(np.ones(5), "fp16", out=np.empty(10)[::2])
+    with pytest.raises(TypeError, match="float64"):
+        roundoff.round(np.ones(5), "fp16", out=np.empty(5, dtype=np.float32))
+    with pytest.raises(ValueError, match="shape"):
+        roundoff.round(np.ones(5), "fp16", out=np.empty(6))
+    y = np.ones(4, dtype=np.float32)
+    assert roundoff.round(y, "bf16", out=np.empty(4, dtype=np.float32)).dtype == np.float32
+
+
 def test_mismatched_shapes():
     with pytest.raises(ValueError, match="inner dimensions differ"):
         roundoff.gemm(np.ones((2, 3)), np.ones((2, 3)), inputs="fp16", accumulation="fp16-seq")
