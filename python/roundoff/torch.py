@@ -212,6 +212,10 @@ def quantize(t: torch.Tensor, format, mode: str = "nearest-even", *, seed=None, 
 # ---------------------------------------------------------------------------------------------------------
 # matmul
 
+# Telemetry labels of the two backward GEMMs of the attention products (both under the bwd-data entry).
+_BWD_LABELS = {"scores.": ("bwd-data.q", "bwd-data.k"), "values.": ("bwd-data.att", "bwd-data.v")}
+
+
 class _Matmul(torch.autograd.Function):
     """y (M, N) = a (M, K) · b (K, N), with the two backward GEMMs emulated."""
 
@@ -226,14 +230,13 @@ class _Matmul(torch.autograd.Function):
     def backward(ctx, g):
         a, b = ctx.saved_tensors
         gd, gw = ctx.bwd
+        la, lb = _BWD_LABELS.get(ctx.key, ("bwd-data", "bwd-weight"))
         gn = _np(g)
         da = db = None
         if ctx.needs_input_grad[0]:  # da (M, K) = g (M, N) · bᵀ
-            da = _to_torch(_gemm(gn, False, _np(b), True, gd, ctx.streams, None, ctx.tele, ctx.key + "bwd-data"),
-                           a.dtype)
+            da = _to_torch(_gemm(gn, False, _np(b), True, gd, ctx.streams, None, ctx.tele, ctx.key + la), a.dtype)
         if ctx.needs_input_grad[1]:  # db (K, N) = aᵀ · g
-            db = _to_torch(_gemm(_np(a), True, gn, False, gw, ctx.streams, None, ctx.tele, ctx.key + "bwd-weight"),
-                           b.dtype)
+            db = _to_torch(_gemm(_np(a), True, gn, False, gw, ctx.streams, None, ctx.tele, ctx.key + lb), b.dtype)
         return da, db, None, None, None, None, None
 
 

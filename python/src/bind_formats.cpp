@@ -12,18 +12,25 @@ namespace roundoff::python {
 using namespace numerics;
 
 std::int64_t first_not_representable(const RoundingPlan& plan, const double* x, std::size_t n) {
-  // A value of the format is the only input that rounding (nearest-even) leaves unchanged, so chunks are
-  // rounded on the SIMD path and compared bit for bit; only a differing element (or a NaN, which compares
-  // as a different pattern when the format's NaN is canonical) is asked is_representable, the definition.
-  constexpr std::size_t kChunk = 4096;
-  double buf[kChunk];
-  for (std::size_t c = 0; c < n; c += kChunk) {
-    const std::size_t m = std::min(kChunk, n - c);
-    round_array(plan, Rounding::NearestEven, std::span<const double>(x + c, m), std::span<double>(buf, m));
-    for (std::size_t i = 0; i < m; ++i)
-      if (std::bit_cast<std::uint64_t>(buf[i]) != std::bit_cast<std::uint64_t>(x[c + i]) &&
-          !is_representable(plan, x[c + i]))
-        return static_cast<std::int64_t>(c + i);
+  // Fast acceptance by bits, the definition (is_representable) for everything else: a finite nonzero x with
+  // |x| <= max_finite and exponent e >= qexp_min is a value of the format exactly when its significand bits
+  // below the quantum 2^(max(e, emin) - p + 1) are zero. Doubles that are subnormal in binary64, ±inf, NaN,
+  // values beyond max_finite or below the smallest quantum, and every rejected value go to is_representable.
+  const Format& f = plan.format;
+  const double maxf = plan.max_finite;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    const auto bits = std::bit_cast<std::uint64_t>(v);
+    const int ef = static_cast<int>((bits >> 52) & 0x7FF);
+    bool ok = v == 0;
+    if (!ok && ef != 0 && ef != 0x7FF && std::fabs(v) <= maxf) {
+      const int e = ef - 1023;
+      if (e >= plan.qexp_min) {
+        const int shift = std::max(e, f.emin) - f.precision + 1 - (e - 52);  // in [53 - p, 52]
+        ok = (bits & ((std::uint64_t{1} << shift) - 1)) == 0;
+      }
+    }
+    if (!ok && !is_representable(plan, v)) return static_cast<std::int64_t>(i);
   }
   return -1;
 }

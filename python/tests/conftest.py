@@ -112,7 +112,8 @@ def edge_values(fmt, rng: np.random.Generator, n_random: int = 200) -> np.ndarra
             1 + 2.0 ** -fmt.p, 1 + 3 * 2.0 ** -(fmt.p + 1), 1 + 2.0 ** -(fmt.p + 20), 1 - 2.0 ** -(fmt.p + 1),
             mf, mf * (1 + 2.0 ** -(fmt.p + 1)), mf * (1 + 2.0 ** -(fmt.p + 3)), mf * 2, mf * 1.0000001, 0.1, 1 / 3,
             2.5, 3.5, 1e-300, 1e300]
-    lo, hi = np.log2(mp / 4), np.log2(mf * 2)
+    lo = max((fmt.emin - fmt.p + 1 if fmt.subnormals else fmt.emin) - 2, -1074)
+    hi = min(fmt.emax + 2, 1023)
     r = 2.0 ** rng.uniform(lo, hi, n_random) * rng.choice([1.0, -1.0], n_random)
     vals = np.concatenate([base, [-v for v in base], r])
     return vals[np.isfinite(vals)]

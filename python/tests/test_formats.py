@@ -150,3 +150,16 @@ def test_arith_matches_exact_reference(op, mode):
 def test_arith_broadcasts():
     r = roundoff.arith("add", np.ones((3, 1)), np.array([2.0**-11, 2.0**-10]), format="fp16")
     assert r.shape == (3, 2) and r[0, 0] == 1.0 and r[0, 1] == 1 + 2.0**-10
+
+
+@pytest.mark.parametrize("fmt", FORMATS + ["fp64", "p5:emin-3:emax4:nosub", "e4m3"])
+def test_fast_membership_check_agrees_with_the_definition(fmt):
+    """gemm/dot's operand check (first_not_representable, a bit test) against is_representable per element."""
+    f = roundoff.Format(fmt)
+    rng = np.random.default_rng(12)
+    vals = np.concatenate([edge_values(f, rng, 300), roundoff.round(edge_values(f, rng, 300), f),
+                           [np.inf, -np.inf, np.nan, 5e-324, -0.0, f.max_finite, -f.max_finite]])
+    mask = roundoff.representable(vals, f)
+    for i in range(vals.size):
+        got = roundoff._roundoff.first_not_representable(vals[i:i + 1].copy(), f)
+        assert got == (-1 if mask[i] else 0), (fmt, vals[i].hex(), bool(mask[i]))
