@@ -7,7 +7,8 @@
            gemm/fp16-in-fp32-seq/<n> (the C++ numerics::gemm call on the same kind of operands).
   linear   one nn.Linear forward + backward (x (512, 512), W (512, 512), one thread): native PyTorch fp32
            against roundoff.torch.emulate(linear, "fp32") (fp32 storage, fp32-seq accumulation, bit-exact).
-Prints one JSON object with the CPU model and every figure (best of the repeats).
+Prints one JSON object with the CPU model and every figure (best of the repeats, the calling thread's CPU time,
+like the C++ benchmarks' single-thread rows).
 
   PYTHONPATH=build/python /usr/bin/python3 bench/python_bench.py [--build build] [--repeats 5]
 """
@@ -31,12 +32,14 @@ def cpu_model() -> str:
 
 
 def best(fn, repeats: int) -> float:
+    """Best of `repeats` calls in the calling thread's CPU time (every figure here runs on one thread, as
+    the C++ benchmarks' single-thread rows do: robust on a shared machine)."""
     fn()
     t = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         fn()
-        t.append(time.perf_counter() - t0)
+        t.append(time.thread_time() - t0)
     return min(t)
 
 
@@ -78,10 +81,13 @@ def main() -> None:
         A = roundoff.round(rng.standard_normal((n, n)), "fp16")
         B = roundoff.round(rng.standard_normal((n, n)), "fp16")
         t = best(lambda: roundoff.gemm(A, B, inputs="fp16", accumulation="fp32-seq", threads=1), args.repeats)
+        tn = best(lambda: roundoff.gemm(A, B, inputs="fp16", accumulation="fp32-seq", threads=1, check=False),
+                  args.repeats)
         c = cpp_bench(build / "bench/gemm_bench", f"^gemm/fp16-in-fp32-seq/{n}$")
         b = next(iter(c.values()))
-        cpp_s = b["real_time"] * {"ms": 1e-3, "us": 1e-6, "ns": 1e-9, "s": 1.0}[b["time_unit"]]
-        res["gemm"][n] = {"python_s": t, "cpp_s": cpp_s, "ratio": t / cpp_s}
+        cpp_s = b["cpu_time"] * {"ms": 1e-3, "us": 1e-6, "ns": 1e-9, "s": 1.0}[b["time_unit"]]
+        res["gemm"][n] = {"python_s": t, "python_unchecked_s": tn, "cpp_s": cpp_s, "ratio": t / cpp_s,
+                          "ratio_unchecked": tn / cpp_s}
 
     # Linear forward + backward: native PyTorch vs roundoff.torch.emulate(..., "fp32"), one thread
     try:

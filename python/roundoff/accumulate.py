@@ -128,7 +128,7 @@ def _matrix(m, name):
 
 
 def gemm(a, b, c=None, *, inputs, accumulation, seed=None, stream: int = 0, threads: int = 0,
-         return_overflows: bool = False):
+         return_overflows: bool = False, check: bool = True):
     """C = A·B (+ C) with every output one dot product in k order under ``accumulation``.
 
     Parameters
@@ -148,6 +148,10 @@ def gemm(a, b, c=None, *, inputs, accumulation, seed=None, stream: int = 0, thre
         Threads over output rows (0: the OpenMP default). The bits never depend on it.
     return_overflows : bool
         Also return the number of overflowing partial sums.
+    check : bool
+        Check that every operand is a value of ``inputs`` (default). ``check=False`` skips that O(MK + KN)
+        pass for operands you rounded yourself (as ``roundoff.torch`` does); operands that are not values of
+        ``inputs`` are then used exactly as given, never rounded.
 
     Returns
     -------
@@ -174,8 +178,9 @@ def gemm(a, b, c=None, *, inputs, accumulation, seed=None, stream: int = 0, thre
         raise ValueError(f"threads: expected an integer >= 0, got {threads!r}")
     A, at = _matrix(a, "a")
     B, bt = _matrix(b, "b")
-    check_values_of(A, fa, "a", transposed=at)
-    check_values_of(B, fb, "b", transposed=bt)
+    if check:
+        check_values_of(A, fa, "a", transposed=at)
+        check_values_of(B, fb, "b", transposed=bt)
     M, K = (A.shape[1], A.shape[0]) if at else A.shape
     K2, N = (B.shape[1], B.shape[0]) if bt else B.shape
     if K != K2:

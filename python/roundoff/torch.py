@@ -79,8 +79,22 @@ class _Streams:
         return self.calls
 
 
-def _round(x: np.ndarray, fmt, mode: str, seed: int, stream: int) -> np.ndarray:
-    return _c.round_f64(np.ascontiguousarray(x, dtype=np.float64), fmt, mode, seed, stream, 0)
+_FP32 = _c.Format("fp32")
+_FP64 = _c.Format("fp64")
+
+
+def _round(x: np.ndarray, fmt, mode: str, seed: int, stream: int, known=None) -> np.ndarray:
+    """x rounded to fmt, as float64. ``known``: a format every element of x is already a value of; rounding
+    to it (or to fp64) returns every value unchanged in every mode, so that pass is skipped."""
+    if fmt == known or fmt == _FP64:
+        return np.require(x, dtype=np.float64, requirements="C")
+    if x.dtype == np.float32 and fits_float32(fmt):
+        return _c.round_f32(np.require(x, requirements="C"), fmt, mode, seed, stream, 0).astype(np.float64)
+    return _c.round_f64(np.require(x, dtype=np.float64, requirements="C"), fmt, mode, seed, stream, 0)
+
+
+def _known(x: np.ndarray):
+    return _FP32 if x.dtype == np.float32 else _FP64
 
 
 def _tele_add(tele: dict, key: str, aq: np.ndarray, at: bool, bq: np.ndarray, bt: bool, acc: np.ndarray,
@@ -101,7 +115,10 @@ def _tele_add(tele: dict, key: str, aq: np.ndarray, at: bool, bq: np.ndarray, bt
     sat = (a == storage.max_finite) & np.isfinite(acc) & (np.abs(acc) > storage.max_finite)
     t["overflow"] += int(np.count_nonzero(sat)) + (int(np.count_nonzero(~fin_out)) if finite_ops else 0)
     t["acc_overflow"] += int(acc_overflows)
-    rows, cols = np.nonzero(out == 0)
+    zero = out == 0
+    rows = cols = np.empty(0, dtype=np.intp)
+    if zero.any():
+        rows, cols = np.nonzero(zero)
     if rows.size:
         A = aq.T if at else aq
         B = bq.T if bt else bq
@@ -109,8 +126,8 @@ def _tele_add(tele: dict, key: str, aq: np.ndarray, at: bool, bq: np.ndarray, bt
         t["underflow"] += int(np.count_nonzero(ref != 0))
     t["subnormal"] += int(np.count_nonzero((a > 0) & (a < storage.min_normal)))
     t["nonfinite"] += int(np.count_nonzero(~fin_out))
-    if out.size and fin_out.any():
-        t["max_abs"] = max(t["max_abs"], float(a[fin_out].max()))
+    if out.size:
+        t["max_abs"] = max(t["max_abs"], float(np.max(a, where=fin_out, initial=0.0)))
 
 
 def _gemm(a: np.ndarray, at: bool, b: np.ndarray, bt: bool, prec: Precision, streams: _Streams | None,
@@ -119,15 +136,15 @@ def _gemm(a: np.ndarray, at: bool, b: np.ndarray, bt: bool, prec: Precision, str
     at / bt. Returns the stored result (float64)."""
     seed = streams.seed if streams is not None else 0
     s = (lambda: streams.next()) if (streams is not None and prec.stochastic) else (lambda: 0)
-    aq = _round(a, prec.storage, prec.rounding, seed, s())
-    bq = _round(b, prec.storage, prec.rounding, seed, s())
+    aq = _round(a, prec.storage, prec.rounding, seed, s(), _known(a))
+    bq = _round(b, prec.storage, prec.rounding, seed, s(), _known(b))
     acc, acc_ov = _c.gemm(prec.accumulation, aq, at, bq, bt, None, seed, s(), torch.get_num_threads())
-    r = _round(acc, prec.compute, prec.rounding, seed, s())
+    r = _round(acc, prec.compute, prec.rounding, seed, s(), prec.accumulation.result_format)
     if bias is not None:
-        biasq = _round(bias, prec.storage, prec.rounding, seed, s())
+        biasq = _round(bias, prec.storage, prec.rounding, seed, s(), _known(bias))
         r = _c.arith("add", prec.compute, prec.rounding, np.ascontiguousarray(r),
                      np.ascontiguousarray(np.broadcast_to(biasq, r.shape)), None, seed, s())
-    out = _round(r, prec.output, prec.rounding, seed, s())
+    out = _round(r, prec.output, prec.rounding, seed, s(), prec.compute)
     if tele is not None:
         _tele_add(tele, key, aq, at, bq, bt, acc, out, prec.output, acc_ov)
     return out

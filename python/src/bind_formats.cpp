@@ -12,25 +12,26 @@ namespace roundoff::python {
 using namespace numerics;
 
 std::int64_t first_not_representable(const RoundingPlan& plan, const double* x, std::size_t n) {
-  // Fast acceptance by bits, the definition (is_representable) for everything else: a finite nonzero x with
-  // |x| <= max_finite and exponent e >= qexp_min is a value of the format exactly when its significand bits
-  // below the quantum 2^(max(e, emin) - p + 1) are zero. Doubles that are subnormal in binary64, ±inf, NaN,
-  // values beyond max_finite or below the smallest quantum, and every rejected value go to is_representable.
+  // Chunks are screened by a branch-free bit test that accepts zeros and the format's normal values (|x| in
+  // [2^emin, max_finite] with the significand bits below the format's last place zero); a chunk holding
+  // anything else (a subnormal of the format, inf, NaN, a non-value) is checked element by element with
+  // is_representable, the definition.
   const Format& f = plan.format;
-  const double maxf = plan.max_finite;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double v = x[i];
-    const auto bits = std::bit_cast<std::uint64_t>(v);
-    const int ef = static_cast<int>((bits >> 52) & 0x7FF);
-    bool ok = v == 0;
-    if (!ok && ef != 0 && ef != 0x7FF && std::fabs(v) <= maxf) {
-      const int e = ef - 1023;
-      if (e >= plan.qexp_min) {
-        const int shift = std::max(e, f.emin) - f.precision + 1 - (e - 52);  // in [53 - p, 52]
-        ok = (bits & ((std::uint64_t{1} << shift) - 1)) == 0;
-      }
+  const std::uint64_t low = (std::uint64_t{1} << (53 - f.precision)) - 1;
+  const double lo = plan.min_normal, hi = plan.max_finite;
+  constexpr std::size_t kChunk = 1024;
+  for (std::size_t c = 0; c < n; c += kChunk) {
+    const std::size_t m = std::min(kChunk, n - c);
+    unsigned bad = 0;
+#pragma omp simd reduction(+ : bad)
+    for (std::size_t i = 0; i < m; ++i) {
+      const double v = x[c + i], a = std::fabs(v);
+      const bool normal = a >= lo && a <= hi && (std::bit_cast<std::uint64_t>(v) & low) == 0;
+      bad += static_cast<unsigned>(!(normal || v == 0));
     }
-    if (!ok && !is_representable(plan, v)) return static_cast<std::int64_t>(i);
+    if (bad == 0) continue;
+    for (std::size_t i = 0; i < m; ++i)
+      if (!is_representable(plan, x[c + i])) return static_cast<std::int64_t>(c + i);
   }
   return -1;
 }
