@@ -277,7 +277,7 @@ TEST(SweepLocal, InterruptedSweepResumesToTheSameBitsAndRepeatsNothing) {
   ASSERT_EQ(sw::run_status(store.run_dir(runs[1])).state, sw::RunState::Partial);
   EXPECT_EQ(sw::run_status(store.run_dir(runs[1])).steps_completed, 2);
   fs::create_directories(store.run_dir(runs[2]));
-  std::ofstream(store.run_dir(runs[2]) / "summary.json.tmp.12345") << "{\"complete\": tr";
+  std::ofstream(store.run_dir(runs[2]) / "summary.json.roundoff-tmp.12345") << "{\"complete\": tr";
   const std::string done_before = read(store.run_dir(runs[0]) / "summary.json");
 
   const sw::LocalReport rerun = sw::run_local(g, store, runs, local(2));
