@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -298,4 +299,37 @@ TEST(Cli, ShadowCheckpointGivesTheRunsShadowRowsAtItsStep) {
   expect_refused(roundoff("train --config custom --d 16 --layers 1 --heads 2 --seq 8 --batch 1 --eval-tokens 64 "
                           "--progress-every 0 --shadow-checkpoint " + ck + " --out " + (d / "bad").string()),
                  "parameters; the model of this config has", "--shadow-checkpoint on another shape");
+}
+
+// ---- Issue 43 ("Edges, second pass"): files that get lost, silent wrong answers, hangs. ----
+
+TEST(Cli, TensorcoreFitNeverOverwritesItsSourceDumpAndRefusesFifosAndShortFiles) {
+  const fs::path d = scratch("tctrim");
+  const fs::path src = fs::path(ROUNDOFF_SOURCE_DIR) / "notebooks-data/tensorcore-h100/tc-f16-f32.bin";
+  fs::copy_file(src, d / "tc-f16-f32.bin");
+  const auto size = fs::file_size(d / "tc-f16-f32.bin");
+  // Item 7: --trim-dir naming the dump's own directory would replace the dump (a GPU is needed to regenerate it).
+  expect_refused(roundoff("tensorcore-fit tc-f16-f32.bin --trim 5 --trim-dir .", d), "would overwrite the source dump",
+                 "--trim-dir onto the source");
+  expect_refused(roundoff("tensorcore-fit " + (d / "tc-f16-f32.bin").string() + " --trim 5 --trim-dir " + d.string()),
+                 "would overwrite the source dump", "--trim-dir onto the source (absolute)");
+  EXPECT_EQ(fs::file_size(d / "tc-f16-f32.bin"), size);
+  const Outcome ok = roundoff("tensorcore-fit tc-f16-f32.bin --trim 5 --trim-dir small", d);
+  EXPECT_EQ(ok.status, 0) << ok.output;
+  EXPECT_LT(fs::file_size(d / "small" / "tc-f16-f32.bin"), size);
+  EXPECT_EQ(fs::file_size(d / "tc-f16-f32.bin"), size);
+  // Item 12: a FIFO would block the reader forever.
+  ASSERT_EQ(::mkfifo((d / "fifo").c_str(), 0644), 0);
+  expect_refused(roundoff("tensorcore-fit fifo", d), "not a regular file", "tensorcore-fit on a FIFO");
+  // Item 13: a header claiming more tiles than the file holds is refused before anything is allocated.
+  {
+    std::ifstream in(d / "tc-f16-f32.bin", std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_GT(bytes.size(), 40u);
+    for (int i = 0; i < 4; ++i) bytes[16 + static_cast<std::size_t>(i)] = '\xff';  // head[2], the tile count
+    std::ofstream(d / "huge.bin", std::ios::binary) << bytes;
+  }
+  const Outcome huge = roundoff("tensorcore-fit huge.bin", d);
+  expect_refused(huge, "truncated (header says 4294967295 tiles", "a dump claiming 2^32-1 tiles");
+  EXPECT_EQ(huge.output.find("bad_alloc"), std::string::npos) << huge.output;
 }
