@@ -116,7 +116,7 @@ void add_train_command(CLI::App& app) {
                   "Do not train: per-op attribution of the master weights of this checkpoint (another run's, any "
                   "policy) under this command's config, precision and defects: the MPFR-shadowed step on the probe "
                   "batch that --shadow-every records at the checkpoint's step; writes OUT/telemetry.csv and "
-                  "OUT/shadow.json")
+                  "OUT/shadow.json (refused when OUT holds a training run)")
       ->check(CLI::ExistingFile)
       ->excludes("--eval-checkpoint");
   cmd->add_option("--defect", args->defects,

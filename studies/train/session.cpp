@@ -176,7 +176,6 @@ nlohmann::json shadow_checkpoint(const SessionSpec& spec, const TrainData& data,
   r["records"] = tape.records().size();
   describe_checkpoint(r, spec, checkpoint, ck);
   if (!o.out.empty()) {
-    const OutDirLock lock(o.out);
     write_file_atomic(o.out / "telemetry.csv", log.telemetry_csv());
     write_json_atomic(o.out / "shadow.json", r);
   }
@@ -189,6 +188,16 @@ nlohmann::json run_session(SessionSpec spec, const TrainData& data, std::ostream
   o.update_format = update_format(spec.policy.storage_for(ops::TensorRole::Gradient));
   std::optional<OutDirLock> lock;  // held until the results are written: one writer per results directory
   if (!o.out.empty()) lock.emplace(o.out);
+  std::optional<OutDirLock> lock;
+  if (!o.out.empty()) {
+    lock.emplace(o.out);
+    // Its telemetry.csv would replace a training run's own (steps 0..N) with the shadow rows.
+    for (const char* own : {"summary.json", "checkpoint.bin", "curves.csv"})
+      if (std::filesystem::exists(o.out / own))
+        throw std::runtime_error("--shadow-checkpoint writes telemetry.csv and shadow.json, but --out " +
+                                 o.out.string() + " holds a training run (" + own +
+                                 "); choose an --out of its own (empty, or an earlier --shadow-checkpoint's)");
+  }
   Transformer own(o.config, o.residual, spec.policy, o.seed);
   // The fp32 twin, unless the own model already is it (fp32 policy, evaluation config = training config):
   // then the trainer evaluates and takes fp32 gradients from the own model (Trainer's constructor).

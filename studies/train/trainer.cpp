@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <fstream>
 #include <ostream>
 #include <stdexcept>
 
@@ -192,6 +193,7 @@ void Trainer::start() {
     Checkpoint ck = load_checkpoint(ckpt);
     const auto& meta = ck.meta;
     if (const std::string diff = first_difference(meta.at("identity"), identity(), ""); !diff.empty())
+  if (!opts_.resume && have_out) refuse_other_runs_results();
       throw std::runtime_error("checkpoint " + ckpt.string() + " belongs to a different run: " + diff);
     if (ck.master.size() != layout_.total)
       throw std::runtime_error("checkpoint " + ckpt.string() + " has the wrong number of parameters");
@@ -244,6 +246,31 @@ void Trainer::step() {
   const int accum = opts_.recipe.accum;
   const double scale = scaler_.scale();
   StepTelemetry tel;
+void Trainer::refuse_other_runs_results() const {
+  const auto path = opts_.out / "summary.json";
+  if (!std::filesystem::exists(path)) return;
+  nlohmann::json old;
+  try {
+    std::ifstream in(path);
+    old = nlohmann::json::parse(in);
+  } catch (const std::exception&) {
+    throw std::runtime_error(opts_.out.string() + " holds a summary.json that is not a run summary; choose another "
+                             "--out or remove it");
+  }
+  // Compared on the identity keys both hold (a summary of an older build may lack some).
+  const nlohmann::json full = identity();
+  nlohmann::json now = full, was = nlohmann::json::object();
+  for (const auto& [key, value] : full.items()) {
+    if (old.is_object() && old.contains(key)) was[key] = old.at(key);
+    else now.erase(key);
+  }
+  std::string diff = first_difference(was, now, "");
+  if (diff.empty()) return;  // the same run again: its results are recomputed bit for bit
+  if (const auto at = diff.find(": checkpoint "); at != std::string::npos) diff.replace(at, 13, ": that run ");
+  throw std::runtime_error(opts_.out.string() + " holds the results of another run (" + diff +
+                           ") and no checkpoint.bin to resume it; choose another --out or remove its files");
+}
+
   tel.log = &log_;
   tel.detailed = opts_.telemetry_every > 0 && s % opts_.telemetry_every == 0;
   const auto t_step = ops::Profile::Clock::now();

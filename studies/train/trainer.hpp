@@ -101,6 +101,9 @@ class Trainer {
   /// summed), one update (plus the evaluation, telemetry and checkpoint due at it).
   void step();
   /// Final evaluation (val in fp32 and own precision, test in fp32), writes the results; returns summary.
+  /// Without --resume: refuses an --out whose summary.json is another run's (checkpoint.bin deleted), instead of
+  /// overwriting its summary and CSVs.
+  void refuse_other_runs_results() const;
   nlohmann::json finish();
   /// Profiles every following step into `profile` (nullptr: off): the own model's op calls per (op, pass),
   /// the trainer's phases, and each step's wall time (evaluation and checkpoints excluded), and each

@@ -333,3 +333,52 @@ TEST(Cli, TensorcoreFitNeverOverwritesItsSourceDumpAndRefusesFifosAndShortFiles)
   expect_refused(huge, "truncated (header says 4294967295 tiles", "a dump claiming 2^32-1 tiles");
   EXPECT_EQ(huge.output.find("bad_alloc"), std::string::npos) << huge.output;
 }
+
+namespace {
+
+const std::string kTinyShape = "train --config custom --d 8 --layers 1 --heads 2 --seq 8 --batch 1 --progress-every 0 ";
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return nlohmann::json::parse(in);
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+TEST(Cli, ShadowCheckpointNeverReplacesARunsTelemetry) {  // issue 43 item 8
+  const fs::path d = scratch("shadowout");
+  const std::string run = kTiny + "--steps 2 --precision pure-fp16 --shadow-units 2 ";
+  ASSERT_EQ(roundoff(run + "--out " + (d / "run").string()).status, 0);
+  const std::string telemetry = slurp(d / "run" / "telemetry.csv");
+  expect_refused(roundoff(run + "--shadow-checkpoint " + (d / "run" / "checkpoint.bin").string() + " --out " +
+                          (d / "run").string()),
+                 "holds a training run", "--shadow-checkpoint into the run's own --out");
+  EXPECT_EQ(slurp(d / "run" / "telemetry.csv"), telemetry);
+  EXPECT_FALSE(fs::exists(d / "run" / "shadow.json"));
+  // Into its own directory, again and again: fine.
+  for (int i = 0; i < 2; ++i) {
+    const Outcome ok = roundoff(run + "--shadow-checkpoint " + (d / "run" / "checkpoint.bin").string() + " --out " +
+                                (d / "sh").string());
+    EXPECT_EQ(ok.status, 0) << ok.output;
+  }
+}
+
+TEST(Cli, AnotherRunNeverOverwritesAnOldSummaryWhenTheCheckpointIsGone) {  // issue 43 item 11
+  const fs::path d = scratch("overwrite");
+  const std::string out = " --out " + (d / "run").string();
+  ASSERT_EQ(roundoff(kTiny + "--steps 2" + out).status, 0);
+  fs::remove(d / "run" / "checkpoint.bin");
+  const std::string summary = slurp(d / "run" / "summary.json"), curves = slurp(d / "run" / "curves.csv");
+  expect_refused(roundoff(kTiny + "--steps 2 --lr 0.002" + out),
+                 "holds the results of another run (recipe.lr: that run 0.001, this run 0.002)",
+                 "another config into an --out with a summary and no checkpoint");
+  EXPECT_EQ(slurp(d / "run" / "summary.json"), summary);
+  EXPECT_EQ(slurp(d / "run" / "curves.csv"), curves);
+  const Outcome again = roundoff(kTiny + "--steps 2" + out);  // the same run again recomputes the same results
+  EXPECT_EQ(again.status, 0) << again.output;
+}
