@@ -465,3 +465,51 @@ TEST(SweepCli, SwitchesAndValueFlagsAreReadFromTrainsOptionTable) {
   EXPECT_NE(read(dir / "out").find("--profile is a switch; give true (on) or false (off)"), std::string::npos)
       << read(dir / "out");
 }
+
+// Issue 43 item 10: --collect never drops rows of runs whose directories went missing, and never overwrites a
+// file that is not a runs table (the grid itself, say).
+TEST(SweepCli, CollectNeverDropsTabledRunsNorOverwritesTheGrid) {
+  const fs::path dir = fresh("collect_keep");
+  const std::string grid_text = tiny_grid("keep", 2, 2);
+  std::ofstream(dir / "grid.json") << grid_text;
+  const std::string base = std::string(ROUNDOFF_EXE) + " sweep " + (dir / "grid.json").string() + " --runs-dir " +
+                           (dir / "runs").string();
+  const std::string log = " >" + (dir / "out").string() + " 2>&1";
+  ASSERT_EQ(WEXITSTATUS(std::system((base + " --jobs 2 --table " + (dir / "runs.csv").string() + log).c_str())), 0)
+      << read(dir / "out");
+  const std::string table = read(dir / "runs.csv");
+  ASSERT_EQ(parse_csv(table).size(), 5u);
+  EXPECT_EQ(sw::tabled_runs(table).size(), 4u);
+  const sw::Grid g = sw::parse_grid(grid_text, "t", kFlags);
+  const sw::Store store{dir / "runs", g.study};
+  const sw::Run moved = g.expand()[1];
+  fs::rename(store.run_dir(moved), dir / "moved-away");
+  EXPECT_NE(WEXITSTATUS(std::system((base + " --collect --table " + (dir / "runs.csv").string() + log).c_str())), 0);
+  EXPECT_NE(read(dir / "out").find("refusing to drop them"), std::string::npos) << read(dir / "out");
+  EXPECT_NE(read(dir / "out").find(moved.name), std::string::npos) << read(dir / "out");
+  EXPECT_EQ(read(dir / "runs.csv"), table);
+  EXPECT_NE(WEXITSTATUS(std::system((base + " --collect --table " + (dir / "grid.json").string() + log).c_str())), 0);
+  EXPECT_NE(read(dir / "out").find("is the grid file itself"), std::string::npos) << read(dir / "out");
+  EXPECT_EQ(read(dir / "grid.json"), grid_text);
+  std::ofstream(dir / "notes.csv") << "my,own\nnotes,here\n";
+  EXPECT_NE(WEXITSTATUS(std::system((base + " --collect --table " + (dir / "notes.csv").string() + log).c_str())), 0);
+  EXPECT_NE(read(dir / "out").find("not a runs table"), std::string::npos) << read(dir / "out");
+  EXPECT_EQ(read(dir / "notes.csv"), "my,own\nnotes,here\n");
+  fs::rename(dir / "moved-away", store.run_dir(moved));  // back: collecting rewrites the same table
+  EXPECT_EQ(WEXITSTATUS(std::system((base + " --collect --table " + (dir / "runs.csv").string() + log).c_str())), 0)
+      << read(dir / "out");
+  EXPECT_EQ(parse_csv(read(dir / "runs.csv")).size(), 5u);
+}
+
+// Issue 43 item 18: failed runs exit with status 1 as docs/sweep.md says (2 is a bad grid or an interrupt).
+TEST(SweepCli, FailedRunsExitWithStatus1) {
+  const fs::path dir = fresh("cli_fail_status");
+  nlohmann::ordered_json g = nlohmann::ordered_json::parse(tiny_grid("failstatus", 1, 1));
+  g["axes"] = {{"precision", {"no-such-policy"}}};
+  std::ofstream(dir / "g.json") << g.dump();
+  const std::string cmd = std::string(ROUNDOFF_EXE) + " sweep " + (dir / "g.json").string() + " --runs-dir " +
+                          (dir / "runs").string() + " --table " + (dir / "runs.csv").string() + " >" +
+                          (dir / "out").string() + " 2>&1";
+  EXPECT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 1) << read(dir / "out");
+  EXPECT_NE(read(dir / "out").find("1 run(s) failed"), std::string::npos) << read(dir / "out");
+}
