@@ -78,6 +78,17 @@ studies::train::ModelConfig build_config(const TrainArgs& a, const CLI::App& cmd
   c.validate();
   return c;
 }
+  if (c.defects.gqa_mismatch) {  // the defect is the cyclic forward against the block backward: they must differ
+    bool differ = false;
+    for (int h = 0; h < c.heads; ++h)
+      differ |= tr::kv_head_of(tr::GqaMap::Cyclic, h, c.heads, c.kv_count()) !=
+                tr::kv_head_of(tr::GqaMap::Block, h, c.heads, c.kv_count());
+    if (!differ)
+      throw CliError("train: --defect gqa-mismatch changes nothing on " + c.name + " (heads " +
+                     std::to_string(c.heads) + ", kv-heads " + std::to_string(c.kv_count()) +
+                     ": its cyclic and block maps agree); valid: a model with grouped-query attention, 1 < kv-heads "
+                     "< heads (E11, A512, or --config custom --kv-heads)");
+  }
 
 }  // namespace
 
@@ -110,7 +121,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--vocab", args->vocab, "custom: BPE vocabulary size (byte: 256)");
   cmd->add_option("--eval-checkpoint", args->eval_checkpoint,
                   "Do not train: evaluate the master weights of this checkpoint (another run's, any policy) on the "
-                  "validation split under this command's config, precision and defects; writes OUT/eval.json")
+                  "validation split under this command's config, precision and defects (refused for another model: "
+                  "another shape, head split, residual scale or tokenizer); writes OUT/eval.json")
       ->check(CLI::ExistingFile);
   cmd->add_option("--shadow-checkpoint", args->shadow_checkpoint,
                   "Do not train: per-op attribution of the master weights of this checkpoint (another run's, any "
@@ -120,7 +132,8 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::ExistingFile)
       ->excludes("--eval-checkpoint");
   cmd->add_option("--defect", args->defects,
-                  "AutoANE's code defects, a comma list: gqa-mismatch, rmsnorm-bwd (default none)")
+                  "AutoANE's code defects, a comma list: gqa-mismatch, rmsnorm-bwd (default none); gqa-mismatch is refused "
+                  "on a model whose cyclic and block GQA maps agree (no grouped-query attention, or kv-heads 1)")
       ->capture_default_str();
   cmd->add_option("--precision", args->precision, "policy: preset, spec or file (see `roundoff policy`)")
       ->capture_default_str();
@@ -159,7 +172,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--eval-every", args->eval_every, "evaluate val every N steps (0: at the end only)")
       ->capture_default_str()
       ->check(integer_at_least(0));
-  cmd->add_option("--eval-tokens", args->eval_tokens, "evaluate on the first N val/test tokens (0: whole split)")
+  cmd->add_option("--eval-tokens", args->eval_tokens, "evaluate on the first N val/test tokens (0: whole split; refused below --seq, where no window fits)")
       ->capture_default_str()
       ->check(integer_at_least(0));
   cmd->add_option("--shadow-every", args->shadow_every, "MPFR shadow on the probe batch every N steps (0: off)")

@@ -34,6 +34,8 @@ std::string duration_text(double seconds) {
   return buf;
 }
 
+}  // namespace
+
 nlohmann::json config_json(const ModelConfig& c) {
   return {{"name", c.name},
           {"d", c.d},
@@ -53,6 +55,8 @@ nlohmann::json config_json(const ModelConfig& c) {
           {"norm_eps", c.norm_eps},
           {"rope_base", c.rope_base}};
 }
+
+namespace {
 
 nlohmann::json recipe_json(const Recipe& r) {
   return {{"lr", r.lr},
@@ -189,12 +193,18 @@ void Trainer::start() {
                              " already exists; pass --resume to continue that run or choose another --out");
   if (opts_.resume && !exists)
     throw std::runtime_error("--resume: no checkpoint at " + ckpt.string());
+  if (!opts_.resume && have_out) refuse_other_runs_results();
   if (opts_.resume) {
     Checkpoint ck = load_checkpoint(ckpt);
     const auto& meta = ck.meta;
     if (const std::string diff = first_difference(meta.at("identity"), identity(), ""); !diff.empty())
-  if (!opts_.resume && have_out) refuse_other_runs_results();
       throw std::runtime_error("checkpoint " + ckpt.string() + " belongs to a different run: " + diff);
+    // The corpus itself, not only its manifest's `source` label (checkpoints written before this was recorded
+    // carry no hashes and are compared by the label alone).
+    if (meta.contains("data_sha256") && !meta.at("data_sha256").is_null() && !data_.split_sha256.is_null())
+      if (const std::string diff = first_difference(meta.at("data_sha256"), data_.split_sha256, "data_sha256");
+          !diff.empty())
+        throw std::runtime_error("checkpoint " + ckpt.string() + " was trained on another corpus: " + diff);
     if (ck.master.size() != layout_.total)
       throw std::runtime_error("checkpoint " + ckpt.string() + " has the wrong number of parameters");
     master_ = std::move(ck.master);
@@ -236,16 +246,6 @@ void Trainer::start() {
   wall_start_ = now_seconds();
 }
 
-bool Trainer::done() const {
-  return step_ >= opts_.steps || diverged_ || (opts_.stop_after > 0 && step_ - started_at_ >= opts_.stop_after);
-}
-
-void Trainer::step() {
-  const std::int64_t s = step_;
-  const ModelConfig& c = opts_.config;
-  const int accum = opts_.recipe.accum;
-  const double scale = scaler_.scale();
-  StepTelemetry tel;
 void Trainer::refuse_other_runs_results() const {
   const auto path = opts_.out / "summary.json";
   if (!std::filesystem::exists(path)) return;
@@ -271,6 +271,16 @@ void Trainer::refuse_other_runs_results() const {
                            ") and no checkpoint.bin to resume it; choose another --out or remove its files");
 }
 
+bool Trainer::done() const {
+  return step_ >= opts_.steps || diverged_ || (opts_.stop_after > 0 && step_ - started_at_ >= opts_.stop_after);
+}
+
+void Trainer::step() {
+  const std::int64_t s = step_;
+  const ModelConfig& c = opts_.config;
+  const int accum = opts_.recipe.accum;
+  const double scale = scaler_.scale();
+  StepTelemetry tel;
   tel.log = &log_;
   tel.detailed = opts_.telemetry_every > 0 && s % opts_.telemetry_every == 0;
   const auto t_step = ops::Profile::Clock::now();
@@ -480,7 +490,8 @@ void Trainer::save() {
                                {"last_train_loss", last_train_loss_},
                                {"micro_losses", micro_losses_},
                                {"log", log_.to_json()},
-                               {"segments", segments()}};
+                               {"segments", segments()},
+                               {"data_sha256", data_.split_sha256}};
   save_checkpoint(opts_.out / "checkpoint.bin", meta, master_, m_, v_);
 }
 

@@ -350,6 +350,79 @@ std::string slurp(const fs::path& p) {
 
 }  // namespace
 
+TEST(Cli, EvalTokensBelowOneWindowIsRefused) {  // issue 43 item 1
+  const fs::path d = scratch("evaltokens");
+  expect_refused(roundoff(kTinyShape + "--steps 1 --eval-tokens 7 --out " + (d / "run").string()),
+                 "--eval-tokens 7 is shorter than one evaluation window of --seq 8", "--eval-tokens below --seq");
+  EXPECT_FALSE(fs::exists(d / "run" / "summary.json"));
+  const Outcome ok = roundoff(kTinyShape + "--steps 1 --eval-tokens 8 --out " + (d / "ok").string());
+  ASSERT_EQ(ok.status, 0) << ok.output;
+  EXPECT_EQ(read_json(d / "ok" / "summary.json").at("val_tokens").get<int>(), 8);
+}
+
+TEST(Cli, EvalCheckpointRefusesAnotherModelWithTheSameParameterCount) {  // issue 43 item 2
+  const fs::path d = scratch("evalmodel");
+  ASSERT_EQ(roundoff(kTiny + "--steps 2 --out " + (d / "run").string()).status, 0);
+  const std::string ck = (d / "run" / "checkpoint.bin").string();
+  // --heads 4 has exactly the parameters of --heads 2 (no GQA): the same numbers read as another model.
+  expect_refused(roundoff("train --config custom --d 8 --layers 1 --heads 4 --seq 8 --batch 1 --eval-tokens 64 "
+                          "--progress-every 0 --eval-checkpoint " + ck + " --out " + (d / "heads").string()),
+                 "config.heads 2, this command 4", "--eval-checkpoint with another head count");
+  expect_refused(roundoff(kTiny + "--residual-scale inv-sqrt-2L --eval-checkpoint " + ck + " --out " +
+                          (d / "res").string()),
+                 "residual_scale \"none\", this command \"inv-sqrt-2L\"", "--eval-checkpoint with another residual");
+  EXPECT_FALSE(fs::exists(d / "heads" / "eval.json"));
+  const Outcome ok = roundoff(kTiny + "--precision pure-fp16 --eval-checkpoint " + ck + " --out " + (d / "ok").string());
+  ASSERT_EQ(ok.status, 0) << ok.output;
+  const nlohmann::json e = read_json(d / "ok" / "eval.json");  // the evaluation's own config is recorded
+  EXPECT_EQ(e.at("config").at("heads"), 2);
+  EXPECT_EQ(e.at("residual_scale"), "none");
+  EXPECT_EQ(e.at("eval_tokens"), 64);
+}
+
+TEST(Cli, GqaMismatchDefectOnAModelWithoutGqaIsRefused) {  // issue 43 item 4
+  const fs::path d = scratch("gqadefect");
+  expect_refused(roundoff(kTiny + "--steps 1 --defect gqa-mismatch --out " + (d / "mha").string()),
+                 "--defect gqa-mismatch changes nothing", "gqa-mismatch with kv-heads = heads");
+  expect_refused(roundoff("train --config T0 --steps 1 --defect gqa-mismatch --out " + (d / "t0").string()),
+                 "--defect gqa-mismatch changes nothing", "gqa-mismatch on T0");
+  expect_refused(roundoff("train --config custom --d 8 --layers 1 --heads 4 --kv-heads 1 --seq 8 --batch 1 "
+                          "--eval-tokens 64 --progress-every 0 --steps 1 --defect gqa-mismatch --out " +
+                          (d / "kv1").string()),
+                 "--defect gqa-mismatch changes nothing", "gqa-mismatch with kv-heads 1");
+  const Outcome ok = roundoff("train --config custom --d 8 --layers 1 --heads 4 --kv-heads 2 --seq 8 --batch 1 "
+                              "--eval-tokens 64 --progress-every 0 --steps 1 --defect gqa-mismatch --out " +
+                              (d / "gqa").string());
+  EXPECT_EQ(ok.status, 0) << ok.output;
+}
+
+TEST(Cli, ResumeRefusesAnotherCorpusWithTheSameSourceLabel) {  // issue 43 item 5
+  const fs::path d = scratch("resumecorpus");
+  const fs::path excerpt = fs::path(ROUNDOFF_SOURCE_DIR) / "studies/data/excerpt";
+  for (const char* c : {"c1", "c2"}) fs::copy(excerpt, d / c);
+  // c2: the same manifest (source "excerpt") but one byte of val.txt changed, and its hash updated to match.
+  std::string val = slurp(d / "c2" / "val.txt");
+  val[0] = val[0] == 'X' ? 'Y' : 'X';
+  { std::ofstream(d / "c2" / "val.txt", std::ios::binary | std::ios::trunc) << val; }
+  nlohmann::json m = read_json(d / "c2" / "manifest.json");
+  {
+    FILE* p = popen(("sha256sum '" + (d / "c2" / "val.txt").string() + "'").c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    char hex[65] = {};
+    ASSERT_EQ(std::fread(hex, 1, 64, p), 64u);
+    pclose(p);
+    m["splits"]["val"]["sha256"] = std::string(hex, 64);
+  }
+  { std::ofstream(d / "c2" / "manifest.json", std::ios::trunc) << m.dump(2); }
+  const std::string out = " --out " + (d / "run").string();
+  const Outcome first = roundoff(kTiny + "--steps 3 --stop-after 1 --corpus " + (d / "c1").string() + out);
+  ASSERT_EQ(first.status, 0) << first.output;
+  expect_refused(roundoff(kTiny + "--steps 3 --resume --corpus " + (d / "c2").string() + out),
+                 "was trained on another corpus: data_sha256.val", "--resume on another corpus, same label");
+  const Outcome same = roundoff(kTiny + "--steps 3 --resume --corpus " + (d / "c1").string() + out);
+  EXPECT_EQ(same.status, 0) << same.output;
+}
+
 TEST(Cli, ShadowCheckpointNeverReplacesARunsTelemetry) {  // issue 43 item 8
   const fs::path d = scratch("shadowout");
   const std::string run = kTiny + "--steps 2 --precision pure-fp16 --shadow-units 2 ";
