@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <iostream>
+#include <limits>
 #include <map>
 #include <ostream>
 #include <sstream>
@@ -99,9 +101,15 @@ void write_cases_csv(std::ostream& out, const std::vector<CaseResult>& results) 
          "max_rel,norm_rel,dot_ratio,underflow,elements,inf,nan,subnormal,zero,max_abs\n";
   for (const CaseResult& c : results) {
     for (const ops::OpRecord& r : c.records) {
-      const ops::ErrorStats& e = r.error;
+      ops::ErrorStats e = r.error;
       const ops::RangeEvents& g = r.range;
       out << (numerics::CsvRow() << c.preset << ops::name_of(r.op) << r.tensor << ops::name_of(r.pass)
+      // Non-finite outputs are not compared (the inf and nan columns count them); when no output was, there is
+      // no error to report: the statistics are NaN, never a perfect 0.
+      if (e.count == 0) {
+        const double nan = std::numeric_limits<double>::quiet_NaN();
+        e.median_ulp = e.p95_ulp = e.max_ulp = e.max_rel = e.norm_rel = nan;
+      }
                                  << name_of(scale_kind_of(c.config.op)) << c.config.scale << c.config.shape.text()
                                  << c.config.rows << c.precision[ops::index_of(r.pass)] << e.count << e.median_ulp
                                  << e.p95_ulp << e.max_ulp << e.above_1ulp << e.max_rel << e.norm_rel << e.dot_ratio
@@ -146,6 +154,14 @@ std::filesystem::path run_single(const SingleOptions& opt) {
 
 std::vector<double> overflow_sigmas() {
   std::vector<double> s{1.0, 2.0, 4.0};
+  for (const CaseResult& c : results)
+    for (const ops::OpRecord& r : c.records)
+      if (const std::int64_t bad = r.range.inf + r.range.nan; bad > 0)
+        std::cerr << "op-error: " << ops::name_of(r.op) << " " << r.tensor << " " << ops::name_of(r.pass) << " at "
+                  << name_of(scale_kind_of(op)) << " " << c.config.scale << ": " << bad << " of " << r.range.elements
+                  << " outputs are not finite (" << r.range.inf << " inf, " << r.range.nan
+                  << " nan); the error statistics cover the other " << r.error.count
+                  << (r.error.count == 0 ? " (none: written as nan)" : "") << "\n";
   for (int k = 48; k <= 80; ++k) s.push_back(k / 8.0);
   s.push_back(12.0);
   s.push_back(16.0);

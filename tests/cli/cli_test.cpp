@@ -455,3 +455,51 @@ TEST(Cli, AnotherRunNeverOverwritesAnOldSummaryWhenTheCheckpointIsGone) {  // is
   const Outcome again = roundoff(kTiny + "--steps 2" + out);  // the same run again recomputes the same results
   EXPECT_EQ(again.status, 0) << again.output;
 }
+
+namespace {
+
+/// One RFC 4180 record (no embedded newlines) as fields.
+std::vector<std::string> csv_fields(const std::string& line) {
+  std::vector<std::string> f(1);
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted && c == '"' && i + 1 < line.size() && line[i + 1] == '"') f.back() += line[++i];
+    else if (c == '"') quoted = !quoted;
+    else if (c == ',' && !quoted) f.emplace_back();
+    else f.back() += c;
+  }
+  return f;
+}
+
+}  // namespace
+
+TEST(Cli, OpErrorReportsNonFiniteOutputsInsteadOfAPerfectZero) {  // issue 43 item 3
+  const fs::path d = scratch("opnan");
+  const Outcome o = roundoff("op-error --op rmsnorm --precision pure-fp16 --sigma 1,60000 --rows 4 --out " + d.string());
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_NE(o.output.find("outputs are not finite"), std::string::npos) << o.output;
+  std::ifstream in(d / "rmsnorm.csv");
+  std::string line;
+  std::getline(in, line);
+  const std::vector<std::string> header = csv_fields(line);
+  auto col = [&](const char* name) {
+    return static_cast<std::size_t>(std::find(header.begin(), header.end(), name) - header.begin());
+  };
+  ASSERT_LT(col("nan"), header.size());
+  int all_nan_rows = 0;
+  while (std::getline(in, line)) {
+    const std::vector<std::string> f = csv_fields(line);
+    ASSERT_EQ(f.size(), header.size()) << line;
+    if (f[col("count")] != "0") continue;
+    ++all_nan_rows;
+    EXPECT_NE(f[col("inf")] + f[col("nan")], "00") << line;  // nothing compared because nothing was finite
+    for (const char* stat : {"median_ulp", "p95_ulp", "max_ulp", "norm_rel"}) EXPECT_EQ(f[col(stat)], "nan") << line;
+  }
+  EXPECT_GT(all_nan_rows, 0) << "sigma 6e4 overflows pure-fp16's RMSNorm";
+  // A LUT whose range the compute format cannot hold gives NaN for every output: refused when parsed.
+  expect_refused(roundoff("policy show 'ane-fp16,silu.approx=ane-lut:33:-1e308:1e308'"),
+                 "overflows the compute format fp16", "a LUT range beyond fp16");
+  const Outcome ok = roundoff("policy show 'ane-fp16,silu.approx=ane-lut:33:-8:8'");
+  EXPECT_EQ(ok.status, 0) << ok.output;
+}
