@@ -1,12 +1,14 @@
 // `roundoff train`: train the Llama-family model under a precision policy (docs/trainer.md).
 #include <omp.h>
 
+#include <cstdio>
 #include <iostream>
 #include <optional>
 #include <string>
 
 #include "ops/policy.hpp"
 #include "studies/cli/cli_checks.hpp"
+#include "studies/common/memory.hpp"
 #include "studies/common/out_dir.hpp"
 #include "studies/cli/commands.hpp"
 #include "studies/train/session.hpp"
@@ -76,8 +78,6 @@ studies::train::ModelConfig build_config(const TrainArgs& a, const CLI::App& cmd
     throw CliError("train: --gqa-map cannot be combined with --defect gqa-mismatch (it fixes the forward map to "
                    "cyclic and the backward map to block)");
   c.validate();
-  return c;
-}
   if (c.defects.gqa_mismatch) {  // the defect is the cyclic forward against the block backward: they must differ
     bool differ = false;
     for (int h = 0; h < c.heads; ++h)
@@ -89,6 +89,8 @@ studies::train::ModelConfig build_config(const TrainArgs& a, const CLI::App& cmd
                      ": its cyclic and block maps agree); valid: a model with grouped-query attention, 1 < kv-heads "
                      "< heads (E11, A512, or --config custom --kv-heads)");
   }
+  return c;
+}
 
 }  // namespace
 
@@ -210,6 +212,20 @@ void add_train_command(CLI::App& app) {
     spec.policy = ops::load_policy(a.precision, &policy_source);
     tr::TrainOptions& o = spec.options;
     o.config = build_config(a, *cmd);
+    {  // a lower bound, in floating point (no overflow): master weights, AdamW m and v, gradients, 8 bytes each
+      const tr::ModelConfig& c = o.config;
+      const double d = c.d, kv = static_cast<double>(c.kv_count()) / c.heads;
+      const double params = c.layers * (2 * d + d * d * (2 + 2 * kv) + 3 * d * c.hidden) +
+                            static_cast<double>(c.tokens()) * d * (c.tie_embeddings ? 1 : 2) + d;
+      char count[32];
+      std::snprintf(count, sizeof count, "%.3g", params);
+      studies::require_memory(params * 4 * 8,
+                              "train: " + c.name + " (d " + std::to_string(c.d) + ", layers " +
+                                  std::to_string(c.layers) + ")",
+                              std::string(count) + " parameters: master weights, AdamW moments and gradients at 8 "
+                                                   "bytes each",
+                              "valid: a smaller --d or --layers");
+    }
     auto given = [&](const char* name) { return cmd->count(name) > 0; };
     o.steps = a.steps;
     if (a.recipe == "autoane") {

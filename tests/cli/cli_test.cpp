@@ -503,3 +503,17 @@ TEST(Cli, OpErrorReportsNonFiniteOutputsInsteadOfAPerfectZero) {  // issue 43 it
   const Outcome ok = roundoff("policy show 'ane-fp16,silu.approx=ane-lut:33:-8:8'");
   EXPECT_EQ(ok.status, 0) << ok.output;
 }
+
+TEST(Cli, WorkThatCannotFitInMemoryIsRefusedWithItsSize) {  // issue 43 item 15
+  const fs::path d = scratch("memory");
+  const Outcome t = roundoff("train --config custom --d 100000 --heads 2 --steps 1 --out " + (d / "t").string());
+  expect_refused(t, "needs at least", "train --d 100000");
+  EXPECT_NE(t.output.find("valid: a smaller --d or --layers"), std::string::npos) << t.output;
+  EXPECT_EQ(t.output.find("bad_alloc"), std::string::npos) << t.output;
+  const Outcome o = roundoff("op-error --op matmul --shape in=100000000 --out " + (d / "o").string());
+  expect_refused(o, "needs at least", "op-error --shape in=100000000");
+  EXPECT_EQ(o.output.find("bad_alloc"), std::string::npos) << o.output;
+  // Item 17: a shape key given twice is refused, not "last one wins".
+  expect_refused(roundoff("op-error --op rmsnorm --shape d=3,d=5 --out " + (d / "s").string()), "given twice",
+                 "--shape d=3,d=5");
+}
