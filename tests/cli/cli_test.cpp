@@ -517,3 +517,32 @@ TEST(Cli, WorkThatCannotFitInMemoryIsRefusedWithItsSize) {  // issue 43 item 15
   expect_refused(roundoff("op-error --op rmsnorm --shape d=3,d=5 --out " + (d / "s").string()), "given twice",
                  "--shape d=3,d=5");
 }
+
+TEST(Cli, OperandsBeforeAndAfterTheMarkAreAllRead) {  // issue 43 item 16
+  const Outcome r = roundoff("round -f fp16 0.1 -- -0 -1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const char* want : {"0.1 -> 0x1.998p-4", "-0 -> -0x0p+0", "-1 -> -0x1p+0"})
+    EXPECT_NE(r.output.find(want), std::string::npos) << r.output;
+  const Outcome a = roundoff("arith add 1 -- -inf");
+  ASSERT_EQ(a.status, 0) << a.output;
+  EXPECT_NE(a.output.find("add 1 -inf -> -inf"), std::string::npos) << a.output;
+  const Outcome f = roundoff("arith --format fp32 add -- 1 -2");  // an option's value stays with its option
+  ASSERT_EQ(f.status, 0) << f.output;
+  EXPECT_NE(f.output.find("bits 0xbf800000"), std::string::npos) << f.output;
+}
+
+TEST(Cli, RoundAndArithEdgesSayWhatHappened) {  // issue 43 item 6
+  const Outcome tiny = roundoff("round 1e-999999");
+  ASSERT_EQ(tiny.status, 0) << tiny.output;
+  EXPECT_EQ(tiny.output.find("error 0 ulp"), std::string::npos) << "an inexact result:\n" << tiny.output;
+  EXPECT_NE(tiny.output.find("error < 1e-300 ulp"), std::string::npos) << tiny.output;
+  const Outcome below = roundoff("round -m up 0x1p-4294967296 -- -0x1p-4294967296");
+  ASSERT_EQ(below.status, 0) << below.output;  // as 0x1p18446744073709551616 is accepted (an overflow)
+  EXPECT_NE(below.output.find("0x1p-4294967296 -> 0x1p-24"), std::string::npos) << below.output;
+  EXPECT_NE(below.output.find("-0x1p-4294967296 -> -0x0p+0"), std::string::npos) << below.output;
+  EXPECT_EQ(below.output.find("error 0 ulp"), std::string::npos) << "both are inexact:\n" << below.output;
+  expect_refused(roundoff("arith -f p5:emin-6:emax7:nospecials div 0 0"), "cannot encode", "nospecials 0/0");
+  expect_refused(roundoff("round -f p5:emin-6:emax7:nospecials nan"), "cannot encode", "nospecials round nan");
+  const Outcome sat = roundoff("arith -f p5:emin-6:emax7:nospecials div 1 0");  // saturates: a value
+  EXPECT_EQ(sat.status, 0) << sat.output;
+}
