@@ -60,6 +60,14 @@ std::vector<std::string> positionals_after_mark(const CLI::App& app, int argc, c
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A train shard started by a local sweep dies with it (a SIGKILLed sweep left its trains running, holding
+  // their run directories' locks, so an immediate rerun marked those runs FAILED: issue 43 item 14).
+  if (const char* parent = std::getenv(roundoff::studies::sweep::kSweepParentEnv); parent != nullptr) {
+    const long want = std::strtol(parent, nullptr, 10);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (want > 0 && ::getppid() != static_cast<pid_t>(want)) return 1;  // the sweep ended before we started
+    ::unsetenv(roundoff::studies::sweep::kSweepParentEnv);
+  }
   roundoff::studies::record_command_line(argc, argv);
   CLI::App app{"roundoff: measure, op by op, what low-precision arithmetic does to a transformer.\n"
                "Bit-accurate format and rounding emulation, accumulation-order emulation, per-op error "

@@ -513,3 +513,40 @@ TEST(SweepCli, FailedRunsExitWithStatus1) {
   EXPECT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 1) << read(dir / "out");
   EXPECT_NE(read(dir / "out").find("1 run(s) failed"), std::string::npos) << read(dir / "out");
 }
+
+// Issue 43 item 14: SIGKILL of the sweep process alone (not its process group) used to orphan its train shards,
+// which kept their run directories locked, so an immediate rerun marked those runs FAILED. The shards now die
+// with the sweep, and a new shard waits for a lock that is still being released.
+TEST(SweepCli, RerunRightAfterKillingOnlyTheSweepProcessCompletesEveryRun) {
+  const fs::path dir = fresh("kill_sweep_only");
+  const std::string grid_text = tiny_grid("orphans", 1600, 800);  // shards long enough to outlive the kill
+  std::ofstream(dir / "grid.json") << grid_text;
+  const sw::Grid g = sw::parse_grid(grid_text, "t", kFlags);
+  const auto runs = g.expand();
+  const sw::Store store{dir / "runs", g.study};
+  const std::string grid = (dir / "grid.json").string(), runs_dir = (dir / "runs").string(),
+                    table = (dir / "runs.csv").string(), out = (dir / "sweep.out").string();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (!freopen(out.c_str(), "a", stdout)) _exit(3);
+    execl(ROUNDOFF_EXE, ROUNDOFF_EXE, "sweep", grid.c_str(), "--jobs", "2", "--runs-dir", runs_dir.c_str(),
+          "--table", table.c_str(), static_cast<char*>(nullptr));
+    _exit(4);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  bool seen = false;
+  while (!seen && std::chrono::steady_clock::now() < deadline) {
+    for (const sw::Run& r : runs) seen = seen || fs::exists(store.run_dir(r) / "checkpoint.bin");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the next shards are running now
+  kill(pid, SIGKILL);  // the sweep only: its trains are not signalled by us
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(seen);
+  const std::string rerun = std::string(ROUNDOFF_EXE) + " sweep " + grid + " --jobs 2 --runs-dir " + runs_dir +
+                            " --table " + table + " >>" + out + " 2>&1";
+  EXPECT_EQ(WEXITSTATUS(std::system(rerun.c_str())), 0) << read(dir / "sweep.out");
+  EXPECT_EQ(read(dir / "sweep.out").find("FAILED"), std::string::npos) << read(dir / "sweep.out");
+  EXPECT_EQ(parse_csv(read(dir / "runs.csv")).size(), 1 + runs.size());
+}
