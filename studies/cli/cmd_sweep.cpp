@@ -1,6 +1,7 @@
 // `roundoff sweep`: expand a grid of train runs, run them locally or on Slurm, collect runs.csv (docs/sweep.md).
 #include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -111,6 +112,31 @@ std::size_t write_table(const sw::Grid& g, const sw::Store& store, const std::ve
   return c.complete;
 }
 
+/// Runs `roundoff train ARGS --check` for every run: a flag value train refuses (--threads 3 on 2 processors,
+/// "steps": 2.0, an unknown policy) is reported by the dry run and before a Slurm submission, not by every run
+/// failing later. Throws CliError naming the first run and train's own error line.
+void check_runs(const sw::Grid& g, const sw::Store& store, const std::vector<sw::Run>& runs, const fs::path& exe,
+                int threads) {
+  for (const sw::Run& r : runs) {
+    std::vector<std::string> argv = sw::shard_command(g, store, r, threads, false);
+    argv[0] = exe.string();
+    argv.push_back("--check");
+    std::string line;
+    for (const std::string& arg : argv) line += sw::shell_quote(arg) + " ";
+    FILE* p = ::popen((line + "2>&1").c_str(), "r");
+    if (p == nullptr) throw CliError("sweep: cannot run " + argv[0] + " to check run " + r.name);
+    std::string out;
+    char buf[4096];
+    while (const std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    const int st = ::pclose(p);
+    if (st != 0) {
+      std::string why = out.substr(0, out.find('\n'));
+      if (why.rfind("roundoff: ", 0) == 0) why = why.substr(10);
+      throw CliError("sweep: run " + r.name + " would fail: " + why);
+    }
+  }
+}
+
 void run_sweep(const SweepArgs& a) {
   if (a.jobs < 1) throw CliError("sweep: --jobs must be >= 1");
   if (a.threads < 1) throw CliError("sweep: --threads must be >= 1");
@@ -173,6 +199,7 @@ void run_sweep(const SweepArgs& a) {
     const sw::SlurmOptions opts{a.partition, a.time, a.mem, a.account, a.sbatch, a.threads, a.jobs > 1 ? a.jobs : 0};
     const std::string array = sw::array_script(g, store, todo, paths, opts);
     const std::string collect = sw::collect_script(g, store, paths, opts);
+    check_runs(g, store, todo, exe, a.threads);
     if (a.dry_run) {
       std::cout << "# --- job array (" << todo.size() << " tasks) ---\n"
                 << array << "# --- collect job (after the array, afterany) ---\n"
@@ -193,6 +220,7 @@ void run_sweep(const SweepArgs& a) {
   }
 
   if (a.dry_run) {
+    check_runs(g, store, runs, exe, a.threads);
     for (const sw::Run& r : runs) {
       const sw::RunStatus s = sw::run_status(store.run_dir(r));
       std::vector<std::string> argv = sw::shard_command(g, store, r, a.threads, s.state == sw::RunState::Partial);

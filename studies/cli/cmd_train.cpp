@@ -32,7 +32,7 @@ struct TrainArgs {
   double lr = 1e-3, clip = 1.0, weight_decay = 0.1;
   int threads = 1;
   std::string out, corpus;
-  bool resume = false, profile = false;
+  bool resume = false, profile = false, check = false;
 };
 
 studies::train::ModelConfig build_config(const TrainArgs& a, const CLI::App& cmd) {
@@ -201,6 +201,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--corpus", args->corpus, "prepared corpus: brown or kjv (under $ROUNDOFF_DATA), or a directory (default: brown, else the excerpt)");
   cmd->add_option("--out", args->out, "results directory")->required();
   cmd->add_flag("--resume", args->resume, "continue from DIR/checkpoint.bin");
+  cmd->add_flag("--check", args->check,
+                "only check the arguments (what `roundoff sweep --dry-run` runs for each run): exit 0 with one line, "
+                "or 2 with the first error; reads no data and writes nothing");
   cmd->add_flag("--profile", args->profile,
                 "time every step per (op, pass): table on stderr at the end and DIR/profile.csv (no bit changes)");
   cmd->callback([args, cmd] {
@@ -275,6 +278,16 @@ void add_train_command(CLI::App& app) {
     spec.shadow_units = a.shadow_units;
     spec.profile = a.profile;
     if (!a.corpus.empty()) spec.corpus_dir = a.corpus;
+    if (a.eval_tokens > 0 && a.eval_tokens < o.config.seq)  // also in load_train_data; here for --check
+      throw CliError("train: --eval-tokens " + std::to_string(a.eval_tokens) +
+                     " is shorter than one evaluation window of --seq " + std::to_string(o.config.seq) +
+                     " tokens (valid: 0 for the whole split, or at least " + std::to_string(o.config.seq) + ")");
+    if (a.check) {
+      if (!a.eval_checkpoint.empty() && a.resume)
+        throw CliError("train: --eval-checkpoint evaluates another run's weights; it cannot --resume");
+      std::cout << "train: arguments valid (" << o.config.name << ", policy " << spec.policy.canonical() << ")\n";
+      return;
+    }
     omp_set_num_threads(a.threads);
     const tr::TrainData data = tr::load_train_data(o.config, spec.corpus_dir, a.eval_tokens);
     o.config.vocab = data.vocab;

@@ -546,3 +546,17 @@ TEST(Cli, RoundAndArithEdgesSayWhatHappened) {  // issue 43 item 6
   const Outcome sat = roundoff("arith -f p5:emin-6:emax7:nospecials div 1 0");  // saturates: a value
   EXPECT_EQ(sat.status, 0) << sat.output;
 }
+
+TEST(Cli, RepeatedOrConflictingKeysAreRefused) {  // issue 43 item 17
+  expect_refused(roundoff("round -f p11:emin-14:emax15:emax16 1"), "repeats or contradicts an earlier emax",
+                 "emax twice");
+  expect_refused(roundoff("round -f fp16:nanonly:nospecials 1"), "repeats or contradicts", "nanonly and nospecials");
+  expect_refused(roundoff("dot --accumulation 'acc=fp16,acc=fp32' --x 1,2"), "repeats or contradicts an earlier acc",
+                 "acc twice");
+  expect_refused(roundoff("dot --accumulation 'fp32-seq,fused,unfused' --x 1,2"), "at most one of fused, unfused",
+                 "fused and unfused");
+  const Outcome ok = roundoff("dot --accumulation 'fp32-seq,unfused' --x 1,2");  // a preset then a key: fine
+  EXPECT_EQ(ok.status, 0) << ok.output;
+  const Outcome custom = roundoff("round -f p11:emin-14:emax15:nosub 1");
+  EXPECT_EQ(custom.status, 0) << custom.output;
+}

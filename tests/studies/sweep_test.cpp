@@ -550,3 +550,27 @@ TEST(SweepCli, RerunRightAfterKillingOnlyTheSweepProcessCompletesEveryRun) {
   EXPECT_EQ(read(dir / "sweep.out").find("FAILED"), std::string::npos) << read(dir / "sweep.out");
   EXPECT_EQ(parse_csv(read(dir / "runs.csv")).size(), 1 + runs.size());
 }
+
+// Issue 43 items 17 and 18: a grid whose runs train would refuse fails its dry run (it passed and then every run
+// failed), and a key given twice in one object of the grid is refused (the JSON parser kept the last one).
+TEST(SweepCli, DryRunChecksEveryRunsArgumentsAndDuplicateKeysAreRefused) {
+  const fs::path dir = fresh("cli_dry_check");
+  auto dry = [&](const std::string& grid, const std::string& extra) {
+    std::ofstream(dir / "g.json", std::ios::trunc) << grid;
+    const std::string cmd = std::string(ROUNDOFF_EXE) + " sweep " + (dir / "g.json").string() + " --runs-dir " +
+                            (dir / "runs").string() + " --dry-run " + extra + " >" + (dir / "out").string() + " 2>&1";
+    return WEXITSTATUS(std::system(cmd.c_str()));
+  };
+  const std::string fixed = R"("config": "custom", "d": 8, "layers": 1, "heads": 2, "seq": 8, "batch": 1)";
+  EXPECT_EQ(dry(R"({"study": "s", "fixed": {)" + fixed + R"(, "steps": 2.0}, "axes": {"seed": [1, 2]}})", ""), 2);
+  EXPECT_NE(read(dir / "out").find("would fail: --steps: must be an integer >= 1 (got '2.0')"), std::string::npos)
+      << read(dir / "out");
+  const std::string good = R"({"study": "s", "fixed": {)" + fixed + R"(, "steps": 2}, "axes": {"seed": [1, 2]}})";
+  EXPECT_EQ(dry(good, "--threads 100000"), 2);
+  EXPECT_NE(read(dir / "out").find("would fail: --threads"), std::string::npos) << read(dir / "out");
+  EXPECT_EQ(dry(good, ""), 0) << read(dir / "out");
+  EXPECT_FALSE(fs::exists(dir / "runs" / "s"));  // checking writes nothing
+  EXPECT_EQ(dry(R"({"study": "s", "axes": {"v": {"a": {"seed": 1}, "a": {"seed": 2}}}})", ""), 2);
+  EXPECT_NE(read(dir / "out").find("the key 'a' is given twice in one object"), std::string::npos)
+      << read(dir / "out");
+}
