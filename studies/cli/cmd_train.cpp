@@ -277,6 +277,8 @@ void add_train_command(CLI::App& app) {
     spec.eval_tokens = a.eval_tokens;
     spec.shadow_units = a.shadow_units;
     spec.profile = a.profile;
+    if (given("--corpus") && a.corpus.empty())
+      throw CliError("train: --corpus must name a corpus (brown, kjv) or a directory (got an empty string)");
     if (!a.corpus.empty()) spec.corpus_dir = a.corpus;
     if (a.eval_tokens > 0 && a.eval_tokens < o.config.seq)  // also in load_train_data; here for --check
       throw CliError("train: --eval-tokens " + std::to_string(a.eval_tokens) +
@@ -292,9 +294,14 @@ void add_train_command(CLI::App& app) {
     const tr::TrainData data = tr::load_train_data(o.config, spec.corpus_dir, a.eval_tokens);
     o.config.vocab = data.vocab;
     std::cerr << "train: " << o.config.name << " (" << data.tokenizer << ", " << data.source << "), policy "
-              << spec.policy.canonical() << " (from " << policy_source << "), loss scale " << o.loss_scale.canonical() << ", " << o.steps
-              << " updates of " << o.recipe.accum << " micro-step(s) (" << o.steps * o.recipe.accum
-              << " micro-steps), seed " << o.seed << ", defects " << tr::defects_text(o.config.defects) << "\n";
+              << spec.policy.canonical() << " (from " << policy_source << "), loss scale " << o.loss_scale.canonical()
+              << ", ";
+    if (!a.eval_checkpoint.empty() || !a.shadow_checkpoint.empty())  // no updates run: do not announce 200
+      std::cerr << "no training (" << (a.eval_checkpoint.empty() ? "--shadow-checkpoint" : "--eval-checkpoint") << ")";
+    else
+      std::cerr << o.steps << " updates of " << o.recipe.accum << " micro-step(s) (" << o.steps * o.recipe.accum
+                << " micro-steps)";
+    std::cerr << ", seed " << o.seed << ", defects " << tr::defects_text(o.config.defects) << "\n";
     // The tail of what --eval-checkpoint and --shadow-checkpoint print: whose weights, used under what.
     auto print_foreign = [&a](const nlohmann::json& e, const char* used) {
       std::cout << "trained under " << e["checkpoint_policy"] << "; " << used << " under " << e["policy"]

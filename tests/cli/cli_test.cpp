@@ -560,3 +560,31 @@ TEST(Cli, RepeatedOrConflictingKeysAreRefused) {  // issue 43 item 17
   const Outcome custom = roundoff("round -f p11:emin-14:emax15:nosub 1");
   EXPECT_EQ(custom.status, 0) << custom.output;
 }
+
+TEST(Cli, CorpusAndCheckpointMessagesSayWhatIsMeant) {  // issue 43 item 19
+  const fs::path d = scratch("item19");
+  std::ofstream(d / "afile") << "x";
+  expect_refused(roundoff(kTiny + "--steps 1 --corpus '' --out " + (d / "r1").string()),
+                 "--corpus must name a corpus", "--corpus ''");
+  const Outcome afile = roundoff(kTiny + "--steps 1 --corpus " + (d / "afile").string() + " --out " +
+                                 (d / "r2").string());
+  expect_refused(afile, "is not a directory", "--corpus afile");
+  EXPECT_EQ(afile.output.find("fetch-corpus"), std::string::npos) << "a user's file, not Brown:\n" << afile.output;
+  // --eval-checkpoint trains nothing: its header does not announce 200 updates.
+  ASSERT_EQ(roundoff(kTiny + "--steps 2 --out " + (d / "run").string()).status, 0);
+  const Outcome ev = roundoff(kTiny + "--eval-checkpoint " + (d / "run" / "checkpoint.bin").string() + " --out " +
+                              (d / "ev").string());
+  ASSERT_EQ(ev.status, 0) << ev.output;
+  EXPECT_EQ(ev.output.find("200 updates"), std::string::npos) << ev.output;
+  EXPECT_NE(ev.output.find("no training (--eval-checkpoint)"), std::string::npos) << ev.output;
+  // data info on a corpus whose val split is empty: no bytes per token to report (it printed 1.0000).
+  fs::copy(fs::path(ROUNDOFF_SOURCE_DIR) / "studies/data/excerpt", d / "emptyval");
+  { std::ofstream(d / "emptyval" / "val.txt", std::ios::trunc); }
+  nlohmann::json m = read_json(d / "emptyval" / "manifest.json");
+  m["splits"]["val"]["sha256"] = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+  m["splits"]["val"]["bytes"] = 0;
+  { std::ofstream(d / "emptyval" / "manifest.json", std::ios::trunc) << m.dump(2); }
+  const Outcome info = roundoff("data info --dir " + (d / "emptyval").string());
+  ASSERT_EQ(info.status, 0) << info.output;
+  EXPECT_EQ(info.output.find("1.0000"), std::string::npos) << info.output;
+}

@@ -574,3 +574,16 @@ TEST(SweepCli, DryRunChecksEveryRunsArgumentsAndDuplicateKeysAreRefused) {
   EXPECT_NE(read(dir / "out").find("the key 'a' is given twice in one object"), std::string::npos)
       << read(dir / "out");
 }
+
+// Issue 43 item 19: --table naming a directory is refused and leaves no temporary behind (it left tdir.tmp.PID).
+TEST(SweepCli, TableThatIsADirectoryIsRefusedWithoutLeftovers) {
+  const fs::path dir = fresh("cli_table_dir");
+  std::ofstream(dir / "g.json") << R"({"study": "s", "axes": {"seed": [1, 2]}})";
+  fs::create_directories(dir / "tdir");
+  const std::string cmd = std::string(ROUNDOFF_EXE) + " sweep " + (dir / "g.json").string() + " --runs-dir " +
+                          (dir / "runs").string() + " --collect --table " + (dir / "tdir").string() + " >" +
+                          (dir / "out").string() + " 2>&1";
+  EXPECT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 2);
+  EXPECT_NE(read(dir / "out").find("is not a regular file"), std::string::npos) << read(dir / "out");
+  for (const auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().filename().string().find("tdir."), std::string::npos) << e.path();
+}
