@@ -315,6 +315,7 @@ Accumulation parse_accumulation(std::string_view text) {
   Accumulation a;
   std::size_t pos = 0;
   bool first = true;
+  std::vector<std::string> seen;  // each key (and fused/unfused) once: acc=fp16,acc=fp32 used to keep the last
   while (pos <= whole.size()) {
     std::size_t next = whole.find(',', pos);
     if (next == std::string_view::npos) next = whole.size();
@@ -322,6 +323,17 @@ Accumulation parse_accumulation(std::string_view text) {
     pos = next + 1;
     if (tok.empty()) fail(text, "empty token");
     const std::size_t eq = tok.find('=');
+    {
+      const std::string kind = eq != std::string_view::npos ? std::string(tok.substr(0, eq))
+                               : (tok == "fused" || tok == "unfused") ? std::string("fused/unfused")
+                                                                     : std::string();
+      if (!kind.empty()) {
+        if (std::find(seen.begin(), seen.end(), kind) != seen.end())
+          fail(text, "'" + std::string(tok) + "' repeats or contradicts an earlier " + kind +
+                         " token (give each key once, and at most one of fused, unfused)");
+        seen.push_back(kind);
+      }
+    }
     if (eq == std::string_view::npos) {
       if (tok == "fused") {
         a.fused = true;

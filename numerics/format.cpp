@@ -4,7 +4,10 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <algorithm>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 namespace roundoff::numerics {
 
@@ -163,6 +166,7 @@ Format parse_format(std::string_view text) {
   // A preset may carry modifiers too: "fp16:nosub", "e5m2:sat".
   Format f{};
   bool have_p = false, have_min = false, have_max = false;
+  std::vector<std::string> seen;
   std::size_t pos = 0;
   bool first = true;
   while (pos <= text.size()) {
@@ -177,6 +181,16 @@ Format parse_format(std::string_view text) {
     }
     first = false;
     if (matched_preset) continue;
+    // Each explicit token kind once: p11:emin-14:emax15:emax16 or fp16:nanonly:nospecials used to be accepted
+    // with the last one winning.
+    const std::string kind = tok.starts_with("emin") ? "emin" : tok.starts_with("emax") ? "emax"
+                             : tok.starts_with("p")  ? "p"
+                             : (tok == "nanonly" || tok == "nospecials") ? "nanonly/nospecials"
+                                                                          : std::string(tok);
+    if (std::find(seen.begin(), seen.end(), kind) != seen.end())
+      return fail("'" + std::string(tok) + "' repeats or contradicts an earlier " + kind +
+                  " token; give each of p, emin, emax, nosub, sat once and at most one of nanonly, nospecials");
+    seen.push_back(kind);
     if (tok.starts_with("emin")) { if (!parse_int(tok.substr(4), f.emin)) return fail("bad token '" + std::string(tok) + "'"); have_min = true; }
     else if (tok.starts_with("emax")) { if (!parse_int(tok.substr(4), f.emax)) return fail("bad token '" + std::string(tok) + "'"); have_max = true; }
     else if (tok.starts_with("p")) { if (!parse_int(tok.substr(1), f.precision)) return fail("bad token '" + std::string(tok) + "'"); have_p = true; }

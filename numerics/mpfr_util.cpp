@@ -54,8 +54,15 @@ double parse_and_round(const RoundingPlan& plan, Rounding mode, const std::strin
   if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) || end == nullptr || *end != '\0')
     throw std::invalid_argument("not a number: '" + text + "' (expected decimal, hex-float like 0x1.8p+3, inf or nan)");
   if (mpfr_zero_p(y) && t != 0) {
-    // Underflow below MPFR's own range cannot happen for realistic literals; report rather than guess.
-    throw std::invalid_argument("literal '" + text + "' is outside the supported exponent range");
+    // A nonzero literal below MPFR's own range (0x1p-4294967296): far under half the smallest subnormal of
+    // every format, so it rounds as any tiny value of its sign does (to 0, or the smallest subnormal when
+    // rounding away from zero), just as a literal above the range rounds as an overflow.
+    ExactParts tiny;
+    tiny.neg = mpfr_signbit(y) != 0;
+    tiny.m = 1;
+    tiny.exp = -4000;
+    tiny.sticky = true;
+    return round_parts(plan, mode, tiny, draw);
   }
   return round_from_rz(plan, mode, y, t != 0, draw);
 }

@@ -456,6 +456,18 @@ std::string attention_order_list() {
   return s;
 }
 
+/// A table range whose bounds (or width) the compute format cannot hold gives NaN knots and every output NaN:
+/// refused when the item that makes it so is read.
+void check_lut_range(std::size_t index, const std::string& token, const OpPrecision& v) {
+  const Approx& a = v.approx;
+  if (a.kind != ApproxKind::AneLut || (a.lo == 0 && a.hi == 0)) return;
+  const double top = numerics::max_finite(v.compute);
+  if (std::fabs(a.lo) <= top && std::fabs(a.hi) <= top && std::isfinite(a.hi - a.lo)) return;
+  fail(index, token,
+       "table range " + number_text(a.lo) + ":" + number_text(a.hi) + " overflows the compute format " +
+           numerics::name_of(v.compute) + "; valid: bounds within ±" + number_text(top) + " (e.g. ane-lut:33:-8:8)");
+}
+
 void apply_item(Policy& p, std::size_t index, const std::string& token) {
   const std::size_t eq = token.find('=');
   if (eq == std::string::npos)
@@ -520,6 +532,7 @@ void apply_item(Policy& p, std::size_t index, const std::string& token) {
     for (Pass ps : passes) {
       if (field) apply_field(index, token, *field, rhs, p.at(k, ps));
       else apply_prec(index, token, rhs, p.at(k, ps));
+      check_lut_range(index, token, p.at(k, ps));
     }
 }
 

@@ -44,11 +44,20 @@ void print_info(const std::string& dir, const std::vector<std::size_t>& bpe_size
   }
   const data::ByteTokenizer bytes;
   std::printf("\n%-10s %12s %12s %12s %10s\n", "tokenizer", "train tok", "val tok", "test tok", "val B/tok");
-  std::printf("%-10s %12zu %12zu %12zu %10.4f\n", "bytes", c.train.size(), c.val.size(), c.test.size(), 1.0);
+  // An empty val split has no bytes per token (it printed 1.0000): "-".
+  auto per_token = [&c](double v) {
+    char buf[32];
+    if (c.val.empty()) return std::string("-");
+    std::snprintf(buf, sizeof buf, "%.4f", v);
+    return std::string(buf);
+  };
+  std::printf("%-10s %12zu %12zu %12zu %10s\n", "bytes", c.train.size(), c.val.size(), c.test.size(),
+              per_token(1.0).c_str());
   for (std::size_t v : bpe_sizes) {
     const auto bpe = data::BpeTokenizer::train(c.train, v);
-    std::printf("%-10s %12zu %12zu %12zu %10.4f\n", bpe.name().c_str(), bpe.encode(c.train).size(),
-                bpe.encode(c.val).size(), bpe.encode(c.test).size(), data::bytes_per_token(bpe, c.val));
+    std::printf("%-10s %12zu %12zu %12zu %10s\n", bpe.name().c_str(), bpe.encode(c.train).size(),
+                bpe.encode(c.val).size(), bpe.encode(c.test).size(),
+                per_token(c.val.empty() ? 0.0 : data::bytes_per_token(bpe, c.val)).c_str());
   }
 }
 

@@ -53,7 +53,10 @@ void add_op_error_command(CLI::App& app) {
   cmd->add_flag("--study", a.study, "Run the whole study (every op and preset, sweeps, thresholds)");
   cmd->footer("Examples:\n  roundoff op-error --op rmsnorm --precision pure-fp16 --sigma 1,8,16 --out /tmp/oe\n"
               "  roundoff op-error --op matmul --shape in=2816,out=1024 --precision amp-bf16 --out /tmp/oe\n"
-              "  roundoff op-error --study --out notebooks-data/op-error");
+              "  roundoff op-error --study --out notebooks-data/op-error\n"
+              "Non-finite outputs are not compared: the inf and nan columns count them, a line on stderr names each "
+              "tensor that has them, and a tensor with no finite output has its error statistics written as nan "
+              "(never 0).");
   cmd->callback([] {
     studies::require_out_dir(a.out, "op-error: --out");
     const std::string& out = a.out;

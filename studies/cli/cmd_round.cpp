@@ -1,6 +1,7 @@
 // `roundoff round` and `roundoff arith`: one correctly rounded conversion or operation per line.
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -33,12 +34,30 @@ struct RoundArgs {
 double error_ulps(const Format& f, const std::string& text, double result) {
   if (!std::isfinite(result)) return std::nan("");
   Mpfr exact(256), diff(256);
-  mpfr_strtofr(exact, text.c_str(), nullptr, 0, MPFR_RNDN);
+  const int inexact = mpfr_strtofr(exact, text.c_str(), nullptr, 0, MPFR_RNDN);  // nonzero: beyond 256 bits
   if (!mpfr_number_p(exact)) return std::nan("");
   mpfr_sub_d(diff, exact, result, MPFR_RNDN);
   const long e = mpfr_zero_p(exact) ? f.emin : std::max<long>(mpfr_get_exp(exact) - 1, f.emin);
   mpfr_mul_2si(diff, diff, -(e - f.precision + 1), MPFR_RNDN);
-  return std::fabs(mpfr_get_d(diff, MPFR_RNDN));
+  const double ulps = std::fabs(mpfr_get_d(diff, MPFR_RNDN));
+  // An error too small for a double (round 1e-999999 -> 0) is still not zero: say so rather than "0 ulp".
+  if (ulps == 0 && (inexact != 0 || !mpfr_zero_p(diff))) return std::numeric_limits<double>::denorm_min();
+  return ulps;
+}
+
+/// The error text: "%.4g", or "< 1e-300" for an inexact result whose error underflows a double.
+std::string error_text(double ulps) {
+  if (ulps == std::numeric_limits<double>::denorm_min()) return "< 1e-300";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", ulps);
+  return buf;
+}
+
+/// A format without NaN (nospecials) cannot hold a NaN result: refused instead of printed as one.
+void require_encodable(const Format& f, const std::string& what, double r) {
+  if (std::isnan(r) && f.specials == Specials::None)
+    throw CliError(what + " is NaN, which " + name_of(f) +
+                   " cannot encode (nospecials: no NaN); valid: a format with NaN, e.g. without :nospecials");
 }
 
 void print_result(const RoundArgs& a, const Format& f, Rounding mode, const std::string& what, double r,
@@ -52,7 +71,10 @@ void print_result(const RoundArgs& a, const Format& f, Rounding mode, const std:
     j["result"] = hex_float(r);
     j["decimal"] = decimal_text(r);
     j["bits"] = bits.empty() ? nlohmann::json(nullptr) : nlohmann::json(bits);
-    if (!std::isnan(err_ulps)) j["error_ulps"] = err_ulps;
+    if (!std::isnan(err_ulps)) {
+      j["error_ulps"] = err_ulps == std::numeric_limits<double>::denorm_min() ? 0.0 : err_ulps;
+      j["exact"] = err_ulps == 0;
+    }
     std::printf("%s\n", j.dump().c_str());
     return;
   }
@@ -63,7 +85,7 @@ void print_result(const RoundArgs& a, const Format& f, Rounding mode, const std:
     const double up = round_to(plan, Rounding::Up, std::nextafter(r, INFINITY));
     std::printf("  neighbours [%s, %s]", decimal_text(down).c_str(), decimal_text(up).c_str());
   }
-  if (!std::isnan(err_ulps)) std::printf("  error %.4g ulp", err_ulps);
+  if (!std::isnan(err_ulps)) std::printf("  error %s ulp", error_text(err_ulps).c_str());
   std::printf("\n");
 }
 
@@ -126,6 +148,7 @@ void add_round_command(CLI::App& app) {
     const StochasticBits bits{a.seed, 0};
     for (std::size_t i = 0; i < a.values.size(); ++i) {
       const double r = parse_and_round(plan, mode, a.values[i], bits.draw(i));
+      require_encodable(f, "round: '" + a.values[i] + "'", r);
       print_result(a, f, mode, a.values[i], r, error_ulps(f, a.values[i], r), plan);
     }
   });
@@ -161,6 +184,7 @@ void add_arith_command(CLI::App& app) {
     const double r = compute(plan, mode, a.op, x, StochasticBits{a.seed, 0}.draw(0));
     std::string what = a.op;
     for (const auto& v : a.values) what += " " + v;
+    require_encodable(f, "arith: the result of " + what, r);
     print_result(a, f, mode, what, r, std::nan(""), plan);
   });
 }

@@ -1,8 +1,11 @@
 // `roundoff sweep`: expand a grid of train runs, run them locally or on Slurm, collect runs.csv (docs/sweep.md).
+#include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 
 #include "studies/cli/commands.hpp"
 #include "studies/common/provenance.hpp"
@@ -76,11 +79,62 @@ std::string join(const std::vector<std::string>& argv) {
 
 /// Collects the table and writes it atomically; returns the number of complete runs.
 std::size_t write_table(const sw::Grid& g, const sw::Store& store, const std::vector<sw::Run>& runs,
-                        const fs::path& table) {
+                        const fs::path& table, const std::string& grid_path) {
   const sw::Collected c = sw::collect(g, store, runs);
+  std::error_code ec;
+  if (fs::exists(table, ec)) {  // never replace what is not our table, nor drop runs it already holds
+    if (fs::equivalent(table, grid_path, ec))
+      throw CliError("sweep: --table " + table.string() + " is the grid file itself; name a .csv file for the table");
+    if (!fs::is_regular_file(table, ec))
+      throw CliError("sweep: --table " + table.string() + " is not a regular file; name a .csv file for the table");
+    std::ifstream in(table, std::ios::binary);
+    const std::string old((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!old.empty()) {
+      std::vector<std::string> listed;
+      try {
+        listed = sw::tabled_runs(old);
+      } catch (const std::invalid_argument& e) {
+        throw CliError("sweep: --table " + table.string() + " exists and is " + e.what() +
+                       "; refusing to overwrite it: name another --table");
+      }
+      std::vector<std::string> lost;
+      for (const std::string& r : listed)
+        if (std::find(c.runs.begin(), c.runs.end(), r) == c.runs.end()) lost.push_back(r);
+      if (!lost.empty())
+        throw CliError("sweep: " + table.string() + " lists " + std::to_string(lost.size()) +
+                       " run(s) that are not complete under " + store.study_dir().string() + " (first " +
+                       lost.front() + ": its directory is missing or unfinished); refusing to drop them: restore "
+                       "the run directories (or --runs-dir), or write another --table");
+    }
+  }
   studies::write_file_atomic(table, c.csv);
   std::cout << "sweep: " << c.complete << " of " << c.total << " runs complete; table " << table.string() << "\n";
   return c.complete;
+}
+
+/// Runs `roundoff train ARGS --check` for every run: a flag value train refuses (--threads 3 on 2 processors,
+/// "steps": 2.0, an unknown policy) is reported by the dry run and before a Slurm submission, not by every run
+/// failing later. Throws CliError naming the first run and train's own error line.
+void check_runs(const sw::Grid& g, const sw::Store& store, const std::vector<sw::Run>& runs, const fs::path& exe,
+                int threads) {
+  for (const sw::Run& r : runs) {
+    std::vector<std::string> argv = sw::shard_command(g, store, r, threads, false);
+    argv[0] = exe.string();
+    argv.push_back("--check");
+    std::string line;
+    for (const std::string& arg : argv) line += sw::shell_quote(arg) + " ";
+    FILE* p = ::popen((line + "2>&1").c_str(), "r");
+    if (p == nullptr) throw CliError("sweep: cannot run " + argv[0] + " to check run " + r.name);
+    std::string out;
+    char buf[4096];
+    while (const std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    const int st = ::pclose(p);
+    if (st != 0) {
+      std::string why = out.substr(0, out.find('\n'));
+      if (why.rfind("roundoff: ", 0) == 0) why = why.substr(10);
+      throw CliError("sweep: run " + r.name + " would fail: " + why);
+    }
+  }
 }
 
 void run_sweep(const SweepArgs& a) {
@@ -106,7 +160,7 @@ void run_sweep(const SweepArgs& a) {
   const fs::path exe = fs::read_symlink("/proc/self/exe");
 
   if (a.collect) {
-    write_table(g, store, runs, table);
+    write_table(g, store, runs, table, a.grid);
     return;
   }
   if (!a.run.empty()) {
@@ -121,7 +175,8 @@ void run_sweep(const SweepArgs& a) {
     const sw::RunStatus s = sw::run_status(store.run_dir(*run));
     std::cout << "sweep: " << run->name << " " << sw::describe(s) << "\n";
     if (rep.interrupted) throw CliError("sweep: interrupted; run the same command again to resume");
-    if (s.state != sw::RunState::Complete) throw CliError("sweep: run " + run->name + " did not complete");
+    // Exit status 1 (std::runtime_error), as docs/sweep.md says; 2 is a bad grid or an interrupted sweep.
+    if (s.state != sw::RunState::Complete) throw std::runtime_error("sweep: run " + run->name + " did not complete");
     return;
   }
 
@@ -136,7 +191,7 @@ void run_sweep(const SweepArgs& a) {
       if (a.dry_run)
         std::cout << "sweep: every run is complete; nothing to submit\n";
       else
-        write_table(g, store, runs, table);
+        write_table(g, store, runs, table, a.grid);
       return;
     }
     const fs::path snapshot = store.slurm_dir() / ("grid-" + studies::data::sha256_hex(text).substr(0, 8) + ".json");
@@ -144,6 +199,7 @@ void run_sweep(const SweepArgs& a) {
     const sw::SlurmOptions opts{a.partition, a.time, a.mem, a.account, a.sbatch, a.threads, a.jobs > 1 ? a.jobs : 0};
     const std::string array = sw::array_script(g, store, todo, paths, opts);
     const std::string collect = sw::collect_script(g, store, paths, opts);
+    check_runs(g, store, todo, exe, a.threads);
     if (a.dry_run) {
       std::cout << "# --- job array (" << todo.size() << " tasks) ---\n"
                 << array << "# --- collect job (after the array, afterany) ---\n"
@@ -164,6 +220,7 @@ void run_sweep(const SweepArgs& a) {
   }
 
   if (a.dry_run) {
+    check_runs(g, store, runs, exe, a.threads);
     for (const sw::Run& r : runs) {
       const sw::RunStatus s = sw::run_status(store.run_dir(r));
       std::vector<std::string> argv = sw::shard_command(g, store, r, a.threads, s.state == sw::RunState::Partial);
@@ -174,10 +231,10 @@ void run_sweep(const SweepArgs& a) {
   }
   install_stop_handlers();
   const sw::LocalReport rep = sw::run_local(g, store, runs, {exe, a.jobs, a.threads, &std::cout});
-  write_table(g, store, runs, table);
+  write_table(g, store, runs, table, a.grid);
   if (rep.interrupted) throw CliError("sweep: interrupted; run the same command again to resume");
   if (!rep.failed.empty())
-    throw CliError("sweep: " + std::to_string(rep.failed.size()) + " run(s) failed, first " + rep.failed.front() +
+    throw std::runtime_error("sweep: " + std::to_string(rep.failed.size()) + " run(s) failed, first " + rep.failed.front() +
                    " (see " + (store.study_dir() / "logs").string() + ")");
 }
 
@@ -200,7 +257,8 @@ void add_sweep_command(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "--threads of each run (--slurm: also --cpus-per-task)")
       ->capture_default_str();
   cmd->add_option("--runs-dir", args->runs_dir, "runs go to DIR/<study>/<run>/")->capture_default_str();
-  cmd->add_option("--table", args->table, "the collected table (default notebooks-data/<study>/runs.csv)");
+  cmd->add_option("--table", args->table, "the collected table (default notebooks-data/<study>/runs.csv); an existing file is only replaced "
+                  "when it is a runs table whose runs are all still complete (never the grid, never other files)");
   cmd->add_flag("--slurm", args->slurm, "submit a Slurm job array (one task per unfinished run) and a collect job");
   cmd->add_flag("--dry-run", args->dry_run, "print what would run (--slurm: the sbatch scripts); change nothing");
   cmd->add_flag("--collect", args->collect, "only collect the finished runs into the table");

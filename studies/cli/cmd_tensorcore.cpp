@@ -94,6 +94,11 @@ void run(const Options& o) {
                                               std::to_string(dump.tiles) + " tiles");
       std::filesystem::create_directories(o.trim_dir);
       const std::string to = o.trim_dir + "/tc-" + g.name + ".bin";
+      std::error_code ec;
+      for (const std::string& source : o.dumps)
+        if (std::filesystem::equivalent(to, source, ec))
+          throw CliError("--trim-dir " + o.trim_dir + ": the trimmed dump " + to + " would overwrite the source dump " +
+                         source + "; choose a --trim-dir that holds none of the dumps");
       tensorcore::write_probe(to, dump, o.trim);
       std::printf("%s: first %u tiles written to %s\n", g.name, o.trim, to.c_str());
       continue;
@@ -163,12 +168,20 @@ void add_tensorcore_command(CLI::App& app) {
   cmd->add_option("--out", o.out, "Directory for fit.csv and fit.json (provenance)");
   cmd->add_option("--trim", o.trim, "Instead of fitting, write each dump's first N tiles to --trim-dir")
       ->check(CLI::Range(1, 1 << 30));
-  cmd->add_option("--trim-dir", o.trim_dir, "Directory for --trim");
+  cmd->add_option("--trim-dir", o.trim_dir,
+                  "Directory for --trim (refused when a trimmed dump tc-<shape>.bin would replace one of the dumps "
+                  "read)");
   cmd->footer(
       "Examples:\n  roundoff tensorcore-fit out/tc/tc-f16-f32.bin --out out/tc-fit\n"
       "  roundoff tensorcore-fit tc-f16-f32.bin --model 'acc=fp32:nearest-even,order=seq,fused,group=16,extra=3'");
   cmd->callback([] {
     if (o.trim > 0 && o.trim_dir.empty()) throw CliError("--trim needs --trim-dir");
+    for (const std::string& path : o.dumps) {  // a FIFO or device would block the reader (or never end)
+      std::error_code ec;
+      const auto type = std::filesystem::status(path, ec).type();
+      if (type != std::filesystem::file_type::regular)
+        throw CliError(path + " is not a regular file (a probe dump or wgmma dump file is needed)");
+    }
     run(o);
   });
 }

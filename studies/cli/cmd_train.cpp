@@ -1,12 +1,14 @@
 // `roundoff train`: train the Llama-family model under a precision policy (docs/trainer.md).
 #include <omp.h>
 
+#include <cstdio>
 #include <iostream>
 #include <optional>
 #include <string>
 
 #include "ops/policy.hpp"
 #include "studies/cli/cli_checks.hpp"
+#include "studies/common/memory.hpp"
 #include "studies/common/out_dir.hpp"
 #include "studies/cli/commands.hpp"
 #include "studies/train/session.hpp"
@@ -30,7 +32,7 @@ struct TrainArgs {
   double lr = 1e-3, clip = 1.0, weight_decay = 0.1;
   int threads = 1;
   std::string out, corpus;
-  bool resume = false, profile = false;
+  bool resume = false, profile = false, check = false;
 };
 
 studies::train::ModelConfig build_config(const TrainArgs& a, const CLI::App& cmd) {
@@ -76,6 +78,17 @@ studies::train::ModelConfig build_config(const TrainArgs& a, const CLI::App& cmd
     throw CliError("train: --gqa-map cannot be combined with --defect gqa-mismatch (it fixes the forward map to "
                    "cyclic and the backward map to block)");
   c.validate();
+  if (c.defects.gqa_mismatch) {  // the defect is the cyclic forward against the block backward: they must differ
+    bool differ = false;
+    for (int h = 0; h < c.heads; ++h)
+      differ |= tr::kv_head_of(tr::GqaMap::Cyclic, h, c.heads, c.kv_count()) !=
+                tr::kv_head_of(tr::GqaMap::Block, h, c.heads, c.kv_count());
+    if (!differ)
+      throw CliError("train: --defect gqa-mismatch changes nothing on " + c.name + " (heads " +
+                     std::to_string(c.heads) + ", kv-heads " + std::to_string(c.kv_count()) +
+                     ": its cyclic and block maps agree); valid: a model with grouped-query attention, 1 < kv-heads "
+                     "< heads (E11, A512, or --config custom --kv-heads)");
+  }
   return c;
 }
 
@@ -110,17 +123,19 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--vocab", args->vocab, "custom: BPE vocabulary size (byte: 256)");
   cmd->add_option("--eval-checkpoint", args->eval_checkpoint,
                   "Do not train: evaluate the master weights of this checkpoint (another run's, any policy) on the "
-                  "validation split under this command's config, precision and defects; writes OUT/eval.json")
+                  "validation split under this command's config, precision and defects (refused for another model: "
+                  "another shape, head split, residual scale or tokenizer); writes OUT/eval.json")
       ->check(CLI::ExistingFile);
   cmd->add_option("--shadow-checkpoint", args->shadow_checkpoint,
                   "Do not train: per-op attribution of the master weights of this checkpoint (another run's, any "
                   "policy) under this command's config, precision and defects: the MPFR-shadowed step on the probe "
                   "batch that --shadow-every records at the checkpoint's step; writes OUT/telemetry.csv and "
-                  "OUT/shadow.json")
+                  "OUT/shadow.json (refused when OUT holds a training run)")
       ->check(CLI::ExistingFile)
       ->excludes("--eval-checkpoint");
   cmd->add_option("--defect", args->defects,
-                  "AutoANE's code defects, a comma list: gqa-mismatch, rmsnorm-bwd (default none)")
+                  "AutoANE's code defects, a comma list: gqa-mismatch, rmsnorm-bwd (default none); gqa-mismatch is refused "
+                  "on a model whose cyclic and block GQA maps agree (no grouped-query attention, or kv-heads 1)")
       ->capture_default_str();
   cmd->add_option("--precision", args->precision, "policy: preset, spec or file (see `roundoff policy`)")
       ->capture_default_str();
@@ -159,7 +174,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--eval-every", args->eval_every, "evaluate val every N steps (0: at the end only)")
       ->capture_default_str()
       ->check(integer_at_least(0));
-  cmd->add_option("--eval-tokens", args->eval_tokens, "evaluate on the first N val/test tokens (0: whole split)")
+  cmd->add_option("--eval-tokens", args->eval_tokens, "evaluate on the first N val/test tokens (0: whole split; refused below --seq, where no window fits)")
       ->capture_default_str()
       ->check(integer_at_least(0));
   cmd->add_option("--shadow-every", args->shadow_every, "MPFR shadow on the probe batch every N steps (0: off)")
@@ -186,6 +201,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--corpus", args->corpus, "prepared corpus: brown or kjv (under $ROUNDOFF_DATA), or a directory (default: brown, else the excerpt)");
   cmd->add_option("--out", args->out, "results directory")->required();
   cmd->add_flag("--resume", args->resume, "continue from DIR/checkpoint.bin");
+  cmd->add_flag("--check", args->check,
+                "only check the arguments (what `roundoff sweep --dry-run` runs for each run): exit 0 with one line, "
+                "or 2 with the first error; reads no data and writes nothing");
   cmd->add_flag("--profile", args->profile,
                 "time every step per (op, pass): table on stderr at the end and DIR/profile.csv (no bit changes)");
   cmd->callback([args, cmd] {
@@ -197,6 +215,20 @@ void add_train_command(CLI::App& app) {
     spec.policy = ops::load_policy(a.precision, &policy_source);
     tr::TrainOptions& o = spec.options;
     o.config = build_config(a, *cmd);
+    {  // a lower bound, in floating point (no overflow): master weights, AdamW m and v, gradients, 8 bytes each
+      const tr::ModelConfig& c = o.config;
+      const double d = c.d, kv = static_cast<double>(c.kv_count()) / c.heads;
+      const double params = c.layers * (2 * d + d * d * (2 + 2 * kv) + 3 * d * c.hidden) +
+                            static_cast<double>(c.tokens()) * d * (c.tie_embeddings ? 1 : 2) + d;
+      char count[32];
+      std::snprintf(count, sizeof count, "%.3g", params);
+      studies::require_memory(params * 4 * 8,
+                              "train: " + c.name + " (d " + std::to_string(c.d) + ", layers " +
+                                  std::to_string(c.layers) + ")",
+                              std::string(count) + " parameters: master weights, AdamW moments and gradients at 8 "
+                                                   "bytes each",
+                              "valid: a smaller --d or --layers");
+    }
     auto given = [&](const char* name) { return cmd->count(name) > 0; };
     o.steps = a.steps;
     if (a.recipe == "autoane") {
@@ -245,14 +277,31 @@ void add_train_command(CLI::App& app) {
     spec.eval_tokens = a.eval_tokens;
     spec.shadow_units = a.shadow_units;
     spec.profile = a.profile;
+    if (given("--corpus") && a.corpus.empty())
+      throw CliError("train: --corpus must name a corpus (brown, kjv) or a directory (got an empty string)");
     if (!a.corpus.empty()) spec.corpus_dir = a.corpus;
+    if (a.eval_tokens > 0 && a.eval_tokens < o.config.seq)  // also in load_train_data; here for --check
+      throw CliError("train: --eval-tokens " + std::to_string(a.eval_tokens) +
+                     " is shorter than one evaluation window of --seq " + std::to_string(o.config.seq) +
+                     " tokens (valid: 0 for the whole split, or at least " + std::to_string(o.config.seq) + ")");
+    if (a.check) {
+      if (!a.eval_checkpoint.empty() && a.resume)
+        throw CliError("train: --eval-checkpoint evaluates another run's weights; it cannot --resume");
+      std::cout << "train: arguments valid (" << o.config.name << ", policy " << spec.policy.canonical() << ")\n";
+      return;
+    }
     omp_set_num_threads(a.threads);
     const tr::TrainData data = tr::load_train_data(o.config, spec.corpus_dir, a.eval_tokens);
     o.config.vocab = data.vocab;
     std::cerr << "train: " << o.config.name << " (" << data.tokenizer << ", " << data.source << "), policy "
-              << spec.policy.canonical() << " (from " << policy_source << "), loss scale " << o.loss_scale.canonical() << ", " << o.steps
-              << " updates of " << o.recipe.accum << " micro-step(s) (" << o.steps * o.recipe.accum
-              << " micro-steps), seed " << o.seed << ", defects " << tr::defects_text(o.config.defects) << "\n";
+              << spec.policy.canonical() << " (from " << policy_source << "), loss scale " << o.loss_scale.canonical()
+              << ", ";
+    if (!a.eval_checkpoint.empty() || !a.shadow_checkpoint.empty())  // no updates run: do not announce 200
+      std::cerr << "no training (" << (a.eval_checkpoint.empty() ? "--shadow-checkpoint" : "--eval-checkpoint") << ")";
+    else
+      std::cerr << o.steps << " updates of " << o.recipe.accum << " micro-step(s) (" << o.steps * o.recipe.accum
+                << " micro-steps)";
+    std::cerr << ", seed " << o.seed << ", defects " << tr::defects_text(o.config.defects) << "\n";
     // The tail of what --eval-checkpoint and --shadow-checkpoint print: whose weights, used under what.
     auto print_foreign = [&a](const nlohmann::json& e, const char* used) {
       std::cout << "trained under " << e["checkpoint_policy"] << "; " << used << " under " << e["policy"]

@@ -32,14 +32,19 @@ OutDirLock::~OutDirLock() {
   if (fd_ >= 0) ::close(fd_);  // closing the descriptor releases the flock
 }
 
+std::filesystem::path temp_path_for(const std::filesystem::path& path) {
+  return path.string() + kTempMarker + std::to_string(::getpid());
+}
+
 std::vector<std::filesystem::path> remove_stale_temps(const std::filesystem::path& dir) {
   std::vector<std::filesystem::path> removed;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    const std::size_t at = name.rfind(".tmp.");
+    const std::string marker = kTempMarker;
+    const std::size_t at = name.rfind(marker);
     if (at == std::string::npos || at == 0) continue;
-    const std::string digits = name.substr(at + 5);
+    const std::string digits = name.substr(at + marker.size());
     if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
     const auto pid = static_cast<pid_t>(std::stol(digits));
     if (pid <= 0 || pid == ::getpid()) continue;

@@ -1,5 +1,7 @@
 #include "studies/common/provenance.hpp"
 
+#include "studies/common/out_dir.hpp"
+
 #include "git_revision.inc"  // ROUNDOFF_GIT_REVISION, generated at every build
 
 #include <fcntl.h>
@@ -58,7 +60,7 @@ nlohmann::json provenance(std::string_view command) {
 
 void write_file_atomic(const std::filesystem::path& path, std::string_view contents) {
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  const std::filesystem::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
+  const std::filesystem::path tmp = temp_path_for(path);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) throw std::runtime_error("cannot write " + tmp.string() + ": " + std::strerror(errno));
   std::size_t done = 0;
@@ -77,7 +79,13 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view conte
     std::filesystem::remove(tmp);
     throw std::runtime_error("cannot flush " + tmp.string());
   }
-  std::filesystem::rename(tmp, path);
+  std::error_code renamed;
+  std::filesystem::rename(tmp, path, renamed);
+  if (renamed) {  // e.g. `path` is a directory: leave nothing behind
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw std::runtime_error("cannot write " + path.string() + ": " + renamed.message());
+  }
 }
 
 void write_json_atomic(const std::filesystem::path& path, const nlohmann::json& j) {

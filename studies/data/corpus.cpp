@@ -17,8 +17,22 @@ namespace fs = std::filesystem;
 
 namespace {
 
+/// Whether `dir` is where ./scripts/fetch-corpus prepares a corpus (data_root()/brown or /kjv, or a directory of
+/// that name) or the committed excerpt; any other directory is the user's own.
+bool fetched_location(const fs::path& dir) {
+  fs::path name = dir.filename();
+  if (name.empty()) name = dir.parent_path().filename();
+  std::error_code ec;
+  return name == "brown" || name == "kjv" || fs::equivalent(dir, excerpt_dir(), ec);
+}
+
 [[noreturn]] void fail(const fs::path& dir, const std::string& what) {
-  throw std::runtime_error("data: corpus at " + dir.string() + ": " + what + "; run " + fetch_command_for(dir));
+  if (fetched_location(dir))
+    throw std::runtime_error("data: corpus at " + dir.string() + ": " + what + "; run " + fetch_command_for(dir));
+  // A directory of the user's own: ./scripts/fetch-corpus would not prepare it.
+  throw std::runtime_error("data: corpus at " + dir.string() + ": " + what +
+                           "; a prepared corpus is a directory holding manifest.json and the train/val/test files it "
+                           "names, as `roundoff data prepare --out DIR` writes (or give --corpus brown or kjv)");
 }
 
 std::string read_or_fail(const fs::path& dir, const std::string& file) {
@@ -52,7 +66,7 @@ std::string fetch_command_for(const fs::path& dir) {
 fs::path excerpt_dir() { return fs::path(source_dir()) / "studies" / "data" / "excerpt"; }
 
 Corpus load_prepared(const fs::path& dir) {
-  if (!fs::is_directory(dir)) fail(dir, "directory does not exist");
+  if (!fs::is_directory(dir)) fail(dir, fs::exists(dir) ? "is not a directory" : "directory does not exist");
   Corpus c;
   c.dir = dir;
   try {

@@ -101,6 +101,7 @@ OpShape parse_shape(OpKind op, const std::string& spec) {
   std::string keys;
   for (const auto& [k, v] : s.dims) keys += (keys.empty() ? "" : ", ") + k;
   std::size_t pos = 0;
+  std::map<std::string, std::string> given;  // a key given twice is refused, not "last one wins"
   while (pos < spec.size()) {
     std::size_t end = spec.find(',', pos);
     if (end == std::string::npos) end = spec.size();
@@ -120,6 +121,10 @@ OpShape parse_shape(OpKind op, const std::string& spec) {
     }
     if (used == 0 || used != tok.size() - eq - 1 || v <= 0)
       throw std::invalid_argument("bad shape value in '" + tok + "': expected a positive integer");
+    if (const auto it = given.find(key); it != given.end())
+      throw std::invalid_argument("shape key '" + key + "' given twice ('" + it->second + "' and '" + tok +
+                                  "'); give each of " + keys + " at most once");
+    given[key] = tok;
     s.dims[key] = v;
   }
   if (op == OpKind::RopeAngles || op == OpKind::RopeRotate || op == OpKind::AttnScores || op == OpKind::Softmax ||

@@ -6,12 +6,15 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <iostream>
+#include <limits>
 #include <map>
 #include <ostream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "studies/common/memory.hpp"
 #include "studies/common/provenance.hpp"
 #include "studies/op_error/experiments.hpp"
 
@@ -99,8 +102,14 @@ void write_cases_csv(std::ostream& out, const std::vector<CaseResult>& results) 
          "max_rel,norm_rel,dot_ratio,underflow,elements,inf,nan,subnormal,zero,max_abs\n";
   for (const CaseResult& c : results) {
     for (const ops::OpRecord& r : c.records) {
-      const ops::ErrorStats& e = r.error;
+      ops::ErrorStats e = r.error;
       const ops::RangeEvents& g = r.range;
+      // Non-finite outputs are not compared (the inf and nan columns count them); when no output was, there is
+      // no error to report: the statistics are NaN, never a perfect 0.
+      if (e.count == 0) {
+        const double nan = std::numeric_limits<double>::quiet_NaN();
+        e.median_ulp = e.p95_ulp = e.max_ulp = e.max_rel = e.norm_rel = nan;
+      }
       out << (numerics::CsvRow() << c.preset << ops::name_of(r.op) << r.tensor << ops::name_of(r.pass)
                                  << name_of(scale_kind_of(c.config.op)) << c.config.scale << c.config.shape.text()
                                  << c.config.rows << c.precision[ops::index_of(r.pass)] << e.count << e.median_ulp
@@ -116,6 +125,23 @@ std::filesystem::path run_single(const SingleOptions& opt) {
   const OpKind op = parse_op(opt.op);
   const OpShape shape = parse_shape(op, opt.shape);
   if (opt.rows <= 0) throw std::invalid_argument("--rows must be positive");
+  {  // a lower bound of what run_case allocates: its largest tensor (a product of two dims, or heads·T·T for
+     // attention), as input and output, 8 bytes per element; in floating point so nothing overflows
+    double largest = 0;
+    for (const auto& [k1, v1] : shape.dims) {
+      largest = std::max(largest, static_cast<double>(v1));
+      for (const auto& [k2, v2] : shape.dims)
+        if (k1 < k2) largest = std::max(largest, static_cast<double>(v1) * static_cast<double>(v2));
+    }
+    if (shape.dims.contains("heads") && shape.dims.contains("T"))
+      largest = std::max(largest, static_cast<double>(shape.at("heads")) * static_cast<double>(shape.at("T")) *
+                                      static_cast<double>(shape.at("T")));
+    char count[32];
+    std::snprintf(count, sizeof count, "%.3g", largest);
+    require_memory(largest * 2 * 8, "op-error --op " + opt.op + " --shape " + shape.text(),
+                   "its largest tensor holds " + std::string(count) + " elements, as input and output at 8 bytes each",
+                   "valid: smaller --shape values");
+  }
   const ops::Policy pol = ops::load_policy(opt.precision);
   std::vector<CaseResult> results;
   for (double s : opt.scales) {
@@ -128,6 +154,14 @@ std::filesystem::path run_single(const SingleOptions& opt) {
     c.seed = opt.seed;
     results.push_back(make_result(opt.precision, pol, c, run_case(pol, c)));
   }
+  for (const CaseResult& c : results)
+    for (const ops::OpRecord& r : c.records)
+      if (const std::int64_t bad = r.range.inf + r.range.nan; bad > 0)
+        std::cerr << "op-error: " << ops::name_of(r.op) << " " << r.tensor << " " << ops::name_of(r.pass) << " at "
+                  << name_of(scale_kind_of(op)) << " " << c.config.scale << ": " << bad << " of " << r.range.elements
+                  << " outputs are not finite (" << r.range.inf << " inf, " << r.range.nan
+                  << " nan); the error statistics cover the other " << r.error.count
+                  << (r.error.count == 0 ? " (none: written as nan)" : "") << "\n";
   const std::string name(ops::name_of(op));
   const std::filesystem::path csv = opt.out / (name + ".csv");
   write_file_atomic(csv, csv_of(results));

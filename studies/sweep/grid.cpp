@@ -251,8 +251,20 @@ std::vector<Run> Grid::expand() const {
 
 Grid parse_grid(const std::string& text, const std::string& source, const TrainFlags& train_flags) {
   Json top;
+  // A key given twice in one object (a variant label, a flag) is refused: JSON parsers keep the last one, so
+  // one of the two silently vanished.
+  std::vector<std::set<std::string>> keys;
+  std::string duplicate;
+  const Json::parser_callback_t check = [&](int, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::object_start) keys.emplace_back();
+    else if (event == Json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+    else if (event == Json::parse_event_t::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second &&
+             duplicate.empty())
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
   try {
-    top = Json::parse(text);
+    top = Json::parse(text, check);
   } catch (const nlohmann::json::parse_error& e) {
     std::string what = e.what();
     if (const auto p = what.find("] "); what.rfind("[json.exception", 0) == 0 && p != std::string::npos)
@@ -261,6 +273,9 @@ Grid parse_grid(const std::string& text, const std::string& source, const TrainF
       if (c == '\n' || c == '\r') c = ' ';
     throw std::invalid_argument("grid " + source + ": not valid JSON: " + what);
   }
+  if (!duplicate.empty())
+    throw std::invalid_argument("grid " + source + ": the key '" + duplicate +
+                                "' is given twice in one object (JSON keeps only the last); give each key once");
   Grid g = Parser(source, train_flags).grid(top);
   try {
     g.expand();

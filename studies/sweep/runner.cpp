@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -58,8 +59,16 @@ pid_t spawn_logged(const std::vector<std::string>& argv, const std::filesystem::
   std::vector<char*> cargv;
   for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
+  // The child's environment, plus ROUNDOFF_SWEEP_PARENT=<this pid>: each train shard dies with this process
+  // (main.cpp: PR_SET_PDEATHSIG), so a SIGKILLed sweep leaves no orphan writing into a run directory.
+  const std::string parent = std::string(kSweepParentEnv) + "=" + std::to_string(::getpid());
+  std::vector<char*> env;
+  for (char** e = environ; *e != nullptr; ++e)
+    if (std::strncmp(*e, parent.c_str(), std::strlen(kSweepParentEnv) + 1) != 0) env.push_back(*e);
+  env.push_back(const_cast<char*>(parent.c_str()));
+  env.push_back(nullptr);
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, cargv[0], &actions, nullptr, cargv.data(), environ);
+  const int rc = posix_spawn(&pid, cargv[0], &actions, nullptr, cargv.data(), env.data());
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) throw std::runtime_error("sweep: cannot start " + argv[0] + ": " + std::strerror(rc));
   return pid;
@@ -68,6 +77,23 @@ pid_t spawn_logged(const std::vector<std::string>& argv, const std::filesystem::
 void nap() {
   const timespec t{0, 50'000'000};
   nanosleep(&t, nullptr);
+}
+
+/// Waits (up to `seconds`) until no process holds the run directory's lock (studies::OutDirLock): a train of
+/// an earlier sweep that was SIGKILLed may still be ending. Without the wait the new shard failed at once
+/// ("another roundoff run is writing into ...") and the run was marked FAILED.
+void wait_for_run_lock(const std::filesystem::path& dir, double seconds) {
+  const std::filesystem::path lock = dir / ".roundoff.lock";
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return;  // no lock file: nobody ran here yet
+  for (double waited = 0; waited < seconds; waited += 0.05) {
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      ::flock(fd, LOCK_UN);
+      break;
+    }
+    nap();
+  }
+  ::close(fd);
 }
 
 }  // namespace
@@ -99,6 +125,7 @@ LocalReport run_local(const Grid& g, const Store& store, const std::vector<Run>&
       const std::size_t i = queue.front();
       queue.pop_front();
       const Run& r = runs[i];
+      wait_for_run_lock(store.run_dir(r), 10.0);
       const RunStatus before = run_status(store.run_dir(r));
       const bool resume = before.state == RunState::Partial;
       std::vector<std::string> argv = shard_command(g, store, r, opts.threads, resume);

@@ -16,6 +16,10 @@
 
 namespace roundoff::studies::sweep {
 
+/// Environment variable run_local sets to its own pid for the train processes it starts: `roundoff` asks the
+/// kernel to kill it when that process ends (PR_SET_PDEATHSIG), and exits at once if it has already ended.
+inline constexpr const char* kSweepParentEnv = "ROUNDOFF_SWEEP_PARENT";
+
 struct LocalOptions {
   std::filesystem::path exe;   ///< the roundoff executable to run `train` with
   int jobs = 1;                ///< runs at once

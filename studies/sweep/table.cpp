@@ -79,7 +79,37 @@ Collected collect(const Grid& g, const Store& store, const std::vector<Run>& run
     c.csv += line(cells);
   }
   c.complete = rows.size();
+  for (const auto& [run, values] : rows) c.runs.push_back(run->name);
   return c;
+}
+
+std::vector<std::string> tabled_runs(const std::string& csv) {
+  std::vector<std::vector<std::string>> records(1, std::vector<std::string>(1));
+  bool quoted = false;
+  for (std::size_t i = 0; i < csv.size(); ++i) {
+    const char ch = csv[i];
+    std::string& field = records.back().back();
+    if (quoted) {
+      if (ch != '"') field += ch;
+      else if (i + 1 < csv.size() && csv[i + 1] == '"') field += csv[++i];
+      else quoted = false;
+    } else if (ch == '"') {
+      quoted = true;
+    } else if (ch == ',') {
+      records.back().emplace_back();
+    } else if (ch == '\n') {
+      if (i + 1 < csv.size()) records.emplace_back(1);
+    } else if (ch != '\r') {
+      field += ch;
+    }
+  }
+  const std::vector<std::string>& header = records.front();
+  if (header.size() < 2 || header[0] != "study" || header[1] != "run")
+    throw std::invalid_argument("not a runs table (its header does not start with study,run)");
+  std::vector<std::string> runs;
+  for (std::size_t r = 1; r < records.size(); ++r)
+    if (records[r].size() >= 2) runs.push_back(records[r][1]);
+  return runs;
 }
 
 }  // namespace roundoff::studies::sweep

@@ -20,7 +20,12 @@ struct Collected {
   std::string csv;           ///< the table, RFC 4180 (numerics::csv_field: fields quoted where needed, "\n" line ends)
   std::size_t complete = 0;  ///< rows (complete runs)
   std::size_t total = 0;     ///< runs in the grid
+  std::vector<std::string> runs;  ///< the rows' run names, in order
 };
+
+/// The `run` column of an existing runs.csv (RFC 4180, as collect writes it). Throws std::invalid_argument when
+/// `csv` is not such a table (its header does not start with `study,run`).
+std::vector<std::string> tabled_runs(const std::string& csv);
 
 /// Reads every run's summary.json and builds the table.
 Collected collect(const Grid& g, const Store& store, const std::vector<Run>& runs);

@@ -9,6 +9,7 @@
 
 #include "numerics/arith.hpp"
 #include "numerics/round.hpp"
+#include "studies/common/out_dir.hpp"
 
 namespace roundoff::tensorcore {
 
@@ -20,6 +21,17 @@ constexpr std::size_t kHeader = 8 + 4 * 4 + 8 * 2;
 constexpr std::size_t kOutputsPerTile = 16 * 8;
 
 bool is_nan(const Field& f, std::uint32_t bits) { return std::isnan(decode(f, bits)); }
+
+/// Refuses a dump whose file is shorter than its header says, before anything is allocated from the header's
+/// counts (a 512 KB file claiming 2^32 tiles would otherwise allocate 2 GB, or end in std::bad_alloc).
+void require_length(const std::string& what, const std::string& path, std::uintmax_t need, const std::string& claim) {
+  std::error_code ec;
+  const std::uintmax_t have = std::filesystem::file_size(path, ec);
+  if (ec) throw std::runtime_error(what + " " + path + ": cannot read its size: " + ec.message());
+  if (have < need)
+    throw std::runtime_error(what + " " + path + ": truncated (header says " + claim + ", " + std::to_string(need) +
+                             " bytes; the file holds " + std::to_string(have) + ")");
+}
 }  // namespace
 
 ProbeDump read_probe(const std::string& path) {
@@ -38,6 +50,8 @@ ProbeDump read_probe(const std::string& path) {
   if (head[1] >= static_cast<std::uint32_t>(kShapeCount))
     throw std::runtime_error("probe dump " + path + ": unknown shape " + std::to_string(head[1]) + " (valid: 0.." +
                              std::to_string(kShapeCount - 1) + ")");
+  require_length("probe dump", path, kHeader + std::uintmax_t{head[2]} * kOutputsPerTile * 4,
+                 std::to_string(head[2]) + " tiles");
   ProbeDump d;
   d.shape = static_cast<Shape>(head[1]);
   d.tiles = head[2];
@@ -52,7 +66,7 @@ ProbeDump read_probe(const std::string& path) {
 
 void write_probe(const std::string& path, const ProbeDump& dump, std::uint32_t tiles) {
   if (tiles > dump.tiles) throw std::invalid_argument("write_probe: the dump has fewer tiles than asked");
-  const std::string tmp = path + ".tmp";
+  const std::string tmp = studies::temp_path_for(path).string();
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     const std::uint32_t head[4] = {1u, static_cast<std::uint32_t>(dump.shape), tiles, 0u};
@@ -63,7 +77,13 @@ void write_probe(const std::string& path, const ProbeDump& dump, std::uint32_t t
     out.write(reinterpret_cast<const char*>(dump.d.data()), static_cast<std::streamsize>(tiles * kOutputsPerTile * 4));
     if (!out) throw std::runtime_error("cannot write " + tmp);
   }
-  std::filesystem::rename(tmp, path);
+  std::error_code renamed;
+  std::filesystem::rename(tmp, path, renamed);
+  if (renamed) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw std::runtime_error("cannot write " + path + ": " + renamed.message());
+  }
 }
 
 void check_operands(const ProbeDump& dump) {
@@ -172,6 +192,11 @@ WgmmaDump read_wgmma(const std::string& path) {
   if (head[2] == 0 || head[2] > 4096 || head[3] == 0 || head[3] > 65536)
     throw std::runtime_error("wgmma dump " + path + ": K " + std::to_string(head[2]) + " or tiles " +
                              std::to_string(head[3]) + " out of range");
+  {
+    const std::uintmax_t T = head[3], K = head[2];
+    require_length("wgmma dump", path, 8 + sizeof head + T * (2 * 64 * K + 2 * 64 * 64) * 4,
+                   "K " + std::to_string(K) + " and " + std::to_string(T) + " tiles");
+  }
   WgmmaDump d;
   d.in = fields[head[1]];
   d.acc = head[5] == 1u ? kFp16 : kFp32;

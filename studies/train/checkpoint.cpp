@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "studies/common/out_dir.hpp"
 #include "studies/data/sha256.hpp"
 
 namespace roundoff::studies::train {
@@ -25,11 +26,11 @@ constexpr std::size_t kHexDigits = 64;
 /// Bytes per write / read of an array: the stream's piece size, not a buffer of the file.
 constexpr std::size_t kChunk = std::size_t{8} << 20;
 
-/// A file written at `path`.tmp.<pid> and renamed onto `path` by commit(); removed if never committed.
+/// A file written at `path`.roundoff-tmp.<pid> and renamed onto `path` by commit(); removed if never committed.
 class AtomicFile {
  public:
   explicit AtomicFile(const std::filesystem::path& path)
-      : path_(path), tmp_(path.string() + ".tmp." + std::to_string(::getpid())) {
+      : path_(path), tmp_(temp_path_for(path)) {
     if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
     fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd_ < 0) throw std::runtime_error("cannot write " + tmp_.string() + ": " + std::strerror(errno));

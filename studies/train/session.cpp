@@ -32,6 +32,10 @@ LossScaleSpec resolve_loss_scale(const std::string& text, const ops::Policy& pol
 
 TrainData load_train_data(const ModelConfig& c, const std::optional<std::filesystem::path>& corpus_dir,
                           std::int64_t eval_tokens) {
+  if (eval_tokens > 0 && eval_tokens < c.seq)  // no window fits: the evaluation would be empty
+    throw std::invalid_argument("--eval-tokens " + std::to_string(eval_tokens) +
+                                " is shorter than one evaluation window of --seq " + std::to_string(c.seq) +
+                                " tokens (valid: 0 for the whole split, or at least " + std::to_string(c.seq) + ")");
   const data::Corpus corpus = data::load_corpus(corpus_dir);
   std::unique_ptr<data::Tokenizer> tok;
   switch (c.tokenizer) {
@@ -69,6 +73,10 @@ TrainData load_train_data(const ModelConfig& c, const std::optional<std::filesys
   d.val = make_eval_set(val, c.seq, c.batch, eval_tokens, bytes_of);
   d.test = make_eval_set(test, c.seq, c.batch, eval_tokens, bytes_of);
   d.source = corpus.source;
+  if (corpus.manifest.contains("splits"))
+    for (const char* split : {"train", "val", "test"})
+      if (corpus.manifest["splits"].contains(split) && corpus.manifest["splits"][split].contains("sha256"))
+        d.split_sha256[split] = corpus.manifest["splits"][split]["sha256"];
   d.tokenizer = tok->name() + (c.compact_vocab ? "-compact-" + std::to_string(d.vocab) : "");
   return d;
 }
@@ -96,6 +104,23 @@ Checkpoint load_foreign_checkpoint(const TrainOptions& o, const TrainData& data,
                              " parameters; the model of this config has " + std::to_string(expected));
   if (data.val.batches.empty()) throw std::runtime_error(what + " needs a non-empty validation split");
   const nlohmann::json& id = ck.meta.at("identity");
+  // The same parameter count is not the same model: another head split, width/hidden trade or residual rule
+  // reads the same numbers as other weights. What may differ is how the model is used: precision, defects,
+  // GQA map, context and batch.
+  if (id.contains("config")) {
+    const nlohmann::json now = config_json(o.config);
+    const nlohmann::json& was = id.at("config");
+    for (const char* key : {"d", "layers", "heads", "kv_heads", "hidden", "vocab", "tokenizer", "tokenizer_vocab",
+                            "tie_embeddings", "compact_vocab", "norm_eps", "rope_base"})
+      if (was.contains(key) && was.at(key) != now.at(key))
+        throw std::runtime_error("checkpoint " + checkpoint.string() + " is of another model: config." + key +
+                                 " " + was.at(key).dump() + ", this command " + now.at(key).dump() +
+                                 " (valid: the checkpoint's model, under any precision, defects or --gqa-map)");
+  }
+  if (id.contains("residual_scale") && id.at("residual_scale") != std::string(name_of(o.residual)))
+    throw std::runtime_error("checkpoint " + checkpoint.string() + " is of another model: residual_scale " +
+                             id.at("residual_scale").dump() + ", this command \"" + std::string(name_of(o.residual)) +
+                             "\" (valid: the checkpoint's --residual-scale)");
   if (id.contains("tokenizer") && id.at("tokenizer") != data.tokenizer)
     throw std::runtime_error("checkpoint " + checkpoint.string() + " was trained on tokenizer " +
                              id.at("tokenizer").get<std::string>() + ", this run uses " + data.tokenizer);
@@ -103,8 +128,8 @@ Checkpoint load_foreign_checkpoint(const TrainOptions& o, const TrainData& data,
 }
 
 /// What a result computed from another run's checkpoint records about it and about this command.
-void describe_checkpoint(nlohmann::json& r, const SessionSpec& spec, const std::filesystem::path& checkpoint,
-                         const Checkpoint& ck) {
+void describe_checkpoint(nlohmann::json& r, const SessionSpec& spec, const TrainData& data,
+                         const std::filesystem::path& checkpoint, const Checkpoint& ck) {
   const TrainOptions& o = spec.options;
   const nlohmann::json& id = ck.meta.at("identity");
   r["policy"] = spec.policy.canonical();
@@ -116,6 +141,11 @@ void describe_checkpoint(nlohmann::json& r, const SessionSpec& spec, const std::
   r["checkpoint_seed"] = id.contains("seed") ? id.at("seed") : nlohmann::json();
   r["checkpoint_config"] = id.contains("config") ? id.at("config") : nlohmann::json();
   r["weights_sha256"] = weights_sha256(ck.master);
+  r["config"] = config_json(o.config);  // the model the weights were used as (issue 43)
+  r["residual_scale"] = std::string(name_of(o.residual));
+  r["data_source"] = data.source;
+  r["tokenizer"] = data.tokenizer;
+  r["eval_tokens"] = spec.eval_tokens;
 }
 
 /// The MPFR shadow's records of one shadowed forward+backward as telemetry rows (op, pass, tensor, metric
@@ -148,7 +178,7 @@ nlohmann::json evaluate_checkpoint(const SessionSpec& spec, const TrainData& dat
   r["val_bpb"] = val.bpb;
   r["val_tokens"] = data.val.tokens;
   r["val_bytes"] = data.val.bytes;
-  describe_checkpoint(r, spec, checkpoint, ck);
+  describe_checkpoint(r, spec, data, checkpoint, ck);
   if (!o.out.empty()) {
     const OutDirLock lock(o.out);
     write_json_atomic(o.out / "eval.json", r);
@@ -159,6 +189,16 @@ nlohmann::json evaluate_checkpoint(const SessionSpec& spec, const TrainData& dat
 nlohmann::json shadow_checkpoint(const SessionSpec& spec, const TrainData& data,
                                  const std::filesystem::path& checkpoint) {
   const TrainOptions& o = spec.options;
+  std::optional<OutDirLock> lock;
+  if (!o.out.empty()) {
+    lock.emplace(o.out);
+    // Its telemetry.csv would replace a training run's own (steps 0..N) with the shadow rows.
+    for (const char* own : {"summary.json", "checkpoint.bin", "curves.csv"})
+      if (std::filesystem::exists(o.out / own))
+        throw std::runtime_error("--shadow-checkpoint writes telemetry.csv and shadow.json, but --out " +
+                                 o.out.string() + " holds a training run (" + own +
+                                 "); choose an --out of its own (empty, or an earlier --shadow-checkpoint's)");
+  }
   const Checkpoint ck = load_foreign_checkpoint(o, data, checkpoint, "shadowing a checkpoint");
   const std::int64_t step = ck.meta.at("step").get<std::int64_t>();
   const double loss_scale = ck.meta.at("loss_scale_value").get<double>();
@@ -174,9 +214,8 @@ nlohmann::json shadow_checkpoint(const SessionSpec& spec, const TrainData& data,
   r["loss_scale"] = loss_scale;
   r["shadow_units"] = spec.shadow_units;
   r["records"] = tape.records().size();
-  describe_checkpoint(r, spec, checkpoint, ck);
+  describe_checkpoint(r, spec, data, checkpoint, ck);
   if (!o.out.empty()) {
-    const OutDirLock lock(o.out);
     write_file_atomic(o.out / "telemetry.csv", log.telemetry_csv());
     write_json_atomic(o.out / "shadow.json", r);
   }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <fstream>
 #include <ostream>
 #include <stdexcept>
 
@@ -33,6 +34,8 @@ std::string duration_text(double seconds) {
   return buf;
 }
 
+}  // namespace
+
 nlohmann::json config_json(const ModelConfig& c) {
   return {{"name", c.name},
           {"d", c.d},
@@ -52,6 +55,8 @@ nlohmann::json config_json(const ModelConfig& c) {
           {"norm_eps", c.norm_eps},
           {"rope_base", c.rope_base}};
 }
+
+namespace {
 
 nlohmann::json recipe_json(const Recipe& r) {
   return {{"lr", r.lr},
@@ -188,11 +193,18 @@ void Trainer::start() {
                              " already exists; pass --resume to continue that run or choose another --out");
   if (opts_.resume && !exists)
     throw std::runtime_error("--resume: no checkpoint at " + ckpt.string());
+  if (!opts_.resume && have_out) refuse_other_runs_results();
   if (opts_.resume) {
     Checkpoint ck = load_checkpoint(ckpt);
     const auto& meta = ck.meta;
     if (const std::string diff = first_difference(meta.at("identity"), identity(), ""); !diff.empty())
       throw std::runtime_error("checkpoint " + ckpt.string() + " belongs to a different run: " + diff);
+    // The corpus itself, not only its manifest's `source` label (checkpoints written before this was recorded
+    // carry no hashes and are compared by the label alone).
+    if (meta.contains("data_sha256") && !meta.at("data_sha256").is_null() && !data_.split_sha256.is_null())
+      if (const std::string diff = first_difference(meta.at("data_sha256"), data_.split_sha256, "data_sha256");
+          !diff.empty())
+        throw std::runtime_error("checkpoint " + ckpt.string() + " was trained on another corpus: " + diff);
     if (ck.master.size() != layout_.total)
       throw std::runtime_error("checkpoint " + ckpt.string() + " has the wrong number of parameters");
     master_ = std::move(ck.master);
@@ -232,6 +244,31 @@ void Trainer::start() {
   weights_changed();
   started_at_ = step_;
   wall_start_ = now_seconds();
+}
+
+void Trainer::refuse_other_runs_results() const {
+  const auto path = opts_.out / "summary.json";
+  if (!std::filesystem::exists(path)) return;
+  nlohmann::json old;
+  try {
+    std::ifstream in(path);
+    old = nlohmann::json::parse(in);
+  } catch (const std::exception&) {
+    throw std::runtime_error(opts_.out.string() + " holds a summary.json that is not a run summary; choose another "
+                             "--out or remove it");
+  }
+  // Compared on the identity keys both hold (a summary of an older build may lack some).
+  const nlohmann::json full = identity();
+  nlohmann::json now = full, was = nlohmann::json::object();
+  for (const auto& [key, value] : full.items()) {
+    if (old.is_object() && old.contains(key)) was[key] = old.at(key);
+    else now.erase(key);
+  }
+  std::string diff = first_difference(was, now, "");
+  if (diff.empty()) return;  // the same run again: its results are recomputed bit for bit
+  if (const auto at = diff.find(": checkpoint "); at != std::string::npos) diff.replace(at, 13, ": that run ");
+  throw std::runtime_error(opts_.out.string() + " holds the results of another run (" + diff +
+                           ") and no checkpoint.bin to resume it; choose another --out or remove its files");
 }
 
 bool Trainer::done() const {
@@ -453,7 +490,8 @@ void Trainer::save() {
                                {"last_train_loss", last_train_loss_},
                                {"micro_losses", micro_losses_},
                                {"log", log_.to_json()},
-                               {"segments", segments()}};
+                               {"segments", segments()},
+                               {"data_sha256", data_.split_sha256}};
   save_checkpoint(opts_.out / "checkpoint.bin", meta, master_, m_, v_);
 }
 

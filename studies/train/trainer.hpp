@@ -53,7 +53,13 @@ struct TrainData {
   std::string source;     ///< "brown-1.9.80" or "excerpt"
   std::string tokenizer;  ///< "bytes", "bpe-<V>" or "bpe-<V>-compact-<n>"
   int vocab = 0;          ///< the model's vocabulary: the tokenizer's size, or the compacted count
+  /// {"train", "val", "test"}: the splits' sha256 from the corpus manifest (null when not known). Checkpoints
+  /// record it; --resume refuses another corpus even when its manifest carries the same `source` label.
+  nlohmann::json split_sha256;
 };
+
+/// The model config as run identities, summaries and eval.json record it.
+nlohmann::json config_json(const ModelConfig& c);
 
 /// Run options (the `roundoff train` flags).
 struct TrainOptions {
@@ -95,6 +101,9 @@ class Trainer {
   /// a checkpoint exists and resume is off (it is never overwritten), if resume is on and there is none, if
   /// it is corrupt, or if it belongs to a different run (config, policy, seed, steps, recipe, data).
   void start();
+  /// Without --resume: refuses an --out whose summary.json is another run's (checkpoint.bin deleted), instead of
+  /// overwriting its summary and CSVs.
+  void refuse_other_runs_results() const;
   /// True when all steps are done, the run diverged, or stop_after steps ran in this invocation.
   bool done() const;
   /// One optimisation step: recipe.accum micro-steps (forward+backward on their own batches, gradients

@@ -21,6 +21,7 @@
 #include "numerics/gemm_kernels.hpp"
 #include "numerics/round.hpp"
 #include "tests/support/accum_mpfr_twin.hpp"
+#include "tests/support/switch_guards.hpp"
 
 namespace roundoff::numerics {
 namespace {
@@ -173,9 +174,10 @@ TEST_F(GemmTileKernel, BitIdenticalToDefinitionOnRandomShapes) {
     {  // numerics::gemm's generic path must agree with the naive loop.
       std::vector<double> C = C0;
       AccumStats stats;
-      k::set_enabled(false);
-      gemm(ane, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, C.data(), N, accumulate, {}, &stats, 1);
-      k::set_enabled(true);
+      {  // kernels off for the generic path, restored however the block ends
+        const ::roundoff::test::KernelsGuard off(false);
+        gemm(ane, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, C.data(), N, accumulate, {}, &stats, 1);
+      }
       EXPECT_EQ(stats.overflows, want_overflows) << "generic, trial " << trial;
       for (std::size_t idx = 0; idx < M * N; ++idx)
         ASSERT_TRUE(same(C[idx], want[idx])) << "generic path differs from the naive loop, trial " << trial;

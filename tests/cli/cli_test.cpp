@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -298,4 +299,292 @@ TEST(Cli, ShadowCheckpointGivesTheRunsShadowRowsAtItsStep) {
   expect_refused(roundoff("train --config custom --d 16 --layers 1 --heads 2 --seq 8 --batch 1 --eval-tokens 64 "
                           "--progress-every 0 --shadow-checkpoint " + ck + " --out " + (d / "bad").string()),
                  "parameters; the model of this config has", "--shadow-checkpoint on another shape");
+}
+
+// ---- Issue 43 ("Edges, second pass"): files that get lost, silent wrong answers, hangs. ----
+
+TEST(Cli, TensorcoreFitNeverOverwritesItsSourceDumpAndRefusesFifosAndShortFiles) {
+  const fs::path d = scratch("tctrim");
+  const fs::path src = fs::path(ROUNDOFF_SOURCE_DIR) / "notebooks-data/tensorcore-h100/tc-f16-f32.bin";
+  fs::copy_file(src, d / "tc-f16-f32.bin");
+  const auto size = fs::file_size(d / "tc-f16-f32.bin");
+  // Item 7: --trim-dir naming the dump's own directory would replace the dump (a GPU is needed to regenerate it).
+  expect_refused(roundoff("tensorcore-fit tc-f16-f32.bin --trim 5 --trim-dir .", d), "would overwrite the source dump",
+                 "--trim-dir onto the source");
+  expect_refused(roundoff("tensorcore-fit " + (d / "tc-f16-f32.bin").string() + " --trim 5 --trim-dir " + d.string()),
+                 "would overwrite the source dump", "--trim-dir onto the source (absolute)");
+  EXPECT_EQ(fs::file_size(d / "tc-f16-f32.bin"), size);
+  const Outcome ok = roundoff("tensorcore-fit tc-f16-f32.bin --trim 5 --trim-dir small", d);
+  EXPECT_EQ(ok.status, 0) << ok.output;
+  EXPECT_LT(fs::file_size(d / "small" / "tc-f16-f32.bin"), size);
+  EXPECT_EQ(fs::file_size(d / "tc-f16-f32.bin"), size);
+  // Item 12: a FIFO would block the reader forever.
+  ASSERT_EQ(::mkfifo((d / "fifo").c_str(), 0644), 0);
+  expect_refused(roundoff("tensorcore-fit fifo", d), "not a regular file", "tensorcore-fit on a FIFO");
+  // Item 13: a header claiming more tiles than the file holds is refused before anything is allocated.
+  {
+    std::ifstream in(d / "tc-f16-f32.bin", std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_GT(bytes.size(), 40u);
+    for (int i = 0; i < 4; ++i) bytes[16 + static_cast<std::size_t>(i)] = '\xff';  // head[2], the tile count
+    std::ofstream(d / "huge.bin", std::ios::binary) << bytes;
+  }
+  const Outcome huge = roundoff("tensorcore-fit huge.bin", d);
+  expect_refused(huge, "truncated (header says 4294967295 tiles", "a dump claiming 2^32-1 tiles");
+  EXPECT_EQ(huge.output.find("bad_alloc"), std::string::npos) << huge.output;
+}
+
+namespace {
+
+const std::string kTinyShape = "train --config custom --d 8 --layers 1 --heads 2 --seq 8 --batch 1 --progress-every 0 ";
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return nlohmann::json::parse(in);
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+TEST(Cli, EvalTokensBelowOneWindowIsRefused) {  // issue 43 item 1
+  const fs::path d = scratch("evaltokens");
+  expect_refused(roundoff(kTinyShape + "--steps 1 --eval-tokens 7 --out " + (d / "run").string()),
+                 "--eval-tokens 7 is shorter than one evaluation window of --seq 8", "--eval-tokens below --seq");
+  EXPECT_FALSE(fs::exists(d / "run" / "summary.json"));
+  const Outcome ok = roundoff(kTinyShape + "--steps 1 --eval-tokens 8 --out " + (d / "ok").string());
+  ASSERT_EQ(ok.status, 0) << ok.output;
+  EXPECT_EQ(read_json(d / "ok" / "summary.json").at("val_tokens").get<int>(), 8);
+}
+
+TEST(Cli, EvalCheckpointRefusesAnotherModelWithTheSameParameterCount) {  // issue 43 item 2
+  const fs::path d = scratch("evalmodel");
+  ASSERT_EQ(roundoff(kTiny + "--steps 2 --out " + (d / "run").string()).status, 0);
+  const std::string ck = (d / "run" / "checkpoint.bin").string();
+  // --heads 4 has exactly the parameters of --heads 2 (no GQA): the same numbers read as another model.
+  expect_refused(roundoff("train --config custom --d 8 --layers 1 --heads 4 --seq 8 --batch 1 --eval-tokens 64 "
+                          "--progress-every 0 --eval-checkpoint " + ck + " --out " + (d / "heads").string()),
+                 "config.heads 2, this command 4", "--eval-checkpoint with another head count");
+  expect_refused(roundoff(kTiny + "--residual-scale inv-sqrt-2L --eval-checkpoint " + ck + " --out " +
+                          (d / "res").string()),
+                 "residual_scale \"none\", this command \"inv-sqrt-2L\"", "--eval-checkpoint with another residual");
+  EXPECT_FALSE(fs::exists(d / "heads" / "eval.json"));
+  const Outcome ok = roundoff(kTiny + "--precision pure-fp16 --eval-checkpoint " + ck + " --out " + (d / "ok").string());
+  ASSERT_EQ(ok.status, 0) << ok.output;
+  const nlohmann::json e = read_json(d / "ok" / "eval.json");  // the evaluation's own config is recorded
+  EXPECT_EQ(e.at("config").at("heads"), 2);
+  EXPECT_EQ(e.at("residual_scale"), "none");
+  EXPECT_EQ(e.at("eval_tokens"), 64);
+}
+
+TEST(Cli, GqaMismatchDefectOnAModelWithoutGqaIsRefused) {  // issue 43 item 4
+  const fs::path d = scratch("gqadefect");
+  expect_refused(roundoff(kTiny + "--steps 1 --defect gqa-mismatch --out " + (d / "mha").string()),
+                 "--defect gqa-mismatch changes nothing", "gqa-mismatch with kv-heads = heads");
+  expect_refused(roundoff("train --config T0 --steps 1 --defect gqa-mismatch --out " + (d / "t0").string()),
+                 "--defect gqa-mismatch changes nothing", "gqa-mismatch on T0");
+  expect_refused(roundoff("train --config custom --d 8 --layers 1 --heads 4 --kv-heads 1 --seq 8 --batch 1 "
+                          "--eval-tokens 64 --progress-every 0 --steps 1 --defect gqa-mismatch --out " +
+                          (d / "kv1").string()),
+                 "--defect gqa-mismatch changes nothing", "gqa-mismatch with kv-heads 1");
+  const Outcome ok = roundoff("train --config custom --d 8 --layers 1 --heads 4 --kv-heads 2 --seq 8 --batch 1 "
+                              "--eval-tokens 64 --progress-every 0 --steps 1 --defect gqa-mismatch --out " +
+                              (d / "gqa").string());
+  EXPECT_EQ(ok.status, 0) << ok.output;
+}
+
+TEST(Cli, ResumeRefusesAnotherCorpusWithTheSameSourceLabel) {  // issue 43 item 5
+  const fs::path d = scratch("resumecorpus");
+  const fs::path excerpt = fs::path(ROUNDOFF_SOURCE_DIR) / "studies/data/excerpt";
+  for (const char* c : {"c1", "c2"}) fs::copy(excerpt, d / c);
+  // c2: the same manifest (source "excerpt") but one byte of val.txt changed, and its hash updated to match.
+  std::string val = slurp(d / "c2" / "val.txt");
+  val[0] = val[0] == 'X' ? 'Y' : 'X';
+  { std::ofstream(d / "c2" / "val.txt", std::ios::binary | std::ios::trunc) << val; }
+  nlohmann::json m = read_json(d / "c2" / "manifest.json");
+  {
+    FILE* p = popen(("sha256sum '" + (d / "c2" / "val.txt").string() + "'").c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    char hex[65] = {};
+    ASSERT_EQ(std::fread(hex, 1, 64, p), 64u);
+    pclose(p);
+    m["splits"]["val"]["sha256"] = std::string(hex, 64);
+  }
+  { std::ofstream(d / "c2" / "manifest.json", std::ios::trunc) << m.dump(2); }
+  const std::string out = " --out " + (d / "run").string();
+  const Outcome first = roundoff(kTiny + "--steps 3 --stop-after 1 --corpus " + (d / "c1").string() + out);
+  ASSERT_EQ(first.status, 0) << first.output;
+  expect_refused(roundoff(kTiny + "--steps 3 --resume --corpus " + (d / "c2").string() + out),
+                 "was trained on another corpus: data_sha256.val", "--resume on another corpus, same label");
+  const Outcome same = roundoff(kTiny + "--steps 3 --resume --corpus " + (d / "c1").string() + out);
+  EXPECT_EQ(same.status, 0) << same.output;
+}
+
+TEST(Cli, ShadowCheckpointNeverReplacesARunsTelemetry) {  // issue 43 item 8
+  const fs::path d = scratch("shadowout");
+  const std::string run = kTiny + "--steps 2 --precision pure-fp16 --shadow-units 2 ";
+  ASSERT_EQ(roundoff(run + "--out " + (d / "run").string()).status, 0);
+  const std::string telemetry = slurp(d / "run" / "telemetry.csv");
+  expect_refused(roundoff(run + "--shadow-checkpoint " + (d / "run" / "checkpoint.bin").string() + " --out " +
+                          (d / "run").string()),
+                 "holds a training run", "--shadow-checkpoint into the run's own --out");
+  EXPECT_EQ(slurp(d / "run" / "telemetry.csv"), telemetry);
+  EXPECT_FALSE(fs::exists(d / "run" / "shadow.json"));
+  // Into its own directory, again and again: fine.
+  for (int i = 0; i < 2; ++i) {
+    const Outcome ok = roundoff(run + "--shadow-checkpoint " + (d / "run" / "checkpoint.bin").string() + " --out " +
+                                (d / "sh").string());
+    EXPECT_EQ(ok.status, 0) << ok.output;
+  }
+}
+
+TEST(Cli, AnotherRunNeverOverwritesAnOldSummaryWhenTheCheckpointIsGone) {  // issue 43 item 11
+  const fs::path d = scratch("overwrite");
+  const std::string out = " --out " + (d / "run").string();
+  ASSERT_EQ(roundoff(kTiny + "--steps 2" + out).status, 0);
+  fs::remove(d / "run" / "checkpoint.bin");
+  const std::string summary = slurp(d / "run" / "summary.json"), curves = slurp(d / "run" / "curves.csv");
+  expect_refused(roundoff(kTiny + "--steps 2 --lr 0.002" + out),
+                 "holds the results of another run (recipe.lr: that run 0.001, this run 0.002)",
+                 "another config into an --out with a summary and no checkpoint");
+  EXPECT_EQ(slurp(d / "run" / "summary.json"), summary);
+  EXPECT_EQ(slurp(d / "run" / "curves.csv"), curves);
+  const Outcome again = roundoff(kTiny + "--steps 2" + out);  // the same run again recomputes the same results
+  EXPECT_EQ(again.status, 0) << again.output;
+}
+
+namespace {
+
+/// One RFC 4180 record (no embedded newlines) as fields.
+std::vector<std::string> csv_fields(const std::string& line) {
+  std::vector<std::string> f(1);
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted && c == '"' && i + 1 < line.size() && line[i + 1] == '"') f.back() += line[++i];
+    else if (c == '"') quoted = !quoted;
+    else if (c == ',' && !quoted) f.emplace_back();
+    else f.back() += c;
+  }
+  return f;
+}
+
+}  // namespace
+
+TEST(Cli, OpErrorReportsNonFiniteOutputsInsteadOfAPerfectZero) {  // issue 43 item 3
+  const fs::path d = scratch("opnan");
+  const Outcome o = roundoff("op-error --op rmsnorm --precision pure-fp16 --sigma 1,60000 --rows 4 --out " + d.string());
+  ASSERT_EQ(o.status, 0) << o.output;
+  EXPECT_NE(o.output.find("outputs are not finite"), std::string::npos) << o.output;
+  std::ifstream in(d / "rmsnorm.csv");
+  std::string line;
+  std::getline(in, line);
+  const std::vector<std::string> header = csv_fields(line);
+  auto col = [&](const char* name) {
+    return static_cast<std::size_t>(std::find(header.begin(), header.end(), name) - header.begin());
+  };
+  ASSERT_LT(col("nan"), header.size());
+  int all_nan_rows = 0;
+  while (std::getline(in, line)) {
+    const std::vector<std::string> f = csv_fields(line);
+    ASSERT_EQ(f.size(), header.size()) << line;
+    if (f[col("count")] != "0") continue;
+    ++all_nan_rows;
+    EXPECT_NE(f[col("inf")] + f[col("nan")], "00") << line;  // nothing compared because nothing was finite
+    for (const char* stat : {"median_ulp", "p95_ulp", "max_ulp", "norm_rel"}) EXPECT_EQ(f[col(stat)], "nan") << line;
+  }
+  EXPECT_GT(all_nan_rows, 0) << "sigma 6e4 overflows pure-fp16's RMSNorm";
+  // A LUT whose range the compute format cannot hold gives NaN for every output: refused when parsed.
+  expect_refused(roundoff("policy show 'ane-fp16,silu.approx=ane-lut:33:-1e308:1e308'"),
+                 "overflows the compute format fp16", "a LUT range beyond fp16");
+  const Outcome ok = roundoff("policy show 'ane-fp16,silu.approx=ane-lut:33:-8:8'");
+  EXPECT_EQ(ok.status, 0) << ok.output;
+}
+
+TEST(Cli, WorkThatCannotFitInMemoryIsRefusedWithItsSize) {  // issue 43 item 15
+  const fs::path d = scratch("memory");
+  const Outcome t = roundoff("train --config custom --d 100000 --heads 2 --steps 1 --out " + (d / "t").string());
+  expect_refused(t, "needs at least", "train --d 100000");
+  EXPECT_NE(t.output.find("valid: a smaller --d or --layers"), std::string::npos) << t.output;
+  EXPECT_EQ(t.output.find("bad_alloc"), std::string::npos) << t.output;
+  const Outcome o = roundoff("op-error --op matmul --shape in=100000000 --out " + (d / "o").string());
+  expect_refused(o, "needs at least", "op-error --shape in=100000000");
+  EXPECT_EQ(o.output.find("bad_alloc"), std::string::npos) << o.output;
+  // Item 17: a shape key given twice is refused, not "last one wins".
+  expect_refused(roundoff("op-error --op rmsnorm --shape d=3,d=5 --out " + (d / "s").string()), "given twice",
+                 "--shape d=3,d=5");
+}
+
+TEST(Cli, OperandsBeforeAndAfterTheMarkAreAllRead) {  // issue 43 item 16
+  const Outcome r = roundoff("round -f fp16 0.1 -- -0 -1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const char* want : {"0.1 -> 0x1.998p-4", "-0 -> -0x0p+0", "-1 -> -0x1p+0"})
+    EXPECT_NE(r.output.find(want), std::string::npos) << r.output;
+  const Outcome a = roundoff("arith add 1 -- -inf");
+  ASSERT_EQ(a.status, 0) << a.output;
+  EXPECT_NE(a.output.find("add 1 -inf -> -inf"), std::string::npos) << a.output;
+  const Outcome f = roundoff("arith --format fp32 add -- 1 -2");  // an option's value stays with its option
+  ASSERT_EQ(f.status, 0) << f.output;
+  EXPECT_NE(f.output.find("bits 0xbf800000"), std::string::npos) << f.output;
+}
+
+TEST(Cli, RoundAndArithEdgesSayWhatHappened) {  // issue 43 item 6
+  const Outcome tiny = roundoff("round 1e-999999");
+  ASSERT_EQ(tiny.status, 0) << tiny.output;
+  EXPECT_EQ(tiny.output.find("error 0 ulp"), std::string::npos) << "an inexact result:\n" << tiny.output;
+  EXPECT_NE(tiny.output.find("error < 1e-300 ulp"), std::string::npos) << tiny.output;
+  const Outcome below = roundoff("round -m up 0x1p-4294967296 -- -0x1p-4294967296");
+  ASSERT_EQ(below.status, 0) << below.output;  // as 0x1p18446744073709551616 is accepted (an overflow)
+  EXPECT_NE(below.output.find("0x1p-4294967296 -> 0x1p-24"), std::string::npos) << below.output;
+  EXPECT_NE(below.output.find("-0x1p-4294967296 -> -0x0p+0"), std::string::npos) << below.output;
+  EXPECT_EQ(below.output.find("error 0 ulp"), std::string::npos) << "both are inexact:\n" << below.output;
+  expect_refused(roundoff("arith -f p5:emin-6:emax7:nospecials div 0 0"), "cannot encode", "nospecials 0/0");
+  expect_refused(roundoff("round -f p5:emin-6:emax7:nospecials nan"), "cannot encode", "nospecials round nan");
+  const Outcome sat = roundoff("arith -f p5:emin-6:emax7:nospecials div 1 0");  // saturates: a value
+  EXPECT_EQ(sat.status, 0) << sat.output;
+}
+
+TEST(Cli, RepeatedOrConflictingKeysAreRefused) {  // issue 43 item 17
+  expect_refused(roundoff("round -f p11:emin-14:emax15:emax16 1"), "repeats or contradicts an earlier emax",
+                 "emax twice");
+  expect_refused(roundoff("round -f fp16:nanonly:nospecials 1"), "repeats or contradicts", "nanonly and nospecials");
+  expect_refused(roundoff("dot --accumulation 'acc=fp16,acc=fp32' --x 1,2"), "repeats or contradicts an earlier acc",
+                 "acc twice");
+  expect_refused(roundoff("dot --accumulation 'fp32-seq,fused,unfused' --x 1,2"), "at most one of fused, unfused",
+                 "fused and unfused");
+  const Outcome ok = roundoff("dot --accumulation 'fp32-seq,unfused' --x 1,2");  // a preset then a key: fine
+  EXPECT_EQ(ok.status, 0) << ok.output;
+  const Outcome custom = roundoff("round -f p11:emin-14:emax15:nosub 1");
+  EXPECT_EQ(custom.status, 0) << custom.output;
+}
+
+TEST(Cli, CorpusAndCheckpointMessagesSayWhatIsMeant) {  // issue 43 item 19
+  const fs::path d = scratch("item19");
+  std::ofstream(d / "afile") << "x";
+  expect_refused(roundoff(kTiny + "--steps 1 --corpus '' --out " + (d / "r1").string()),
+                 "--corpus must name a corpus", "--corpus ''");
+  const Outcome afile = roundoff(kTiny + "--steps 1 --corpus " + (d / "afile").string() + " --out " +
+                                 (d / "r2").string());
+  expect_refused(afile, "is not a directory", "--corpus afile");
+  EXPECT_EQ(afile.output.find("fetch-corpus"), std::string::npos) << "a user's file, not Brown:\n" << afile.output;
+  // --eval-checkpoint trains nothing: its header does not announce 200 updates.
+  ASSERT_EQ(roundoff(kTiny + "--steps 2 --out " + (d / "run").string()).status, 0);
+  const Outcome ev = roundoff(kTiny + "--eval-checkpoint " + (d / "run" / "checkpoint.bin").string() + " --out " +
+                              (d / "ev").string());
+  ASSERT_EQ(ev.status, 0) << ev.output;
+  EXPECT_EQ(ev.output.find("200 updates"), std::string::npos) << ev.output;
+  EXPECT_NE(ev.output.find("no training (--eval-checkpoint)"), std::string::npos) << ev.output;
+  // data info on a corpus whose val split is empty: no bytes per token to report (it printed 1.0000).
+  fs::copy(fs::path(ROUNDOFF_SOURCE_DIR) / "studies/data/excerpt", d / "emptyval");
+  { std::ofstream(d / "emptyval" / "val.txt", std::ios::trunc); }
+  nlohmann::json m = read_json(d / "emptyval" / "manifest.json");
+  m["splits"]["val"]["sha256"] = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+  m["splits"]["val"]["bytes"] = 0;
+  { std::ofstream(d / "emptyval" / "manifest.json", std::ios::trunc) << m.dump(2); }
+  const Outcome info = roundoff("data info --dir " + (d / "emptyval").string());
+  ASSERT_EQ(info.status, 0) << info.output;
+  EXPECT_EQ(info.output.find("1.0000"), std::string::npos) << info.output;
 }

@@ -56,6 +56,18 @@ TEST(Parse, HexFloatsAndSpecialNames) {
   EXPECT_EQ(hex_float(-INFINITY), "-inf");
 }
 
+/// Issue 43 item 6: a nonzero literal below MPFR's exponent range rounds like any tiny value of its sign (it
+/// was refused, while one above the range rounded as an overflow).
+TEST(Parse, LiteralsBeyondMpfrsExponentRangeRoundLikeTinyAndHugeValues) {
+  const RoundingPlan fp16(formats::fp16);
+  EXPECT_TRUE(same_value(parse_and_round(fp16, Rounding::NearestEven, "0x1p-4294967296"), 0.0));
+  EXPECT_TRUE(same_value(parse_and_round(fp16, Rounding::NearestEven, "-0x1p-4294967296"), -0.0));
+  EXPECT_EQ(parse_and_round(fp16, Rounding::Up, "0x1p-4294967296"), 0x1p-24);
+  EXPECT_EQ(parse_and_round(fp16, Rounding::Down, "-0x1p-4294967296"), -0x1p-24);
+  EXPECT_EQ(parse_and_round(fp16, Rounding::NearestEven, "0x1p18446744073709551616"), INFINITY);
+  EXPECT_EQ(parse_and_round(fp16, Rounding::TowardZero, "0x1p18446744073709551616"), 65504.0);
+}
+
 TEST(Parse, GarbageIsRejected) {
   const RoundingPlan fp16(formats::fp16);
   for (const char* bad : {"", " ", "abc", "1.5x", "0x", "1e", "--1", "1,5", "0.1 ", " 0.1", "1..2", "nanx", "infinity1"}) {

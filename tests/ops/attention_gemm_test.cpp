@@ -177,9 +177,10 @@ TEST(AttentionGemm, MaskedPositionsNeverEnterTheSums) {
 TEST(AttentionGemm, FastPathsOffMeansPerElementDots) {
   const Ctx<Emulated> c(Policy::preset("ane-fp16").at(OpKind::AttnScores, Pass::Forward));
   EXPECT_TRUE(c.gemm_is_dot());
-  set_fast_paths(false);
-  EXPECT_FALSE(c.gemm_is_dot());
-  set_fast_paths(true);
+  {
+    const ::roundoff::test::FastPathsGuard off(false);
+    EXPECT_FALSE(c.gemm_is_dot());
+  }
   const Ctx<Emulated> sr(load_policy("ane-fp16,attn-scores.acc=[acc=fp16:stochastic,order=seq]")
                              .at(OpKind::AttnScores, Pass::Forward));
   EXPECT_FALSE(sr.gemm_is_dot());

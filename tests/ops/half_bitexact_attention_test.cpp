@@ -87,10 +87,9 @@ void expect_same(const Vec& got, const Vec& want, const std::string& what) {
 template <class F>
 void both_paths(F&& f) {
   for (const bool fast : {true, false}) {
-    set_fast_paths(fast);
+    const ::roundoff::test::FastPathsGuard guard(fast);
     f(fast ? " (fast paths)" : " (per-element)");
   }
-  set_fast_paths(true);
 }
 
 const AttnShape kS{2, 3, 37, 5};

@@ -16,6 +16,7 @@
 #include "numerics/round.hpp"
 #include "ops/backend.hpp"
 #include "ops/policy.hpp"
+#include "tests/support/switch_guards.hpp"
 
 namespace roundoff::ops::test {
 
@@ -92,11 +93,14 @@ inline void expect_same(const std::vector<double>& fast, const std::vector<doubl
 /// Runs f twice, with the fast paths on and off, and returns both results.
 template <class F>
 std::pair<std::vector<std::vector<double>>, std::vector<std::vector<double>>> both(F&& f) {
-  set_fast_paths(true);
-  auto fast = f();
-  set_fast_paths(false);
-  auto oracle = f();
-  set_fast_paths(true);
+  auto fast = [&] {
+    const ::roundoff::test::FastPathsGuard on(true);
+    return f();
+  }();
+  auto oracle = [&] {
+    const ::roundoff::test::FastPathsGuard off(false);
+    return f();
+  }();
   return {fast, oracle};
 }
 

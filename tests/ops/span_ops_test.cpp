@@ -77,11 +77,8 @@ TEST(SpanOps, ArrayFormsEqualThePerElementCalls) {
 /// too, so every output is numerics::gemm's generic per-element dot of the materialised casts.
 template <class F>
 std::vector<std::vector<double>> on_definition_when_oracle(F&& f) {
-  const bool oracle = !fast_paths();
-  if (oracle) numerics::kernels::set_enabled(false);
-  auto r = f();
-  numerics::kernels::set_enabled(true);
-  return r;
+  const ::roundoff::test::KernelsGuard kernels(fast_paths());  // off on the oracle arm, restored however f ends
+  return f();
 }
 
 /// The kernel tiers this CPU has (each forced through set_isa_limit), and None (no kernel: the materialised casts).

@@ -187,18 +187,22 @@ TEST(Corpus, FallsBackToTheExcerptWhenTheFullCorpusIsAbsent) {
 
 TEST(Corpus, MissingOrCorruptDirectoryIsAClearError) {
   const fs::path d = fresh_dir("corrupt");
-  expect_error([&] { load_corpus(d / "absent"); }, {"absent", "does not exist", "./scripts/fetch-corpus"});
+  // A directory of the user's own: the error says what a prepared corpus is, not ./scripts/fetch-corpus (which
+  // prepares Brown or the KJV under the data root, never this directory; issue 43 item 19).
+  expect_error([&] { load_corpus(d / "absent"); }, {"absent", "does not exist", "roundoff data prepare --out DIR"});
+  write(d / "afile", "x");
+  expect_error([&] { load_corpus(d / "afile"); }, {"afile", "is not a directory"});
   for (const char* f : {"train.txt", "val.txt", "test.txt", "manifest.json", "LICENSE.txt"})
     fs::copy_file(excerpt_dir() / f, d / f);
   EXPECT_EQ(load_corpus(d).source, "excerpt");
   std::string val = read(d / "val.txt");
   val[val.size() / 2] ^= 1;
   write(d / "val.txt", val);
-  expect_error([&] { load_corpus(d); }, {"val.txt", "sha256", "corrupt", "./scripts/fetch-corpus"});
+  expect_error([&] { load_corpus(d); }, {"val.txt", "sha256", "corrupt", "roundoff data prepare --out DIR"});
   fs::remove(d / "val.txt");
-  expect_error([&] { load_corpus(d); }, {"val.txt", "missing", "./scripts/fetch-corpus"});
+  expect_error([&] { load_corpus(d); }, {"val.txt", "missing", "roundoff data prepare --out DIR"});
   write(d / "manifest.json", "{\"splits\": ");
-  expect_error([&] { load_corpus(d); }, {"manifest.json", "JSON", "./scripts/fetch-corpus"});
+  expect_error([&] { load_corpus(d); }, {"manifest.json", "JSON", "roundoff data prepare --out DIR"});
   fs::remove_all(d);
 }
 

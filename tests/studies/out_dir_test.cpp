@@ -10,6 +10,7 @@
 #include <string>
 
 #include "studies/common/out_dir.hpp"
+#include "studies/common/provenance.hpp"
 #include "studies/train/demo.hpp"
 #include "tests/studies/train_test_util.hpp"
 
@@ -58,16 +59,30 @@ TEST(OutDir, TrainingIntoALockedDirectoryFails) {
 
 TEST(OutDir, StaleTemporariesOfDeadWritersAreRemoved) {
   const fs::path d = empty_dir("stale");
-  const fs::path stale = d / ("checkpoint.bin.tmp." + std::to_string(dead_pid()));
-  const fs::path live = d / ("summary.json.tmp." + std::to_string(::getppid()));
+  const std::string dead = std::to_string(dead_pid());
+  const fs::path stale = d / ("checkpoint.bin.roundoff-tmp." + dead);
+  const fs::path live = d / ("summary.json.roundoff-tmp." + std::to_string(::getppid()));
   const fs::path other = d / "notes.tmp.txt";
-  for (const fs::path& p : {stale, live, other}) std::ofstream(p) << "x";
+  // Issue 43 item 9: user files that merely look like NAME.tmp.<digits> are not ours to remove.
+  const fs::path thesis = d / "thesis.tmp.20240101";
+  const fs::path backup = d / ("backup.tmp." + dead);
+  for (const fs::path& p : {stale, live, other, thesis, backup}) std::ofstream(p) << "x";
   const OutDirLock lock(d);
   EXPECT_FALSE(fs::exists(stale));
   EXPECT_TRUE(fs::exists(live));
   EXPECT_TRUE(fs::exists(other));
+  EXPECT_TRUE(fs::exists(thesis));
+  EXPECT_TRUE(fs::exists(backup));
   ASSERT_EQ(lock.removed().size(), 1u);
   EXPECT_EQ(lock.removed()[0], stale);
+}
+
+TEST(OutDir, AtomicWritesUseTheMarkedTemporaryAndLeaveNothingWhenTheRenameFails) {
+  const fs::path d = empty_dir("atomic");
+  EXPECT_EQ(temp_path_for(d / "a.json"), d / ("a.json.roundoff-tmp." + std::to_string(::getpid())));
+  fs::create_directories(d / "table");  // a directory where a file is to be written: the rename fails
+  EXPECT_THROW(write_file_atomic(d / "table", "x"), std::runtime_error);
+  EXPECT_FALSE(fs::exists(temp_path_for(d / "table")));
 }
 
 TEST(OutDir, DemoNeverDeletesWhatItDidNotWrite) {

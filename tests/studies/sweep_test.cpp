@@ -277,7 +277,7 @@ TEST(SweepLocal, InterruptedSweepResumesToTheSameBitsAndRepeatsNothing) {
   ASSERT_EQ(sw::run_status(store.run_dir(runs[1])).state, sw::RunState::Partial);
   EXPECT_EQ(sw::run_status(store.run_dir(runs[1])).steps_completed, 2);
   fs::create_directories(store.run_dir(runs[2]));
-  std::ofstream(store.run_dir(runs[2]) / "summary.json.tmp.12345") << "{\"complete\": tr";
+  std::ofstream(store.run_dir(runs[2]) / "summary.json.roundoff-tmp.12345") << "{\"complete\": tr";
   const std::string done_before = read(store.run_dir(runs[0]) / "summary.json");
 
   const sw::LocalReport rerun = sw::run_local(g, store, runs, local(2));
@@ -464,4 +464,126 @@ TEST(SweepCli, SwitchesAndValueFlagsAreReadFromTrainsOptionTable) {
   EXPECT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 2);
   EXPECT_NE(read(dir / "out").find("--profile is a switch; give true (on) or false (off)"), std::string::npos)
       << read(dir / "out");
+}
+
+// Issue 43 item 10: --collect never drops rows of runs whose directories went missing, and never overwrites a
+// file that is not a runs table (the grid itself, say).
+TEST(SweepCli, CollectNeverDropsTabledRunsNorOverwritesTheGrid) {
+  const fs::path dir = fresh("collect_keep");
+  const std::string grid_text = tiny_grid("keep", 2, 2);
+  std::ofstream(dir / "grid.json") << grid_text;
+  const std::string base = std::string(ROUNDOFF_EXE) + " sweep " + (dir / "grid.json").string() + " --runs-dir " +
+                           (dir / "runs").string();
+  const std::string log = " >" + (dir / "out").string() + " 2>&1";
+  ASSERT_EQ(WEXITSTATUS(std::system((base + " --jobs 2 --table " + (dir / "runs.csv").string() + log).c_str())), 0)
+      << read(dir / "out");
+  const std::string table = read(dir / "runs.csv");
+  ASSERT_EQ(parse_csv(table).size(), 5u);
+  EXPECT_EQ(sw::tabled_runs(table).size(), 4u);
+  const sw::Grid g = sw::parse_grid(grid_text, "t", kFlags);
+  const sw::Store store{dir / "runs", g.study};
+  const sw::Run moved = g.expand()[1];
+  fs::rename(store.run_dir(moved), dir / "moved-away");
+  EXPECT_NE(WEXITSTATUS(std::system((base + " --collect --table " + (dir / "runs.csv").string() + log).c_str())), 0);
+  EXPECT_NE(read(dir / "out").find("refusing to drop them"), std::string::npos) << read(dir / "out");
+  EXPECT_NE(read(dir / "out").find(moved.name), std::string::npos) << read(dir / "out");
+  EXPECT_EQ(read(dir / "runs.csv"), table);
+  EXPECT_NE(WEXITSTATUS(std::system((base + " --collect --table " + (dir / "grid.json").string() + log).c_str())), 0);
+  EXPECT_NE(read(dir / "out").find("is the grid file itself"), std::string::npos) << read(dir / "out");
+  EXPECT_EQ(read(dir / "grid.json"), grid_text);
+  std::ofstream(dir / "notes.csv") << "my,own\nnotes,here\n";
+  EXPECT_NE(WEXITSTATUS(std::system((base + " --collect --table " + (dir / "notes.csv").string() + log).c_str())), 0);
+  EXPECT_NE(read(dir / "out").find("not a runs table"), std::string::npos) << read(dir / "out");
+  EXPECT_EQ(read(dir / "notes.csv"), "my,own\nnotes,here\n");
+  fs::rename(dir / "moved-away", store.run_dir(moved));  // back: collecting rewrites the same table
+  EXPECT_EQ(WEXITSTATUS(std::system((base + " --collect --table " + (dir / "runs.csv").string() + log).c_str())), 0)
+      << read(dir / "out");
+  EXPECT_EQ(parse_csv(read(dir / "runs.csv")).size(), 5u);
+}
+
+// Issue 43 item 18: failed runs exit with status 1 as docs/sweep.md says (2 is a bad grid or an interrupt).
+TEST(SweepCli, FailedRunsExitWithStatus1) {
+  const fs::path dir = fresh("cli_fail_status");
+  nlohmann::ordered_json g = nlohmann::ordered_json::parse(tiny_grid("failstatus", 1, 1));
+  g["axes"] = {{"precision", {"no-such-policy"}}};
+  std::ofstream(dir / "g.json") << g.dump();
+  const std::string cmd = std::string(ROUNDOFF_EXE) + " sweep " + (dir / "g.json").string() + " --runs-dir " +
+                          (dir / "runs").string() + " --table " + (dir / "runs.csv").string() + " >" +
+                          (dir / "out").string() + " 2>&1";
+  EXPECT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 1) << read(dir / "out");
+  EXPECT_NE(read(dir / "out").find("1 run(s) failed"), std::string::npos) << read(dir / "out");
+}
+
+// Issue 43 item 14: SIGKILL of the sweep process alone (not its process group) used to orphan its train shards,
+// which kept their run directories locked, so an immediate rerun marked those runs FAILED. The shards now die
+// with the sweep, and a new shard waits for a lock that is still being released.
+TEST(SweepCli, RerunRightAfterKillingOnlyTheSweepProcessCompletesEveryRun) {
+  const fs::path dir = fresh("kill_sweep_only");
+  const std::string grid_text = tiny_grid("orphans", 1600, 800);  // shards long enough to outlive the kill
+  std::ofstream(dir / "grid.json") << grid_text;
+  const sw::Grid g = sw::parse_grid(grid_text, "t", kFlags);
+  const auto runs = g.expand();
+  const sw::Store store{dir / "runs", g.study};
+  const std::string grid = (dir / "grid.json").string(), runs_dir = (dir / "runs").string(),
+                    table = (dir / "runs.csv").string(), out = (dir / "sweep.out").string();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (!freopen(out.c_str(), "a", stdout)) _exit(3);
+    execl(ROUNDOFF_EXE, ROUNDOFF_EXE, "sweep", grid.c_str(), "--jobs", "2", "--runs-dir", runs_dir.c_str(),
+          "--table", table.c_str(), static_cast<char*>(nullptr));
+    _exit(4);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  bool seen = false;
+  while (!seen && std::chrono::steady_clock::now() < deadline) {
+    for (const sw::Run& r : runs) seen = seen || fs::exists(store.run_dir(r) / "checkpoint.bin");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the next shards are running now
+  kill(pid, SIGKILL);  // the sweep only: its trains are not signalled by us
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(seen);
+  const std::string rerun = std::string(ROUNDOFF_EXE) + " sweep " + grid + " --jobs 2 --runs-dir " + runs_dir +
+                            " --table " + table + " >>" + out + " 2>&1";
+  EXPECT_EQ(WEXITSTATUS(std::system(rerun.c_str())), 0) << read(dir / "sweep.out");
+  EXPECT_EQ(read(dir / "sweep.out").find("FAILED"), std::string::npos) << read(dir / "sweep.out");
+  EXPECT_EQ(parse_csv(read(dir / "runs.csv")).size(), 1 + runs.size());
+}
+
+// Issue 43 items 17 and 18: a grid whose runs train would refuse fails its dry run (it passed and then every run
+// failed), and a key given twice in one object of the grid is refused (the JSON parser kept the last one).
+TEST(SweepCli, DryRunChecksEveryRunsArgumentsAndDuplicateKeysAreRefused) {
+  const fs::path dir = fresh("cli_dry_check");
+  auto dry = [&](const std::string& grid, const std::string& extra) {
+    std::ofstream(dir / "g.json", std::ios::trunc) << grid;
+    const std::string cmd = std::string(ROUNDOFF_EXE) + " sweep " + (dir / "g.json").string() + " --runs-dir " +
+                            (dir / "runs").string() + " --dry-run " + extra + " >" + (dir / "out").string() + " 2>&1";
+    return WEXITSTATUS(std::system(cmd.c_str()));
+  };
+  const std::string fixed = R"("config": "custom", "d": 8, "layers": 1, "heads": 2, "seq": 8, "batch": 1)";
+  EXPECT_EQ(dry(R"({"study": "s", "fixed": {)" + fixed + R"(, "steps": 2.0}, "axes": {"seed": [1, 2]}})", ""), 2);
+  EXPECT_NE(read(dir / "out").find("would fail: --steps: must be an integer >= 1 (got '2.0')"), std::string::npos)
+      << read(dir / "out");
+  const std::string good = R"({"study": "s", "fixed": {)" + fixed + R"(, "steps": 2}, "axes": {"seed": [1, 2]}})";
+  EXPECT_EQ(dry(good, "--threads 100000"), 2);
+  EXPECT_NE(read(dir / "out").find("would fail: --threads"), std::string::npos) << read(dir / "out");
+  EXPECT_EQ(dry(good, ""), 0) << read(dir / "out");
+  EXPECT_FALSE(fs::exists(dir / "runs" / "s"));  // checking writes nothing
+  EXPECT_EQ(dry(R"({"study": "s", "axes": {"v": {"a": {"seed": 1}, "a": {"seed": 2}}}})", ""), 2);
+  EXPECT_NE(read(dir / "out").find("the key 'a' is given twice in one object"), std::string::npos)
+      << read(dir / "out");
+}
+
+// Issue 43 item 19: --table naming a directory is refused and leaves no temporary behind (it left tdir.tmp.PID).
+TEST(SweepCli, TableThatIsADirectoryIsRefusedWithoutLeftovers) {
+  const fs::path dir = fresh("cli_table_dir");
+  std::ofstream(dir / "g.json") << R"({"study": "s", "axes": {"seed": [1, 2]}})";
+  fs::create_directories(dir / "tdir");
+  const std::string cmd = std::string(ROUNDOFF_EXE) + " sweep " + (dir / "g.json").string() + " --runs-dir " +
+                          (dir / "runs").string() + " --collect --table " + (dir / "tdir").string() + " >" +
+                          (dir / "out").string() + " 2>&1";
+  EXPECT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 2);
+  EXPECT_NE(read(dir / "out").find("is not a regular file"), std::string::npos) << read(dir / "out");
+  for (const auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().filename().string().find("tdir."), std::string::npos) << e.path();
 }
