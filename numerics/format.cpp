@@ -117,6 +117,7 @@ struct Preset { const char* name; Format format; };
 constexpr Preset kPresets[] = {
     {"fp64", formats::fp64}, {"fp32", formats::fp32}, {"tf32", formats::tf32}, {"bf16", formats::bf16},
     {"fp16", formats::fp16}, {"e4m3", formats::e4m3}, {"e5m2", formats::e5m2},
+    {"e3m2", formats::e3m2}, {"e2m3", formats::e2m3}, {"e2m1", formats::e2m1},
 };
 
 std::string valid_names_text() {

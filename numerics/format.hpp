@@ -42,6 +42,10 @@ inline constexpr Format bf16{8, -126, 127};
 inline constexpr Format fp16{11, -14, 15};
 inline constexpr Format e4m3{4, -6, 8, true, Specials::NanOnly, false};  ///< OCP FP8 E4M3 (fn), max 448
 inline constexpr Format e5m2{3, -14, 15};                                ///< OCP FP8 E5M2, IEEE-like
+// OCP MX v1.0 element formats: no inf, no NaN (Specials::None, so overflow always saturates), subnormals.
+inline constexpr Format e3m2{3, -2, 4, true, Specials::None, false};  ///< OCP FP6 E3M2, bias 3, max 28
+inline constexpr Format e2m3{4, 0, 2, true, Specials::None, false};   ///< OCP FP6 E2M3, bias 1, max 7.5
+inline constexpr Format e2m1{2, 0, 2, true, Specials::None, false};   ///< OCP FP4 E2M1, bias 1, max 6
 }  // namespace formats
 
 /// Empty when the format is valid, else the reason it is not (for error messages).

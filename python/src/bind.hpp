@@ -46,6 +46,7 @@ void bind_formats(py::module_& m);
 void bind_accumulation(py::module_& m);
 void bind_policy(py::module_& m);
 void bind_runner(py::module_& m);
+void bind_blocks(py::module_& m);
 
 /// Index of the first element of x (n values) that is not a value of the plan's format, or -1.
 std::int64_t first_not_representable(const numerics::RoundingPlan& plan, const double* x, std::size_t n);

@@ -7,4 +7,5 @@ PYBIND11_MODULE(_roundoff, m) {
   roundoff::python::bind_accumulation(m);
   roundoff::python::bind_policy(m);
   roundoff::python::bind_runner(m);
+  roundoff::python::bind_blocks(m);
 }

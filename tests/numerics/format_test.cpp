@@ -22,7 +22,8 @@ TEST(Format, DerivedConstantsOfPresets) {
 }
 
 TEST(Format, EveryEncodingRoundTripsForSmallFormats) {
-  for (const Format f : {formats::fp16, formats::bf16, formats::e4m3, formats::e5m2}) {
+  for (const Format f : {formats::fp16, formats::bf16, formats::e4m3, formats::e5m2, formats::e3m2, formats::e2m3,
+                         formats::e2m1}) {
     const auto enc = encoding_of(f);
     ASSERT_TRUE(enc.has_value()) << name_of(f);
     const RoundingPlan plan(f);
@@ -58,4 +59,55 @@ TEST(Format, PlanConstantsEqualTheDerivedConstants) {
   }
   const Format nanonly = parse_format("p5:emin-6:emax7:nanonly");
   EXPECT_EQ(RoundingPlan(nanonly).max_finite, max_finite(nanonly));
+}
+
+TEST(Format, OcpSixAndFourBitElementFormats) {
+  // OCP MX v1.0, section 5.3: E3M2 (bias 3), E2M3 (bias 1), E2M1 (bias 1); no inf/NaN; subnormals.
+  EXPECT_EQ(max_finite(formats::e2m1), 6.0);
+  EXPECT_EQ(max_finite(formats::e2m3), 7.5);
+  EXPECT_EQ(max_finite(formats::e3m2), 28.0);
+  EXPECT_EQ(min_positive(formats::e2m1), 0.5);
+  EXPECT_EQ(min_positive(formats::e2m3), 0.125);
+  EXPECT_EQ(min_positive(formats::e3m2), 0.0625);
+  EXPECT_EQ(min_normal(formats::e3m2), 0.25);
+  struct Layout { Format f; int total, exponent, fraction, bias; };
+  for (const Layout l : {Layout{formats::e3m2, 6, 3, 2, 3}, Layout{formats::e2m3, 6, 2, 3, 1},
+                         Layout{formats::e2m1, 4, 2, 1, 1}}) {
+    const auto enc = encoding_of(l.f);
+    ASSERT_TRUE(enc.has_value()) << name_of(l.f);
+    EXPECT_EQ(enc->total_bits(), l.total) << name_of(l.f);
+    EXPECT_EQ(enc->exponent_bits, l.exponent) << name_of(l.f);
+    EXPECT_EQ(enc->fraction_bits, l.fraction) << name_of(l.f);
+    EXPECT_EQ(enc->bias, l.bias) << name_of(l.f);
+    // Written-out OCP decoding: S.E.M with E = 0 subnormal (M·2^(1-bias-m)), else (1 + M/2^m)·2^(E-bias); every
+    // encoding is finite.
+    for (std::uint64_t b = 0; b < (std::uint64_t{1} << l.total); ++b) {
+      const std::uint64_t m = b & ((std::uint64_t{1} << l.fraction) - 1);
+      const std::uint64_t e = (b >> l.fraction) & ((std::uint64_t{1} << l.exponent) - 1);
+      const bool neg = (b >> (l.total - 1)) & 1;
+      const double mag = e == 0 ? std::ldexp(static_cast<double>(m), 1 - l.bias - l.fraction)
+                                : std::ldexp(1.0 + std::ldexp(static_cast<double>(m), -l.fraction),
+                                             static_cast<int>(e) - l.bias);
+      const double want = neg ? -mag : mag;
+      const double got = from_bits(l.f, b);
+      EXPECT_EQ(got, want) << name_of(l.f) << " bits " << b;
+      EXPECT_EQ(std::signbit(got), neg) << name_of(l.f) << " bits " << b;
+    }
+  }
+  // FP4 E2M1's eight magnitudes, in encoding order.
+  const double fp4[] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  for (std::uint64_t b = 0; b < 8; ++b) {
+    EXPECT_EQ(from_bits(formats::e2m1, b), fp4[b]);
+    EXPECT_EQ(from_bits(formats::e2m1, b | 8), -fp4[b]);
+  }
+  // No NaN to encode; overflow saturates in every mode (round-to-nearest included).
+  EXPECT_THROW(to_bits(formats::e2m1, std::nan("")), std::invalid_argument);
+  for (const Rounding m : kDeterministicRoundings) {
+    EXPECT_EQ(round_to(formats::e2m1, m, 1e6), 6.0);
+    EXPECT_EQ(round_to(formats::e2m1, m, -1e6), -6.0);
+    EXPECT_EQ(round_to(formats::e3m2, m, 1e300), 28.0);
+  }
+  EXPECT_EQ(parse_format("e2m1"), formats::e2m1);
+  EXPECT_EQ(name_of(Format{4, 0, 2, true, Specials::None, false}), "e2m3");
+  EXPECT_EQ(name_of(parse_format("p3:emin-2:emax4:nospecials")), "e3m2");
 }

@@ -1,0 +1,320 @@
+#include "numerics/block_format.hpp"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+
+#include "numerics/round.hpp"
+
+namespace roundoff::numerics {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr Format kE4m3Sat{4, -6, 8, true, Specials::NanOnly, true};
+constexpr Format kE5m2Sat{3, -14, 15, true, Specials::Ieee, true};
+
+BlockElement fp_element(const Format& f) { return BlockElement{false, f, IntFormat::Int8, 0, 0, 0}; }
+BlockElement int_element(IntFormat t, int fraction_bits, int lo, int hi) {
+  return BlockElement{true, Format{}, t, fraction_bits, lo, hi};
+}
+
+struct Named {
+  const char* name;
+  BlockElement element;
+  ScaleFormat scale;
+  int block;
+  ScaleRule rule;
+};
+const Named kBlockFormats[] = {
+    {"mxfp8-e4m3", fp_element(kE4m3Sat), ScaleFormat::E8M0, 32, ScaleRule::OcpFloor},
+    {"mxfp8-e5m2", fp_element(kE5m2Sat), ScaleFormat::E8M0, 32, ScaleRule::OcpFloor},
+    {"mxfp6-e3m2", fp_element(formats::e3m2), ScaleFormat::E8M0, 32, ScaleRule::OcpFloor},
+    {"mxfp6-e2m3", fp_element(formats::e2m3), ScaleFormat::E8M0, 32, ScaleRule::OcpFloor},
+    {"mxfp4", fp_element(formats::e2m1), ScaleFormat::E8M0, 32, ScaleRule::OcpFloor},
+    {"mxint8", int_element(IntFormat::Int8, 6, -127, 127), ScaleFormat::E8M0, 32, ScaleRule::OcpFloor},
+    {"nvfp4", fp_element(formats::e2m1), ScaleFormat::UE4M3, 16, ScaleRule::Nvfp4},
+    {"int4-g32", int_element(IntFormat::Int4, 0, -8, 7), ScaleFormat::FP16, 32, ScaleRule::AbsmaxInt},
+    {"int4-g64", int_element(IntFormat::Int4, 0, -8, 7), ScaleFormat::FP16, 64, ScaleRule::AbsmaxInt},
+    {"int4-g128", int_element(IntFormat::Int4, 0, -8, 7), ScaleFormat::FP16, 128, ScaleRule::AbsmaxInt},
+};
+
+std::string valid_block_names() {
+  std::string s;
+  for (const auto& n : kBlockFormats) s += std::string(s.empty() ? "" : ", ") + n.name;
+  return s + " (MX formats also NAME:ocp-floor or NAME:nv-ceil)";
+}
+
+/// Rounds the exact quotient v / d (d > 0, both doubles, v/d far from the double range's ends) to an
+/// integer in `mode`: the candidates k·d and (k + 1/2)·d are compared with v exactly (d has at most 24
+/// significant bits and |k| < 2^24 here, so each product is a double).
+double round_quotient_to_int(double v, double d, Rounding mode) {
+  const double t = v / d;
+  if (std::fabs(t) > 0x1p20) return t;  // far beyond every integer type: the caller saturates
+  double fl = std::floor(t);
+  if (fl * d > v) fl -= 1;
+  if ((fl + 1) * d <= v) fl += 1;
+  const double below = v - fl * d;                  // exact, in [0, d)
+  if (below == 0) return fl;
+  const double half = (fl + 0.5) * d;
+  const int cls = v < half ? -1 : (v == half ? 0 : 1);  // below, on, above the midpoint
+  const bool odd_fl = std::fmod(fl, 2.0) != 0;
+  switch (mode) {
+    case Rounding::NearestEven: return cls > 0 || (cls == 0 && odd_fl) ? fl + 1 : fl;
+    case Rounding::NearestAway: return cls > 0 || (cls == 0 && v > 0) ? fl + 1 : fl;
+    case Rounding::TowardZero: return v > 0 ? fl : fl + 1;
+    case Rounding::Up: return fl + 1;
+    case Rounding::Down: return fl;
+    case Rounding::Odd: return odd_fl ? fl : fl + 1;
+    case Rounding::Stochastic: break;
+  }
+  throw std::invalid_argument("block formats round elements deterministically; stochastic is not supported");
+}
+
+void refuse_nonfinite(const BlockFormat& b, std::span<const double> x) {
+  for (std::size_t i = 0; i < x.size(); ++i)
+    if (!std::isfinite(x[i]))
+      throw std::invalid_argument(b.name + ": x[" + std::to_string(i) + "] = " + std::to_string(x[i]) +
+                                  " is not finite; " + std::string(name_of(b.rule)) +
+                                  " quantizes finite values only (MX formats give a NaN scale)");
+}
+
+/// MX (OcpFloor, NvidiaCeil): one block.
+void quantize_mx_block(const BlockFormat& b, const RoundingPlan* plan, std::span<const double> v,
+                       std::uint8_t* codes, std::uint16_t& scale) {
+  double amax = 0;
+  bool special = false;
+  for (double x : v) {
+    if (!std::isfinite(x)) special = true;
+    else amax = std::max(amax, std::fabs(x));
+  }
+  const auto nan_block = [&] {
+    scale = static_cast<std::uint16_t>(scale_code(b.scale, kNaN));
+    std::fill(codes, codes + v.size(), std::uint8_t{0});
+  };
+  if (special) return nan_block();
+  int s = -127;
+  if (amax > 0) {
+    if (b.rule == ScaleRule::OcpFloor) {
+      s = std::ilogb(amax) - element_emax(b.element);
+    } else {  // ceil(log2(amax / max)) from the significands in [1/2, 1): exact
+      int ea = 0, em = 0;
+      const double ma = std::frexp(amax, &ea), mm = std::frexp(element_max(b.element), &em);
+      s = ea - em + (ma > mm ? 1 : 0);
+    }
+  }
+  if (s > 127) return nan_block();
+  s = std::max(s, -127);
+  scale = static_cast<std::uint16_t>(s + 127);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    double p = 0;
+    if (b.element.is_int) {
+      double t = std::ldexp(v[i], b.element.fraction_bits - s);
+      if (t == 0 && v[i] != 0) t = std::copysign(0x1p-1074, v[i]);  // underflow: only sign and nonzero matter
+      const double q = std::clamp(static_cast<double>(round_int(b.element.integer, b.element_rounding, t)),
+                                  static_cast<double>(b.element.int_lo), static_cast<double>(b.element.int_hi));
+      p = std::ldexp(q, -b.element.fraction_bits);
+    } else {
+      p = round_pair_scaled(*plan, b.element_rounding, v[i], 0.0, -s);
+    }
+    codes[i] = static_cast<std::uint8_t>(element_code(b.element, p));
+  }
+}
+
+float nvfp4_tensor_scale(std::span<const float> x) {
+  float amax = 0;
+  for (float v : x) amax = std::max(amax, std::fabs(v));
+  if (amax == 0) return 1.0f;
+  float enc = 2688.0f / amax;  // 448 · 6, in fp32
+  if (std::isinf(enc)) enc = FLT_MAX;
+  if (enc == 0) enc = 1.0f;
+  return enc;
+}
+
+}  // namespace
+
+std::string_view name_of(ScaleRule r) {
+  switch (r) {
+    case ScaleRule::OcpFloor: return "ocp-floor";
+    case ScaleRule::NvidiaCeil: return "nv-ceil";
+    case ScaleRule::Nvfp4: return "nvfp4";
+    case ScaleRule::AbsmaxInt: return "absmax";
+  }
+  return "?";
+}
+
+ScaleRule parse_scale_rule(std::string_view text) {
+  for (const ScaleRule r : {ScaleRule::OcpFloor, ScaleRule::NvidiaCeil, ScaleRule::Nvfp4, ScaleRule::AbsmaxInt})
+    if (text == name_of(r)) return r;
+  throw std::invalid_argument("unknown scale rule '" + std::string(text) + "'; valid: ocp-floor, nv-ceil, nvfp4, absmax");
+}
+
+const std::vector<std::string>& block_format_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const auto& n : kBlockFormats) v.emplace_back(n.name);
+    return v;
+  }();
+  return names;
+}
+
+BlockFormat parse_block_format(std::string_view text) {
+  const auto colon = text.find(':');
+  const std::string_view base = text.substr(0, colon);
+  for (const auto& n : kBlockFormats) {
+    if (base != n.name) continue;
+    BlockFormat b{n.name, n.element, n.scale, n.block, n.rule, Rounding::NearestEven};
+    if (colon != std::string_view::npos) {
+      const std::string_view rule = text.substr(colon + 1);
+      const bool mx = n.rule == ScaleRule::OcpFloor;
+      if (!mx || (rule != "ocp-floor" && rule != "nv-ceil"))
+        throw std::invalid_argument("block format '" + std::string(text) + "': rule '" + std::string(rule) +
+                                    "' does not apply to " + n.name +
+                                    (mx ? "; valid: ocp-floor, nv-ceil" : "; only MX formats take a rule"));
+      b.rule = parse_scale_rule(rule);
+      if (b.rule == ScaleRule::NvidiaCeil) b.name += ":nv-ceil";
+    }
+    return b;
+  }
+  throw std::invalid_argument("unknown block format '" + std::string(text) + "'; valid: " + valid_block_names());
+}
+
+double element_max(const BlockElement& e) {
+  return e.is_int ? std::ldexp(static_cast<double>(e.int_hi), -e.fraction_bits) : max_finite(e.fp);
+}
+int element_emax(const BlockElement& e) { return e.is_int ? std::ilogb(element_max(e)) : e.fp.emax; }
+int element_bits(const BlockElement& e) { return e.is_int ? int_bits(e.integer) : encoding_of(e.fp)->total_bits(); }
+
+double element_value(const BlockElement& e, std::uint32_t code) {
+  if (e.is_int) return std::ldexp(static_cast<double>(int_value(e.integer, code)), -e.fraction_bits);
+  if (code >> element_bits(e))
+    throw std::invalid_argument("element code " + std::to_string(code) + " does not fit " + name_of(e.fp) + " (" +
+                                std::to_string(element_bits(e)) + " bits)");
+  return from_bits(e.fp, code);
+}
+
+std::uint32_t element_code(const BlockElement& e, double value) {
+  if (e.is_int) {
+    const double q = std::ldexp(value, e.fraction_bits);
+    if (q != std::floor(q) || q < e.int_lo || q > e.int_hi)
+      throw std::invalid_argument("value " + std::to_string(value) + " is not an element value");
+    return int_code(e.integer, static_cast<int>(q));
+  }
+  return static_cast<std::uint32_t>(to_bits(e.fp, value));
+}
+
+BlockCodes quantize(const BlockFormat& b, std::span<const double> x, std::size_t axis_len) {
+  const auto k = static_cast<std::size_t>(b.block_size);
+  if (axis_len == 0 || axis_len % k != 0)
+    throw std::invalid_argument(b.name + ": block size " + std::to_string(k) + " does not divide the axis length " +
+                                std::to_string(axis_len) + "; valid: axis lengths that are multiples of " +
+                                std::to_string(k));
+  if (x.size() % axis_len != 0)
+    throw std::invalid_argument(b.name + ": " + std::to_string(x.size()) + " values are not rows of " +
+                                std::to_string(axis_len));
+  if (b.element_rounding == Rounding::Stochastic)
+    throw std::invalid_argument(b.name + ": element rounding must be deterministic");
+  BlockCodes out;
+  out.codes.assign(x.size(), 0);
+  out.scales.assign(x.size() / k, 0);
+  const std::size_t nblocks = x.size() / k;
+  switch (b.rule) {
+    case ScaleRule::OcpFloor:
+    case ScaleRule::NvidiaCeil: {
+      std::optional<RoundingPlan> plan;
+      if (!b.element.is_int) plan.emplace(b.element.fp);
+      for (std::size_t j = 0; j < nblocks; ++j)
+        quantize_mx_block(b, plan ? &*plan : nullptr, x.subspan(j * k, k), &out.codes[j * k], out.scales[j]);
+      break;
+    }
+    case ScaleRule::Nvfp4: {
+      refuse_nonfinite(b, x);
+      std::vector<float> xf(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        xf[i] = static_cast<float>(x[i]);  // nearest-even to fp32
+        if (std::isinf(xf[i]))
+          throw std::invalid_argument(b.name + ": x[" + std::to_string(i) + "] = " + std::to_string(x[i]) +
+                                      " overflows fp32; nvfp4 quantizes fp32 values");
+      }
+      const float s_enc = nvfp4_tensor_scale(xf);
+      out.tensor_scale = s_enc;
+      const float s_enc_6 = s_enc * (1.0f / 6.0f);
+      const float inv_s_enc = 1.0f / s_enc;
+      const RoundingPlan elem(b.element.fp);
+      const RoundingPlan sc(kUe4m3Rounding);
+      for (std::size_t j = 0; j < nblocks; ++j) {
+        float amax = 0;
+        for (std::size_t i = j * k; i < (j + 1) * k; ++i) amax = std::max(amax, std::fabs(xf[i]));
+        const auto s_dec = static_cast<float>(round_to(sc, Rounding::NearestEven, static_cast<double>(amax * s_enc_6)));
+        float enc = 1.0f / (s_dec * inv_s_enc);
+        if (std::isinf(enc)) enc = FLT_MAX;
+        out.scales[j] = static_cast<std::uint16_t>(scale_code(b.scale, static_cast<double>(s_dec)));
+        for (std::size_t i = j * k; i < (j + 1) * k; ++i) {
+          const double p = round_to(elem, b.element_rounding, static_cast<double>(xf[i] * enc));
+          out.codes[i] = static_cast<std::uint8_t>(element_code(b.element, p));
+        }
+      }
+      break;
+    }
+    case ScaleRule::AbsmaxInt: {
+      refuse_nonfinite(b, x);
+      const RoundingPlan sc(kFp16Saturating);
+      const double qmax = static_cast<double>(b.element.int_hi);
+      for (std::size_t j = 0; j < nblocks; ++j) {
+        double amax = 0;
+        for (std::size_t i = j * k; i < (j + 1) * k; ++i) amax = std::max(amax, std::fabs(x[i]));
+        // fp16(amax / qmax), one rounding of the exact quotient: the remainder's sign decides ties.
+        const double q = amax / qmax;
+        const double r = std::fma(-q, qmax, amax);
+        const double s = round_pair(sc, Rounding::NearestEven, q, r / qmax);
+        out.scales[j] = static_cast<std::uint16_t>(scale_code(b.scale, s));
+        for (std::size_t i = j * k; i < (j + 1) * k; ++i) {
+          double p = 0;
+          if (s > 0)
+            p = std::clamp(round_quotient_to_int(x[i], s, b.element_rounding), static_cast<double>(b.element.int_lo),
+                           qmax);
+          out.codes[i] = static_cast<std::uint8_t>(element_code(b.element, p));
+        }
+      }
+      break;
+    }
+  }
+  return out;
+}
+
+std::vector<double> dequantize(const BlockFormat& b, std::span<const std::uint8_t> codes,
+                               std::span<const std::uint16_t> scales, float tensor_scale, const Format& out) {
+  const auto k = static_cast<std::size_t>(b.block_size);
+  if (codes.size() != scales.size() * k)
+    throw std::invalid_argument(b.name + ": " + std::to_string(codes.size()) + " codes need " +
+                                std::to_string(codes.size() / k) + " scales (blocks of " + std::to_string(k) +
+                                "), got " + std::to_string(scales.size()));
+  if (out != formats::fp32 && out != formats::fp64)
+    throw std::invalid_argument("dequantize: output format " + name_of(out) + " is not supported; valid: fp32, fp64");
+  const bool f32 = out == formats::fp32;
+  const RoundingPlan plan(out);
+  std::vector<double> v(codes.size());
+  for (std::size_t j = 0; j < scales.size(); ++j) {
+    const double x = scale_value(b.scale, scales[j]);
+    for (std::size_t i = j * k; i < (j + 1) * k; ++i) {
+      const double p = element_value(b.element, codes[i]);
+      switch (b.rule) {
+        case ScaleRule::OcpFloor:
+        case ScaleRule::NvidiaCeil:
+        case ScaleRule::AbsmaxInt: v[i] = round_to(plan, Rounding::NearestEven, p * x); break;  // p·x exact
+        case ScaleRule::Nvfp4: {
+          const double n = p * x;  // exact: 3 × 4 significant bits
+          v[i] = f32 ? static_cast<double>(static_cast<float>(n) / tensor_scale)
+                     : n / static_cast<double>(tensor_scale);
+          break;
+        }
+      }
+    }
+  }
+  return v;
+}
+
+}  // namespace roundoff::numerics

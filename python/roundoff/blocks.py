@@ -1,0 +1,159 @@
+"""Block-scaled quantization: :func:`quantize`, :func:`dequantize`, :func:`block_formats`.
+
+Blocks of k consecutive values along one axis share a scale: OCP Microscaling (``mxfp8-e4m3``,
+``mxfp8-e5m2``, ``mxfp6-e3m2``, ``mxfp6-e2m3``, ``mxfp4``, ``mxint8``; blocks of 32, E8M0 scales, OCP's
+floor rule or NVIDIA's ceil rule as ``NAME:nv-ceil``), NVIDIA's ``nvfp4`` (blocks of 16, E4M3 block scales
+and an fp32 tensor scale, Transformer Engine's fp32 chain) and symmetric group-wise ``int4-g32``/``g64``/
+``g128`` (fp16 scale amax/7). The rules are written out in docs/numerics.md, "Block-scaled formats"; every
+result is the C++ library's (numerics/block_format.hpp).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _roundoff as _c
+
+
+class Quantized(tuple):
+    """``(values, codes, scales)``, with the NVFP4 tensor scale as ``.tensor_scale`` (1.0 otherwise)."""
+
+    def __new__(cls, values, codes, scales, tensor_scale):
+        t = super().__new__(cls, (values, codes, scales))
+        t.tensor_scale = tensor_scale
+        return t
+
+    @property
+    def values(self):
+        return self[0]
+
+    @property
+    def codes(self):
+        return self[1]
+
+    @property
+    def scales(self):
+        return self[2]
+
+
+def block_formats() -> list:
+    """The block-format names.
+
+    Examples
+    --------
+    >>> import roundoff
+    >>> roundoff.block_formats()[:3]
+    ['mxfp8-e4m3', 'mxfp8-e5m2', 'mxfp6-e3m2']
+    """
+    return list(_c.block_format_names())
+
+
+def _info(name):
+    if not isinstance(name, str):
+        raise TypeError(f"name: expected a block-format name, got {type(name).__name__}")
+    canonical, block, _, scale_bits, _, _ = _c.block_format_info(name)
+    return canonical, block, np.uint8 if scale_bits == 8 else np.uint16
+
+
+def _axis(ndim: int, axis: int) -> int:
+    if not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
+        raise ValueError(f"axis: {axis} is out of range for an array of {ndim} dimensions")
+    return int(axis) % ndim
+
+
+def quantize(x, name: str, *, axis: int = -1) -> Quantized:
+    """Quantize ``x`` in blocks along ``axis`` and return ``(values, codes, scales)``.
+
+    Parameters
+    ----------
+    x : array_like
+        float32 or float64 (float16 and integers are converted to float64), at least one dimension; the
+        length of ``axis`` must be a multiple of the block size.
+    name : str
+        One of :func:`block_formats`, or an MX name with a rule, ``"mxfp4:nv-ceil"``.
+    axis : int
+        The axis the blocks run along (default: the last).
+
+    Returns
+    -------
+    Quantized
+        ``values``: the dequantized values (float32 for float32 input, else float64), each the exact decoded
+        value rounded once; ``codes``: uint8 element encodings (OCP bit layouts; integers in two's
+        complement, low bits), of x's shape; ``scales``: block scale encodings (uint8 for E8M0/UE4M3,
+        uint16 for fp16), of x's shape with ``axis`` divided by the block size. ``.tensor_scale`` is NVFP4's
+        fp32 encode scale S_enc (1.0 for the other formats).
+
+    Examples
+    --------
+    >>> import numpy as np, roundoff
+    >>> x = np.zeros(32, dtype=np.float32); x[:4] = [7.5, 1.2, -0.3, 0.25]
+    >>> values, codes, scales = roundoff.quantize(x, "mxfp4")
+    >>> values[:4], codes[:4], scales
+    (array([ 6. ,  1. , -0.5,  0. ], dtype=float32), array([7, 2, 9, 0], dtype=uint8), array([127], dtype=uint8))
+    >>> roundoff.quantize(x, "mxfp4:nv-ceil").values[:4]
+    array([ 8.,  1., -0.,  0.], dtype=float32)
+    """
+    canonical, block, _ = _info(name)
+    a = np.asarray(x)
+    if a.ndim == 0:
+        raise ValueError("x: a block-scaled format needs at least one dimension")
+    if a.dtype.kind not in "fiu":
+        raise TypeError(f"x: dtype {a.dtype} is not supported; valid: float32, float64, float16 or integers")
+    f32 = a.dtype == np.float32
+    ax = _axis(a.ndim, axis)
+    moved = np.ascontiguousarray(np.moveaxis(a, ax, -1), dtype=np.float64)
+    n = moved.shape[-1]
+    codes, scales, ts = _c.quantize_blocks(moved.reshape(-1), name, n)
+    values = _c.dequantize_blocks(codes, scales, name, ts, f32).astype(np.float32 if f32 else np.float64)
+    shape = moved.shape
+    scale_shape = shape[:-1] + (n // block,)
+    scale_dtype = _info(canonical)[2]
+    return Quantized(np.moveaxis(values.reshape(shape), -1, ax), np.moveaxis(codes.reshape(shape), -1, ax),
+                     np.moveaxis(scales.astype(scale_dtype).reshape(scale_shape), -1, ax), float(ts))
+
+
+def dequantize(codes, scales, name: str, *, axis: int = -1, tensor_scale: float = 1.0, dtype=np.float32):
+    """The values of ``codes`` and ``scales`` as :func:`quantize` returns them.
+
+    Parameters
+    ----------
+    codes : array_like of uint8
+    scales : array_like of uint8/uint16
+        ``codes``' shape with ``axis`` divided by the block size.
+    name : str
+    axis : int
+    tensor_scale : float
+        NVFP4's S_enc (``Quantized.tensor_scale``); ignored by the other formats.
+    dtype : float32 or float64
+        Each value is the exact decoded value rounded once (nearest-even) to this type.
+
+    Examples
+    --------
+    >>> import numpy as np, roundoff
+    >>> q = roundoff.quantize(np.linspace(-1, 1, 32), "int4-g32")
+    >>> bool(np.all(roundoff.dequantize(q.codes, q.scales, "int4-g32", dtype=np.float64) == q.values))
+    True
+    >>> roundoff.dequantize(np.array([7] + [0] * 31, dtype=np.uint8), np.array([130], dtype=np.uint8), "mxfp4")[:2]
+    array([48.,  0.], dtype=float32)
+    """
+    canonical, block, scale_dtype = _info(name)
+    c = np.asarray(codes)
+    s = np.asarray(scales)
+    if c.dtype != np.uint8:
+        raise TypeError(f"codes: dtype {c.dtype} is not uint8")
+    if s.dtype.kind != "u" or s.dtype.itemsize > np.dtype(scale_dtype).itemsize:
+        raise TypeError(f"scales: dtype {s.dtype} is not {np.dtype(scale_dtype)}")
+    if np.dtype(dtype) not in (np.float32, np.float64):
+        raise TypeError(f"dtype: {np.dtype(dtype)} is not float32 or float64")
+    if c.ndim == 0:
+        raise ValueError("codes: need at least one dimension")
+    ax = _axis(c.ndim, axis)
+    cm = np.ascontiguousarray(np.moveaxis(c, ax, -1))
+    want = cm.shape[:-1] + (cm.shape[-1] // block,)
+    if cm.shape[-1] % block != 0:
+        raise ValueError(f"codes: axis length {cm.shape[-1]} is not a multiple of {canonical}'s block size {block}")
+    sm = np.ascontiguousarray(np.moveaxis(s, ax, -1), dtype=np.uint16) if s.ndim == c.ndim else None
+    if sm is None or sm.shape != want:
+        raise ValueError(f"scales: shape {s.shape} does not match codes {c.shape} with blocks of {block} on axis {ax}")
+    f32 = np.dtype(dtype) == np.float32
+    v = _c.dequantize_blocks(cm.reshape(-1), sm.reshape(-1), name, float(tensor_scale), f32)
+    return np.moveaxis(v.astype(np.dtype(dtype)).reshape(cm.shape), -1, ax)

@@ -1,0 +1,52 @@
+"""roundoff.quantize / dequantize: shapes and axes, codes against the element formats' encodings, the MX floor
+rule written out here, the fixed point, and one-line refusals."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import roundoff
+
+
+def test_mx_floor_rule_written_out_on_random_blocks():
+    rng = np.random.default_rng(41)
+    x = (rng.standard_normal((8, 64)) * 2.0 ** rng.integers(-10, 10, (8, 64))).astype(np.float32)
+    for name, elem in [("mxfp4", "e2m1"), ("mxfp6-e2m3", "e2m3"), ("mxfp6-e3m2", "e3m2")]:
+        f = roundoff.Format(elem)
+        values, codes, scales = roundoff.quantize(x, name)
+        assert values.dtype == np.float32 and codes.shape == x.shape and scales.shape == (8, 2)
+        blocks = x.astype(np.float64).reshape(8, 2, 32)
+        s = np.floor(np.log2(np.abs(blocks).max(axis=-1))) - f.emax
+        assert np.array_equal(scales.astype(np.int64) - 127, s.astype(np.int64))
+        p = np.clip(roundoff.round(blocks / 2.0 ** s[..., None], f), -f.max_finite, f.max_finite)
+        assert np.array_equal(roundoff.from_bits(codes.reshape(8, 2, 32), f), p)
+        assert np.array_equal(values.reshape(8, 2, 32), (p * 2.0 ** s[..., None]).astype(np.float32))
+
+
+@pytest.mark.parametrize("name", ["mxfp8-e4m3", "mxfp8-e5m2", "mxfp4", "mxint8", "nvfp4", "int4-g32",
+                                  "int4-g128", "mxfp4:nv-ceil"])
+def test_axis_dequantize_and_fixed_point(name):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((128, 3))
+    q = roundoff.quantize(x, name, axis=0)
+    assert q.values.dtype == np.float64 and q.codes.shape == x.shape
+    assert q.scales.shape[1] == 3
+    back = roundoff.dequantize(q.codes, q.scales, name, axis=0, tensor_scale=q.tensor_scale, dtype=np.float64)
+    assert np.array_equal(back, q.values)
+    again = roundoff.quantize(q.values, name, axis=0)
+    assert np.array_equal(again.values, q.values)
+    same_last = roundoff.quantize(np.ascontiguousarray(x.T), name)
+    assert np.array_equal(same_last.codes, q.codes.T)
+
+
+def test_nan_block_and_refusals():
+    x = np.zeros(64)
+    x[40] = np.nan
+    _, codes, scales = roundoff.quantize(x, "mxfp8-e4m3")
+    assert list(scales) == [127 - 127, 0xFF] and not codes.any()
+    for args, msg in [((np.zeros(48), "mxfp4"), "block size 32 does not divide the axis length 48"),
+                      ((np.zeros(32), "mxfp5"), "unknown block format 'mxfp5'"),
+                      ((np.zeros(32), "int4-g32:nv-ceil"), "only MX formats take a rule")]:
+        with pytest.raises(ValueError, match=msg) as e:
+            roundoff.quantize(*args)
+        assert "\n" not in str(e.value)

@@ -1,0 +1,297 @@
+// Block-scaled quantization (numerics/block_format.hpp): each rule on adversarial blocks against a
+// written-out definition (amax at a binade edge, amax / X above the element max, all zeros, NaN/Inf in a
+// block, subnormal elements, one nonzero, scales clamped at 2^-127), quantize -> dequantize -> quantize, and
+// one-line refusals of bad input.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "numerics/block_format.hpp"
+#include "numerics/round.hpp"
+
+using namespace roundoff::numerics;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::vector<double> block_with(int n, std::initializer_list<std::pair<int, double>> set) {
+  std::vector<double> v(static_cast<std::size_t>(n), 0.0);
+  for (auto [i, x] : set) v[static_cast<std::size_t>(i)] = x;
+  return v;
+}
+
+/// The MX definition written out: X = 2^s with s from the rule, elements round(V/X) saturated (via the
+/// MPFR-tested round_to of the element format), NaN scale for NaN/Inf.
+void expect_mx_definition(const BlockFormat& b, const std::vector<double>& x) {
+  const BlockCodes q = quantize(b, x, x.size());
+  const std::size_t k = static_cast<std::size_t>(b.block_size);
+  for (std::size_t j = 0; j < x.size() / k; ++j) {
+    double amax = 0;
+    bool special = false;
+    for (std::size_t i = j * k; i < (j + 1) * k; ++i) {
+      special |= !std::isfinite(x[i]);
+      if (std::isfinite(x[i])) amax = std::max(amax, std::fabs(x[i]));
+    }
+    int s = -127;
+    if (amax > 0) {
+      if (b.rule == ScaleRule::OcpFloor) {
+        s = -1100;
+        while (std::ldexp(1.0, s + 1) <= amax) ++s;  // floor(log2 amax) by search
+        s -= element_emax(b.element);
+      } else {
+        s = -1200;
+        while (element_max(b.element) * std::ldexp(1.0, s) < amax) ++s;  // smallest s with max·2^s >= amax
+      }
+    }
+    if (special || s > 127) {
+      EXPECT_EQ(q.scales[j], 0xFF) << b.name << " block " << j;
+      for (std::size_t i = j * k; i < (j + 1) * k; ++i) EXPECT_EQ(q.codes[i], 0) << b.name;
+      continue;
+    }
+    s = std::max(s, -127);
+    ASSERT_EQ(q.scales[j], s + 127) << b.name << " block " << j << " amax " << amax;
+    for (std::size_t i = j * k; i < (j + 1) * k; ++i) {
+      const double t = std::ldexp(x[i], -s);  // exact for these inputs
+      double want = 0;
+      if (b.element.is_int) {
+        const double u = std::nearbyint(std::ldexp(t, b.element.fraction_bits));  // ties to even (default mode)
+        want = std::ldexp(std::clamp(u, -127.0, 127.0), -b.element.fraction_bits);
+      } else {
+        want = round_to(b.element.fp, Rounding::NearestEven, t);
+      }
+      EXPECT_EQ(element_value(b.element, q.codes[i]), want) << b.name << " x=" << x[i];
+      EXPECT_EQ(std::signbit(element_value(b.element, q.codes[i])), b.element.is_int ? want < 0 : std::signbit(x[i]))
+          << b.name << " x=" << x[i];
+    }
+  }
+}
+
+std::vector<double> random_tensor(std::mt19937_64& rng, std::size_t n, double spread) {
+  std::normal_distribution<double> g(0.0, 1.0);
+  std::uniform_real_distribution<double> e(-spread, spread);
+  std::vector<double> v(n);
+  for (auto& x : v) x = static_cast<double>(static_cast<float>(g(rng) * std::exp2(std::round(e(rng)))));
+  return v;
+}
+
+}  // namespace
+
+TEST(BlockFormat, NamesParseAndBadInputIsRefusedInOneLine) {
+  for (const auto& n : block_format_names()) EXPECT_EQ(parse_block_format(n).name, n);
+  EXPECT_EQ(parse_block_format("mxfp4:nv-ceil").rule, ScaleRule::NvidiaCeil);
+  EXPECT_EQ(parse_block_format("mxfp4:ocp-floor").name, "mxfp4");
+  const auto refused = [](auto f, const char* needle) {
+    try {
+      f();
+      ADD_FAILURE() << "not refused: " << needle;
+    } catch (const std::invalid_argument& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(needle), std::string::npos) << m;
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+  };
+  refused([] { parse_block_format("mxfp5"); }, "unknown block format 'mxfp5'; valid: mxfp8-e4m3");
+  refused([] { parse_block_format("nvfp4:nv-ceil"); }, "only MX formats take a rule");
+  refused([] { parse_block_format("mxfp4:round"); }, "valid: ocp-floor, nv-ceil");
+  const std::vector<double> x(48, 1.0);
+  refused([&] { quantize(parse_block_format("mxfp4"), x, 48); }, "block size 32 does not divide the axis length 48");
+  refused([&] { quantize(parse_block_format("int4-g32"), block_with(32, {{3, kInf}}), 32); }, "is not finite");
+  refused([&] { quantize(parse_block_format("nvfp4"), block_with(16, {{3, std::nan("")}}), 16); }, "is not finite");
+  const BlockFormat b = parse_block_format("mxfp4");
+  refused([&] { dequantize(b, std::vector<std::uint8_t>(32), std::vector<std::uint16_t>(2), 1, formats::fp64); },
+          "need 1 scales");
+}
+
+TEST(BlockFormat, MxFloorOnAdversarialBlocks) {
+  const BlockFormat fp4 = parse_block_format("mxfp4");
+  // amax exactly at a binade edge: 4 = 2^2 -> s = 2 - 2 = 0; 0.25 is a tie between 0 and 0.5 -> 0.
+  auto q = quantize(fp4, block_with(32, {{0, 4.0}, {1, 0.25}, {2, -0.75}}), 32);
+  EXPECT_EQ(q.scales[0], 127);
+  EXPECT_EQ(q.codes[0], 0x6);   // 4
+  EXPECT_EQ(q.codes[1], 0x0);   // 0.25 -> 0 (even)
+  EXPECT_EQ(q.codes[2], 0xA);   // -0.75 -> -1 (tie to even significand)
+  // amax / X above the element max: 7.5 -> s = 0, 7.5 saturates to 6.
+  q = quantize(fp4, block_with(32, {{5, 7.5}, {6, -7.9}}), 32);
+  EXPECT_EQ(q.scales[0], 127);
+  EXPECT_EQ(q.codes[5], 0x7);
+  EXPECT_EQ(q.codes[6], 0xF);
+  // All zeros: the smallest scale 2^-127, codes 0 (a negative zero keeps its sign bit).
+  q = quantize(fp4, block_with(32, {{7, -0.0}}), 32);
+  EXPECT_EQ(q.scales[0], 0);
+  EXPECT_EQ(q.codes[0], 0);
+  EXPECT_EQ(q.codes[7], 0x8);
+  // NaN or Inf in the block: NaN scale (all ones), every code 0, every value NaN.
+  for (double bad : {std::nan(""), kInf, -kInf}) {
+    q = quantize(fp4, block_with(64, {{1, 2.0}, {40, bad}}), 64);
+    EXPECT_EQ(q.scales[0], 127 + 1 - 2);
+    EXPECT_EQ(q.scales[1], 0xFF);
+    const auto v = dequantize(fp4, q.codes, q.scales, q.tensor_scale, formats::fp64);
+    EXPECT_EQ(v[1], 2.0);
+    EXPECT_TRUE(std::isnan(v[33]));
+  }
+  // One nonzero: -3 -> s = 1 - 2 = -1, -3 / 2^-1 = -6.
+  q = quantize(fp4, block_with(32, {{9, -3.0}}), 32);
+  EXPECT_EQ(q.scales[0], 126);
+  EXPECT_EQ(q.codes[9], 0xF);
+  // Subnormal elements of E4M3: amax 448 -> s = 0; 2^-9 is the smallest subnormal, 1.5·2^-9 a tie -> 2^-8.
+  const BlockFormat e4m3 = parse_block_format("mxfp8-e4m3");
+  q = quantize(e4m3, block_with(32, {{0, 448.0}, {1, 0x1p-9}, {2, 0x1.8p-9}, {3, 0x1p-11}, {4, 500.0}}), 32);
+  EXPECT_EQ(q.scales[0], 127 + 8 - 8);
+  EXPECT_EQ(q.codes[1], 0x01);
+  EXPECT_EQ(q.codes[2], 0x02);
+  EXPECT_EQ(q.codes[3], 0x00);
+  EXPECT_EQ(q.codes[4], 0x7E);  // 500 / 1 -> 448 saturated (not the NaN 0x7F)
+  // Clamped scale: amax 2^-140 -> s = -142 clamps to -127; 2^-140 / 2^-127 = 2^-13 rounds to 0.
+  q = quantize(fp4, block_with(32, {{0, 0x1p-140}}), 32);
+  EXPECT_EQ(q.scales[0], 0);
+  EXPECT_EQ(q.codes[0], 0);
+  // Scale above 2^127 (only float64 inputs reach it): NaN scale.
+  q = quantize(parse_block_format("mxint8"), block_with(32, {{0, 0x1p200}}), 32);
+  EXPECT_EQ(q.scales[0], 0xFF);
+  // mxint8: q / 64 with q in [-127, 127]; amax 3 -> s = 1, 3 / 2 = 1.5 = 96 / 64; -2^s·2 saturates to -127.
+  q = quantize(parse_block_format("mxint8"), block_with(32, {{0, 3.0}, {1, -0x1.ffp1}, {2, 0x1p-6}}), 32);
+  EXPECT_EQ(q.scales[0], 128);
+  EXPECT_EQ(q.codes[0], 96);
+  EXPECT_EQ(q.codes[1], static_cast<std::uint8_t>(-127));
+  EXPECT_EQ(q.codes[2], 0);  // 2^-6 / 2 = 2^-7 = 0.5 / 64: a tie -> 0
+  // Every adversarial block above and random blocks against the written-out definition, every MX name.
+  std::mt19937_64 rng(41);
+  for (const auto& name : {"mxfp8-e4m3", "mxfp8-e5m2", "mxfp6-e3m2", "mxfp6-e2m3", "mxfp4", "mxint8",
+                           "mxfp8-e4m3:nv-ceil", "mxfp4:nv-ceil", "mxfp6-e2m3:nv-ceil", "mxint8:nv-ceil"}) {
+    const BlockFormat b = parse_block_format(name);
+    auto x = random_tensor(rng, 32 * 64, 20);
+    for (std::size_t i = 0; i < 32; ++i) x[i] = 0;                               // all zeros
+    x[32] = 4.0;                                                                  // binade edge
+    x[64] = 7.75;                                                                 // above max / binade
+    for (std::size_t i = 96; i < 128; ++i) x[i] = i == 96 ? 0x1p-140 : 0.0;       // clamped scale
+    x[130] = std::nan("");                                                        // NaN block
+    x[170] = -kInf;                                                               // Inf block
+    for (std::size_t i = 192; i < 224; ++i) x[i] = i == 200 ? -3.0 : 0.0;         // one nonzero
+    for (std::size_t i = 224; i < 256; ++i) x[i] = std::ldexp(static_cast<double>(i), -150);  // tiny
+    expect_mx_definition(b, x);
+  }
+}
+
+TEST(BlockFormat, NvidiaCeilNeverSaturatesAndDiffersFromFloorWhereOcpSaturates) {
+  const BlockFormat floor4 = parse_block_format("mxfp4"), ceil4 = parse_block_format("mxfp4:nv-ceil");
+  // 7.5: floor gives X = 1 and saturates to 6; ceil gives X = 2^ceil(log2 1.25) = 2, 3.75 -> 4.
+  auto q = quantize(ceil4, block_with(32, {{0, 7.5}}), 32);
+  EXPECT_EQ(q.scales[0], 128);
+  EXPECT_EQ(q.codes[0], 0x6);
+  EXPECT_EQ(quantize(floor4, block_with(32, {{0, 7.5}}), 32).codes[0], 0x7);
+  // amax exactly max·2^k: both rules agree (6 -> X = 1 under ceil; floor(log2 6) - 2 = 0 under floor).
+  EXPECT_EQ(quantize(ceil4, block_with(32, {{0, 6.0}}), 32).scales[0], 127);
+  EXPECT_EQ(quantize(floor4, block_with(32, {{0, 6.0}}), 32).scales[0], 127);
+  std::mt19937_64 rng(7);
+  const auto x = random_tensor(rng, 32 * 200, 30);
+  for (const auto& name : {"mxfp8-e4m3:nv-ceil", "mxfp6-e3m2:nv-ceil", "mxfp4:nv-ceil"}) {
+    const BlockFormat b = parse_block_format(name);
+    const auto c = quantize(b, x, x.size());
+    for (std::size_t j = 0; j < c.scales.size(); ++j) {
+      double amax = 0;
+      for (std::size_t i = j * 32; i < (j + 1) * 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+      EXPECT_LE(amax / scale_value(ScaleFormat::E8M0, c.scales[j]), element_max(b.element)) << name;
+      EXPECT_GT(amax / scale_value(ScaleFormat::E8M0, c.scales[j]), element_max(b.element) / 2) << name;
+    }
+  }
+}
+
+TEST(BlockFormat, Nvfp4FollowsTheWrittenOutFp32Chain) {
+  const BlockFormat b = parse_block_format("nvfp4");
+  EXPECT_EQ(b.block_size, 16);
+  std::mt19937_64 rng(3);
+  auto x = random_tensor(rng, 16 * 64, 12);
+  for (std::size_t i = 0; i < 16; ++i) x[i] = 0;                                    // all-zero block
+  for (std::size_t i = 16; i < 32; ++i) x[i] = i == 20 ? 1e-30 : 0.0;               // tiny: S_dec rounds to 0
+  const auto q = quantize(b, x, x.size());
+  // Written out (docs/numerics.md): every step one fp32 operation.
+  float amax_t = 0;
+  for (double v : x) amax_t = std::max(amax_t, std::fabs(static_cast<float>(v)));
+  float s_enc = 2688.0f / amax_t;
+  if (std::isinf(s_enc)) s_enc = FLT_MAX;
+  EXPECT_EQ(q.tensor_scale, s_enc);
+  const float sixth = 1.0f / 6.0f;
+  for (std::size_t j = 0; j < 64; ++j) {
+    float amax = 0;
+    for (std::size_t i = j * 16; i < (j + 1) * 16; ++i) amax = std::max(amax, std::fabs(static_cast<float>(x[i])));
+    const float scaled = amax * (s_enc * sixth);
+    const double s_dec = round_to(formats::e4m3, Rounding::NearestEven, std::fmin(scaled, 448.0f));
+    ASSERT_EQ(scale_value(ScaleFormat::UE4M3, q.scales[j]), s_dec) << j;
+    float enc = 1.0f / (static_cast<float>(s_dec) * (1.0f / s_enc));
+    if (std::isinf(enc)) enc = FLT_MAX;
+    for (std::size_t i = j * 16; i < (j + 1) * 16; ++i) {
+      const float t = static_cast<float>(x[i]) * enc;
+      const double want = round_to(formats::e2m1, Rounding::NearestEven, static_cast<double>(t));
+      ASSERT_EQ(element_value(b.element, q.codes[i]), want) << i;
+    }
+  }
+  EXPECT_EQ(q.scales[0], 0);  // all-zero block: S_dec = 0, codes 0
+  // The element ties of rn-satfinite E2M1 (x·enc = 1 exactly when the tensor is one block with amax 6·2^k).
+  const std::vector<double> ties = {6.0, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.25, -5.0, 5.5, 0, 0, 0, 0, 0};
+  const auto t = quantize(b, ties, 16);
+  const double want[] = {6, 0, 1, 1, 2, 2, 4, 4, -0.0, -4, 6, 0, 0, 0, 0, 0};
+  EXPECT_EQ(scale_value(ScaleFormat::UE4M3, t.scales[0]), 448.0);
+  for (std::size_t i = 0; i < ties.size(); ++i) EXPECT_EQ(element_value(b.element, t.codes[i]), want[i]) << ties[i];
+}
+
+TEST(BlockFormat, Int4GroupsAreSymmetricAbsmaxWithFp16Scales) {
+  const BlockFormat b = parse_block_format("int4-g32");
+  // amax 7 -> S = fp16(1) = 1; 2.5 -> 2 (ties to even), -7 -> -7, 3.5 -> 4.
+  auto q = quantize(b, block_with(32, {{0, 7.0}, {1, 2.5}, {2, -7.0}, {3, 3.5}}), 32);
+  EXPECT_EQ(q.scales[0], 0x3C00);
+  EXPECT_EQ(q.codes[1], 2);
+  EXPECT_EQ(q.codes[2], 0x9);  // -7 in two's complement
+  EXPECT_EQ(q.codes[3], 4);
+  // amax 1: S = fp16(1/7) (one rounding of the exact quotient); codes round(x / S) exactly.
+  std::mt19937_64 rng(5);
+  for (const auto& name : {"int4-g32", "int4-g64", "int4-g128"}) {
+    const BlockFormat g = parse_block_format(name);
+    const auto x = random_tensor(rng, 128 * 8, 10);
+    const auto c = quantize(g, x, x.size());
+    const auto k = static_cast<std::size_t>(g.block_size);
+    for (std::size_t j = 0; j < c.scales.size(); ++j) {
+      double amax = 0;
+      for (std::size_t i = j * k; i < (j + 1) * k; ++i) amax = std::max(amax, std::fabs(x[i]));
+      // x values are floats: amax / 7 in long double has 64 bits, enough to decide fp16 rounding here.
+      const double s = scale_value(ScaleFormat::FP16, c.scales[j]);
+      const long double ex = static_cast<long double>(amax) / 7.0L;
+      EXPECT_LE(std::fabs(static_cast<long double>(s) - ex), std::ldexp(std::fabs(static_cast<double>(ex)), -11))
+          << name;
+      for (std::size_t i = j * k; i < (j + 1) * k; ++i) {
+        const long double u = static_cast<long double>(x[i]) / static_cast<long double>(s);
+        const double want = std::clamp(static_cast<double>(std::nearbyint(u)), -8.0, 7.0);
+        ASSERT_EQ(element_value(g.element, c.codes[i]), want) << name << " x=" << x[i] << " s=" << s;
+      }
+    }
+  }
+  q = quantize(b, std::vector<double>(32, 0.0), 32);
+  EXPECT_EQ(q.scales[0], 0);
+}
+
+TEST(BlockFormat, QuantizeDequantizeQuantizeIsAFixedPoint) {
+  std::mt19937_64 rng(11);
+  for (const auto& name : block_format_names()) {
+    for (const std::string rule : {"", ":nv-ceil"}) {
+      if (!rule.empty() && !name.starts_with("mx")) continue;
+      const BlockFormat b = parse_block_format(name + rule);
+      auto x = random_tensor(rng, 128 * 16, 16);
+      x[5] = 0x1p-140;
+      const auto q1 = quantize(b, x, 128);
+      for (const Format out : {formats::fp64, formats::fp32}) {
+        const auto v1 = dequantize(b, q1.codes, q1.scales, q1.tensor_scale, out);
+        const auto q2 = quantize(b, v1, 128);
+        const auto v2 = dequantize(b, q2.codes, q2.scales, q2.tensor_scale, out);
+        EXPECT_EQ(v1, v2) << b.name << " values";
+        if (b.rule == ScaleRule::OcpFloor) {
+          EXPECT_EQ(q1.codes, q2.codes) << b.name;
+          EXPECT_EQ(q1.scales, q2.scales) << b.name;
+        }
+      }
+    }
+  }
+}
