@@ -90,7 +90,8 @@ def round(x, format, mode: str = "nearest-even", *, seed=None, stream: int = 0, 
     -------
     numpy.ndarray or numpy scalar
         float64, or float32 when ``x`` is float32 and every value of ``format`` is a binary32 number.
-        Overflow, subnormals, signed zeros and NaN follow IEEE 754 and the format's specials/saturation.
+        Overflow, subnormals, signed zeros and NaN follow IEEE 754 and the format's specials/saturation; a NaN
+        for a format without NaN (``:nospecials``) is a ValueError, as in the CLI.
 
     Examples
     --------
@@ -108,6 +109,8 @@ def round(x, format, mode: str = "nearest-even", *, seed=None, stream: int = 0, 
     s = as_seed(seed, m == "stochastic")
     st = as_stream(stream)
     a = np.asarray(x)
+    if f.specials == "none":
+        _refuse_nan(a, f, "x")
     f32 = a.dtype == np.float32 and fits_float32(f)
     if out is not None:
         _check_out(out, a.shape, np.float32 if f32 else np.float64)
@@ -116,6 +119,16 @@ def round(x, format, mode: str = "nearest-even", *, seed=None, stream: int = 0, 
     else:
         r = _c.round_f64(as_f64(a, "x"), f, m, s, st, 0, out)
     return r[()] if a.ndim == 0 and out is None else r
+
+
+def _refuse_nan(a: np.ndarray, f, name: str, what: str = "is NaN") -> None:
+    """A format without NaN (``:nospecials``) cannot hold a NaN: refuse it, naming the first one."""
+    if a.dtype.kind == "f":
+        nan = np.isnan(a)
+        if nan.any():
+            i = np.unravel_index(int(np.argmax(nan)), a.shape) if a.ndim else ()
+            where = f"{name}[{', '.join(str(int(k)) for k in i)}]" if a.ndim else name
+            raise ValueError(f"{where} {what}, which {f.name} cannot encode (no NaN); valid: a format with NaN")
 
 
 def _check_out(out, shape, dtype) -> None:
@@ -227,5 +240,10 @@ def arith(op: str, x, y=None, z=None, *, format, mode: str = "nearest-even", see
     except ValueError as e:
         raise ValueError(f"arith: operands of shapes {[a.shape for a in arrays]} do not broadcast") from e
     b = [np.require(a, requirements="C") for a in b]
+    if f.specials == "none":
+        for a, name in zip(b, "xyz"):
+            _refuse_nan(a, f, name)
     r = _c.arith(op, f, m, b[0], b[1] if n > 1 else None, b[2] if n > 2 else None, s, st)
+    if f.specials == "none":
+        _refuse_nan(r, f, "the result", f"of {op} is NaN (an invalid operation)")
     return r[()] if r.ndim == 0 else r

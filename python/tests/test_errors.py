@@ -93,6 +93,17 @@ def test_unknown_names():
         roundoff.round(1.0, 16)
 
 
+def test_nan_for_a_format_without_nan_is_refused(cli):
+    f = "p5:emin-6:emax7:nospecials"
+    with pytest.raises(ValueError, match=r"x\[1\] is NaN, which p5:emin-6:emax7:nospecials cannot encode"):
+        roundoff.round([1.0, np.nan], f)
+    with pytest.raises(ValueError, match=r"result\[1\] of div is NaN"):
+        roundoff.arith("div", [1.0, 0.0], [1.0, 0.0], format=f)
+    assert roundoff.arith("div", 1.0, 0.0, format=f) == roundoff.Format(f).max_finite  # saturates: a value
+    assert cli("round", "-f", f, "nan", ok=False).returncode == 2  # the CLI refuses it too
+    assert np.isnan(roundoff.round(np.nan, "e4m3"))  # a NaN-only format keeps it
+
+
 def test_arity_and_seed_errors():
     with pytest.raises(ValueError, match="fma takes 3 operands"):
         roundoff.arith("fma", 1.0, 2.0, format="fp16")

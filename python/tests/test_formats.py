@@ -41,7 +41,7 @@ def test_round_matches_cli(cli, fmt, mode):
     f = roundoff.Format(fmt)
     rng = np.random.default_rng(abs(hash((fmt, mode))) % 2**32)
     x = edge_values(f, rng, 60)
-    x = np.concatenate([x, [np.inf, -np.inf, np.nan, -0.0]])
+    x = np.concatenate([x, [np.inf, -np.inf, -0.0] + ([np.nan] if f.specials != "none" else [])])
     got = roundoff.round(x, f, mode, seed=11 if mode == "stochastic" else None)
     args = ["round", "-f", fmt, "-m", mode, "--json"] + (["--seed", "11"] if mode == "stochastic" else [])
     want = [hex_value(j["result"]) for j in cli_json(cli(*args, "--", *[v.hex() for v in x]))]

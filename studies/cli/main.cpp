@@ -47,7 +47,7 @@ std::vector<std::string> positionals_after_mark(const CLI::App& app, int argc, c
     const std::string name = is_long ? it->substr(2, it->find('=') - 2) : it->substr(1, 1);
     const CLI::Option* opt = sub->get_option_no_throw(is_long ? "--" + name : "-" + name);
     const bool inline_value = is_long ? it->find('=') != std::string::npos : it->size() > 2;
-    if (opt != nullptr && opt->get_type_size() > 0 && !inline_value && std::next(it) != mark) options.push_back(*++it);
+    if (opt != nullptr && opt->get_items_expected_max() > 0 && !inline_value && std::next(it) != mark) options.push_back(*++it);
   }
   if (operands.empty()) return args;
   std::vector<std::string> out(args.begin(), args.begin() + 2);

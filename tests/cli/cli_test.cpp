@@ -529,6 +529,13 @@ TEST(Cli, OperandsBeforeAndAfterTheMarkAreAllRead) {  // issue 43 item 16
   const Outcome f = roundoff("arith --format fp32 add -- 1 -2");  // an option's value stays with its option
   ASSERT_EQ(f.status, 0) << f.output;
   EXPECT_NE(f.output.find("bits 0xbf800000"), std::string::npos) << f.output;
+  // a flag takes no value: the option after it keeps its own (a flag once swallowed --seed, and 5 moved past --)
+  const Outcome g = roundoff("arith -m stochastic --json --seed 5 add -- 1 -2");
+  ASSERT_EQ(g.status, 0) << g.output;
+  EXPECT_NE(g.output.find("\"result\":\"-0x1p+0\""), std::string::npos) << g.output;
+  const Outcome h = roundoff("round -m stochastic --json --seed 11 0.1 -- -inf");
+  ASSERT_EQ(h.status, 0) << h.output;
+  EXPECT_NE(h.output.find("\"result\":\"-inf\""), std::string::npos) << h.output;
 }
 
 TEST(Cli, RoundAndArithEdgesSayWhatHappened) {  // issue 43 item 6
