@@ -128,7 +128,7 @@ def _matrix(m, name):
 
 
 def gemm(a, b, c=None, *, inputs, accumulation, seed=None, stream: int = 0, threads: int = 0,
-         return_overflows: bool = False, check: bool = True):
+         return_overflows: bool = False, check: bool = True, out=None):
     """C = A·B (+ C) with every output one dot product in k order under ``accumulation``.
 
     Parameters
@@ -152,6 +152,9 @@ def gemm(a, b, c=None, *, inputs, accumulation, seed=None, stream: int = 0, thre
         Check that every operand is a value of ``inputs`` (default). ``check=False`` skips that O(MK + KN)
         pass for operands you rounded yourself (as ``roundoff.torch`` does); operands that are not values of
         ``inputs`` are then used exactly as given, never rounded.
+    out : numpy.ndarray, optional
+        (M, N) C-contiguous writable float64 array to write the result into (no allocation); may be ``c``
+        itself, which then accumulates in place: ``gemm(a, b, c, out=c)`` is C ← A·B + C.
 
     Returns
     -------
@@ -190,5 +193,14 @@ def gemm(a, b, c=None, *, inputs, accumulation, seed=None, stream: int = 0, thre
         C = as_f64(c, "c")
         if C.shape != (M, N):
             raise ValueError(f"gemm: c must be {M}x{N}, got shape {C.shape}")
-    r, ov = _c.gemm(acc, A, at, B, bt, C, s, st, int(threads))
+    if out is not None:
+        if not isinstance(out, np.ndarray) or out.dtype != np.float64:
+            raise TypeError("out: expected a float64 numpy array")
+        if out.shape != (M, N):
+            raise ValueError(f"out: shape {out.shape} is not the result's shape {(M, N)}")
+        if not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError("out: must be C-contiguous and writable (a non-contiguous view cannot be written in place)")
+        if c is not None and C is not out and np.shares_memory(C, out):
+            raise ValueError("out: overlaps c without being c itself")
+    r, ov = _c.gemm(acc, A, at, B, bt, C, s, st, int(threads), out)
     return (r, ov) if return_overflows else r

@@ -75,20 +75,23 @@ void bind_accumulation(py::module_& m) {
         py::arg("accumulation"), py::arg("x"), py::arg("y"), py::arg("seed"), py::arg("stream"));
   m.def("gemm",
         [](const Accumulation& a, const F64& as, bool at, const F64& bs, bool bt, const std::optional<F64>& c,
-           std::uint64_t seed, std::uint64_t stream, int threads) {
+           std::uint64_t seed, std::uint64_t stream, int threads, std::optional<F64> out_arg) {
           check_valid(a);
           const Operand A = operand(as, at, "a"), B = operand(bs, bt, "b");
           if (A.cols != B.rows)
             throw std::invalid_argument("gemm: a is " + std::to_string(A.rows) + "x" + std::to_string(A.cols) +
                                         " and b is " + std::to_string(B.rows) + "x" + std::to_string(B.cols) +
                                         ": inner dimensions differ");
-          F64 out(std::vector<py::ssize_t>{static_cast<py::ssize_t>(A.rows), static_cast<py::ssize_t>(B.cols)});
+          const std::vector<py::ssize_t> shape{static_cast<py::ssize_t>(A.rows), static_cast<py::ssize_t>(B.cols)};
+          F64 out = out_arg ? *out_arg : F64(shape);
+          if (out.ndim() != 2 || out.shape(0) != shape[0] || out.shape(1) != shape[1])
+            throw std::invalid_argument("gemm: out must be " + std::to_string(A.rows) + "x" + std::to_string(B.cols));
           double* C = out.mutable_data();
           if (c) {
             if (c->ndim() != 2 || static_cast<std::size_t>(c->shape(0)) != A.rows ||
                 static_cast<std::size_t>(c->shape(1)) != B.cols)
               throw std::invalid_argument("gemm: c must be " + std::to_string(A.rows) + "x" + std::to_string(B.cols));
-            std::copy(c->data(), c->data() + c->size(), C);
+            if (c->data() != C) std::copy(c->data(), c->data() + c->size(), C);  // out may be c itself
           }
           AccumStats st;
           {
@@ -99,7 +102,7 @@ void bind_accumulation(py::module_& m) {
           return py::make_tuple(out, st.overflows);
         },
         py::arg("accumulation"), py::arg("a"), py::arg("a_transposed"), py::arg("b"), py::arg("b_transposed"),
-        py::arg("c"), py::arg("seed"), py::arg("stream"), py::arg("threads"));
+        py::arg("c"), py::arg("seed"), py::arg("stream"), py::arg("threads"), py::arg("out").noconvert() = py::none());
 }
 
 }  // namespace roundoff::python

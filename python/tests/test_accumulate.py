@@ -150,3 +150,21 @@ def test_gemm_stochastic_reproducible():
     c2 = roundoff.gemm(A, B, inputs="bf16", accumulation="bf16-sr", seed=1, threads=2)
     assert_same_bits(c1, c2)
     assert not np.array_equal(c1, roundoff.gemm(A, B, inputs="bf16", accumulation="bf16-sr", seed=2))
+
+
+def test_gemm_out_and_in_place_accumulation():
+    rng = np.random.default_rng(11)
+    A = roundoff.round(rng.standard_normal((5, 20)), "fp16")
+    B = roundoff.round(rng.standard_normal((20, 3)), "fp16")
+    C0 = roundoff.round(rng.standard_normal((5, 3)), "fp32")
+    want = roundoff.gemm(A, B, C0, inputs="fp16", accumulation="fp32-seq")
+    buf = np.empty((5, 3))
+    assert roundoff.gemm(A, B, C0, inputs="fp16", accumulation="fp32-seq", out=buf) is buf
+    assert_same_bits(buf, want)
+    C = C0.copy()
+    roundoff.gemm(A, B, C, inputs="fp16", accumulation="fp32-seq", out=C)  # C <- A.B + C
+    assert_same_bits(C, want)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        roundoff.gemm(A, B, inputs="fp16", accumulation="fp32-seq", out=np.empty((3, 5)).T)
+    with pytest.raises(ValueError, match="shape"):
+        roundoff.gemm(A, B, inputs="fp16", accumulation="fp32-seq", out=np.empty((5, 4)))
