@@ -64,6 +64,14 @@ def as_policy(p, name: str = "policy") -> _c.Policy:
     raise TypeError(f"{name}: expected a roundoff.Policy or a policy spec, got {type(p).__name__}")
 
 
+def _u64(v, name: str) -> int:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name}: expected an integer, got {type(v).__name__}")
+    if not 0 <= int(v) < 2**64:
+        raise ValueError(f"{name}: must be in [0, 2**64), got {v}")
+    return int(v)
+
+
 def as_seed(seed, stochastic: bool, name: str = "seed") -> int:
     """The 64-bit seed: required (an int) when something rounds stochastically, else 0 by default."""
     if seed is None:
@@ -71,19 +79,11 @@ def as_seed(seed, stochastic: bool, name: str = "seed") -> int:
             raise ValueError(f"{name}: stochastic rounding needs an explicit integer seed= (draws are "
                              "reproducible: the same seed, stream and index give the same bits)")
         return 0
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"{name}: expected an integer, got {type(seed).__name__}")
-    if not 0 <= int(seed) < 2**64:
-        raise ValueError(f"{name}: must be in [0, 2**64), got {seed}")
-    return int(seed)
+    return _u64(seed, name)
 
 
 def as_stream(stream, name: str = "stream") -> int:
-    if isinstance(stream, (bool, np.bool_)) or not isinstance(stream, (int, np.integer)):
-        raise TypeError(f"{name}: expected an integer, got {type(stream).__name__}")
-    if not 0 <= int(stream) < 2**64:
-        raise ValueError(f"{name}: must be in [0, 2**64), got {stream}")
-    return int(stream)
+    return _u64(stream, name)
 
 
 def check_values_of(a: np.ndarray, fmt: _c.Format, name: str, transposed: bool = False) -> None:

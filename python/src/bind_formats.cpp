@@ -87,6 +87,27 @@ double apply(const RoundingPlan& p, Rounding m, const OpSpec& op, double x, doub
   return std::nan("");
 }
 
+/// round_array over a whole array of T (double or float) into a new array or the caller's `out`.
+template <class T>
+py::array_t<T, py::array::c_style> round_into(const py::array_t<T, py::array::c_style>& x, const Format& f,
+                                             const std::string& mode, std::uint64_t seed, std::uint64_t stream,
+                                             std::uint64_t first,
+                                             std::optional<py::array_t<T, py::array::c_style>> out_arg) {
+  const RoundingPlan plan(f);
+  const Rounding r = parse_rounding(mode);
+  py::array_t<T, py::array::c_style> out =
+      out_arg ? *out_arg : py::array_t<T, py::array::c_style>(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  need_size(out, x.size(), "out", "(the size of x)");
+  const auto n = static_cast<std::size_t>(x.size());
+  const T* src = x.data();
+  T* dst = out.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    round_array(plan, r, std::span<const T>(src, n), std::span<T>(dst, n), {seed, stream}, first);
+  }
+  return out;
+}
+
 }  // namespace
 
 void bind_formats(py::module_& m) {
@@ -134,42 +155,10 @@ void bind_formats(py::module_& m) {
     return StochasticBits{seed, stream}.draw(index);
   });
 
-  m.def("round_f64",
-        [](const F64& x, const Format& f, const std::string& mode, std::uint64_t seed, std::uint64_t stream,
-           std::uint64_t first, std::optional<F64> out_arg) {
-          const RoundingPlan plan(f);
-          const Rounding r = parse_rounding(mode);
-          F64 out = out_arg ? *out_arg : new_like(x);
-          need_size(out, x.size(), "out", "(the size of x)");
-          const auto n = static_cast<std::size_t>(x.size());
-          const double* src = x.data();
-          double* dst = out.mutable_data();
-          {
-            py::gil_scoped_release nogil;
-            round_array(plan, r, std::span<const double>(src, n), std::span<double>(dst, n), {seed, stream}, first);
-          }
-          return out;
-        },
-        py::arg("x"), py::arg("format"), py::arg("mode"), py::arg("seed"), py::arg("stream"), py::arg("first_index"),
-        py::arg("out").noconvert() = py::none());
-  m.def("round_f32",
-        [](const F32& x, const Format& f, const std::string& mode, std::uint64_t seed, std::uint64_t stream,
-           std::uint64_t first, std::optional<F32> out_arg) {
-          const RoundingPlan plan(f);
-          const Rounding r = parse_rounding(mode);
-          F32 out = out_arg ? *out_arg : F32(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
-          need_size(out, x.size(), "out", "(the size of x)");
-          const auto n = static_cast<std::size_t>(x.size());
-          const float* src = x.data();
-          float* dst = out.mutable_data();
-          {
-            py::gil_scoped_release nogil;
-            round_array(plan, r, std::span<const float>(src, n), std::span<float>(dst, n), {seed, stream}, first);
-          }
-          return out;
-        },
-        py::arg("x"), py::arg("format"), py::arg("mode"), py::arg("seed"), py::arg("stream"), py::arg("first_index"),
-        py::arg("out").noconvert() = py::none());
+  m.def("round_f64", &round_into<double>, py::arg("x"), py::arg("format"), py::arg("mode"), py::arg("seed"),
+        py::arg("stream"), py::arg("first_index"), py::arg("out").noconvert() = py::none());
+  m.def("round_f32", &round_into<float>, py::arg("x"), py::arg("format"), py::arg("mode"), py::arg("seed"),
+        py::arg("stream"), py::arg("first_index"), py::arg("out").noconvert() = py::none());
 
   m.def("arith",
         [](const std::string& op_name, const Format& f, const std::string& mode, const F64& x,
