@@ -30,13 +30,18 @@ def as_f64(x, name: str) -> np.ndarray:
                     "integer or bool arrays")
 
 
+def _typed(v, cls, what: str, name: str):
+    """v itself when it is a cls, cls(v) when it is a string (the C++ parser's one-line ValueError otherwise)."""
+    if isinstance(v, cls):
+        return v
+    if isinstance(v, str):
+        return cls(v)
+    raise TypeError(f"{name}: expected a roundoff.{cls.__name__} or {what}, got {type(v).__name__}")
+
+
 def as_format(f, name: str = "format") -> _c.Format:
     """A :class:`roundoff.Format` from a Format or a name such as ``"fp16"`` or ``"p11:emin-14:emax15"``."""
-    if isinstance(f, _c.Format):
-        return f
-    if isinstance(f, str):
-        return _c.Format(f)
-    raise TypeError(f"{name}: expected a roundoff.Format or a format name, got {type(f).__name__}")
+    return _typed(f, _c.Format, "a format name", name)
 
 
 def as_mode(mode, name: str = "mode") -> str:
@@ -48,20 +53,12 @@ def as_mode(mode, name: str = "mode") -> str:
 
 def as_accumulation(a, name: str = "accumulation") -> _c.Accumulation:
     """An :class:`roundoff.Accumulation` from one or a preset/spec string such as ``"tc-h100"``."""
-    if isinstance(a, _c.Accumulation):
-        return a
-    if isinstance(a, str):
-        return _c.Accumulation(a)
-    raise TypeError(f"{name}: expected a roundoff.Accumulation or a spec string, got {type(a).__name__}")
+    return _typed(a, _c.Accumulation, "a spec string", name)
 
 
 def as_policy(p, name: str = "policy") -> _c.Policy:
     """A :class:`roundoff.Policy` from one or a spec string such as ``"ane-fp16,softmax=fp32"``."""
-    if isinstance(p, _c.Policy):
-        return p
-    if isinstance(p, str):
-        return _c.Policy(p)
-    raise TypeError(f"{name}: expected a roundoff.Policy or a policy spec, got {type(p).__name__}")
+    return _typed(p, _c.Policy, "a policy spec", name)
 
 
 def _u64(v, name: str) -> int:
