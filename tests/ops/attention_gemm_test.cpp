@@ -51,11 +51,13 @@ TEST(AttentionGemm, BitIdenticalToPerElementDots) {
         const auto qkv = static_cast<std::size_t>(s.qkv_size()), att = static_cast<std::size_t>(s.att_size());
         const numerics::StochasticBits bits{11, 5};
         const auto seed = static_cast<std::uint64_t>(s.T * 131 + s.hs) * 7 + static_cast<std::uint64_t>(regime);
+        // q, k, v and their gradients in rows of C, att and its gradients in rows of T (test::inputs' blocks).
+        const auto C = static_cast<std::size_t>(s.C()), T = static_cast<std::size_t>(s.T);
         {
           const Ctx<Emulated> c(pol.at(OpKind::AttnScores, Pass::Forward), bits);
           batched_cases += c.gemm_is_dot();
           const numerics::Format& f = c.precision().storage;
-          const auto q = inputs(qkv, regime, f, seed), k = inputs(qkv, regime, f, seed + 2);
+          const auto q = inputs(qkv, regime, f, seed, C), k = inputs(qkv, regime, f, seed + 2, C);
           const auto [fast, oracle] = both([&] {
             std::vector<double> pre(att, 7.0);
             attn_scores_forward<Emulated>(pre, q, k, s, c);
@@ -66,8 +68,8 @@ TEST(AttentionGemm, BitIdenticalToPerElementDots) {
         {
           const Ctx<Emulated> c(pol.at(OpKind::AttnScores, Pass::BackwardData), bits);
           const numerics::Format& f = c.precision().storage;
-          const auto q = inputs(qkv, regime, f, seed + 3), k = inputs(qkv, regime, f, seed + 4);
-          const auto dp = inputs(att, regime, f, seed + 5), dq0 = inputs(qkv, Regime::Normal, f, seed + 6);
+          const auto q = inputs(qkv, regime, f, seed + 3, C), k = inputs(qkv, regime, f, seed + 4, C);
+          const auto dp = inputs(att, regime, f, seed + 5, T), dq0 = inputs(qkv, Regime::Normal, f, seed + 6);
           const auto [fast, oracle] = both([&] {
             std::vector<double> dq = dq0, dk = dq0;
             attn_scores_backward_data<Emulated>(dq, dk, dp, q, k, s, c);
@@ -79,7 +81,7 @@ TEST(AttentionGemm, BitIdenticalToPerElementDots) {
         {
           const Ctx<Emulated> c(pol.at(OpKind::AttnValues, Pass::Forward), bits);
           const numerics::Format& f = c.precision().storage;
-          const auto a = inputs(att, regime, f, seed + 7), v = inputs(qkv, regime, f, seed + 8);
+          const auto a = inputs(att, regime, f, seed + 7, T), v = inputs(qkv, regime, f, seed + 8, C);
           const auto [fast, oracle] = both([&] {
             std::vector<double> out(qkv, 3.0);
             attn_values_forward<Emulated>(out, a, v, s, c);
@@ -90,8 +92,8 @@ TEST(AttentionGemm, BitIdenticalToPerElementDots) {
         {
           const Ctx<Emulated> c(pol.at(OpKind::AttnValues, Pass::BackwardData), bits);
           const numerics::Format& f = c.precision().storage;
-          const auto a = inputs(att, regime, f, seed + 9), v = inputs(qkv, regime, f, seed + 10);
-          const auto d = inputs(qkv, regime, f, seed + 11), g0 = inputs(att, Regime::Normal, f, seed + 12);
+          const auto a = inputs(att, regime, f, seed + 9, T), v = inputs(qkv, regime, f, seed + 10, C);
+          const auto d = inputs(qkv, regime, f, seed + 11, C), g0 = inputs(att, Regime::Normal, f, seed + 12);
           const auto dv0 = inputs(qkv, Regime::Normal, f, seed + 13);
           const auto [fast, oracle] = both([&] {
             std::vector<double> datt = g0, dv = dv0;

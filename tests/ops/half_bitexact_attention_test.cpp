@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -74,13 +75,19 @@ struct Ref {
   }
 };
 
+/// got and want bit for bit, NaN where want is NaN and only there (any NaN encoding); fails when every value is NaN
+/// on both (nothing compared).
 void expect_same(const Vec& got, const Vec& want, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
-  std::size_t bad = 0;
-  for (std::size_t i = 0; i < got.size(); ++i)
-    if (!(got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i]))) && bad++ < 3)
+  std::size_t bad = 0, numbers = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const bool nan = std::isnan(got[i]) && std::isnan(want[i]);
+    numbers += !std::isnan(got[i]) && !std::isnan(want[i]);
+    if (!(nan || std::bit_cast<std::uint64_t>(got[i]) == std::bit_cast<std::uint64_t>(want[i])) && bad++ < 3)
       ADD_FAILURE() << what << "[" << i << "]: op " << got[i] << " reference " << want[i];
+  }
   EXPECT_EQ(bad, 0u) << what;
+  EXPECT_GT(numbers, 0u) << what << ": every value is NaN on both: nothing compared";
 }
 
 /// Runs f with the fast paths on and off (restored after).

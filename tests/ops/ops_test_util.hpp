@@ -52,23 +52,44 @@ std::span<const T> cs(const std::vector<T>& v) {
 
 inline std::vector<float> to_float(const std::vector<double>& v) { return {v.begin(), v.end()}; }
 
-/// Input regimes of the fast-path tests: N(0,1); magnitudes around √max_finite (products overflow); around
-/// √min_normal / 4 (products underflow); N(0,1) with ±0, ±inf and NaN mixed in.
+/// Input regimes of the fast-path tests: N(0,1); N(0,1) with magnitudes around √max_finite in a block of rows and
+/// columns (products overflow there; in_special_block); around √min_normal / 4 (products underflow); N(0,1) with
+/// ±0, ±inf and NaN mixed into the same block.
 enum class Regime { Normal, Overflow, Subnormal, Specials };
 inline constexpr Regime kRegimes[] = {Regime::Normal, Regime::Overflow, Regime::Subnormal, Regime::Specials};
 
-/// n values of `regime` rounded (nearest-even) to f.
-inline std::vector<double> inputs(std::size_t n, Regime regime, const numerics::Format& f, std::uint64_t seed) {
-  const double sigma = regime == Regime::Overflow ? std::sqrt(numerics::RoundingPlan(f).max_finite)
-                       : regime == Regime::Subnormal ? std::sqrt(numerics::RoundingPlan(f).min_normal) / 4
-                                                      : 1.0;
+/// Whether value i of an input laid out in rows of `cols` values is in the block where the Overflow and Specials
+/// regimes put their large values and specials: the rows r ≡ 1 (mod 3) and, within them, the odd columns (every
+/// value of such a row when cols is 1: then every third value). A reduction along rows (softmax, rmsnorm's dx,
+/// a GEMM's inner dimension) keeps two rows in three finite, and one down the columns (rmsnorm's dw, a GEMM's
+/// backward weight) the even columns, so that every output compares real numbers as well as the special ones.
+inline bool in_special_block(std::size_t i, std::size_t cols) {
+  const std::size_t c = cols > 1 ? cols : 1;
+  return (i / c) % 3 == 1 && (c == 1 || (i % c) % 2 == 1);
+}
+
+/// n values of `regime` rounded (nearest-even) to f, in rows of `cols` values (see in_special_block). Specials
+/// without NaN when !nans: for an operand whose NaN would reach every output through a per-row scale (rmsnorm's x:
+/// a NaN makes its row's rstd NaN, and dw sums every row), ±inf still tests the specials there.
+inline std::vector<double> inputs(std::size_t n, Regime regime, const numerics::Format& f, std::uint64_t seed,
+                                  std::size_t cols = 1, bool nans = true) {
+  const double big = std::sqrt(numerics::RoundingPlan(f).max_finite);
+  const double sigma = regime == Regime::Subnormal ? std::sqrt(numerics::RoundingPlan(f).min_normal) / 4 : 1.0;
   std::vector<double> v = randn(n, sigma, f, seed);
-  if (regime == Regime::Specials) {
+  if (regime == Regime::Overflow) {  // the block's values ~ N(0, max_finite)
+    const std::vector<double> large = randn(n, big, f, seed);
+    for (std::size_t i = 0; i < n; ++i)
+      if (in_special_block(i, cols)) v[i] = large[i];
+  }
+  if (regime == Regime::Specials) {  // half the block's values special
     std::mt19937_64 rng(seed + 1);
     const double inf = std::numeric_limits<double>::infinity();
     const double special[] = {0.0, -0.0, -0.0, -0.0, inf, -inf, std::numeric_limits<double>::quiet_NaN()};
-    for (double& x : v)
-      if (rng() % 5 == 0) x = special[rng() % 7];
+    const std::uint64_t kinds = nans ? 7 : 6;
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint64_t draw = rng(), kind = rng();
+      if (in_special_block(i, cols) && draw % 2 == 0) v[i] = special[kind % kinds];
+    }
   }
   // Whole rows of −0 so that some dot products are exact −0 sums (zero padding would give +0).
   for (std::size_t i = 0; i < n / 7; ++i) v[i] = -0.0;
@@ -81,13 +102,33 @@ inline bool same(double a, double b, bool nan_bits = false) {
          std::bit_cast<std::uint64_t>(a) == std::bit_cast<std::uint64_t>(b);
 }
 
+/// Whether a comparison may find NaN in every output (an operand that is NaN by construction).
+enum class AllNan { Fails, Allowed };
+
+/// fast and oracle bit for bit: the NaN positions the same on both (a NaN on one path where the other has a number,
+/// either way, fails with its own message), every other value the same bits, NaN encodings too when nan_bits. Fails
+/// when every output is NaN on both paths (the inputs compare nothing) unless all_nan is Allowed.
 inline void expect_same(const std::vector<double>& fast, const std::vector<double>& oracle, const std::string& what,
-                        bool nan_bits = false) {
-  ASSERT_EQ(fast.size(), oracle.size());
-  std::size_t bad = 0, first = 0;
-  for (std::size_t i = 0; i < fast.size(); ++i)
+                        bool nan_bits = false, AllNan all_nan = AllNan::Fails) {
+  ASSERT_EQ(fast.size(), oracle.size()) << what;
+  std::size_t bad = 0, first = 0, nan_moved = 0, first_nan = 0, numbers = 0;
+  for (std::size_t i = 0; i < fast.size(); ++i) {
+    const bool fast_nan = std::isnan(fast[i]), oracle_nan = std::isnan(oracle[i]);
+    if (fast_nan != oracle_nan) {
+      if (nan_moved++ == 0) first_nan = i;
+      continue;
+    }
+    numbers += !fast_nan;
     if (!same(fast[i], oracle[i], nan_bits) && bad++ == 0) first = i;
+  }
+  EXPECT_EQ(nan_moved, 0u) << what << ": the NaN positions differ (" << nan_moved << " of " << fast.size()
+                           << "), first at " << first_nan << ": fast " << fast[first_nan] << ", oracle "
+                           << oracle[first_nan];
   EXPECT_EQ(bad, 0u) << what << ": first at " << first << ": " << fast[first] << " vs " << oracle[first];
+  if (all_nan == AllNan::Fails) {
+    EXPECT_GT(numbers, 0u) << what << ": all " << fast.size()
+                           << " outputs are NaN on both paths: the inputs compare nothing";
+  }
 }
 
 /// Runs f twice, with the fast paths on and off, and returns both results.

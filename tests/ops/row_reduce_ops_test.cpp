@@ -69,8 +69,10 @@ TEST_F(RowReduceOps, RmsNormEqualsTheOracle) {
       const auto n = static_cast<std::size_t>(s.size()), C = static_cast<std::size_t>(s.cols);
       const auto seed = static_cast<std::uint64_t>(s.rows) + static_cast<std::uint64_t>(regime) * 7;
       const OpPrecision& pf = pol.at(OpKind::RmsNorm, Pass::Forward);
-      const std::vector<double> x = inputs(n, regime, pf.storage, seed), w = inputs(C, Regime::Normal, pf.storage, seed + 1),
-                                dy = inputs(n, regime, pf.storage, seed + 2);
+      // x's specials without NaN: a NaN in x makes its row's rstd NaN, and dw sums every row.
+      const std::vector<double> x = inputs(n, regime, pf.storage, seed, C, false),
+                                w = inputs(C, Regime::Normal, pf.storage, seed + 1),
+                                dy = inputs(n, regime, pf.storage, seed + 2, C);
       const auto [fast, oracle] = both([&] {
         std::vector<double> y(n), rstd(static_cast<std::size_t>(s.rows));
         rmsnorm_forward<Emulated>(y, rstd, x, w, s, 1e-5, Ctx<Emulated>(pf, {11, 1}));
@@ -95,8 +97,10 @@ TEST_F(RowReduceOps, SoftmaxEqualsTheOracle) {
     const auto n = static_cast<std::size_t>(s.att_size());
     const auto seed = 40 + static_cast<std::uint64_t>(regime);
     const OpPrecision& pf = pol.at(OpKind::Softmax, Pass::Forward);
-    const std::vector<double> pre = inputs(n, regime, pf.storage, seed), datt = inputs(n, regime, pf.storage, seed + 1),
-                              att0 = inputs(n, regime, pf.storage, seed + 2);
+    const auto T = static_cast<std::size_t>(s.T);
+    const std::vector<double> pre = inputs(n, regime, pf.storage, seed, T),
+                              datt = inputs(n, regime, pf.storage, seed + 1, T),
+                              att0 = inputs(n, regime, pf.storage, seed + 2, T);
     const auto [fast, oracle] = both([&] {
       std::vector<double> att(n), dpre = datt;
       softmax_forward<Emulated>(att, pre, s, Ctx<Emulated>(pf, {12, 1}));
@@ -114,8 +118,9 @@ TEST_F(RowReduceOps, CrossEntropyEqualsTheOracle) {
     for (const RowShape& s : shapes) {
       const auto n = static_cast<std::size_t>(s.size());
       const OpPrecision& pf = pol.at(OpKind::CrossEntropy, Pass::Forward);
-      const std::vector<double> logits = inputs(n, regime, pf.storage, 50 + static_cast<std::uint64_t>(regime));
-      const std::vector<double> dl0 = inputs(n, regime, pf.storage, 55 + static_cast<std::uint64_t>(regime));
+      const auto V = static_cast<std::size_t>(s.cols);
+      const std::vector<double> logits = inputs(n, regime, pf.storage, 50 + static_cast<std::uint64_t>(regime), V);
+      const std::vector<double> dl0 = inputs(n, regime, pf.storage, 55 + static_cast<std::uint64_t>(regime), V);
       const auto targets = test::random_tokens(static_cast<std::size_t>(s.rows), static_cast<std::int32_t>(s.cols), 5);
       const auto [fast, oracle] = both([&] {
         std::vector<double> losses(static_cast<std::size_t>(s.rows)), probs(n), dlogits = dl0;
