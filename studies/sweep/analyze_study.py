@@ -620,8 +620,16 @@ def claim_c3(ci, rule):
                                                f"within ±{margin:g} % (no gap to close)")
     evidence = "; ".join(f"{r} - {rule['ref']} {fmt_gap(c)}" for r, c in rows)
     ran = " ".join(sorted({w for _, c in rows for w in str(c.ran_at).split() if w and w != "nan"}))
-    return [claim_row("C3", " ".join(rule["remedies"]), ran, min(int(c.n) for _, c in rows), outside,
-                      any(yes(v) for v in eq.values()), done, evidence, reason)]
+    refuted = any(yes(v) for v in eq.values())
+    # Issue 42: C3 ("irreducible by software") presupposes a gap. When every parent is itself TOST-equivalent to
+    # the reference there is nothing to repair, and a remedy equivalent to the reference meets the refutation rule
+    # only by its letter: the verdict is "not applicable" (the rule's outcome stays in the refuted column).
+    parents = rule.get("parents", [])
+    nothing = bool(parents) and len(no_gap) == len(parents)
+    if nothing:
+        reason += "; not applicable: every parent is already equivalent to " + rule["ref"] + ", nothing to repair"
+    return [claim_row("C3", " ".join(rule["remedies"]), ran, min(int(c.n) for _, c in rows), outside and not nothing,
+                      refuted, done, evidence, reason, not_applicable=nothing)]
 
 
 def claim_c4(ci, rule):
@@ -658,9 +666,15 @@ def claim_c5(ci, rule):
     sig = ci.significant(c)
     share = float(cl.closure)
     done = ci.complete(c) and ci.complete(cr)
-    confirmed = sig is True and share >= rule["confirm_share"]
-    refuted = sig is True and share < rule["refute_share"]
-    note = f"{par} - {cl.ref} not significant: no gap to explain" if sig is False else ""
+    # Amendment 12: "Without a significant gap C5 is undetermined, with nothing to explain." A gap is a deficit
+    # (the arm worse than the reference); a significant difference of the wrong sign is no gap to explain
+    # (issue 42: RM-LUT - CPU -0.05 % at A512 had been read as a gap, and C5 refuted on it).
+    gap = sig is True and c.mean_diff > 0
+    confirmed = gap and share >= rule["confirm_share"]
+    refuted = gap and share < rule["refute_share"]
+    note = (f"{par} - {cl.ref} not significant: no gap to explain" if sig is False else
+            f"{par} - {cl.ref} significant but negative ({par} below {cl.ref}): no gap to explain"
+            if sig is True and not gap else "")
     evidence = (f"{par} - {cl.ref} {fmt_gap(c)}; {rem} - {cl.ref} {fmt_gap(cr)}" +
                 (f"; share {share:.2f} [{cl.ci_low:.2f}, {cl.ci_high:.2f}]" if not math.isnan(share) else ""))
     return [claim_row("C5", f"{rem} {par}", c.ran_at, min(int(c.n), int(cr.n)), done and confirmed,
@@ -708,35 +722,69 @@ def claim_d(ci, rule):
     same = str(p.same_penalty) == "True"
     confirmed = done and first and same
     refuted = ci.equivalent(c, rule["tost_pct"]) is True
+    ca = find_contrast(ci.contrasts, ci.primary, p.a_arm, p.a_ref)
+    a_ci = ""
+    if ca is not None and not pd.isna(ca.rel_ci_low) and ca.rel_ci_low <= 0 <= ca.rel_ci_high:
+        a_ci = f" its interval [{ca.rel_ci_low:+.1f} %, {ca.rel_ci_high:+.1f} %] contains 0"
+        if ca.rel_ci_low <= c.rel_gap_pct <= ca.rel_ci_high:
+            a_ci += (f" and {rule['arm']} - {rule['ref']}'s {c.rel_gap_pct:+.1f} %: no penalty and the same penalty"
+                     " are both within it")
     reason = ("" if not done else
               f"TOST-equivalent within ±{rule['tost_pct']:g} %" if refuted else
               "first condition holds; second fails: " + ("the penalties differ beyond the ratio bounds"
                                                           if str(p.ratio_within) != "True" else
-                                                          f"{p.a_arm} - {p.a_ref} not significant")
+                                                          f"{p.a_arm} - {p.a_ref} not significant" +
+                                                          (f" after Holm;{a_ci}" if a_ci else ""))
               if first and not same else "")
     evidence = (f"{rule['arm']} - {rule['ref']} {fmt_gap(c)}, p {c.p:.2g}, {share:.0%} of {rule['arm']} - "
-                f"{rule['ref0']}; {p.a_arm} - {p.a_ref} p {p.a_p:.2g}" +
+                f"{rule['ref0']}; {p.a_arm} - {p.a_ref} " + (f"{fmt_gap(ca)}, " if ca is not None else "") +
+                f"p {p.a_p:.2g}" +
                 (f" (Holm {p.a_p_holm:.2g})" if not pd.isna(p.a_p_holm) else "") + f", ratio {p.ratio:.2f}")
     return [claim_row("D", rule["arm"], c.ran_at, min(int(c.n), int(g.n)), confirmed, refuted, done, evidence,
                       reason)]
 
 
-CLAIM_COLUMNS = ["claim", "subject", "ran_at", "n", "confirmed", "refuted", "verdict", "evidence", "reason"]
+CLAIM_COLUMNS = ["claim", "subject", "ran_at", "scope", "n", "confirmed", "refuted", "verdict", "evidence", "reason"]
 
 
-def claim_row(claim, subject, ran_at, n, confirmed, refuted, complete, evidence, reason):
+def claim_row(claim, subject, ran_at, n, confirmed, refuted, complete, evidence, reason, not_applicable=False):
     """One claims.csv row. verdict: confirmed / refuted by the rule; undetermined when every input has its seeds
-    and neither rule holds; incomplete when an input lacks its min_seeds seeds and neither rule holds yet."""
+    and neither rule holds; incomplete when an input lacks its min_seeds seeds and neither rule holds yet; not
+    applicable when the claim's premise fails (C3 with nothing to repair; the rule's outcome stays in its column).
+    scope is filled by claims(): where the verdict holds (amendment 5: "a verdict *at A512*")."""
     confirmed, refuted = bool(confirmed), bool(refuted)
     if confirmed and refuted:
         fail(f"claims: {claim} ({subject}) is both confirmed and refuted by the spec's rules")
-    verdict = ("confirmed" if confirmed else "refuted" if refuted else
-               "undetermined" if complete else "incomplete")
-    return {"claim": claim, "subject": subject, "ran_at": "" if pd.isna(ran_at) else ran_at, "n": n,
+    verdict = ("not applicable" if not_applicable and complete else "confirmed" if confirmed else
+               "refuted" if refuted else "undetermined" if complete else "incomplete")
+    return {"claim": claim, "subject": subject, "ran_at": "" if pd.isna(ran_at) else ran_at, "scope": "", "n": n,
             "confirmed": confirmed, "refuted": refuted, "verdict": verdict, "evidence": evidence, "reason": reason}
 
 
-def claims(spec, contrasts, closures, penalties, trajectory):
+def claim_scope(ran_at, updates):
+    """'at A512, 130 updates' from a claims row's ran_at ('A512/brown-1.9.80 ...') and updates, config name ->
+    the runs' update counts (runs.csv `steps`). Amendment 5: a verdict decided on A512 runs is a verdict at A512."""
+    configs = sorted({w.split("/")[0] for w in str(ran_at).split() if w and w != "nan"})
+    if not configs:
+        return ""
+    parts = []
+    for cfg in configs:
+        u = sorted(updates.get(cfg, set()))
+        parts.append(f"{cfg}, {'/'.join(str(x) for x in u)} updates" if u else cfg)
+    return "at " + "; ".join(parts)
+
+
+def updates_by_config(runs):
+    """config name -> the set of update counts (runs.csv `steps`) of the runs at it."""
+    out = {}
+    if runs is None or runs.empty or "steps" not in runs.columns:
+        return out
+    for _, r in runs.iterrows():
+        out.setdefault(str(r.get("config.name", "?")), set()).add(int(r["steps"]))
+    return out
+
+
+def claims(spec, contrasts, closures, penalties, trajectory, updates=None):
     """claims.csv (preregistration amendment 12): §6's rules, with amendments 9 and 11, applied to this analysis's
     own tables for each entry of spec["claims"]. A claim whose arms this runs.csv lacks comes out incomplete."""
     rules = spec.get("claims", {})
@@ -753,7 +801,66 @@ def claims(spec, contrasts, closures, penalties, trajectory):
         if name not in evaluate:
             fail(f"claims: unknown claim '{name}' in the spec (known: {', '.join(evaluate)})")
         rows.extend(evaluate[name](rule))
+    for r in rows:
+        r["scope"] = claim_scope(r["ran_at"], updates or {})
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+
+
+REPLICATION_COLUMNS = ["arm", "ref", "n", "rel_gap_pct", "rel_ci_low", "rel_ci_high", "p", "p_holm", "significant",
+                       "equivalent_0.5pct", "orig_n", "orig_rel_gap_pct", "orig_rel_ci_low", "orig_rel_ci_high",
+                       "orig_p", "orig_p_holm", "orig_significant", "orig_equivalent_0.5pct", "orig_p_holm_family",
+                       "orig_significant_family", "sign_agrees", "significance_agrees", "equivalence_agrees",
+                       "agrees", "agrees_in_orig_family", "replicates", "replicates_in_orig_family"]
+
+
+def replication(spec, contrasts, orig):
+    """Amendment 1: "the replication's statistics are those of §5 for its two contrasts (GUIDE − CPU, GUIDE-D −
+    CPU), Holm over these two, TOST at ±0.5 % and ±2 % of L_CPU. It replicates the Brown result if the sign and the
+    significance (or the TOST equivalence) of each contrast agree with Brown's at the same config."
+
+    The contrasts are this analysis's family members with a test (the KJV's two); both corpora are judged with Holm
+    over those same contrasts (the family amendment 1 names), and beside it the original's Holm p in its own §5
+    family (Brown's five) and whether the agreement holds under that reading too. A contrast agrees when the signs
+    of the mean gaps agree and either the significance agrees or both are TOST-equivalent within ±0.5 %."""
+    alpha = float(spec.get("alpha", 0.05))
+    prim = spec["primary"]
+    if contrasts.empty:
+        return pd.DataFrame(columns=REPLICATION_COLUMNS)
+    mine = contrasts[(contrasts.metric == prim) & contrasts.in_family & contrasts.p.notna()]
+    pairs = [(r.arm, r.ref) for _, r in mine.iterrows()]
+    orig_rows = [find_contrast(orig, prim, a, b) for a, b in pairs]
+    for (a, b), o in zip(pairs, orig_rows):
+        if o is None:
+            fail(f"replication: {a} - {b} is not in the original study's contrasts.csv")
+    orig_p = [float(o.p) for o in orig_rows]
+    orig_adj, orig_sig = holm(orig_p, alpha)
+    my_adj, my_sig = holm([float(p) for p in mine.p], alpha)
+
+    def truth(v):
+        return None if pd.isna(v) else str(v) == "True"
+
+    rows = []
+    for k, ((_, r), o) in enumerate(zip(mine.iterrows(), orig_rows)):
+        eq, oeq = truth(r["equivalent_0.5pct"]), truth(o["equivalent_0.5pct"])
+        fam_sig = truth(o.significant_holm) if truth(o.in_family) else None
+        sign = bool(np.sign(r.mean_diff) == np.sign(float(o.mean_diff)))
+        sig_agree = my_sig[k] == orig_sig[k]
+        eq_agree = bool(eq) and bool(oeq)
+        fam_agree = fam_sig is not None and my_sig[k] == fam_sig
+        rows.append({"arm": r.arm, "ref": r.ref, "n": int(r.n), "rel_gap_pct": r.rel_gap_pct,
+                     "rel_ci_low": r.rel_ci_low, "rel_ci_high": r.rel_ci_high, "p": r.p, "p_holm": my_adj[k],
+                     "significant": my_sig[k], "equivalent_0.5pct": eq, "orig_n": int(o.n),
+                     "orig_rel_gap_pct": o.rel_gap_pct, "orig_rel_ci_low": o.rel_ci_low,
+                     "orig_rel_ci_high": o.rel_ci_high, "orig_p": float(o.p), "orig_p_holm": orig_adj[k],
+                     "orig_significant": orig_sig[k], "orig_equivalent_0.5pct": oeq,
+                     "orig_p_holm_family": float(o.p_holm) if truth(o.in_family) else math.nan,
+                     "orig_significant_family": fam_sig, "sign_agrees": sign, "significance_agrees": sig_agree,
+                     "equivalence_agrees": eq_agree, "agrees": sign and (sig_agree or eq_agree),
+                     "agrees_in_orig_family": sign and (fam_agree or eq_agree)})
+    out = pd.DataFrame(rows, columns=REPLICATION_COLUMNS)
+    out["replicates"] = bool(len(rows)) and bool(out.agrees.all())
+    out["replicates_in_orig_family"] = bool(len(rows)) and bool(out.agrees_in_orig_family.all())
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- figures
@@ -966,6 +1073,8 @@ def main(argv=None):
     ap.add_argument("--out", required=True, help="output directory for the tables and analysis.json")
     ap.add_argument("--figures", help="directory for the figures (default: --out)")
     ap.add_argument("--prefix", default="", help="prefix of the figure file names")
+    ap.add_argument("--replication-of", help="the contrasts.csv of the study this one replicates (amendment 1: the "
+                    "KJV against Brown at the same config); writes replication.csv")
     a = ap.parse_args(argv)
     if not a.runs:
         fail("give at least one --runs runs.csv")
@@ -992,7 +1101,14 @@ def main(argv=None):
     write_csv(trajectory, os.path.join(a.out, "trajectory.csv"))
     write_csv(single_seed_spread(spec, values), os.path.join(a.out, "single_seed.csv"))
     write_csv(penalties, os.path.join(a.out, "penalties.csv"))
-    write_csv(claims(spec, contrasts, closures, penalties, trajectory), os.path.join(a.out, "claims.csv"))
+    write_csv(claims(spec, contrasts, closures, penalties, trajectory, updates_by_config(runs)),
+              os.path.join(a.out, "claims.csv"))
+    if a.replication_of:
+        try:
+            brown = read_csv(a.replication_of)
+        except (OSError, InputError) as e:
+            fail(f"--replication-of {a.replication_of}: {e}")
+        write_csv(replication(spec, contrasts, brown), os.path.join(a.out, "replication.csv"))
     fig_curves(spec, runs, runs_dirs, os.path.join(figdir, f"{a.prefix}loss_curves.png"))
     fig_decomposition(spec, contrasts, os.path.join(figdir, f"{a.prefix}gap_decomposition.png"),
                       set(runs[spec.get("arm_column", "arm")]) if not runs.empty else set())

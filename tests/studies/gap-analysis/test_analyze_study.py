@@ -542,6 +542,23 @@ class ClaimRules(unittest.TestCase):
         # A parent with no gap is named.
         verdict, reason = self.claims(rule, [out, below, contrast("G", "CPU", eq05=True)])
         self.assertIn("G already TOST-equivalent", reason[0])
+        # Issue 42: with every parent equivalent to CPU there is nothing to repair; a remedy equivalent to CPU meets
+        # the refutation rule by its letter only, and the verdict is "not applicable" (A512: GUIDE and FULL16).
+        eq_remedy = contrast("R2", "CPU", rel=0.1, lo=-0.2, hi=0.4, eq05=True)
+        verdict, reason = self.claims(rule, [out, eq_remedy, contrast("G", "CPU", eq05=True)])
+        self.assertEqual(verdict, ["not applicable"])
+        self.assertIn("nothing to repair", reason[0])
+        two = {"C3": dict(rule["C3"], parents=["G", "F"])}
+        import pandas as pd
+        spec = dict(self.SPEC, claims=two)
+        both = A.claims(spec, pd.DataFrame([out, eq_remedy, contrast("G", "CPU", eq05=True),
+                                            contrast("F", "CPU", eq05=True)]), pd.DataFrame(), pd.DataFrame(),
+                        pd.DataFrame())
+        self.assertEqual(list(both.verdict), ["not applicable"])
+        self.assertEqual(list(both.refuted), [True])  # the rule's outcome stays in its column
+        # One parent with a gap: something to repair, the rule applies.
+        self.assertEqual(self.claims(two, [out, eq_remedy, contrast("G", "CPU", eq05=True), g | {"arm": "F"}])[0],
+                         ["refuted"])
 
     def test_c4(self):
         rule = {"C4": {"arm": "M", "ref": "CPU", "tost_pct": 0.5, "refute_gap_pct": 1.0}}
@@ -574,6 +591,15 @@ class ClaimRules(unittest.TestCase):
         verdict, reason = run(0.2, math.nan)
         self.assertEqual(verdict, ["undetermined"])
         self.assertIn("no gap to explain", reason[0])
+        # Amendment 12: "Without a significant gap C5 is undetermined". A significant difference of the wrong sign
+        # (A512: RM-LUT - CPU -0.05 % [-0.09 %, -0.01 %], p 0.035, share -0.33) is no gap: undetermined, not refuted.
+        cl = {"remedy": "S", "parent": "L", "ref": "CPU", "n": 3, "parent_gap_significant": True,
+              "closure": -0.33, "ci_low": -2.87, "ci_high": 0.87}
+        cs = [contrast("L", "CPU", rel=-0.05, lo=-0.09, hi=-0.01, p=0.035),
+              contrast("S", "CPU", rel=-0.06, lo=-0.28, hi=0.15)]
+        verdict, reason = self.claims(rule, cs, [cl])
+        self.assertEqual(verdict, ["undetermined"])
+        self.assertIn("negative", reason[0])
 
     def test_c6(self):
         rule = {"C6": {"arm": "A1", "ref": "G"}}
@@ -590,6 +616,16 @@ class ClaimRules(unittest.TestCase):
         self.assertEqual(run("2", "", False), "confirmed")  # a range event that G's seed 2 does not have
         self.assertEqual(run("2", "2", False), "undetermined")
         self.assertEqual(run("2", "", None, n=1), "confirmed")  # decided before the third seed
+        # Amendment 5: a verdict decided on A512 runs is a verdict at A512; claims.csv says where and how long.
+        import pandas as pd
+        p = {"metric": "val_loss_fp32", "a_arm": "A1", "a_ref": "G", "n": 3, "diff_mean": 0.004,
+             "diff_ci_low": -0.017, "diff_ci_high": 0.025, "margin": 0.034, "range_event_seeds_a_arm": "",
+             "range_event_seeds_a_ref": "", "no_worse": True}
+        c = dict(contrast("A1", "G", rel=1.95), ran_at="A512/brown-1.9.80")
+        out = A.claims(dict(self.SPEC, claims=rule), pd.DataFrame([c]), pd.DataFrame(), pd.DataFrame([p]),
+                       pd.DataFrame(), updates={"A512": {130}})
+        self.assertEqual(list(out.verdict), ["refuted"])
+        self.assertEqual(list(out.scope), ["at A512, 130 updates"])
 
     def test_d(self):
         rule = {"D": {"arm": "GD", "ref": "G", "ref0": "CPU", "share": 0.5, "tost_pct": 0.5}}
@@ -609,7 +645,45 @@ class ClaimRules(unittest.TestCase):
         self.assertEqual(verdict, ["undetermined"])  # amendment 9: for want of power, not refuted
         self.assertIn("CD - CPU not significant", reason[0])
         self.assertIn("ratio bounds", run(0.01, 0.9, False, True, within=False)[1][0])
+        # Issue 42: D's note stays within CPU-D - CPU's interval (E11: +15.4 % [-6.9 %, +37.7 %]): it names the
+        # interval and that it holds both no penalty and GUIDE-D - GUIDE's, not "for want of power, not of effect".
+        cs = [contrast("GD", "G", rel=15.1, lo=2.9, hi=27.4, p=0.034, mean_diff=0.9),
+              contrast("GD", "CPU", rel=15.1, lo=2.5, hi=27.8, p=0.036, mean_diff=0.95),
+              contrast("CD", "CPU", rel=15.4, lo=-6.9, hi=37.7, p=0.097, in_family=True, significant_holm=False)]
+        pen = {"metric": "val_loss_fp32", "a_arm": "CD", "a_ref": "CPU", "b_arm": "GD", "b_ref": "G",
+               "same_penalty": False, "ratio_within": True, "a_p": 0.097, "a_p_holm": 0.39, "ratio": 1.02,
+               "a_significant": False}
+        verdict, reason = self.claims(rule, cs, penalties=[pen])
+        self.assertEqual(verdict, ["undetermined"])
+        self.assertIn("[-6.9 %, +37.7 %] contains 0 and GD - G's +15.1 %", reason[0])
+        self.assertNotIn("power", reason[0])
         self.assertEqual(run(0.5, 0.001, False, False, eq=True)[0], ["refuted"])
+
+    def test_replication(self):
+        """Amendment 1: sign and significance (or TOST equivalence) of each contrast agree with the original's, Holm
+        over the replication's contrasts on both corpora; beside it the original's Holm p in its own family."""
+        import pandas as pd
+
+        def row(arm, p, rel, eq, fam_holm, fam_sig):
+            return dict(contrast(arm, "CPU", rel=rel, p=p, eq05=eq, in_family=True, significant_holm=fam_sig),
+                        p_holm=fam_holm)
+
+        # KJV A512 and Brown A512 as committed: GUIDE - CPU equivalent on both; GUIDE-D - CPU p 0.023 (KJV) and
+        # 0.016 (Brown; Holm 0.076 in Brown's family of five).
+        kjv = pd.DataFrame([row("G", 0.195, -0.05, True, 0.195, False), row("GD", 0.0229, 25.6, False, 0.0458, True)])
+        brown = pd.DataFrame([row("G", 0.774, -0.02, True, 1.0, False), row("GD", 0.0160, 2.23, False, 0.076, False)])
+        out = A.replication(self.SPEC, kjv, brown).set_index("arm")
+        self.assertAlmostEqual(out.loc["GD", "p_holm"], 0.0458)
+        self.assertAlmostEqual(out.loc["GD", "orig_p_holm"], 0.032)  # Holm over the two: 2 x 0.016
+        self.assertAlmostEqual(out.loc["GD", "orig_p_holm_family"], 0.076)
+        self.assertTrue(out.loc["GD", "agrees"])
+        self.assertFalse(out.loc["GD", "agrees_in_orig_family"])  # significant on the KJV, not in Brown's five
+        self.assertTrue(out.loc["G", "agrees"])  # not significant on either, and equivalent on both
+        self.assertTrue(out.replicates.all())
+        self.assertFalse(out.replicates_in_orig_family.any())
+        # A sign that disagrees fails the replication.
+        flip = pd.DataFrame([row("G", 0.195, -0.05, True, 0.195, False), row("GD", 0.0229, -25.6, False, 0.0458, True)])
+        self.assertFalse(A.replication(self.SPEC, flip, brown).replicates.any())
 
     def test_spec_errors(self):
         with self.assertRaises(SystemExit):  # an unknown claim
