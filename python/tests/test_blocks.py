@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import roundoff
+from conftest import assert_same_bits, cli_json
 
 
 def test_mx_floor_rule_written_out_on_random_blocks():
@@ -50,3 +51,34 @@ def test_nan_block_and_refusals():
         with pytest.raises(ValueError, match=msg) as e:
             roundoff.quantize(*args)
         assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("name,dtype,shape,axis", [("mxfp4", np.float32, (3, 64), -1),
+                                                   ("mxfp8-e4m3:nv-ceil", np.float64, (2, 32, 3), 1),
+                                                   ("nvfp4", np.float32, (32, 5), 0),
+                                                   ("int4-g32", np.float64, (4, 64), -1)])
+def test_cli_quantize_npz_matches_the_binding(cli, tmp_path, name, dtype, shape, axis):
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal(shape) * 2.0 ** rng.integers(-6, 6, shape)).astype(dtype)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "q.npz"
+    lines = cli("quantize", "--format", name, "--axis", str(axis), str(tmp_path / "x.npy"), "--out", str(out))
+    report = cli_json(lines)[0]
+    q = roundoff.quantize(x, name, axis=axis)
+    with np.load(out) as z:
+        assert z["codes"].dtype == np.uint8 and np.array_equal(z["codes"], q.codes)
+        assert z["scales"].dtype == q.scales.dtype and np.array_equal(z["scales"], q.scales)
+        want = roundoff.dequantize(q.codes, q.scales, name, axis=axis, tensor_scale=q.tensor_scale,
+                                   dtype=np.float32)
+        assert z["values"].dtype == np.float32
+        assert_same_bits(z["values"], want, name)
+        assert ("tensor_scale" in z.files) == name.startswith("nvfp4")
+        if "tensor_scale" in z.files:
+            assert z["tensor_scale"].dtype == np.float32 and float(z["tensor_scale"]) == q.tensor_scale
+    err = want.astype(np.float64) - x.astype(np.float64)
+    assert report["format"] == name
+    assert report["count"] == x.size
+    assert report["max_abs_error"] == np.abs(err).max()
+    assert report["rms_error"] == pytest.approx(np.sqrt(np.mean(err ** 2)), rel=1e-12)
+    nz = x != 0
+    assert report["max_rel_error"] == (np.abs(err[nz]) / np.abs(x[nz].astype(np.float64))).max()
