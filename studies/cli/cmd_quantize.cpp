@@ -88,7 +88,7 @@ void run(const Options& o) {
   const std::vector<double> vmoved = numerics::dequantize(b, q.codes, q.scales, q.tensor_scale, numerics::formats::fp32);
   const std::vector<double> v = swap_axis(vmoved, outer, n, inner, false);
   const std::vector<std::uint8_t> codes = swap_axis(q.codes, outer, n, inner, false);
-  const std::vector<std::uint16_t> scales16 = swap_axis(q.scales, outer, n / k, inner, false);
+  const std::vector<std::uint32_t> scales32 = swap_axis(q.scales, outer, n / k, inner, false);
 
   std::vector<float> vf(v.size());
   double max_abs = 0, sum_sq = 0, max_rel = 0;
@@ -111,11 +111,20 @@ void run(const Options& o) {
   members.push_back({"codes", "|u1", a.shape, le_bytes(codes)});
   std::vector<std::size_t> scale_shape = a.shape;
   scale_shape[ax] = n / k;
-  if (numerics::scale_bits(b.scale) == 8) {
-    std::vector<std::uint8_t> s8(scales16.begin(), scales16.end());
-    members.push_back({"scales", "|u1", scale_shape, le_bytes(s8)});
-  } else {
-    members.push_back({"scales", "<u2", scale_shape, le_bytes(scales16)});
+  switch (numerics::scale_bits(b.scale)) {
+    case 8: {
+      std::vector<std::uint8_t> s8(scales32.size());
+      for (std::size_t i = 0; i < s8.size(); ++i) s8[i] = static_cast<std::uint8_t>(scales32[i]);
+      members.push_back({"scales", "|u1", scale_shape, le_bytes(s8)});
+      break;
+    }
+    case 16: {
+      std::vector<std::uint16_t> s16(scales32.size());
+      for (std::size_t i = 0; i < s16.size(); ++i) s16[i] = static_cast<std::uint16_t>(scales32[i]);
+      members.push_back({"scales", "<u2", scale_shape, le_bytes(s16)});
+      break;
+    }
+    default: members.push_back({"scales", "<u4", scale_shape, le_bytes(scales32)});
   }
   if (b.rule == numerics::ScaleRule::Nvfp4) members.push_back({"tensor_scale", "<f4", {}, le_bytes(std::vector<float>{q.tensor_scale})});
   studies::write_file_atomic(o.out, studies::npz_bytes(members, kWriter));
@@ -143,7 +152,7 @@ void add_quantize_command(CLI::App& app) {
       "quantize",
       "Block-scaled quantization of a float32/float64 .npy (C order) along its last axis (or --axis): writes an "
       ".npz with values (dequantized, float32), codes (uint8 element encodings), scales (raw block-scale "
-      "encodings: uint8, or uint16 for fp16 scales) and, for nvfp4, tensor_scale (fp32 S_enc); prints the error "
+      "encodings: uint8; uint16 for fp16 scales; uint32 for nf4's fp32 scales) and, for nvfp4, tensor_scale (fp32 S_enc); prints the error "
       "against the input as one JSON line (max abs, rms and max relative over nonzero inputs, over the finite "
       "values). Rules: docs/numerics.md, \"Block-scaled formats\".");
   cmd->add_option("--format,-f", o.format,
