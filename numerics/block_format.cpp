@@ -17,9 +17,21 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr Format kE4m3Sat{4, -6, 8, true, Specials::NanOnly, true};
 constexpr Format kE5m2Sat{3, -14, 15, true, Specials::Ieee, true};
 
-BlockElement fp_element(const Format& f) { return BlockElement{false, f, IntFormat::Int8, 0, 0, 0}; }
+// NF4: the values of bitsandbytes' NF4 table (csrc/kernels.cu nf4_dequantization_lut), QLoRA (Dettmers et al.,
+// 2023, arXiv:2305.14314), used as data with attribution.
+constexpr float kNf4[kCodebookSize] = {
+    -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f, -0.28444138169288635f,
+    -0.18477343022823334f, -0.09105003625154495f, 0.0f, 0.07958029955625534f, 0.16093020141124725f,
+    0.24611230194568634f, 0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f,
+    0.7229568362236023f, 1.0f};
+constexpr std::uint8_t kNf4ZeroCode = 7;
+
+BlockElement fp_element(const Format& f) { return BlockElement{false, f, IntFormat::Int8, 0, 0, 0, nullptr}; }
 BlockElement int_element(IntFormat t, int fraction_bits, int lo, int hi) {
-  return BlockElement{true, Format{}, t, fraction_bits, lo, hi};
+  return BlockElement{true, Format{}, t, fraction_bits, lo, hi, nullptr};
+}
+BlockElement codebook_element(const float* values) {
+  return BlockElement{false, Format{}, IntFormat::Int8, 0, 0, 0, values};
 }
 
 struct Named {
@@ -40,6 +52,7 @@ const Named kBlockFormats[] = {
     {"int4-g32", int_element(IntFormat::Int4, 0, -8, 7), ScaleFormat::FP16, 32, ScaleRule::AbsmaxInt},
     {"int4-g64", int_element(IntFormat::Int4, 0, -8, 7), ScaleFormat::FP16, 64, ScaleRule::AbsmaxInt},
     {"int4-g128", int_element(IntFormat::Int4, 0, -8, 7), ScaleFormat::FP16, 128, ScaleRule::AbsmaxInt},
+    {"nf4", codebook_element(kNf4), ScaleFormat::FP32, 64, ScaleRule::AbsmaxCodebook},
 };
 
 std::string valid_block_names() {
@@ -84,7 +97,7 @@ void refuse_nonfinite(const BlockFormat& b, std::span<const double> x) {
 
 /// MX (OcpFloor, NvidiaCeil): one block.
 void quantize_mx_block(const BlockFormat& b, const RoundingPlan* plan, std::span<const double> v,
-                       std::uint8_t* codes, std::uint16_t& scale) {
+                       std::uint8_t* codes, std::uint32_t& scale) {
   double amax = 0;
   bool special = false;
   for (double x : v) {
@@ -92,7 +105,7 @@ void quantize_mx_block(const BlockFormat& b, const RoundingPlan* plan, std::span
     else amax = std::max(amax, std::fabs(x));
   }
   const auto nan_block = [&] {
-    scale = static_cast<std::uint16_t>(scale_code(b.scale, kNaN));
+    scale = static_cast<std::uint32_t>(scale_code(b.scale, kNaN));
     std::fill(codes, codes + v.size(), std::uint8_t{0});
   };
   if (special) return nan_block();
@@ -142,14 +155,16 @@ std::string_view name_of(ScaleRule r) {
     case ScaleRule::NvidiaCeil: return "nv-ceil";
     case ScaleRule::Nvfp4: return "nvfp4";
     case ScaleRule::AbsmaxInt: return "absmax";
+    case ScaleRule::AbsmaxCodebook: return "absmax-codebook";
   }
   return "?";
 }
 
 ScaleRule parse_scale_rule(std::string_view text) {
-  for (const ScaleRule r : {ScaleRule::OcpFloor, ScaleRule::NvidiaCeil, ScaleRule::Nvfp4, ScaleRule::AbsmaxInt})
+  for (const ScaleRule r : {ScaleRule::OcpFloor, ScaleRule::NvidiaCeil, ScaleRule::Nvfp4, ScaleRule::AbsmaxInt,
+                              ScaleRule::AbsmaxCodebook})
     if (text == name_of(r)) return r;
-  throw std::invalid_argument("unknown scale rule '" + std::string(text) + "'; valid: ocp-floor, nv-ceil, nvfp4, absmax");
+  throw std::invalid_argument("unknown scale rule '" + std::string(text) + "'; valid: ocp-floor, nv-ceil, nvfp4, absmax, absmax-codebook");
 }
 
 const std::vector<std::string>& block_format_names() {
@@ -182,13 +197,27 @@ BlockFormat parse_block_format(std::string_view text) {
   throw std::invalid_argument("unknown block format '" + std::string(text) + "'; valid: " + valid_block_names());
 }
 
+const float* nf4_codebook() { return kNf4; }
+
 double element_max(const BlockElement& e) {
+  if (e.codebook != nullptr) return static_cast<double>(e.codebook[kCodebookSize - 1]);
   return e.is_int ? std::ldexp(static_cast<double>(e.int_hi), -e.fraction_bits) : max_finite(e.fp);
 }
-int element_emax(const BlockElement& e) { return e.is_int ? std::ilogb(element_max(e)) : e.fp.emax; }
-int element_bits(const BlockElement& e) { return e.is_int ? int_bits(e.integer) : encoding_of(e.fp)->total_bits(); }
+int element_emax(const BlockElement& e) {
+  return e.is_int || e.codebook != nullptr ? std::ilogb(element_max(e)) : e.fp.emax;
+}
+int element_bits(const BlockElement& e) {
+  if (e.codebook != nullptr) return 4;
+  return e.is_int ? int_bits(e.integer) : encoding_of(e.fp)->total_bits();
+}
 
 double element_value(const BlockElement& e, std::uint32_t code) {
+  if (e.codebook != nullptr) {
+    if (code >= static_cast<std::uint32_t>(kCodebookSize))
+      throw std::invalid_argument("element code " + std::to_string(code) + " is not a codebook index; valid: 0.." +
+                                  std::to_string(kCodebookSize - 1));
+    return static_cast<double>(e.codebook[code]);
+  }
   if (e.is_int) return std::ldexp(static_cast<double>(int_value(e.integer, code)), -e.fraction_bits);
   if (code >> element_bits(e))
     throw std::invalid_argument("element code " + std::to_string(code) + " does not fit " + name_of(e.fp) + " (" +
@@ -197,6 +226,11 @@ double element_value(const BlockElement& e, std::uint32_t code) {
 }
 
 std::uint32_t element_code(const BlockElement& e, double value) {
+  if (e.codebook != nullptr) {
+    for (int i = 0; i < kCodebookSize; ++i)
+      if (static_cast<double>(e.codebook[i]) == value) return static_cast<std::uint32_t>(i);
+    throw std::invalid_argument("value " + std::to_string(value) + " is not a codebook value");
+  }
   if (e.is_int) {
     const double q = std::ldexp(value, e.fraction_bits);
     if (q != std::floor(q) || q < e.int_lo || q > e.int_hi)
@@ -251,7 +285,7 @@ BlockCodes quantize(const BlockFormat& b, std::span<const double> x, std::size_t
         const auto s_dec = static_cast<float>(round_to(sc, Rounding::NearestEven, static_cast<double>(amax * s_enc_6)));
         float enc = 1.0f / (s_dec * inv_s_enc);
         if (std::isinf(enc)) enc = FLT_MAX;
-        out.scales[j] = static_cast<std::uint16_t>(scale_code(b.scale, static_cast<double>(s_dec)));
+        out.scales[j] = static_cast<std::uint32_t>(scale_code(b.scale, static_cast<double>(s_dec)));
         for (std::size_t i = j * k; i < (j + 1) * k; ++i) {
           const double p = round_to(elem, b.element_rounding, static_cast<double>(xf[i] * enc));
           out.codes[i] = static_cast<std::uint8_t>(element_code(b.element, p));
@@ -270,7 +304,7 @@ BlockCodes quantize(const BlockFormat& b, std::span<const double> x, std::size_t
         const double q = amax / qmax;
         const double r = std::fma(-q, qmax, amax);
         const double s = round_pair(sc, Rounding::NearestEven, q, r / qmax);
-        out.scales[j] = static_cast<std::uint16_t>(scale_code(b.scale, s));
+        out.scales[j] = static_cast<std::uint32_t>(scale_code(b.scale, s));
         for (std::size_t i = j * k; i < (j + 1) * k; ++i) {
           double p = 0;
           if (s > 0)
@@ -281,12 +315,40 @@ BlockCodes quantize(const BlockFormat& b, std::span<const double> x, std::size_t
       }
       break;
     }
+    case ScaleRule::AbsmaxCodebook: {
+      refuse_nonfinite(b, x);
+      const RoundingPlan f32(formats::fp32);
+      const float* c = b.element.codebook;
+      double mid[kCodebookSize - 1];  // exact: two fp32 values' mean has at most 25 significant bits
+      for (int j = 0; j + 1 < kCodebookSize; ++j)
+        mid[j] = (static_cast<double>(c[j]) + static_cast<double>(c[j + 1])) / 2;
+      for (std::size_t j = 0; j < nblocks; ++j) {
+        double amax = 0;
+        for (std::size_t i = j * k; i < (j + 1) * k; ++i) amax = std::max(amax, std::fabs(x[i]));
+        const double s = round_to(f32, Rounding::NearestEven, amax);
+        if (std::isinf(s))
+          throw std::invalid_argument(b.name + ": block " + std::to_string(j) + " has absmax " + std::to_string(amax) +
+                                      ", which overflows its fp32 scale; valid: |x| <= FLT_MAX");
+        out.scales[j] = static_cast<std::uint32_t>(scale_code(b.scale, s));
+        for (std::size_t i = j * k; i < (j + 1) * k; ++i) {
+          std::uint8_t code = kNf4ZeroCode;
+          if (s > 0) {
+            code = 0;
+            // x > m·s exactly: fma rounds m·s − x once, keeping its sign (m·s >= 2^-179, so no underflow to 0)
+            for (int m = 0; m + 1 < kCodebookSize; ++m)
+              if (std::fma(mid[m], s, -x[i]) < 0) ++code;
+          }
+          out.codes[i] = code;
+        }
+      }
+      break;
+    }
   }
   return out;
 }
 
 std::vector<double> dequantize(const BlockFormat& b, std::span<const std::uint8_t> codes,
-                               std::span<const std::uint16_t> scales, float tensor_scale, const Format& out) {
+                               std::span<const std::uint32_t> scales, float tensor_scale, const Format& out) {
   const auto k = static_cast<std::size_t>(b.block_size);
   if (codes.size() != scales.size() * k)
     throw std::invalid_argument(b.name + ": " + std::to_string(codes.size()) + " codes need " +
@@ -304,7 +366,8 @@ std::vector<double> dequantize(const BlockFormat& b, std::span<const std::uint8_
       switch (b.rule) {
         case ScaleRule::OcpFloor:
         case ScaleRule::NvidiaCeil:
-        case ScaleRule::AbsmaxInt: v[i] = round_to(plan, Rounding::NearestEven, p * x); break;  // p·x exact
+        case ScaleRule::AbsmaxInt:
+        case ScaleRule::AbsmaxCodebook: v[i] = round_to(plan, Rounding::NearestEven, p * x); break;  // p·x exact
         case ScaleRule::Nvfp4: {
           const double n = p * x;  // exact: 3 × 4 significant bits
           v[i] = f32 ? static_cast<double>(static_cast<float>(n) / tensor_scale)

@@ -46,14 +46,15 @@ std::string_view name_of(ScaleFormat s) {
     case ScaleFormat::E8M0: return "e8m0";
     case ScaleFormat::UE4M3: return "ue4m3";
     case ScaleFormat::FP16: return "fp16";
+    case ScaleFormat::FP32: return "fp32";
   }
   return "?";
 }
 
 ScaleFormat parse_scale_format(std::string_view text) {
-  for (const ScaleFormat s : {ScaleFormat::E8M0, ScaleFormat::UE4M3, ScaleFormat::FP16})
+  for (const ScaleFormat s : {ScaleFormat::E8M0, ScaleFormat::UE4M3, ScaleFormat::FP16, ScaleFormat::FP32})
     if (text == name_of(s)) return s;
-  throw std::invalid_argument("unknown scale format '" + std::string(text) + "'; valid: e8m0, ue4m3, fp16");
+  throw std::invalid_argument("unknown scale format '" + std::string(text) + "'; valid: e8m0, ue4m3, fp16, fp32");
 }
 
 int scale_bits(ScaleFormat s) {
@@ -61,6 +62,7 @@ int scale_bits(ScaleFormat s) {
     case ScaleFormat::E8M0:
     case ScaleFormat::UE4M3: return 8;
     case ScaleFormat::FP16: return 16;
+    case ScaleFormat::FP32: return 32;
   }
   return 0;
 }
@@ -69,13 +71,14 @@ bool scale_has_nan(ScaleFormat s) {
   switch (s) {
     case ScaleFormat::E8M0:
     case ScaleFormat::UE4M3: return true;
-    case ScaleFormat::FP16: return false;
+    case ScaleFormat::FP16:
+    case ScaleFormat::FP32: return false;
   }
   return false;
 }
 
 double scale_value(ScaleFormat s, std::uint32_t code) {
-  if (code >> scale_bits(s))
+  if (scale_bits(s) < 32 && (code >> scale_bits(s)) != 0)
     throw std::invalid_argument("scale code " + std::to_string(code) + " does not fit " + std::string(name_of(s)) +
                                 " (" + std::to_string(scale_bits(s)) + " bits)");
   switch (s) {
@@ -85,6 +88,7 @@ double scale_value(ScaleFormat s, std::uint32_t code) {
         throw std::invalid_argument("ue4m3 scale code " + std::to_string(code) + " has the sign bit set; valid: 0..127");
       return from_bits(formats::e4m3, code);
     case ScaleFormat::FP16: return from_bits(formats::fp16, code);
+    case ScaleFormat::FP32: return from_bits(formats::fp32, code);
   }
   return kNaN;
 }
@@ -99,6 +103,7 @@ bool is_scale_value(ScaleFormat s, double x) {
     }
     case ScaleFormat::UE4M3: return is_representable(RoundingPlan(formats::e4m3), x);
     case ScaleFormat::FP16: return is_representable(RoundingPlan(formats::fp16), x);
+    case ScaleFormat::FP32: return is_representable(RoundingPlan(formats::fp32), x);
   }
   return false;
 }
@@ -112,6 +117,7 @@ std::uint32_t scale_code(ScaleFormat s, double value) {
     case ScaleFormat::E8M0: return static_cast<std::uint32_t>(std::ilogb(value) + 127);
     case ScaleFormat::UE4M3: return static_cast<std::uint32_t>(to_bits(formats::e4m3, value));
     case ScaleFormat::FP16: return static_cast<std::uint32_t>(to_bits(formats::fp16, value));
+    case ScaleFormat::FP32: return static_cast<std::uint32_t>(to_bits(formats::fp32, value));
   }
   return 0;
 }
@@ -126,6 +132,7 @@ double round_scale(ScaleFormat s, Rounding mode, double x) {
     case ScaleFormat::E8M0: return round_e8m0(mode, x);
     case ScaleFormat::UE4M3: return round_to(kUe4m3Rounding, mode, x);
     case ScaleFormat::FP16: return round_to(kFp16Saturating, mode, x);
+    case ScaleFormat::FP32: return round_to(kFp32Saturating, mode, x);
   }
   return kNaN;
 }

@@ -13,6 +13,7 @@
 /// - UE4M3: the non-negative values of OCP E4M3 (sign bit 0; code 0x7F is NaN), rounded as E4M3 with
 ///   saturation at 448 (NVFP4's block scale): NaN gives NaN, +inf and values above 448 give 448.
 /// - FP16: IEEE binary16 with saturation at 65504 (the group scale of the integer group-wise formats).
+/// - FP32: IEEE binary32 with saturation at FLT_MAX (NF4's absmax scale).
 /// Negative inputs are refused (std::invalid_argument): a scale is non-negative. Stochastic rounding is
 /// refused: scales are rounded deterministically.
 #include <cstdint>
@@ -23,14 +24,14 @@
 
 namespace roundoff::numerics {
 
-enum class ScaleFormat : std::uint8_t { E8M0, UE4M3, FP16 };
+enum class ScaleFormat : std::uint8_t { E8M0, UE4M3, FP16, FP32 };
 
-/// "e8m0", "ue4m3", "fp16".
+/// "e8m0", "ue4m3", "fp16", "fp32".
 std::string_view name_of(ScaleFormat s);
 /// Parses a name; throws std::invalid_argument listing the valid names.
 ScaleFormat parse_scale_format(std::string_view text);
 
-/// Bits of a code (8 for E8M0 and UE4M3, 16 for FP16).
+/// Bits of a code (8 for E8M0 and UE4M3, 16 for FP16, 32 for FP32).
 int scale_bits(ScaleFormat s);
 /// Whether the format has a NaN code (E8M0 0xFF, UE4M3 0x7F; FP16's NaNs are not used as scales).
 bool scale_has_nan(ScaleFormat s);
@@ -50,5 +51,6 @@ constexpr double e8m0_max = pow2(127);
 /// The saturating Formats the non-E8M0 scales round through.
 inline constexpr Format kUe4m3Rounding{4, -6, 8, true, Specials::NanOnly, true};
 inline constexpr Format kFp16Saturating{11, -14, 15, true, Specials::Ieee, true};
+inline constexpr Format kFp32Saturating{24, -126, 127, true, Specials::Ieee, true};
 
 }  // namespace roundoff::numerics

@@ -4,7 +4,8 @@ Blocks of k consecutive values along one axis share a scale: OCP Microscaling (`
 ``mxfp8-e5m2``, ``mxfp6-e3m2``, ``mxfp6-e2m3``, ``mxfp4``, ``mxint8``; blocks of 32, E8M0 scales, OCP's
 floor rule or NVIDIA's ceil rule as ``NAME:nv-ceil``), NVIDIA's ``nvfp4`` (blocks of 16, E4M3 block scales
 and an fp32 tensor scale, Transformer Engine's fp32 chain) and symmetric group-wise ``int4-g32``/``g64``/
-``g128`` (fp16 scale amax/7). The rules are written out in docs/numerics.md, "Block-scaled formats"; every
+``g128`` (fp16 scale amax/7) and QLoRA's ``nf4`` (blocks of 64, fp32 absmax scale, the 16-value
+NormalFloat codebook; codes are codebook indices, scales the fp32 bit patterns as uint32). The rules are written out in docs/numerics.md, "Block-scaled formats"; every
 result is the C++ library's (numerics/block_format.hpp).
 """
 from __future__ import annotations
@@ -51,7 +52,7 @@ def _info(name):
     if not isinstance(name, str):
         raise TypeError(f"name: expected a block-format name, got {type(name).__name__}")
     canonical, block, _, scale_bits, _, _ = _c.block_format_info(name)
-    return canonical, block, np.uint8 if scale_bits == 8 else np.uint16
+    return canonical, block, {8: np.uint8, 16: np.uint16, 32: np.uint32}[scale_bits]
 
 
 def _axis(ndim: int, axis: int) -> int:
@@ -78,8 +79,9 @@ def quantize(x, name: str, *, axis: int = -1) -> Quantized:
     Quantized
         ``values``: the dequantized values (float32 for float32 input, else float64), each the exact decoded
         value rounded once; ``codes``: uint8 element encodings (OCP bit layouts; integers in two's
-        complement, low bits), of x's shape; ``scales``: block scale encodings (uint8 for E8M0/UE4M3,
-        uint16 for fp16), of x's shape with ``axis`` divided by the block size. ``.tensor_scale`` is NVFP4's
+        complement, low bits; nf4: the codebook index), of x's shape; ``scales``: block scale encodings
+        (uint8 for E8M0/UE4M3, uint16 for fp16, uint32 for nf4's fp32), of x's shape with ``axis``
+        divided by the block size. ``.tensor_scale`` is NVFP4's
         fp32 encode scale S_enc (1.0 for the other formats).
 
     Examples
@@ -117,7 +119,7 @@ def dequantize(codes, scales, name: str, *, axis: int = -1, tensor_scale: float 
     Parameters
     ----------
     codes : array_like of uint8
-    scales : array_like of uint8/uint16
+    scales : array_like of uint8/uint16/uint32
         ``codes``' shape with ``axis`` divided by the block size.
     name : str
     axis : int
@@ -151,7 +153,7 @@ def dequantize(codes, scales, name: str, *, axis: int = -1, tensor_scale: float 
     want = cm.shape[:-1] + (cm.shape[-1] // block,)
     if cm.shape[-1] % block != 0:
         raise ValueError(f"codes: axis length {cm.shape[-1]} is not a multiple of {canonical}'s block size {block}")
-    sm = np.ascontiguousarray(np.moveaxis(s, ax, -1), dtype=np.uint16) if s.ndim == c.ndim else None
+    sm = np.ascontiguousarray(np.moveaxis(s, ax, -1), dtype=np.uint32) if s.ndim == c.ndim else None
     if sm is None or sm.shape != want:
         raise ValueError(f"scales: shape {s.shape} does not match codes {c.shape} with blocks of {block} on axis {ax}")
     f32 = np.dtype(dtype) == np.float32

@@ -12,7 +12,7 @@ using namespace numerics;
 
 void bind_blocks(py::module_& m) {
   using U8 = py::array_t<std::uint8_t, py::array::c_style>;
-  using U16 = py::array_t<std::uint16_t, py::array::c_style>;
+  using U32 = py::array_t<std::uint32_t, py::array::c_style>;
   m.def("block_format_names", [] { return block_format_names(); });
   m.def("block_format_info", [](const std::string& name) {
     const BlockFormat b = parse_block_format(name);
@@ -20,7 +20,7 @@ void bind_blocks(py::module_& m) {
                           std::string(name_of(b.rule)), std::string(name_of(b.scale)));
   });
   // x: C-contiguous float64, flattened, whose last axis has axis_len elements. Returns (codes uint8 of x's
-  // size, scales uint16 with one per block, tensor scale).
+  // size, scales uint32 with one per block, tensor scale).
   m.def("quantize_blocks", [](const F64& x, const std::string& name, std::int64_t axis_len) {
     const BlockFormat b = parse_block_format(name);
     if (axis_len <= 0) throw std::invalid_argument(b.name + ": the quantized axis is empty");
@@ -32,11 +32,11 @@ void bind_blocks(py::module_& m) {
     }
     U8 codes(static_cast<py::ssize_t>(q.codes.size()));
     std::copy(q.codes.begin(), q.codes.end(), codes.mutable_data());
-    U16 scales(static_cast<py::ssize_t>(q.scales.size()));
+    U32 scales(static_cast<py::ssize_t>(q.scales.size()));
     std::copy(q.scales.begin(), q.scales.end(), scales.mutable_data());
     return py::make_tuple(codes, scales, q.tensor_scale);
   });
-  m.def("dequantize_blocks", [](const U8& codes, const U16& scales, const std::string& name, float tensor_scale,
+  m.def("dequantize_blocks", [](const U8& codes, const U32& scales, const std::string& name, float tensor_scale,
                                 bool f32) {
     const BlockFormat b = parse_block_format(name);
     need_size(codes, scales.size() * b.block_size, "codes", "(block size times the number of scales)");
@@ -44,7 +44,7 @@ void bind_blocks(py::module_& m) {
     {
       py::gil_scoped_release release;
       v = dequantize(b, std::span<const std::uint8_t>(codes.data(), static_cast<std::size_t>(codes.size())),
-                     std::span<const std::uint16_t>(scales.data(), static_cast<std::size_t>(scales.size())),
+                     std::span<const std::uint32_t>(scales.data(), static_cast<std::size_t>(scales.size())),
                      tensor_scale, f32 ? formats::fp32 : formats::fp64);
     }
     F64 out(static_cast<py::ssize_t>(v.size()));

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import roundoff
+from conftest import assert_same_bits, cli_json
 
 
 def test_mx_floor_rule_written_out_on_random_blocks():
@@ -24,7 +25,7 @@ def test_mx_floor_rule_written_out_on_random_blocks():
 
 
 @pytest.mark.parametrize("name", ["mxfp8-e4m3", "mxfp8-e5m2", "mxfp4", "mxint8", "nvfp4", "int4-g32",
-                                  "int4-g128", "mxfp4:nv-ceil"])
+                                  "int4-g128", "mxfp4:nv-ceil", "nf4"])
 def test_axis_dequantize_and_fixed_point(name):
     rng = np.random.default_rng(3)
     x = rng.standard_normal((128, 3))
@@ -50,3 +51,71 @@ def test_nan_block_and_refusals():
         with pytest.raises(ValueError, match=msg) as e:
             roundoff.quantize(*args)
         assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("name,dtype,shape,axis", [("mxfp4", np.float32, (3, 64), -1),
+                                                   ("mxfp8-e4m3:nv-ceil", np.float64, (2, 32, 3), 1),
+                                                   ("nvfp4", np.float32, (32, 5), 0),
+                                                   ("int4-g32", np.float64, (4, 64), -1),
+                                                   ("nf4", np.float32, (64, 2, 3), 0)])
+def test_cli_quantize_npz_matches_the_binding(cli, tmp_path, name, dtype, shape, axis):
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal(shape) * 2.0 ** rng.integers(-6, 6, shape)).astype(dtype)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "q.npz"
+    lines = cli("quantize", "--format", name, "--axis", str(axis), str(tmp_path / "x.npy"), "--out", str(out))
+    report = cli_json(lines)[0]
+    q = roundoff.quantize(x, name, axis=axis)
+    with np.load(out) as z:
+        assert z["codes"].dtype == np.uint8 and np.array_equal(z["codes"], q.codes)
+        assert z["scales"].dtype == q.scales.dtype and np.array_equal(z["scales"], q.scales)
+        assert z["scales"].dtype == {"int4-g32": np.uint16, "nf4": np.uint32}.get(name, np.uint8)
+        want = roundoff.dequantize(q.codes, q.scales, name, axis=axis, tensor_scale=q.tensor_scale,
+                                   dtype=np.float32)
+        assert z["values"].dtype == np.float32
+        assert_same_bits(z["values"], want, name)
+        assert ("tensor_scale" in z.files) == name.startswith("nvfp4")
+        if "tensor_scale" in z.files:
+            assert z["tensor_scale"].dtype == np.float32 and float(z["tensor_scale"]) == q.tensor_scale
+    err = want.astype(np.float64) - x.astype(np.float64)
+    assert report["format"] == name
+    assert report["count"] == x.size
+    assert report["max_abs_error"] == np.abs(err).max()
+    assert report["rms_error"] == pytest.approx(np.sqrt(np.mean(err ** 2)), rel=1e-12)
+    nz = x != 0
+    assert report["max_rel_error"] == (np.abs(err[nz]) / np.abs(x[nz].astype(np.float64))).max()
+
+
+NF4 = np.array([-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
+                -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
+                0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
+                0.7229568362236023, 1.0], dtype=np.float32)  # QLoRA / bitsandbytes' NF4 table
+
+
+def test_nf4_written_out():
+    assert "nf4" in roundoff.block_formats()
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((3, 128)) * 2.0 ** rng.integers(-20, 20, (3, 1))).astype(np.float32)
+    x[0, :64] = 0.0                                   # an all-zero block
+    mids = (NF4[:-1].astype(np.float64) + NF4[1:]) / 2
+    x[1, :64] = 0.0
+    x[1, 0] = 1.0
+    x[1, 1:16] = mids                                 # ties where float32 holds the midpoint (masked below)
+    q = roundoff.quantize(x, "nf4")
+    assert q.codes.shape == x.shape and q.scales.shape == (3, 2) and q.scales.dtype == np.uint32
+    blocks = x.astype(np.float64).reshape(3, 2, 64)
+    s = np.abs(blocks).max(axis=-1).astype(np.float32)
+    assert np.array_equal(q.scales, s.view(np.uint32))
+    # nearest codebook value of x / S (exact here: float64 products c·S and x), ties to the lower index
+    d = np.abs(blocks[..., None] - NF4.astype(np.float64) * s.astype(np.float64)[..., None, None])
+    want = np.where(s[..., None] > 0, np.argmin(d, axis=-1), 7)
+    assert np.array_equal(q.codes.reshape(3, 2, 64), want)
+    assert np.array_equal(q.values.reshape(3, 2, 64),
+                          (NF4[want].astype(np.float64) * s.astype(np.float64)[..., None]).astype(np.float32))
+    assert np.all(q.codes[0, :64] == 7) and q.scales[0, 0] == 0
+    exact = x[1, 1:16].astype(np.float64) == mids
+    assert np.array_equal(q.codes[1, 1:16][exact], np.arange(15)[exact])
+    ties = np.concatenate([[1.0], mids, np.zeros(48)])  # float64 holds every midpoint: all 15 ties
+    assert np.array_equal(roundoff.quantize(ties, "nf4").codes[1:16], np.arange(15))
+    with pytest.raises(ValueError, match="is not finite"):
+        roundoff.quantize(np.full(64, np.nan), "nf4")

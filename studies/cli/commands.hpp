@@ -25,5 +25,6 @@ void add_accumulate_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_sweep_command(CLI::App& app);
 void add_tensorcore_command(CLI::App& app);
+void add_quantize_command(CLI::App& app);
 
 }  // namespace roundoff::cli

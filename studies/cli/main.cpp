@@ -87,6 +87,7 @@ int main(int argc, char** argv) {
   roundoff::cli::add_train_command(app);
   roundoff::cli::add_sweep_command(app);
   roundoff::cli::add_tensorcore_command(app);
+  roundoff::cli::add_quantize_command(app);
   try {
     const std::vector<std::string> args = positionals_after_mark(app, argc, argv);
     std::vector<const char*> ptrs;

@@ -595,3 +595,96 @@ TEST(Cli, CorpusAndCheckpointMessagesSayWhatIsMeant) {  // issue 43 item 19
   ASSERT_EQ(info.status, 0) << info.output;
   EXPECT_EQ(info.output.find("1.0000"), std::string::npos) << info.output;
 }
+
+namespace {
+
+/// A float32 .npy of shape (rows, cols) holding `v` (row-major), written by hand (format 1.0).
+void write_npy_f32(const fs::path& p, std::size_t rows, std::size_t cols, const std::vector<float>& v,
+                   const std::string& descr = "<f4", const std::string& order = "False") {
+  std::string h = "{'descr': '" + descr + "', 'fortran_order': " + order + ", 'shape': (" + std::to_string(rows) +
+                  ", " + std::to_string(cols) + "), }";
+  h.append(63 - (10 + h.size()) % 64, ' ');
+  h += '\n';
+  std::ofstream out(p, std::ios::binary);
+  out.write("\x93NUMPY\x01\x00", 8);
+  const char len[2] = {static_cast<char>(h.size() & 0xFF), static_cast<char>(h.size() >> 8)};
+  out.write(len, 2);
+  out << h;
+  out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+}
+
+}  // namespace
+
+TEST(Cli, QuantizeWritesAnNpzAndReportsTheError) {  // issue 41
+  const fs::path d = scratch("quantize");
+  std::vector<float> x(2 * 32, 0.0f);
+  x[0] = 7.5f, x[1] = 1.2f, x[2] = -0.3f, x[3] = 0.25f;  // the mxfp4 example of python/roundoff/blocks.py
+  x[32] = 1.0f;
+  write_npy_f32(d / "x.npy", 2, 32, x);
+  const Outcome ok = roundoff("quantize --format mxfp4 x.npy --out q.npz", d);
+  ASSERT_EQ(ok.status, 0) << ok.output;
+  const nlohmann::json j = nlohmann::json::parse(ok.output);
+  EXPECT_EQ(j["format"], "mxfp4");
+  EXPECT_EQ(j["count"], 64);
+  EXPECT_EQ(j["nonzero_count"], 5);
+  EXPECT_EQ(j["max_abs_error"].get<double>(), 1.5);                     // 7.5 -> 6
+  EXPECT_EQ(j["max_rel_error"].get<double>(), 1.0);                     // 0.25 -> 0
+  const std::string z = slurp(d / "q.npz");
+  for (const char* member : {"values.npy", "codes.npy", "scales.npy"})
+    EXPECT_NE(z.find(member), std::string::npos) << member;
+  EXPECT_EQ(z.find("tensor_scale.npy"), std::string::npos);
+  // codes.npy's data: 7, 2, 9, 0 (e2m1 6, 1, -0.5, 0); scales: 127, 127.
+  const auto codes_at = z.find("codes.npy");
+  ASSERT_NE(codes_at, std::string::npos);
+  const auto codes_data = z.find('\n', z.find("\x93NUMPY", codes_at)) + 1;
+  EXPECT_EQ(z.substr(codes_data, 4), std::string("\x07\x02\x09\x00", 4));
+  // Rerunning onto its own output is fine; nothing else is overwritten.
+  EXPECT_EQ(roundoff("quantize --format mxfp4 x.npy --out q.npz", d).status, 0);
+  std::ofstream(d / "mine.npz") << "a user's file";
+  expect_refused(roundoff("quantize --format mxfp4 x.npy --out mine.npz", d), "not written by roundoff quantize",
+                 "--out onto a user's file");
+  EXPECT_EQ(slurp(d / "mine.npz"), "a user's file");
+  expect_refused(roundoff("quantize --format mxfp4 x.npy --out x.npy", d), "is the input file", "--out onto the input");
+  const Outcome n = roundoff("quantize --format nvfp4 x.npy --out n.npz", d);
+  EXPECT_EQ(n.status, 0) << n.output;
+  EXPECT_NE(slurp(d / "n.npz").find("tensor_scale.npy"), std::string::npos);
+}
+
+TEST(Cli, QuantizeRefusesWhatItCannotRead) {  // issue 41
+  const fs::path d = scratch("quantize_bad");
+  const std::vector<float> x(32, 1.0f);
+  write_npy_f32(d / "fortran.npy", 1, 32, x, "<f4", "True");
+  write_npy_f32(d / "int.npy", 1, 32, x, "<i4");
+  write_npy_f32(d / "big_endian.npy", 1, 32, x, ">f4");
+  write_npy_f32(d / "short.npy", 2, 32, x);
+  write_npy_f32(d / "ok.npy", 1, 32, x);
+  std::ofstream(d / "junk.npy") << "not numpy at all";
+  ASSERT_EQ(::mkfifo((d / "fifo.npy").c_str(), 0644), 0);
+  fs::create_directories(d / "dir.npy");
+  const struct {
+    const char* args;
+    const char* says;
+  } cases[] = {{"-f mxfp4 fortran.npy -o q.npz", "Fortran-order"},
+               {"-f mxfp4 int.npy -o q.npz", "dtype '<i4' is not supported"},
+               {"-f mxfp4 big_endian.npy -o q.npz", "dtype '>f4' is not supported"},
+               {"-f mxfp4 short.npy -o q.npz", "needs 64 values"},
+               {"-f mxfp4 junk.npy -o q.npz", "not an .npy file"},
+               {"-f mxfp4 fifo.npy -o q.npz", "not a regular file"},
+               {"-f mxfp4 dir.npy -o q.npz", "not a regular file"},
+               {"-f mxfp4 missing.npy -o q.npz", "no such file"},
+               {"-f nvfp4 ok.npy --axis 0 -o q.npz", "has blocks of 16 but axis 0 has length 1"},
+               {"-f mxfp4 ok.npy --axis 2 -o q.npz", "--axis 2 is out of range"},
+               {"-f mxfp9 ok.npy -o q.npz", "unknown block format 'mxfp9'"},
+               {"-f mxfp4 ok.npy -o ''", "--out must name a file"},
+               {"-f mxfp4 ok.npy -o dir.npy", "is not a regular file"}};
+  for (const auto& c : cases) {
+    const Outcome o = roundoff(std::string("quantize ") + c.args, d);
+    expect_refused(o, c.says, c.args);
+    EXPECT_EQ(std::count(o.output.begin(), o.output.end(), '\n'), 1) << c.args << ":\n" << o.output;
+    EXPECT_NE(o.output.find("valid"), std::string::npos) << c.args << ":\n" << o.output;
+  }
+  EXPECT_FALSE(fs::exists(d / "q.npz"));
+  const Outcome help = roundoff("quantize --help", d);
+  EXPECT_EQ(help.status, 0);
+  EXPECT_NE(help.output.find("Examples:"), std::string::npos);
+}

@@ -4,6 +4,7 @@
 // one-line refusals of bad input.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <limits>
@@ -103,7 +104,7 @@ TEST(BlockFormat, NamesParseAndBadInputIsRefusedInOneLine) {
   refused([&] { quantize(parse_block_format("int4-g32"), block_with(32, {{3, kInf}}), 32); }, "is not finite");
   refused([&] { quantize(parse_block_format("nvfp4"), block_with(16, {{3, std::nan("")}}), 16); }, "is not finite");
   const BlockFormat b = parse_block_format("mxfp4");
-  refused([&] { dequantize(b, std::vector<std::uint8_t>(32), std::vector<std::uint16_t>(2), 1, formats::fp64); },
+  refused([&] { dequantize(b, std::vector<std::uint8_t>(32), std::vector<std::uint32_t>(2), 1, formats::fp64); },
           "need 1 scales");
 }
 
@@ -287,11 +288,125 @@ TEST(BlockFormat, QuantizeDequantizeQuantizeIsAFixedPoint) {
         const auto q2 = quantize(b, v1, 128);
         const auto v2 = dequantize(b, q2.codes, q2.scales, q2.tensor_scale, out);
         EXPECT_EQ(v1, v2) << b.name << " values";
-        if (b.rule == ScaleRule::OcpFloor) {
+        if (b.rule == ScaleRule::OcpFloor || (b.rule == ScaleRule::AbsmaxCodebook && out == formats::fp64)) {
           EXPECT_EQ(q1.codes, q2.codes) << b.name;
           EXPECT_EQ(q1.scales, q2.scales) << b.name;
         }
       }
     }
   }
+}
+
+namespace {
+
+/// NF4 written out: S = fp32(amax); the code is the index of the codebook value nearest to x / S, the lower
+/// index on a tie, found by comparing the distances |x - c_i·S| in long double (exact for the inputs below:
+/// c_i·S has 48 significant bits and x lies within 2^12 of S, or far from every tie); S = 0 gives code 7.
+void expect_nf4_definition(const std::vector<double>& x) {
+  const BlockFormat b = parse_block_format("nf4");
+  const BlockCodes q = quantize(b, x, x.size());
+  const float* c = nf4_codebook();
+  const std::size_t k = 64;
+  ASSERT_EQ(q.scales.size(), x.size() / k);
+  for (std::size_t j = 0; j < x.size() / k; ++j) {
+    double amax = 0;
+    for (std::size_t i = j * k; i < (j + 1) * k; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const auto s = static_cast<float>(amax);  // nearest-even
+    EXPECT_EQ(q.scales[j], std::bit_cast<std::uint32_t>(s)) << "block " << j;
+    for (std::size_t i = j * k; i < (j + 1) * k; ++i) {
+      int want = 7;
+      if (s > 0) {
+        long double best = INFINITY;
+        for (int t = 0; t < kCodebookSize; ++t) {
+          const long double d = std::fabs(static_cast<long double>(x[i]) -
+                                          static_cast<long double>(c[t]) * static_cast<long double>(s));
+          if (d < best) best = d, want = t;  // strict: a tie keeps the lower index
+        }
+      }
+      EXPECT_EQ(q.codes[i], want) << "x[" << i << "] = " << x[i] << " (S = " << s << ")";
+    }
+  }
+  const auto v = dequantize(b, q.codes, q.scales, 1.0f, formats::fp64);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    EXPECT_EQ(v[i], static_cast<double>(c[q.codes[i]]) * static_cast<double>(std::bit_cast<float>(q.scales[i / k])));
+}
+
+}  // namespace
+
+TEST(BlockFormat, Nf4IsTheNearestCodebookValueOfXOverAbsmax) {
+  const float* c = nf4_codebook();
+  EXPECT_EQ(c[0], -1.0f);
+  EXPECT_EQ(c[7], 0.0f);
+  EXPECT_EQ(c[15], 1.0f);
+  EXPECT_EQ(c[1], -0.6961928009986877f);
+  for (int t = 0; t + 1 < kCodebookSize; ++t) EXPECT_LT(c[t], c[t + 1]);
+  const BlockFormat b = parse_block_format("nf4");
+  EXPECT_EQ(b.block_size, 64);
+  EXPECT_EQ(b.scale, ScaleFormat::FP32);
+  // All zeros: S = 0, every code 7 (the value 0), values +0.
+  {
+    const auto q = quantize(b, std::vector<double>(64, 0.0), 64);
+    EXPECT_EQ(q.scales[0], 0u);
+    EXPECT_EQ(q.codes, std::vector<std::uint8_t>(64, 7));
+    expect_nf4_definition(std::vector<double>(64, -0.0));
+  }
+  // One nonzero, negative: S = 3.5, code 0 (-1·S); the zeros code 7.
+  {
+    const auto x = block_with(64, {{5, -3.5}});
+    const auto q = quantize(b, x, 64);
+    EXPECT_EQ(q.codes[5], 0);
+    EXPECT_EQ(q.codes[6], 7);
+    expect_nf4_definition(x);
+  }
+  // Ties: with S = 1, each exact midpoint of two codebook values takes the lower code; one ulp either side
+  // takes the nearer one.
+  for (int t = 0; t + 1 < kCodebookSize; ++t) {
+    const double m = (static_cast<double>(c[t]) + static_cast<double>(c[t + 1])) / 2;
+    const auto x = block_with(64, {{0, 1.0}, {1, m}, {2, std::nextafter(m, 2.0)}, {3, std::nextafter(m, -2.0)}});
+    const auto q = quantize(b, x, 64);
+    EXPECT_EQ(q.codes[1], t) << "tie at " << m;
+    EXPECT_EQ(q.codes[2], t + 1) << "above " << m;
+    EXPECT_EQ(q.codes[3], t) << "below " << m;
+    expect_nf4_definition(x);
+    // The same ties scaled by a power of two (exact) and by 3 (the product m·3 is exact, and so is S = 3).
+    auto y = x;
+    for (double& v : y) v *= 0x1p-100;
+    expect_nf4_definition(y);
+    for (double& v : y) v = v * 0x1p100 * 3;
+    const auto q3 = quantize(b, y, 64);
+    EXPECT_EQ(q3.codes[1], t) << "tie at 3·" << m;
+    expect_nf4_definition(y);
+  }
+  // A float64 amax that is not an fp32 value: S rounds (here down to 1), so x / S exceeds 1 and takes code 15.
+  expect_nf4_definition(block_with(64, {{0, 1 + 0x1p-30}, {1, -0.7}}));
+  // An amax that rounds to 0 in fp32 (S = 0): codes 7. An amax below FLT_MIN: a subnormal fp32 scale.
+  expect_nf4_definition(block_with(64, {{0, 1e-50}, {1, -3e-51}}));
+  expect_nf4_definition(block_with(64, {{0, 3e-41}, {1, -1e-41}, {2, 7e-42}}));
+  // Random blocks, float32 and float64 values, scales 2^-60 .. 2^60.
+  std::mt19937_64 rng(64);
+  std::normal_distribution<double> g;
+  std::uniform_int_distribution<int> e(-60, 60);
+  for (const bool f32 : {true, false}) {
+    std::vector<double> x(64 * 64);
+    for (std::size_t j = 0; j < 64; ++j) {
+      const int ej = e(rng);
+      for (std::size_t i = 0; i < 64; ++i) {
+        const double v = std::ldexp(g(rng), ej);
+        x[j * 64 + i] = f32 ? static_cast<double>(static_cast<float>(v)) : v;
+      }
+    }
+    expect_nf4_definition(x);
+  }
+  // Refusals: NaN, inf, an absmax above FLT_MAX.
+  const auto refused = [&](const std::vector<double>& x, const char* needle) {
+    try {
+      quantize(b, x, 64);
+      ADD_FAILURE() << "not refused: " << needle;
+    } catch (const std::invalid_argument& err) {
+      EXPECT_NE(std::string(err.what()).find(needle), std::string::npos) << err.what();
+    }
+  };
+  refused(block_with(64, {{3, std::nan("")}}), "is not finite");
+  refused(block_with(64, {{3, -kInf}}), "is not finite");
+  refused(block_with(64, {{3, 1e39}}), "overflows its fp32 scale");
 }
