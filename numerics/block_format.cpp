@@ -1,3 +1,4 @@
+#include "numerics/named.hpp"
 #include "numerics/block_format.hpp"
 
 #include <algorithm>
@@ -161,10 +162,7 @@ std::string_view name_of(ScaleRule r) {
 }
 
 ScaleRule parse_scale_rule(std::string_view text) {
-  for (const ScaleRule r : {ScaleRule::OcpFloor, ScaleRule::NvidiaCeil, ScaleRule::Nvfp4, ScaleRule::AbsmaxInt,
-                              ScaleRule::AbsmaxCodebook})
-    if (text == name_of(r)) return r;
-  throw std::invalid_argument("unknown scale rule '" + std::string(text) + "'; valid: ocp-floor, nv-ceil, nvfp4, absmax, absmax-codebook");
+  return parse_named<ScaleRule>(text, kAllScaleRules, "scale rule");
 }
 
 const std::vector<std::string>& block_format_names() {

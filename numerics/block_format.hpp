@@ -42,6 +42,8 @@
 namespace roundoff::numerics {
 
 enum class ScaleRule : std::uint8_t { OcpFloor, NvidiaCeil, Nvfp4, AbsmaxInt, AbsmaxCodebook };
+inline constexpr ScaleRule kAllScaleRules[] = {ScaleRule::OcpFloor, ScaleRule::NvidiaCeil, ScaleRule::Nvfp4,
+                                               ScaleRule::AbsmaxInt, ScaleRule::AbsmaxCodebook};
 /// "ocp-floor", "nv-ceil", "nvfp4", "absmax", "absmax-codebook".
 std::string_view name_of(ScaleRule r);
 ScaleRule parse_scale_rule(std::string_view text);

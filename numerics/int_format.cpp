@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "numerics/named.hpp"
+
 namespace roundoff::numerics {
 
 std::string_view name_of(IntFormat t) {
@@ -17,9 +19,7 @@ std::string_view name_of(IntFormat t) {
 }
 
 IntFormat parse_int_format(std::string_view text) {
-  for (const IntFormat t : {IntFormat::Int8, IntFormat::Uint8, IntFormat::Int4, IntFormat::Uint4})
-    if (text == name_of(t)) return t;
-  throw std::invalid_argument("unknown integer type '" + std::string(text) + "'; valid: int8, uint8, int4, uint4");
+  return parse_named<IntFormat>(text, kAllIntFormats, "integer type");
 }
 
 int int_bits(IntFormat t) {

@@ -16,6 +16,7 @@
 namespace roundoff::numerics {
 
 enum class IntFormat : std::uint8_t { Int8, Uint8, Int4, Uint4 };
+inline constexpr IntFormat kAllIntFormats[] = {IntFormat::Int8, IntFormat::Uint8, IntFormat::Int4, IntFormat::Uint4};
 
 /// "int8", "uint8", "int4", "uint4".
 std::string_view name_of(IntFormat t);

@@ -1,6 +1,6 @@
 #include "numerics/rounding.hpp"
 
-#include <stdexcept>
+#include "numerics/named.hpp"
 
 namespace roundoff::numerics {
 
@@ -17,12 +17,6 @@ std::string_view name_of(Rounding r) {
   return "?";
 }
 
-Rounding parse_rounding(std::string_view text) {
-  for (Rounding r : kAllRoundings)
-    if (name_of(r) == text) return r;
-  std::string valid;
-  for (Rounding r : kAllRoundings) valid += std::string(valid.empty() ? "" : ", ") + std::string(name_of(r));
-  throw std::invalid_argument("unknown rounding mode '" + std::string(text) + "'; valid: " + valid);
-}
+Rounding parse_rounding(std::string_view text) { return parse_named<Rounding>(text, kAllRoundings, "rounding mode"); }
 
 }  // namespace roundoff::numerics

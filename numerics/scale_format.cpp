@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "numerics/named.hpp"
 #include "numerics/round.hpp"
 
 namespace roundoff::numerics {
@@ -52,9 +53,7 @@ std::string_view name_of(ScaleFormat s) {
 }
 
 ScaleFormat parse_scale_format(std::string_view text) {
-  for (const ScaleFormat s : {ScaleFormat::E8M0, ScaleFormat::UE4M3, ScaleFormat::FP16, ScaleFormat::FP32})
-    if (text == name_of(s)) return s;
-  throw std::invalid_argument("unknown scale format '" + std::string(text) + "'; valid: e8m0, ue4m3, fp16, fp32");
+  return parse_named<ScaleFormat>(text, kAllScaleFormats, "scale format");
 }
 
 int scale_bits(ScaleFormat s) {

@@ -25,6 +25,8 @@
 namespace roundoff::numerics {
 
 enum class ScaleFormat : std::uint8_t { E8M0, UE4M3, FP16, FP32 };
+inline constexpr ScaleFormat kAllScaleFormats[] = {ScaleFormat::E8M0, ScaleFormat::UE4M3, ScaleFormat::FP16,
+                                                   ScaleFormat::FP32};
 
 /// "e8m0", "ue4m3", "fp16", "fp32".
 std::string_view name_of(ScaleFormat s);
