@@ -476,7 +476,7 @@ def emulate(module: nn.Module, policy, *, seed: int = 0, attention: bool = True,
     pol = as_policy(policy)
     stochastic = any(e["rounding"] == "stochastic" or "stochastic" in e["accumulation"].spec
                      for e in pol.table() if e["op"] in ("matmul", "attn-scores", "attn-values"))
-    streams = _Streams(as_seed(seed if seed is not None else None, stochastic))
+    streams = _Streams(as_seed(seed, stochastic))
     m = module if inplace else copy.deepcopy(module)
     if isinstance(m, nn.Linear):
         return EmulatedLinear(m, pol, streams)

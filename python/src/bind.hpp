@@ -48,9 +48,6 @@ void bind_policy(py::module_& m);
 void bind_runner(py::module_& m);
 void bind_blocks(py::module_& m);
 
-/// Index of the first element of x (n values) that is not a value of the plan's format, or -1.
-std::int64_t first_not_representable(const numerics::RoundingPlan& plan, const double* x, std::size_t n);
-
 /// One tape record as a dict (the columns of ops::Tape::write_csv).
 py::dict record_dict(const ops::OpRecord& r);
 

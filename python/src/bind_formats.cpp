@@ -11,6 +11,9 @@ namespace roundoff::python {
 
 using namespace numerics;
 
+namespace {
+
+/// Index of the first element of x (n values) that is not a value of the plan's format, or -1.
 std::int64_t first_not_representable(const RoundingPlan& plan, const double* x, std::size_t n) {
   // Chunks are screened by a branch-free bit test that accepts zeros and the format's normal values (|x| in
   // [2^emin, max_finite] with the significand bits below the format's last place zero); a chunk holding
@@ -35,8 +38,6 @@ std::int64_t first_not_representable(const RoundingPlan& plan, const double* x, 
   }
   return -1;
 }
-
-namespace {
 
 Specials parse_specials(const std::string& s) {
   if (s == "ieee") return Specials::Ieee;
