@@ -27,12 +27,16 @@ constexpr float kNf4[kCodebookSize] = {
     0.7229568362236023f, 1.0f};
 constexpr std::uint8_t kNf4ZeroCode = 7;
 
-BlockElement fp_element(const Format& f) { return BlockElement{false, f, IntFormat::Int8, 0, 0, 0, nullptr}; }
+BlockElement fp_element(const Format& f) { return BlockElement{false, f, IntFormat::Int8, 0, 0, 0, nullptr, 0}; }
 BlockElement int_element(IntFormat t, int fraction_bits, int lo, int hi) {
-  return BlockElement{true, Format{}, t, fraction_bits, lo, hi, nullptr};
+  return BlockElement{true, Format{}, t, fraction_bits, lo, hi, nullptr, 0};
 }
 BlockElement codebook_element(const float* values) {
-  return BlockElement{false, Format{}, IntFormat::Int8, 0, 0, 0, values};
+  return BlockElement{false, Format{}, IntFormat::Int8, 0, 0, 0, values, 0};
+}
+/// MLX affine codes: unsigned b-bit integers 0..2^b - 1 (held in a uint8).
+BlockElement affine_element(int bits) {
+  return BlockElement{true, Format{}, IntFormat::Uint8, 0, 0, (1 << bits) - 1, nullptr, bits};
 }
 
 struct Named {
@@ -54,12 +58,50 @@ const Named kBlockFormats[] = {
     {"int4-g64", int_element(IntFormat::Int4, 0, -8, 7), ScaleFormat::FP16, 64, ScaleRule::AbsmaxInt},
     {"int4-g128", int_element(IntFormat::Int4, 0, -8, 7), ScaleFormat::FP16, 128, ScaleRule::AbsmaxInt},
     {"nf4", codebook_element(kNf4), ScaleFormat::FP32, 64, ScaleRule::AbsmaxCodebook},
+    {"mlx-int4-g32", affine_element(4), ScaleFormat::FP16, 32, ScaleRule::AffineMlx},
+    {"mlx-int4-g64", affine_element(4), ScaleFormat::FP16, 64, ScaleRule::AffineMlx},
+    {"mlx-int4-g128", affine_element(4), ScaleFormat::FP16, 128, ScaleRule::AffineMlx},
+    {"mlx-int8-g64", affine_element(8), ScaleFormat::FP16, 64, ScaleRule::AffineMlx},
 };
+
+/// mlx-intB-gG[-bf16|-fp32] beyond the listed names; nullopt when `text` does not have that shape.
+std::optional<BlockFormat> parse_mlx_affine(std::string_view text) {
+  constexpr std::string_view prefix = "mlx-int";
+  if (text.substr(0, prefix.size()) != prefix) return std::nullopt;
+  const auto bad = [&](const std::string& why) {
+    return std::invalid_argument("block format '" + std::string(text) + "': " + why +
+                                 "; valid: mlx-intB-gG[-bf16|-fp32] with B in 2, 3, 4, 5, 6, 8 and G in 32, 64, 128");
+  };
+  std::string_view rest = text.substr(prefix.size());
+  ScaleFormat dtype = ScaleFormat::FP16;
+  for (const auto& [suffix, f] : {std::pair<std::string_view, ScaleFormat>{"-bf16", ScaleFormat::BF16},
+                                  {"-fp32", ScaleFormat::FP32}, {"-fp16", ScaleFormat::FP16}}) {
+    if (rest.size() > suffix.size() && rest.substr(rest.size() - suffix.size()) == suffix) {
+      dtype = f;
+      rest = rest.substr(0, rest.size() - suffix.size());
+      break;
+    }
+  }
+  const auto g = rest.find("-g");
+  if (g == std::string_view::npos) throw bad("no group size");
+  const std::string_view bits_text = rest.substr(0, g), group_text = rest.substr(g + 2);
+  int bits = 0, group = 0;
+  for (const auto& [t, v] : {std::pair<std::string_view, int*>{bits_text, &bits}, {group_text, &group}}) {
+    if (t.empty() || t.size() > 3 || t.find_first_not_of("0123456789") != std::string_view::npos)
+      throw bad("'" + std::string(t) + "' is not a number");
+    *v = std::stoi(std::string(t));
+  }
+  if (bits < 2 || bits > 8 || bits == 7) throw bad(std::to_string(bits) + " bits");
+  if (group != 32 && group != 64 && group != 128) throw bad("group size " + std::to_string(group));
+  std::string name = "mlx-int" + std::to_string(bits) + "-g" + std::to_string(group);
+  if (dtype != ScaleFormat::FP16) name += "-" + std::string(name_of(dtype));
+  return BlockFormat{name, affine_element(bits), dtype, group, ScaleRule::AffineMlx, Rounding::NearestEven};
+}
 
 std::string valid_block_names() {
   std::string s;
   for (const auto& n : kBlockFormats) s += std::string(s.empty() ? "" : ", ") + n.name;
-  return s + " (MX formats also NAME:ocp-floor or NAME:nv-ceil)";
+  return s + " (MX formats also NAME:ocp-floor, NAME:nv-ceil or NAME:mlx-round; MLX affine: mlx-intB-gG[-bf16|-fp32])";
 }
 
 /// Rounds the exact quotient v / d (d > 0, both doubles, v/d far from the double range's ends) to an
@@ -96,7 +138,7 @@ void refuse_nonfinite(const BlockFormat& b, std::span<const double> x) {
                                   " quantizes finite values only (MX formats give a NaN scale)");
 }
 
-/// MX (OcpFloor, NvidiaCeil): one block.
+/// MX (OcpFloor, NvidiaCeil, MlxRound): one block.
 void quantize_mx_block(const BlockFormat& b, const RoundingPlan* plan, std::span<const double> v,
                        std::uint8_t* codes, std::uint32_t& scale) {
   double amax = 0;
@@ -111,7 +153,16 @@ void quantize_mx_block(const BlockFormat& b, const RoundingPlan* plan, std::span
   };
   if (special) return nan_block();
   int s = -127;
-  if (amax > 0) {
+  if (b.rule == ScaleRule::MlxRound) {
+    const auto a32 = static_cast<float>(amax);  // nearest-even
+    if (std::isinf(a32)) return nan_block();
+    const float q = a32 / static_cast<float>(element_max(b.element));
+    if (q > 0) {
+      int e = 0;
+      const double m = 2 * std::frexp(static_cast<double>(q), &e);  // q = m·2^(e-1), m in [1, 2)
+      s = std::min(e - 1 + (m * m >= 2 ? 1 : 0), 127);               // m·m exact: 48 significant bits
+    }
+  } else if (amax > 0) {
     if (b.rule == ScaleRule::OcpFloor) {
       s = std::ilogb(amax) - element_emax(b.element);
     } else {  // ceil(log2(amax / max)) from the significands in [1/2, 1): exact
@@ -148,15 +199,67 @@ float nvfp4_tensor_scale(std::span<const float> x) {
   return enc;
 }
 
+/// AffineMlx (see block_format.hpp): binary32 steps with native float arithmetic (IEEE, nearest-even; the
+/// build's -ffp-contract=off keeps every operation separately rounded).
+void quantize_affine_mlx(const BlockFormat& b, std::span<const double> x, BlockCodes& out) {
+  refuse_nonfinite(b, x);
+  const Format t = ieee_format_of(b.scale);
+  const RoundingPlan tp(t);
+  const auto k = static_cast<std::size_t>(b.block_size);
+  std::vector<float> w(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double r = round_to(tp, Rounding::NearestEven, x[i]);
+    if (std::isinf(r))
+      throw std::invalid_argument(b.name + ": x[" + std::to_string(i) + "] = " + std::to_string(x[i]) + " overflows " +
+                                  name_of(t) + ", the dtype of its scales; valid: |x| <= " +
+                                  std::to_string(max_finite(t)));
+    w[i] = static_cast<float>(r);  // exact: T's values are binary32 values
+  }
+  const auto n_bins = static_cast<float>(b.element.int_hi);
+  const float eps = 1e-7f;
+  out.biases.assign(out.scales.size(), 0);
+  for (std::size_t j = 0; j < out.scales.size(); ++j) {
+    float w_min = std::numeric_limits<float>::infinity(), w_max = -w_min;
+    for (std::size_t i = j * k; i < (j + 1) * k; ++i) {
+      w_max = std::max(w_max, w[i]);
+      w_min = std::min(w_min, w[i]);
+    }
+    const bool low_edge = std::fabs(w_min) > std::fabs(w_max);
+    float scale = std::max((w_max - w_min) / n_bins, eps);
+    if (!low_edge) scale = -scale;
+    const float edge = low_edge ? w_min : w_max;
+    const float q0 = std::nearbyint(edge / scale);  // the default FE mode: nearest-even, as rint
+    float bias = 0;
+    if (q0 != 0) {
+      scale = edge / q0;
+      bias = edge;
+    }
+    const double scale_t = round_to(tp, Rounding::NearestEven, static_cast<double>(scale));
+    if (!std::isfinite(scale_t))
+      throw std::invalid_argument(b.name + ": block " + std::to_string(j) + " has scale " + std::to_string(scale) +
+                                  ", which overflows " + name_of(t) + "; valid: blocks whose range fits the dtype");
+    out.scales[j] = static_cast<std::uint32_t>(to_bits(t, scale_t));
+    out.biases[j] = static_cast<std::uint32_t>(to_bits(t, round_to(tp, Rounding::NearestEven, static_cast<double>(bias))));
+    for (std::size_t i = j * k; i < (j + 1) * k; ++i) {
+      const float q = (w[i] - bias) / scale;
+      const double p = std::clamp(round_quotient_to_int(static_cast<double>(q), 1.0, b.element_rounding), 0.0,
+                                  static_cast<double>(n_bins));
+      out.codes[i] = static_cast<std::uint8_t>(p);
+    }
+  }
+}
+
 }  // namespace
 
 std::string_view name_of(ScaleRule r) {
   switch (r) {
     case ScaleRule::OcpFloor: return "ocp-floor";
     case ScaleRule::NvidiaCeil: return "nv-ceil";
+    case ScaleRule::MlxRound: return "mlx-round";
     case ScaleRule::Nvfp4: return "nvfp4";
     case ScaleRule::AbsmaxInt: return "absmax";
     case ScaleRule::AbsmaxCodebook: return "absmax-codebook";
+    case ScaleRule::AffineMlx: return "affine-mlx";
   }
   return "?";
 }
@@ -183,15 +286,17 @@ BlockFormat parse_block_format(std::string_view text) {
     if (colon != std::string_view::npos) {
       const std::string_view rule = text.substr(colon + 1);
       const bool mx = n.rule == ScaleRule::OcpFloor;
-      if (!mx || (rule != "ocp-floor" && rule != "nv-ceil"))
+      if (!mx || (rule != "ocp-floor" && rule != "nv-ceil" && rule != "mlx-round"))
         throw std::invalid_argument("block format '" + std::string(text) + "': rule '" + std::string(rule) +
                                     "' does not apply to " + n.name +
-                                    (mx ? "; valid: ocp-floor, nv-ceil" : "; only MX formats take a rule"));
+                                    (mx ? "; valid: ocp-floor, nv-ceil, mlx-round"
+                                        : "; only MX formats take a rule (valid: " + std::string(n.name) + " alone)"));
       b.rule = parse_scale_rule(rule);
-      if (b.rule == ScaleRule::NvidiaCeil) b.name += ":nv-ceil";
+      if (b.rule != ScaleRule::OcpFloor) b.name += ":" + std::string(rule);
     }
     return b;
   }
+  if (auto affine = parse_mlx_affine(text)) return *affine;
   throw std::invalid_argument("unknown block format '" + std::string(text) + "'; valid: " + valid_block_names());
 }
 
@@ -206,7 +311,8 @@ int element_emax(const BlockElement& e) {
 }
 int element_bits(const BlockElement& e) {
   if (e.codebook != nullptr) return 4;
-  return e.is_int ? int_bits(e.integer) : encoding_of(e.fp)->total_bits();
+  if (e.is_int) return e.bits > 0 ? e.bits : int_bits(e.integer);
+  return encoding_of(e.fp)->total_bits();
 }
 
 double element_value(const BlockElement& e, std::uint32_t code) {
@@ -216,7 +322,12 @@ double element_value(const BlockElement& e, std::uint32_t code) {
                                   std::to_string(kCodebookSize - 1));
     return static_cast<double>(e.codebook[code]);
   }
-  if (e.is_int) return std::ldexp(static_cast<double>(int_value(e.integer, code)), -e.fraction_bits);
+  if (e.is_int) {
+    if (e.bits > 0 && (code >> e.bits) != 0)
+      throw std::invalid_argument("element code " + std::to_string(code) + " does not fit " + std::to_string(e.bits) +
+                                  " bits; valid: 0.." + std::to_string((1u << e.bits) - 1));
+    return std::ldexp(static_cast<double>(int_value(e.integer, code)), -e.fraction_bits);
+  }
   if (code >> element_bits(e))
     throw std::invalid_argument("element code " + std::to_string(code) + " does not fit " + name_of(e.fp) + " (" +
                                 std::to_string(element_bits(e)) + " bits)");
@@ -255,7 +366,8 @@ BlockCodes quantize(const BlockFormat& b, std::span<const double> x, std::size_t
   const std::size_t nblocks = x.size() / k;
   switch (b.rule) {
     case ScaleRule::OcpFloor:
-    case ScaleRule::NvidiaCeil: {
+    case ScaleRule::NvidiaCeil:
+    case ScaleRule::MlxRound: {
       std::optional<RoundingPlan> plan;
       if (!b.element.is_int) plan.emplace(b.element.fp);
       for (std::size_t j = 0; j < nblocks; ++j)
@@ -341,13 +453,19 @@ BlockCodes quantize(const BlockFormat& b, std::span<const double> x, std::size_t
       }
       break;
     }
+    case ScaleRule::AffineMlx: quantize_affine_mlx(b, x, out); break;
   }
   return out;
 }
 
 std::vector<double> dequantize(const BlockFormat& b, std::span<const std::uint8_t> codes,
-                               std::span<const std::uint32_t> scales, float tensor_scale, const Format& out) {
+                               std::span<const std::uint32_t> scales, float tensor_scale, const Format& out,
+                               std::span<const std::uint32_t> biases) {
   const auto k = static_cast<std::size_t>(b.block_size);
+  const bool affine = b.rule == ScaleRule::AffineMlx;
+  if (affine ? biases.size() != scales.size() : !biases.empty())
+    throw std::invalid_argument(b.name + ": " + std::to_string(biases.size()) + " biases given; valid: " +
+                                (affine ? std::to_string(scales.size()) + " (one per block)" : std::string("none")));
   if (codes.size() != scales.size() * k)
     throw std::invalid_argument(b.name + ": " + std::to_string(codes.size()) + " codes need " +
                                 std::to_string(codes.size() / k) + " scales (blocks of " + std::to_string(k) +
@@ -358,14 +476,28 @@ std::vector<double> dequantize(const BlockFormat& b, std::span<const std::uint8_
   const RoundingPlan plan(out);
   std::vector<double> v(codes.size());
   for (std::size_t j = 0; j < scales.size(); ++j) {
+    if (affine) {
+      const Format t = ieee_format_of(b.scale);
+      const double s = from_bits(t, scales[j]), bias = from_bits(t, biases[j]);
+      for (std::size_t i = j * k; i < (j + 1) * k; ++i) {
+        const double p = element_value(b.element, codes[i]) * s;  // exact: at most 8 + 24 significant bits
+        const double hi = p + bias;                               // TwoSum: hi + lo = p + bias exactly
+        const double bb = hi - p;
+        const double lo = (p - (hi - bb)) + (bias - bb);
+        v[i] = round_pair(plan, Rounding::NearestEven, hi, lo);
+      }
+      continue;
+    }
     const double x = scale_value(b.scale, scales[j]);
     for (std::size_t i = j * k; i < (j + 1) * k; ++i) {
       const double p = element_value(b.element, codes[i]);
       switch (b.rule) {
         case ScaleRule::OcpFloor:
         case ScaleRule::NvidiaCeil:
+        case ScaleRule::MlxRound:
         case ScaleRule::AbsmaxInt:
         case ScaleRule::AbsmaxCodebook: v[i] = round_to(plan, Rounding::NearestEven, p * x); break;  // p·x exact
+        case ScaleRule::AffineMlx: break;  // above
         case ScaleRule::Nvfp4: {
           const double n = p * x;  // exact: 3 × 4 significant bits
           v[i] = f32 ? static_cast<double>(static_cast<float>(n) / tensor_scale)

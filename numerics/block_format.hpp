@@ -10,6 +10,11 @@
 ///   gives the NaN scale. X = 2^s; P_i = round(V_i / X) to the element format in the element rounding,
 ///   saturating to ±max_elem (amax / X can reach 2^(emax_elem + 1)).
 /// - NvidiaCeil: as OcpFloor with s = ceil(log2(amax / max_elem)), so amax / X <= max_elem: no saturation.
+/// - MlxRound (MLX's MX scale, `mx.quantize` modes "mxfp4"/"mxfp8" as its CPU reference computes it): as
+///   OcpFloor with s = round(log2(q)), q = fp32(fp32(amax) / max_elem) (two nearest-even roundings; log2 rounded
+///   exactly: with q = m·2^e, 1 <= m < 2, s = e + 1 when m² >= 2, else e — no ties, 2^(1/2) being irrational),
+///   s = -127 when q is 0; s is clamped to [-127, 127] (MLX never gives the NaN scale for a large amax); an
+///   amax that overflows fp32, a NaN or an inf gives the NaN scale. Elements saturate as under OcpFloor.
 /// - Nvfp4 (Transformer Engine's chain, every step an fp32 operation): x is first rounded to fp32;
 ///   S_enc = 2688 / amax_tensor (2688 = 448·6), FLT_MAX when that overflows, 1 when amax_tensor is 0 or
 ///   S_enc is 0; S_dec = ue4m3(amax_block · (S_enc · fp32(1/6))) (nearest-even, saturating at 448; may be 0);
@@ -26,6 +31,16 @@
 ///   decision tree takes the lower code when x equals a threshold: `x > t` picks the upper one). S = 0 (all
 ///   zeros, or an amax that rounds to 0 in fp32) gives code 7 (the value 0). Decoded value: c_P · S (exact in
 ///   double). Non-finite inputs are refused.
+/// - AffineMlx (MLX's `mx.quantize`, mode "affine", as its CPU reference evaluates it; b bits, codes 0..n,
+///   n = 2^b − 1): each x is first rounded to the dtype T of the scale format (fp16, bf16 or fp32; nearest-even;
+///   a value that overflows T is refused), and every step below is a binary32 operation rounded to nearest-even:
+///   w_min, w_max = the block's min and max; scale = max((w_max − w_min) / n, 1e-7f); when |w_min| > |w_max|
+///   the edge is w_min, else the edge is w_max and scale = −scale; q0 = rint(edge / scale); when q0 ≠ 0,
+///   scale = edge / q0 and bias = edge, else bias = 0. P_i = rint((x_i − bias) / scale) (the element rounding
+///   for rint), clamped to [0, n]. The block stores scale and bias rounded to T (nearest-even; their IEEE bits,
+///   sign included, in `scales` and `biases`); a scale that overflows T is refused. Decoded value:
+///   P_i · scale_T + bias_T, exact, rounded once to the output (MLX's kernels evaluate it in T or fp32 and may
+///   differ from that by the rounding of the product). Non-finite inputs are refused.
 /// Integer elements of MX (mxint8) are fixed point: code q in [-127, 127] (OCP's and microxcaling's symmetric
 /// range; -128 unused) is the value q / 64, so emax_elem = 0 and max_elem = 127/64.
 #include <cstdint>
@@ -41,10 +56,11 @@
 
 namespace roundoff::numerics {
 
-enum class ScaleRule : std::uint8_t { OcpFloor, NvidiaCeil, Nvfp4, AbsmaxInt, AbsmaxCodebook };
-inline constexpr ScaleRule kAllScaleRules[] = {ScaleRule::OcpFloor, ScaleRule::NvidiaCeil, ScaleRule::Nvfp4,
-                                               ScaleRule::AbsmaxInt, ScaleRule::AbsmaxCodebook};
-/// "ocp-floor", "nv-ceil", "nvfp4", "absmax", "absmax-codebook".
+enum class ScaleRule : std::uint8_t { OcpFloor, NvidiaCeil, MlxRound, Nvfp4, AbsmaxInt, AbsmaxCodebook, AffineMlx };
+inline constexpr ScaleRule kAllScaleRules[] = {ScaleRule::OcpFloor,       ScaleRule::NvidiaCeil, ScaleRule::MlxRound,
+                                               ScaleRule::Nvfp4,          ScaleRule::AbsmaxInt,  ScaleRule::AbsmaxCodebook,
+                                               ScaleRule::AffineMlx};
+/// "ocp-floor", "nv-ceil", "mlx-round", "nvfp4", "absmax", "absmax-codebook", "affine-mlx".
 std::string_view name_of(ScaleRule r);
 ScaleRule parse_scale_rule(std::string_view text);
 
@@ -58,6 +74,7 @@ struct BlockElement {
   int fraction_bits = 0;
   int int_lo = 0, int_hi = 0;   ///< the codes used (mxint8: [-127, 127]; int4: [-8, 7])
   const float* codebook = nullptr;  ///< when set: kCodebookSize ascending values, code = index (nf4)
+  int bits = 0;                 ///< code bits when narrower than the integer type (affine: 2..8); 0 = the type's
   friend bool operator==(const BlockElement&, const BlockElement&) = default;
 };
 
@@ -76,9 +93,12 @@ inline constexpr int kCodebookSize = 16;
 /// bitsandbytes' csrc/kernels.cu).
 const float* nf4_codebook();
 
-/// mxfp8-e4m3 mxfp8-e5m2 mxfp6-e3m2 mxfp6-e2m3 mxfp4 mxint8 nvfp4 int4-g32 int4-g64 int4-g128 nf4.
+/// mxfp8-e4m3 mxfp8-e5m2 mxfp6-e3m2 mxfp6-e2m3 mxfp4 mxint8 nvfp4 int4-g32 int4-g64 int4-g128 nf4 mlx-int4-g32
+/// mlx-int4-g64 mlx-int4-g128 mlx-int8-g64 (every mlx-intB-gG[-bf16|-fp32] parses: B in 2, 3, 4, 5, 6, 8; G in 32,
+/// 64, 128; scales and biases in fp16 unless the suffix says otherwise).
 const std::vector<std::string>& block_format_names();
-/// A name, optionally with a rule for the MX formats: "mxfp4:nv-ceil" (or ":ocp-floor", the default).
+/// A name, optionally with a rule for the MX formats: "mxfp4:nv-ceil", "mxfp4:mlx-round" (or ":ocp-floor", the
+/// default).
 /// Throws std::invalid_argument naming what was wrong and listing the valid names.
 BlockFormat parse_block_format(std::string_view text);
 
@@ -93,6 +113,7 @@ int element_bits(const BlockElement& e);
 struct BlockCodes {
   std::vector<std::uint8_t> codes;
   std::vector<std::uint32_t> scales;
+  std::vector<std::uint32_t> biases;  ///< AffineMlx: one bias code per block (IEEE bits of the scale format)
   float tensor_scale = 1.0f;
 };
 
@@ -101,8 +122,10 @@ struct BlockCodes {
 /// axis_len, or (NVFP4, integers) for a non-finite input.
 BlockCodes quantize(const BlockFormat& b, std::span<const double> x, std::size_t axis_len);
 /// The values of the codes, each the exact decoded value rounded once to `out` (fp32 or fp64, nearest-even).
+/// `biases` (one per block) is required for AffineMlx and must be empty otherwise.
 std::vector<double> dequantize(const BlockFormat& b, std::span<const std::uint8_t> codes,
-                               std::span<const std::uint32_t> scales, float tensor_scale, const Format& out);
+                               std::span<const std::uint32_t> scales, float tensor_scale, const Format& out,
+                               std::span<const std::uint32_t> biases = {});
 
 /// The value of one element code (before scaling), and the code of an element value.
 double element_value(const BlockElement& e, std::uint32_t code);

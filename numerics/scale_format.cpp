@@ -48,6 +48,7 @@ std::string_view name_of(ScaleFormat s) {
     case ScaleFormat::UE4M3: return "ue4m3";
     case ScaleFormat::FP16: return "fp16";
     case ScaleFormat::FP32: return "fp32";
+    case ScaleFormat::BF16: return "bf16";
   }
   return "?";
 }
@@ -60,7 +61,8 @@ int scale_bits(ScaleFormat s) {
   switch (s) {
     case ScaleFormat::E8M0:
     case ScaleFormat::UE4M3: return 8;
-    case ScaleFormat::FP16: return 16;
+    case ScaleFormat::FP16:
+    case ScaleFormat::BF16: return 16;
     case ScaleFormat::FP32: return 32;
   }
   return 0;
@@ -71,7 +73,8 @@ bool scale_has_nan(ScaleFormat s) {
     case ScaleFormat::E8M0:
     case ScaleFormat::UE4M3: return true;
     case ScaleFormat::FP16:
-    case ScaleFormat::FP32: return false;
+    case ScaleFormat::FP32:
+    case ScaleFormat::BF16: return false;
   }
   return false;
 }
@@ -88,6 +91,7 @@ double scale_value(ScaleFormat s, std::uint32_t code) {
       return from_bits(formats::e4m3, code);
     case ScaleFormat::FP16: return from_bits(formats::fp16, code);
     case ScaleFormat::FP32: return from_bits(formats::fp32, code);
+    case ScaleFormat::BF16: return from_bits(formats::bf16, code);
   }
   return kNaN;
 }
@@ -103,6 +107,7 @@ bool is_scale_value(ScaleFormat s, double x) {
     case ScaleFormat::UE4M3: return is_representable(RoundingPlan(formats::e4m3), x);
     case ScaleFormat::FP16: return is_representable(RoundingPlan(formats::fp16), x);
     case ScaleFormat::FP32: return is_representable(RoundingPlan(formats::fp32), x);
+    case ScaleFormat::BF16: return is_representable(RoundingPlan(formats::bf16), x);
   }
   return false;
 }
@@ -117,6 +122,7 @@ std::uint32_t scale_code(ScaleFormat s, double value) {
     case ScaleFormat::UE4M3: return static_cast<std::uint32_t>(to_bits(formats::e4m3, value));
     case ScaleFormat::FP16: return static_cast<std::uint32_t>(to_bits(formats::fp16, value));
     case ScaleFormat::FP32: return static_cast<std::uint32_t>(to_bits(formats::fp32, value));
+    case ScaleFormat::BF16: return static_cast<std::uint32_t>(to_bits(formats::bf16, value));
   }
   return 0;
 }
@@ -132,8 +138,20 @@ double round_scale(ScaleFormat s, Rounding mode, double x) {
     case ScaleFormat::UE4M3: return round_to(kUe4m3Rounding, mode, x);
     case ScaleFormat::FP16: return round_to(kFp16Saturating, mode, x);
     case ScaleFormat::FP32: return round_to(kFp32Saturating, mode, x);
+    case ScaleFormat::BF16: return round_to(kBf16Saturating, mode, x);
   }
   return kNaN;
+}
+
+Format ieee_format_of(ScaleFormat s) {
+  switch (s) {
+    case ScaleFormat::FP16: return formats::fp16;
+    case ScaleFormat::BF16: return formats::bf16;
+    case ScaleFormat::FP32: return formats::fp32;
+    case ScaleFormat::E8M0:
+    case ScaleFormat::UE4M3: break;
+  }
+  throw std::invalid_argument("scale format " + std::string(name_of(s)) + " is not an IEEE format; valid: fp16, bf16, fp32");
 }
 
 }  // namespace roundoff::numerics

@@ -14,6 +14,9 @@
 ///   saturation at 448 (NVFP4's block scale): NaN gives NaN, +inf and values above 448 give 448.
 /// - FP16: IEEE binary16 with saturation at 65504 (the group scale of the integer group-wise formats).
 /// - FP32: IEEE binary32 with saturation at FLT_MAX (NF4's absmax scale).
+/// - BF16: bfloat16 with saturation at its largest finite value (with FP16 and FP32, the dtypes of MLX's
+///   affine scales and biases, which are signed: the affine rule stores their IEEE bits, sign included, and
+///   does not go through scale_code; see block_format.hpp).
 /// Negative inputs are refused (std::invalid_argument): a scale is non-negative. Stochastic rounding is
 /// refused: scales are rounded deterministically.
 #include <cstdint>
@@ -24,16 +27,16 @@
 
 namespace roundoff::numerics {
 
-enum class ScaleFormat : std::uint8_t { E8M0, UE4M3, FP16, FP32 };
+enum class ScaleFormat : std::uint8_t { E8M0, UE4M3, FP16, FP32, BF16 };
 inline constexpr ScaleFormat kAllScaleFormats[] = {ScaleFormat::E8M0, ScaleFormat::UE4M3, ScaleFormat::FP16,
-                                                   ScaleFormat::FP32};
+                                                   ScaleFormat::FP32, ScaleFormat::BF16};
 
-/// "e8m0", "ue4m3", "fp16", "fp32".
+/// "e8m0", "ue4m3", "fp16", "fp32", "bf16".
 std::string_view name_of(ScaleFormat s);
 /// Parses a name; throws std::invalid_argument listing the valid names.
 ScaleFormat parse_scale_format(std::string_view text);
 
-/// Bits of a code (8 for E8M0 and UE4M3, 16 for FP16, 32 for FP32).
+/// Bits of a code (8 for E8M0 and UE4M3, 16 for FP16 and BF16, 32 for FP32).
 int scale_bits(ScaleFormat s);
 /// Whether the format has a NaN code (E8M0 0xFF, UE4M3 0x7F; FP16's NaNs are not used as scales).
 bool scale_has_nan(ScaleFormat s);
@@ -54,5 +57,8 @@ constexpr double e8m0_max = pow2(127);
 inline constexpr Format kUe4m3Rounding{4, -6, 8, true, Specials::NanOnly, true};
 inline constexpr Format kFp16Saturating{11, -14, 15, true, Specials::Ieee, true};
 inline constexpr Format kFp32Saturating{24, -126, 127, true, Specials::Ieee, true};
+inline constexpr Format kBf16Saturating{8, -126, 127, true, Specials::Ieee, true};
+/// The IEEE format of FP16, BF16 and FP32 (fp16, bf16, fp32); throws std::invalid_argument for E8M0 and UE4M3.
+Format ieee_format_of(ScaleFormat s);
 
 }  // namespace roundoff::numerics

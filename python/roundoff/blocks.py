@@ -5,7 +5,10 @@ Blocks of k consecutive values along one axis share a scale: OCP Microscaling (`
 floor rule or NVIDIA's ceil rule as ``NAME:nv-ceil``), NVIDIA's ``nvfp4`` (blocks of 16, E4M3 block scales
 and an fp32 tensor scale, Transformer Engine's fp32 chain) and symmetric group-wise ``int4-g32``/``g64``/
 ``g128`` (fp16 scale amax/7) and QLoRA's ``nf4`` (blocks of 64, fp32 absmax scale, the 16-value
-NormalFloat codebook; codes are codebook indices, scales the fp32 bit patterns as uint32). The rules are written out in docs/numerics.md, "Block-scaled formats"; every
+NormalFloat codebook; codes are codebook indices, scales the fp32 bit patterns as uint32) and MLX's
+group-wise affine integers ``mlx-intB-gG[-bf16|-fp32]`` (B bits in 2..8, groups of 32/64/128, a scale and
+a bias per group in fp16 unless the suffix says otherwise, as ``mx.quantize`` computes them; the bias codes
+are in ``.biases``). The rules are written out in docs/numerics.md, "Block-scaled formats"; every
 result is the C++ library's (numerics/block_format.hpp).
 """
 from __future__ import annotations
@@ -16,11 +19,13 @@ from . import _roundoff as _c
 
 
 class Quantized(tuple):
-    """``(values, codes, scales)``, with the NVFP4 tensor scale as ``.tensor_scale`` (1.0 otherwise)."""
+    """``(values, codes, scales)``, with the NVFP4 tensor scale as ``.tensor_scale`` (1.0 otherwise) and
+    the MLX affine formats' bias codes as ``.biases`` (None otherwise)."""
 
-    def __new__(cls, values, codes, scales, tensor_scale):
+    def __new__(cls, values, codes, scales, tensor_scale, biases=None):
         t = super().__new__(cls, (values, codes, scales))
         t.tensor_scale = tensor_scale
+        t.biases = biases
         return t
 
     @property
@@ -70,7 +75,8 @@ def quantize(x, name: str, *, axis: int = -1) -> Quantized:
         float32 or float64 (float16 and integers are converted to float64), at least one dimension; the
         length of ``axis`` must be a multiple of the block size.
     name : str
-        One of :func:`block_formats`, or an MX name with a rule, ``"mxfp4:nv-ceil"``.
+        One of :func:`block_formats`, an MX name with a rule, ``"mxfp4:nv-ceil"``, or an MLX affine name
+        ``"mlx-intB-gG[-bf16|-fp32]"``.
     axis : int
         The axis the blocks run along (default: the last).
 
@@ -81,8 +87,9 @@ def quantize(x, name: str, *, axis: int = -1) -> Quantized:
         value rounded once; ``codes``: uint8 element encodings (OCP bit layouts; integers in two's
         complement, low bits; nf4: the codebook index), of x's shape; ``scales``: block scale encodings
         (uint8 for E8M0/UE4M3, uint16 for fp16, uint32 for nf4's fp32), of x's shape with ``axis``
-        divided by the block size. ``.tensor_scale`` is NVFP4's
-        fp32 encode scale S_enc (1.0 for the other formats).
+        divided by the block size (MLX affine: the IEEE bits of the signed scales, uint16 for fp16/bf16).
+        ``.tensor_scale`` is NVFP4's fp32 encode scale S_enc (1.0 for the other formats); ``.biases`` the
+        MLX affine formats' bias bits, shaped like ``scales`` (None for the other formats).
 
     Examples
     --------
@@ -93,6 +100,9 @@ def quantize(x, name: str, *, axis: int = -1) -> Quantized:
     (array([ 6. ,  1. , -0.5,  0. ], dtype=float32), array([7, 2, 9, 0], dtype=uint8), array([127], dtype=uint8))
     >>> roundoff.quantize(x, "mxfp4:nv-ceil").values[:4]
     array([ 8.,  1., -0.,  0.], dtype=float32)
+    >>> q = roundoff.quantize(np.arange(64, dtype=np.float32) / 8, "mlx-int4-g64")  # bias 7.875, scale -0.525
+    >>> q.codes[:3], q.values[:2], q.scales.dtype, q.biases.shape
+    (array([15, 15, 15], dtype=uint8), array([0.00146484, 0.00146484], dtype=float32), dtype('uint16'), (1,))
     """
     canonical, block, _ = _info(name)
     a = np.asarray(x)
@@ -104,16 +114,18 @@ def quantize(x, name: str, *, axis: int = -1) -> Quantized:
     ax = _axis(a.ndim, axis)
     moved = np.ascontiguousarray(np.moveaxis(a, ax, -1), dtype=np.float64)
     n = moved.shape[-1]
-    codes, scales, ts = _c.quantize_blocks(moved.reshape(-1), name, n)
-    values = _c.dequantize_blocks(codes, scales, name, ts, f32).astype(np.float32 if f32 else np.float64)
+    codes, scales, ts, biases = _c.quantize_blocks(moved.reshape(-1), name, n)
+    values = _c.dequantize_blocks(codes, scales, name, ts, f32, biases).astype(np.float32 if f32 else np.float64)
     shape = moved.shape
     scale_shape = shape[:-1] + (n // block,)
     scale_dtype = _info(canonical)[2]
+    per_block = lambda a: np.moveaxis(a.astype(scale_dtype).reshape(scale_shape), -1, ax)  # noqa: E731
     return Quantized(np.moveaxis(values.reshape(shape), -1, ax), np.moveaxis(codes.reshape(shape), -1, ax),
-                     np.moveaxis(scales.astype(scale_dtype).reshape(scale_shape), -1, ax), float(ts))
+                     per_block(scales), float(ts), per_block(biases) if biases.size else None)
 
 
-def dequantize(codes, scales, name: str, *, axis: int = -1, tensor_scale: float = 1.0, dtype=np.float32):
+def dequantize(codes, scales, name: str, *, axis: int = -1, tensor_scale: float = 1.0, biases=None,
+               dtype=np.float32):
     """The values of ``codes`` and ``scales`` as :func:`quantize` returns them.
 
     Parameters
@@ -125,6 +137,9 @@ def dequantize(codes, scales, name: str, *, axis: int = -1, tensor_scale: float 
     axis : int
     tensor_scale : float
         NVFP4's S_enc (``Quantized.tensor_scale``); ignored by the other formats.
+    biases : array_like, optional
+        The MLX affine formats' bias bits (``Quantized.biases``), shaped like ``scales``; required for
+        them and refused for the other formats.
     dtype : float32 or float64
         Each value is the exact decoded value rounded once (nearest-even) to this type.
 
@@ -156,6 +171,14 @@ def dequantize(codes, scales, name: str, *, axis: int = -1, tensor_scale: float 
     sm = np.ascontiguousarray(np.moveaxis(s, ax, -1), dtype=np.uint32) if s.ndim == c.ndim else None
     if sm is None or sm.shape != want:
         raise ValueError(f"scales: shape {s.shape} does not match codes {c.shape} with blocks of {block} on axis {ax}")
+    bm = np.zeros(0, dtype=np.uint32)
+    if biases is not None:
+        b = np.asarray(biases)
+        if b.dtype.kind != "u" or b.dtype.itemsize > np.dtype(scale_dtype).itemsize:
+            raise TypeError(f"biases: dtype {b.dtype} is not {np.dtype(scale_dtype)}")
+        if b.shape != s.shape:
+            raise ValueError(f"biases: shape {b.shape} is not the shape of scales {s.shape}")
+        bm = np.ascontiguousarray(np.moveaxis(b, ax, -1), dtype=np.uint32).reshape(-1)
     f32 = np.dtype(dtype) == np.float32
-    v = _c.dequantize_blocks(cm.reshape(-1), sm.reshape(-1), name, float(tensor_scale), f32)
+    v = _c.dequantize_blocks(cm.reshape(-1), sm.reshape(-1), name, float(tensor_scale), f32, bm)
     return np.moveaxis(v.astype(np.dtype(dtype)).reshape(cm.shape), -1, ax)

@@ -20,7 +20,7 @@ void bind_blocks(py::module_& m) {
                           std::string(name_of(b.rule)), std::string(name_of(b.scale)));
   });
   // x: C-contiguous float64, flattened, whose last axis has axis_len elements. Returns (codes uint8 of x's
-  // size, scales uint32 with one per block, tensor scale).
+  // size, scales uint32 with one per block, tensor scale, biases uint32 with one per block or empty).
   m.def("quantize_blocks", [](const F64& x, const std::string& name, std::int64_t axis_len) {
     const BlockFormat b = parse_block_format(name);
     if (axis_len <= 0) throw std::invalid_argument(b.name + ": the quantized axis is empty");
@@ -34,10 +34,12 @@ void bind_blocks(py::module_& m) {
     std::copy(q.codes.begin(), q.codes.end(), codes.mutable_data());
     U32 scales(static_cast<py::ssize_t>(q.scales.size()));
     std::copy(q.scales.begin(), q.scales.end(), scales.mutable_data());
-    return py::make_tuple(codes, scales, q.tensor_scale);
+    U32 biases(static_cast<py::ssize_t>(q.biases.size()));
+    std::copy(q.biases.begin(), q.biases.end(), biases.mutable_data());
+    return py::make_tuple(codes, scales, q.tensor_scale, biases);
   });
   m.def("dequantize_blocks", [](const U8& codes, const U32& scales, const std::string& name, float tensor_scale,
-                                bool f32) {
+                                bool f32, const U32& biases) {
     const BlockFormat b = parse_block_format(name);
     need_size(codes, scales.size() * b.block_size, "codes", "(block size times the number of scales)");
     std::vector<double> v;
@@ -45,7 +47,8 @@ void bind_blocks(py::module_& m) {
       py::gil_scoped_release release;
       v = dequantize(b, std::span<const std::uint8_t>(codes.data(), static_cast<std::size_t>(codes.size())),
                      std::span<const std::uint32_t>(scales.data(), static_cast<std::size_t>(scales.size())),
-                     tensor_scale, f32 ? formats::fp32 : formats::fp64);
+                     tensor_scale, f32 ? formats::fp32 : formats::fp64,
+                     std::span<const std::uint32_t>(biases.data(), static_cast<std::size_t>(biases.size())));
     }
     F64 out(static_cast<py::ssize_t>(v.size()));
     std::copy(v.begin(), v.end(), out.mutable_data());

@@ -119,3 +119,83 @@ def test_nf4_written_out():
     assert np.array_equal(roundoff.quantize(ties, "nf4").codes[1:16], np.arange(15))
     with pytest.raises(ValueError, match="is not finite"):
         roundoff.quantize(np.full(64, np.nan), "nf4")
+
+
+def _mlx_affine_numpy(x, bits, group, dtype):
+    """MLX's affine quantization (mx.quantize, CPU reference) in numpy binary32 steps (IEEE, nearest-even)."""
+    w = roundoff.round(np.asarray(x, dtype=np.float64), dtype).astype(np.float32).reshape(-1, group)
+    n_bins = np.float32((1 << bits) - 1)
+    w_min, w_max = w.min(axis=1), w.max(axis=1)
+    low = np.abs(w_min) > np.abs(w_max)
+    scale = np.maximum((w_max - w_min) / n_bins, np.float32(1e-7))
+    scale = np.where(low, scale, -scale)
+    edge = np.where(low, w_min, w_max)
+    q0 = np.rint(edge / scale)
+    nz = q0 != 0
+    scale = np.where(nz, edge / np.where(nz, q0, np.float32(1)), scale).astype(np.float32)
+    bias = np.where(nz, edge, np.float32(0)).astype(np.float32)
+    codes = np.clip(np.rint((w - bias[:, None]) / scale[:, None]), 0, n_bins).astype(np.uint8)
+    return codes.reshape(np.shape(x)), roundoff.round(scale.astype(np.float64), dtype), \
+        roundoff.round(bias.astype(np.float64), dtype)
+
+
+@pytest.mark.parametrize("bits,group,dtype", [(4, 64, "fp16"), (2, 32, "bf16"), (8, 128, "fp32"), (3, 64, "bf16"),
+                                              (5, 32, "fp16"), (6, 128, "fp16")])
+def test_mlx_affine_written_out_in_numpy(bits, group, dtype):
+    rng = np.random.default_rng(bits * group)
+    x = rng.standard_normal((6, 2 * group)) * 2.0 ** rng.integers(-12, 4, (6, 1))
+    x[0] = 0.0
+    x[1] = 0.375
+    x[2] = np.abs(x[2])
+    suffix = "" if dtype == "fp16" else "-" + dtype
+    name = f"mlx-int{bits}-g{group}{suffix}"
+    q = roundoff.quantize(x, name)
+    codes, scale, bias = _mlx_affine_numpy(x, bits, group, dtype)
+    assert np.array_equal(q.codes, codes)
+    fmt = roundoff.Format(dtype)
+    assert np.array_equal(roundoff.from_bits(q.scales.reshape(-1), fmt), scale)
+    assert np.array_equal(roundoff.from_bits(q.biases.reshape(-1), fmt), bias)
+    # Decoded: code·scale + bias, exact (as fractions), rounded once to float64.
+    from fractions import Fraction
+    s = roundoff.from_bits(q.scales, fmt)
+    b = roundoff.from_bits(q.biases, fmt)
+    for i in (0, 2, 5):
+        for j in (0, group - 1, group, 2 * group - 1):
+            exact = Fraction(int(q.codes[i, j])) * Fraction(float(s[i, j // group])) + Fraction(float(b[i, j // group]))
+            assert q.values[i, j] == float(exact)
+    back = roundoff.dequantize(q.codes, q.scales, name, biases=q.biases, dtype=np.float64)
+    assert np.array_equal(back, q.values)
+    with pytest.raises(ValueError, match="0 biases given; valid: 12 "):
+        roundoff.dequantize(q.codes, q.scales, name)
+
+
+def test_cli_mlx_affine_and_rule_option(cli, tmp_path):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    cli("quantize", "--format", "mlx-int4-g32-bf16", str(tmp_path / "x.npy"), "--out", str(tmp_path / "m.npz"))
+    q = roundoff.quantize(x, "mlx-int4-g32-bf16")
+    with np.load(tmp_path / "m.npz") as z:
+        assert np.array_equal(z["codes"], q.codes)
+        assert z["scales"].dtype == np.uint16 and np.array_equal(z["scales"], q.scales)
+        assert z["biases"].dtype == np.uint16 and np.array_equal(z["biases"], q.biases)
+        assert_same_bits(z["values"], q.values, "mlx values")
+    cli("quantize", "--format", "mxfp4", "--rule", "mlx-round", str(tmp_path / "x.npy"), "--out",
+        str(tmp_path / "r.npz"))
+    with np.load(tmp_path / "r.npz") as z:
+        assert np.array_equal(z["scales"], roundoff.quantize(x, "mxfp4:mlx-round").scales)
+
+
+def test_mlx_round_scale_written_out():
+    # s = round(log2(fp32(fp32(amax) / 6))): the nearest integer to log2, no ties (2^(1/2) is irrational).
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((40, 32)) * 2.0 ** rng.integers(-20, 20, (40, 1))
+    x[0] = 0.0
+    q = roundoff.quantize(x, "mxfp4:mlx-round")
+    amax = np.abs(x).max(axis=1).astype(np.float32)
+    ratio = (amax / np.float32(6)).astype(np.float64)
+    want = np.full(40, -127)
+    pos = ratio > 0
+    m, e = np.frexp(ratio[pos])  # ratio = m·2^e, m in [1/2, 1)
+    want[pos] = np.clip(e - 1 + ((2 * m) ** 2 >= 2), -127, 127)
+    assert np.array_equal(q.scales.reshape(-1).astype(int) - 127, want)

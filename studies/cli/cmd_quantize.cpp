@@ -28,7 +28,7 @@ constexpr std::string_view kValidOut = "a new .npz path, or an .npz that roundof
 constexpr std::uintmax_t kMaxInputBytes = std::uintmax_t{1} << 30;
 
 struct Options {
-  std::string format, in, out;
+  std::string format, rule, in, out;
   int axis = -1;
 };
 
@@ -56,7 +56,10 @@ std::vector<T> swap_axis(const std::vector<T>& a, std::size_t outer, std::size_t
 
 void run(const Options& o) {
   if (o.out.empty()) throw CliError("quantize: --out must name a file (got an empty string); valid: " + std::string(kValidOut));
-  const BlockFormat b = numerics::parse_block_format(o.format);
+  if (!o.rule.empty() && o.format.find(':') != std::string::npos)
+    throw CliError("quantize: --rule " + o.rule + " given with --format " + o.format +
+                   ", which already names a rule; valid: a rule in one of the two places");
+  const BlockFormat b = numerics::parse_block_format(o.rule.empty() ? o.format : o.format + ":" + o.rule);
   std::error_code ec;
   const auto out_status = fs::status(o.out, ec);
   if (fs::exists(out_status)) {
@@ -85,7 +88,7 @@ void run(const Options& o) {
                    std::to_string(k) + " (choose one with --axis)");
   const std::vector<double> moved = swap_axis(a.values, outer, n, inner, true);
   const numerics::BlockCodes q = numerics::quantize(b, moved, n);
-  const std::vector<double> vmoved = numerics::dequantize(b, q.codes, q.scales, q.tensor_scale, numerics::formats::fp32);
+  const std::vector<double> vmoved = numerics::dequantize(b, q.codes, q.scales, q.tensor_scale, numerics::formats::fp32, q.biases);
   const std::vector<double> v = swap_axis(vmoved, outer, n, inner, false);
   const std::vector<std::uint8_t> codes = swap_axis(q.codes, outer, n, inner, false);
   const std::vector<std::uint32_t> scales32 = swap_axis(q.scales, outer, n / k, inner, false);
@@ -111,21 +114,25 @@ void run(const Options& o) {
   members.push_back({"codes", "|u1", a.shape, le_bytes(codes)});
   std::vector<std::size_t> scale_shape = a.shape;
   scale_shape[ax] = n / k;
-  switch (numerics::scale_bits(b.scale)) {
-    case 8: {
-      std::vector<std::uint8_t> s8(scales32.size());
-      for (std::size_t i = 0; i < s8.size(); ++i) s8[i] = static_cast<std::uint8_t>(scales32[i]);
-      members.push_back({"scales", "|u1", scale_shape, le_bytes(s8)});
-      break;
+  const auto per_block_member = [&](const char* name, const std::vector<std::uint32_t>& codes32) {
+    switch (numerics::scale_bits(b.scale)) {
+      case 8: {
+        std::vector<std::uint8_t> s8(codes32.size());
+        for (std::size_t i = 0; i < s8.size(); ++i) s8[i] = static_cast<std::uint8_t>(codes32[i]);
+        members.push_back({name, "|u1", scale_shape, le_bytes(s8)});
+        break;
+      }
+      case 16: {
+        std::vector<std::uint16_t> s16(codes32.size());
+        for (std::size_t i = 0; i < s16.size(); ++i) s16[i] = static_cast<std::uint16_t>(codes32[i]);
+        members.push_back({name, "<u2", scale_shape, le_bytes(s16)});
+        break;
+      }
+      default: members.push_back({name, "<u4", scale_shape, le_bytes(codes32)});
     }
-    case 16: {
-      std::vector<std::uint16_t> s16(scales32.size());
-      for (std::size_t i = 0; i < s16.size(); ++i) s16[i] = static_cast<std::uint16_t>(scales32[i]);
-      members.push_back({"scales", "<u2", scale_shape, le_bytes(s16)});
-      break;
-    }
-    default: members.push_back({"scales", "<u4", scale_shape, le_bytes(scales32)});
-  }
+  };
+  per_block_member("scales", scales32);
+  if (!q.biases.empty()) per_block_member("biases", swap_axis(q.biases, outer, n / k, inner, false));
   if (b.rule == numerics::ScaleRule::Nvfp4) members.push_back({"tensor_scale", "<f4", {}, le_bytes(std::vector<float>{q.tensor_scale})});
   studies::write_file_atomic(o.out, studies::npz_bytes(members, kWriter));
 
@@ -152,7 +159,7 @@ void add_quantize_command(CLI::App& app) {
       "quantize",
       "Block-scaled quantization of a float32/float64 .npy (C order) along its last axis (or --axis): writes an "
       ".npz with values (dequantized, float32), codes (uint8 element encodings), scales (raw block-scale "
-      "encodings: uint8; uint16 for fp16 scales; uint32 for nf4's fp32 scales) and, for nvfp4, tensor_scale (fp32 S_enc); prints the error "
+      "encodings: uint8; uint16 for fp16/bf16 scales; uint32 for fp32 scales), for mlx-int* biases (IEEE bits like scales) and, for nvfp4, tensor_scale (fp32 S_enc); prints the error "
       "against the input as one JSON line (max abs, rms and max relative over nonzero inputs, over the finite "
       "values). Rules: docs/numerics.md, \"Block-scaled formats\".");
   cmd->add_option("--format,-f", o.format,
@@ -160,8 +167,11 @@ void add_quantize_command(CLI::App& app) {
                     std::string s;
                     for (const std::string& n : numerics::block_format_names()) s += (s.empty() ? "" : ", ") + n;
                     return s;
-                  }() + " (MX formats also NAME:nv-ceil)")
+                  }() + " (MX formats also NAME:RULE; MLX affine: mlx-intB-gG[-bf16|-fp32], B 2-8, G 32/64/128)")
       ->required();
+  cmd->add_option("--rule", o.rule,
+                  "Scale rule of an MX format: ocp-floor (OCP v1.0, the default), nv-ceil (NVIDIA), mlx-round (MLX); "
+                  "the same as --format NAME:RULE");
   cmd->add_option("--axis", o.axis, "Axis the blocks run along (default -1, the last)");
   cmd->add_option("in", o.in, "Input .npy (float32 or float64, C order, at most 1 GiB)")->required();
   cmd->add_option("--out,-o", o.out,
@@ -171,6 +181,8 @@ void add_quantize_command(CLI::App& app) {
   cmd->footer("Examples:\n  roundoff quantize --format mxfp4 weights.npy --out weights-mxfp4.npz\n"
               "  roundoff quantize --format nvfp4 --axis 0 w.npy --out w-nvfp4.npz\n"
               "  roundoff quantize -f mxfp8-e4m3:nv-ceil x.npy -o x.npz\n"
+              "  roundoff quantize -f mxfp4 --rule mlx-round x.npy -o x.npz\n"
+              "  roundoff quantize -f mlx-int4-g64-bf16 w.npy -o w-mlx.npz\n"
               "  python3 -c \"import numpy as np; q = np.load('x.npz'); print(q['codes'][:4], q['scales'][:1])\"");
   cmd->callback([] { run(o); });
 }

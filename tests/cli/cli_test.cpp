@@ -648,6 +648,15 @@ TEST(Cli, QuantizeWritesAnNpzAndReportsTheError) {  // issue 41
   const Outcome n = roundoff("quantize --format nvfp4 x.npy --out n.npz", d);
   EXPECT_EQ(n.status, 0) << n.output;
   EXPECT_NE(slurp(d / "n.npz").find("tensor_scale.npy"), std::string::npos);
+  // --rule is the same as NAME:RULE; MLX affine writes biases.
+  const Outcome r = roundoff("quantize --format mxfp4 --rule nv-ceil x.npy --out r.npz", d);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output)["format"], "mxfp4:nv-ceil");
+  const Outcome m = roundoff("quantize --format mlx-int4-g32-bf16 x.npy --out m.npz", d);
+  ASSERT_EQ(m.status, 0) << m.output;
+  EXPECT_EQ(nlohmann::json::parse(m.output)["format"], "mlx-int4-g32-bf16");
+  EXPECT_NE(slurp(d / "m.npz").find("biases.npy"), std::string::npos);
+  EXPECT_EQ(slurp(d / "q.npz").find("biases.npy"), std::string::npos);
 }
 
 TEST(Cli, QuantizeRefusesWhatItCannotRead) {  // issue 41
@@ -675,6 +684,9 @@ TEST(Cli, QuantizeRefusesWhatItCannotRead) {  // issue 41
                {"-f nvfp4 ok.npy --axis 0 -o q.npz", "has blocks of 16 but axis 0 has length 1"},
                {"-f mxfp4 ok.npy --axis 2 -o q.npz", "--axis 2 is out of range"},
                {"-f mxfp9 ok.npy -o q.npz", "unknown block format 'mxfp9'"},
+               {"-f mxfp4:nv-ceil --rule mlx-round ok.npy -o q.npz", "which already names a rule"},
+               {"-f nf4 --rule nv-ceil ok.npy -o q.npz", "only MX formats take a rule"},
+               {"-f mxfp4 --rule floor ok.npy -o q.npz", "rule 'floor' does not apply"},
                {"-f mxfp4 ok.npy -o ''", "--out must name a file"},
                {"-f mxfp4 ok.npy -o dir.npy", "is not a regular file"}};
   for (const auto& c : cases) {

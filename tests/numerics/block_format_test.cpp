@@ -39,7 +39,21 @@ void expect_mx_definition(const BlockFormat& b, const std::vector<double>& x) {
       if (std::isfinite(x[i])) amax = std::max(amax, std::fabs(x[i]));
     }
     int s = -127;
-    if (amax > 0) {
+    if (b.rule == ScaleRule::MlxRound) {
+      // q = fp32(fp32(amax) / max), each step one rounding of the exact value (round_pair on the remainder);
+      // s = the integer nearest log2 q, found by search: the smallest s with q² < 2^(2s+1).
+      const double a32 = round_to(formats::fp32, Rounding::NearestEven, amax), m = element_max(b.element);
+      special |= std::isinf(a32);
+      const double t = a32 / m;
+      const double ratio = a32 == 0 || special ? 0.0
+                                               : round_pair(RoundingPlan(formats::fp32), Rounding::NearestEven, t,
+                                                            std::fma(-t, m, a32) / m);
+      if (ratio > 0) {
+        s = -1100;
+        while (ratio * ratio >= std::ldexp(1.0, 2 * s + 1)) ++s;
+        s = std::min(s, 127);
+      }
+    } else if (amax > 0) {
       if (b.rule == ScaleRule::OcpFloor) {
         s = -1100;
         while (std::ldexp(1.0, s + 1) <= amax) ++s;  // floor(log2 amax) by search
@@ -163,7 +177,8 @@ TEST(BlockFormat, MxFloorOnAdversarialBlocks) {
   // Every adversarial block above and random blocks against the written-out definition, every MX name.
   std::mt19937_64 rng(41);
   for (const auto& name : {"mxfp8-e4m3", "mxfp8-e5m2", "mxfp6-e3m2", "mxfp6-e2m3", "mxfp4", "mxint8",
-                           "mxfp8-e4m3:nv-ceil", "mxfp4:nv-ceil", "mxfp6-e2m3:nv-ceil", "mxint8:nv-ceil"}) {
+                           "mxfp8-e4m3:nv-ceil", "mxfp4:nv-ceil", "mxfp6-e2m3:nv-ceil", "mxint8:nv-ceil",
+                           "mxfp4:mlx-round", "mxfp8-e4m3:mlx-round", "mxfp6-e3m2:mlx-round", "mxint8:mlx-round"}) {
     const BlockFormat b = parse_block_format(name);
     auto x = random_tensor(rng, 32 * 64, 20);
     for (std::size_t i = 0; i < 32; ++i) x[i] = 0;                               // all zeros
@@ -174,6 +189,10 @@ TEST(BlockFormat, MxFloorOnAdversarialBlocks) {
     x[170] = -kInf;                                                               // Inf block
     for (std::size_t i = 192; i < 224; ++i) x[i] = i == 200 ? -3.0 : 0.0;         // one nonzero
     for (std::size_t i = 224; i < 256; ++i) x[i] = std::ldexp(static_cast<double>(i), -150);  // tiny
+    for (std::size_t i = 256; i < 352; ++i) x[i] = 0.0;
+    x[260] = 6 * 0x1.6a09e8p0;  // amax/6 near 2^(1/2), the fp32 neighbour above it
+    x[290] = 6 * 0x1.6a09e6p0;  // ... and the one below
+    x[330] = 0x1p300;           // overflows fp32: NaN under mlx-round, 2^(300 - emax) > 2^127 -> NaN elsewhere
     expect_mx_definition(b, x);
   }
 }
@@ -275,18 +294,20 @@ TEST(BlockFormat, Int4GroupsAreSymmetricAbsmaxWithFp16Scales) {
 }
 
 TEST(BlockFormat, QuantizeDequantizeQuantizeIsAFixedPoint) {
+  // Not for MLX's rules, whose re-quantization moves values (the next test shows how).
   std::mt19937_64 rng(11);
   for (const auto& name : block_format_names()) {
     for (const std::string rule : {"", ":nv-ceil"}) {
       if (!rule.empty() && !name.starts_with("mx")) continue;
       const BlockFormat b = parse_block_format(name + rule);
+      if (b.rule == ScaleRule::AffineMlx) continue;
       auto x = random_tensor(rng, 128 * 16, 16);
       x[5] = 0x1p-140;
       const auto q1 = quantize(b, x, 128);
       for (const Format out : {formats::fp64, formats::fp32}) {
-        const auto v1 = dequantize(b, q1.codes, q1.scales, q1.tensor_scale, out);
+        const auto v1 = dequantize(b, q1.codes, q1.scales, q1.tensor_scale, out, q1.biases);
         const auto q2 = quantize(b, v1, 128);
-        const auto v2 = dequantize(b, q2.codes, q2.scales, q2.tensor_scale, out);
+        const auto v2 = dequantize(b, q2.codes, q2.scales, q2.tensor_scale, out, q2.biases);
         EXPECT_EQ(v1, v2) << b.name << " values";
         if (b.rule == ScaleRule::OcpFloor || (b.rule == ScaleRule::AbsmaxCodebook && out == formats::fp64)) {
           EXPECT_EQ(q1.codes, q2.codes) << b.name;
@@ -295,6 +316,31 @@ TEST(BlockFormat, QuantizeDequantizeQuantizeIsAFixedPoint) {
       }
     }
   }
+}
+
+TEST(BlockFormat, MlxRulesAreNotIdempotent) {
+  // mlx-round: 4.3 -> s = round(log2(4.3 / 6)) = 0, e2m1(4.3) = 4; re-quantizing 4 gives s = round(log2(4/6)) = -1,
+  // 4 / 2^-1 = 8 saturates to 6, so the value becomes 3: quantize∘dequantize moves values (OCP's floor does not).
+  const BlockFormat r = parse_block_format("mxfp4:mlx-round");
+  const auto q1 = quantize(r, block_with(32, {{0, 4.3}}), 32);
+  const auto v1 = dequantize(r, q1.codes, q1.scales, 1, formats::fp64);
+  const auto q2 = quantize(r, v1, 32);
+  const auto v2 = dequantize(r, q2.codes, q2.scales, 1, formats::fp64);
+  EXPECT_EQ(v1[0], 4.0);
+  EXPECT_EQ(v2[0], 3.0);
+  // affine-mlx: the zero point snaps to an integer, so the grid depends on the range, and the range of the
+  // decoded values is not the input's. -3 .. 1.3 in 64 steps, 4 bits: edge -3, scale 4.3/15 = 0.2867, q0 =
+  // rint(-10.47) = -10, so scale = 0.3 and bias = -3: the grid -3 + 0.3·q tops out at 1.2 (code 14) below 1.3.
+  // The second pass sees -3 .. 1.2: scale 0.28, q0 = rint(-10.71) = -11, scale = 3/11, and values move.
+  std::vector<double> x(64);
+  for (int i = 0; i < 64; ++i) x[static_cast<std::size_t>(i)] = -3.0 + i * (4.3 / 63);
+  const BlockFormat a = parse_block_format("mlx-int4-g64");
+  const auto a1 = quantize(a, x, 64);
+  EXPECT_EQ(from_bits(formats::fp16, a1.scales[0]), round_to(formats::fp16, Rounding::NearestEven, 0.3f));
+  const auto w1 = dequantize(a, a1.codes, a1.scales, 1, formats::fp64, a1.biases);
+  const auto a2 = quantize(a, w1, 64);
+  EXPECT_EQ(from_bits(formats::fp16, a2.scales[0]), round_to(formats::fp16, Rounding::NearestEven, 3.0f / 11.0f));
+  EXPECT_NE(dequantize(a, a2.codes, a2.scales, 1, formats::fp64, a2.biases), w1);
 }
 
 namespace {
@@ -409,4 +455,154 @@ TEST(BlockFormat, Nf4IsTheNearestCodebookValueOfXOverAbsmax) {
   refused(block_with(64, {{3, std::nan("")}}), "is not finite");
   refused(block_with(64, {{3, -kInf}}), "is not finite");
   refused(block_with(64, {{3, 1e39}}), "overflows its fp32 scale");
+}
+
+namespace {
+
+/// One binary32 operation written out: the exact result of `op` on two fp32 values, rounded once by the
+/// MPFR-tested round_pair (TwoSum / the FMA remainder give the exact value as hi + lo).
+double f32_sub(double a, double b) {
+  const double hi = a - b, bb = hi - a;
+  const double lo = (a - (hi - bb)) + (-b - bb);
+  return round_pair(RoundingPlan(formats::fp32), Rounding::NearestEven, hi, lo);
+}
+double f32_div(double a, double b) {
+  const double q = a / b;
+  if (!std::isfinite(q) || q == 0) return round_to(formats::fp32, Rounding::NearestEven, q);
+  return round_pair(RoundingPlan(formats::fp32), Rounding::NearestEven, q, std::fma(-q, b, a) / b);
+}
+double rint_even(double t) {  // nearest integer, ties to even, written out
+  const double fl = std::floor(t), d = t - fl;
+  if (d > 0.5 || (d == 0.5 && std::fmod(fl, 2.0) != 0)) return fl + 1;
+  return fl;
+}
+
+/// MLX affine written out (block_format.hpp) with f32_sub/f32_div for every binary32 step.
+void expect_affine_definition(const BlockFormat& b, const std::vector<double>& x) {
+  const BlockCodes q = quantize(b, x, x.size());
+  const Format t = ieee_format_of(b.scale);
+  const auto k = static_cast<std::size_t>(b.block_size);
+  const double n = (1 << b.element.bits) - 1;
+  ASSERT_EQ(q.biases.size(), q.scales.size());
+  for (std::size_t j = 0; j < x.size() / k; ++j) {
+    double lo = kInf, hi = -kInf;
+    std::vector<double> w(k);
+    for (std::size_t i = 0; i < k; ++i) {
+      w[i] = round_to(t, Rounding::NearestEven, x[j * k + i]);
+      lo = std::min(lo, w[i]);
+      hi = std::max(hi, w[i]);
+    }
+    const bool low_edge = std::fabs(lo) > std::fabs(hi);
+    double scale = std::max(f32_div(f32_sub(hi, lo), n), static_cast<double>(1e-7f));
+    if (!low_edge) scale = -scale;
+    const double edge = low_edge ? lo : hi;
+    const double q0 = rint_even(f32_div(edge, scale));
+    double bias = 0;
+    if (q0 != 0) scale = f32_div(edge, q0), bias = edge;
+    EXPECT_EQ(q.scales[j], to_bits(t, round_to(t, Rounding::NearestEven, scale))) << b.name << " block " << j;
+    EXPECT_EQ(q.biases[j], to_bits(t, round_to(t, Rounding::NearestEven, bias))) << b.name << " block " << j;
+    for (std::size_t i = 0; i < k; ++i) {
+      const double want = std::clamp(rint_even(f32_div(f32_sub(w[i], bias), scale)), 0.0, n);
+      EXPECT_EQ(q.codes[j * k + i], want) << b.name << " x[" << j * k + i << "] = " << x[j * k + i];
+    }
+  }
+  // Decoded: code·scale_T + bias_T exact, rounded once (long double holds it for these magnitudes only when
+  // the exponents are close, so the check uses the MPFR-tested round_pair on an exact TwoSum instead).
+  const auto v = dequantize(b, q.codes, q.scales, 1.0f, formats::fp32, q.biases);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double s = from_bits(t, q.scales[i / k]), bias = from_bits(t, q.biases[i / k]);
+    const double p = q.codes[i] * s, hi = p + bias, bb = hi - p;
+    const double lo = (p - (hi - bb)) + (bias - bb);
+    EXPECT_EQ(v[i], round_pair(RoundingPlan(formats::fp32), Rounding::NearestEven, hi, lo)) << i;
+  }
+}
+
+}  // namespace
+
+TEST(BlockFormat, MlxAffineFollowsTheWrittenOutFp32Steps) {
+  std::mt19937_64 rng(41);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  std::uniform_int_distribution<int> ex(-30, 10);
+  for (const std::string dtype : {"", "-bf16", "-fp32"}) {
+    for (const int bits : {2, 3, 4, 5, 6, 8}) {
+      for (const int g : {32, 64, 128}) {
+        const BlockFormat b = parse_block_format("mlx-int" + std::to_string(bits) + "-g" + std::to_string(g) + dtype);
+        ASSERT_EQ(b.rule, ScaleRule::AffineMlx);
+        ASSERT_EQ(element_bits(b.element), bits);
+        std::vector<double> x;
+        const auto gs = static_cast<std::size_t>(g);
+        for (int blk = 0; blk < 12; ++blk) {
+          std::vector<double> v(gs);
+          const double sc = std::ldexp(1.0, ex(rng));
+          for (auto& e : v) e = nd(rng) * sc;
+          switch (blk) {
+            case 0: std::fill(v.begin(), v.end(), 0.0); break;              // all zero: q0 = 0, bias 0
+            case 1: std::fill(v.begin(), v.end(), 0.75); break;             // constant: the eps scale
+            case 2: std::fill(v.begin(), v.end(), -3.0); break;
+            case 3: for (auto& e : v) e = std::fabs(e); break;              // one-signed: the min edge is 0
+            case 4: for (auto& e : v) e = -std::fabs(e); break;
+            case 5: v.assign(gs, 0.0), v[3] = 2.5; break;                   // one nonzero
+            case 6: for (auto& e : v) e *= 1e-9; break;                     // range below eps·n
+            case 7: v[0] = 1000.0, v[1] = -999.0; break;                    // wide range
+            default: break;
+          }
+          x.insert(x.end(), v.begin(), v.end());
+        }
+        expect_affine_definition(b, x);
+      }
+    }
+  }
+}
+
+TEST(BlockFormat, MlxAffineByHandAndItsRefusals) {
+  // 0, 1/8, .., 63/8 in one group of 64, 4 bits: w_max = 7.875 is the edge, scale = -(7.875/15) = -0.525 (fp32),
+  // q0 = rint(7.875 / -0.525) = -15, so scale = 7.875 / -15 and bias = 7.875; x = 0 gets code 15.
+  std::vector<double> x(64);
+  for (int i = 0; i < 64; ++i) x[static_cast<std::size_t>(i)] = i / 8.0;
+  const BlockFormat b = parse_block_format("mlx-int4-g64");
+  const BlockCodes q = quantize(b, x, 64);
+  EXPECT_EQ(q.codes[0], 15);
+  EXPECT_EQ(q.codes[63], 0);
+  EXPECT_EQ(from_bits(formats::fp16, q.biases[0]), 7.875);
+  EXPECT_EQ(from_bits(formats::fp16, q.scales[0]), round_to(formats::fp16, Rounding::NearestEven,
+                                                            static_cast<double>(7.875f / -15.0f)));
+  EXPECT_EQ(parse_block_format("mlx-int4-g64-fp16").name, "mlx-int4-g64");
+  EXPECT_EQ(parse_block_format("mlx-int3-g32-bf16").scale, ScaleFormat::BF16);
+  const auto refused = [](auto f, const char* needle) {
+    try {
+      f();
+      ADD_FAILURE() << "not refused: " << needle;
+    } catch (const std::invalid_argument& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(needle), std::string::npos) << m;
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+  };
+  refused([] { parse_block_format("mlx-int7-g64"); }, "7 bits; valid: mlx-intB-gG");
+  refused([] { parse_block_format("mlx-int4-g48"); }, "group size 48");
+  refused([] { parse_block_format("mlx-int4"); }, "no group size");
+  refused([] { parse_block_format("mlx-intx-g64"); }, "'x' is not a number");
+  refused([&] { quantize(b, block_with(64, {{3, kInf}}), 64); }, "is not finite");
+  refused([&] { quantize(b, block_with(64, {{3, 1e6}}), 64); }, "overflows fp16");
+  // A scale overflows only when w_max - w_min does (|edge / q0| <= |edge| otherwise): fp32 near FLT_MAX.
+  refused([&] { quantize(parse_block_format("mlx-int4-g64-fp32"), block_with(64, {{3, 3e38}, {4, -3e38}}), 64); },
+          "has scale -inf, which overflows fp32");
+  refused([&] { dequantize(b, q.codes, q.scales, 1, formats::fp64); }, "0 biases given; valid: 1 (one per block)");
+  refused([&] { dequantize(parse_block_format("mxfp4"), std::vector<std::uint8_t>(32), std::vector<std::uint32_t>(1), 1,
+                           formats::fp64, std::vector<std::uint32_t>(1)); },
+          "1 biases given; valid: none");
+}
+
+TEST(ScaleFormat, Bf16EveryNonNegativeCode) {
+  for (std::uint32_t c = 0; c < 0x8000; ++c) {
+    const double v = scale_value(ScaleFormat::BF16, c);
+    EXPECT_EQ(v == v ? 0 : 1, (c & 0x7F80) == 0x7F80 && (c & 0x7F) ? 1 : 0) << c;  // NaN exactly at NaN codes
+    if (!std::isfinite(v)) continue;
+    EXPECT_EQ(v, from_bits(formats::bf16, c));
+    EXPECT_EQ(scale_code(ScaleFormat::BF16, v), c);
+    EXPECT_EQ(round_scale(ScaleFormat::BF16, Rounding::NearestEven, v), v);
+  }
+  EXPECT_EQ(round_scale(ScaleFormat::BF16, Rounding::Up, 1e300), max_finite(formats::bf16));
+  EXPECT_EQ(ieee_format_of(ScaleFormat::BF16), formats::bf16);
+  EXPECT_THROW(ieee_format_of(ScaleFormat::E8M0), std::invalid_argument);
 }
