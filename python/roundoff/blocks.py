@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _roundoff as _c
+from ._arrays import as_accumulation, as_seed, as_stream
 
 
 class Quantized(tuple):
@@ -182,3 +183,59 @@ def dequantize(codes, scales, name: str, *, axis: int = -1, tensor_scale: float 
     f32 = np.dtype(dtype) == np.float32
     v = _c.dequantize_blocks(cm.reshape(-1), sm.reshape(-1), name, float(tensor_scale), f32, bm)
     return np.moveaxis(v.astype(np.dtype(dtype)).reshape(cm.shape), -1, ax)
+
+
+def block_gemm(a, b, format: str, *, format_b: str | None = None, accumulation="fp32-seq", seed=None,
+               stream: int = 0, threads: int = 0):
+    """C = A·B with A and B quantized to a block format along K, as block-scaled hardware computes it.
+
+    A's rows and B's columns are quantized (:func:`quantize`) in blocks along K; each block's dot product is
+    summed exactly and scaled by the two block scales (OCP MX v1.0's dot product), and the block terms are added
+    in block order under ``accumulation``; NVFP4's tensor scales are divided out at the end (one rounding).
+    The rule in full: ``numerics/block_gemm.hpp`` and docs/numerics.md, "Block-scaled GEMM".
+
+    Parameters
+    ----------
+    a : (M, K) array_like of float
+    b : (K, N) array_like of float
+    format : str
+        The block format of A (any :func:`block_formats` name); K must be a multiple of its block size.
+    format_b : str, optional
+        B's block format (default: ``format``); its block size must equal A's.
+    accumulation : Accumulation or str
+        How the block terms are added (default ``fp32-seq``).
+    seed, stream : int
+        For a stochastic accumulation: output (i, j) uses stream ``stream + i*N + j``.
+    threads : int
+        OpenMP threads over outputs (0: the default); the bits never depend on it.
+
+    Returns
+    -------
+    numpy.ndarray (M, N) of float64, in the accumulation's result format.
+
+    Examples
+    --------
+    >>> import numpy as np, roundoff
+    >>> a = np.full((1, 32), 0.3); b = np.full((32, 1), 2.0)
+    >>> roundoff.block_gemm(a, b, "mxfp4")  # 0.3 -> 4 · 2^-4 = 0.25 (X = 2^-4), 2 -> 4 · 2^-1: 32 · 0.25 · 2
+    array([[16.]])
+    """
+    fb = format if format_b is None else format_b
+    acc = as_accumulation(accumulation)
+    s = as_seed(seed, "stochastic" in acc.spec)
+    st = as_stream(stream)
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 0:
+        raise ValueError(f"threads: expected an integer >= 0, got {threads!r}")
+    A = np.asarray(a, dtype=np.float64)
+    B = np.asarray(b, dtype=np.float64)
+    if A.ndim != 2 or B.ndim != 2:
+        raise ValueError(f"block_gemm: a and b must be matrices, got shapes {A.shape} and {B.shape}")
+    if A.shape[1] != B.shape[0]:
+        raise ValueError(f"block_gemm: a is {A.shape[0]}x{A.shape[1]} and b is {B.shape[0]}x{B.shape[1]}: "
+                         "inner dimensions differ")
+    K = A.shape[1]
+    Bt = np.ascontiguousarray(B.T)
+    ca, sa, ta, ba = _c.quantize_blocks(np.ascontiguousarray(A).reshape(-1), format, K)
+    cb, sb, tb, bb = _c.quantize_blocks(Bt.reshape(-1), fb, K)
+    return _c.block_gemm(acc, ca, sa, ta, ba, format, A.shape[0], cb, sb, tb, bb, fb, Bt.shape[0], K, s, st,
+                         int(threads))

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "numerics/block_format.hpp"
+#include "numerics/block_gemm.hpp"
 #include "python/src/bind.hpp"
 
 namespace roundoff::python {
@@ -52,6 +53,24 @@ void bind_blocks(py::module_& m) {
     }
     F64 out(static_cast<py::ssize_t>(v.size()));
     std::copy(v.begin(), v.end(), out.mutable_data());
+    return out;
+  });
+  // A: rows×K codes (C order) with its scales/tensor scale/biases under format name_a; B likewise as N×K.
+  m.def("block_gemm", [](const Accumulation& acc, const U8& codes_a, const U32& scales_a, float ts_a, const U32& biases_a,
+                         const std::string& name_a, std::size_t rows_a, const U8& codes_b, const U32& scales_b,
+                         float ts_b, const U32& biases_b, const std::string& name_b, std::size_t rows_b, std::size_t K,
+                         std::uint64_t seed, std::uint64_t stream, int threads) {
+    const BlockFormat fa = parse_block_format(name_a), fb = parse_block_format(name_b);
+    const auto span8 = [](const U8& x) { return std::span<const std::uint8_t>(x.data(), static_cast<std::size_t>(x.size())); };
+    const auto span32 = [](const U32& x) { return std::span<const std::uint32_t>(x.data(), static_cast<std::size_t>(x.size())); };
+    const BlockMatrix a{fa, rows_a, K, span8(codes_a), span32(scales_a), ts_a, span32(biases_a)};
+    const BlockMatrix bt{fb, rows_b, K, span8(codes_b), span32(scales_b), ts_b, span32(biases_b)};
+    F64 out({static_cast<py::ssize_t>(rows_a), static_cast<py::ssize_t>(rows_b)});
+    double* c = out.mutable_data();
+    {
+      py::gil_scoped_release release;
+      block_gemm(acc, a, bt, c, rows_b, StochasticBits{seed, stream}, threads);
+    }
     return out;
   });
 }

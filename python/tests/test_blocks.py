@@ -199,3 +199,72 @@ def test_mlx_round_scale_written_out():
     m, e = np.frexp(ratio[pos])  # ratio = m·2^e, m in [1/2, 1)
     want[pos] = np.clip(e - 1 + ((2 * m) ** 2 >= 2), -127, 127)
     assert np.array_equal(q.scales.reshape(-1).astype(int) - 127, want)
+
+
+def _fp32(q: Fraction) -> float:
+    from conftest import exact_round
+    return exact_round(abs(q), q < 0, 24, -126, 127, float(np.finfo(np.float32).max), "ieee", False, "nearest-even")
+
+
+@pytest.mark.parametrize("name,name_b", [("mxfp8-e4m3", None), ("mxfp4", "mxfp6-e2m3"), ("nvfp4", None),
+                                         ("int4-g32", "mxfp4"), ("mxint8", None)])
+def test_block_gemm_is_exact_block_dots_added_in_fp32(name, name_b):
+    # The definition written out with fractions: T_t = Σ over the block of the decoded values' products (without
+    # NVFP4's tensor scale), exact; C = fp32-seq over the T_t (s = fp32(T_0), s = fp32(s + T_t)); NVFP4: then
+    # divided by S_enc,A·S_enc,B and rounded once.
+    from fractions import Fraction
+    rng = np.random.default_rng(17)
+    nb = name if name_b is None else name_b
+    k = 32
+    a = rng.standard_normal((6, 8 * k)) * 2.0 ** rng.integers(-5, 5, (6, 1))
+    b = rng.standard_normal((8 * k, 5)) * 2.0 ** rng.integers(-5, 5, (1, 5))
+    c = roundoff.block_gemm(a, b, name, format_b=nb)
+    qa = roundoff.quantize(a, name)
+    qb = roundoff.quantize(b, nb, axis=0)
+    va = roundoff.dequantize(qa.codes, qa.scales, name, dtype=np.float64,
+                             tensor_scale=1.0 if name == "nvfp4" else qa.tensor_scale)
+    vb = roundoff.dequantize(qb.codes, qb.scales, nb, axis=0, dtype=np.float64,
+                             tensor_scale=1.0 if nb == "nvfp4" else qb.tensor_scale)
+    for i in range(6):
+        for j in range(5):
+            s = None
+            for t in range(8):
+                T = sum(Fraction(float(x)) * Fraction(float(y)) for x, y in zip(va[i, t * k:(t + 1) * k],
+                                                                                  vb[t * k:(t + 1) * k, j]))
+                assert float(T) == T  # exact in binary64 for these formats
+                s = Fraction(_fp32(T)) if s is None else Fraction(_fp32(s + T))
+            want = float(s)
+            if name == "nvfp4":
+                want = _fp32(s / (Fraction(qa.tensor_scale) * Fraction(qb.tensor_scale)))
+            assert c[i, j] == want, (name, i, j)
+
+
+def test_block_gemm_is_not_a_gemm_of_the_dequantized_values():
+    # Adding each product into fp32 (a plain GEMM of the dequantized values) differs from adding exact block dots.
+    rng = np.random.default_rng(17)
+    a, b = rng.standard_normal((30, 256)), rng.standard_normal((256, 20))
+    c = roundoff.block_gemm(a, b, "mxfp8-e4m3")
+    qa, qb = roundoff.quantize(a, "mxfp8-e4m3"), roundoff.quantize(b, "mxfp8-e4m3", axis=0)
+    d = roundoff.gemm(qa.values, qb.values, inputs="fp32", accumulation="fp32-seq")
+    assert 0 < np.sum(c != d) < c.size
+
+
+def test_block_gemm_refusals_and_threads():
+    a = np.ones((2, 64))
+    with pytest.raises(ValueError, match="blocks of 32 .* and B's of 16 .* differ"):
+        roundoff.block_gemm(a, np.ones((64, 2)), "mxfp4", format_b="nvfp4")
+    with pytest.raises(ValueError, match="inner dimensions differ"):
+        roundoff.block_gemm(a, np.ones((32, 2)), "mxfp4")
+    with pytest.raises(ValueError, match="block size 32 does not divide the axis length 48"):
+        roundoff.block_gemm(np.ones((2, 48)), np.ones((48, 2)), "mxfp4")
+    with pytest.raises(ValueError, match="explicit integer seed"):
+        roundoff.block_gemm(a, np.ones((64, 2)), "mxfp4", accumulation="fp16-sr")
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal((20, 256)), rng.standard_normal((256, 30))
+    one = roundoff.block_gemm(x, y, "mxfp8-e5m2", accumulation="bf16-sr", seed=4, threads=1)
+    two = roundoff.block_gemm(x, y, "mxfp8-e5m2", accumulation="bf16-sr", seed=4, threads=2)
+    assert_same_bits(one, two, "threads")
+    # A NaN in a block of A: that block's scale is NaN, so its outputs are NaN and the others are not.
+    x[0, 5] = np.nan
+    c = roundoff.block_gemm(x, y, "mxfp8-e5m2")
+    assert np.isnan(c[0]).all() and not np.isnan(c[1:]).any()
