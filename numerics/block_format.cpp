@@ -62,7 +62,33 @@ const Named kBlockFormats[] = {
     {"mlx-int4-g64", affine_element(4), ScaleFormat::FP16, 64, ScaleRule::AffineMlx},
     {"mlx-int4-g128", affine_element(4), ScaleFormat::FP16, 128, ScaleRule::AffineMlx},
     {"mlx-int8-g64", affine_element(8), ScaleFormat::FP16, 64, ScaleRule::AffineMlx},
+    {"gptq-int4-g32", affine_element(4), ScaleFormat::FP16, 32, ScaleRule::MinMaxZeroPoint},
+    {"gptq-int4-g64", affine_element(4), ScaleFormat::FP16, 64, ScaleRule::MinMaxZeroPoint},
+    {"gptq-int4-g128", affine_element(4), ScaleFormat::FP16, 128, ScaleRule::MinMaxZeroPoint},
 };
+
+/// gptq-intB-gG beyond the listed names; nullopt when `text` does not have that shape.
+std::optional<BlockFormat> parse_gptq(std::string_view text) {
+  constexpr std::string_view prefix = "gptq-int";
+  if (text.substr(0, prefix.size()) != prefix) return std::nullopt;
+  const auto bad = [&](const std::string& why) {
+    return std::invalid_argument("block format '" + std::string(text) + "': " + why +
+                                 "; valid: gptq-intB-gG with B in 2, 3, 4, 8 and G in 32, 64, 128");
+  };
+  const std::string_view rest = text.substr(prefix.size());
+  const auto g = rest.find("-g");
+  if (g == std::string_view::npos) throw bad("no group size");
+  int bits = 0, group = 0;
+  for (const auto& [t, v] : {std::pair<std::string_view, int*>{rest.substr(0, g), &bits}, {rest.substr(g + 2), &group}}) {
+    if (t.empty() || t.size() > 3 || t.find_first_not_of("0123456789") != std::string_view::npos)
+      throw bad("'" + std::string(t) + "' is not a number");
+    *v = std::stoi(std::string(t));
+  }
+  if (bits != 2 && bits != 3 && bits != 4 && bits != 8) throw bad(std::to_string(bits) + " bits");
+  if (group != 32 && group != 64 && group != 128) throw bad("group size " + std::to_string(group));
+  return BlockFormat{"gptq-int" + std::to_string(bits) + "-g" + std::to_string(group), affine_element(bits),
+                     ScaleFormat::FP16, group, ScaleRule::MinMaxZeroPoint, Rounding::NearestEven};
+}
 
 /// mlx-intB-gG[-bf16|-fp32] beyond the listed names; nullopt when `text` does not have that shape.
 std::optional<BlockFormat> parse_mlx_affine(std::string_view text) {
@@ -101,7 +127,8 @@ std::optional<BlockFormat> parse_mlx_affine(std::string_view text) {
 std::string valid_block_names() {
   std::string s;
   for (const auto& n : kBlockFormats) s += std::string(s.empty() ? "" : ", ") + n.name;
-  return s + " (MX formats also NAME:ocp-floor, NAME:nv-ceil or NAME:mlx-round; MLX affine: mlx-intB-gG[-bf16|-fp32])";
+  return s + " (MX formats also NAME:ocp-floor, NAME:nv-ceil or NAME:mlx-round; MLX affine: mlx-intB-gG[-bf16|-fp32]; "
+             "GPTQ grid: gptq-intB-gG)";
 }
 
 /// Rounds the exact quotient v / d (d > 0, both doubles, v/d far from the double range's ends) to an
@@ -249,6 +276,43 @@ void quantize_affine_mlx(const BlockFormat& b, std::span<const double> x, BlockC
   }
 }
 
+/// MinMaxZeroPoint (see block_format.hpp): binary32 steps with native float arithmetic.
+void quantize_minmax_zp(const BlockFormat& b, std::span<const double> x, BlockCodes& out) {
+  refuse_nonfinite(b, x);
+  const auto k = static_cast<std::size_t>(b.block_size);
+  std::vector<float> w(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    w[i] = static_cast<float>(x[i]);  // nearest-even
+    if (std::isinf(w[i]))
+      throw std::invalid_argument(b.name + ": x[" + std::to_string(i) + "] = " + std::to_string(x[i]) +
+                                  " overflows fp32; valid: |x| <= FLT_MAX");
+  }
+  const auto maxq = static_cast<float>(b.element.int_hi);
+  const RoundingPlan f16(formats::fp16);
+  out.biases.assign(out.scales.size(), 0);
+  for (std::size_t j = 0; j < out.scales.size(); ++j) {
+    float x_min = 0, x_max = 0;
+    for (std::size_t i = j * k; i < (j + 1) * k; ++i) {
+      x_min = std::min(x_min, w[i]);
+      x_max = std::max(x_max, w[i]);
+    }
+    if (x_min == 0 && x_max == 0) x_min = -1, x_max = 1;
+    const float scale = (x_max - x_min) / maxq;
+    const double s16 = round_to(f16, Rounding::NearestEven, static_cast<double>(scale));
+    if (!std::isfinite(scale) || !std::isfinite(s16))
+      throw std::invalid_argument(b.name + ": block " + std::to_string(j) + " has scale " + std::to_string(scale) +
+                                  ", which overflows fp16; valid: blocks whose range is below 65504·" +
+                                  std::to_string(b.element.int_hi));
+    const float zero = std::nearbyint(-x_min / scale);
+    out.scales[j] = static_cast<std::uint32_t>(to_bits(formats::fp16, s16));
+    out.biases[j] = static_cast<std::uint32_t>(zero);
+    for (std::size_t i = j * k; i < (j + 1) * k; ++i) {
+      const float q = std::nearbyint(w[i] / scale) + zero;
+      out.codes[i] = static_cast<std::uint8_t>(std::clamp(q, 0.0f, maxq));
+    }
+  }
+}
+
 }  // namespace
 
 std::string_view name_of(ScaleRule r) {
@@ -260,6 +324,7 @@ std::string_view name_of(ScaleRule r) {
     case ScaleRule::AbsmaxInt: return "absmax";
     case ScaleRule::AbsmaxCodebook: return "absmax-codebook";
     case ScaleRule::AffineMlx: return "affine-mlx";
+    case ScaleRule::MinMaxZeroPoint: return "minmax-zp";
   }
   return "?";
 }
@@ -297,6 +362,7 @@ BlockFormat parse_block_format(std::string_view text) {
     return b;
   }
   if (auto affine = parse_mlx_affine(text)) return *affine;
+  if (auto gptq = parse_gptq(text)) return *gptq;
   throw std::invalid_argument("unknown block format '" + std::string(text) + "'; valid: " + valid_block_names());
 }
 
@@ -454,6 +520,7 @@ BlockCodes quantize(const BlockFormat& b, std::span<const double> x, std::size_t
       break;
     }
     case ScaleRule::AffineMlx: quantize_affine_mlx(b, x, out); break;
+    case ScaleRule::MinMaxZeroPoint: quantize_minmax_zp(b, x, out); break;
   }
   return out;
 }
@@ -462,7 +529,7 @@ std::vector<double> dequantize(const BlockFormat& b, std::span<const std::uint8_
                                std::span<const std::uint32_t> scales, float tensor_scale, const Format& out,
                                std::span<const std::uint32_t> biases) {
   const auto k = static_cast<std::size_t>(b.block_size);
-  const bool affine = b.rule == ScaleRule::AffineMlx;
+  const bool affine = b.rule == ScaleRule::AffineMlx || b.rule == ScaleRule::MinMaxZeroPoint;
   if (affine ? biases.size() != scales.size() : !biases.empty())
     throw std::invalid_argument(b.name + ": " + std::to_string(biases.size()) + " biases given; valid: " +
                                 (affine ? std::to_string(scales.size()) + " (one per block)" : std::string("none")));
@@ -476,6 +543,13 @@ std::vector<double> dequantize(const BlockFormat& b, std::span<const std::uint8_
   const RoundingPlan plan(out);
   std::vector<double> v(codes.size());
   for (std::size_t j = 0; j < scales.size(); ++j) {
+    if (b.rule == ScaleRule::MinMaxZeroPoint) {
+      const double s = from_bits(formats::fp16, scales[j]);
+      const auto zero = static_cast<double>(biases[j]);
+      for (std::size_t i = j * k; i < (j + 1) * k; ++i)
+        v[i] = round_to(plan, Rounding::NearestEven, s * (element_value(b.element, codes[i]) - zero));  // exact product
+      continue;
+    }
     if (affine) {
       const Format t = ieee_format_of(b.scale);
       const double s = from_bits(t, scales[j]), bias = from_bits(t, biases[j]);
@@ -497,7 +571,8 @@ std::vector<double> dequantize(const BlockFormat& b, std::span<const std::uint8_
         case ScaleRule::MlxRound:
         case ScaleRule::AbsmaxInt:
         case ScaleRule::AbsmaxCodebook: v[i] = round_to(plan, Rounding::NearestEven, p * x); break;  // p·x exact
-        case ScaleRule::AffineMlx: break;  // above
+        case ScaleRule::AffineMlx:
+        case ScaleRule::MinMaxZeroPoint: break;  // above
         case ScaleRule::Nvfp4: {
           const double n = p * x;  // exact: 3 × 4 significant bits
           v[i] = f32 ? static_cast<double>(static_cast<float>(n) / tensor_scale)

@@ -41,6 +41,13 @@
 ///   sign included, in `scales` and `biases`); a scale that overflows T is refused. Decoded value:
 ///   P_i · scale_T + bias_T, exact, rounded once to the output (MLX's kernels evaluate it in T or fp32 and may
 ///   differ from that by the rounding of the product). Non-finite inputs are refused.
+/// - MinMaxZeroPoint (the asymmetric grid of GPTQ's quantizer, `find_params` + `quantize` of IST-DASLab/gptq
+///   and AutoGPTQ, round-to-nearest: the grid only, not GPTQ's Hessian error feedback; b bits, n = 2^b − 1):
+///   x rounded to fp32 first (overflow refused); in binary32 steps: x_min = min(min x_i, 0), x_max =
+///   max(max x_i, 0), both set to ∓1 when both are 0; scale = (x_max − x_min) / n; zero = rint(−x_min / scale);
+///   P_i = clamp(rint(x_i / scale) + zero, 0, n). Stored: fp16(scale) (nearest-even; overflow refused) in
+///   `scales`, the integer zero in `biases`. Decoded value: fp16(scale)·(P_i − zero), exact — the deployed
+///   checkpoint's value: the codes were chosen with the fp32 scale, the kernels decode with the fp16 one.
 /// Integer elements of MX (mxint8) are fixed point: code q in [-127, 127] (OCP's and microxcaling's symmetric
 /// range; -128 unused) is the value q / 64, so emax_elem = 0 and max_elem = 127/64.
 #include <cstdint>
@@ -56,11 +63,13 @@
 
 namespace roundoff::numerics {
 
-enum class ScaleRule : std::uint8_t { OcpFloor, NvidiaCeil, MlxRound, Nvfp4, AbsmaxInt, AbsmaxCodebook, AffineMlx };
+enum class ScaleRule : std::uint8_t {
+  OcpFloor, NvidiaCeil, MlxRound, Nvfp4, AbsmaxInt, AbsmaxCodebook, AffineMlx, MinMaxZeroPoint
+};
 inline constexpr ScaleRule kAllScaleRules[] = {ScaleRule::OcpFloor,       ScaleRule::NvidiaCeil, ScaleRule::MlxRound,
                                                ScaleRule::Nvfp4,          ScaleRule::AbsmaxInt,  ScaleRule::AbsmaxCodebook,
-                                               ScaleRule::AffineMlx};
-/// "ocp-floor", "nv-ceil", "mlx-round", "nvfp4", "absmax", "absmax-codebook", "affine-mlx".
+                                               ScaleRule::AffineMlx,      ScaleRule::MinMaxZeroPoint};
+/// "ocp-floor", "nv-ceil", "mlx-round", "nvfp4", "absmax", "absmax-codebook", "affine-mlx", "minmax-zp".
 std::string_view name_of(ScaleRule r);
 ScaleRule parse_scale_rule(std::string_view text);
 
@@ -95,7 +104,8 @@ const float* nf4_codebook();
 
 /// mxfp8-e4m3 mxfp8-e5m2 mxfp6-e3m2 mxfp6-e2m3 mxfp4 mxint8 nvfp4 int4-g32 int4-g64 int4-g128 nf4 mlx-int4-g32
 /// mlx-int4-g64 mlx-int4-g128 mlx-int8-g64 (every mlx-intB-gG[-bf16|-fp32] parses: B in 2, 3, 4, 5, 6, 8; G in 32,
-/// 64, 128; scales and biases in fp16 unless the suffix says otherwise).
+/// 64, 128; scales and biases in fp16 unless the suffix says otherwise) gptq-int4-g32 gptq-int4-g64 gptq-int4-g128
+/// (every gptq-intB-gG parses: B in 2, 3, 4, 8; G in 32, 64, 128).
 const std::vector<std::string>& block_format_names();
 /// A name, optionally with a rule for the MX formats: "mxfp4:nv-ceil", "mxfp4:mlx-round" (or ":ocp-floor", the
 /// default).
@@ -113,7 +123,7 @@ int element_bits(const BlockElement& e);
 struct BlockCodes {
   std::vector<std::uint8_t> codes;
   std::vector<std::uint32_t> scales;
-  std::vector<std::uint32_t> biases;  ///< AffineMlx: one bias code per block (IEEE bits of the scale format)
+  std::vector<std::uint32_t> biases;  ///< per block: AffineMlx's bias (IEEE bits), MinMaxZeroPoint's zero point
   float tensor_scale = 1.0f;
 };
 
@@ -122,7 +132,7 @@ struct BlockCodes {
 /// axis_len, or (NVFP4, integers) for a non-finite input.
 BlockCodes quantize(const BlockFormat& b, std::span<const double> x, std::size_t axis_len);
 /// The values of the codes, each the exact decoded value rounded once to `out` (fp32 or fp64, nearest-even).
-/// `biases` (one per block) is required for AffineMlx and must be empty otherwise.
+/// `biases` (one per block) is required for AffineMlx and MinMaxZeroPoint and must be empty otherwise.
 std::vector<double> dequantize(const BlockFormat& b, std::span<const std::uint8_t> codes,
                                std::span<const std::uint32_t> scales, float tensor_scale, const Format& out,
                                std::span<const std::uint32_t> biases = {});

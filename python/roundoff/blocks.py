@@ -8,7 +8,8 @@ and an fp32 tensor scale, Transformer Engine's fp32 chain) and symmetric group-w
 NormalFloat codebook; codes are codebook indices, scales the fp32 bit patterns as uint32) and MLX's
 group-wise affine integers ``mlx-intB-gG[-bf16|-fp32]`` (B bits in 2..8, groups of 32/64/128, a scale and
 a bias per group in fp16 unless the suffix says otherwise, as ``mx.quantize`` computes them; the bias codes
-are in ``.biases``). The rules are written out in docs/numerics.md, "Block-scaled formats"; every
+are in ``.biases``), and GPTQ's asymmetric grid ``gptq-intB-gG`` (fp16 scale, integer zero point in
+``.biases``). :func:`pack_codes` packs codes as checkpoints store them. The rules are written out in docs/numerics.md, "Block-scaled formats"; every
 result is the C++ library's (numerics/block_format.hpp).
 """
 from __future__ import annotations
@@ -239,3 +240,90 @@ def block_gemm(a, b, format: str, *, format_b: str | None = None, accumulation="
     cb, sb, tb, bb = _c.quantize_blocks(Bt.reshape(-1), fb, K)
     return _c.block_gemm(acc, ca, sa, ta, ba, format, A.shape[0], cb, sb, tb, bb, fb, Bt.shape[0], K, s, st,
                          int(threads))
+
+
+_AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
+
+
+def _pack_args(bits, order):
+    if bits not in (2, 4, 8):
+        raise ValueError(f"bits: {bits!r} does not pack evenly into 32-bit words; valid: 2, 4, 8")
+    if order not in ("sequential", "awq"):
+        raise ValueError(f"order: {order!r}; valid: 'sequential' (MLX, GPTQ), 'awq'")
+    if order == "awq" and bits != 4:
+        raise ValueError("order: 'awq' interleaves 4-bit codes only; valid: bits=4")
+    per = 32 // bits
+    return per, (_AWQ_ORDER if order == "awq" else tuple(range(per)))
+
+
+def pack_codes(codes, bits: int, *, order: str = "sequential", axis: int = -1):
+    """Pack ``bits``-bit codes into uint32 words along ``axis``, as quantized checkpoints store them.
+
+    Parameters
+    ----------
+    codes : array_like of uint8
+        Codes below 2**bits (as :func:`quantize` returns them); the length of ``axis`` must be a multiple of
+        32 // bits.
+    bits : int
+        2, 4 or 8.
+    order : str
+        ``"sequential"``: slot i of a word (bits [i·b, (i+1)·b)) holds the i-th code of its run — MLX's packing
+        along a row, and GPTQ's ``qweight`` (packed along the input dimension) and ``qzeros`` (along the output
+        dimension; AutoGPTQ's "v1" checkpoints store zero − 1 there, GPTQModel's "v2" the zero itself).
+        ``"awq"``: AutoAWQ's interleaved 4-bit order, slot i holds code ``[0, 2, 4, 6, 1, 3, 5, 7][i]`` of its run
+        (packed along the output dimension).
+    axis : int
+        The axis packed (default: the last).
+
+    Returns
+    -------
+    numpy.ndarray of uint32, ``axis`` divided by 32 // bits.
+
+    Examples
+    --------
+    >>> import numpy as np, roundoff
+    >>> c = np.arange(8, dtype=np.uint8)
+    >>> hex(int(roundoff.pack_codes(c, 4)[0])), hex(int(roundoff.pack_codes(c, 4, order="awq")[0]))
+    ('0x76543210', '0x75316420')
+    """
+    per, slots = _pack_args(bits, order)
+    c = np.asarray(codes)
+    if c.dtype.kind not in "ui":
+        raise TypeError(f"codes: dtype {c.dtype} is not an integer type")
+    if c.ndim == 0:
+        raise ValueError("codes: need at least one dimension")
+    ax = _axis(c.ndim, axis)
+    m = np.moveaxis(c, ax, -1).astype(np.int64)
+    if m.shape[-1] % per:
+        raise ValueError(f"codes: axis length {m.shape[-1]} is not a multiple of {per} ({bits}-bit codes per word)")
+    if m.size and (m.min() < 0 or m.max() >= 1 << bits):
+        raise ValueError(f"codes: values outside 0..{(1 << bits) - 1} do not fit {bits} bits")
+    runs = m.reshape(m.shape[:-1] + (m.shape[-1] // per, per)).astype(np.uint32)
+    words = np.zeros(runs.shape[:-1], dtype=np.uint32)
+    for slot, src in enumerate(slots):
+        words |= runs[..., src] << np.uint32(slot * bits)
+    return np.moveaxis(words, -1, ax)
+
+
+def unpack_codes(words, bits: int, *, order: str = "sequential", axis: int = -1):
+    """The codes of :func:`pack_codes`' words (uint8), ``axis`` multiplied by 32 // bits.
+
+    Examples
+    --------
+    >>> import numpy as np, roundoff
+    >>> roundoff.unpack_codes(np.array([0x75316420], dtype=np.uint32), 4, order="awq")
+    array([0, 1, 2, 3, 4, 5, 6, 7], dtype=uint8)
+    """
+    per, slots = _pack_args(bits, order)
+    w = np.asarray(words)
+    if w.dtype != np.uint32:
+        raise TypeError(f"words: dtype {w.dtype} is not uint32")
+    if w.ndim == 0:
+        raise ValueError("words: need at least one dimension")
+    ax = _axis(w.ndim, axis)
+    m = np.moveaxis(w, ax, -1)
+    runs = np.zeros(m.shape + (per,), dtype=np.uint8)
+    mask = np.uint32((1 << bits) - 1)
+    for slot, dst in enumerate(slots):
+        runs[..., dst] = (m >> np.uint32(slot * bits)) & mask
+    return np.moveaxis(runs.reshape(m.shape[:-1] + (m.shape[-1] * per,)), -1, ax)

@@ -268,3 +268,46 @@ def test_block_gemm_refusals_and_threads():
     x[0, 5] = np.nan
     c = roundoff.block_gemm(x, y, "mxfp8-e5m2")
     assert np.isnan(c[0]).all() and not np.isnan(c[1:]).any()
+
+
+@pytest.mark.parametrize("bits,order", [(2, "sequential"), (4, "sequential"), (8, "sequential"), (4, "awq")])
+def test_pack_unpack_round_trips_every_code(bits, order):
+    per = 32 // bits
+    rng = np.random.default_rng(bits)
+    # Every code at least once (np.resize repeats the range), shuffled, in a (16·per, 2·per) matrix.
+    codes = rng.permutation(np.resize(np.arange(1 << bits), 32 * per * per)).astype(np.uint8).reshape(16 * per, 2 * per)
+    for axis in (-1, 0):
+        if codes.shape[axis] % per:
+            continue
+        w = roundoff.pack_codes(codes, bits, order=order, axis=axis)
+        assert w.dtype == np.uint32
+        assert np.array_equal(roundoff.unpack_codes(w, bits, order=order, axis=axis), codes)
+    # Slot by slot, written out: slot i of word 0 holds code slots[i] of the first run.
+    slots = (0, 2, 4, 6, 1, 3, 5, 7) if order == "awq" else tuple(range(per))
+    run = np.arange(per, dtype=np.uint8) % (1 << bits)
+    word = int(roundoff.pack_codes(run, bits, order=order)[0])
+    for i, src in enumerate(slots):
+        assert (word >> (i * bits)) & ((1 << bits) - 1) == run[src]
+
+
+def test_gptq_grid_in_numpy_and_pack_refusals():
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((4, 128)) * 0.02).astype(np.float32)
+    q = roundoff.quantize(x, "gptq-int4-g128")
+    xmin = np.minimum(x.min(axis=1), np.float32(0))
+    xmax = np.maximum(x.max(axis=1), np.float32(0))
+    scale = (xmax - xmin) / np.float32(15)
+    zero = np.rint(-xmin / scale)
+    codes = np.clip(np.rint(x / scale[:, None]) + zero[:, None], 0, 15).astype(np.uint8)
+    assert np.array_equal(q.codes, codes)
+    assert np.array_equal(q.biases.reshape(-1), zero.astype(np.uint16))
+    assert np.array_equal(q.scales.reshape(-1), roundoff.to_bits(roundoff.round(scale.astype(np.float64), "fp16"), "fp16"))
+    back = roundoff.dequantize(q.codes, q.scales, "gptq-int4-g128", biases=q.biases, dtype=np.float64)
+    s16 = roundoff.from_bits(q.scales, "fp16")
+    assert np.array_equal(back, s16 * (q.codes.astype(np.float64) - q.biases.astype(np.float64)))
+    for args, kw, msg in [((np.zeros(8, np.uint8), 3), {}, "valid: 2, 4, 8"),
+                          ((np.zeros(8, np.uint8), 2), {"order": "awq"}, "4-bit codes only"),
+                          ((np.zeros(6, np.uint8), 4), {}, "not a multiple of 8"),
+                          ((np.full(8, 16, np.uint8), 4), {}, "do not fit 4 bits")]:
+        with pytest.raises(ValueError, match=msg):
+            roundoff.pack_codes(*args, **kw)

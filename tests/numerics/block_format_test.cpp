@@ -606,3 +606,47 @@ TEST(ScaleFormat, Bf16EveryNonNegativeCode) {
   EXPECT_EQ(ieee_format_of(ScaleFormat::BF16), formats::bf16);
   EXPECT_THROW(ieee_format_of(ScaleFormat::E8M0), std::invalid_argument);
 }
+
+TEST(BlockFormat, GptqGridFollowsTheWrittenOutFp32Steps) {
+  // x_min = min(min x, 0), x_max = max(max x, 0) (±1 when both are 0); scale = f32(x_max − x_min) / n;
+  // zero = rint(−x_min / scale); P = clamp(rint(x / scale) + zero, 0, n); stored fp16(scale) and zero; decoded
+  // fp16(scale)·(P − zero).
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  for (const int bits : {2, 3, 4, 8}) {
+    for (const int g : {32, 64, 128}) {
+      const BlockFormat b = parse_block_format("gptq-int" + std::to_string(bits) + "-g" + std::to_string(g));
+      ASSERT_EQ(b.rule, ScaleRule::MinMaxZeroPoint);
+      const auto gs = static_cast<std::size_t>(g);
+      std::vector<double> x(gs * 6);
+      for (auto& e : x) e = nd(rng) * 0.05;
+      std::fill(x.begin(), x.begin() + g, 0.0);                                      // all zero: ±1
+      for (std::size_t i = gs; i < 2 * gs; ++i) x[i] = std::fabs(x[i]);               // x_min = 0
+      for (std::size_t i = 2 * gs; i < 3 * gs; ++i) x[i] = -std::fabs(x[i]);          // x_max = 0
+      for (std::size_t i = 3 * gs; i < 4 * gs; ++i) x[i] = std::ldexp(x[i], -20);     // tiny
+      const BlockCodes q = quantize(b, x, x.size());
+      const double n = (1 << bits) - 1;
+      for (std::size_t j = 0; j < 6; ++j) {
+        double lo = 0, hi = 0;
+        for (std::size_t i = j * gs; i < (j + 1) * gs; ++i) {
+          lo = std::min(lo, round_to(formats::fp32, Rounding::NearestEven, x[i]));
+          hi = std::max(hi, round_to(formats::fp32, Rounding::NearestEven, x[i]));
+        }
+        if (lo == 0 && hi == 0) lo = -1, hi = 1;
+        const double scale = f32_div(f32_sub(hi, lo), n);
+        const double zero = rint_even(f32_div(-lo, scale));
+        EXPECT_EQ(q.scales[j], to_bits(formats::fp16, round_to(formats::fp16, Rounding::NearestEven, scale)));
+        EXPECT_EQ(q.biases[j], zero);
+        for (std::size_t i = j * gs; i < (j + 1) * gs; ++i) {
+          const double xf = round_to(formats::fp32, Rounding::NearestEven, x[i]);
+          EXPECT_EQ(q.codes[i], std::clamp(rint_even(f32_div(xf, scale)) + zero, 0.0, n)) << b.name << " " << i;
+        }
+      }
+      const auto v = dequantize(b, q.codes, q.scales, 1, formats::fp64, q.biases);
+      for (std::size_t i = 0; i < x.size(); ++i)
+        EXPECT_EQ(v[i], from_bits(formats::fp16, q.scales[i / gs]) * (q.codes[i] - static_cast<double>(q.biases[i / gs])));
+    }
+  }
+  EXPECT_THROW(parse_block_format("gptq-int5-g64"), std::invalid_argument);
+  EXPECT_THROW(quantize(parse_block_format("gptq-int4-g32"), block_with(32, {{1, 1e7}}), 32), std::invalid_argument);
+}
