@@ -54,6 +54,7 @@ const Named kBlockFormats[] = {
     {"mxfp4", fp_element(formats::e2m1), ScaleFormat::E8M0, 32, ScaleRule::OcpFloor},
     {"mxint8", int_element(IntFormat::Int8, 6, -127, 127), ScaleFormat::E8M0, 32, ScaleRule::OcpFloor},
     {"nvfp4", fp_element(formats::e2m1), ScaleFormat::UE4M3, 16, ScaleRule::Nvfp4},
+    {"nvfp4-16x16", fp_element(formats::e2m1), ScaleFormat::UE4M3, 16, ScaleRule::Nvfp4},
     {"int4-g32", int_element(IntFormat::Int4, 0, -8, 7), ScaleFormat::FP16, 32, ScaleRule::AbsmaxInt},
     {"int4-g64", int_element(IntFormat::Int4, 0, -8, 7), ScaleFormat::FP16, 64, ScaleRule::AbsmaxInt},
     {"int4-g128", int_element(IntFormat::Int4, 0, -8, 7), ScaleFormat::FP16, 128, ScaleRule::AbsmaxInt},
@@ -347,7 +348,8 @@ BlockFormat parse_block_format(std::string_view text) {
   const std::string_view base = text.substr(0, colon);
   for (const auto& n : kBlockFormats) {
     if (base != n.name) continue;
-    BlockFormat b{n.name, n.element, n.scale, n.block, n.rule, Rounding::NearestEven};
+    BlockFormat b{n.name, n.element, n.scale, n.block, n.rule, Rounding::NearestEven,
+                  std::string_view(n.name).ends_with("16x16") ? 16 : 1};
     if (colon != std::string_view::npos) {
       const std::string_view rule = text.substr(colon + 1);
       const bool mx = n.rule == ScaleRule::OcpFloor;
@@ -415,7 +417,54 @@ std::uint32_t element_code(const BlockElement& e, double value) {
   return static_cast<std::uint32_t>(to_bits(e.fp, value));
 }
 
+namespace {
+
+/// The matrix (rows × cols, C order) with each rt × ct tile made one contiguous run, tiles in row-major order
+/// (to_tiles), or back (from_tiles).
+template <class T>
+std::vector<T> tile_order(std::span<const T> a, std::size_t rows, std::size_t cols, std::size_t rt, std::size_t ct,
+                          bool to_tiles) {
+  std::vector<T> b(a.size());
+  std::size_t t = 0;
+  for (std::size_t r0 = 0; r0 < rows; r0 += rt)
+    for (std::size_t c0 = 0; c0 < cols; c0 += ct)
+      for (std::size_t r = r0; r < r0 + rt; ++r)
+        for (std::size_t c = c0; c < c0 + ct; ++c, ++t) {
+          if (to_tiles) b[t] = a[r * cols + c];
+          else b[r * cols + c] = a[t];
+        }
+  return b;
+}
+
+/// The 1-D format that quantizes one tile of a 2-D format as one block.
+BlockFormat tile_as_block(const BlockFormat& b) {
+  BlockFormat one = b;
+  one.block_size = b.block_size * b.block_rows;
+  one.block_rows = 1;
+  return one;
+}
+
+void check_tiles(const BlockFormat& b, std::size_t n, std::size_t axis_len) {
+  const auto rt = static_cast<std::size_t>(b.block_rows), ct = static_cast<std::size_t>(b.block_size);
+  if (axis_len == 0 || axis_len % ct != 0 || n % axis_len != 0 || (n / axis_len) % rt != 0)
+    throw std::invalid_argument(b.name + ": a " + std::to_string(axis_len == 0 ? 0 : n / axis_len) + "x" +
+                                std::to_string(axis_len) + " matrix does not split into " + std::to_string(rt) + "x" +
+                                std::to_string(ct) + " tiles; valid: rows a multiple of " + std::to_string(rt) +
+                                " and columns a multiple of " + std::to_string(ct));
+}
+
+}  // namespace
+
 BlockCodes quantize(const BlockFormat& b, std::span<const double> x, std::size_t axis_len) {
+  if (b.block_rows > 1) {
+    check_tiles(b, x.size(), axis_len);
+    const std::size_t rows = x.size() / axis_len, rt = static_cast<std::size_t>(b.block_rows);
+    const auto ct = static_cast<std::size_t>(b.block_size);
+    const std::vector<double> xt = tile_order<double>(x, rows, axis_len, rt, ct, true);
+    BlockCodes q = quantize(tile_as_block(b), xt, rt * ct);
+    q.codes = tile_order<std::uint8_t>(q.codes, rows, axis_len, rt, ct, false);
+    return q;
+  }
   const auto k = static_cast<std::size_t>(b.block_size);
   if (axis_len == 0 || axis_len % k != 0)
     throw std::invalid_argument(b.name + ": block size " + std::to_string(k) + " does not divide the axis length " +
@@ -527,7 +576,15 @@ BlockCodes quantize(const BlockFormat& b, std::span<const double> x, std::size_t
 
 std::vector<double> dequantize(const BlockFormat& b, std::span<const std::uint8_t> codes,
                                std::span<const std::uint32_t> scales, float tensor_scale, const Format& out,
-                               std::span<const std::uint32_t> biases) {
+                               std::span<const std::uint32_t> biases, std::size_t axis_len) {
+  if (b.block_rows > 1) {
+    check_tiles(b, codes.size(), axis_len);
+    const std::size_t rows = codes.size() / axis_len, rt = static_cast<std::size_t>(b.block_rows);
+    const auto ct = static_cast<std::size_t>(b.block_size);
+    const std::vector<std::uint8_t> ct_codes = tile_order<std::uint8_t>(codes, rows, axis_len, rt, ct, true);
+    const std::vector<double> v = dequantize(tile_as_block(b), ct_codes, scales, tensor_scale, out, biases);
+    return tile_order<double>(v, rows, axis_len, rt, ct, false);
+  }
   const auto k = static_cast<std::size_t>(b.block_size);
   const bool affine = b.rule == ScaleRule::AffineMlx || b.rule == ScaleRule::MinMaxZeroPoint;
   if (affine ? biases.size() != scales.size() : !biases.empty())

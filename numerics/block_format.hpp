@@ -94,6 +94,10 @@ struct BlockFormat {
   int block_size = 32;
   ScaleRule rule = ScaleRule::OcpFloor;
   Rounding element_rounding = Rounding::NearestEven;
+  /// 2-D blocks: block_rows × block_size tiles of a matrix (NVIDIA's 16×16 NVFP4 weight blocks, so that W and Wᵀ
+  /// share one quantization); 1 = 1×k blocks along the last axis. A tile is quantized exactly as a 1-D block of
+  /// block_rows·block_size values would be; the scales are stored per tile, tiles in row-major order.
+  int block_rows = 1;
 };
 
 /// Entries of a codebook element.
@@ -105,7 +109,7 @@ const float* nf4_codebook();
 /// mxfp8-e4m3 mxfp8-e5m2 mxfp6-e3m2 mxfp6-e2m3 mxfp4 mxint8 nvfp4 int4-g32 int4-g64 int4-g128 nf4 mlx-int4-g32
 /// mlx-int4-g64 mlx-int4-g128 mlx-int8-g64 (every mlx-intB-gG[-bf16|-fp32] parses: B in 2, 3, 4, 5, 6, 8; G in 32,
 /// 64, 128; scales and biases in fp16 unless the suffix says otherwise) gptq-int4-g32 gptq-int4-g64 gptq-int4-g128
-/// (every gptq-intB-gG parses: B in 2, 3, 4, 8; G in 32, 64, 128).
+/// (every gptq-intB-gG parses: B in 2, 3, 4, 8; G in 32, 64, 128) nvfp4-16x16 (2-D tiles).
 const std::vector<std::string>& block_format_names();
 /// A name, optionally with a rule for the MX formats: "mxfp4:nv-ceil", "mxfp4:mlx-round" (or ":ocp-floor", the
 /// default).
@@ -128,14 +132,16 @@ struct BlockCodes {
 };
 
 /// Quantizes x, a C-order tensor whose last axis has `axis_len` elements (x.size() a multiple of it), in
-/// blocks of b.block_size along that axis. Throws std::invalid_argument when the block size does not divide
-/// axis_len, or (NVFP4, integers) for a non-finite input.
+/// blocks of b.block_size along that axis (2-D formats: x is a matrix of x.size()/axis_len rows, in tiles).
+/// Throws std::invalid_argument when the block size does not divide axis_len (or block_rows the rows), or
+/// (NVFP4, integers) for a non-finite input.
 BlockCodes quantize(const BlockFormat& b, std::span<const double> x, std::size_t axis_len);
 /// The values of the codes, each the exact decoded value rounded once to `out` (fp32 or fp64, nearest-even).
-/// `biases` (one per block) is required for AffineMlx and MinMaxZeroPoint and must be empty otherwise.
+/// `biases` (one per block) is required for AffineMlx and MinMaxZeroPoint and must be empty otherwise;
+/// `axis_len` (the matrix's columns) is required for 2-D formats and ignored otherwise.
 std::vector<double> dequantize(const BlockFormat& b, std::span<const std::uint8_t> codes,
                                std::span<const std::uint32_t> scales, float tensor_scale, const Format& out,
-                               std::span<const std::uint32_t> biases = {});
+                               std::span<const std::uint32_t> biases = {}, std::size_t axis_len = 0);
 
 /// The value of one element code (before scaling), and the code of an element value.
 double element_value(const BlockElement& e, std::uint32_t code);

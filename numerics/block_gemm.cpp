@@ -18,7 +18,7 @@ namespace {
 std::vector<double> values_without_tensor_scale(const BlockMatrix& m) {
   // dequantize divides NVFP4 by S_enc; with S_enc = 1 it gives P·S_dec exactly (at most 3 + 4 significant bits).
   const float ts = m.format.rule == ScaleRule::Nvfp4 ? 1.0f : m.tensor_scale;
-  return dequantize(m.format, m.codes, m.scales, ts, formats::fp64, m.biases);
+  return dequantize(m.format, m.codes, m.scales, ts, formats::fp64, m.biases, m.cols);
 }
 
 void check_operand(const BlockMatrix& m, const char* name) {
@@ -32,9 +32,9 @@ void check_operand(const BlockMatrix& m, const char* name) {
   if (m.codes.size() != m.rows * m.cols)
     throw bad(std::to_string(m.codes.size()) + " codes for " + std::to_string(m.rows) + "x" + std::to_string(m.cols) +
               "; valid: rows·cols codes");
-  if (m.scales.size() != m.rows * (m.cols / k))
-    throw bad(std::to_string(m.scales.size()) + " scales; valid: " + std::to_string(m.rows * (m.cols / k)) +
-              " (one per block)");
+  const std::size_t blocks = m.rows * (m.cols / k) / static_cast<std::size_t>(m.format.block_rows);
+  if (m.scales.size() != blocks)
+    throw bad(std::to_string(m.scales.size()) + " scales; valid: " + std::to_string(blocks) + " (one per block)");
 }
 
 }  // namespace

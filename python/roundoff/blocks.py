@@ -58,8 +58,8 @@ def block_formats() -> list:
 def _info(name):
     if not isinstance(name, str):
         raise TypeError(f"name: expected a block-format name, got {type(name).__name__}")
-    canonical, block, _, scale_bits, _, _ = _c.block_format_info(name)
-    return canonical, block, {8: np.uint8, 16: np.uint16, 32: np.uint32}[scale_bits]
+    canonical, block, _, scale_bits, _, _, rows = _c.block_format_info(name)
+    return canonical, block, {8: np.uint8, 16: np.uint16, 32: np.uint32}[scale_bits], rows
 
 
 def _axis(ndim: int, axis: int) -> int:
@@ -106,10 +106,12 @@ def quantize(x, name: str, *, axis: int = -1) -> Quantized:
     >>> q.codes[:3], q.values[:2], q.scales.dtype, q.biases.shape
     (array([15, 15, 15], dtype=uint8), array([0.00146484, 0.00146484], dtype=float32), dtype('uint16'), (1,))
     """
-    canonical, block, _ = _info(name)
+    canonical, block, _, rows = _info(name)
     a = np.asarray(x)
     if a.ndim == 0:
         raise ValueError("x: a block-scaled format needs at least one dimension")
+    if rows > 1 and a.ndim != 2:
+        raise ValueError(f"x: {canonical} quantizes matrices in {rows}x{block} tiles; got {a.ndim} dimensions")
     if a.dtype.kind not in "fiu":
         raise TypeError(f"x: dtype {a.dtype} is not supported; valid: float32, float64, float16 or integers")
     f32 = a.dtype == np.float32
@@ -117,9 +119,9 @@ def quantize(x, name: str, *, axis: int = -1) -> Quantized:
     moved = np.ascontiguousarray(np.moveaxis(a, ax, -1), dtype=np.float64)
     n = moved.shape[-1]
     codes, scales, ts, biases = _c.quantize_blocks(moved.reshape(-1), name, n)
-    values = _c.dequantize_blocks(codes, scales, name, ts, f32, biases).astype(np.float32 if f32 else np.float64)
+    values = _c.dequantize_blocks(codes, scales, name, ts, f32, biases, n).astype(np.float32 if f32 else np.float64)
     shape = moved.shape
-    scale_shape = shape[:-1] + (n // block,)
+    scale_shape = shape[:-2] + (shape[-2] // rows, n // block) if rows > 1 else shape[:-1] + (n // block,)
     scale_dtype = _info(canonical)[2]
     per_block = lambda a: np.moveaxis(a.astype(scale_dtype).reshape(scale_shape), -1, ax)  # noqa: E731
     return Quantized(np.moveaxis(values.reshape(shape), -1, ax), np.moveaxis(codes.reshape(shape), -1, ax),
@@ -154,7 +156,7 @@ def dequantize(codes, scales, name: str, *, axis: int = -1, tensor_scale: float 
     >>> roundoff.dequantize(np.array([7] + [0] * 31, dtype=np.uint8), np.array([130], dtype=np.uint8), "mxfp4")[:2]
     array([48.,  0.], dtype=float32)
     """
-    canonical, block, scale_dtype = _info(name)
+    canonical, block, scale_dtype, rows = _info(name)
     c = np.asarray(codes)
     s = np.asarray(scales)
     if c.dtype != np.uint8:
@@ -168,6 +170,10 @@ def dequantize(codes, scales, name: str, *, axis: int = -1, tensor_scale: float 
     ax = _axis(c.ndim, axis)
     cm = np.ascontiguousarray(np.moveaxis(c, ax, -1))
     want = cm.shape[:-1] + (cm.shape[-1] // block,)
+    if rows > 1:
+        if cm.ndim != 2 or cm.shape[0] % rows:
+            raise ValueError(f"codes: {canonical} needs a matrix whose rows are a multiple of {rows}, got {c.shape}")
+        want = (cm.shape[0] // rows, cm.shape[1] // block)
     if cm.shape[-1] % block != 0:
         raise ValueError(f"codes: axis length {cm.shape[-1]} is not a multiple of {canonical}'s block size {block}")
     sm = np.ascontiguousarray(np.moveaxis(s, ax, -1), dtype=np.uint32) if s.ndim == c.ndim else None
@@ -182,7 +188,7 @@ def dequantize(codes, scales, name: str, *, axis: int = -1, tensor_scale: float 
             raise ValueError(f"biases: shape {b.shape} is not the shape of scales {s.shape}")
         bm = np.ascontiguousarray(np.moveaxis(b, ax, -1), dtype=np.uint32).reshape(-1)
     f32 = np.dtype(dtype) == np.float32
-    v = _c.dequantize_blocks(cm.reshape(-1), sm.reshape(-1), name, float(tensor_scale), f32, bm)
+    v = _c.dequantize_blocks(cm.reshape(-1), sm.reshape(-1), name, float(tensor_scale), f32, bm, cm.shape[-1])
     return np.moveaxis(v.astype(np.dtype(dtype)).reshape(cm.shape), -1, ax)
 
 

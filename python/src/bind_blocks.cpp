@@ -18,7 +18,7 @@ void bind_blocks(py::module_& m) {
   m.def("block_format_info", [](const std::string& name) {
     const BlockFormat b = parse_block_format(name);
     return py::make_tuple(b.name, b.block_size, element_bits(b.element), scale_bits(b.scale),
-                          std::string(name_of(b.rule)), std::string(name_of(b.scale)));
+                          std::string(name_of(b.rule)), std::string(name_of(b.scale)), b.block_rows);
   });
   // x: C-contiguous float64, flattened, whose last axis has axis_len elements. Returns (codes uint8 of x's
   // size, scales uint32 with one per block, tensor scale, biases uint32 with one per block or empty).
@@ -40,16 +40,16 @@ void bind_blocks(py::module_& m) {
     return py::make_tuple(codes, scales, q.tensor_scale, biases);
   });
   m.def("dequantize_blocks", [](const U8& codes, const U32& scales, const std::string& name, float tensor_scale,
-                                bool f32, const U32& biases) {
+                                bool f32, const U32& biases, std::size_t axis_len) {
     const BlockFormat b = parse_block_format(name);
-    need_size(codes, scales.size() * b.block_size, "codes", "(block size times the number of scales)");
+    need_size(codes, scales.size() * b.block_size * b.block_rows, "codes", "(block size times the number of scales)");
     std::vector<double> v;
     {
       py::gil_scoped_release release;
       v = dequantize(b, std::span<const std::uint8_t>(codes.data(), static_cast<std::size_t>(codes.size())),
                      std::span<const std::uint32_t>(scales.data(), static_cast<std::size_t>(scales.size())),
                      tensor_scale, f32 ? formats::fp32 : formats::fp64,
-                     std::span<const std::uint32_t>(biases.data(), static_cast<std::size_t>(biases.size())));
+                     std::span<const std::uint32_t>(biases.data(), static_cast<std::size_t>(biases.size())), axis_len);
     }
     F64 out(static_cast<py::ssize_t>(v.size()));
     std::copy(v.begin(), v.end(), out.mutable_data());

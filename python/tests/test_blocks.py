@@ -57,7 +57,9 @@ def test_nan_block_and_refusals():
                                                    ("mxfp8-e4m3:nv-ceil", np.float64, (2, 32, 3), 1),
                                                    ("nvfp4", np.float32, (32, 5), 0),
                                                    ("int4-g32", np.float64, (4, 64), -1),
-                                                   ("nf4", np.float32, (64, 2, 3), 0)])
+                                                   ("nf4", np.float32, (64, 2, 3), 0),
+                                                   ("nvfp4-16x16", np.float32, (32, 48), 0),
+                                                   ("nvfp4-16x16", np.float64, (48, 16), -1)])
 def test_cli_quantize_npz_matches_the_binding(cli, tmp_path, name, dtype, shape, axis):
     rng = np.random.default_rng(7)
     x = (rng.standard_normal(shape) * 2.0 ** rng.integers(-6, 6, shape)).astype(dtype)
@@ -311,3 +313,36 @@ def test_gptq_grid_in_numpy_and_pack_refusals():
                           ((np.full(8, 16, np.uint8), 4), {}, "do not fit 4 bits")]:
         with pytest.raises(ValueError, match=msg):
             roundoff.pack_codes(*args, **kw)
+
+
+def test_nvfp4_16x16_tiles_are_nvfp4_on_each_tile_and_transpose_invariant():
+    # A tile quantizes as a 1-D nvfp4 block of its 256 values would (same tensor scale): check it by quantizing
+    # the tiles laid out as rows of 256 with a 256-block NVFP4 written out here from the 16-block one: amax
+    # per tile, S_dec = ue4m3(amax · S_enc/6), elements e2m1(x · enc).
+    rng = np.random.default_rng(12)
+    w = (rng.standard_normal((32, 48)) * 2.0 ** rng.integers(-4, 4, (32, 1))).astype(np.float32)
+    q = roundoff.quantize(w, "nvfp4-16x16")
+    assert q.scales.shape == (2, 3) and q.codes.shape == w.shape
+    qt = roundoff.quantize(np.ascontiguousarray(w.T), "nvfp4-16x16")
+    assert np.array_equal(qt.codes, q.codes.T) and np.array_equal(qt.scales, q.scales.T)
+    q0 = roundoff.quantize(w, "nvfp4-16x16", axis=0)
+    assert np.array_equal(q0.codes, q.codes) and np.array_equal(q0.scales, q.scales)
+    s_enc = np.float32(2688) / np.abs(w).max()
+    assert q.tensor_scale == s_enc
+    e2m1 = roundoff.Format("e2m1")
+    for ti in range(2):
+        for tj in range(3):
+            tile = w[16 * ti:16 * ti + 16, 16 * tj:16 * tj + 16]
+            s_dec = roundoff.round(np.float64(np.abs(tile).max() * (s_enc * np.float32(1 / 6))),
+                                   roundoff.Format("e4m3"))
+            assert roundoff.from_bits(np.array([q.scales[ti, tj]]), "e4m3")[0] == s_dec
+            enc = np.float32(1) / (np.float32(s_dec) * (np.float32(1) / s_enc))
+            want = roundoff.round((tile * enc).astype(np.float64), e2m1)
+            got = roundoff.from_bits(q.codes[16 * ti:16 * ti + 16, 16 * tj:16 * tj + 16], e2m1)
+            assert np.array_equal(got, want)
+    back = roundoff.dequantize(q.codes, q.scales, "nvfp4-16x16", tensor_scale=q.tensor_scale)
+    assert np.array_equal(back, q.values)
+    with pytest.raises(ValueError, match="quantizes matrices in 16x16 tiles"):
+        roundoff.quantize(np.zeros(256), "nvfp4-16x16")
+    with pytest.raises(ValueError, match="does not split into 16x16 tiles"):
+        roundoff.quantize(np.zeros((8, 32)), "nvfp4-16x16")

@@ -82,16 +82,27 @@ void run(const Options& o) {
   for (std::size_t i = ax + 1; i < a.shape.size(); ++i) inner *= a.shape[i];
   const std::size_t n = a.shape[ax];
   const auto k = static_cast<std::size_t>(b.block_size);
+  if (b.block_rows > 1 && ndim != 2)
+    throw CliError("quantize: " + b.name + " quantizes matrices in " + std::to_string(b.block_rows) + "x" +
+                   std::to_string(k) + " tiles but the input has " + std::to_string(ndim) +
+                   " dimensions; valid: a 2-D .npy");
+  if (b.block_rows > 1 && (outer * inner) % static_cast<std::size_t>(b.block_rows) != 0)
+    throw CliError("quantize: " + b.name + " needs the other axis to be a multiple of " + std::to_string(b.block_rows) +
+                   " but it has length " + std::to_string(outer * inner) + "; valid: both axes multiples of " +
+                   std::to_string(b.block_rows));
   if (n == 0 || n % k != 0)
     throw CliError("quantize: " + b.name + " has blocks of " + std::to_string(k) + " but axis " + std::to_string(ax) +
                    " has length " + std::to_string(n) + "; valid: axes whose length is a nonzero multiple of " +
                    std::to_string(k) + " (choose one with --axis)");
   const std::vector<double> moved = swap_axis(a.values, outer, n, inner, true);
   const numerics::BlockCodes q = numerics::quantize(b, moved, n);
-  const std::vector<double> vmoved = numerics::dequantize(b, q.codes, q.scales, q.tensor_scale, numerics::formats::fp32, q.biases);
+  const std::vector<double> vmoved = numerics::dequantize(b, q.codes, q.scales, q.tensor_scale, numerics::formats::fp32, q.biases, n);
   const std::vector<double> v = swap_axis(vmoved, outer, n, inner, false);
   const std::vector<std::uint8_t> codes = swap_axis(q.codes, outer, n, inner, false);
-  const std::vector<std::uint32_t> scales32 = swap_axis(q.scales, outer, n / k, inner, false);
+  // 2-D tiles: the moved matrix is (outer·inner) × n, its scales a grid (outer·inner / rows) × (n / k).
+  const std::size_t rt = static_cast<std::size_t>(b.block_rows);
+  const std::size_t outer_s = rt > 1 && ax == 1 ? outer / rt : outer, inner_s = rt > 1 && ax == 0 ? inner / rt : inner;
+  const std::vector<std::uint32_t> scales32 = swap_axis(q.scales, outer_s, n / k, inner_s, false);
 
   std::vector<float> vf(v.size());
   double max_abs = 0, sum_sq = 0, max_rel = 0;
@@ -114,6 +125,7 @@ void run(const Options& o) {
   members.push_back({"codes", "|u1", a.shape, le_bytes(codes)});
   std::vector<std::size_t> scale_shape = a.shape;
   scale_shape[ax] = n / k;
+  if (rt > 1) scale_shape[1 - ax] /= rt;
   const auto per_block_member = [&](const char* name, const std::vector<std::uint32_t>& codes32) {
     switch (numerics::scale_bits(b.scale)) {
       case 8: {
@@ -132,7 +144,7 @@ void run(const Options& o) {
     }
   };
   per_block_member("scales", scales32);
-  if (!q.biases.empty()) per_block_member("biases", swap_axis(q.biases, outer, n / k, inner, false));
+  if (!q.biases.empty()) per_block_member("biases", swap_axis(q.biases, outer_s, n / k, inner_s, false));
   if (b.rule == numerics::ScaleRule::Nvfp4) members.push_back({"tensor_scale", "<f4", {}, le_bytes(std::vector<float>{q.tensor_scale})});
   studies::write_file_atomic(o.out, studies::npz_bytes(members, kWriter));
 

@@ -305,9 +305,9 @@ TEST(BlockFormat, QuantizeDequantizeQuantizeIsAFixedPoint) {
       x[5] = 0x1p-140;
       const auto q1 = quantize(b, x, 128);
       for (const Format out : {formats::fp64, formats::fp32}) {
-        const auto v1 = dequantize(b, q1.codes, q1.scales, q1.tensor_scale, out, q1.biases);
+        const auto v1 = dequantize(b, q1.codes, q1.scales, q1.tensor_scale, out, q1.biases, 128);
         const auto q2 = quantize(b, v1, 128);
-        const auto v2 = dequantize(b, q2.codes, q2.scales, q2.tensor_scale, out, q2.biases);
+        const auto v2 = dequantize(b, q2.codes, q2.scales, q2.tensor_scale, out, q2.biases, 128);
         EXPECT_EQ(v1, v2) << b.name << " values";
         if (b.rule == ScaleRule::OcpFloor || (b.rule == ScaleRule::AbsmaxCodebook && out == formats::fp64)) {
           EXPECT_EQ(q1.codes, q2.codes) << b.name;
