@@ -5,6 +5,7 @@
 #include <cfloat>
 #include <cmath>
 #include <limits>
+#include <initializer_list>
 #include <optional>
 #include <stdexcept>
 
@@ -68,15 +69,13 @@ const Named kBlockFormats[] = {
     {"gptq-int4-g128", affine_element(4), ScaleFormat::FP16, 128, ScaleRule::MinMaxZeroPoint},
 };
 
-/// gptq-intB-gG beyond the listed names; nullopt when `text` does not have that shape.
-std::optional<BlockFormat> parse_gptq(std::string_view text) {
-  constexpr std::string_view prefix = "gptq-int";
-  if (text.substr(0, prefix.size()) != prefix) return std::nullopt;
+/// Bits and group size of a name PREFIX<B>-g<G> (the suffix already removed from `rest`); throws the one-line
+/// refusal of `text` naming `valid` when either is not a number or not allowed.
+std::pair<int, int> parse_bits_group(std::string_view text, std::string_view rest, std::initializer_list<int> bits_ok,
+                                     const char* valid) {
   const auto bad = [&](const std::string& why) {
-    return std::invalid_argument("block format '" + std::string(text) + "': " + why +
-                                 "; valid: gptq-intB-gG with B in 2, 3, 4, 8 and G in 32, 64, 128");
+    return std::invalid_argument("block format '" + std::string(text) + "': " + why + "; valid: " + valid);
   };
-  const std::string_view rest = text.substr(prefix.size());
   const auto g = rest.find("-g");
   if (g == std::string_view::npos) throw bad("no group size");
   int bits = 0, group = 0;
@@ -85,8 +84,17 @@ std::optional<BlockFormat> parse_gptq(std::string_view text) {
       throw bad("'" + std::string(t) + "' is not a number");
     *v = std::stoi(std::string(t));
   }
-  if (bits != 2 && bits != 3 && bits != 4 && bits != 8) throw bad(std::to_string(bits) + " bits");
+  if (std::find(bits_ok.begin(), bits_ok.end(), bits) == bits_ok.end()) throw bad(std::to_string(bits) + " bits");
   if (group != 32 && group != 64 && group != 128) throw bad("group size " + std::to_string(group));
+  return {bits, group};
+}
+
+/// gptq-intB-gG beyond the listed names; nullopt when `text` does not have that shape.
+std::optional<BlockFormat> parse_gptq(std::string_view text) {
+  constexpr std::string_view prefix = "gptq-int";
+  if (text.substr(0, prefix.size()) != prefix) return std::nullopt;
+  const auto [bits, group] = parse_bits_group(text, text.substr(prefix.size()), {2, 3, 4, 8},
+                                              "gptq-intB-gG with B in 2, 3, 4, 8 and G in 32, 64, 128");
   return BlockFormat{"gptq-int" + std::to_string(bits) + "-g" + std::to_string(group), affine_element(bits),
                      ScaleFormat::FP16, group, ScaleRule::MinMaxZeroPoint, Rounding::NearestEven};
 }
@@ -95,10 +103,6 @@ std::optional<BlockFormat> parse_gptq(std::string_view text) {
 std::optional<BlockFormat> parse_mlx_affine(std::string_view text) {
   constexpr std::string_view prefix = "mlx-int";
   if (text.substr(0, prefix.size()) != prefix) return std::nullopt;
-  const auto bad = [&](const std::string& why) {
-    return std::invalid_argument("block format '" + std::string(text) + "': " + why +
-                                 "; valid: mlx-intB-gG[-bf16|-fp32] with B in 2, 3, 4, 5, 6, 8 and G in 32, 64, 128");
-  };
   std::string_view rest = text.substr(prefix.size());
   ScaleFormat dtype = ScaleFormat::FP16;
   for (const auto& [suffix, f] : {std::pair<std::string_view, ScaleFormat>{"-bf16", ScaleFormat::BF16},
@@ -109,17 +113,8 @@ std::optional<BlockFormat> parse_mlx_affine(std::string_view text) {
       break;
     }
   }
-  const auto g = rest.find("-g");
-  if (g == std::string_view::npos) throw bad("no group size");
-  const std::string_view bits_text = rest.substr(0, g), group_text = rest.substr(g + 2);
-  int bits = 0, group = 0;
-  for (const auto& [t, v] : {std::pair<std::string_view, int*>{bits_text, &bits}, {group_text, &group}}) {
-    if (t.empty() || t.size() > 3 || t.find_first_not_of("0123456789") != std::string_view::npos)
-      throw bad("'" + std::string(t) + "' is not a number");
-    *v = std::stoi(std::string(t));
-  }
-  if (bits < 2 || bits > 8 || bits == 7) throw bad(std::to_string(bits) + " bits");
-  if (group != 32 && group != 64 && group != 128) throw bad("group size " + std::to_string(group));
+  const auto [bits, group] = parse_bits_group(text, rest, {2, 3, 4, 5, 6, 8},
+                                              "mlx-intB-gG[-bf16|-fp32] with B in 2, 3, 4, 5, 6, 8 and G in 32, 64, 128");
   std::string name = "mlx-int" + std::to_string(bits) + "-g" + std::to_string(group);
   if (dtype != ScaleFormat::FP16) name += "-" + std::string(name_of(dtype));
   return BlockFormat{name, affine_element(bits), dtype, group, ScaleRule::AffineMlx, Rounding::NearestEven};

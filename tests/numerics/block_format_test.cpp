@@ -26,6 +26,19 @@ std::vector<double> block_with(int n, std::initializer_list<std::pair<int, doubl
   return v;
 }
 
+/// f() must throw std::invalid_argument whose one-line message contains `needle`.
+template <class F>
+void refused(F f, const char* needle) {
+  try {
+    f();
+    ADD_FAILURE() << "not refused: " << needle;
+  } catch (const std::invalid_argument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(needle), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+}
+
 /// The MX definition written out: X = 2^s with s from the rule, elements round(V/X) saturated (via the
 /// MPFR-tested round_to of the element format), NaN scale for NaN/Inf.
 void expect_mx_definition(const BlockFormat& b, const std::vector<double>& x) {
@@ -100,16 +113,6 @@ TEST(BlockFormat, NamesParseAndBadInputIsRefusedInOneLine) {
   for (const auto& n : block_format_names()) EXPECT_EQ(parse_block_format(n).name, n);
   EXPECT_EQ(parse_block_format("mxfp4:nv-ceil").rule, ScaleRule::NvidiaCeil);
   EXPECT_EQ(parse_block_format("mxfp4:ocp-floor").name, "mxfp4");
-  const auto refused = [](auto f, const char* needle) {
-    try {
-      f();
-      ADD_FAILURE() << "not refused: " << needle;
-    } catch (const std::invalid_argument& e) {
-      const std::string m = e.what();
-      EXPECT_NE(m.find(needle), std::string::npos) << m;
-      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
-    }
-  };
   refused([] { parse_block_format("mxfp5"); }, "unknown block format 'mxfp5'; valid: mxfp8-e4m3");
   refused([] { parse_block_format("nvfp4:nv-ceil"); }, "only MX formats take a rule");
   refused([] { parse_block_format("mxfp4:round"); }, "valid: ocp-floor, nv-ceil");
@@ -568,16 +571,6 @@ TEST(BlockFormat, MlxAffineByHandAndItsRefusals) {
                                                             static_cast<double>(7.875f / -15.0f)));
   EXPECT_EQ(parse_block_format("mlx-int4-g64-fp16").name, "mlx-int4-g64");
   EXPECT_EQ(parse_block_format("mlx-int3-g32-bf16").scale, ScaleFormat::BF16);
-  const auto refused = [](auto f, const char* needle) {
-    try {
-      f();
-      ADD_FAILURE() << "not refused: " << needle;
-    } catch (const std::invalid_argument& e) {
-      const std::string m = e.what();
-      EXPECT_NE(m.find(needle), std::string::npos) << m;
-      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
-    }
-  };
   refused([] { parse_block_format("mlx-int7-g64"); }, "7 bits; valid: mlx-intB-gG");
   refused([] { parse_block_format("mlx-int4-g48"); }, "group size 48");
   refused([] { parse_block_format("mlx-int4"); }, "no group size");
