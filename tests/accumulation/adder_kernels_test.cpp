@@ -147,7 +147,7 @@ bool compare(const Accumulation& a, const Case& cs, Class cls, bool accumulate, 
       if (cls == Class::Specials && r > 0.98) c = std::numeric_limits<double>::quiet_NaN();
     }
   }
-  const int threads = cs.M > 4 ? 2 : 1;
+  const int threads = cs.M > 8 ? 2 : 1;
   const Outcome fast = product(a, cs, A, B, C0, accumulate, true, threads);
   const Outcome slow = product(a, cs, A, B, C0, accumulate, false, threads);
   for (std::size_t i = 0; i < fast.C.size(); ++i)
