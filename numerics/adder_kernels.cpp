@@ -102,10 +102,17 @@ bool initial_ok(double c, bool promoted) {
   return !promoted || static_cast<double>(static_cast<float>(c)) == c;
 }
 
+/// What packing found in a row or column: every element a kernel operand; some inf or NaN (the outputs that read
+/// them are recomputed by the generic path, the value packed as 0); or a finite value the kernels do not take.
+enum class Found : std::uint8_t { Operands, NonFinite, Unsupported };
+Found worse(Found a, Found b) { return std::max(a, b); }
+Found classify(double x) { return operand_ok(x) ? Found::Operands : std::isfinite(x) ? Found::Unsupported : Found::NonFinite; }
+
 /// Packed operands: A rows (values and anchors, row-major M×K) and B panels (per panel, K×kPanel values and
-/// anchors; columns past N are 0).
+/// anchors; columns past N are 0); what packing found per row of A and column of B.
 struct Packs {
   std::vector<double> a, ea, b, eb;
+  std::vector<Found> row, col;
   std::size_t panels = 0;
 };
 
@@ -114,39 +121,43 @@ Packs& tls_packs() {
   return p;
 }
 
-/// Packs row i of A over the terms [lo, hi) (the rest of the row is never read); false when an element is not a
-/// kernel operand.
-bool pack_a_row(Packs& pk, const ConstMatrix& A, std::size_t K, std::size_t i, std::size_t lo, std::size_t hi,
+/// Packs row i of A over the terms [lo, hi) (the rest of the row is never read).
+void pack_a_row(Packs& pk, const ConstMatrix& A, std::size_t K, std::size_t i, std::size_t lo, std::size_t hi,
                 bool exp_sum, int emin) {
-  bool ok = true;
+  Found f = Found::Operands;
   double* av = pk.a.data() + i * K;
   double* ev = exp_sum ? pk.ea.data() + i * K : nullptr;
   for (std::size_t k = lo; k < hi; ++k) {
-    const double x = A(i, k);
-    ok = ok && operand_ok(x);
+    double x = A(i, k);
+    if (const Found c = classify(x); c != Found::Operands) {
+      f = worse(f, c);
+      x = 0.0;
+    }
     av[k] = x;
     if (exp_sum) ev[k] = anchor_of(x, emin);
   }
-  return ok;
+  pk.row[i] = f;
 }
 
-/// Packs B rows [k0, k1) into every panel; false when an element is not a kernel operand.
-bool pack_b_rows(Packs& pk, const ConstMatrix& B, std::size_t N, std::size_t K, std::size_t k0, std::size_t k1,
-                 bool exp_sum, int emin) {
-  bool ok = true;
-  for (std::size_t p = 0; p < pk.panels; ++p) {
-    double* bv = pk.b.data() + p * K * kPanel;
-    double* ev = pk.eb.data() + p * K * kPanel;
-    for (std::size_t k = k0; k < k1; ++k)
-      for (std::size_t l = 0; l < kPanel; ++l) {
-        const std::size_t j = p * kPanel + l;
-        const double y = j < N ? B(k, j) : 0.0;
-        ok = ok && operand_ok(y);
-        bv[k * kPanel + l] = y;
-        if (exp_sum) ev[k * kPanel + l] = anchor_of(y, emin);
+/// Packs panel p of B over the terms [k0, k1).
+void pack_b_panel(Packs& pk, const ConstMatrix& B, std::size_t N, std::size_t K, std::size_t p, std::size_t k0,
+                  std::size_t k1, bool exp_sum, int emin) {
+  double* bv = pk.b.data() + p * K * kPanel;
+  double* ev = exp_sum ? pk.eb.data() + p * K * kPanel : nullptr;
+  for (std::size_t l = 0; l < kPanel; ++l) {
+    const std::size_t j = p * kPanel + l;
+    Found f = Found::Operands;
+    for (std::size_t k = k0; k < k1; ++k) {
+      double y = j < N ? B(k, j) : 0.0;
+      if (const Found c = classify(y); c != Found::Operands) {
+        f = worse(f, c);
+        y = 0.0;
       }
+      bv[k * kPanel + l] = y;
+      if (exp_sum) ev[k * kPanel + l] = anchor_of(y, emin);
+    }
+    if (j < N) pk.col[j] = f;
   }
-  return ok;
 }
 
 void resize(Packs& pk, std::size_t M, std::size_t N, std::size_t K, bool exp_sum) {
@@ -155,32 +166,75 @@ void resize(Packs& pk, std::size_t M, std::size_t N, std::size_t K, bool exp_sum
   pk.b.resize(pk.panels * K * kPanel);
   pk.ea.resize(exp_sum ? M * K : 0);
   pk.eb.resize(exp_sum ? pk.panels * K * kPanel : 0);
+  pk.row.assign(M, Found::Operands);
+  pk.col.assign(N, Found::Operands);
+}
+
+/// The outputs the generic path recomputes: those whose row of A or column of B holds an inf or NaN, or (with
+/// accumulate) whose C_ij is not finite, each with its initial C_ij. Empty optional when some operand or C_ij is
+/// unsupported, or when the recomputation would be most of the product (the caller then declines).
+struct Redo {
+  std::size_t i, j;
+  double c;
+};
+std::optional<std::vector<Redo>> outputs_to_redo(const Packs& pk, std::size_t M, std::size_t N, const double* C,
+                                                 std::size_t ldc, bool accumulate, bool promoted) {
+  std::size_t bad_rows = 0, bad_cols = 0;
+  for (Found f : pk.row) {
+    if (f == Found::Unsupported) return std::nullopt;
+    bad_rows += f == Found::NonFinite;
+  }
+  for (Found f : pk.col) {
+    if (f == Found::Unsupported) return std::nullopt;
+    bad_cols += f == Found::NonFinite;
+  }
+  if (2 * (bad_rows * N + bad_cols * M) > M * N) return std::nullopt;
+  std::vector<Redo> redo;
+  for (std::size_t i = 0; i < M; ++i)
+    for (std::size_t j = 0; j < N; ++j) {
+      const double c = accumulate ? C[i * ldc + j] : 0.0;
+      if (accumulate && std::isfinite(c) && !initial_ok(c, promoted)) return std::nullopt;
+      if (pk.row[i] == Found::NonFinite || pk.col[j] == Found::NonFinite || !std::isfinite(c))
+        redo.push_back(Redo{i, j, c});
+    }
+  if (2 * redo.size() > M * N) return std::nullopt;
+  return redo;
 }
 
 int max_rows(Isa isa) { return isa == Isa::Avx2 ? adder_lanes::avx2::kMaxRows : adder_lanes::avx512::kMaxRows; }
 
-/// Rows i0..i0+R−1 (one k-range [k0, k1)) of panel p: initial sums from C when has_init, results to C.
+/// Rows i0..i0+R−1 (one k-range [k0, k1)) of panel p: initial sums from C when has_init, results to C; the
+/// overflows of the outputs the generic path does not recompute (outputs_to_redo) are added to *overflows.
 void tile(const AdderPlan& pl, Isa isa, const Packs& pk, std::size_t K, std::size_t N, int R, std::size_t i0,
           std::size_t p, std::size_t k0, std::size_t k1, bool has_init, double* C, std::size_t ldc,
           std::int64_t* overflows) {
   const double* a[4];
   const double* ea[4];
   double st[4 * kPanel];
+  std::int64_t counts[4 * kPanel] = {};
+  bool counted[4 * kPanel] = {};
   const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0);
   for (int r = 0; r < R; ++r) {
     const std::size_t i = i0 + static_cast<std::size_t>(r);
     a[r] = pk.a.data() + i * K;
     ea[r] = pl.exp_sum ? pk.ea.data() + i * K : nullptr;
-    for (std::size_t l = 0; l < kPanel; ++l)
-      st[static_cast<std::size_t>(r) * kPanel + l] = has_init && l < jn ? C[i * ldc + j0 + l] : 0.0;
+    for (std::size_t l = 0; l < kPanel; ++l) {
+      const std::size_t e = static_cast<std::size_t>(r) * kPanel + l;
+      st[e] = has_init && l < jn ? C[i * ldc + j0 + l] : 0.0;
+      counted[e] = l < jn && pk.row[i] != Found::NonFinite && pk.col[j0 + l] != Found::NonFinite &&
+                   std::isfinite(st[e]);
+    }
   }
   const double* b = pk.b.data() + p * K * kPanel;
   const double* eb = pl.exp_sum ? pk.eb.data() + p * K * kPanel : nullptr;
-  if (isa == Isa::Avx2) adder_lanes::avx2::rows(pl, R, a, ea, b, eb, k0, k1, has_init, st, overflows);
-  else adder_lanes::avx512::rows(pl, R, a, ea, b, eb, k0, k1, has_init, st, overflows);
+  if (isa == Isa::Avx2) adder_lanes::avx2::rows(pl, R, a, ea, b, eb, k0, k1, has_init, st, counts);
+  else adder_lanes::avx512::rows(pl, R, a, ea, b, eb, k0, k1, has_init, st, counts);
   for (int r = 0; r < R; ++r)
-    for (std::size_t l = 0; l < jn; ++l)
-      C[(i0 + static_cast<std::size_t>(r)) * ldc + j0 + l] = st[static_cast<std::size_t>(r) * kPanel + l];
+    for (std::size_t l = 0; l < jn; ++l) {
+      const std::size_t e = static_cast<std::size_t>(r) * kPanel + l;
+      C[(i0 + static_cast<std::size_t>(r)) * ldc + j0 + l] = st[e];
+      if (counted[e]) *overflows += counts[e];
+    }
 }
 
 }  // namespace
@@ -205,27 +259,20 @@ bool gemm_adder(const Accumulation& a, std::size_t M, std::size_t N, std::size_t
   const std::size_t per_thread = (M + static_cast<std::size_t>(nt) - 1) / static_cast<std::size_t>(nt);
   const std::size_t chunk = (per_thread + R - 1) / R * R;
   const auto nchunks = static_cast<std::ptrdiff_t>((M + chunk - 1) / chunk);
-  bool ok = true;
+  std::optional<std::vector<Redo>> redo;
   std::int64_t overflows = 0;
 #pragma omp parallel num_threads(nt) reduction(+ : overflows)
   {
-    bool mine = true;
-    const auto rows = static_cast<std::ptrdiff_t>(M), ks = static_cast<std::ptrdiff_t>(K);
+    const auto rows = static_cast<std::ptrdiff_t>(M), panels = static_cast<std::ptrdiff_t>(pk.panels);
 #pragma omp for schedule(static) nowait
-    for (std::ptrdiff_t i = 0; i < rows; ++i) {
-      const auto ii = static_cast<std::size_t>(i);
-      mine = pack_a_row(pk, A, K, ii, 0, K, pl.exp_sum, emin) && mine;
-      if (accumulate)
-        for (std::size_t j = 0; j < N && mine; ++j) mine = initial_ok(C[ii * ldc + j], pl.promote > 0);
-    }
+    for (std::ptrdiff_t i = 0; i < rows; ++i)
+      pack_a_row(pk, A, K, static_cast<std::size_t>(i), 0, K, pl.exp_sum, emin);
 #pragma omp for schedule(static)
-    for (std::ptrdiff_t k = 0; k < ks; ++k)
-      mine = pack_b_rows(pk, B, N, K, static_cast<std::size_t>(k), static_cast<std::size_t>(k) + 1, pl.exp_sum,
-                         emin) && mine;
-#pragma omp critical(roundoff_adder_kernels_ok)
-    ok = ok && mine;
-#pragma omp barrier
-    if (ok) {
+    for (std::ptrdiff_t p = 0; p < panels; ++p)
+      pack_b_panel(pk, B, N, K, static_cast<std::size_t>(p), 0, K, pl.exp_sum, emin);
+#pragma omp single
+    redo = outputs_to_redo(pk, M, N, C, ldc, accumulate, pl.promote > 0);
+    if (redo) {
 #pragma omp for schedule(static, 1)
       for (std::ptrdiff_t ci = 0; ci < nchunks; ++ci) {
         const std::size_t i_begin = static_cast<std::size_t>(ci) * chunk, i_end = std::min(M, i_begin + chunk);
@@ -237,7 +284,19 @@ bool gemm_adder(const Accumulation& a, std::size_t M, std::size_t N, std::size_t
       }
     }
   }
-  if (!ok) return false;
+  if (!redo) return false;
+  // Outputs that read an inf or NaN: the generic path, one output at a time from its initial C_ij, in the calling
+  // thread after the kernels (whose counts for these outputs tile() dropped) — numerics::gemm of one output is
+  // exactly that output of the whole product (outputs are independent), and it counts its own overflows.
+  for (const Redo& r : *redo) {
+    const ConstMatrix row = A.transposed ? ConstMatrix{A.data + r.i, A.ld, true} : ConstMatrix{A.data + r.i * A.ld, K};
+    const ConstMatrix col = B.transposed ? ConstMatrix{B.data + r.j * B.ld, K, true} : ConstMatrix{B.data + r.j, B.ld};
+    double& c = C[r.i * ldc + r.j];
+    c = r.c;
+    AccumStats one;
+    gemm(a, 1, 1, K, row, col, &c, 1, accumulate, {}, &one, 1);
+    overflows += one.overflows;
+  }
   if (stats) {
     stats->terms += static_cast<std::int64_t>(M * N * K);
     stats->overflows += overflows;
@@ -257,11 +316,13 @@ bool gemm_ranged_adder(const Accumulation& a, std::size_t M, std::size_t N, std:
   // the rows of B that some range covers (from the lowest start to the highest end); nothing else is read.
   std::size_t kmin = K, kmax = 0;
   for (std::size_t i = 0; i < M; ++i) {
-    if (!pack_a_row(pk, A, K, i, rows[i].lo, rows[i].hi, pl.exp_sum, a.adder.input_emin)) return false;
+    pack_a_row(pk, A, K, i, rows[i].lo, rows[i].hi, pl.exp_sum, a.adder.input_emin);
     kmin = std::min(kmin, rows[i].lo);
     kmax = std::max(kmax, rows[i].hi);
   }
-  if (!pack_b_rows(pk, B, N, K, kmin, kmax, pl.exp_sum, a.adder.input_emin)) return false;
+  for (std::size_t p = 0; p < pk.panels; ++p) pack_b_panel(pk, B, N, K, p, kmin, kmax, pl.exp_sum, a.adder.input_emin);
+  const auto redo = outputs_to_redo(pk, M, N, C, ldc, false, false);
+  if (!redo) return false;
   const auto R = static_cast<std::size_t>(max_rows(isa));
   std::int64_t overflows = 0;  // gemm_ranged reports no statistics
   for (std::size_t i = 0; i < M;) {
@@ -270,6 +331,14 @@ bool gemm_ranged_adder(const Accumulation& a, std::size_t M, std::size_t N, std:
     for (std::size_t p = 0; p < pk.panels; ++p)
       tile(pl, isa, pk, K, N, static_cast<int>(g), i, p, rows[i].lo, rows[i].hi, false, C, ldc, &overflows);
     i += g;
+  }
+  // Outputs that read an inf or NaN: numerics::dot of their range, which is what gemm_ranged defines them as.
+  for (const Redo& r : *redo) {
+    const KRange k = rows[r.i];
+    const double* x = A.transposed ? A.data + k.lo * A.ld + r.i : A.data + r.i * A.ld + k.lo;
+    const double* y = B.transposed ? B.data + r.j * B.ld + k.lo : B.data + k.lo * B.ld + r.j;
+    C[r.i * ldc + r.j] = dot(a, x, static_cast<std::ptrdiff_t>(A.transposed ? A.ld : 1), y,
+                             static_cast<std::ptrdiff_t>(B.transposed ? 1 : B.ld), k.hi - k.lo);
   }
   return true;
 }

@@ -30,7 +30,7 @@ struct AdderPlan {
 ///   a[r][k]      row r's operand values, ea[r][k] their anchors 2^max(e, input_emin) (0 for zeros; ExponentSum);
 ///   b[k·kPanel + l], eb[k·kPanel + l]  the panel's operands and anchors;
 ///   st[r·kPanel + l]  in: the initial sum C_ij when has_init; out: the result.
-/// Adds the overflows it counts (IEEE 754 §7.4, as numerics::gemm counts them) to *overflows.
+/// Adds the overflows it counts (IEEE 754 §7.4, as numerics::gemm counts them) to overflows[r·kPanel + l].
 namespace avx512 {
 inline constexpr int kMaxRows = 4;
 void rows(const AdderPlan& pl, int rows, const double* const* a, const double* const* ea, const double* b,

@@ -36,7 +36,7 @@ Format input_format(const Accumulation& a) {
   }
 }
 
-enum class Class { Random, Cancel, Subnormal, Overflow, Zeros, Specials, WideRange };
+enum class Class { Random, Cancel, Subnormal, Overflow, Zeros, Specials, FewSpecials, WideRange };
 const char* name_of(Class c) {
   switch (c) {
     case Class::Random: return "random";
@@ -45,6 +45,7 @@ const char* name_of(Class c) {
     case Class::Overflow: return "overflow";
     case Class::Zeros: return "zeros";
     case Class::Specials: return "specials";
+    case Class::FewSpecials: return "few-specials";
     case Class::WideRange: return "wide-range";
   }
   return "?";
@@ -66,6 +67,9 @@ std::vector<double> operand(std::mt19937_64& rng, const Format& f, std::size_t n
     switch (c) {
       case Class::Random:
       case Class::Cancel: x = value_at(rng, plan, small(rng)); break;
+      case Class::FewSpecials:  // half near the top of the range, so that outputs overflow beside the specials
+        x = value_at(rng, plan, (rng() & 1) ? f.emax - static_cast<int>(rng() % 3) : small(rng));
+        break;
       case Class::Subnormal:  // products and sums in and around the subnormal ranges
         x = value_at(rng, plan, u(rng) < 0.5 ? f.emin - static_cast<int>(rng() % static_cast<unsigned>(f.precision))
                                              : f.emin + static_cast<int>(rng() % 4));
@@ -132,6 +136,12 @@ bool compare(const Accumulation& a, const Case& cs, Class cls, bool accumulate, 
                                               : -round_to(RoundingPlan(in), Rounding::NearestEven,
                                                           B[kk * cs.N + j] * (1 + std::ldexp(1.0, -3)));
   }
+  if (cls == Class::FewSpecials) {
+    // One inf in A, one inf or NaN in B (and a non-finite C_ij below): the kernel runs, the outputs that read
+    // them go to the generic path, and the overflow counts of the others must still be the generic ones.
+    A[rng() % A.size()] = (rng() & 1) ? HUGE_VAL : -HUGE_VAL;
+    B[rng() % B.size()] = (rng() & 1) ? std::numeric_limits<double>::quiet_NaN() : HUGE_VAL;
+  }
   std::vector<double> C0(cs.M * cs.N, 0.0);
   if (accumulate) {
     const Format cf = a.promote_every > 0 ? formats::fp32 : a.format;
@@ -146,6 +156,7 @@ bool compare(const Accumulation& a, const Case& cs, Class cls, bool accumulate, 
       else c = value_at(rng, cp, static_cast<int>(rng() % 8) - 4);
       if (cls == Class::Specials && r > 0.98) c = std::numeric_limits<double>::quiet_NaN();
     }
+    if (cls == Class::FewSpecials) C0[rng() % C0.size()] = -HUGE_VAL;
   }
   const int threads = cs.M > 8 ? 2 : 1;
   const Outcome fast = product(a, cs, A, B, C0, accumulate, true, threads);
@@ -219,7 +230,7 @@ TEST(AdderKernels, MatchTheGenericPathOnEveryClass) {
     for (const Accumulation& a : specs()) {
       int taken = 0;
       for (Class cls : {Class::Random, Class::Cancel, Class::Subnormal, Class::Overflow, Class::Zeros,
-                        Class::Specials, Class::WideRange})
+                        Class::Specials, Class::FewSpecials, Class::WideRange})
         for (const Case& cs : shapes)
           for (bool acc : {false, true}) {
             // Operands as generated are row-major M×K and K×N; transposed cases read them as stored K×M / N×K.
@@ -230,23 +241,33 @@ TEST(AdderKernels, MatchTheGenericPathOnEveryClass) {
   }
 }
 
-TEST(AdderKernels, DeclineNonFiniteOperands) {
+TEST(AdderKernels, NonFiniteOperandsGoToTheGenericPathOutputByOutput) {
   if (tiers().empty()) GTEST_SKIP() << "no AVX2";
   const Accumulation a = parse_accumulation("tc-h100");
+  const std::size_t M = 6, N = 5, K = 40;
   for (double bad : {HUGE_VAL, -HUGE_VAL, std::numeric_limits<double>::quiet_NaN(), 0x1.0000001p0}) {
-    std::vector<double> A(2 * 20, 1.0), B(20 * 3, 0.5), C(2 * 3, 0.0);
-    B[7] = bad;
-    EXPECT_FALSE(k::gemm_fast(a, 2, 3, 20, ConstMatrix{A.data(), 20}, ConstMatrix{B.data(), 3}, C.data(), 3, false,
-                              nullptr, 1));
-    std::vector<double> D(2 * 3, 0.0);
-    D[4] = bad;
-    B[7] = 0.5;
-    // C_ij may be any finite binary64 value (it enters the register exactly); only non-finite ones are declined.
-    EXPECT_EQ(k::gemm_fast(a, 2, 3, 20, ConstMatrix{A.data(), 20}, ConstMatrix{B.data(), 3}, D.data(), 3, true,
-                           nullptr, 1),
-              std::isfinite(bad))
-        << bad;
+    std::vector<double> A(M * K, 1.0), B(K * N, 0.5), C0(M * N, 0.25);
+    B[7 * N + 2] = bad;  // column 2
+    A[3 * K + 30] = bad;  // row 3
+    C0[1 * N + 4] = std::isfinite(bad) ? 0.25 : bad;
+    for (bool acc : {false, true}) {
+      std::vector<double> fast = C0, slow = C0;
+      AccumStats fs, ss;
+      const bool took = k::gemm_fast(a, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, fast.data(), N,
+                                     acc, &fs, 1);
+      // inf and NaN: only the outputs that read them are recomputed; a 29-bit operand: the call declines.
+      EXPECT_EQ(took, !std::isfinite(bad)) << bad;
+      if (!took) continue;
+      const test::KernelsGuard off(false);
+      gemm(a, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, slow.data(), N, acc, {}, &ss, 1);
+      for (std::size_t e = 0; e < M * N; ++e) EXPECT_TRUE(same(fast[e], slow[e])) << bad << " element " << e;
+      EXPECT_EQ(fs.overflows, ss.overflows);
+    }
   }
+  // Most outputs reading a NaN: the generic path for the whole product.
+  std::vector<double> A(M * K, std::numeric_limits<double>::quiet_NaN()), B(K * N, 0.5), C(M * N, 0.0);
+  EXPECT_FALSE(k::gemm_fast(a, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, C.data(), N, false,
+                            nullptr, 1));
 }
 
 TEST(AdderKernels, RangedMatchesTheGenericPath) {

@@ -1,7 +1,8 @@
 // The H100 mma.sync and H200 wgmma fixtures through the multi-term adder's SIMD kernels (numerics/adder_kernels.hpp):
-// every tile whose operands and C are finite must be taken by numerics::kernels::gemm_fast, with the generic path's
-// bits. tensorcore_h100_test scores the same tiles against the hardware with the kernels on, so together they
-// check the kernels' bits against the GPU; tiles with inf/NaN operands go to the generic path by design.
+// every tile with finite operands must be taken by numerics::kernels::gemm_fast, and the tiles of the special-value
+// class where at most half the outputs read an inf or NaN too (those outputs recomputed by the generic path inside
+// it), with the generic path's bits. tensorcore_h100_test scores the same tiles against
+// the hardware with the kernels on, so together they check the kernels' bits against the GPU.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -71,9 +72,9 @@ TEST(TensorCoreAdderKernels, FixturesRunThroughTheKernels) {
       check_tile(numerics::parse_accumulation(preset), M, N, K, A, B, C, t);
     }
     std::cout << shape << " under " << preset << ": " << t.taken << " of " << t.tiles << " tiles through the kernel ("
-              << t.finite << " with finite operands)\n";
+              << t.finite << " with finite operands only)\n";
     EXPECT_GT(t.finite, t.tiles / 2) << shape;
-    EXPECT_EQ(t.taken, t.finite) << shape << " under " << preset;
+    EXPECT_GE(t.taken, t.finite) << shape << " under " << preset;
     EXPECT_EQ(t.differ, 0) << shape << " under " << preset;
   }
   const std::pair<const char*, const char*> wg[] = {
@@ -93,9 +94,9 @@ TEST(TensorCoreAdderKernels, FixturesRunThroughTheKernels) {
       check_tile(numerics::parse_accumulation(preset), 64, 64, K, A, B, C, t);
     }
     std::cout << name << " under " << preset << ": " << t.taken << " of " << t.tiles << " tiles through the kernel ("
-              << t.finite << " with finite operands)\n";
+              << t.finite << " with finite operands only)\n";
     EXPECT_GT(t.finite, 0) << name;
-    EXPECT_EQ(t.taken, t.finite) << name << " under " << preset;
+    EXPECT_GE(t.taken, t.finite) << name << " under " << preset;
     EXPECT_EQ(t.differ, 0) << name << " under " << preset;
   }
 }
