@@ -55,7 +55,8 @@ const char* name_of(Class c) {
 double value_at(std::mt19937_64& rng, const RoundingPlan& plan, int e) {
   std::uniform_real_distribution<double> sig(1.0, 2.0);
   const double s = (rng() & 1) ? -1.0 : 1.0;
-  return round_to(plan, Rounding::NearestEven, s * std::ldexp(sig(rng), e));
+  const double v = round_to(plan, Rounding::NearestEven, s * std::ldexp(sig(rng), e));
+  return std::isfinite(v) ? v : s * plan.max_finite;  // the top binade may round to inf (NaN for e4m3)
 }
 
 std::vector<double> operand(std::mt19937_64& rng, const Format& f, std::size_t n, Class c) {
@@ -236,7 +237,12 @@ TEST(AdderKernels, MatchTheGenericPathOnEveryClass) {
             // Operands as generated are row-major M×K and K×N; transposed cases read them as stored K×M / N×K.
             taken += compare(a, cs, cls, acc, rng, label);
           }
-      if (k::kernel_name(a) != nullptr) EXPECT_GT(taken, 0) << label << " " << canonical(a) << " never ran";
+      // 96 cases per spec; the kernel must run on nearly all but those whose operands are mostly inf/NaN.
+      if (k::kernel_name(a) != nullptr) {
+        EXPECT_GE(taken, 70) << label << " " << canonical(a);
+      } else {
+        EXPECT_EQ(taken, 0) << label << " " << canonical(a);
+      }
     }
   }
 }
