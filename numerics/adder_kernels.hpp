@@ -14,10 +14,13 @@
 ///   2^(p+extra) per product for LeadingBit: true for tc-h100-f16acc); promotion (promote=N) only into binary32
 ///   with rounding NearestEven and an accumulator inside binary32. The accumulation's own rounding is unused
 ///   without promotion (the adder rounds with align/normalize), so it may be any deterministic mode there.
-/// Covered inputs (checked while packing, else false): every element of A and B is 0 or finite with at most 26
-/// significant bits and 2^-400 ≤ |x| ≤ 2^400 (every fp16, bf16, tf32, fp8 value); with accumulate, every C_ij is
-/// 0 or finite with 2^-900 ≤ |C_ij| ≤ 2^900, and a binary32 value when promoting. NaN or infinite operands make
-/// the call decline (the generic path then applies IEEE's rules to them).
+/// Covered inputs (checked while packing, else false): every element of A and B is 0, inf, NaN, or finite with at
+/// most 26 significant bits and 2^-400 ≤ |x| ≤ 2^400 (every fp16, bf16, tf32, fp8 value); with accumulate, every
+/// finite C_ij is 0 or 2^-900 ≤ |C_ij| ≤ 2^900, and a binary32 value when promoting. An output whose row of A or
+/// column of B holds an inf or NaN (or whose C_ij is not finite) is recomputed afterwards by the generic path
+/// alone (numerics::gemm of that one output, or numerics::dot of its range for gemm_ranged: each output depends
+/// only on its row, column and C_ij), its lane's result and overflow count discarded; when that is more than half
+/// of the outputs the call declines instead.
 ///
 /// Why bit-exact: the generic step (numerics/accumulate.cpp, adder_step) is, for addends v (the running sum s and
 /// the exact products), E = max anchor, q = E − (p−1) − extra, T = Σ A(v·2^−q) (A: truncate or round to an
@@ -39,8 +42,8 @@
 ///             754 §7.4 does), giving ±inf (nearest-even, or edges InfPositiveZero, whose test "the register's
 ///             leading bit above emax" is the same set of values) or ±max_finite (toward zero, IEEE edges); a zero
 ///             result keeps V's sign under IEEE edges and is +0 under InfPositiveZero;
-///   specials  with finite operands the only non-finite value is an overflowed running sum ±inf: the generic step
-///             then returns round(±inf) = ±inf, so such lanes keep it;
+///   specials  with finite operands (the lanes kept) the only non-finite value is an overflowed running sum ±inf:
+///             the generic step then returns round(±inf) = ±inf, so such lanes keep it;
 ///   promotion the chunk sums (binary32 values) enter the binary32 total by binary32 addition (one RNE rounding),
 ///             overflows counted when both operands are finite; a NaN (inf − inf) is the positive quiet NaN.
 /// Vectorised across output columns (panels of 16), several rows per call sharing each B load; threads split
