@@ -21,6 +21,10 @@
 //   generic-ane-tile4           ane-tile4 with the kernels switched off
 //   <variant>-1t, <variant>-2t  n = 512 on 1 and 2 threads, wall-clock time (rows split; results identical)
 //   <variant>/classifier-256x1024x16893   E11's classifier shape (M = 256 tokens, K = 1024, N = 16893)
+//   tc-h100, tc-h100-bf16, tc-h100-tf32, tc-h100-f16acc, tc-h100-fp8, tc-h100-fp8-e5m2, tc-h100-fp8-promote128
+//   (promote=128:fp32), tc-v100, tc-a100   the multi-term adder presets on inputs of their format
+//                               (numerics/adder_kernels.hpp), n = 512, with -avx2 for the AVX2 tier;
+//                               generic-<preset>/128: the same with the kernels off (the path before the kernels)
 // GCC 12's AVX-512 intrinsics (inlined into Eigen) trip -Wmaybe-uninitialized on _mm512_undefined_*().
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <benchmark/benchmark.h>
@@ -234,6 +238,37 @@ void register_all() {
     if (v.name != "fp16-seq" && v.name != "fp16-in-fp32-seq" && v.name != "ane-tile4") continue;
     benchmark::RegisterBenchmark(("gemm/" + v.name + "/classifier-256x1024x16893").c_str(),
                                  [v](benchmark::State& s) { bench_shape(s, v, 256, 16893, 1024, 1); })
+        ->Unit(benchmark::kMillisecond);
+  }
+  // The multi-term adder (tensor-core models): numerics/adder_kernels.hpp, each preset on inputs of its format, on
+  // the AVX-512 tier and (-avx2) the AVX2 tier; generic-<preset>/128 in `slow` below is the path without kernels.
+  struct AdderCase {
+    const char* name;
+    Format inputs;
+  };
+  const AdderCase adder_cases[] = {{"tc-h100", formats::fp16},        {"tc-h100-bf16", formats::bf16},
+                                   {"tc-h100-tf32", formats::tf32},   {"tc-h100-f16acc", formats::fp16},
+                                   {"tc-h100-fp8", formats::e4m3},    {"tc-h100-fp8-e5m2", formats::e5m2},
+                                   {"tc-h100-fp8,promote=128:fp32", formats::e4m3}, {"tc-v100", formats::fp16},
+                                   {"tc-a100", formats::fp16}};
+  const auto bench_name = [](std::string s) {  // "tc-h100-fp8,promote=128:fp32" -> "tc-h100-fp8-promote128"
+    if (const auto c = s.find(",promote="); c != std::string::npos)
+      s = s.substr(0, c) + "-promote" + s.substr(c + 9, s.find(':', c) - c - 9);
+    return s;
+  };
+  for (const AdderCase& ac : adder_cases)
+    for (const kernels::Isa isa : {kernels::Isa::Avx512Fp16, kernels::Isa::Avx2}) {
+      const Variant v{bench_name(ac.name) + (isa == kernels::Isa::Avx2 ? "-avx2" : ""), parse_accumulation(ac.name),
+                      ac.inputs, isa};
+      benchmark::RegisterBenchmark(("gemm/" + v.name + "/512").c_str(),
+                                   [v](benchmark::State& s) { bench_variant(s, v, 512, 1); })
+          ->Unit(benchmark::kMillisecond);
+    }
+  for (const AdderCase& ac : adder_cases) {
+    const Variant v{"generic-" + bench_name(ac.name), parse_accumulation(ac.name), ac.inputs,
+                    kernels::Isa::Avx512Fp16, false};
+    benchmark::RegisterBenchmark(("gemm/" + v.name + "/128").c_str(),
+                                 [v](benchmark::State& s) { bench_variant(s, v, 128, 1); })
         ->Unit(benchmark::kMillisecond);
   }
   const std::vector<Variant> slow = {

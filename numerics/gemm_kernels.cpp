@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "numerics/adder_kernels.hpp"
 #include "numerics/arith.hpp"
 #include "numerics/gemm_kernels_avx2.hpp"
 
@@ -1053,6 +1054,7 @@ Isa effective_isa() { return std::min(detected_isa(), isa_limit()); }
 }  // namespace
 
 const char* kernel_name(const Accumulation& a) {
+  if (a.adder.group != 0) return adder_kernel_name(a, effective_isa());  // numerics/adder_kernels.hpp
   const auto plan = plan_for(a);
   const Isa isa = effective_isa();
   if (!plan || isa == Isa::None) return nullptr;
@@ -1084,6 +1086,8 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
   if (casts && (stats != nullptr || (cast_a && cast_a->mode == Rounding::Stochastic) ||
                 (cast_b && cast_b->mode == Rounding::Stochastic)))
     return false;
+  if (a.adder.group != 0)  // the multi-term adder's kernels (numerics/adder_kernels.hpp); no entry casts there
+    return !casts && gemm_adder(a, M, N, K, A, B, C, ldc, accumulate, stats, threads, effective_isa());
   const auto plan_opt = plan_for(a);
   const Isa isa = effective_isa();
   if (!plan_opt || isa == Isa::None) return false;
@@ -1190,6 +1194,7 @@ namespace roundoff::numerics::kernels {
 bool gemm_ranged_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix A, ConstMatrix B,
                       const KRange* rows, double* C, std::size_t ldc) {
   if (!enabled() || M == 0 || N == 0 || K == 0) return false;
+  if (a.adder.group != 0) return gemm_ranged_adder(a, M, N, K, A, B, rows, C, ldc, effective_isa());
   const auto plan_opt = plan_for(a);
   const Isa isa = effective_isa();
   if (!plan_opt || isa == Isa::None) return false;

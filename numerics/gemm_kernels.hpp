@@ -3,6 +3,8 @@
 /// SIMD GEMM kernels that are bit-identical to the generic numerics::gemm for the accumulations the studies
 /// live on. numerics::gemm calls gemm_fast first and runs the generic path when it returns false.
 ///
+/// Accumulations with a multi-term adder (the tc-* tensor-core models) go to numerics/adder_kernels.hpp (its own
+/// contract and exactness argument); everything below is about the other kernels.
 /// Handled accumulations (rounding NearestEven, no promotion, no multi-term adder; fused, or unfused with an
 /// fp32/fp64 product format, which rounds nothing because every product below is exact in fp32):
 ///   order Sequential, accumulator fp16, bf16 or fp32;
@@ -106,7 +108,8 @@ bool enabled();
 
 /// Name of the kernel gemm_fast would use for `a` on fp16-valued inputs ("fp16-avx512fp16",
 /// "fp16-rto-avx512", "bf16-rto-avx512", "fp32-avx512", "fp16-rto-avx2", "bf16-rto-avx2", "fp32-avx2", with
-/// "-blocked" for split-K; "ane-tile4-avx512", "ane-tile4-avx2"), or nullptr when none.
+/// "-blocked" for split-K; "ane-tile4-avx512", "ane-tile4-avx2"; "adder-avx512", "adder-avx2" for the
+/// multi-term adder, numerics/adder_kernels.hpp), or nullptr when none.
 const char* kernel_name(const Accumulation& a);
 
 }  // namespace roundoff::numerics::kernels
