@@ -171,12 +171,12 @@ void bench_shape(benchmark::State& state, const Variant& v, std::size_t M, std::
                  int threads) {
   const auto A = random_matrix(v.inputs, M, K, 1), B = random_matrix(v.inputs, K, N, 2);
   std::vector<double> C(M * N);
-  kernels::set_isa_limit(v.isa_limit);
-  kernels::set_enabled(v.kernels_on);
-  const char* kernel = v.kernels_on ? kernels::kernel_name(v.acc) : nullptr;
+  const KernelOptions opts{v.kernels_on, v.isa_limit};
+  const char* kernel = v.kernels_on ? kernels::kernel_name(v.acc, opts) : nullptr;
   const double self0 = cpu_seconds(RUSAGE_SELF), main0 = cpu_seconds(RUSAGE_THREAD);
   for (auto _ : state) {
-    gemm(v.acc, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, C.data(), N, false, {}, nullptr, threads);
+    gemm(v.acc, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, C.data(), N, false, {}, nullptr, threads,
+         opts);
     benchmark::DoNotOptimize(C.data());
   }
   if (threads > 1) {
@@ -186,8 +186,6 @@ void bench_shape(benchmark::State& state, const Variant& v, std::size_t M, std::
     state.counters["cpu_main_ms"] = benchmark::Counter(1e3 * main_cpu, benchmark::Counter::kAvgIterations);
     state.counters["cpu_others_ms"] = benchmark::Counter(1e3 * (all_cpu - main_cpu), benchmark::Counter::kAvgIterations);
   }
-  kernels::set_isa_limit(kernels::Isa::Avx512Fp16);
-  kernels::set_enabled(true);
   set_flops(state, M, N, K);
   state.SetLabel(std::string("kernel=") + (kernel ? kernel : "generic") + " threads=" + std::to_string(threads));
 }

@@ -1,7 +1,7 @@
 // Training-step time: step/<config>/<policy>[/oracle]/threads:<n> for T0, T1 and W512 (d 512, 4 layers,
 // 8 heads, seq 128, batch 4, BPE-1024) under fp32 and ane-fp16, on 1 and 2 OpenMP threads (threads split
 // independent outputs only, so the bits do not depend on n). `/oracle` runs the same step with the ops' fast
-// paths off (ops::set_fast_paths(false): the per-element definitions), so the speed-up of the fast paths is a
+// paths off (ops::ExecOptions::fast_paths off: the per-element definitions), so the speed-up of the fast paths is a
 // ratio measured in the same run. One iteration = one full optimisation step (forward, backward, unscale,
 // clip, AdamW) on the committed excerpt; no evaluation, telemetry or checkpoints.
 //
@@ -58,14 +58,15 @@ void step_bench(benchmark::State& state, const std::string& name, const std::str
   const auto p = roundoff::ops::Policy::preset(policy);
   o.policy = p.canonical();
   o.loss_scale = tr::resolve_loss_scale("auto", p);
-  tr::Transformer own(c, o.residual, p, o.seed), fp32(c, o.residual, roundoff::ops::Policy::preset("fp32"), o.seed);
+  roundoff::ops::ExecOptions exec;
+  exec.fast_paths = !oracle;
+  tr::Transformer own(c, o.residual, p, o.seed, exec),
+      fp32(c, o.residual, roundoff::ops::Policy::preset("fp32"), o.seed, exec);
   tr::Trainer trainer(o, own, fp32, data, nullptr);
   roundoff::ops::Profile profile;
   if (g_profile) trainer.set_profile(&profile);
   trainer.start();
-  roundoff::ops::set_fast_paths(!oracle);
   for (auto _ : state) trainer.step();
-  roundoff::ops::set_fast_paths(true);
   state.counters["tokens/s"] =
       benchmark::Counter(static_cast<double>(c.batch * c.seq), benchmark::Counter::kIsIterationInvariantRate);
   if (g_profile) {

@@ -975,7 +975,8 @@ double dot(const Accumulation& a, const double* x, std::ptrdiff_t incx, const do
 }
 
 void gemm(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix A, ConstMatrix B, double* C,
-          std::size_t ldc, bool accumulate, StochasticBits bits, AccumStats* stats, int threads) {
+          std::size_t ldc, bool accumulate, StochasticBits bits, AccumStats* stats, int threads,
+          const KernelOptions& opts, kernels::PackCache* cache) {
   check_valid(a);
   auto bad = [&](const std::string& why) {
     throw std::invalid_argument("gemm (M=" + std::to_string(M) + ", N=" + std::to_string(N) +
@@ -996,7 +997,7 @@ void gemm(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, Co
   }
   if (threads < 0) bad("threads must be >= 0");
   if (a.rounding != Rounding::Stochastic && K > 0 &&
-      kernels::gemm_fast(a, M, N, K, A, B, C, ldc, accumulate, stats, threads))
+      kernels::gemm_fast(a, M, N, K, A, B, C, ldc, accumulate, stats, threads, nullptr, nullptr, opts, cache))
     return;
   const Plans plans(a);
   const int nt = threads == 0 ? omp_get_max_threads() : threads;
@@ -1024,7 +1025,8 @@ void gemm(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, Co
 }
 
 void gemm_ranged(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix A, ConstMatrix B,
-                 std::span<const KRange> rows, double* C, std::size_t ldc, StochasticBits bits) {
+                 std::span<const KRange> rows, double* C, std::size_t ldc, StochasticBits bits,
+                 const KernelOptions& opts) {
   check_valid(a);
   auto bad = [&](const std::string& why) {
     throw std::invalid_argument("gemm_ranged (M=" + std::to_string(M) + ", N=" + std::to_string(N) +
@@ -1041,7 +1043,7 @@ void gemm_ranged(const Accumulation& a, std::size_t M, std::size_t N, std::size_
     if (!(rows[i].lo < rows[i].hi && rows[i].hi <= K))
       bad("row " + std::to_string(i) + " has k-range [" + std::to_string(rows[i].lo) + ", " +
           std::to_string(rows[i].hi) + "); valid ranges are nonempty and end at most at K");
-  if (a.rounding != Rounding::Stochastic && kernels::gemm_ranged_fast(a, M, N, K, A, B, rows.data(), C, ldc)) return;
+  if (a.rounding != Rounding::Stochastic && kernels::gemm_ranged_fast(a, M, N, K, A, B, rows.data(), C, ldc, opts)) return;
   const Plans& plans = plans_for(a);
   const auto aincr = static_cast<std::ptrdiff_t>(A.transposed ? A.ld : 1);
   const auto bincr = static_cast<std::ptrdiff_t>(B.transposed ? 1 : B.ld);

@@ -67,6 +67,7 @@
 #include <vector>
 
 #include "numerics/format.hpp"
+#include "numerics/kernel_options.hpp"
 #include "numerics/rounding.hpp"
 
 namespace roundoff::numerics {
@@ -189,10 +190,11 @@ struct ConstMatrix {
 /// the initial partial sum when accumulate (it enters the accumulator first, exactly). Outputs are in the
 /// accumulator format (the caller rounds to storage). Threads (up to `threads`, 0 = OpenMP default) split output
 /// rows only; stochastic draws use stream bits.stream + i·N + j, index = step. SIMD kernels are used where a
-/// bit-identical one exists. Throws std::invalid_argument on inconsistent shapes.
+/// bit-identical one exists and `opts` allows it (same bits either way); `cache` is the caller's B-operand pack
+/// cache (kernels::PackCache; nullptr: none). Throws std::invalid_argument on inconsistent shapes.
 void gemm(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix A, ConstMatrix B, double* C,
           std::size_t ldc, bool accumulate = false, StochasticBits bits = {}, AccumStats* stats = nullptr,
-          int threads = 0);
+          int threads = 0, const KernelOptions& opts = {}, kernels::PackCache* cache = nullptr);
 
 /// The k-range [lo, hi) of one output row of gemm_ranged.
 struct KRange {
@@ -206,9 +208,10 @@ struct KRange {
 /// ranges are never read into a sum, so nothing is zero-padded (s + 0·x would turn −0 into +0 and 0·inf into
 /// NaN). Outputs are in the accumulator format. Runs in the calling thread (callers parallelise over
 /// independent problems). Stochastic draws use stream bits.stream + i·N + j, as gemm's. SIMD kernels are used
-/// where a bit-identical one exists. Throws std::invalid_argument on inconsistent shapes or a range that is
-/// empty or ends past K.
+/// where a bit-identical one exists and `opts` allows it. Throws std::invalid_argument on inconsistent shapes or a
+/// range that is empty or ends past K.
 void gemm_ranged(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix A, ConstMatrix B,
-                 std::span<const KRange> rows, double* C, std::size_t ldc, StochasticBits bits = {});
+                 std::span<const KRange> rows, double* C, std::size_t ldc, StochasticBits bits = {},
+                 const KernelOptions& opts = {});
 
 }  // namespace roundoff::numerics

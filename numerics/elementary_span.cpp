@@ -187,7 +187,7 @@ bool elementary_span_vectorised(Elementary f, const RoundingPlan& plan) {
 }
 
 void elementary_span(const RoundingPlan& plan, Rounding mode, Elementary f, std::span<const double> in,
-                     std::span<double> out, std::span<const std::uint64_t> draws) {
+                     std::span<double> out, std::span<const std::uint64_t> draws, const KernelOptions& opts) {
   if (in.size() != out.size()) throw std::invalid_argument("elementary_span: input and output sizes differ");
   const bool stochastic = mode == Rounding::Stochastic;
   if (stochastic && draws.size() != in.size())
@@ -198,7 +198,7 @@ void elementary_span(const RoundingPlan& plan, Rounding mode, Elementary f, std:
     return;
   }
   const double rel = elementary_core_error(f) + kMargin;
-  const kernels::Isa isa = kernels::isa_limit();
+  const kernels::Isa isa = opts.isa();
   double y[kChunk], lo[kChunk], hi[kChunk], a[kChunk], b[kChunk];
   for (std::size_t c = 0; c < in.size(); c += kChunk) {
     const std::size_t n = std::min(kChunk, in.size() - c);

@@ -20,7 +20,7 @@
 /// numerics::elementary itself. The binary64 evaluation uses only correctly rounded IEEE operations (+ − × ÷
 /// and fused multiply-add) in the same order in every tier (AVX-512F 8 lanes, AVX2+FMA 4 lanes, scalar), so
 /// the tiers agree bit for bit and correctness never depends on the instruction set; the tier is chosen at run
-/// time as the GEMM kernels' is (kernels::detected_isa, capped by kernels::set_isa_limit).
+/// time as the GEMM kernels' is (KernelOptions::isa(): kernels::detected_isa capped by the caller's isa_limit).
 ///
 /// tests/numerics/elementary_span_test.cpp checks every fp16 and bf16 input in every mode (stochastic with
 /// per-element draws) against numerics::elementary, a large sample of binary32 inputs and edge classes, the
@@ -29,7 +29,7 @@
 #include <span>
 
 #include "numerics/arith.hpp"
-#include "numerics/gemm_kernels.hpp"
+#include "numerics/kernel_options.hpp"
 #include "numerics/round.hpp"
 
 namespace roundoff::numerics {
@@ -38,7 +38,8 @@ namespace roundoff::numerics {
 /// Rounding::Stochastic, ignored otherwise and may then be empty). out may alias in exactly. Throws
 /// std::invalid_argument when the sizes differ.
 void elementary_span(const RoundingPlan& plan, Rounding mode, Elementary f, std::span<const double> in,
-                     std::span<double> out, std::span<const std::uint64_t> draws = {});
+                     std::span<double> out, std::span<const std::uint64_t> draws = {},
+                     const KernelOptions& opts = {});
 
 /// True when elementary_span has a vectorised evaluation for f (exp and sigmoid) and the plan's format
 /// (precision <= 24); otherwise it calls numerics::elementary per element.

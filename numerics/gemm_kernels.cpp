@@ -8,7 +8,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -30,9 +29,6 @@ namespace {
 #define ROUNDOFF_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,f16c")))
 #define ROUNDOFF_AVX512FP16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,f16c,avx512fp16")))
 #define ROUNDOFF_INLINE __attribute__((always_inline)) inline
-
-std::atomic<bool> g_enabled{true};
-std::atomic<Isa> g_limit{Isa::Avx512Fp16};
 
 struct Plan {
   Acc acc;
@@ -717,7 +713,7 @@ int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, const OperandCast* c
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// B-operand pack cache (see register_immutable in the header).
+// B-operand pack cache (see PackCache in the header).
 
 /// What a packed B depends on besides its values: where and how it is read, its entry cast, and how it is packed.
 struct BKey {
@@ -753,8 +749,10 @@ struct ImmutableRange {
   std::uint64_t version;
 };
 
+}  // namespace
+
 /// The registry and the cache, behind one mutex (looked up once per gemm_fast call, outside its parallel region).
-struct PackCache {
+struct PackCache::Impl {
   std::mutex mutex;
   std::vector<ImmutableRange> ranges;
   std::vector<std::shared_ptr<const PackedB>> entries;
@@ -770,10 +768,8 @@ struct PackCache {
     });
   }
 };
-PackCache& pack_cache() {
-  static PackCache c;
-  return c;
-}
+
+namespace {
 
 /// The stored extent of B: the doubles from B.data that a K×N product reads.
 std::size_t b_extent(ConstMatrix B, std::size_t K, std::size_t N) {
@@ -787,10 +783,9 @@ constexpr std::size_t kPackCacheBytes = std::size_t{512} << 20;
 
 /// For a B inside a registered range: the cached pack of the same key (a hit), or a fresh entry to pack into and
 /// insert afterwards (a miss with room left); both null for any other B.
-std::pair<std::shared_ptr<const PackedB>, std::shared_ptr<PackedB>> cache_lookup(ConstMatrix B,
+std::pair<std::shared_ptr<const PackedB>, std::shared_ptr<PackedB>> cache_lookup(PackCache::Impl& pc, ConstMatrix B,
                                                                                  const OperandCast* cast_b,
                                                                                  const Plan& plan, const Packed& pk) {
-  PackCache& pc = pack_cache();
   const std::lock_guard<std::mutex> lock(pc.mutex);
   if (pc.ranges.empty()) return {};
   const std::size_t extent = b_extent(B, pk.K, pk.N);
@@ -830,8 +825,7 @@ std::pair<std::shared_ptr<const PackedB>, std::shared_ptr<PackedB>> cache_lookup
 
 /// Inserts a pack made by cache_lookup's miss when B was accepted (class > 0), its range is still registered
 /// under the key's version and no other thread inserted the same key meanwhile; otherwise releases its bytes.
-void cache_insert(std::shared_ptr<PackedB> fresh, int worst_b) {
-  PackCache& pc = pack_cache();
+void cache_insert(PackCache::Impl& pc, std::shared_ptr<PackedB> fresh, int worst_b) {
   const std::lock_guard<std::mutex> lock(pc.mutex);
   const BKey& key = fresh->key;
   const bool registered = std::any_of(pc.ranges.begin(), pc.ranges.end(), [&](const ImmutableRange& r) {
@@ -1014,13 +1008,11 @@ Isa detected_isa() {
   return isa;
 }
 
-void set_isa_limit(Isa limit) { g_limit.store(limit); }
-Isa isa_limit() { return g_limit.load(); }
-void set_enabled(bool on) { g_enabled.store(on); }
-bool enabled() { return g_enabled.load(); }
+PackCache::PackCache() : impl_(std::make_unique<Impl>()) {}
+PackCache::~PackCache() = default;
 
-void register_immutable(const double* data, std::size_t n, std::uint64_t version) {
-  PackCache& pc = pack_cache();
+void PackCache::register_immutable(const double* data, std::size_t n, std::uint64_t version) {
+  Impl& pc = *impl_;
   const std::lock_guard<std::mutex> lock(pc.mutex);
   for (ImmutableRange& r : pc.ranges)
     if (r.data == data) {
@@ -1032,8 +1024,8 @@ void register_immutable(const double* data, std::size_t n, std::uint64_t version
   pc.ranges.push_back(ImmutableRange{data, n, version});
 }
 
-void unregister_immutable(const double* data) {
-  PackCache& pc = pack_cache();
+void PackCache::unregister_immutable(const double* data) {
+  Impl& pc = *impl_;
   const std::lock_guard<std::mutex> lock(pc.mutex);
   for (std::size_t i = 0; i < pc.ranges.size(); ++i)
     if (pc.ranges[i].data == data) {
@@ -1043,20 +1035,16 @@ void unregister_immutable(const double* data) {
     }
 }
 
-PackCacheStats pack_cache_stats() {
-  PackCache& pc = pack_cache();
+PackCacheStats PackCache::stats() const {
+  Impl& pc = *impl_;
   const std::lock_guard<std::mutex> lock(pc.mutex);
   return {pc.ranges.size(), pc.entries.size(), pc.bytes, pc.hits, pc.misses};
 }
 
-namespace {
-Isa effective_isa() { return std::min(detected_isa(), isa_limit()); }
-}  // namespace
-
-const char* kernel_name(const Accumulation& a) {
-  if (a.adder.group != 0) return adder_kernel_name(a, effective_isa());  // numerics/adder_kernels.hpp
+const char* kernel_name(const Accumulation& a, const KernelOptions& opts) {
+  if (a.adder.group != 0) return adder_kernel_name(a, opts.isa());  // numerics/adder_kernels.hpp
   const auto plan = plan_for(a);
-  const Isa isa = effective_isa();
+  const Isa isa = opts.isa();
   if (!plan || isa == Isa::None) return nullptr;
   const bool blocked = plan->block != 0;
   if (isa == Isa::Avx2) {
@@ -1080,16 +1068,16 @@ const char* kernel_name(const Accumulation& a) {
 
 bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix A, ConstMatrix B,
                double* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads,
-               const OperandCast* cast_a, const OperandCast* cast_b) {
-  if (!enabled() || M == 0 || N == 0 || K == 0) return false;
+               const OperandCast* cast_a, const OperandCast* cast_b, const KernelOptions& opts, PackCache* cache) {
+  if (!opts.fast_paths || M == 0 || N == 0 || K == 0) return false;
   const bool casts = cast_a != nullptr || cast_b != nullptr;
   if (casts && (stats != nullptr || (cast_a && cast_a->mode == Rounding::Stochastic) ||
                 (cast_b && cast_b->mode == Rounding::Stochastic)))
     return false;
   if (a.adder.group != 0)  // the multi-term adder's kernels (numerics/adder_kernels.hpp); no entry casts there
-    return !casts && gemm_adder(a, M, N, K, A, B, C, ldc, accumulate, stats, threads, effective_isa());
+    return !casts && gemm_adder(a, M, N, K, A, B, C, ldc, accumulate, stats, threads, opts.isa());
   const auto plan_opt = plan_for(a);
-  const Isa isa = effective_isa();
+  const Isa isa = opts.isa();
   if (!plan_opt || isa == Isa::None) return false;
   const Plan plan = *plan_opt;
   const int nthreads = threads > 0 ? threads : omp_get_max_threads();
@@ -1104,7 +1092,7 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
   // native fp16 attempt, whose fp16 panels may be repacked).
   std::shared_ptr<const PackedB> cached;
   std::shared_ptr<PackedB> fill;
-  if (!try_native) std::tie(cached, fill) = cache_lookup(B, cast_b, plan, pk);
+  if (!try_native && cache != nullptr) std::tie(cached, fill) = cache_lookup(cache->impl(), B, cast_b, plan, pk);
   if (try_native) {
     pk.Ah = buffers.Ah.get(M * K);
     pk.Bh = buffers.Bh.get(pk.panels * K * kPanel);
@@ -1177,7 +1165,7 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
       tile_overflows += ov;
     }
   }
-  if (fill) cache_insert(std::move(fill), worst_b);
+  if (fill) cache_insert(cache->impl(), std::move(fill), worst_b);
   if (worst == 0) return false;
 
   if (stats) {
@@ -1192,11 +1180,11 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
 namespace roundoff::numerics::kernels {
 
 bool gemm_ranged_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix A, ConstMatrix B,
-                      const KRange* rows, double* C, std::size_t ldc) {
-  if (!enabled() || M == 0 || N == 0 || K == 0) return false;
-  if (a.adder.group != 0) return gemm_ranged_adder(a, M, N, K, A, B, rows, C, ldc, effective_isa());
+                      const KRange* rows, double* C, std::size_t ldc, const KernelOptions& opts) {
+  if (!opts.fast_paths || M == 0 || N == 0 || K == 0) return false;
+  if (a.adder.group != 0) return gemm_ranged_adder(a, M, N, K, A, B, rows, C, ldc, opts.isa());
   const auto plan_opt = plan_for(a);
-  const Isa isa = effective_isa();
+  const Isa isa = opts.isa();
   if (!plan_opt || isa == Isa::None) return false;
   const Plan plan = *plan_opt;
   Packed pk = packed_shape(a, plan, isa, M, N, K);

@@ -36,13 +36,16 @@
 ///                          Full argument, signed zeros and overflow counting at tile_ane in gemm_kernels.cpp.
 ///   AVX2 tier (no embedded rounding): the same steps, with round-to-odd and the tile's exactness built from
 ///                          TwoSum errors instead (argument in gemm_kernels_avx2.hpp).
-/// Operands are packed into per-calling-thread buffers that grow and are reused across calls.
+/// Operands are packed into per-calling-thread buffers that grow and are reused across calls (scratch: every
+/// element read is written first in the same call, so they carry nothing from one call to the next).
 /// The running sum starts at −0 (the additive identity, so the first step gives round(t_0) with its sign).
 /// Vectorised across output columns; threads split output rows only, so results do not depend on threads.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "numerics/accumulate.hpp"
+#include "numerics/kernel_options.hpp"
 #include "numerics/round.hpp"
 
 namespace roundoff::numerics::kernels {
@@ -55,14 +58,48 @@ struct OperandCast {
   bool nan_to_inf;
 };
 
+/// B-operand pack cache, owned by its user (ops::Runner owns one per model; nothing is cached without one). A
+/// caller may promise that the doubles in [data, data + n) do not change until it calls register_immutable again
+/// for the same data pointer (with a new version) or unregister_immutable(data); both drop every pack made from
+/// inside the range. While the promise holds, gemm_fast reuses the packed panels of a B that lies inside the
+/// range, packed earlier from the same address, leading dimension, shape, transposition, entry cast and kernel
+/// plan under the same version: the packing is a function of those and of the values alone, so the product is
+/// the same bits as packing afresh. The trainer's model registers its working weights once per update (an
+/// update's micro-steps and the own-precision evaluation then pack each weight matrix once). Unregistered memory
+/// is never cached. The cache holds at most 512 MiB of binary32 panels; a pack beyond that is not cached. Not
+/// used for the native fp16 kernel's packing (AVX512-FP16). Thread-safe (one mutex, taken once per call).
+struct PackCacheStats {
+  std::size_t ranges, entries, bytes;
+  std::uint64_t hits, misses;
+};
+class PackCache {
+ public:
+  PackCache();
+  ~PackCache();
+  PackCache(const PackCache&) = delete;
+  PackCache& operator=(const PackCache&) = delete;
+
+  void register_immutable(const double* data, std::size_t n, std::uint64_t version);
+  void unregister_immutable(const double* data);
+  PackCacheStats stats() const;
+
+  struct Impl;  ///< the registry and the entries (gemm_kernels.cpp)
+  Impl& impl() const { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 /// C = A·B (+ C) as numerics::gemm specifies, when a bit-identical kernel exists for `a` and the inputs; returns
-/// false (C untouched) otherwise. Shapes must already be checked by the caller. With cast_a / cast_b, the product
-/// is cast(A)·cast(B) (each value of the operand cast as it is packed, so no cast copy of the operand is made); the
-/// inputs the kernels must accept are then the cast values. Casts need stats == nullptr (the overflow replay
-/// reads the operands) and a deterministic mode; otherwise the call returns false.
+/// false (C untouched) otherwise, and always when opts.fast_paths is off or opts.isa() is None. Shapes must
+/// already be checked by the caller. With cast_a / cast_b, the product is cast(A)·cast(B) (each value of the
+/// operand cast as it is packed, so no cast copy of the operand is made); the inputs the kernels must accept are
+/// then the cast values. Casts need stats == nullptr (the overflow replay reads the operands) and a
+/// deterministic mode; otherwise the call returns false. cache: the caller's pack cache (nullptr: none).
 bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix A, ConstMatrix B,
                double* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads,
-               const OperandCast* cast_a = nullptr, const OperandCast* cast_b = nullptr);
+               const OperandCast* cast_a = nullptr, const OperandCast* cast_b = nullptr,
+               const KernelOptions& opts = {}, PackCache* cache = nullptr);
 
 /// numerics::gemm_ranged's product when a bit-identical kernel exists (the accumulations and inputs above);
 /// false (C untouched) otherwise. Ranges must already be checked. In the calling thread. The rows of a micro-tile
@@ -73,43 +110,12 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
 /// micro-tile and then together, for the same reason. The
 /// native fp16 kernel is not used here (the round-to-odd kernel gives the same bits).
 bool gemm_ranged_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix A, ConstMatrix B,
-                      const KRange* rows, double* C, std::size_t ldc);
+                      const KRange* rows, double* C, std::size_t ldc, const KernelOptions& opts = {});
 
-/// Instruction sets the kernels can use, weakest first. Avx2 (AVX2 + FMA + F16C, for CPUs without AVX-512) has
-/// every kernel but the native fp16 one, in 8 lanes (numerics/gemm_kernels_avx2.hpp).
-enum class Isa : std::uint8_t { None, Avx2, Avx512, Avx512Fp16 };
-const char* name_of(Isa isa);
-/// What this CPU supports: Avx512 needs AVX-512 F/BW/DQ/VL + FMA + F16C, Avx2 needs AVX2 + FMA + F16C.
-Isa detected_isa();
-/// The best ISA the kernels may use: min(detected, limit). Tests lower the limit to exercise fallbacks.
-void set_isa_limit(Isa limit);
-Isa isa_limit();
-
-/// B-operand pack cache. A caller may promise that the doubles in [data, data + n) do not change until it calls
-/// register_immutable again for the same data pointer (with a new version) or unregister_immutable(data); both drop
-/// every pack made from inside the range. While the promise holds, gemm_fast reuses the packed panels of a B that
-/// lies inside the range, packed earlier from the same address, leading dimension, shape, transposition, entry
-/// cast and kernel plan under the same version: the packing is a function of those and of the values alone, so the
-/// product is the same bits as packing afresh. The trainer registers its working weights once per update (an
-/// update's micro-steps and the own-precision evaluation then pack each weight matrix once). Unregistered memory
-/// is never cached. The cache holds at most 512 MiB of binary32 panels; a pack beyond that is not cached. Not used
-/// for the native fp16 kernel's packing (AVX512-FP16).
-void register_immutable(const double* data, std::size_t n, std::uint64_t version);
-void unregister_immutable(const double* data);
-struct PackCacheStats {
-  std::size_t ranges, entries, bytes;
-  std::uint64_t hits, misses;
-};
-PackCacheStats pack_cache_stats();
-
-/// Global switch (tests and benchmarks compare against the generic path); on by default.
-void set_enabled(bool on);
-bool enabled();
-
-/// Name of the kernel gemm_fast would use for `a` on fp16-valued inputs ("fp16-avx512fp16",
+/// Name of the kernel gemm_fast would use under opts for `a` on fp16-valued inputs ("fp16-avx512fp16",
 /// "fp16-rto-avx512", "bf16-rto-avx512", "fp32-avx512", "fp16-rto-avx2", "bf16-rto-avx2", "fp32-avx2", with
 /// "-blocked" for split-K; "ane-tile4-avx512", "ane-tile4-avx2"; "adder-avx512", "adder-avx2" for the
 /// multi-term adder, numerics/adder_kernels.hpp), or nullptr when none.
-const char* kernel_name(const Accumulation& a);
+const char* kernel_name(const Accumulation& a, const KernelOptions& opts = {});
 
 }  // namespace roundoff::numerics::kernels

@@ -1,7 +1,7 @@
 // round_to's normal-binade fast path on 8 binary64 lanes (AVX-512F) or 4 (AVX2); every other lane through round_to.
 #include "numerics/round_span.hpp"
 
-#include "numerics/gemm_kernels.hpp"
+#include "numerics/kernel_options.hpp"
 
 // GCC 12 reports -Wmaybe-uninitialized inside the intrinsic headers (the self-initialised
 // _mm*_undefined_* placeholders of unmasked intrinsics); the state at the header's own lines decides.
@@ -464,9 +464,9 @@ __attribute__((target("avx2"))) bool all_finite_avx2(const double* x, std::size_
 }
 }  // namespace
 
-bool all_finite(std::span<const double> x) {
-  if (cpu_has_avx512f() && kernels::isa_limit() >= kernels::Isa::Avx512) return all_finite_avx512(x.data(), x.size());
-  if (cpu_has_avx2_f16c() && kernels::isa_limit() >= kernels::Isa::Avx2) return all_finite_avx2(x.data(), x.size());
+bool all_finite(std::span<const double> x, const KernelOptions& opts) {
+  if (cpu_has_avx512f() && opts.isa_limit >= kernels::Isa::Avx512) return all_finite_avx512(x.data(), x.size());
+  if (cpu_has_avx2_f16c() && opts.isa_limit >= kernels::Isa::Avx2) return all_finite_avx2(x.data(), x.size());
   constexpr std::uint64_t kExponent = 0x7FF0000000000000ull;
   std::uint64_t bad = 0;
   for (const double v : x) bad |= static_cast<std::uint64_t>((std::bit_cast<std::uint64_t>(v) & kExponent) == kExponent);
@@ -566,15 +566,15 @@ bool round_doubles_on(const RoundingPlan& plan, Rounding mode, const double* s, 
 }  // namespace
 
 bool op_round_avx512(const RoundingPlan& plan, SpanOp op, const double* a, const double* b, bool bcast, double* out,
-                     std::size_t n, std::vector<std::size_t>& slow) {
-  if (!cpu_has_avx512f() || kernels::isa_limit() < kernels::Isa::Avx512) return false;
+                     std::size_t n, std::vector<std::size_t>& slow, const KernelOptions& opts) {
+  if (!cpu_has_avx512f() || opts.isa_limit < kernels::Isa::Avx512) return false;
   op_round_on<Avx512Tier>(plan, op, a, b, bcast, out, n, slow);
   return true;
 }
 
 bool op_round_avx2(const RoundingPlan& plan, SpanOp op, const double* a, const double* b, bool bcast, double* out,
-                   std::size_t n, std::vector<std::size_t>& slow) {
-  if (!cpu_has_avx2_f16c() || kernels::isa_limit() < kernels::Isa::Avx2) return false;
+                   std::size_t n, std::vector<std::size_t>& slow, const KernelOptions& opts) {
+  if (!cpu_has_avx2_f16c() || opts.isa_limit < kernels::Isa::Avx2) return false;
   op_round_on<Avx2Tier>(plan, op, a, b, bcast, out, n, slow);
   return true;
 }

@@ -22,6 +22,7 @@
 #include <span>
 #include <vector>
 
+#include "numerics/kernel_options.hpp"
 #include "numerics/round.hpp"
 
 namespace roundoff::numerics {
@@ -48,8 +49,8 @@ bool round_doubles_avx2(const RoundingPlan& plan, Rounding mode, std::span<const
 bool round_doubles_avx2_supported();
 
 /// True when every x[i] is finite (not ±inf, not NaN): 8 lanes at a time with AVX-512F, 4 with AVX2, a portable
-/// loop on the exponent bits otherwise (the kernels' ISA limit caps the tier). The answer does not depend on the path.
-bool all_finite(std::span<const double> x);
+/// loop on the exponent bits otherwise (opts.isa() caps the tier). The answer does not depend on the path.
+bool all_finite(std::span<const double> x, const KernelOptions& opts = {});
 
 /// The binary64 operations of op_round_avx512.
 enum class SpanOp : std::uint8_t { Add, Sub, Mul, Div };
@@ -61,15 +62,14 @@ enum class SpanOp : std::uint8_t { Add, Sub, Mul, Div };
 /// round_to) is appended to `slow` in ascending order, its out[i] unspecified. The lanes use the roundings of
 /// round_doubles_avx512 (so out[i] is round_to's value); whether a[i] op y rounded once to the format is the
 /// correctly rounded operation is the caller's argument (ops/span_arith.hpp). Returns false, touching nothing,
-/// when the CPU lacks AVX-512F or the kernels' ISA limit (numerics/gemm_kernels.hpp) is below AVX-512. out must not
-/// alias a or b.
+/// when the CPU lacks AVX-512F or opts.isa_limit is below AVX-512. out must not alias a or b.
 bool op_round_avx512(const RoundingPlan& plan, SpanOp op, const double* a, const double* b, bool bcast, double* out,
-                     std::size_t n, std::vector<std::size_t>& slow);
+                     std::size_t n, std::vector<std::size_t>& slow, const KernelOptions& opts = {});
 
 /// op_round_avx512 on 4 lanes with AVX2 (the lane roundings of round_doubles_avx2); the elements of a tail of
 /// fewer than 4 are appended to `slow` as well. Returns false, touching nothing, when the CPU lacks AVX2 or F16C
-/// or the kernels' ISA limit is below AVX2. out must not alias a or b.
+/// or opts.isa_limit is below AVX2. out must not alias a or b.
 bool op_round_avx2(const RoundingPlan& plan, SpanOp op, const double* a, const double* b, bool bcast, double* out,
-                   std::size_t n, std::vector<std::size_t>& slow);
+                   std::size_t n, std::vector<std::size_t>& slow, const KernelOptions& opts = {});
 
 }  // namespace roundoff::numerics

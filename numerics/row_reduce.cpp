@@ -54,7 +54,6 @@ std::optional<LanePlan> plan_of(const Accumulation& a, bool dot) {
 }
 
 using kernels::Isa;
-Isa tier() { return std::min(kernels::detected_isa(), kernels::isa_limit()); }
 
 /// The scalar definition of reduction r.
 double scalar(const Accumulation& a, const RowBatch& rb, std::size_t r) {
@@ -89,9 +88,9 @@ void pack(const double* src, std::ptrdiff_t row, std::ptrdiff_t step, std::size_
 
 }  // namespace
 
-const char* row_kernel_name(const Accumulation& a) {
+const char* row_kernel_name(const Accumulation& a, const KernelOptions& opts) {
   const auto pl = plan_of(a, true);
-  const Isa isa = tier();
+  const Isa isa = opts.isa();
   if (!pl || isa == Isa::None) return nullptr;
   const bool wide = isa != Isa::Avx2;
   switch (pl->kind) {
@@ -102,8 +101,9 @@ const char* row_kernel_name(const Accumulation& a) {
   return nullptr;
 }
 
-bool reduce_rows(const Accumulation& a, const RowBatch& rb, std::span<double> out, std::size_t* recomputed) {
-  const Isa isa = tier();
+bool reduce_rows(const Accumulation& a, const RowBatch& rb, std::span<double> out, std::size_t* recomputed,
+                 const KernelOptions& opts) {
+  const Isa isa = opts.isa();
   if (isa == Isa::None) return false;
   const auto pl = plan_of(a, rb.y != nullptr);
   if (!pl) return false;

@@ -4,7 +4,7 @@
 /// numerics::dot (or numerics::sum) of reduction r under the Accumulation, bit for bit, because every lane runs
 /// that reduction's own algorithm — same term order, same roundings — and lanes never mix.
 ///
-/// Lane kernels (binary64 lanes; AVX-512: 4 vectors of 8 lanes, AVX2: 4 of 4; numerics::kernels::isa_limit()
+/// Lane kernels (binary64 lanes; AVX-512: 4 vectors of 8 lanes, AVX2: 4 of 4; the caller's KernelOptions::isa()
 /// caps the tier, Isa::None → no kernel), for accumulations with rounding NearestEven, no promotion, no
 /// multi-term adder, fused products (or sums), order Sequential:
 ///   Seq      accumulator F with p ≤ 24, F inside binary32's exponent range with subnormals, IEEE specials, not
@@ -51,12 +51,13 @@ struct BasicRowBatch {
 using RowBatch = BasicRowBatch<double>;
 
 /// out[r] = dot(a, x + r·x_row, x_step, y + r·y_row, y_step, length[r]) (or the sum) for every r, through the
-/// lane kernels; returns false, writing nothing, when no lane kernel handles `a` on this CPU (isa_limit).
+/// lane kernels; returns false, writing nothing, when no lane kernel handles `a` on this CPU under opts.isa().
 /// recomputed (optional) is incremented by the number of reductions the kernel flagged and dot/sum redid.
 bool reduce_rows(const Accumulation& a, const RowBatch& rows, std::span<double> out,
-                 std::size_t* recomputed = nullptr);
+                 std::size_t* recomputed = nullptr, const KernelOptions& opts = {});
 
-/// The lane kernel reduce_rows would use for `a` ("seq-avx512", "binary64-avx2", "tile-avx512", ...), or nullptr.
-const char* row_kernel_name(const Accumulation& a);
+/// The lane kernel reduce_rows would use under opts for `a` ("seq-avx512", "binary64-avx2", "tile-avx512", ...),
+/// or nullptr.
+const char* row_kernel_name(const Accumulation& a, const KernelOptions& opts = {});
 
 }  // namespace roundoff::numerics

@@ -48,12 +48,12 @@ ROUNDOFF_ADAMW_AVX2 inline void store_lanes(double* p, __m256 x, unsigned lanes)
 
 }  // namespace
 
-bool adamw_binary32_supported() {
+bool adamw_binary32_supported(const numerics::KernelOptions& opts) {
   static const bool cpu = [] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") != 0;
   }();
-  return cpu && numerics::kernels::isa_limit() >= numerics::kernels::Isa::Avx2;
+  return cpu && opts.isa_limit >= numerics::kernels::Isa::Avx2;
 }
 
 ROUNDOFF_ADAMW_AVX2 void adamw_binary32(double* w, double* m, double* v, const double* g, std::size_t n,

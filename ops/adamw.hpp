@@ -44,9 +44,8 @@ struct AdamWBinary32 {
 };
 /// Elements per block of the binary32 path (a multiple of 8).
 inline constexpr std::size_t kAdamWBlock = 2048;
-/// True when the running CPU has the AVX2 the binary32 path needs and the kernels' ISA limit
-/// (numerics::kernels::set_isa_limit) allows AVX2.
-bool adamw_binary32_supported();
+/// True when the running CPU has the AVX2 the binary32 path needs and opts.isa_limit allows AVX2.
+bool adamw_binary32_supported(const numerics::KernelOptions& opts);
 /// The binary32 path of adamw_update on elements [0, n), n ≤ kAdamWBlock, 8 lanes at a time (AVX2; the
 /// elements of a last group of fewer than 8 are left to the scalar path): every operation
 /// of the update is the hardware binary32 operation (vaddps, vmulps, vdivps, vsqrtps; no FMA), in the order
@@ -93,8 +92,8 @@ void adamw_update(std::span<typename A::Value> w, std::span<typename A::Value> m
   };
   if constexpr (std::is_same_v<A, Emulated>) {
     const numerics::Format& fp32 = numerics::formats::fp32;
-    if (sel.empty() && fast_paths() && ctx.binary32_native() && f.master.format == fp32 && f.m.format == fp32 &&
-        f.v.format == fp32 && detail::adamw_binary32_supported()) {
+    if (sel.empty() && ctx.fast_paths() && ctx.binary32_native() && f.master.format == fp32 && f.m.format == fp32 &&
+        f.v.format == fp32 && detail::adamw_binary32_supported(ctx.exec().kernels)) {
       const auto b32 = [](double x) { return static_cast<float>(x); };  // exact: compute-format constants
       const detail::AdamWBinary32 c32{b32(b1), b32(b2), b32(ob1), b32(ob2), b32(c1),  b32(c2),
                                       b32(eps), b32(wd), b32(lr), b32(gs), cfg.grad_scale != 1.0};

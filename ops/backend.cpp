@@ -3,28 +3,21 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
 
 #include "numerics/gemm_kernels.hpp"
 
 namespace roundoff::ops {
 
 namespace {
-std::atomic<bool> g_fast_paths{true};
 /// Values per chunk of the span roundings that make several passes (4 KiB of doubles: they stay in L1).
 constexpr std::size_t kResultChunk = 512;
-std::atomic<KeyLog*> g_key_log{nullptr};
 }  // namespace
 
-void set_fast_paths(bool on) { g_fast_paths.store(on, std::memory_order_relaxed); }
-bool fast_paths() { return g_fast_paths.load(std::memory_order_relaxed); }
-void set_key_log(KeyLog* log) { g_key_log.store(log, std::memory_order_relaxed); }
-KeyLog* key_log() { return g_key_log.load(std::memory_order_relaxed); }
 
 numerics::StochasticBits Ctx<Emulated>::reduction_stream(Key r) const {
   const numerics::StochasticBits b = sub_stream(bits_, r);
   if (prec_.accumulate.rounding == numerics::Rounding::Stochastic)
-    if (KeyLog* log = key_log()) log->add(b.stream, KeyLog::kStreamUse);
+    if (KeyLog* log = exec_.key_log) log->add(b.stream, KeyLog::kStreamUse);
   return b;
 }
 
@@ -49,12 +42,13 @@ double Ctx<Emulated>::dot(const double* x, std::ptrdiff_t incx, const double* y,
 void Ctx<Emulated>::gemm(std::size_t M, std::size_t N, std::size_t K, numerics::ConstMatrix A, numerics::ConstMatrix B,
                          double* C, std::size_t ldc, bool accumulate, Key r) const {
   numerics::gemm(prec_.accumulate, M, N, K, A, B, C, ldc, accumulate, reduction_stream(r), nullptr,
-                 omp_in_parallel() ? 1 : 0);
+                 omp_in_parallel() ? 1 : 0, exec_.kernels, exec_.pack_cache);
 }
 
 bool Ctx<Emulated>::rows_fast(const numerics::RowBatch& rows, std::span<double> out) const {
   const numerics::Accumulation& a = prec_.accumulate;
-  if (!fast_paths() || a.rounding == numerics::Rounding::Stochastic || !numerics::row_kernel_name(a)) return false;
+  if (!fast_paths() || a.rounding == numerics::Rounding::Stochastic || !numerics::row_kernel_name(a, exec_.kernels))
+    return false;
   // Blocks of rows split over the threads (outside a parallel region): independent outputs only.
   constexpr std::size_t kChunk = 64;
   const std::size_t R = rows.length.size();
@@ -68,7 +62,7 @@ bool Ctx<Emulated>::rows_fast(const numerics::RowBatch& rows, std::span<double> 
     part.length = rows.length.subspan(r0, n);
     part.x = rows.x + off * rows.x_row;
     if (rows.y) part.y = rows.y + off * rows.y_row;
-    ok = numerics::reduce_rows(a, part, out.subspan(r0, n)) && ok;
+    ok = numerics::reduce_rows(a, part, out.subspan(r0, n), nullptr, exec_.kernels) && ok;
   }
   return ok;
 }
@@ -81,7 +75,7 @@ void Ctx<Emulated>::gemm_in(std::size_t M, std::size_t N, std::size_t K, std::sp
     const numerics::kernels::OperandCast cast{&storage_, mode_, prec_.nan == NanRule::AneInf};
     if (numerics::kernels::gemm_fast(prec_.accumulate, M, N, K, {a.data(), lda, a_transposed},
                                      {b.data(), ldb, b_transposed}, C, ldc, accumulate, nullptr,
-                                     omp_in_parallel() ? 1 : 0, &cast, &cast))
+                                     omp_in_parallel() ? 1 : 0, &cast, &cast, exec_.kernels, exec_.pack_cache))
       return;
   }
   const std::span<const double> as = entry_cast(*this, a, ta, 0), bs = entry_cast(*this, b, tb, 1);

@@ -41,6 +41,7 @@
 #include "numerics/accumulate.hpp"
 #include "numerics/arith.hpp"
 #include "numerics/elementary_span.hpp"
+#include "numerics/gemm_kernels.hpp"
 #include "numerics/round.hpp"
 #include "numerics/row_reduce.hpp"
 #include "ops/policy.hpp"
@@ -63,11 +64,6 @@ struct Emulated {
 struct Reference {
   using Value = Ref;
 };
-
-/// Global switch of the ops' fast paths (batched GEMMs instead of per-element dots, ...), on by default.
-/// Off, every op runs its per-element definition: the oracle the tests compare the fast paths with bit for bit.
-void set_fast_paths(bool on);
-bool fast_paths();
 
 /// The tensors (index spaces) of stochastic-rounding keys. X2 is an elementwise op's second input (SwiGLU's
 /// up projection u, the residual branch f); RunningSum is online attention's running output o (element
@@ -94,7 +90,7 @@ constexpr numerics::StochasticBits sub_stream(numerics::StochasticBits b, Key r)
   return {b.seed, numerics::mix64(b.stream * 0x9E3779B97F4A7C15ull + r.bits + 1)};
 }
 
-/// Test hook (tests/ops/stochastic_keys_test.cpp): while set, every stochastic draw of an emulated context
+/// Test hook (tests/ops/stochastic_keys_test.cpp): while set in a context's ExecOptions, every stochastic draw of an emulated context
 /// appends (stream, key bits), and every reduction that rounds stochastically appends (its stream, kStreamUse),
 /// so a test can check that one op call never draws a key twice. nullptr (the default) records nothing; only
 /// stochastic draws test the pointer.
@@ -107,8 +103,21 @@ struct KeyLog {
     entries.emplace_back(stream, k);
   }
 };
-void set_key_log(KeyLog* log);
-KeyLog* key_log();
+
+/// How an emulated context computes (never what: every setting gives the same bits, tests/ops check each fast
+/// path against the per-element definition). Travels in every Ctx; an ops::Runner owns one for all its contexts
+/// (docs/design.md, "No hidden global state").
+struct ExecOptions {
+  /// The ops' fast paths (batched GEMMs instead of per-element dots, span roundings, lane reductions, ...), on
+  /// by default. Off, every op runs its per-element definition: the oracle the tests compare the fast paths with.
+  bool fast_paths = true;
+  /// The numerics kernels' options (GEMM kernels on/off, the ISA limit), passed to every numerics call.
+  numerics::KernelOptions kernels{};
+  /// The B-operand pack cache of the GEMMs (not owned; nullptr: none). The Runner points it at its own.
+  numerics::kernels::PackCache* pack_cache = nullptr;
+  /// Test hook (not owned; nullptr: record nothing): see KeyLog.
+  KeyLog* key_log = nullptr;
+};
 
 template <class A>
 class Ctx;
@@ -118,12 +127,15 @@ template <>
 class Ctx<Emulated> {
  public:
   using V = double;
-  explicit Ctx(const OpPrecision& p, numerics::StochasticBits bits = {})
-      : prec_(p), storage_(p.storage), compute_(p.compute), mode_(p.rounding), bits_(bits),
+  explicit Ctx(const OpPrecision& p, numerics::StochasticBits bits = {}, const ExecOptions& exec = {})
+      : prec_(p), storage_(p.storage), compute_(p.compute), mode_(p.rounding), bits_(bits), exec_(exec),
         native_(native_kind(p.compute, p.rounding)), exp_lut_(table(p, numerics::LutFunction::Exp)),
         sigmoid_lut_(table(p, numerics::LutFunction::Sigmoid)) {}
 
   const OpPrecision& precision() const { return prec_; }
+  const ExecOptions& exec() const { return exec_; }
+  /// exec().fast_paths: whether ops may take their fast paths.
+  bool fast_paths() const { return exec_.fast_paths; }
   const numerics::RoundingPlan& storage_plan() const { return storage_; }
   numerics::StochasticBits bits() const { return bits_; }
   void set_bits(numerics::StochasticBits b) { bits_ = b; }
@@ -209,7 +221,7 @@ class Ctx<Emulated> {
   /// range in ascending k, under the accumulation), left in the accumulator format. In the calling thread.
   void gemm_ranged(std::size_t M, std::size_t N, std::size_t K, numerics::ConstMatrix A, numerics::ConstMatrix B,
                    std::span<const numerics::KRange> rows, double* C, std::size_t ldc, Key r) const {
-    numerics::gemm_ranged(prec_.accumulate, M, N, K, A, B, rows, C, ldc, reduction_stream(r));
+    numerics::gemm_ranged(prec_.accumulate, M, N, K, A, B, rows, C, ldc, reduction_stream(r), exec_.kernels);
   }
   /// dot()'s conversion of the accumulator value s of the reduction keyed r to compute.
   double dot_result(double s, Key r) const { return to_compute(s, r); }
@@ -333,7 +345,7 @@ class Ctx<Emulated> {
     draws.clear();
     if (mode_ == numerics::Rounding::Stochastic)
       for (std::size_t i = 0; i < src.size(); ++i) draws.push_back(draw(kf(i)));
-    numerics::elementary_span(compute_, mode_, f, src, dst, draws);
+    numerics::elementary_span(compute_, mode_, f, src, dst, draws, exec_.kernels);
   }
   /// dot_rows' lane path: the accumulator values of every reduction, or false (out untouched).
   bool rows_fast(const numerics::RowBatch& rows, std::span<double> out) const;
@@ -348,7 +360,7 @@ class Ctx<Emulated> {
   numerics::StochasticBits reduction_stream(Key r) const;
   std::uint64_t draw(Key k) const {
     if (mode_ != numerics::Rounding::Stochastic) return 0;
-    if (KeyLog* log = key_log()) [[unlikely]]
+    if (KeyLog* log = exec_.key_log) [[unlikely]]
       log->add(bits_.stream, k.bits);
     return bits_.draw(k.bits);
   }
@@ -365,6 +377,7 @@ class Ctx<Emulated> {
   numerics::RoundingPlan storage_, compute_;
   numerics::Rounding mode_;
   numerics::StochasticBits bits_;
+  ExecOptions exec_;
   Native native_;
   const numerics::Lut* exp_lut_;
   const numerics::Lut* sigmoid_lut_;
@@ -375,9 +388,12 @@ template <>
 class Ctx<Reference> {
  public:
   using V = Ref;
-  explicit Ctx(const OpPrecision& p, numerics::StochasticBits bits = {}) : prec_(p), storage_(p.storage), bits_(bits) {}
+  explicit Ctx(const OpPrecision& p, numerics::StochasticBits bits = {}, const ExecOptions& exec = {})
+      : prec_(p), storage_(p.storage), bits_(bits), exec_(exec) {}
 
   const OpPrecision& precision() const { return prec_; }
+  const ExecOptions& exec() const { return exec_; }
+  bool fast_paths() const { return exec_.fast_paths; }
   const numerics::RoundingPlan& storage_plan() const { return storage_; }
   numerics::StochasticBits bits() const { return bits_; }
   void set_bits(numerics::StochasticBits b) { bits_ = b; }
@@ -486,6 +502,7 @@ class Ctx<Reference> {
   OpPrecision prec_;
   numerics::RoundingPlan storage_;
   numerics::StochasticBits bits_;
+  ExecOptions exec_;
 };
 
 /// Matrix operand of a backend's gemm.

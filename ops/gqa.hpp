@@ -75,7 +75,7 @@ void kv_reduce_backward(std::span<typename A::Value> dkv, std::span<const typena
   using V = typename A::Value;
   const auto NH = static_cast<std::int64_t>(head_map.size());
   const std::int64_t rows = static_cast<std::int64_t>(dfull.size()) / (NH * hs);
-  if (const std::optional<HeadGroups> groups = fast_paths() ? head_groups(head_map, kv_heads) : std::nullopt) {
+  if (const std::optional<HeadGroups> groups = ctx.fast_paths() ? head_groups(head_map, kv_heads) : std::nullopt) {
     const auto full = static_cast<std::size_t>(NH * hs), kv = static_cast<std::size_t>(kv_heads * hs);
     for_units(rows, sel, [&](std::int64_t n) {
       thread_local std::vector<V> x, sums, in, sum;

@@ -109,7 +109,9 @@ struct ReferenceArgs {
   }
   static std::span<Ref> optional(std::span<double>) { return {}; }
   Select sel() const { return units; }
-  static Ctx<Reference> context(const Ctx<Emulated>&, const OpPrecision& prec) { return Ctx<Reference>(prec); }
+  static Ctx<Reference> context(const Ctx<Emulated>& emulated, const OpPrecision& prec) {
+    return Ctx<Reference>(prec, {}, emulated.exec());
+  }
 
  private:
   static std::vector<Ref> magnitudes(std::vector<Ref> v) {
@@ -120,10 +122,18 @@ struct ReferenceArgs {
 
 }  // namespace
 
-Runner::Runner(const Policy& policy, std::uint64_t seed) : policy_(policy), seed_(seed) {
+Runner::Runner(const Policy& policy, std::uint64_t seed, const ExecOptions& exec)
+    : policy_(policy), seed_(seed), pack_cache_(std::make_unique<numerics::kernels::PackCache>()) {
+  set_exec(exec);
+}
+
+void Runner::set_exec(const ExecOptions& exec) {
+  exec_ = exec;
+  if (exec_.pack_cache == nullptr) exec_.pack_cache = pack_cache_.get();
+  ctx_.clear();
   ctx_.reserve(kOpCount * kPassCount);
   for (OpKind k : kAllOps)
-    for (Pass p : kAllPasses) ctx_.emplace_back(policy_.at(k, p));
+    for (Pass p : kAllPasses) ctx_.emplace_back(policy_.at(k, p), numerics::StochasticBits{}, exec_);
 }
 
 void Runner::set_step(std::int64_t step) {
@@ -163,7 +173,7 @@ void Runner::run(Site s, Pass pass, std::int64_t n_units, Outputs outs, Call&& c
   const OpPrecision& prec = policy_.at(s.op, pass);
   if (shadow) {
     const std::vector<std::int64_t> sel = spaced_units(n_units, sampling_.units);
-    const Ctx<Reference> rc(prec);
+    const Ctx<Reference> rc(prec, {}, c.exec());
     ReferenceArgs reference{outs, refs, before, false, Select(sel)};
     call(rc, reference);
     bool any_dot = false;

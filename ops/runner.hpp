@@ -22,6 +22,7 @@
 /// reads as a list of Runner calls.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string_view>
 
@@ -67,9 +68,17 @@ class Runner {
   using CSpan = std::span<const double>;
   using Tokens = std::span<const std::int32_t>;
 
-  explicit Runner(const Policy& policy, std::uint64_t seed = 0);
+  /// exec: how the op calls compute (ExecOptions; the same bits whatever it says). Its pack_cache, when null,
+  /// becomes the Runner's own (pack_cache()).
+  explicit Runner(const Policy& policy, std::uint64_t seed = 0, const ExecOptions& exec = {});
 
   const Policy& policy() const { return policy_; }
+  const ExecOptions& exec() const { return exec_; }
+  /// Replaces the execution options of every later op call (a null pack_cache: the Runner's own).
+  void set_exec(const ExecOptions& exec);
+  /// The GEMMs' B-operand pack cache of this Runner's op calls: a model registers its immutable working
+  /// weights here (numerics::kernels::PackCache).
+  numerics::kernels::PackCache& pack_cache() { return *exec_.pack_cache; }
   /// Sets the training step (recorded on the tape, and part of the stochastic stream); resets the call index.
   void set_step(std::int64_t step);
   std::int64_t step() const { return step_; }
@@ -154,6 +163,8 @@ class Runner {
 
   Policy policy_;
   std::uint64_t seed_;
+  std::unique_ptr<numerics::kernels::PackCache> pack_cache_;  ///< owned here: stable when the Runner moves
+  ExecOptions exec_;
   std::int64_t step_ = 0;
   std::uint64_t call_ = 0;
   std::vector<Ctx<Emulated>> ctx_;  ///< kOpCount × kPassCount

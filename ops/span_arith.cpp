@@ -10,9 +10,10 @@ namespace roundoff::ops {
 
 namespace {
 /// The compute formats and modes the fast path is argued for.
-bool admits(const OpPrecision& p) {
+bool admits(const Ctx<Emulated>& ctx) {
+  const OpPrecision& p = ctx.precision();
   const numerics::Format& f = p.compute;
-  return fast_paths() && p.rounding == numerics::Rounding::NearestEven && f.precision <= 25 && f.emin >= -126 &&
+  return ctx.fast_paths() && p.rounding == numerics::Rounding::NearestEven && f.precision <= 25 && f.emin >= -126 &&
          f.emax <= 127 && f.subnormals && f.specials == numerics::Specials::Ieee && !f.saturate;
 }
 bool same_bits(double x, double y) { return std::bit_cast<std::uint64_t>(x) == std::bit_cast<std::uint64_t>(y); }
@@ -29,15 +30,15 @@ numerics::SpanOp span_op(ArithOp op) {
 
 bool arith_span(const Ctx<Emulated>& ctx, ArithOp op, std::span<const double> a, std::span<const double> b,
                 std::span<double> out, std::vector<std::size_t>& slow) {
-  if (!admits(ctx.precision())) return false;
+  if (!admits(ctx)) return false;
   const std::size_t n = out.size();
   const bool bcast = b.size() == 1 && n != 1;
   thread_local numerics::RoundingPlan plan(numerics::formats::fp32);
   if (!(plan.format == ctx.precision().compute)) plan = numerics::RoundingPlan(ctx.precision().compute);
   slow.clear();
   // One fused SIMD pass when the CPU has it (numerics/round_span.hpp: the same roundings as round_array).
-  if (numerics::op_round_avx512(plan, span_op(op), a.data(), b.data(), bcast, out.data(), n, slow) ||
-      numerics::op_round_avx2(plan, span_op(op), a.data(), b.data(), bcast, out.data(), n, slow))
+  if (numerics::op_round_avx512(plan, span_op(op), a.data(), b.data(), bcast, out.data(), n, slow, ctx.exec().kernels) ||
+      numerics::op_round_avx2(plan, span_op(op), a.data(), b.data(), bcast, out.data(), n, slow, ctx.exec().kernels))
     return true;
   thread_local std::vector<double> ra, rb, bs;
   if (bcast) {

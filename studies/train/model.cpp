@@ -82,8 +82,9 @@ std::string site_name(OpKind op, Pass pass, int layer, std::string_view tensor) 
 
 }  // namespace
 
-Transformer::Transformer(const ModelConfig& c, ResidualScale residual, const ops::Policy& policy, std::uint64_t seed)
-    : c_(c), rule_(residual_rule(residual, c.layers)), lay_(param_layout(c)), runner_(policy, seed) {
+Transformer::Transformer(const ModelConfig& c, ResidualScale residual, const ops::Policy& policy, std::uint64_t seed,
+                         const ops::ExecOptions& exec)
+    : c_(c), rule_(residual_rule(residual, c.layers)), lay_(param_layout(c)), runner_(policy, seed, exec) {
   c_.validate();
   const GqaMap fwd = c_.defects.gqa_mismatch ? GqaMap::Cyclic : c_.gqa_map;
   const GqaMap bwd = c_.defects.gqa_mismatch ? GqaMap::Block : c_.gqa_map;
@@ -571,21 +572,26 @@ std::span<const double> Transformer::working_weights(std::span<const double> mas
 
 Transformer::~Transformer() { unregister_weights(); }
 
-void Transformer::set_weights_version(std::uint64_t version) {
-  if (version != weights_version_) unregister_weights();
-  weights_version_ = version;
+void Transformer::weights_changed() {
+  unregister_weights();
+  weights_version_ = ++versions_;
+}
+
+void Transformer::release_weights() {
+  unregister_weights();
+  weights_version_ = 0;
 }
 
 void Transformer::register_weights(std::span<const double> w) {
   if (weights_version_ == 0) return;  // no promise from the caller: the weights may change between calls
   if (registered_ != nullptr && registered_ != w.data()) unregister_weights();
-  numerics::kernels::register_immutable(w.data(), w.size(), weights_version_);
+  runner_.pack_cache().register_immutable(w.data(), w.size(), weights_version_);
   registered_ = w.data();
 }
 
 void Transformer::unregister_weights() {
   if (registered_ == nullptr) return;
-  numerics::kernels::unregister_immutable(registered_);
+  runner_.pack_cache().unregister_immutable(registered_);
   registered_ = nullptr;
 }
 

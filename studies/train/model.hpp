@@ -21,7 +21,7 @@
 ///
 /// Weights: the forward and backward read the working copy, the masters rounded to the policy's `weights`
 /// role format (nearest-even; the masters themselves when that format is fp64), made afresh from the masters
-/// at every call unless the caller named the weights' version (set_weights_version), so after every update (AutoANE stages fp16 copies of its fp32 masters the same way). Each
+/// at every call unless the caller promised the weights unchanged (weights_changed), so after every update (AutoANE stages fp16 copies of its fp32 masters the same way). Each
 /// op then rounds its inputs to its own storage format on entry. Weight gradients are rounded to the policy's Gradient
 /// role format after the backward pass. Telemetry: every step, each op output is scanned for non-finite
 /// values (the first one names the op); at detailed steps, per-op range events (inf, nan, subnormal, zero
@@ -45,7 +45,9 @@ namespace roundoff::studies::train {
 class Transformer final : public Model {
  public:
   /// `seed` drives the stochastic-rounding stream (with the step and call index; see ops::Runner).
-  Transformer(const ModelConfig& c, ResidualScale residual, const ops::Policy& policy, std::uint64_t seed);
+  /// exec: how the op calls compute (ops::ExecOptions; the same bits whatever it says).
+  Transformer(const ModelConfig& c, ResidualScale residual, const ops::Policy& policy, std::uint64_t seed,
+              const ops::ExecOptions& exec = {});
   ~Transformer() override;
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -72,9 +74,10 @@ class Transformer final : public Model {
     runner_.enable_profile(profile);
     profile_ = profile;
   }
-  /// A new version withdraws the working weights' registration with the GEMM pack cache at once
-  /// (numerics::kernels::register_immutable; working_weights registers the next copy it derives).
-  void set_weights_version(std::uint64_t version) override;
+  /// A new version (or none) withdraws the working weights' registration with the Runner's GEMM pack cache at
+  /// once (numerics::kernels::PackCache; working_weights registers the next copy it derives).
+  void weights_changed() override;
+  void release_weights() override;
 
   /// One forward+backward on `b` (loss scale `loss_scale`) with the MPFR shadow on (ops::Runner::enable_shadow):
   /// every op call records its local error on `units` sampled units into `tape` (tagged with `step`). With a
@@ -166,9 +169,9 @@ class Transformer final : public Model {
   BackwardBuffers bw_;
   std::vector<double> x_final_, xf_, rf_, logits_, probs_, losses_, cos_, sin_;
   std::vector<double> weights_;  ///< working_weights' copy (empty when the masters are read directly)
-  /// set_weights_version's promise, and what working_weights derived last: for which version of which
-  /// buffer, and whether that was the masters themselves.
-  std::uint64_t weights_version_ = 0, derived_version_ = 0;
+  /// weights_changed's promise (the current version, 0: none; versions_: the last one handed out), and what
+  /// working_weights derived last: for which version of which buffer, and whether that was the masters themselves.
+  std::uint64_t weights_version_ = 0, versions_ = 0, derived_version_ = 0;
   const double* derived_from_ = nullptr;
   std::size_t derived_size_ = 0;
   bool derived_identity_ = false;

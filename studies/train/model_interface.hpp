@@ -66,11 +66,13 @@ class Model {
   /// Adds the time of every op call of this model to `profile` (nullptr: off). Timing only, no bit changes.
   /// Models that do not run through ops::Runner have nothing to time and ignore it.
   virtual void set_profile(ops::Profile* /*profile*/) {}
-  /// Names the state of the master weights the next calls receive: while `version` stays the same (and the
-  /// master buffer is the same), the caller promises the weights are unchanged, and the model may reuse what
-  /// it derived from them (the Transformer's working copy) instead of deriving it again at every
-  /// micro-step and evaluation batch. 0, the default, promises nothing: everything is derived at each call.
-  virtual void set_weights_version(std::uint64_t /*version*/) {}
+  /// The master weights were set or changed: until the next weights_changed() or release_weights() (and while
+  /// the master buffer is the same), the caller promises they do not change, and the model may reuse what it
+  /// derived from them (the Transformer's working copy and its packed GEMM operands) instead of deriving it
+  /// again at every micro-step and evaluation batch. Each call starts a new version of the model's own.
+  virtual void weights_changed() {}
+  /// Withdraws the promise (the initial state): everything is derived at each call.
+  virtual void release_weights() {}
 };
 
 }  // namespace roundoff::studies::train

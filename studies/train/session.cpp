@@ -170,8 +170,8 @@ nlohmann::json evaluate_checkpoint(const SessionSpec& spec, const TrainData& dat
                                    const std::filesystem::path& checkpoint) {
   const TrainOptions& o = spec.options;
   const Checkpoint ck = load_foreign_checkpoint(o, data, checkpoint, "evaluating a checkpoint");
-  Transformer model(o.config, o.residual, spec.policy, o.seed);
-  model.set_weights_version(1);
+  Transformer model(o.config, o.residual, spec.policy, o.seed, spec.exec);
+  model.weights_changed();
   const EvalLoss val = evaluate_loss(model, data.val, ck.master);
   nlohmann::json r = provenance("roundoff train --eval-checkpoint");
   r["val_loss"] = val.loss;
@@ -202,9 +202,9 @@ nlohmann::json shadow_checkpoint(const SessionSpec& spec, const TrainData& data,
   const Checkpoint ck = load_foreign_checkpoint(o, data, checkpoint, "shadowing a checkpoint");
   const std::int64_t step = ck.meta.at("step").get<std::int64_t>();
   const double loss_scale = ck.meta.at("loss_scale_value").get<double>();
-  Transformer own(o.config, o.residual, spec.policy, o.seed);
-  Transformer reference(o.config, o.residual, ops::Policy::preset("fp64"), o.seed);
-  own.set_weights_version(1);
+  Transformer own(o.config, o.residual, spec.policy, o.seed, spec.exec);
+  Transformer reference(o.config, o.residual, ops::Policy::preset("fp64"), o.seed, spec.exec);
+  own.weights_changed();
   ops::Tape tape;
   own.shadow(step, data.val.batches.front(), ck.master, loss_scale, tape, spec.shadow_units, &reference);
   RunLog log;
@@ -228,18 +228,18 @@ nlohmann::json run_session(SessionSpec spec, const TrainData& data, std::ostream
   o.update_format = update_format(spec.policy.storage_for(ops::TensorRole::Gradient));
   std::optional<OutDirLock> lock;  // held until the results are written: one writer per results directory
   if (!o.out.empty()) lock.emplace(o.out);
-  Transformer own(o.config, o.residual, spec.policy, o.seed);
+  Transformer own(o.config, o.residual, spec.policy, o.seed, spec.exec);
   // The fp32 twin, unless the own model already is it (fp32 policy, evaluation config = training config):
   // then the trainer evaluates and takes fp32 gradients from the own model (Trainer's constructor).
   const ops::Policy fp32_policy = ops::Policy::preset("fp32");
   std::optional<Transformer> twin;
   if (spec.policy.canonical() != fp32_policy.canonical() || !(evaluation_config(o.config) == o.config))
-    twin.emplace(evaluation_config(o.config), o.residual, fp32_policy, o.seed);
+    twin.emplace(evaluation_config(o.config), o.residual, fp32_policy, o.seed, spec.exec);
   Transformer& fp32 = twin ? *twin : own;
   std::optional<Transformer> reference;  // the fp64 model of the global error, only when attributing
   ShadowHook hook;
   if (o.shadow_every > 0) {
-    reference.emplace(o.config, o.residual, ops::Policy::preset("fp64"), o.seed);
+    reference.emplace(o.config, o.residual, ops::Policy::preset("fp64"), o.seed, spec.exec);
     if (data.val.batches.empty()) throw std::runtime_error("--shadow-every needs a non-empty validation split");
     const Batch probe = data.val.batches.front();  // the fixed probe batch: the first B val windows
     const std::int64_t units = spec.shadow_units;

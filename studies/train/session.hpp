@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ops/backend.hpp"
 #include "ops/policy.hpp"
 #include "studies/train/loss_scaler.hpp"
 #include "studies/train/trainer.hpp"
@@ -26,6 +27,8 @@ struct SessionSpec {
   /// Time every step per (op, pass) (ops::Profile): the table goes to the progress stream at the end and,
   /// with an output directory, to DIR/profile.csv. No bit changes.
   bool profile = false;
+  /// How every model of the session computes (ops::ExecOptions: fast paths, kernel ISA limit). No bit changes.
+  ops::ExecOptions exec;
 };
 
 /// "auto" → none when the policy suggests no loss scale, dynamic (GradScaler defaults) when it suggests

@@ -2,7 +2,6 @@
 #include "studies/train/trainer.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <chrono>
 #include <cmath>
@@ -90,13 +89,6 @@ std::string first_difference(const nlohmann::json& saved, const nlohmann::json& 
   }
   return (prefix.empty() ? std::string("identity") : prefix) + ": checkpoint " + saved.dump() + ", this run " +
          now.dump();
-}
-
-/// A weights version no other trainer in this process has used (Model::set_weights_version), so a model shared
-/// by two trainers never takes one's weights for the other's.
-std::uint64_t fresh_weights_version() {
-  static std::atomic<std::uint64_t> last{0};
-  return ++last;
 }
 
 }  // namespace
@@ -420,9 +412,8 @@ void Trainer::log_gradient_underflow(std::int64_t s, const Batch& batch, int acc
 }
 
 void Trainer::weights_changed() {
-  const std::uint64_t version = fresh_weights_version();
-  own_.set_weights_version(version);
-  fp32_.set_weights_version(version);
+  own_.weights_changed();
+  if (&fp32_ != &own_) fp32_.weights_changed();
 }
 
 void Trainer::log_stagnation(std::int64_t s, ParamTensor t) {

@@ -146,7 +146,7 @@ class Trainer {
   void log_stagnation(std::int64_t step, ParamTensor t);
   void save();
   nlohmann::json identity() const;
-  /// Gives both models a new weights version (Model::set_weights_version): master_ was set or updated; it
+  /// Tells both models their weights changed (Model::weights_changed): master_ was set or updated; it
   /// changes nowhere else, so the models may reuse their working copies until the next call.
   void weights_changed();
 

@@ -17,7 +17,7 @@
 #include "numerics/adder_kernels.hpp"
 #include "numerics/gemm_kernels.hpp"
 #include "numerics/round.hpp"
-#include "tests/support/switch_guards.hpp"
+#include "tests/support/exec_options.hpp"
 
 namespace roundoff::numerics {
 namespace {
@@ -104,26 +104,28 @@ struct Outcome {
 
 /// A as M×K (or K×M stored), B as K×N (or N×K stored), C initial; runs gemm under `a` with kernels on or off.
 Outcome product(const Accumulation& a, const Case& cs, const std::vector<double>& A, const std::vector<double>& B,
-                const std::vector<double>& C0, bool accumulate, bool kernels_on, int threads) {
-  const test::KernelsGuard guard(kernels_on);
+                const std::vector<double>& C0, bool accumulate, bool kernels_on, int threads, k::Isa isa) {
+  const KernelOptions opts = kernels_on ? test::kernels_at(isa) : test::kernels_off();
   Outcome o;
   o.C = C0;
   const ConstMatrix Am{A.data(), cs.at ? cs.M : cs.K, cs.at}, Bm{B.data(), cs.bt ? cs.K : cs.N, cs.bt};
   if (kernels_on) {
     AccumStats st;
-    o.fast = k::gemm_fast(a, cs.M, cs.N, cs.K, Am, Bm, o.C.data(), cs.N, accumulate, &st, threads);
+    o.fast = k::gemm_fast(a, cs.M, cs.N, cs.K, Am, Bm, o.C.data(), cs.N, accumulate, &st, threads, nullptr, nullptr,
+                          opts);
     if (o.fast) {
       o.stats = st;
       return o;
     }
   }
-  gemm(a, cs.M, cs.N, cs.K, Am, Bm, o.C.data(), cs.N, accumulate, {}, &o.stats, threads);
+  gemm(a, cs.M, cs.N, cs.K, Am, Bm, o.C.data(), cs.N, accumulate, {}, &o.stats, threads, opts);
   return o;
 }
 
 /// Compares kernel and generic on one case; returns whether the kernel took it.
 bool compare(const Accumulation& a, const Case& cs, Class cls, bool accumulate, std::mt19937_64& rng,
-             const std::string& label) {
+             k::Isa isa) {
+  const std::string label = k::name_of(isa);
   const Format in = input_format(a);
   std::vector<double> A = operand(rng, in, cs.M * cs.K, cls), B = operand(rng, in, cs.K * cs.N, cls);
   if (cls == Class::Cancel) {
@@ -160,8 +162,8 @@ bool compare(const Accumulation& a, const Case& cs, Class cls, bool accumulate, 
     if (cls == Class::FewSpecials) C0[rng() % C0.size()] = -HUGE_VAL;
   }
   const int threads = cs.M > 8 ? 2 : 1;
-  const Outcome fast = product(a, cs, A, B, C0, accumulate, true, threads);
-  const Outcome slow = product(a, cs, A, B, C0, accumulate, false, threads);
+  const Outcome fast = product(a, cs, A, B, C0, accumulate, true, threads, isa);
+  const Outcome slow = product(a, cs, A, B, C0, accumulate, false, threads, isa);
   for (std::size_t i = 0; i < fast.C.size(); ++i)
     if (!same(fast.C[i], slow.C[i])) {
       ADD_FAILURE() << label << " " << canonical(a) << " class " << name_of(cls) << " M=" << cs.M << " N=" << cs.N
@@ -172,7 +174,7 @@ bool compare(const Accumulation& a, const Case& cs, Class cls, bool accumulate, 
   EXPECT_EQ(fast.stats.overflows, slow.stats.overflows) << label << " " << canonical(a) << " " << name_of(cls);
   EXPECT_EQ(fast.stats.terms, slow.stats.terms);
   if (fast.fast) {  // the same bits with one thread (determinism)
-    const Outcome one = product(a, cs, A, B, C0, accumulate, true, 1);
+    const Outcome one = product(a, cs, A, B, C0, accumulate, true, 1, isa);
     for (std::size_t i = 0; i < one.C.size(); ++i) EXPECT_TRUE(same(one.C[i], fast.C[i])) << label << " threads";
   }
   return fast.fast;
@@ -198,17 +200,6 @@ std::vector<k::Isa> tiers() {
   return t;
 }
 
-class IsaLimit {
- public:
-  explicit IsaLimit(k::Isa isa) : was_(k::isa_limit()) { k::set_isa_limit(isa); }
-  ~IsaLimit() { k::set_isa_limit(was_); }
-  IsaLimit(const IsaLimit&) = delete;
-  IsaLimit& operator=(const IsaLimit&) = delete;
-
- private:
-  k::Isa was_;
-};
-
 TEST(AdderKernels, CoverThePresetsTheyShould) {
   if (tiers().empty()) GTEST_SKIP() << "no AVX2";
   for (const char* s : {"tc-h100", "tc-h100-bf16", "tc-h100-tf32", "tc-h100-f16acc", "tc-h100-fp8",
@@ -226,7 +217,6 @@ TEST(AdderKernels, MatchTheGenericPathOnEveryClass) {
   const Case shapes[] = {{5, 19, 37}, {4, 16, 64}, {1, 3, 1}, {9, 33, 100, true, false}, {3, 17, 33, false, true},
                          {6, 8, 129}};
   for (k::Isa isa : tiers()) {
-    const IsaLimit limit(isa);
     const std::string label = k::name_of(isa);
     for (const Accumulation& a : specs()) {
       int taken = 0;
@@ -235,10 +225,10 @@ TEST(AdderKernels, MatchTheGenericPathOnEveryClass) {
         for (const Case& cs : shapes)
           for (bool acc : {false, true}) {
             // Operands as generated are row-major M×K and K×N; transposed cases read them as stored K×M / N×K.
-            taken += compare(a, cs, cls, acc, rng, label);
+            taken += compare(a, cs, cls, acc, rng, isa);
           }
       // 96 cases per spec; the kernel must run on nearly all but those whose operands are mostly inf/NaN.
-      if (k::kernel_name(a) != nullptr) {
+      if (k::kernel_name(a, test::kernels_at(isa)) != nullptr) {
         EXPECT_GE(taken, 70) << label << " " << canonical(a);
       } else {
         EXPECT_EQ(taken, 0) << label << " " << canonical(a);
@@ -264,8 +254,8 @@ TEST(AdderKernels, NonFiniteOperandsGoToTheGenericPathOutputByOutput) {
       // inf and NaN: only the outputs that read them are recomputed; a 29-bit operand: the call declines.
       EXPECT_EQ(took, !std::isfinite(bad)) << bad;
       if (!took) continue;
-      const test::KernelsGuard off(false);
-      gemm(a, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, slow.data(), N, acc, {}, &ss, 1);
+      gemm(a, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, slow.data(), N, acc, {}, &ss, 1,
+           test::kernels_off());
       for (std::size_t e = 0; e < M * N; ++e) EXPECT_TRUE(same(fast[e], slow[e])) << bad << " element " << e;
       EXPECT_EQ(fs.overflows, ss.overflows);
     }
@@ -279,7 +269,6 @@ TEST(AdderKernels, NonFiniteOperandsGoToTheGenericPathOutputByOutput) {
 TEST(AdderKernels, RangedMatchesTheGenericPath) {
   std::mt19937_64 rng(7);
   for (k::Isa isa : tiers()) {
-    const IsaLimit limit(isa);
     for (const char* s : {"tc-h100", "tc-h100-fp8,promote=32:fp32", "tc-v100", "tc-h100-f16acc"}) {
       const Accumulation a = parse_accumulation(s);
       const Format in = input_format(a);
@@ -293,12 +282,10 @@ TEST(AdderKernels, RangedMatchesTheGenericPath) {
         }
         std::vector<double> fast(M * N, 1.0), slow(M * N, 2.0);
         ASSERT_TRUE(k::gemm_ranged_fast(a, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, rows.data(),
-                                        fast.data(), N))
+                                        fast.data(), N, test::kernels_at(isa)))
             << s;
-        {
-          const test::KernelsGuard off(false);
-          gemm_ranged(a, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, rows, slow.data(), N);
-        }
+        gemm_ranged(a, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, rows, slow.data(), N, {},
+                    test::kernels_off());
         for (std::size_t i = 0; i < M * N; ++i)
           ASSERT_TRUE(same(fast[i], slow[i])) << k::name_of(isa) << " " << s << " " << name_of(cls) << " element "
                                               << i << ": " << fast[i] << " vs " << slow[i];

@@ -19,7 +19,7 @@
 #include "numerics/gemm_kernels.hpp"
 #include "numerics/round.hpp"
 #include "tests/accumulation/gemm_test_values.hpp"
-#include "tests/support/switch_guards.hpp"
+#include "tests/support/exec_options.hpp"
 
 namespace roundoff::numerics {
 namespace {
@@ -95,7 +95,7 @@ Accumulation make_acc(const Format& f, Order order = Order::Sequential, int bloc
   return a;
 }
 
-/// Every ISA level the CPU has (each forced through set_isa_limit), weakest first.
+/// Every ISA level the CPU has (each forced through KernelOptions::isa_limit), weakest first.
 std::vector<k::Isa> isas_to_test() {
   std::vector<k::Isa> out;
   for (const k::Isa isa : {k::Isa::Avx2, k::Isa::Avx512, k::Isa::Avx512Fp16})
@@ -104,17 +104,9 @@ std::vector<k::Isa> isas_to_test() {
 }
 
 /// Whether a kernel exists for `a` at `isa` (AVX2: the fp32 accumulator only).
-bool has_kernel(const Accumulation& a, k::Isa isa) {
-  k::set_isa_limit(isa);
-  const bool yes = k::kernel_name(a) != nullptr;
-  k::set_isa_limit(k::Isa::Avx512Fp16);
-  return yes;
-}
+bool has_kernel(const Accumulation& a, k::Isa isa) { return k::kernel_name(a, KernelOptions{true, isa}) != nullptr; }
 
-class GemmKernels : public ::testing::TestWithParam<Case> {
- protected:
-  void TearDown() override { k::set_isa_limit(k::Isa::Avx512Fp16); }
-};
+class GemmKernels : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GemmKernels, BitIdenticalToDefinitionOnRandomShapes) {
   const Accumulation a = GetParam().acc;
@@ -145,21 +137,20 @@ TEST_P(GemmKernels, BitIdenticalToDefinitionOnRandomShapes) {
     {  // numerics::gemm's generic path (kernels off) must agree with the definition too.
       std::vector<double> C = C0;
       AccumStats stats;
-      {  // kernels off for the generic path, restored however the block ends
-        const ::roundoff::test::KernelsGuard off(false);
-        gemm(a, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, C.data(), N, accumulate, {}, &stats, 1);
+      {  // kernels off: the generic path
+        gemm(a, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, C.data(), N, accumulate, {}, &stats, 1, ::roundoff::test::kernels_off());
       }
       EXPECT_EQ(stats.overflows, want_overflows) << "generic, trial " << trial;
       for (std::size_t idx = 0; idx < M * N; ++idx)
         ASSERT_TRUE(same(C[idx], want[idx])) << "generic path differs from the definition, trial " << trial;
     }
     for (const k::Isa isa : isas) {
-      k::set_isa_limit(isa);
+      const KernelOptions opts{true, isa};
       for (const int threads : {1, 2}) {
         std::vector<double> C = C0;
         AccumStats stats;
         ASSERT_TRUE(k::gemm_fast(a, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, C.data(), N,
-                                 accumulate, &stats, threads))
+                                 accumulate, &stats, threads, nullptr, nullptr, opts))
             << "kernel declined " << GetParam().accumulation << " trial " << trial;
         EXPECT_EQ(stats.overflows, want_overflows) << "trial " << trial;
         EXPECT_EQ(stats.terms, static_cast<std::int64_t>(M * N * K));
@@ -237,25 +228,23 @@ TEST(GemmKernelsZeroC, AccumulateIntoPositiveZerosEqualsTheGenericPath) {
       if (trial % 3 == 1) C0[(M * N) / 2] = -0.0;
       if (trial % 3 == 2) C0[M * N - 1] = 1.0;
       std::vector<double> want = C0;
-      {  // kernels off for the generic path, restored however the block ends
-        const ::roundoff::test::KernelsGuard off(false);
-        gemm(a, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, want.data(), N, true, {}, nullptr, 1);
+      {  // kernels off: the generic path
+        gemm(a, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, want.data(), N, true, {}, nullptr, 1, ::roundoff::test::kernels_off());
       }
       plus_zero_sums += std::bit_cast<std::uint64_t>(want[0]) == 0;
       for (const k::Isa isa : isas_to_test()) {
         if (!has_kernel(a, isa)) continue;
-        k::set_isa_limit(isa);
+        const KernelOptions opts{true, isa};
         for (const int threads : {1, 2}) {
           std::vector<double> C = C0;
           ASSERT_TRUE(k::gemm_fast(a, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, C.data(), N,
-                                   true, nullptr, threads))
+                                   true, nullptr, threads, nullptr, nullptr, opts))
               << name << " declined, trial " << trial;
           for (std::size_t idx = 0; idx < M * N; ++idx, ++compared)
             ASSERT_TRUE(same(C[idx], want[idx]))
                 << name << " isa " << k::name_of(isa) << " threads " << threads << " trial " << trial << " at ("
                 << idx / N << ',' << idx % N << ") got " << C[idx] << " want " << want[idx];
         }
-        k::set_isa_limit(k::Isa::Avx512Fp16);
       }
     }
   }
@@ -272,13 +261,12 @@ TEST(GemmKernelsTrap, Fp16FusedMacIsNotFp32FmaThenRound) {
   int checked = 0;
   for (const k::Isa isa : isas_to_test()) {
     if (!has_kernel(a, isa)) continue;
-    k::set_isa_limit(isa);
+    const KernelOptions opts{true, isa};
     double C = 0;
-    ASSERT_TRUE(k::gemm_fast(a, 1, 1, 2, ConstMatrix{A, 2}, ConstMatrix{B, 1}, &C, 1, false, nullptr, 1));
+    ASSERT_TRUE(k::gemm_fast(a, 1, 1, 2, ConstMatrix{A, 2}, ConstMatrix{B, 1}, &C, 1, false, nullptr, 1, nullptr, nullptr, opts));
     EXPECT_EQ(C, 3.001953125) << k::name_of(isa);
     ++checked;
   }
-  k::set_isa_limit(k::Isa::Avx512Fp16);
   if (checked == 0) GTEST_SKIP() << "no fp16 kernel on this CPU: nothing was compared";  // visible, not a pass
 }
 
@@ -291,18 +279,17 @@ TEST(GemmKernelsStats, OverflowCountsFollowIeee) {
   int checked = 0;
   for (const k::Isa isa : isas_to_test()) {
     if (!has_kernel(make_acc(formats::fp16), isa)) continue;
-    k::set_isa_limit(isa);
+    const KernelOptions opts{true, isa};
     double C[2] = {};
     AccumStats stats;
     ASSERT_TRUE(k::gemm_fast(make_acc(formats::fp16), 2, 1, 3, ConstMatrix{A, 3}, ConstMatrix{B, 1}, C, 1, false,
-                             &stats, 1));
+                             &stats, 1, nullptr, nullptr, opts));
     EXPECT_EQ(C[0], 65504.0);
     EXPECT_TRUE(std::isnan(C[1]));
     EXPECT_EQ(stats.overflows, 1) << k::name_of(isa);
     EXPECT_EQ(stats.terms, 6);
     ++checked;
   }
-  k::set_isa_limit(k::Isa::Avx512Fp16);
   if (checked == 0) GTEST_SKIP() << "no fp16 kernel on this CPU: nothing was compared";
 }
 
@@ -317,18 +304,17 @@ TEST(GemmKernelsSpecials, NanWithFullPayloadStaysNan) {
   for (const Format f : {formats::bf16, formats::fp16, formats::fp32}) {
     for (const k::Isa isa : isas_to_test()) {
       if (!has_kernel(make_acc(f), isa)) continue;
-      k::set_isa_limit(isa);
+      const KernelOptions opts{true, isa};
       for (const bool accumulate : {false, true}) {
         double C[2] = {accumulate ? nan_full : 0.0, 1.0};
         ASSERT_TRUE(k::gemm_fast(make_acc(f), 2, 1, 2, ConstMatrix{A, 2}, ConstMatrix{B, 1}, C, 1, accumulate,
-                                 nullptr, 1));
+                                 nullptr, 1, nullptr, nullptr, opts));
         EXPECT_TRUE(std::isnan(C[0])) << C[0] << ' ' << k::name_of(isa);
         EXPECT_TRUE(std::isnan(C[1])) << C[1] << ' ' << k::name_of(isa);
         ++checked;
       }
     }
   }
-  k::set_isa_limit(k::Isa::Avx512Fp16);
   if (checked == 0) GTEST_SKIP() << "no bf16, fp16 or fp32 kernel on this CPU: nothing was compared";
 }
 
@@ -336,9 +322,9 @@ TEST(GemmKernelsDecline, WhenNoBitIdenticalKernelExists) {
   if (k::detected_isa() < k::Isa::Avx512) GTEST_SKIP() << "no AVX-512";
   const double ok[] = {1.0, 2.0, 3.0, 4.0};
   double C[4] = {};
-  auto run = [&](const Accumulation& acc, const double* A, bool accumulate = false) {
+  auto run = [&](const Accumulation& acc, const double* A, bool accumulate = false, KernelOptions opts = {}) {
     return k::gemm_fast(acc, 2, 2, 2, ConstMatrix{A, 2}, ConstMatrix{ok, 2}, C, 2, accumulate,
-                        nullptr, 1);
+                        nullptr, 1, nullptr, nullptr, opts);
   };
   const Accumulation fp16_seq = make_acc(formats::fp16), bf16_seq = make_acc(formats::bf16);
   EXPECT_TRUE(run(fp16_seq, ok));
@@ -360,10 +346,7 @@ TEST(GemmKernelsDecline, WhenNoBitIdenticalKernelExists) {
   EXPECT_FALSE(run(bf16_seq, tiny));
   C[0] = 0.1;  // not a binary32 value: cannot be the initial accumulator
   EXPECT_FALSE(run(make_acc(formats::fp32), ok, true));
-  {  // kernels off for the generic path, restored however the block ends
-    const ::roundoff::test::KernelsGuard off(false);
-    EXPECT_FALSE(run(fp16_seq, ok));
-  }
+  EXPECT_FALSE(run(fp16_seq, ok, false, ::roundoff::test::kernels_off()));  // kernels off: the generic path
 }
 
 TEST(GemmKernelsFp32, AnyBinary32InputsWithFusedFp32Accumulation) {
@@ -381,11 +364,11 @@ TEST(GemmKernelsFp32, AnyBinary32InputsWithFusedFp32Accumulation) {
       for (auto& x : B) x = round_to(f32, Rounding::NearestEven, std::ldexp(gauss(rng), scale));
       for (auto& x : C0) x = round_to(f32, Rounding::NearestEven, gauss(rng));
       for (const k::Isa isa : isas_to_test()) {
-        k::set_isa_limit(isa);
+        const KernelOptions opts{true, isa};
         for (const bool accumulate : {false, true}) {
           C = C0;
           ASSERT_TRUE(k::gemm_fast(acc, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, C.data(), N,
-                                   accumulate, nullptr, 1));
+                                   accumulate, nullptr, 1, nullptr, nullptr, opts));
           for (std::size_t i = 0; i < M; ++i)
             for (std::size_t j = 0; j < N; ++j) {
               std::int64_t ov = 0;
@@ -395,7 +378,6 @@ TEST(GemmKernelsFp32, AnyBinary32InputsWithFusedFp32Accumulation) {
             }
         }
       }
-      k::set_isa_limit(k::Isa::Avx512Fp16);
     }
   }
   Accumulation unfused = make_acc(formats::fp32);
@@ -418,10 +400,10 @@ TEST(GemmKernelsLayout, TransposedOperandsAndLeadingDimensions) {
   for (std::size_t kk = 0; kk < K; ++kk)
     for (std::size_t j = 0; j < N; ++j) B[kk * N + j] = Bt[j * ldb + kk];
   for (const k::Isa isa : isas_to_test()) {
-    k::set_isa_limit(isa);
+    const KernelOptions opts{true, isa};
     std::vector<double> C(M * ldc, 123.0);
     ASSERT_TRUE(k::gemm_fast(a, M, N, K, ConstMatrix{At.data(), lda, true}, ConstMatrix{Bt.data(), ldb, true},
-                             C.data(), ldc, false, nullptr, 2));
+                             C.data(), ldc, false, nullptr, 2, nullptr, nullptr, opts));
     std::int64_t ov = 0;
     for (std::size_t i = 0; i < M; ++i)
       for (std::size_t j = 0; j < ldc; ++j) {
@@ -433,7 +415,6 @@ TEST(GemmKernelsLayout, TransposedOperandsAndLeadingDimensions) {
             << k::name_of(isa) << ' ' << i << ',' << j;
       }
   }
-  k::set_isa_limit(k::Isa::Avx512Fp16);
 }
 
 TEST(GemmKernelsLayout, TransposedOperandsOnEveryKernelAndTier) {
@@ -463,53 +444,51 @@ TEST(GemmKernelsLayout, TransposedOperandsOnEveryKernelAndTier) {
             const auto C0 = random_values(rng, formats::fp16, d.M * ldc, Regime::Normal);
             const ConstMatrix Am{A.data(), lda, at}, Bm{B.data(), ldb, bt};
             std::vector<double> want = C0;
-            {  // kernels off for the generic path, restored however the block ends
-              const ::roundoff::test::KernelsGuard off(false);
-              gemm(a, d.M, d.N, d.K, Am, Bm, want.data(), ldc, accumulate, {}, nullptr, 1);
+            {  // kernels off: the generic path
+              gemm(a, d.M, d.N, d.K, Am, Bm, want.data(), ldc, accumulate, {}, nullptr, 1, ::roundoff::test::kernels_off());
             }
             for (const k::Isa isa : isas_to_test()) {
-              k::set_isa_limit(isa);
+              const KernelOptions opts{true, isa};
               for (const int threads : {1, 2}) {
                 std::vector<double> C = C0;
-                ASSERT_TRUE(k::gemm_fast(a, d.M, d.N, d.K, Am, Bm, C.data(), ldc, accumulate, nullptr, threads))
-                    << k::kernel_name(a);
+                ASSERT_TRUE(k::gemm_fast(a, d.M, d.N, d.K, Am, Bm, C.data(), ldc, accumulate, nullptr, threads, nullptr, nullptr, opts))
+                    << k::kernel_name(a, opts);
                 for (std::size_t idx = 0; idx < C.size(); ++idx) {
                   ASSERT_TRUE(same(C[idx], want[idx]))
-                      << k::kernel_name(a) << " threads " << threads << " layout " << layout << " M N K " << d.M
+                      << k::kernel_name(a, opts) << " threads " << threads << " layout " << layout << " M N K " << d.M
                       << ' ' << d.N << ' ' << d.K << " accumulate " << accumulate << " at (" << idx / ldc << ','
                       << idx % ldc << ") got " << C[idx] << " want " << want[idx];
                   ++compared;
                 }
               }
             }
-            k::set_isa_limit(k::Isa::Avx512Fp16);
           }
   EXPECT_GT(compared, 100000);
 }
 
 TEST(GemmKernelsAvx2, TierTakesEveryKernelAccumulation) {
   // The AVX2 tier (CPUs without AVX-512) must take the fp32, fp16 and bf16 accumulations, sequential and
-  // blocked, and the ane-tile4 stage, and decline the rest; forced here through set_isa_limit (the random-shape
+  // blocked, and the ane-tile4 stage, and decline the rest; forced here through KernelOptions::isa_limit (the random-shape
   // tests run every accumulation on it).
   if (k::detected_isa() < k::Isa::Avx2) GTEST_SKIP() << "no AVX2 + FMA + F16C";
-  k::set_isa_limit(k::Isa::Avx2);
-  EXPECT_STREQ(k::kernel_name(make_acc(formats::fp32)), "fp32-avx2");
-  EXPECT_STREQ(k::kernel_name(make_acc(formats::fp32, Order::Blocked, 16)), "fp32-avx2-blocked");
-  EXPECT_STREQ(k::kernel_name(make_acc(formats::fp16)), "fp16-rto-avx2");
-  EXPECT_STREQ(k::kernel_name(make_acc(formats::bf16, Order::Blocked, 16)), "bf16-rto-avx2-blocked");
-  EXPECT_STREQ(k::kernel_name(parse_accumulation("ane-tile4")), "ane-tile4-avx2");
-  EXPECT_EQ(k::kernel_name(make_acc(formats::fp16, Order::Pairwise)), nullptr);
+  const KernelOptions opts{true, k::Isa::Avx2};
+  EXPECT_STREQ(k::kernel_name(make_acc(formats::fp32), opts), "fp32-avx2");
+  EXPECT_STREQ(k::kernel_name(make_acc(formats::fp32, Order::Blocked, 16), opts), "fp32-avx2-blocked");
+  EXPECT_STREQ(k::kernel_name(make_acc(formats::fp16), opts), "fp16-rto-avx2");
+  EXPECT_STREQ(k::kernel_name(make_acc(formats::bf16, Order::Blocked, 16), opts), "bf16-rto-avx2-blocked");
+  EXPECT_STREQ(k::kernel_name(parse_accumulation("ane-tile4"), opts), "ane-tile4-avx2");
+  EXPECT_EQ(k::kernel_name(make_acc(formats::fp16, Order::Pairwise), opts), nullptr);
   const double ok[] = {1.0, 2.0, 3.0, 4.0};
   double C[4] = {};
   EXPECT_TRUE(k::gemm_fast(make_acc(formats::fp32), 2, 2, 2, ConstMatrix{ok, 2}, ConstMatrix{ok, 2}, C, 2, false,
-                           nullptr, 1));
+                           nullptr, 1, nullptr, nullptr, opts));
   EXPECT_EQ(C[0], 7.0);
   EXPECT_EQ(C[3], 22.0);
   EXPECT_FALSE(k::gemm_fast(make_acc(formats::fp16, Order::Pairwise), 2, 2, 2, ConstMatrix{ok, 2},
-                            ConstMatrix{ok, 2}, C, 2, false, nullptr, 1));
+                            ConstMatrix{ok, 2}, C, 2, false, nullptr, 1, nullptr, nullptr, opts));
   C[0] = 0.1;  // not a binary32 value: cannot be the initial accumulator
   EXPECT_FALSE(k::gemm_fast(make_acc(formats::fp32), 2, 2, 2, ConstMatrix{ok, 2}, ConstMatrix{ok, 2}, C, 2, true,
-                            nullptr, 1));
+                            nullptr, 1, nullptr, nullptr, opts));
   // Values that must send the product to the generic path, in the 8-wide part of a row and in its scalar tail
   // (rows of 9): outside [2^-63, 2^63) (products may leave fp32's normal range), 13 significant bits (products
   // not exact; unfused, so the hardware FMA does not absorb it), not a binary32 value.
@@ -521,15 +500,14 @@ TEST(GemmKernelsAvx2, TierTakesEveryKernelAccumulation) {
       std::vector<double> A(18, 1.0), Cv(4, 0.0);
       A[at] = bad;
       EXPECT_FALSE(k::gemm_fast(unfused, 2, 2, 9, ConstMatrix{A.data(), 9}, ConstMatrix{ones.data(), 2}, Cv.data(),
-                                2, false, nullptr, 1))
+                                2, false, nullptr, 1, nullptr, nullptr, opts))
           << bad << " at " << at;
       A[at] = 2.0;
       EXPECT_TRUE(k::gemm_fast(unfused, 2, 2, 9, ConstMatrix{A.data(), 9}, ConstMatrix{ones.data(), 2}, Cv.data(), 2,
-                               false, nullptr, 1));
+                               false, nullptr, 1, nullptr, nullptr, opts));
       EXPECT_EQ(Cv[0], 10.0);
     }
   }
-  k::set_isa_limit(k::Isa::Avx512Fp16);
 }
 
 }  // namespace

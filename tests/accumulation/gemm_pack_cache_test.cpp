@@ -1,4 +1,4 @@
-// The GEMM kernels' B-operand pack cache (numerics::kernels::register_immutable): a product whose B lies in a
+// The GEMM kernels' B-operand pack cache (numerics::kernels::PackCache): a product whose B lies in a
 // registered range gives the same bits on its first call (packed into the cache), on later calls (packed panels
 // reused) and with nothing registered; a pack is reused only under the same address, shape, transposition, entry
 // cast, kernel plan and version; registering a new version or unregistering drops the packs of the range, so new
@@ -32,12 +32,14 @@ struct Product {
   std::size_t ldb;
 };
 
-/// C = A·B by gemm_fast with cast_b (may be null) on the buffer's B; the kernels must take it.
-std::vector<double> product(const Accumulation& a, const std::vector<double>& A, const std::vector<double>& buf,
-                            const Product& p, const k::OperandCast* cast_b) {
+/// C = A·B by gemm_fast under opts with cast_b (may be null) on the buffer's B and the pack cache `cache` (may be
+/// null); the kernels must take it.
+std::vector<double> product(k::PackCache* cache, const KernelOptions& opts, const Accumulation& a,
+                            const std::vector<double>& A, const std::vector<double>& buf, const Product& p,
+                            const k::OperandCast* cast_b) {
   std::vector<double> C(p.M * p.N, 7.0);
   EXPECT_TRUE(k::gemm_fast(a, p.M, p.N, p.K, ConstMatrix{A.data(), p.K}, ConstMatrix{buf.data() + p.off, p.ldb, p.bt},
-                           C.data(), p.N, false, nullptr, 2, nullptr, cast_b));
+                           C.data(), p.N, false, nullptr, 2, nullptr, cast_b, opts, cache));
   return C;
 }
 
@@ -59,24 +61,25 @@ TEST(GemmPackCache, ReusedPacksGiveTheBitsOfFreshOnes) {
   const std::vector<double> A = random_values(rng, formats::fp16, 19 * 45, Regime::Specials);
   const std::vector<double> A9 = random_values(rng, formats::fp16, 8 * 9, Regime::Normal);
   const k::Isa detected = k::detected_isa();
+  k::PackCache cache;
   for (const k::Isa isa : {k::Isa::Avx512, k::Isa::Avx2}) {
     if (detected < isa) continue;
-    k::set_isa_limit(isa);
+    const KernelOptions opts{true, isa};
     for (const Accumulation& a : accs)
       for (const Product& p : shapes) {
         const std::vector<double>& Ap = p.K == 9 ? A9 : A;
         // The uncached products (nothing registered), with and without the entry cast (the fp32 accumulator
         // takes binary32 B; the others only with the cast, which makes B fp16).
         const bool fp32_acc = a.format == formats::fp32 && a.tile.size == 0;
-        const std::vector<double> want_cast = product(a, Ap, buf, p, &to_half);
-        const std::vector<double> want_raw = fp32_acc ? product(a, Ap, buf, p, nullptr) : std::vector<double>{};
-        const k::PackCacheStats s0 = k::pack_cache_stats();
-        k::register_immutable(buf.data(), buf.size(), 41);
+        const std::vector<double> want_cast = product(&cache, opts, a, Ap, buf, p, &to_half);
+        const std::vector<double> want_raw = fp32_acc ? product(&cache, opts, a, Ap, buf, p, nullptr) : std::vector<double>{};
+        const k::PackCacheStats s0 = cache.stats();
+        cache.register_immutable(buf.data(), buf.size(), 41);
         for (int call = 0; call < 3; ++call) {
-          expect_same(product(a, Ap, buf, p, &to_half), want_cast, "cast");
-          if (fp32_acc) expect_same(product(a, Ap, buf, p, nullptr), want_raw, "raw");
+          expect_same(product(&cache, opts, a, Ap, buf, p, &to_half), want_cast, "cast");
+          if (fp32_acc) expect_same(product(&cache, opts, a, Ap, buf, p, nullptr), want_raw, "raw");
         }
-        const k::PackCacheStats s1 = k::pack_cache_stats();
+        const k::PackCacheStats s1 = cache.stats();
         const int keys = fp32_acc ? 2 : 1;  // the cast and the raw B are different packs
         EXPECT_EQ(s1.misses - s0.misses, static_cast<std::uint64_t>(keys));
         EXPECT_EQ(s1.hits - s0.hits, static_cast<std::uint64_t>(2 * keys));
@@ -86,19 +89,18 @@ TEST(GemmPackCache, ReusedPacksGiveTheBitsOfFreshOnes) {
         for (double& x : changed) x = -x;
         buf.swap(changed);
         const std::vector<double> want_new = [&] {
-          k::unregister_immutable(changed.data());
-          return product(a, Ap, buf, p, &to_half);
+          cache.unregister_immutable(changed.data());
+          return product(&cache, opts, a, Ap, buf, p, &to_half);
         }();
-        k::register_immutable(buf.data(), buf.size(), 42);
-        expect_same(product(a, Ap, buf, p, &to_half), want_new, "new version");
-        expect_same(product(a, Ap, buf, p, &to_half), want_new, "new version, reused");
-        k::unregister_immutable(buf.data());
-        EXPECT_EQ(k::pack_cache_stats().entries, 0u);
-        EXPECT_EQ(k::pack_cache_stats().bytes, 0u);
+        cache.register_immutable(buf.data(), buf.size(), 42);
+        expect_same(product(&cache, opts, a, Ap, buf, p, &to_half), want_new, "new version");
+        expect_same(product(&cache, opts, a, Ap, buf, p, &to_half), want_new, "new version, reused");
+        cache.unregister_immutable(buf.data());
+        EXPECT_EQ(cache.stats().entries, 0u);
+        EXPECT_EQ(cache.stats().bytes, 0u);
       }
   }
-  k::set_isa_limit(k::Isa::Avx512Fp16);
-  EXPECT_EQ(k::pack_cache_stats().ranges, 0u);
+  EXPECT_EQ(cache.stats().ranges, 0u);
 }
 
 TEST(GemmPackCache, ReregisteringDropsTheOldVersionsPacks) {
@@ -108,25 +110,54 @@ TEST(GemmPackCache, ReregisteringDropsTheOldVersionsPacks) {
   const Product p{16, 64, 32, true, 0, 32};
   std::vector<double> buf = random_values(rng, formats::fp16, 64 * 32, Regime::Normal);
   const std::vector<double> A = random_values(rng, formats::fp16, 16 * 32, Regime::Normal);
-  k::register_immutable(buf.data(), buf.size(), 1);
-  const std::vector<double> first = product(a, A, buf, p, nullptr);
-  EXPECT_EQ(k::pack_cache_stats().entries, 1u);
+  k::PackCache cache;
+  const KernelOptions opts;
+  cache.register_immutable(buf.data(), buf.size(), 1);
+  const std::vector<double> first = product(&cache, opts, a, A, buf, p, nullptr);
+  EXPECT_EQ(cache.stats().entries, 1u);
   // The caller changes the values and says so with a new version: the old pack must not be used.
   for (double& x : buf) x *= 2;
-  k::register_immutable(buf.data(), buf.size(), 2);
-  EXPECT_EQ(k::pack_cache_stats().entries, 0u);
-  const std::vector<double> second = product(a, A, buf, p, nullptr);
+  cache.register_immutable(buf.data(), buf.size(), 2);
+  EXPECT_EQ(cache.stats().entries, 0u);
+  const std::vector<double> second = product(&cache, opts, a, A, buf, p, nullptr);
   for (std::size_t i = 0; i < first.size(); ++i) {
     if (std::isfinite(first[i])) {
       ASSERT_TRUE(same(second[i], 2 * first[i])) << i;  // exact: a power-of-two scale
     }
   }
-  k::unregister_immutable(buf.data());
+  cache.unregister_immutable(buf.data());
   // Memory that is not registered is never cached.
-  const k::PackCacheStats s0 = k::pack_cache_stats();
-  (void)product(a, A, buf, p, nullptr);
-  EXPECT_EQ(k::pack_cache_stats().entries, 0u);
-  EXPECT_EQ(k::pack_cache_stats().misses, s0.misses);
+  const k::PackCacheStats s0 = cache.stats();
+  (void)product(&cache, opts, a, A, buf, p, nullptr);
+  EXPECT_EQ(cache.stats().entries, 0u);
+  EXPECT_EQ(cache.stats().misses, s0.misses);
+}
+
+TEST(GemmPackCache, EachCacheServesOnlyItsOwner) {
+  // A range registered with one cache is cached there and nowhere else: a product without a cache, or with
+  // another one, packs afresh (no process-wide cache to share entries through).
+  if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX2 or AVX-512";
+  std::mt19937_64 rng(11);
+  const Accumulation a = parse_accumulation("fp32-seq");
+  const Product p{16, 64, 32, true, 0, 32};
+  std::vector<double> buf = random_values(rng, formats::fp16, 64 * 32, Regime::Normal);
+  const std::vector<double> A = random_values(rng, formats::fp16, 16 * 32, Regime::Normal);
+  const KernelOptions opts;
+  k::PackCache owner, other;
+  owner.register_immutable(buf.data(), buf.size(), 1);
+  const std::vector<double> want = product(&owner, opts, a, A, buf, p, nullptr);
+  expect_same(product(&owner, opts, a, A, buf, p, nullptr), want, "owner");
+  expect_same(product(&other, opts, a, A, buf, p, nullptr), want, "other cache");
+  expect_same(product(nullptr, opts, a, A, buf, p, nullptr), want, "no cache");
+  EXPECT_EQ(owner.stats().entries, 1u);
+  EXPECT_EQ(owner.stats().hits, 1u);
+  EXPECT_EQ(other.stats().entries, 0u);
+  EXPECT_EQ(other.stats().misses, 0u);
+  // With the kernels off (the generic path) nothing is packed, so nothing is looked up.
+  std::vector<double> C(p.M * p.N, 7.0);
+  EXPECT_FALSE(k::gemm_fast(a, p.M, p.N, p.K, ConstMatrix{A.data(), p.K}, ConstMatrix{buf.data(), p.ldb, p.bt},
+                            C.data(), p.N, false, nullptr, 2, nullptr, nullptr, KernelOptions{false}, &owner));
+  EXPECT_EQ(owner.stats().hits, 1u);
 }
 
 }  // namespace

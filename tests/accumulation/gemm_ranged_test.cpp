@@ -68,7 +68,7 @@ struct Case {
 
 /// Runs gemm_ranged on random problems and compares every output with numerics::dot of its range; returns the
 /// number of calls the kernel took (gemm_ranged_fast returned true on a copy of the problem).
-int check(const Case& c, std::uint64_t seed) {
+int check(const Case& c, std::uint64_t seed, const KernelOptions& opts) {
   const Accumulation a = parse_accumulation(c.accumulation);
   std::mt19937_64 rng(seed);
   int kernel_calls = 0;
@@ -86,10 +86,10 @@ int check(const Case& c, std::uint64_t seed) {
         const StochasticBits bits{seed, 40};
         const std::size_t ldc = N + 1;
         std::vector<double> C(M * ldc, 5.0);
-        gemm_ranged(a, M, N, K, Am, Bm, rows, C.data(), ldc, bits);
+        gemm_ranged(a, M, N, K, Am, Bm, rows, C.data(), ldc, bits, opts);
         std::vector<double> probe(M * ldc, 5.0);
         if (a.rounding != Rounding::Stochastic)
-          kernel_calls += k::gemm_ranged_fast(a, M, N, K, Am, Bm, rows.data(), probe.data(), ldc);
+          kernel_calls += k::gemm_ranged_fast(a, M, N, K, Am, Bm, rows.data(), probe.data(), ldc, opts);
         int bad = 0;
         for (std::size_t i = 0; i < M; ++i)
           for (std::size_t j = 0; j < N; ++j) {
@@ -126,8 +126,7 @@ TEST(GemmRanged, EveryRowIsTheDotOfItsRange) {
   std::uint64_t seed = 1;
   for (const Case& c : cases)
     for (const k::Isa isa : isas) {
-      k::set_isa_limit(isa);
-      const int kernel_calls = check(c, seed++);
+      const int kernel_calls = check(c, seed++, KernelOptions{true, isa});
       // A kernel accumulation takes the kernel whenever the inputs allow (always for the normal and special
       // regimes; bf16 overflow/tiny values lie outside the exact-product range); the others never do.
       if (c.kernel && isa != k::Isa::None)
@@ -135,7 +134,6 @@ TEST(GemmRanged, EveryRowIsTheDotOfItsRange) {
       else
         EXPECT_EQ(kernel_calls, 0) << c.accumulation;
     }
-  k::set_isa_limit(k::Isa::Avx512Fp16);
 }
 
 TEST(GemmRanged, RejectsEmptyOrOutOfBoundsRanges) {

@@ -21,7 +21,7 @@
 #include "numerics/gemm_kernels.hpp"
 #include "numerics/round.hpp"
 #include "tests/support/accum_mpfr_twin.hpp"
-#include "tests/support/switch_guards.hpp"
+#include "tests/support/exec_options.hpp"
 
 namespace roundoff::numerics {
 namespace {
@@ -132,10 +132,6 @@ struct HandTile {
 
 class GemmTileKernel : public ::testing::Test {
  protected:
-  void TearDown() override {
-    k::set_isa_limit(k::Isa::Avx512Fp16);
-    k::set_enabled(true);
-  }
   const Accumulation ane = parse_accumulation("ane-tile4");
 };
 
@@ -174,21 +170,20 @@ TEST_F(GemmTileKernel, BitIdenticalToDefinitionOnRandomShapes) {
     {  // numerics::gemm's generic path must agree with the naive loop.
       std::vector<double> C = C0;
       AccumStats stats;
-      {  // kernels off for the generic path, restored however the block ends
-        const ::roundoff::test::KernelsGuard off(false);
-        gemm(ane, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, C.data(), N, accumulate, {}, &stats, 1);
+      {  // kernels off: the generic path
+        gemm(ane, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, C.data(), N, accumulate, {}, &stats, 1, ::roundoff::test::kernels_off());
       }
       EXPECT_EQ(stats.overflows, want_overflows) << "generic, trial " << trial;
       for (std::size_t idx = 0; idx < M * N; ++idx)
         ASSERT_TRUE(same(C[idx], want[idx])) << "generic path differs from the naive loop, trial " << trial;
     }
     for (const k::Isa isa : isas) {
-      k::set_isa_limit(isa);
+      const KernelOptions opts{true, isa};
       for (const int threads : {1, 2}) {
         std::vector<double> C = C0;
         AccumStats stats;
         ASSERT_TRUE(k::gemm_fast(ane, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, C.data(), N,
-                                 accumulate, &stats, threads))
+                                 accumulate, &stats, threads, nullptr, nullptr, opts))
             << "kernel declined, trial " << trial;
         EXPECT_EQ(stats.overflows, want_overflows) << "trial " << trial << " isa " << k::name_of(isa);
         EXPECT_EQ(stats.terms, static_cast<std::int64_t>(M * N * K));
@@ -252,14 +247,14 @@ TEST_F(GemmTileKernel, AdversarialTilesTakeTheFallback) {
       {{256, e, -e, e}, {256, e, e, e}, 65504.0, 1},
   };
   for (const k::Isa isa : isas_with_tile_kernel()) {
-    k::set_isa_limit(isa);
+    const KernelOptions opts{true, isa};
     for (std::size_t t = 0; t < tiles.size(); ++t) {
       const HandTile& tile = tiles[t];
       const std::size_t K = tile.a.size();
       double C = 1.0;
       AccumStats stats;
       ASSERT_TRUE(k::gemm_fast(ane, 1, 1, K, ConstMatrix{tile.a.data(), K}, ConstMatrix{tile.b.data(), 1}, &C, 1,
-                               false, &stats, 1));
+                               false, &stats, 1, nullptr, nullptr, opts));
       const Naive r = naive_tile_dot(tile.a, tile.b, 1, K, 0, 0, false, 0.0);
       EXPECT_TRUE(same(C, tile.want)) << "tile " << t << " got " << C << " want " << tile.want;
       EXPECT_TRUE(same(r.value, tile.want)) << "naive loop, tile " << t << ": " << r.value;
@@ -292,7 +287,7 @@ TEST_F(GemmTileKernel, Binary32BracketsThatStraddleAnFp16ValueTakeTheBinary64Pat
       {{1, 0x1p-15, -1, -0x1p-20}, {1, 0x1p-15, 1, 0x1p-20}, 0.0},
   };
   for (const k::Isa isa : isas_with_tile_kernel()) {
-    k::set_isa_limit(isa);
+    const KernelOptions opts{true, isa};
     for (std::size_t t = 0; t < tiles.size(); ++t) {
       const HandTile& tile = tiles[t];
       const std::size_t K = tile.a.size();
@@ -304,7 +299,7 @@ TEST_F(GemmTileKernel, Binary32BracketsThatStraddleAnFp16ValueTakeTheBinary64Pat
         for (std::size_t j = 0; j < N; ++j) B[k * N + j] = std::ldexp(tile.b[k], static_cast<int>(j % 3));
       std::vector<double> C(N, 0.0);
       ASSERT_TRUE(k::gemm_fast(ane, 1, N, K, ConstMatrix{tile.a.data(), K}, ConstMatrix{B.data(), N}, C.data(), N,
-                               false, nullptr, 1));
+                               false, nullptr, 1, nullptr, nullptr, opts));
       for (std::size_t j = 0; j < N; ++j) {
         const double want = naive_tile_dot(tile.a, B, N, K, 0, j, false, 0.0).value;
         EXPECT_TRUE(same(C[j], want)) << k::name_of(isa) << " tile " << t << " column " << j << " got " << C[j]
@@ -336,10 +331,10 @@ TEST_F(GemmTileKernel, ZeroTilesOfOneFullTileOn16Columns) {
     B[3 * N + j] = -0.0;
   }
   for (const k::Isa isa : isas_with_tile_kernel()) {
-    k::set_isa_limit(isa);
+    const KernelOptions opts{true, isa};
     std::vector<double> C(M * N, 1.0);
     ASSERT_TRUE(k::gemm_fast(ane, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, C.data(), N, false,
-                             nullptr, 1));
+                             nullptr, 1, nullptr, nullptr, opts));
     for (std::size_t i = 0; i < M; ++i)
       for (std::size_t j = 0; j < N; ++j) {
         const double want = naive_tile_dot(A, B, N, K, i, j, false, 0.0).value;
@@ -362,11 +357,11 @@ TEST_F(GemmTileKernel, SignedZeroTilesAndSaturation) {
                       0.0,  -65504.0, 65504.0, 0.0, 0.0, 0.0};
   const double B[] = {e, -1.0, 1.0, -0.0, e, -0.0};
   for (const k::Isa isa : isas_with_tile_kernel()) {
-    k::set_isa_limit(isa);
+    const KernelOptions opts{true, isa};
     for (const bool accumulate : {false, true}) {
       double C[3] = {-0.0, -0.0, max32};
       AccumStats stats;
-      ASSERT_TRUE(k::gemm_fast(ane, 3, 1, 6, ConstMatrix{A, 6}, ConstMatrix{B, 1}, C, 1, accumulate, &stats, 1));
+      ASSERT_TRUE(k::gemm_fast(ane, 3, 1, 6, ConstMatrix{A, 6}, ConstMatrix{B, 1}, C, 1, accumulate, &stats, 1, nullptr, nullptr, opts));
       EXPECT_TRUE(same(C[0], 0.0)) << C[0];
       EXPECT_TRUE(same(C[1], -0.0)) << C[1];
       EXPECT_EQ(C[2], accumulate ? max32 : 65504.0);
@@ -386,23 +381,23 @@ TEST_F(GemmTileKernel, DeclinesOtherTileStages) {
   if (isas_with_tile_kernel().empty()) GTEST_SKIP() << "no AVX2 or AVX-512";
   const double ok[] = {1.0, 2.0, 3.0, 4.0};
   double C[4] = {};
-  auto run = [&](const char* spec) {
+  auto run = [&](const char* spec, const KernelOptions& opts) {
     return k::gemm_fast(parse_accumulation(spec), 2, 2, 2, ConstMatrix{ok, 2}, ConstMatrix{ok, 2}, C, 2, false,
-                        nullptr, 1);
+                        nullptr, 1, nullptr, nullptr, opts);
   };
   const double wide[] = {1.0 + 0x1p-20, 2.0, 3.0, 4.0};  // 21 significant bits: products not exact
   for (const k::Isa isa : isas_with_tile_kernel()) {
     SCOPED_TRACE(static_cast<int>(isa));
-    k::set_isa_limit(isa);
-    EXPECT_TRUE(run("ane-tile4"));
-    EXPECT_STREQ(k::kernel_name(ane), isa == k::Isa::Avx2 ? "ane-tile4-avx2" : "ane-tile4-avx512");
-    EXPECT_FALSE(run("ane-tile4,tile=8"));
-    EXPECT_FALSE(run("ane-tile4,tile=4:fp16:nearest-even"));
-    EXPECT_FALSE(run("ane-tile4,tile=4:bf16"));
-    EXPECT_FALSE(run("ane-tile4,order=reverse"));
-    EXPECT_FALSE(run("acc=fp16,tile=4"));
-    EXPECT_FALSE(run("ane-tile4,unfused,product=fp16"));
-    EXPECT_FALSE(k::gemm_fast(ane, 2, 2, 2, ConstMatrix{wide, 2}, ConstMatrix{ok, 2}, C, 2, false, nullptr, 1));
+    const KernelOptions opts{true, isa};
+    EXPECT_TRUE(run("ane-tile4", opts));
+    EXPECT_STREQ(k::kernel_name(ane, opts), isa == k::Isa::Avx2 ? "ane-tile4-avx2" : "ane-tile4-avx512");
+    EXPECT_FALSE(run("ane-tile4,tile=8", opts));
+    EXPECT_FALSE(run("ane-tile4,tile=4:fp16:nearest-even", opts));
+    EXPECT_FALSE(run("ane-tile4,tile=4:bf16", opts));
+    EXPECT_FALSE(run("ane-tile4,order=reverse", opts));
+    EXPECT_FALSE(run("acc=fp16,tile=4", opts));
+    EXPECT_FALSE(run("ane-tile4,unfused,product=fp16", opts));
+    EXPECT_FALSE(k::gemm_fast(ane, 2, 2, 2, ConstMatrix{wide, 2}, ConstMatrix{ok, 2}, C, 2, false, nullptr, 1, nullptr, nullptr, opts));
   }
 }
 

@@ -73,7 +73,8 @@ struct Case {
 };
 
 /// Every reduction of a batch of R rows (lengths ragged, some 0, some long) against dot/sum.
-void check(const Accumulation& a, const Format& in, Data d, bool is_dot, bool columns, std::uint64_t seed,
+void check(const KernelOptions& opts, const Accumulation& a, const Format& in, Data d, bool is_dot, bool columns,
+           std::uint64_t seed,
            const std::string& what) {
   std::mt19937_64 rng(seed);
   const std::size_t R = 37 + seed % 29;  // never a multiple of 16 or 32
@@ -108,7 +109,7 @@ void check(const Accumulation& a, const Format& in, Data d, bool is_dot, bool co
   }
   std::vector<double> out(R, 12345.0);
   std::size_t recomputed = 0;
-  ASSERT_TRUE(reduce_rows(a, rb, out, &recomputed)) << what;
+  ASSERT_TRUE(reduce_rows(a, rb, out, &recomputed, opts)) << what;
   // typical data of narrow inputs stays in the lanes (a kernel that flags everything fails here)
   if (d == Data::Typical && in.precision <= 11) {
     EXPECT_EQ(recomputed, 0u) << what;
@@ -132,10 +133,7 @@ void check(const Accumulation& a, const Format& in, Data d, bool is_dot, bool co
   EXPECT_EQ(wrong, 0) << what;
 }
 
-class RowReduce : public ::testing::Test {
- protected:
-  void TearDown() override { kernels::set_isa_limit(kernels::Isa::Avx512Fp16); }
-};
+class RowReduce : public ::testing::Test {};
 
 TEST_F(RowReduce, EqualsDotAndSumPerReductionAtEveryTier) {
   const std::vector<Case> cases = {
@@ -148,15 +146,15 @@ TEST_F(RowReduce, EqualsDotAndSumPerReductionAtEveryTier) {
   for (kernels::Isa isa : {kernels::Isa::Avx2, kernels::Isa::Avx512}) {
     if (kernels::detected_isa() < isa) continue;
     ++tiers;
-    kernels::set_isa_limit(isa);
+    const KernelOptions opts{true, isa};
     std::uint64_t seed = 1;
     for (const Case& c : cases) {
       const Accumulation a = parse_accumulation(c.acc);
-      ASSERT_NE(row_kernel_name(a), nullptr) << c.acc;
+      ASSERT_NE(row_kernel_name(a, opts), nullptr) << c.acc;
       for (Data d : {Data::Typical, Data::Cancel, Data::Wide, Data::Overflow, Data::Specials})
         for (bool is_dot : {true, false})
           for (bool columns : {false, true})
-            check(a, c.input, d, is_dot, columns, seed++,
+            check(opts, a, c.input, d, is_dot, columns, seed++,
                   c.acc + " on " + name_of(c.input) + " inputs, " + name_of(d) + (is_dot ? ", dot" : ", sum") +
                       (columns ? ", columns" : ", rows") + ", " + kernels::name_of(isa));
     }
@@ -169,12 +167,12 @@ TEST_F(RowReduce, RoundsBinary64MidpointsByTheTwoSumError) {
   for (kernels::Isa isa : {kernels::Isa::Avx2, kernels::Isa::Avx512}) {
     if (kernels::detected_isa() < isa) continue;
     ++tiers;
-    kernels::set_isa_limit(isa);
+    const KernelOptions opts{true, isa};
     std::uint64_t seed = 1000;
     for (const char* spec : {"fp16-seq", "bf16-seq", "fp32-seq"})
       for (bool is_dot : {true, false})
         for (bool columns : {false, true})
-          check(parse_accumulation(spec), formats::fp64, Data::Midpoint, is_dot, columns, seed++,
+          check(opts, parse_accumulation(spec), formats::fp64, Data::Midpoint, is_dot, columns, seed++,
                 std::string(spec) + " midpoints" + (is_dot ? ", dot" : ", sum") + (columns ? ", columns" : ", rows") +
                     ", " + kernels::name_of(isa));
   }
@@ -193,9 +191,9 @@ TEST_F(RowReduce, DeclinesAccumulationsWithoutALaneKernel) {
     EXPECT_FALSE(reduce_rows(a, RowBatch{len, x.data(), 8, 1, x.data(), 8, 1}, out)) << spec;
     EXPECT_EQ(out[0], 7.0) << spec;
   }
-  kernels::set_isa_limit(kernels::Isa::None);
-  EXPECT_EQ(row_kernel_name(parse_accumulation("fp32-seq")), nullptr);
-  EXPECT_FALSE(reduce_rows(parse_accumulation("fp32-seq"), RowBatch{len, x.data(), 8, 1}, out));
+  const KernelOptions none{true, kernels::Isa::None};
+  EXPECT_EQ(row_kernel_name(parse_accumulation("fp32-seq"), none), nullptr);
+  EXPECT_FALSE(reduce_rows(parse_accumulation("fp32-seq"), RowBatch{len, x.data(), 8, 1}, out, nullptr, none));
 }
 
 }  // namespace

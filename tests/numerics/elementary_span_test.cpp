@@ -230,17 +230,15 @@ TEST(ElementarySpan, TiersAgreeBitForBit) {
 TEST(ElementarySpan, SpanEqualsScalarOnEveryTier) {
   const RoundingPlan plan(formats::fp16);
   const auto xs = with_nan(roundoff::test::encoded_values(formats::fp16));
-  const kernels::Isa saved = kernels::isa_limit();
   for (const kernels::Isa isa : {kernels::Isa::None, kernels::Isa::Avx2}) {
-    kernels::set_isa_limit(isa);
+    const KernelOptions opts{true, isa};
     for (const Elementary f : kSpanFunctions) {
       std::vector<double> got(xs.size());
-      elementary_span(plan, Rounding::Odd, f, xs, got);
+      elementary_span(plan, Rounding::Odd, f, xs, got, {}, opts);
       for (std::size_t i = 0; i < xs.size(); ++i)
         ASSERT_TRUE(same_value(got[i], elementary(plan, Rounding::Odd, f, xs[i]))) << name_of(isa) << " " << xs[i];
     }
   }
-  kernels::set_isa_limit(saved);
 }
 
 TEST(ElementarySpanExhaustive, EveryBinary32InputEveryDeterministicMode) {

@@ -231,24 +231,22 @@ TEST(RoundSpan, AllFiniteFindsEveryNonFiniteLaneOnEveryTier) {
   const double specials[] = {std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
                              std::numeric_limits<double>::quiet_NaN(), -std::numeric_limits<double>::quiet_NaN(),
                              std::numeric_limits<double>::signaling_NaN()};
-  const kernels::Isa saved = kernels::isa_limit();
   for (const kernels::Isa isa : {kernels::Isa::Avx512Fp16, kernels::Isa::Avx2, kernels::Isa::None}) {
-    kernels::set_isa_limit(isa);
+    const KernelOptions opts{true, isa};
     for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{13},
                                 std::size_t{256}, std::size_t{263}, std::size_t{600}}) {
       std::vector<double> x(n, std::numeric_limits<double>::max());
       for (std::size_t i = 0; i < n; i += 3) x[i] = i % 2 ? -0.0 : 0x1p-1074;
-      EXPECT_TRUE(all_finite(x)) << "n " << n << " isa " << kernels::name_of(isa);
+      EXPECT_TRUE(all_finite(x, opts)) << "n " << n << " isa " << kernels::name_of(isa);
       for (std::size_t at = 0; at < n; ++at)
         for (const double s : specials) {
           const double keep = x[at];
           x[at] = s;
-          ASSERT_FALSE(all_finite(x)) << "n " << n << " at " << at << " isa " << kernels::name_of(isa);
+          ASSERT_FALSE(all_finite(x, opts)) << "n " << n << " at " << at << " isa " << kernels::name_of(isa);
           x[at] = keep;
         }
     }
   }
-  kernels::set_isa_limit(saved);
 }
 
 }  // namespace

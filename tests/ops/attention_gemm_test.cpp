@@ -1,6 +1,6 @@
 // The batched attention paths (per-head GEMMs, numerics::gemm_ranged with per-row causal k-ranges, span forms of
 // the elementwise steps; ops/attention.hpp) against the per-element definition they replace
-// (ops::set_fast_paths(false): one dot and one scalar rounding at a time, the oracle), bit for bit, for every
+// (ExecOptions::fast_paths off: one dot and one scalar rounding at a time, the oracle), bit for bit, for every
 // preset, with stochastic op rounding and stochastic accumulation, ragged shapes (T across the micro-tiles,
 // tiles and bands, hs not a multiple of 8 and across the kernel panels), and inputs in the normal, overflow,
 // subnormal and special-value (±0, ±inf, NaN) regimes.
@@ -23,6 +23,7 @@ namespace roundoff::ops {
 namespace {
 
 using test::both;
+using test::on;
 using test::expect_same;
 using test::inputs;
 using test::Regime;
@@ -58,9 +59,9 @@ TEST(AttentionGemm, BitIdenticalToPerElementDots) {
           batched_cases += c.gemm_is_dot();
           const numerics::Format& f = c.precision().storage;
           const auto q = inputs(qkv, regime, f, seed, C), k = inputs(qkv, regime, f, seed + 2, C);
-          const auto [fast, oracle] = both([&] {
+          const auto [fast, oracle] = both([&](const ExecOptions& ex) {
             std::vector<double> pre(att, 7.0);
-            attn_scores_forward<Emulated>(pre, q, k, s, c);
+            attn_scores_forward<Emulated>(pre, q, k, s, on(c, ex));
             return std::vector<std::vector<double>>{pre};
           });
           expect_same(fast[0], oracle[0], "scores fwd " + what);
@@ -70,9 +71,9 @@ TEST(AttentionGemm, BitIdenticalToPerElementDots) {
           const numerics::Format& f = c.precision().storage;
           const auto q = inputs(qkv, regime, f, seed + 3, C), k = inputs(qkv, regime, f, seed + 4, C);
           const auto dp = inputs(att, regime, f, seed + 5, T), dq0 = inputs(qkv, Regime::Normal, f, seed + 6);
-          const auto [fast, oracle] = both([&] {
+          const auto [fast, oracle] = both([&](const ExecOptions& ex) {
             std::vector<double> dq = dq0, dk = dq0;
-            attn_scores_backward_data<Emulated>(dq, dk, dp, q, k, s, c);
+            attn_scores_backward_data<Emulated>(dq, dk, dp, q, k, s, on(c, ex));
             return std::vector<std::vector<double>>{dq, dk};
           });
           expect_same(fast[0], oracle[0], "scores bwd dq " + what);
@@ -82,9 +83,9 @@ TEST(AttentionGemm, BitIdenticalToPerElementDots) {
           const Ctx<Emulated> c(pol.at(OpKind::AttnValues, Pass::Forward), bits);
           const numerics::Format& f = c.precision().storage;
           const auto a = inputs(att, regime, f, seed + 7, T), v = inputs(qkv, regime, f, seed + 8, C);
-          const auto [fast, oracle] = both([&] {
+          const auto [fast, oracle] = both([&](const ExecOptions& ex) {
             std::vector<double> out(qkv, 3.0);
-            attn_values_forward<Emulated>(out, a, v, s, c);
+            attn_values_forward<Emulated>(out, a, v, s, on(c, ex));
             return std::vector<std::vector<double>>{out};
           });
           expect_same(fast[0], oracle[0], "values fwd " + what);
@@ -95,9 +96,9 @@ TEST(AttentionGemm, BitIdenticalToPerElementDots) {
           const auto a = inputs(att, regime, f, seed + 9, T), v = inputs(qkv, regime, f, seed + 10, C);
           const auto d = inputs(qkv, regime, f, seed + 11, C), g0 = inputs(att, Regime::Normal, f, seed + 12);
           const auto dv0 = inputs(qkv, Regime::Normal, f, seed + 13);
-          const auto [fast, oracle] = both([&] {
+          const auto [fast, oracle] = both([&](const ExecOptions& ex) {
             std::vector<double> datt = g0, dv = dv0;
-            attn_values_backward_data<Emulated>(datt, dv, d, a, v, s, c);
+            attn_values_backward_data<Emulated>(datt, dv, d, a, v, s, on(c, ex));
             return std::vector<std::vector<double>>{datt, dv};
           });
           expect_same(fast[0], oracle[0], "values bwd datt " + what);
@@ -124,12 +125,12 @@ TEST(AttentionGemm, MaskedPositionsNeverEnterTheSums) {
                 const std::vector<double>& suf, const Policy& pol) {
     const Ctx<Emulated> sc(pol.at(OpKind::AttnScores, Pass::BackwardData)),
         vf(pol.at(OpKind::AttnValues, Pass::Forward)), vb(pol.at(OpKind::AttnValues, Pass::BackwardData));
-    return both([&] {
+    return both([&](const ExecOptions& ex) {
       const std::vector<double> neg0(static_cast<std::size_t>(s.qkv_size()), -0.0);
       std::vector<double> out(neg0.size(), 3.0), dq = neg0, dk = neg0, dv = neg0, datt(tri.size(), 0.0);
-      attn_values_forward<Emulated>(out, tri, pre, s, vf);
-      attn_values_backward_data<Emulated>(datt, dv, suf, tri, pre, s, vb);
-      attn_scores_backward_data<Emulated>(dq, dk, tri, suf, pre, s, sc);
+      attn_values_forward<Emulated>(out, tri, pre, s, on(vf, ex));
+      attn_values_backward_data<Emulated>(datt, dv, suf, tri, pre, s, on(vb, ex));
+      attn_scores_backward_data<Emulated>(dq, dk, tri, suf, pre, s, on(sc, ex));
       return std::vector<std::vector<double>>{out, dq, dv, dk};
     });
   };
@@ -179,10 +180,7 @@ TEST(AttentionGemm, MaskedPositionsNeverEnterTheSums) {
 TEST(AttentionGemm, FastPathsOffMeansPerElementDots) {
   const Ctx<Emulated> c(Policy::preset("ane-fp16").at(OpKind::AttnScores, Pass::Forward));
   EXPECT_TRUE(c.gemm_is_dot());
-  {
-    const ::roundoff::test::FastPathsGuard off(false);
-    EXPECT_FALSE(c.gemm_is_dot());
-  }
+  EXPECT_FALSE(on(c, ::roundoff::test::exec_for(false)).gemm_is_dot());
   const Ctx<Emulated> sr(load_policy("ane-fp16,attn-scores.acc=[acc=fp16:stochastic,order=seq]")
                              .at(OpKind::AttnScores, Pass::Forward));
   EXPECT_FALSE(sr.gemm_is_dot());

@@ -11,7 +11,7 @@
 // exact in binary64: two ≤ 11-bit significands), then s = fma_acc(a_i, b_i, s) (one rounding of the exact
 // a_i·b_i + s), or s = add_acc(s, t_i) for a sum; the result is rounded to compute, then saturated when the
 // entry has saturate = L (|v| ≥ L → ±inf). Every op runs twice: with its fast paths (the batched GEMMs of
-// attention) and with set_fast_paths(false) (one dot per output element). Shapes are ragged: T = 37 (one band
+// attention) and with ExecOptions::fast_paths off (one dot per output element). Shapes are ragged: T = 37 (one band
 // of 32 query rows and a ragged one), hs = 5 (odd) for the attention products, B = 2, NH = 3.
 #include <gtest/gtest.h>
 
@@ -90,13 +90,10 @@ void expect_same(const Vec& got, const Vec& want, const std::string& what) {
   EXPECT_GT(numbers, 0u) << what << ": every value is NaN on both: nothing compared";
 }
 
-/// Runs f with the fast paths on and off (restored after).
+/// Runs f(how, ex) with the fast paths on and off.
 template <class F>
 void both_paths(F&& f) {
-  for (const bool fast : {true, false}) {
-    const ::roundoff::test::FastPathsGuard guard(fast);
-    f(fast ? " (fast paths)" : " (per-element)");
-  }
+  for (const bool fast : {true, false}) f(fast ? " (fast paths)" : " (per-element)", ::roundoff::test::exec_for(fast));
 }
 
 const AttnShape kS{2, 3, 37, 5};
@@ -195,9 +192,9 @@ TEST_P(HalfBitExactAttention, Scores) {
                 r.dot(kS.hs, [&](std::int64_t d) { return q[at3(b, t, h, d)]; },
                       [&](std::int64_t d) { return k[at3(b, j, h, d)]; }),
                 scale));
-    both_paths([&](const char* how) {
+    both_paths([&](const char* how, const ExecOptions& ex) {
       Vec got(na, 1.0);
-      attn_scores_forward<Emulated>(got, cs(q), cs(k), kS, Ctx<Emulated>(p));
+      attn_scores_forward<Emulated>(got, cs(q), cs(k), kS, Ctx<Emulated>(p, {}, ex));
       expect_same(got, want, preset + " attn-scores.fwd" + how);
     });
   }
@@ -221,9 +218,9 @@ TEST_P(HalfBitExactAttention, Scores) {
                                                 [&](std::int64_t i) { return q[at3(b, t + i, h, d)]; })));
           }
       }
-    both_paths([&](const char* how) {
+    both_paths([&](const char* how, const ExecOptions& ex) {
       Vec dq = dq0, dk = dk0;
-      attn_scores_backward_data<Emulated>(dq, dk, cs(dpre), cs(q), cs(k), kS, Ctx<Emulated>(p));
+      attn_scores_backward_data<Emulated>(dq, dk, cs(dpre), cs(q), cs(k), kS, Ctx<Emulated>(p, {}, ex));
       expect_same(dq, wq, preset + " attn-scores.bwd-data dq" + how);
       expect_same(dk, wk, preset + " attn-scores.bwd-data dk" + how);
     });
@@ -248,9 +245,9 @@ TEST_P(HalfBitExactAttention, Softmax) {
       for (std::int64_t j = 0; j < n; ++j)
         want[static_cast<std::size_t>(row * kS.T + j)] = r.store(r.div(ex[static_cast<std::size_t>(j)], z));
     }
-    both_paths([&](const char* how) {
+    both_paths([&](const char* how, const ExecOptions& ex) {
       Vec got(na, 1.0);
-      softmax_forward<Emulated>(got, cs(x), kS, Ctx<Emulated>(p));
+      softmax_forward<Emulated>(got, cs(x), kS, Ctx<Emulated>(p, {}, ex));
       expect_same(got, want, preset + " softmax.fwd" + how);
     });
   }
@@ -267,9 +264,9 @@ TEST_P(HalfBitExactAttention, Softmax) {
       for (std::size_t j = 0; j < static_cast<std::size_t>(n); ++j)
         want[o + j] = r.store(r.add(dp0[o + j], r.mul(a[o + j], r.sub(g[o + j], d))));
     }
-    both_paths([&](const char* how) {
+    both_paths([&](const char* how, const ExecOptions& ex) {
       Vec got = dp0;
-      softmax_backward_data<Emulated>(got, cs(g), cs(a), kS, Ctx<Emulated>(p));
+      softmax_backward_data<Emulated>(got, cs(g), cs(a), kS, Ctx<Emulated>(p, {}, ex));
       expect_same(got, want, preset + " softmax.bwd-data" + how);
     });
   }
@@ -289,9 +286,9 @@ TEST_P(HalfBitExactAttention, Values) {
           for (std::int64_t d = 0; d < kS.hs; ++d)
             want[at3(b, t, h, d)] = r.store(r.dot(t + 1, [&](std::int64_t j) { return att[at4(b, h, t, j)]; },
                                                   [&](std::int64_t j) { return v[at3(b, j, h, d)]; }));
-    both_paths([&](const char* how) {
+    both_paths([&](const char* how, const ExecOptions& ex) {
       Vec got(nq, 1.0);
-      attn_values_forward<Emulated>(got, cs(att), cs(v), kS, Ctx<Emulated>(p));
+      attn_values_forward<Emulated>(got, cs(att), cs(v), kS, Ctx<Emulated>(p, {}, ex));
       expect_same(got, want, preset + " attn-values.fwd" + how);
     });
   }
@@ -316,9 +313,9 @@ TEST_P(HalfBitExactAttention, Values) {
                                                 [&](std::int64_t i) { return dout[at3(b, j + i, h, d)]; })));
           }
       }
-    both_paths([&](const char* how) {
+    both_paths([&](const char* how, const ExecOptions& ex) {
       Vec datt = datt0, dv = dv0;
-      attn_values_backward_data<Emulated>(datt, dv, cs(dout), cs(att), cs(v), kS, Ctx<Emulated>(p));
+      attn_values_backward_data<Emulated>(datt, dv, cs(dout), cs(att), cs(v), kS, Ctx<Emulated>(p, {}, ex));
       expect_same(datt, wa, preset + " attn-values.bwd-data datt" + how);
       expect_same(dv, wv, preset + " attn-values.bwd-data dv" + how);
     });

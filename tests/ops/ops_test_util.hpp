@@ -16,7 +16,7 @@
 #include "numerics/round.hpp"
 #include "ops/backend.hpp"
 #include "ops/policy.hpp"
-#include "tests/support/switch_guards.hpp"
+#include "tests/support/exec_options.hpp"
 
 namespace roundoff::ops::test {
 
@@ -131,17 +131,18 @@ inline void expect_same(const std::vector<double>& fast, const std::vector<doubl
   }
 }
 
-/// Runs f twice, with the fast paths on and off, and returns both results.
+/// c with the execution options ex (the same precision and stochastic stream).
+inline Ctx<Emulated> on(const Ctx<Emulated>& c, const ExecOptions& ex) {
+  return Ctx<Emulated>(c.precision(), c.bits(), ex);
+}
+
+/// Runs f(ex) twice, with the fast paths on and off (ex = ::roundoff::test::exec_for(true / false, kernels)), and
+/// returns both results.
 template <class F>
-std::pair<std::vector<std::vector<double>>, std::vector<std::vector<double>>> both(F&& f) {
-  auto fast = [&] {
-    const ::roundoff::test::FastPathsGuard on(true);
-    return f();
-  }();
-  auto oracle = [&] {
-    const ::roundoff::test::FastPathsGuard off(false);
-    return f();
-  }();
+std::pair<std::vector<std::vector<double>>, std::vector<std::vector<double>>> both(
+    F&& f, const numerics::KernelOptions& kernels = {}) {
+  auto fast = f(::roundoff::test::exec_for(true, kernels));
+  auto oracle = f(::roundoff::test::exec_for(false, kernels));
   return {fast, oracle};
 }
 

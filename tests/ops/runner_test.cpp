@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "ops/demo.hpp"
+#include "tests/support/exec_options.hpp"
 
 namespace roundoff::ops {
 namespace {
@@ -192,6 +193,34 @@ TEST(Runner, EachPolicyEntryChangesItsOwnOpAndNoOther) {
     }
     EXPECT_GE(own, 0x1p-8 / 10) << spec << ": its own calls did not change";
   }
+}
+
+// The Runner's execution options reach every context it hands out (and the shadow's reference contexts), and it
+// owns a pack cache of its own unless given one: nothing comes from process-wide state.
+TEST(Runner, OwnsItsExecutionOptionsAndPackCache) {
+  const Policy pol = Policy::parse("ane-fp16");
+  Runner fast(pol, 1), oracle(pol, 1, ::roundoff::test::exec_for(false));
+  EXPECT_TRUE(fast.context(OpKind::AttnScores, Pass::Forward).gemm_is_dot());
+  EXPECT_FALSE(oracle.context(OpKind::AttnScores, Pass::Forward).gemm_is_dot());
+  EXPECT_TRUE(fast.context(OpKind::Matmul, Pass::Forward).fast_paths());
+  EXPECT_NE(&fast.pack_cache(), &oracle.pack_cache());
+  EXPECT_EQ(fast.context(OpKind::Matmul, Pass::Forward).exec().pack_cache, &fast.pack_cache());
+  numerics::kernels::PackCache shared;
+  ExecOptions given;
+  given.pack_cache = &shared;
+  given.kernels.isa_limit = numerics::kernels::Isa::None;
+  fast.set_exec(given);
+  EXPECT_EQ(&fast.pack_cache(), &shared);
+  EXPECT_EQ(fast.context(OpKind::Softmax, Pass::Forward).exec().kernels.isa_limit, numerics::kernels::Isa::None);
+  // The same bits whatever the options say: the block on the oracle path equals the fast one.
+  BlockConfig cfg;
+  cfg.T = 16;
+  cfg.C = 32;
+  cfg.hidden = 88;
+  Runner a(pol, 42), b(pol, 42, ::roundoff::test::exec_for(false, ::roundoff::test::kernels_off()));
+  a.set_step(3);
+  b.set_step(3);
+  expect_identical(run_block(a, cfg), run_block(b, cfg));
 }
 
 }  // namespace

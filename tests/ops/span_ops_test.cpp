@@ -1,4 +1,4 @@
-// The span-level fast paths against the per-element definition (ops::set_fast_paths(false): the oracle), bit for
+// The span-level fast paths against the per-element definition (ExecOptions::fast_paths off: the oracle), bit for
 // bit including NaN encodings: Ctx's store_array / store_to_array / result_array against the per-element
 // store / store_to / to_compute calls, the span + − × (ops/span_arith.hpp) against Ctx's add/sub/mul, the
 // matmul output conversion, SwiGLU and the residual adds row by row, and AdamW's binary32 path — for every
@@ -28,6 +28,7 @@ namespace roundoff::ops {
 namespace {
 
 using test::both;
+using test::on;
 using test::expect_same;
 using test::inputs;
 using test::kRegimes;
@@ -73,22 +74,16 @@ TEST(SpanOps, ArrayFormsEqualThePerElementCalls) {
   }
 }
 
-/// f() on the definition's path when the fast paths are off (both()'s oracle arm): the GEMM kernels switched off
+/// ex on the definition's path when its fast paths are off (both()'s oracle arm): the GEMM kernels switched off
 /// too, so every output is numerics::gemm's generic per-element dot of the materialised casts.
-template <class F>
-std::vector<std::vector<double>> on_definition_when_oracle(F&& f) {
-  const ::roundoff::test::KernelsGuard kernels(fast_paths());  // off on the oracle arm, restored however f ends
-  return f();
+ExecOptions on_definition_when_oracle(ExecOptions ex) {
+  ex.kernels.fast_paths = ex.fast_paths;
+  return ex;
 }
 
-/// The kernel tiers this CPU has (each forced through set_isa_limit), and None (no kernel: the materialised casts).
-std::vector<numerics::kernels::Isa> isa_tiers() {
-  namespace k = numerics::kernels;
-  std::vector<k::Isa> t;
-  for (const k::Isa isa : {k::Isa::None, k::Isa::Avx2, k::Isa::Avx512, k::Isa::Avx512Fp16})
-    if (k::detected_isa() >= isa) t.push_back(isa);
-  return t;
-}
+/// The kernel tiers this CPU has (each forced through KernelOptions::isa_limit), and None (no kernel: the
+/// materialised casts).
+std::vector<numerics::kernels::Isa> isa_tiers() { return ::roundoff::test::isa_tiers(true); }
 
 /// Inputs of format f with every third value moved off f's grid (x + x·2^-30, exact in binary64), so that the entry
 /// casts round.
@@ -107,7 +102,7 @@ TEST(SpanOps, MatmulOutputsEqualTheOracle) {
   namespace k = numerics::kernels;
   const MatmulShape shapes[] = {{5, 13, 7}, {17, 9, 33}, {9, 5, 130}};
   for (const k::Isa isa : isa_tiers()) {
-    k::set_isa_limit(isa);
+    const numerics::KernelOptions kernels = ::roundoff::test::kernels_at(isa);
     for (const std::string& spec : policies()) {
       const Policy pol = load_policy(spec);
       for (OpKind op : {OpKind::Matmul, OpKind::Classifier})
@@ -130,13 +125,11 @@ TEST(SpanOps, MatmulOutputsEqualTheOracle) {
               const auto a = cast_inputs(na, regime, f, s0, ca), b = cast_inputs(nb, regime, f, s0 + 1, cb);
               const auto out0 = pass == Pass::Forward ? std::vector<double>(nout, 7.0)
                                                       : inputs(nout, Regime::Normal, f, s0 + 2);
-              const auto [fast, oracle] = both([&] {
-                return on_definition_when_oracle([&] {
-                  std::vector<double> out = out0;
-                  call(out, a, b, c);
-                  return std::vector<std::vector<double>>{out};
-                });
-              });
+              const auto [fast, oracle] = both([&](const ExecOptions& ex) {
+                std::vector<double> out = out0;
+                call(out, a, b, test::on(c, on_definition_when_oracle(ex)));
+                return std::vector<std::vector<double>>{out};
+              }, kernels);
               expect_same(fast[0], oracle[0], label + " " + what, true);
             };
             using Vec = std::vector<double>;
@@ -155,7 +148,6 @@ TEST(SpanOps, MatmulOutputsEqualTheOracle) {
           }
     }
   }
-  k::set_isa_limit(k::Isa::Avx512Fp16);
 }
 
 TEST(SpanOps, AdamWEqualsTheOracle) {
@@ -171,7 +163,7 @@ TEST(SpanOps, AdamWEqualsTheOracle) {
     const Ctx<Emulated> c(pol.at(OpKind::AdamW, Pass::Forward), {7, 4});
     binary32_cases += c.binary32_native() && f.master.format == numerics::formats::fp32 &&
                       f.m.format == numerics::formats::fp32 && f.v.format == numerics::formats::fp32 &&
-                      detail::adamw_binary32_supported();
+                      detail::adamw_binary32_supported(c.exec().kernels);
     for (Regime regime : kRegimes)
       for (double grad_scale : {1.0, 1.0 / 256}) {
         const auto seed = 100 + static_cast<std::uint64_t>(regime);
@@ -186,9 +178,9 @@ TEST(SpanOps, AdamWEqualsTheOracle) {
         AdamWConfig cfg;
         cfg.grad_scale = grad_scale;
         for (std::int64_t t : {std::int64_t{3}}) {
-          const auto [fast, oracle] = both([&] {
+          const auto [fast, oracle] = both([&](const ExecOptions& ex) {
             std::vector<double> w = w0, m = m0, v = v0, weights(n, 5.0);
-            adamw_update<Emulated>(w, m, v, g, weights, cfg, t, f, c);
+            adamw_update<Emulated>(w, m, v, g, weights, cfg, t, f, on(c, ex));
             return std::vector<std::vector<double>>{w, m, v, weights};
           });
           const std::string what = spec + " regime " + std::to_string(static_cast<int>(regime)) + " t " +
@@ -219,9 +211,9 @@ TEST(SpanOps, GqaKvReduceEqualsTheOracle) {
                                                  numerics::formats::fp32, seed);
         const std::vector<double> dkv0 = inputs(static_cast<std::size_t>(rows * NKV * hs), regime,
                                                 numerics::formats::fp32, seed + 1);
-        const auto [fast, oracle] = both([&] {
+        const auto [fast, oracle] = both([&](const ExecOptions& ex) {
           std::vector<double> dkv = dkv0;
-          kv_reduce_backward<Emulated>(dkv, test::cs(dfull), map, NKV, hs, c);
+          kv_reduce_backward<Emulated>(dkv, test::cs(dfull), map, NKV, hs, on(c, ex));
           return std::vector<std::vector<double>>{dkv};
         });
         expect_same(fast[0], oracle[0], spec + " regime " + std::to_string(static_cast<int>(regime)) + " map " +
@@ -239,14 +231,13 @@ TEST(SpanOps, ArithArrayEqualsThePerElementCalls) {
   namespace k = numerics::kernels;
   const ArithOp ops[] = {ArithOp::Add, ArithOp::Sub, ArithOp::Mul, ArithOp::Div};
   int fast_cases = 0;
-  const k::Isa saved = k::isa_limit();
   for (const k::Isa isa : {k::Isa::Avx512Fp16, k::Isa::Avx2, k::Isa::None}) {
-    k::set_isa_limit(isa);
+    const ExecOptions exec = ::roundoff::test::exec_for(true, ::roundoff::test::kernels_at(isa));
     for (const std::string& spec : policies()) {
       const Policy pol = load_policy(spec);
       for (OpKind op : {OpKind::SwiGlu, OpKind::ResidualFfn, OpKind::ResidualAttn})
         for (Regime regime : kRegimes) {
-          const Ctx<Emulated> c(pol.at(op, Pass::Forward), {3, 9});
+          const Ctx<Emulated> c(pol.at(op, Pass::Forward), {3, 9}, exec);
           const numerics::Format& f = c.precision().compute;
           const numerics::RoundingPlan fplan(f);
           // operands mostly in compute, some in binary64 only (not values of compute: the per-element path)
@@ -317,7 +308,6 @@ TEST(SpanOps, ArithArrayEqualsThePerElementCalls) {
         }
     }
   }
-  k::set_isa_limit(saved);
   EXPECT_GT(fast_cases, 0);  // the binary64-then-round path was exercised
 }
 
@@ -434,9 +424,9 @@ TEST(SpanOps, SiluEqualsTheOracle) {
       {
         const Ctx<Emulated> c(pol.at(OpKind::Silu, Pass::Forward), {6, 1});
         const auto x = inputs(n, regime, c.precision().storage, seed);
-        const auto [fast, oracle] = both([&] {
+        const auto [fast, oracle] = both([&](const ExecOptions& ex) {
           std::vector<double> y(n, 7.0);
-          silu_forward<Emulated>(y, x, s, c);
+          silu_forward<Emulated>(y, x, s, on(c, ex));
           return std::vector<std::vector<double>>{y};
         });
         expect_same(fast[0], oracle[0], "silu fwd " + what, true);
@@ -446,9 +436,9 @@ TEST(SpanOps, SiluEqualsTheOracle) {
         const auto& f = c.precision().storage;
         const auto x = inputs(n, regime, f, seed + 1), dy = inputs(n, regime, f, seed + 2),
                    g0 = inputs(n, Regime::Normal, f, seed + 3);
-        const auto [fast, oracle] = both([&] {
+        const auto [fast, oracle] = both([&](const ExecOptions& ex) {
           std::vector<double> dx = g0;
-          silu_backward_data<Emulated>(dx, dy, x, s, c);
+          silu_backward_data<Emulated>(dx, dy, x, s, on(c, ex));
           return std::vector<std::vector<double>>{dx};
         });
         expect_same(fast[0], oracle[0], "silu bwd " + what, true);
@@ -469,9 +459,9 @@ TEST(SpanOps, SwigluAndResidualEqualTheOracle) {
         const Ctx<Emulated> c(pol.at(OpKind::SwiGlu, Pass::Forward), {5, 1});
         const auto& f = c.precision().storage;
         const auto a = inputs(n, regime, f, seed), u = inputs(n, regime, f, seed + 1);
-        const auto [fast, oracle] = both([&] {
+        const auto [fast, oracle] = both([&](const ExecOptions& ex) {
           std::vector<double> h(n, 7.0);
-          swiglu_forward<Emulated>(h, a, u, s, c);
+          swiglu_forward<Emulated>(h, a, u, s, on(c, ex));
           return std::vector<std::vector<double>>{h};
         });
         expect_same(fast[0], oracle[0], "swiglu fwd " + what, true);
@@ -481,9 +471,9 @@ TEST(SpanOps, SwigluAndResidualEqualTheOracle) {
         const auto& f = c.precision().storage;
         const auto a = inputs(n, regime, f, seed + 2), u = inputs(n, regime, f, seed + 3),
                    dh = inputs(n, regime, f, seed + 4), g0 = inputs(n, Regime::Normal, f, seed + 5);
-        const auto [fast, oracle] = both([&] {
+        const auto [fast, oracle] = both([&](const ExecOptions& ex) {
           std::vector<double> da = g0, du = g0;
-          swiglu_backward_data<Emulated>(da, du, dh, a, u, s, c);
+          swiglu_backward_data<Emulated>(da, du, dh, a, u, s, on(c, ex));
           return std::vector<std::vector<double>>{da, du};
         });
         expect_same(fast[0], oracle[0], "swiglu bwd da " + what, true);
@@ -496,9 +486,9 @@ TEST(SpanOps, SwigluAndResidualEqualTheOracle) {
             const Ctx<Emulated> c(pol.at(op, Pass::Forward), {5, 3});
             const auto& f = c.precision().storage;
             const auto x = inputs(n, regime, f, seed + 6), fx = inputs(n, regime, f, seed + 7);
-            const auto [fast, oracle] = both([&] {
+            const auto [fast, oracle] = both([&](const ExecOptions& ex) {
               std::vector<double> out = x;  // out aliases x, as in the model
-              residual_forward<Emulated>(out, out, fx, alpha, s, c);
+              residual_forward<Emulated>(out, out, fx, alpha, s, on(c, ex));
               return std::vector<std::vector<double>>{out};
             });
             expect_same(fast[0], oracle[0], "residual fwd " + w, true);
@@ -507,9 +497,9 @@ TEST(SpanOps, SwigluAndResidualEqualTheOracle) {
             const Ctx<Emulated> c(pol.at(op, Pass::BackwardData), {5, 4});
             const auto& f = c.precision().storage;
             const auto d = inputs(n, regime, f, seed + 8), g0 = inputs(n, Regime::Normal, f, seed + 9);
-            const auto [fast, oracle] = both([&] {
+            const auto [fast, oracle] = both([&](const ExecOptions& ex) {
               std::vector<double> dx = g0, df = g0;
-              residual_backward_data<Emulated>(dx, df, d, alpha, s, c);
+              residual_backward_data<Emulated>(dx, df, d, alpha, s, on(c, ex));
               return std::vector<std::vector<double>>{dx, df};
             });
             expect_same(fast[0], oracle[0], "residual bwd dx " + w, true);

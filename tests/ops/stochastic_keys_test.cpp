@@ -52,13 +52,13 @@ std::string describe(std::uint64_t k) {
   return o.str();
 }
 
-/// Runs f with a key log; returns a description of the repeated (stream, key) entries (empty: none), and the
-/// number of draws (so that a call that draws nothing cannot pass unnoticed).
-std::pair<std::string, std::size_t> collisions(const std::function<void()>& f) {
+/// Runs f(exec) with exec's key log set; returns a description of the repeated (stream, key) entries (empty:
+/// none), and the number of draws (so that a call that draws nothing cannot pass unnoticed).
+std::pair<std::string, std::size_t> collisions(const std::function<void(const ExecOptions&)>& f) {
   KeyLog log;
-  set_key_log(&log);
-  f();
-  set_key_log(nullptr);
+  ExecOptions exec;
+  exec.key_log = &log;
+  f(exec);
   std::map<std::pair<std::uint64_t, std::uint64_t>, int> seen;
   for (const auto& e : log.entries) ++seen[e];
   std::ostringstream o;
@@ -230,9 +230,11 @@ std::vector<Case> all_cases() {
 
 void check_all(bool stochastic_accumulator) {
   const OpPrecision p = stochastic(stochastic_accumulator);
-  const Ctx<E> ctx(p, {20260101, 7}), other(p, {20260101, 8});
   for (const Case& c : all_cases()) {
-    const auto [repeats, draws] = collisions([&] { c.run(ctx, other); });
+    const auto [repeats, draws] = collisions([&](const ExecOptions& exec) {
+      const Ctx<E> ctx(p, {20260101, 7}, exec), other(p, {20260101, 8}, exec);
+      c.run(ctx, other);
+    });
     EXPECT_GT(draws, 0u) << c.name << " drew no stochastic bits";
     EXPECT_TRUE(repeats.empty()) << c.name << " shares draws between roundings:\n" << repeats;
   }

@@ -16,7 +16,7 @@
 #include "numerics/gemm_kernels.hpp"
 #include "studies/common/provenance.hpp"
 #include "studies/tensorcore/tc_fit.hpp"
-#include "tests/support/switch_guards.hpp"
+#include "tests/support/exec_options.hpp"
 
 namespace roundoff::tensorcore {
 namespace {
@@ -42,8 +42,8 @@ void check_tile(const numerics::Accumulation& a, std::size_t M, std::size_t N, s
                                     true, nullptr, 1))
     return;
   ++t.taken;
-  const test::KernelsGuard off(false);
-  numerics::gemm(a, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, slow.data(), N, true, {}, nullptr, 1);
+  numerics::gemm(a, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, slow.data(), N, true, {}, nullptr, 1,
+                 test::kernels_off());
   for (std::size_t i = 0; i < fast.size(); ++i)
     if (std::bit_cast<std::uint64_t>(fast[i]) != std::bit_cast<std::uint64_t>(slow[i])) {
       ++t.differ;

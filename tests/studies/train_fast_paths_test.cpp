@@ -1,4 +1,4 @@
-// Whole training steps on the fast paths (ops::set_fast_paths(true), the default) against the per-element
+// Whole training steps on the fast paths (ops::ExecOptions::fast_paths on, the default) against the per-element
 // oracle (false): the same master weights after N steps, bit for bit, for every preset but fp64 and for stochastic
 // rounding, on a ragged shape (T = 37 crosses the attention's 32-row GEMM bands; hs = 10).
 #include <gtest/gtest.h>
@@ -10,16 +10,15 @@
 #include "ops/backend.hpp"
 #include "ops/policy.hpp"
 #include "tests/studies/train_test_util.hpp"
-#include "tests/support/switch_guards.hpp"
+#include "tests/support/exec_options.hpp"
 
 namespace roundoff::studies::train {
 namespace {
 
 std::string sha_after(const ModelConfig& c, const std::string& policy, bool fast, const std::string& name) {
-  const ::roundoff::test::FastPathsGuard guard(fast);
-  const nlohmann::json s = testing::train_run(c, policy, testing::fresh_dir(name), 3, [](TrainOptions& o) {
-    o.telemetry_every = 2;
-  });
+  const nlohmann::json s = testing::train_run(
+      c, policy, testing::fresh_dir(name), 3, [](TrainOptions& o) { o.telemetry_every = 2; },
+      ::roundoff::test::exec_for(fast));
   // Equal hashes of weights that went non-finite would compare a divergence, not the arithmetic.
   EXPECT_FALSE(s["diverged"].get<bool>()) << policy << (fast ? " fast" : " oracle");
   return s["weights_sha256"].get<std::string>();

@@ -455,9 +455,9 @@ TEST(Replica, UnderflowTelemetryWithAccumulationReadsTheMicroStepGradients) {
   std::filesystem::remove_all(dir);
 }
 
-/// Model::set_weights_version: the working copy is derived once per version. Weights changed behind an
-/// unchanged version are not seen (the caller broke its promise: this shows the copy is reused); a new version
-/// sees them and gives the bits of a model that never cached; version 0 derives at every call.
+/// Model::weights_changed: the working copy is derived once per version. Weights changed behind an unchanged
+/// version are not seen (the caller broke its promise: this shows the copy is reused); a new version sees them
+/// and gives the bits of a model that never cached; after release_weights every call derives.
 TEST(Replica, WeightsVersionReusesTheWorkingCopyUntilItChanges) {
   omp_set_num_threads(1);
   const ModelConfig c = small_config(16, 6, 2);
@@ -467,14 +467,14 @@ TEST(Replica, WeightsVersionReusesTheWorkingCopyUntilItChanges) {
   const Batch b = train_batch(excerpt_data(c).train, c.seq, c.batch, 9, 0);
   std::vector<double> w = weights(c), other = weights(c, 6);
   Transformer cached(c, ResidualScale::None, policy, 1), fresh(c, ResidualScale::None, policy, 1);
-  cached.set_weights_version(7);
+  cached.weights_changed();
   const double first = cached.total_loss(b, w);
   std::vector<double> original = w;
   w = other;  // same buffer, new values, same version
   EXPECT_EQ(cached.total_loss(b, w), first);
-  cached.set_weights_version(8);
+  cached.weights_changed();
   EXPECT_EQ(cached.total_loss(b, w), fresh.total_loss(b, other));
-  cached.set_weights_version(0);
+  cached.release_weights();
   w = original;
   EXPECT_EQ(cached.total_loss(b, w), first);
   w = other;

@@ -51,7 +51,8 @@ inline std::filesystem::path fresh_dir(const std::string& name) {
 /// One training session on the excerpt, one thread: lr 3e-3, warmup steps/10, seed 3, telemetry every 25
 /// steps, the policy's own loss-scale suggestion; `tweak` may change any option before the run.
 inline nlohmann::json train_run(const ModelConfig& c, const std::string& policy, const std::filesystem::path& out,
-                                std::int64_t steps, const std::function<void(TrainOptions&)>& tweak = {}) {
+                                std::int64_t steps, const std::function<void(TrainOptions&)>& tweak = {},
+                                const ops::ExecOptions& exec = {}) {
   omp_set_num_threads(1);
   SessionSpec spec;
   spec.policy = ops::load_policy(policy);
@@ -66,6 +67,7 @@ inline nlohmann::json train_run(const ModelConfig& c, const std::string& policy,
   o.out = out;
   o.loss_scale = resolve_loss_scale("auto", spec.policy);
   if (tweak) tweak(o);
+  spec.exec = exec;
   return run_session(spec, excerpt_data(c), nullptr);
 }
 
