@@ -23,14 +23,15 @@ spec : str
     ``acc=FORMAT[:ROUNDING]``, ``order=seq|reverse|pairwise|kahan|blocked:B``, ``outer=FORMAT``,
     ``fused``/``unfused``, ``product=FORMAT``, ``promote=N[:FORMAT]``, ``group=G``, ``extra=E``,
     ``align=``, ``normalize=``, ``carry=C``, ``anchor=lead|exp-sum:EMIN``, ``edges=ieee|inf-pos-zero``,
-    ``tile=G[:FORMAT][:ROUNDING]``.
+    ``tile=G[:FORMAT][:ROUNDING]``, ``splitk=S[:G[:ROUNDING]]`` (cuBLAS split-K: K in chunks of
+    G·ceil(K/(G·S)) reduced alone, their results summed in ``outer_format``, e.g. ``tc-h100,splitk=3:64``).
 
 Attributes
 ----------
 canonical : str   the preset name or canonical spec (``Accumulation(a.canonical) == a``)
 spec : str        the full key=value form
 format, rounding, fused, product_format, order, block, outer_format, promote_every, promote_format,
-adder_group, tile_size, result_format
+adder_group, tile_size, splitk, splitk_granule, result_format
 
 Examples
 --------
