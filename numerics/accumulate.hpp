@@ -56,7 +56,7 @@
 ///             order, adder groups, promotion chunks and tiles counted from the chunk's first term). The chunk
 ///             results R_c are then summed in chunk order in outer_format with splitk.rounding (not `rounding`):
 ///             T = round(R_0), T = round(T + R_c). cuBLAS on an H200 does this in binary32 to nearest-even, with
-///             G = 64 (fp16/bf16 nvjet kernels), 128 (fp8) and 4 (tf32 CUTLASS kernels)
+///             G = 64 (fp16/bf16 nvjet kernels), 128 (fp8) and 32 (tf32 CUTLASS kernels)
 ///             (docs/studies/tensorcore.md, "cuBLAS on H200"). The result is T.
 ///   initial   gemm with accumulate: the current C_ij is an exact starting value (never rounded on entry): the
 ///             running sum of seq/reverse/kahan/adder starts at C_ij, the outer sum of blocked, the promoted
