@@ -561,7 +561,8 @@ template <class Src>
 class Run {
  public:
   Run(const Plans& p, const Src& src, std::size_t n, StochasticBits bits)
-      : p_(p), a_(p.a), src_(src), n_(n), bits_(bits), stochastic_(p.a.rounding == Rounding::Stochastic) {}
+      : p_(p), a_(p.a), src_(src), n_(n), bits_(bits),
+        stochastic_(p.a.rounding == Rounding::Stochastic || p.a.splitk.rounding == Rounding::Stochastic) {}
 
   double reduce(bool has_init, double init) {
     if (a_.splitk.count > 0) return split(has_init, init);

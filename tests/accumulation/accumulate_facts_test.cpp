@@ -135,6 +135,14 @@ TEST(AccumulateFacts, SplitKChunksAndSumsAsSpecified) {
   EXPECT_EQ(sum(parse_accumulation("fp32-seq,outer=bf16,splitk=2:1:up"), x), 1.0 + 0x1p-7);
   EXPECT_EQ(sum(parse_accumulation("fp32-seq,outer=bf16,splitk=2"), x), 1.0);
   EXPECT_EQ(result_format(parse_accumulation("fp32-seq,outer=bf16,splitk=2")), formats::bf16);
+  // A stochastic chunk sum draws real bits even when the accumulator rounds deterministically: chunks 1 and
+  // 2^-9, whose sum lies a quarter of bf16's gap 2^-7 above 1, round up for about a quarter of the seeds.
+  const Accumulation sr = parse_accumulation("fp32-seq,outer=bf16,splitk=2:1:stochastic");
+  int up = 0;
+  for (std::uint64_t seed = 0; seed < 4000; ++seed)
+    up += sum(sr, std::vector<double>{1.0, 0x1p-9}, StochasticBits{seed, 0}) > 1.0;
+  EXPECT_GT(up, 800);
+  EXPECT_LT(up, 1200);
   // Chunk lengths L = G·ceil(n/(G·S)) of the cuBLAS kernels fitted in docs/studies/tensorcore.md:
   EXPECT_EQ(splitk_chunk(SplitK{3, 64}, 4096), 1408u);    // cuBLAS nvjet, 256x256x4096: 1408, 1408, 1280
   EXPECT_EQ(splitk_chunk(SplitK{12, 64}, 16384), 1408u);  // 128x128x16384: 11 chunks of 1408, one of 896

@@ -218,7 +218,8 @@ class Twin {
  private:
   std::uint64_t next_draw() {
     const std::uint64_t k = step_++;
-    return a_.rounding == Rounding::Stochastic ? bits_.draw(k) : 0;
+    const bool stochastic = a_.rounding == Rounding::Stochastic || a_.splitk.rounding == Rounding::Stochastic;
+    return stochastic ? bits_.draw(k) : 0;
   }
   mpfr_rnd_t zero_rnd() const { return zero_rnd(a_.rounding); }
   /// The sign of an exact zero sum (x + (−x)): −0 when rounding down, else +0 (IEEE 754 §6.3).
