@@ -136,3 +136,10 @@ def test_roundoff_gemm_reproduces_a_split_k_call(tmp_path: Path):
     assert r.returncode == 1
     j = json.loads(r.stdout)
     assert j["expect"]["differing_elements"] > 0 and j["expect"]["first_difference"] is not None
+    # --splitk auto finds S: 1 (no split) and 2 miss, 3 reproduces the call.
+    r = gemm("--like", "cublas-h100", "--splitk", "auto", "--out", "da.npy", "--expect", "e.npy")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert [t["splitk"] for t in j["splitk_search"]] == [1, 2, 3]
+    assert [t["differing_elements"] > 0 for t in j["splitk_search"]] == [True, True, False]
+    assert j["spec"].endswith("splitk=3:64:nearest-even") and j["expect"]["differing_elements"] == 0

@@ -1,5 +1,6 @@
 // `roundoff gemm`: D = A·B (+ C) of two .npy matrices under an accumulation (numerics::gemm), written as an
 // .npy, with a summary and, against an expected .npy, the differing bits.
+#include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cmath>
@@ -34,6 +35,8 @@ using numerics::RoundingPlan;
 /// Input files above this size are refused (each is held as binary64 values, up to 4 copies of a float16 file).
 constexpr std::uintmax_t kMaxInputBytes = std::uintmax_t{1} << 30;
 constexpr const char* kLikeValid = "cublas-h100 (also H200: the same tensor cores and kernels)";
+/// --splitk auto tries S = 1..kMaxAutoSplit.
+constexpr int kMaxAutoSplit = 64;
 
 struct Options {
   std::string a, b, c, inputs, accumulation, like, splitk, out, expect, expect_format;
@@ -89,8 +92,8 @@ std::pair<Format, Format> parse_inputs(const std::string& text) {
   }
 }
 
-/// The accumulation --like names for inputs `f`, with --splitk S[:G] and --fast-accum.
-Accumulation like_accumulation(const Options& o, const Format& fa, const Format& fb) {
+/// The accumulation --like names for inputs `f`, with --fast-accum and `splitk` ("S[:G]", or "" for none).
+Accumulation like_accumulation(const Options& o, const Format& fa, const Format& fb, const std::string& splitk) {
   if (o.like != "cublas-h100") throw CliError("gemm: --like '" + o.like + "' is not known; valid: " + kLikeValid);
   if (!(fa == fb))
     throw CliError("gemm: --like cublas-h100 needs one input format for A and B (got --inputs " + o.inputs +
@@ -119,14 +122,14 @@ Accumulation like_accumulation(const Options& o, const Format& fa, const Format&
   if (o.fast_accum && !fp8) throw CliError("gemm: --fast-accum applies to fp8 inputs (e4m3, e5m2) only");
   // torch._scaled_mm's default (use_fast_accum=False) promotes into binary32 every 128 products.
   if (fp8 && !o.fast_accum) spec += ",promote=128:fp32";
-  if (!o.splitk.empty()) {
-    const auto colon = o.splitk.find(':');
-    spec += ",splitk=" + o.splitk + (colon == std::string::npos ? ":" + std::to_string(granule) : "");
+  if (!splitk.empty()) {
+    const auto colon = splitk.find(':');
+    spec += ",splitk=" + splitk + (colon == std::string::npos ? ":" + std::to_string(granule) : "");
   }
   try {
     return numerics::parse_accumulation(spec);
   } catch (const std::invalid_argument& e) {
-    throw CliError("gemm: --splitk '" + o.splitk + "': " + e.what());
+    throw CliError("gemm: --splitk '" + splitk + "': " + e.what());
   }
 }
 
@@ -229,10 +232,13 @@ void run(const Options& o) {
   std::error_code ec;
   if (fs::exists(fs::symlink_status(o.out, ec)))
     throw CliError("gemm: --out " + o.out + " exists; roundoff gemm never replaces a file (remove it or choose a new path)");
+  const bool auto_s = o.splitk == "auto";
+  if (auto_s && o.expect.empty())
+    throw CliError("gemm: --splitk auto needs --expect E.npy (the output whose split-K count S it finds)");
   const auto [fa, fb] = parse_inputs(o.inputs);
   Accumulation acc;
   if (!o.like.empty()) {
-    acc = like_accumulation(o, fa, fb);
+    acc = like_accumulation(o, fa, fb, auto_s ? std::string() : o.splitk);
   } else {
     try {
       acc = numerics::parse_accumulation(o.accumulation);
@@ -259,10 +265,41 @@ void run(const Options& o) {
   }
   std::optional<Expected> expected;
   if (!o.expect.empty()) expected = load_expected(M, N, o);
+  const std::vector<double> start = D;
   numerics::AccumStats stats;
+  auto product = [&](const Accumulation& a, std::vector<double>& out, numerics::AccumStats& st) {
+    out = start;
+    numerics::gemm(a, M, N, K, numerics::ConstMatrix{A.v.data(), K}, numerics::ConstMatrix{B.v.data(), N},
+                   out.data(), N, !o.c.empty(), numerics::StochasticBits{o.seed, 0}, &st, o.threads);
+  };
   const auto t0 = std::chrono::steady_clock::now();
-  numerics::gemm(acc, M, N, K, numerics::ConstMatrix{A.v.data(), K}, numerics::ConstMatrix{B.v.data(), N}, D.data(),
-                 N, !o.c.empty(), numerics::StochasticBits{o.seed, 0}, &stats, o.threads);
+  nlohmann::json search = nlohmann::json::array();
+  if (auto_s) {
+    // S = 1, 2, ... up to kMaxAutoSplit, one GEMM per distinct chunk length; the first S whose output equals E
+    // (else the one with the fewest differing elements). S = 1 is the unsplit chain.
+    std::int64_t best = -1;
+    std::vector<std::size_t> lengths;
+    for (int S = 1; S <= kMaxAutoSplit; ++S) {
+      const Accumulation a = like_accumulation(o, fa, fb, std::to_string(S));
+      const std::size_t len = numerics::splitk_chunk(a.splitk, K);
+      if (std::find(lengths.begin(), lengths.end(), len) != lengths.end()) continue;
+      lengths.push_back(len);
+      std::vector<double> d;
+      numerics::AccumStats st;
+      product(a, d, st);
+      const std::int64_t differ = compare(d, N, o, *expected)["differing_elements"].get<std::int64_t>();
+      search.push_back({{"splitk", S}, {"chunk", len}, {"differing_elements", differ}});
+      if (best < 0 || differ < best) {
+        best = differ;
+        acc = a;
+        D = std::move(d);
+        stats = st;
+      }
+      if (differ == 0) break;
+    }
+  } else {
+    product(acc, D, stats);
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   const Format rf = numerics::result_format(acc);
@@ -296,6 +333,7 @@ void run(const Options& o) {
   j["nonfinite"] = nonfinite;
   j["overflows"] = stats.overflows;
   j["seconds"] = seconds;
+  if (auto_s) j["splitk_search"] = search;
   std::optional<nlohmann::json> cmp;
   if (expected) cmp = compare(D, N, o, *expected);
   if (cmp) j["expect"] = *cmp;
@@ -305,6 +343,13 @@ void run(const Options& o) {
     const std::string name = numerics::canonical(acc), spec = numerics::spec_text(acc);
     std::printf("D = A·B%s: %zux%zu · %zux%zu, %s inputs, under %s%s\n", o.c.empty() ? "" : " + C", M, K, K, N,
                 j["inputs"].get<std::string>().c_str(), name.c_str(), name == spec ? "" : (" (" + spec + ")").c_str());
+    if (auto_s) {
+      std::string tried;
+      for (const auto& t : search)
+        tried += (tried.empty() ? "" : ", ") + std::to_string(t["splitk"].get<int>()) + " (" +
+                 std::to_string(t["differing_elements"].get<std::int64_t>()) + " differ)";
+      std::printf("splitk auto: S = %s; kept S = %d\n", tried.c_str(), acc.splitk.count);
+    }
     std::printf("wrote %s (%s, values of %s) in %.3g s; %zu non-finite, %lld overflows\n", o.out.c_str(),
                 f32 ? "float32" : "float64", numerics::name_of(rf).c_str(), seconds, nonfinite,
                 static_cast<long long>(stats.overflows));
@@ -354,7 +399,9 @@ void add_gemm_command(CLI::App& app) {
                       "torch._scaled_mm (tc-h100-fp8[-e5m2],promote=128:fp32; --fast-accum: no promotion)");
   cmd->add_option("--splitk", o.splitk,
                   "With --like: the split-K kernel's S (chunks) and optional G (granule; default 64 for fp16/bf16, "
-                  "128 for fp8, 32 for tf32): K cut into chunks of G·ceil(K/(G·S)) summed in binary32");
+                  "128 for fp8, 32 for tf32): K cut into chunks of G·ceil(K/(G·S)) summed in binary32. 'auto' "
+                  "(with --expect, the GPU's output): tries S = 1..64 (1 = no split), one GEMM per distinct chunk "
+                  "length, keeps the first S that reproduces E (else the closest) and lists them in splitk_search");
   cmd->add_flag("--fast-accum", o.fast_accum, "With --like and fp8 inputs: torch._scaled_mm(use_fast_accum=True)");
   cmd->add_option("--out,-o", o.out, "Output .npy (written atomically; must not exist)")->required();
   cmd->add_option("--expect", o.expect, "Expected D (.npy, M x N, float16/32/64): count the differing bits");
@@ -369,6 +416,7 @@ void add_gemm_command(CLI::App& app) {
   cmd->footer(
       "Examples:\n  roundoff gemm a.npy b.npy --inputs fp16 --accumulation tc-h100 --out d.npy\n"
       "  roundoff gemm a.npy b.npy --inputs bf16 --like cublas-h100 --splitk 3 --out d.npy --expect d_gpu.npy\n"
+      "  roundoff gemm a.npy b.npy --inputs fp16 --like cublas-h100 --splitk auto --expect d_gpu.npy --out d.npy --json\n"
       "  roundoff gemm a.npy b.npy --c c.npy --inputs fp16 --accumulation fp16-seq --out d.npy --json\n"
       "S for a cuBLAS split-K kernel (…_splitK_…, then splitKreduce_kernel): docs/studies/tensorcore.md, "
       "\"cuBLAS on H200\".");

@@ -815,6 +815,7 @@ TEST(Cli, GemmRefusesBadInputInOneLine) {  // issue 40
       {"ok.npy ok.npy --inputs fp16 --accumulation tc-h100 --splitk 3 -o d.npy", "go with --like"},
       {"ok.npy ok.npy --inputs fp16 --like cublas-h100 --fast-accum -o d.npy", "fp8 inputs"},
       {"ok.npy ok.npy --inputs fp16 --like cublas-h100 --splitk x -o d.npy", "'x'"},
+      {"ok.npy ok.npy --inputs fp16 --like cublas-h100 --splitk auto -o d.npy", "--splitk auto needs --expect"},
       {"ok.npy ok.npy --inputs fp16 --accumulation 'tc-h100,splitk=2:0' -o d.npy", "granule"},
       {"ok.npy ok.npy --inputs fp99 --accumulation tc-h100 -o d.npy", "fp99"},
       {"missing.npy ok.npy --inputs fp16 --accumulation tc-h100 -o d.npy", "no such file"},
