@@ -49,8 +49,6 @@ std::string_view name_of(AdderEdges e) {
 
 namespace {
 
-constexpr int kMaxSplitK = 1 << 20;
-
 struct Preset {
   std::string name;
   Accumulation acc;
@@ -227,6 +225,10 @@ const std::vector<std::string>& preset_accumulation_names() {
   }();
   return names;
 }
+
+namespace {
+constexpr int kMaxSplitK = 1 << 20;  ///< largest splitk count and granule
+}  // namespace
 
 std::optional<std::string> validate(const Accumulation& a) {
   for (const Format* f : {&a.format, &a.product_format, &a.outer_format, &a.promote_format, &a.tile.format})
