@@ -142,7 +142,8 @@ def gemm(a, b, c=None, *, inputs, accumulation, seed=None, stream: int = 0, thre
     inputs : Format, str, or a pair (format of a, format of b)
     accumulation : Accumulation or str
         Any spec or preset: ``tc-h100`` (H100 fp16 tensor cores, chained over K exactly as cuBLAS does
-        without split-K), ``ane-tile4``, ``fp16-seq``, ``fp16-splitk32-fp32``, ``tc-h100-fp8,promote=128:fp32`` …
+        without split-K; ``tc-h100,splitk=3:64`` a cuBLAS split-K call, docs/studies/tensorcore.md), ``ane-tile4``,
+        ``fp16-seq``, ``fp16-splitk32-fp32``, ``tc-h100-fp8,promote=128:fp32`` …
     seed, stream : int
         Stochastic accumulations: output (i, j) uses stream ``stream + i*N + j``, draw = rounding step.
     threads : int
