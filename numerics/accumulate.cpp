@@ -157,7 +157,7 @@ constexpr const char* kKeysHelp =
     "keys: acc=FORMAT[:ROUNDING], order=seq|reverse|pairwise|kahan|blocked:B, outer=FORMAT, fused, unfused, "
     "product=FORMAT, promote=N[:FORMAT], group=G, extra=E, align=ROUNDING, normalize=ROUNDING, carry=C, "
     "anchor=lead|exp-sum:EMIN, edges=ieee|inf-pos-zero, "
-    "tile=G[:FORMAT][:ROUNDING]";
+    "tile=G[:FORMAT][:ROUNDING], splitk=S[:G[:ROUNDING]]";
 
 [[noreturn]] void fail(std::string_view text, const std::string& why) {
   throw std::invalid_argument("bad accumulation '" + std::string(text) + "': " + why + " (presets: " +
@@ -226,6 +226,10 @@ const std::vector<std::string>& preset_accumulation_names() {
   return names;
 }
 
+namespace {
+constexpr int kMaxSplitK = 1 << 20;  ///< largest splitk count and granule
+}  // namespace
+
 std::optional<std::string> validate(const Accumulation& a) {
   for (const Format* f : {&a.format, &a.product_format, &a.outer_format, &a.promote_format, &a.tile.format})
     if (auto why = validate(*f)) return "format " + name_of(*f) + ": " + *why;
@@ -264,7 +268,24 @@ std::optional<std::string> validate(const Accumulation& a) {
   } else if (!(t == TileStage{})) {
     return std::string("tile parameters are set but the tile size is 0");
   }
+  const SplitK& sk = a.splitk;
+  if (sk.count < 0 || sk.count > kMaxSplitK) return "splitk count must be in 0.." + std::to_string(kMaxSplitK);
+  if (sk.count > 0) {
+    if (a.order == Order::Blocked)
+      return std::string("splitk and order=blocked cannot be combined (blocked is a split-K with a fixed chunk length)");
+    if (sk.granule < 1 || sk.granule > kMaxSplitK)
+      return "splitk granule must be in 1.." + std::to_string(kMaxSplitK);
+  } else if (!(sk == SplitK{})) {
+    return std::string("splitk parameters are set but its count is 0");
+  }
   return std::nullopt;
+}
+
+std::size_t splitk_chunk(const SplitK& s, std::size_t n) {
+  if (s.count <= 0 || n == 0) return n;
+  const auto g = static_cast<std::size_t>(std::max(s.granule, 1));
+  const std::size_t span = g * static_cast<std::size_t>(s.count);
+  return g * ((n + span - 1) / span);
 }
 
 void check_valid(const Accumulation& a) {
@@ -272,7 +293,7 @@ void check_valid(const Accumulation& a) {
 }
 
 Format result_format(const Accumulation& a) {
-  if (a.order == Order::Blocked) return a.outer_format;
+  if (a.order == Order::Blocked || a.splitk.count > 0) return a.outer_format;
   if (a.promote_every > 0) return a.promote_format;
   return a.format;
 }
@@ -288,7 +309,8 @@ std::string spec_text(const Accumulation& a) {
   std::string s = "acc=" + name_of(a.format) + ":" + std::string(name_of(a.rounding));
   s += ",order=" + std::string(name_of(a.order));
   if (a.order == Order::Blocked || a.block != 0) s += ":" + std::to_string(a.block);
-  if (a.order == Order::Blocked || !(a.outer_format == d.outer_format)) s += ",outer=" + name_of(a.outer_format);
+  if (a.order == Order::Blocked || a.splitk.count > 0 || !(a.outer_format == d.outer_format))
+    s += ",outer=" + name_of(a.outer_format);
   s += a.fused ? ",fused" : ",unfused";
   if (!a.fused || !(a.product_format == d.product_format)) s += ",product=" + name_of(a.product_format);
   if (a.promote_every != 0 || !(a.promote_format == d.promote_format))
@@ -304,6 +326,9 @@ std::string spec_text(const Accumulation& a) {
   if (!(a.tile == TileStage{}))
     s += ",tile=" + std::to_string(a.tile.size) + ":" + name_of(a.tile.format) + ":" +
          std::string(name_of(a.tile.rounding));
+  if (!(a.splitk == SplitK{}))
+    s += ",splitk=" + std::to_string(a.splitk.count) + ":" + std::to_string(a.splitk.granule) + ":" +
+         std::string(name_of(a.splitk.rounding));
   return s;
 }
 
@@ -422,6 +447,17 @@ Accumulation parse_accumulation(std::string_view text) {
         }
         if (!rest.empty()) a.tile.format = parse_format_in(text, rest);
       }
+    } else if (key == "splitk") {
+      // S[:G[:ROUNDING]]
+      const std::size_t c1 = val.find(':');
+      a.splitk = SplitK{};
+      a.splitk.count = parse_count(text, val.substr(0, c1), "the splitk count");
+      if (c1 != std::string_view::npos) {
+        const std::string_view rest = val.substr(c1 + 1);
+        const std::size_t c2 = rest.find(':');
+        a.splitk.granule = parse_count(text, rest.substr(0, c2), "the splitk granule");
+        if (c2 != std::string_view::npos) a.splitk.rounding = parse_rounding_in(text, rest.substr(c2 + 1));
+      }
     } else {
       fail(text, "unknown key '" + std::string(key) + "'");
     }
@@ -473,6 +509,8 @@ struct SumSource {
   static constexpr bool kDot = false;
   double xv(std::size_t i) const { return x[static_cast<std::ptrdiff_t>(i) * incx]; }
   double yv(std::size_t) const { return 1.0; }
+  /// The terms from position `k` on.
+  SumSource from(std::size_t k) const { return {x + static_cast<std::ptrdiff_t>(k) * incx, incx}; }
 };
 
 struct DotSource {
@@ -483,6 +521,11 @@ struct DotSource {
   static constexpr bool kDot = true;
   double xv(std::size_t i) const { return x[static_cast<std::ptrdiff_t>(i) * incx]; }
   double yv(std::size_t i) const { return y[static_cast<std::ptrdiff_t>(i) * incy]; }
+  /// The terms from position `k` on.
+  DotSource from(std::size_t k) const {
+    const auto o = static_cast<std::ptrdiff_t>(k);
+    return {x + o * incx, incx, y + o * incy, incy};
+  }
 };
 
 /// The format with one more binade and IEEE overflow: rounding there tells whether a result "would have exceeded
@@ -520,9 +563,18 @@ template <class Src>
 class Run {
  public:
   Run(const Plans& p, const Src& src, std::size_t n, StochasticBits bits)
-      : p_(p), a_(p.a), src_(src), n_(n), bits_(bits), stochastic_(p.a.rounding == Rounding::Stochastic) {}
+      : p_(p), a_(p.a), src_(src), n_(n), bits_(bits),
+        stochastic_(p.a.rounding == Rounding::Stochastic || p.a.splitk.rounding == Rounding::Stochastic) {}
 
   double reduce(bool has_init, double init) {
+    if (a_.splitk.count > 0) return split(has_init, init);
+    return reduce_whole(has_init, init);
+  }
+  std::int64_t overflows() const { return overflows_; }
+
+ private:
+  /// The reduction without split-K (a whole reduction, or one split-K chunk).
+  double reduce_whole(bool has_init, double init) {
     if (a_.adder.group > 0) return adder_reduce(has_init, init);
     if (a_.tile.size > 0) return tiled(has_init, init);
     switch (a_.order) {
@@ -539,9 +591,27 @@ class Run {
     }
     return 0.0;
   }
-  std::int64_t overflows() const { return overflows_; }
 
- private:
+  /// Split-K: each chunk reduced alone by a Run over its terms (its roundings continue this run's draw
+  /// indices), the chunk results summed in chunk order in the outer format with splitk.rounding.
+  double split(bool has_init, double init) {
+    const Rounding mode = a_.splitk.rounding;
+    const std::size_t len = splitk_chunk(a_.splitk, n_);
+    double total = init;
+    bool have = has_init;
+    for (std::size_t c = 0; c < n_; c += len) {
+      const Src chunk = src_.from(c);
+      Run inner(p_, chunk, std::min(n_, c + len) - c, bits_);
+      inner.step_ = step_;
+      const double part = inner.reduce_whole(false, 0.0);
+      step_ = inner.step_;
+      overflows_ += inner.overflows_;
+      total = have ? add(p_.outer, mode, total, part) : round(p_.outer, mode, part);
+      have = true;
+    }
+    return have ? total : 0.0;
+  }
+
   std::uint64_t draw() {
     const std::uint64_t k = step_++;
     return stochastic_ ? bits_.draw(k) : 0;
@@ -569,8 +639,8 @@ class Run {
   /// q, so binary64's ties-to-even is the format's); p-bit midpoints are binary64 values, so hi + lo and hi round
   /// alike unless hi is a midpoint and lo != 0, when lo's sign picks the neighbour. Returns false otherwise (the
   /// caller uses the general path); the twin tests cover both.
-  bool fast_nearest(const RoundingPlan& pl, double hi, double lo, double& r) const {
-    if (a_.rounding != Rounding::NearestEven) return false;
+  bool fast_nearest(const RoundingPlan& pl, Rounding mode, double hi, double lo, double& r) const {
+    if (mode != Rounding::NearestEven) return false;
     const Format& f = pl.format;
     if (f.precision > 50 || f.emax > 900 || f.emin - f.precision + 1 < -1000) return false;
     const double mag = std::fabs(hi);
@@ -585,22 +655,24 @@ class Run {
     return true;
   }
 
-  double round(const RoundingPlan& pl, double v) {
+  double round(const RoundingPlan& pl, double v) { return round(pl, a_.rounding, v); }
+  double round(const RoundingPlan& pl, Rounding mode, double v) {
     const std::uint64_t d = draw();
     double r;
-    if (fast_nearest(pl, v, 0.0, r)) return r;
-    r = round_to(pl, a_.rounding, v, d);
-    count(pl, r, std::isfinite(v), [&](const RoundingPlan& q) { return round_to(q, a_.rounding, v, d); });
+    if (fast_nearest(pl, mode, v, 0.0, r)) return r;
+    r = round_to(pl, mode, v, d);
+    count(pl, r, std::isfinite(v), [&](const RoundingPlan& q) { return round_to(q, mode, v, d); });
     return r;
   }
-  double add(const RoundingPlan& pl, double x, double y) {
+  double add(const RoundingPlan& pl, double x, double y) { return add(pl, a_.rounding, x, y); }
+  double add(const RoundingPlan& pl, Rounding mode, double x, double y) {
     const std::uint64_t d = draw();
     double r, hi, lo;
     two_sum(x, y, hi, lo);
-    if (std::isfinite(hi) && fast_nearest(pl, hi, lo, r)) return r;
-    r = numerics::add(pl, a_.rounding, x, y, d);
+    if (std::isfinite(hi) && fast_nearest(pl, mode, hi, lo, r)) return r;
+    r = numerics::add(pl, mode, x, y, d);
     count(pl, r, std::isfinite(x) && std::isfinite(y),
-          [&](const RoundingPlan& q) { return numerics::add(q, a_.rounding, x, y, d); });
+          [&](const RoundingPlan& q) { return numerics::add(q, mode, x, y, d); });
     return r;
   }
   double sub(const RoundingPlan& pl, double x, double y) { return add(pl, x, -y); }
@@ -608,7 +680,8 @@ class Run {
     const std::uint64_t d = draw();
     double r, hi, lo;
     two_prod(x, y, hi, lo);
-    if (lo == 0 && std::isfinite(hi) && std::fabs(hi) >= 0x1p-960 && fast_nearest(pl, hi, 0.0, r)) return r;
+    if (lo == 0 && std::isfinite(hi) && std::fabs(hi) >= 0x1p-960 && fast_nearest(pl, a_.rounding, hi, 0.0, r))
+      return r;
     r = numerics::mul(pl, a_.rounding, x, y, d);
     count(pl, r, std::isfinite(x) && std::isfinite(y),
           [&](const RoundingPlan& q) { return numerics::mul(q, a_.rounding, x, y, d); });
@@ -621,7 +694,7 @@ class Run {
     if (pe == 0 && std::isfinite(p) && std::fabs(p) >= 0x1p-960 && std::isfinite(z)) {
       double hi, lo;
       two_sum(p, z, hi, lo);
-      if (std::isfinite(hi) && fast_nearest(pl, hi, lo, r)) return r;
+      if (std::isfinite(hi) && fast_nearest(pl, a_.rounding, hi, lo, r)) return r;
     }
     r = numerics::fma(pl, a_.rounding, x, y, z, d);
     count(pl, r, std::isfinite(x) && std::isfinite(y) && std::isfinite(z),

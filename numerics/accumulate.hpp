@@ -7,7 +7,8 @@
 ///             per multiply-add, like an FMA into the accumulator format). unfused: t_i = round(product_format,
 ///             x_i·y_i) first, then added with one rounding.
 ///   rounding  every rounding of a reduction (products, accumulator, outer and promoted sums) uses `rounding`,
-///             except inside the multi-term adder, which uses adder.align / adder.normalize.
+///             except inside the multi-term adder, which uses adder.align / adder.normalize, and the split-K sum
+///             of chunk results, which uses splitk.rounding.
 ///   order     Sequential  s = round(s + t_i), i = 0..n-1; a partial sum starts with round(t_0) (no +0 is added
 ///                         first, so signed zeros and directed modes see exactly one rounding of t_0).
 ///             Reverse     the same for i = n-1..0.
@@ -47,9 +48,20 @@
 ///             s = round(T_0), s = round(s + T_j). An exactly zero tile sum is +0; a tile holding a non-finite
 ///             term is the IEEE sum of its non-finite terms. Tile roundings draw no stochastic bits (the mode
 ///             cannot be stochastic); a tile that overflows counts in AccumStats::overflows.
+///   splitk    splitk.count = S > 0 (every order but blocked): split-K as cuBLAS runs it (a K-split kernel, then
+///             splitKreduce_kernel). The n terms, in k order, are cut into consecutive chunks of
+///             L = G·ceil(n / (G·S)) terms, G = splitk.granule (the kernel's k-tile): at most S chunks, the last
+///             one ragged, fewer than S when (S − 1)·L >= n. Each chunk is reduced on its own exactly as this
+///             accumulation without splitk reduces those terms alone (numerics::dot of the chunk: from zero, its
+///             order, adder groups, promotion chunks and tiles counted from the chunk's first term). The chunk
+///             results R_c are then summed in chunk order in outer_format with splitk.rounding (not `rounding`):
+///             T = round(R_0), T = round(T + R_c). cuBLAS on an H200 does this in binary32 to nearest-even, with
+///             G = 64 (fp16/bf16 nvjet kernels), 128 (fp8) and 32 (tf32 CUTLASS kernels)
+///             (docs/studies/tensorcore.md, "cuBLAS on H200"). The result is T.
 ///   initial   gemm with accumulate: the current C_ij is an exact starting value (never rounded on entry): the
-///             running sum of seq/reverse/kahan/adder starts at C_ij, the outer sum of blocked and the promoted
-///             total start at C_ij, and pairwise gives round(C_ij + tree).
+///             running sum of seq/reverse/kahan/adder starts at C_ij, the outer sum of blocked, the promoted
+///             total and the split-K total T start at C_ij (T = C_ij, then T = round(T + R_c) for every chunk;
+///             the chunks themselves start from zero), and pairwise gives round(C_ij + tree).
 ///   specials  IEEE: NaN propagates, inf - inf = NaN. Overflow as IEEE 754 §7.4 defines it: an operation on
 ///             finite operands whose result, rounded as if the exponent range were unbounded, exceeds
 ///             max_finite (the result is then inf, NaN for NaN-only formats, or ±max_finite when the format
@@ -113,6 +125,17 @@ struct TileStage {
   friend constexpr bool operator==(const TileStage&, const TileStage&) = default;
 };
 
+/// Split-K: K cut into chunks reduced separately, their results summed (see `splitk` above). count == 0 disables it.
+struct SplitK {
+  int count = 0;                              ///< S: at most S chunks
+  int granule = 1;                            ///< G: chunk lengths are multiples of G (the last chunk ragged)
+  Rounding rounding = Rounding::NearestEven;  ///< rounding of the chunk results' sum in outer_format
+  friend constexpr bool operator==(const SplitK&, const SplitK&) = default;
+};
+
+/// The chunk length L = G·ceil(n / (G·S)) of a split-K over n terms (n when splitk is off or n == 0).
+std::size_t splitk_chunk(const SplitK& s, std::size_t n);
+
 /// A complete description of how a sum or dot product is formed.
 struct Accumulation {
   Format format = formats::fp32;           ///< accumulator format
@@ -121,11 +144,12 @@ struct Accumulation {
   Format product_format = formats::fp32;   ///< when !fused: products are rounded here first
   Order order = Order::Sequential;
   int block = 0;                           ///< Blocked: block size b
-  Format outer_format = formats::fp32;     ///< Blocked: format of the outer sum of block sums
+  Format outer_format = formats::fp32;     ///< Blocked / split-K: format of the outer sum of block/chunk sums
   int promote_every = 0;                   ///< 0 = never
   Format promote_format = formats::fp32;
   MultiTermAdder adder{};
   TileStage tile{};
+  SplitK splitk{};
   friend constexpr bool operator==(const Accumulation&, const Accumulation&) = default;
 };
 
@@ -134,7 +158,8 @@ std::optional<std::string> validate(const Accumulation& a);
 /// Throws std::invalid_argument with the reason when validate(a) fails. sum/dot/gemm call it.
 void check_valid(const Accumulation& a);
 
-/// The format the result is in: outer_format for Blocked, promote_format with promotion, else the accumulator's.
+/// The format the result is in: outer_format for Blocked or split-K, promote_format with promotion, else the
+/// accumulator's.
 Format result_format(const Accumulation& a);
 
 /// Counters a reduction reports.
@@ -161,8 +186,9 @@ std::string spec_text(const Accumulation& a);
 /// Spec: comma-separated tokens, optionally starting with a preset to modify: acc=FORMAT[:ROUNDING],
 /// order=seq|reverse|pairwise|kahan|blocked:B, outer=FORMAT, fused, unfused, product=FORMAT, promote=N[:FORMAT],
 /// group=G, extra=E, align=ROUNDING, normalize=ROUNDING, carry=C, anchor=lead|exp-sum:EMIN, edges=ieee|inf-pos-zero,
-/// tile=G[:FORMAT][:ROUNDING]
-/// (FORMAT default fp16, ROUNDING default toward-zero). Unset fields keep the Accumulation{} defaults.
+/// tile=G[:FORMAT][:ROUNDING] (FORMAT default fp16, ROUNDING default toward-zero),
+/// splitk=S[:G[:ROUNDING]] (G default 1, ROUNDING default nearest-even; e.g. tc-h100,splitk=3:64).
+/// Unset fields keep the Accumulation{} defaults.
 /// Throws std::invalid_argument naming the bad token and listing the presets and keys.
 Accumulation parse_accumulation(std::string_view text);
 const std::vector<std::string>& preset_accumulation_names();

@@ -44,7 +44,8 @@ std::optional<Acc> acc_of(const Format& f) {
 }
 
 std::optional<Plan> plan_for(const Accumulation& a) {
-  if (a.rounding != Rounding::NearestEven || a.promote_every != 0 || a.adder.group != 0) return std::nullopt;
+  if (a.rounding != Rounding::NearestEven || a.promote_every != 0 || a.adder.group != 0 || a.splitk.count != 0)
+    return std::nullopt;
   // Unfused with an fp32/fp64 product format rounds nothing: every product the kernels accept is exact in fp32.
   if (!a.fused && !(a.product_format == formats::fp32 || a.product_format == formats::fp64)) return std::nullopt;
   const auto acc = acc_of(a.format);

@@ -26,7 +26,7 @@ bool lane_format(const Format& f) {
 
 std::optional<LanePlan> plan_of(const Accumulation& a, bool dot) {
   if (validate(a) || a.rounding != Rounding::NearestEven || a.order != Order::Sequential || a.promote_every != 0 ||
-      a.adder.group != 0 || (dot && !a.fused))
+      a.adder.group != 0 || a.splitk.count != 0 || (dot && !a.fused))
     return std::nullopt;
   LanePlan pl{};
   pl.dot = dot;

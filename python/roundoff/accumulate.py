@@ -23,14 +23,15 @@ spec : str
     ``acc=FORMAT[:ROUNDING]``, ``order=seq|reverse|pairwise|kahan|blocked:B``, ``outer=FORMAT``,
     ``fused``/``unfused``, ``product=FORMAT``, ``promote=N[:FORMAT]``, ``group=G``, ``extra=E``,
     ``align=``, ``normalize=``, ``carry=C``, ``anchor=lead|exp-sum:EMIN``, ``edges=ieee|inf-pos-zero``,
-    ``tile=G[:FORMAT][:ROUNDING]``.
+    ``tile=G[:FORMAT][:ROUNDING]``, ``splitk=S[:G[:ROUNDING]]`` (cuBLAS split-K: K in chunks of
+    G·ceil(K/(G·S)) reduced alone, their results summed in ``outer_format``, e.g. ``tc-h100,splitk=3:64``).
 
 Attributes
 ----------
 canonical : str   the preset name or canonical spec (``Accumulation(a.canonical) == a``)
 spec : str        the full key=value form
 format, rounding, fused, product_format, order, block, outer_format, promote_every, promote_format,
-adder_group, tile_size, result_format
+adder_group, tile_size, splitk, splitk_granule, result_format
 
 Examples
 --------
@@ -141,7 +142,8 @@ def gemm(a, b, c=None, *, inputs, accumulation, seed=None, stream: int = 0, thre
     inputs : Format, str, or a pair (format of a, format of b)
     accumulation : Accumulation or str
         Any spec or preset: ``tc-h100`` (H100 fp16 tensor cores, chained over K exactly as cuBLAS does
-        without split-K), ``ane-tile4``, ``fp16-seq``, ``fp16-splitk32-fp32``, ``tc-h100-fp8,promote=128:fp32`` …
+        without split-K; ``tc-h100,splitk=3:64`` a cuBLAS split-K call, docs/studies/tensorcore.md), ``ane-tile4``,
+        ``fp16-seq``, ``fp16-splitk32-fp32``, ``tc-h100-fp8,promote=128:fp32`` …
     seed, stream : int
         Stochastic accumulations: output (i, j) uses stream ``stream + i*N + j``, draw = rounding step.
     threads : int

@@ -37,6 +37,8 @@ void bind_accumulation(py::module_& m) {
       .def_property_readonly("promote_format", [](const Accumulation& a) { return a.promote_format; })
       .def_property_readonly("adder_group", [](const Accumulation& a) { return a.adder.group; })
       .def_property_readonly("tile_size", [](const Accumulation& a) { return a.tile.size; })
+      .def_property_readonly("splitk", [](const Accumulation& a) { return a.splitk.count; })
+      .def_property_readonly("splitk_granule", [](const Accumulation& a) { return a.splitk.granule; })
       .def_property_readonly("result_format", [](const Accumulation& a) { return result_format(a); })
       .def("__repr__", [](const Accumulation& a) { return "Accumulation('" + canonical(a) + "')"; })
       .def("__eq__", [](const Accumulation& a, const Accumulation& b) { return a == b; }, py::is_operator())

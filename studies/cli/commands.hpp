@@ -13,6 +13,12 @@ struct CliError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// A check the user asked for failed (e.g. gemm --expect found differing bits): printed as one line, exit
+/// status 1, after the command's normal output.
+struct CheckFailed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 void add_formats_command(CLI::App& app);
 void add_round_command(CLI::App& app);
 void add_arith_command(CLI::App& app);
@@ -26,5 +32,6 @@ void add_train_command(CLI::App& app);
 void add_sweep_command(CLI::App& app);
 void add_tensorcore_command(CLI::App& app);
 void add_quantize_command(CLI::App& app);
+void add_gemm_command(CLI::App& app);
 
 }  // namespace roundoff::cli

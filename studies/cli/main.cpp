@@ -88,6 +88,7 @@ int main(int argc, char** argv) {
   roundoff::cli::add_sweep_command(app);
   roundoff::cli::add_tensorcore_command(app);
   roundoff::cli::add_quantize_command(app);
+  roundoff::cli::add_gemm_command(app);
   try {
     const std::vector<std::string> args = positionals_after_mark(app, argc, argv);
     std::vector<const char*> ptrs;
@@ -108,6 +109,9 @@ int main(int argc, char** argv) {
   } catch (const roundoff::cli::CliError& e) {
     std::cerr << "roundoff: " << e.what() << "\n";
     return 2;
+  } catch (const roundoff::cli::CheckFailed& e) {
+    std::cerr << "roundoff: " << e.what() << "\n";
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "roundoff: error: " << e.what() << "\n";
     return 1;

@@ -3,6 +3,7 @@
 #include <array>
 #include <cstring>
 #include <cctype>
+#include <cmath>
 #include <fstream>
 #include <limits>
 #include <stdexcept>
@@ -13,9 +14,20 @@ namespace {
 
 constexpr std::string_view kMagic = "\x93NUMPY";
 const std::string kValid = "valid: a C-order float32 or float64 .npy (numpy.save of np.ascontiguousarray(x, np.float32))";
+const std::string kValid16 =
+    "valid: a C-order float16, float32 or float64 .npy (numpy.save of np.ascontiguousarray(x, np.float32))";
 
-[[noreturn]] void bad(const std::filesystem::path& p, const std::string& what) {
-  throw std::invalid_argument(p.string() + ": " + what + "; " + kValid);
+[[noreturn]] void fail(bool f16, const std::filesystem::path& p, const std::string& what) {
+  throw std::invalid_argument(p.string() + ": " + what + "; " + (f16 ? kValid16 : kValid));
+}
+
+/// The value of IEEE binary16 bits h (exact in double).
+double half_value(std::uint32_t h) {
+  const std::uint32_t e = (h >> 10) & 0x1F, m = h & 0x3FF;
+  const double sign = (h & 0x8000) ? -1.0 : 1.0;
+  if (e == 0x1F) return m ? std::numeric_limits<double>::quiet_NaN() : sign * std::numeric_limits<double>::infinity();
+  if (e == 0) return sign * std::ldexp(static_cast<double>(m), -24);
+  return sign * std::ldexp(static_cast<double>(m | 0x400), static_cast<int>(e) - 25);
 }
 
 std::uint32_t le(std::string_view b, std::size_t at, int n) {
@@ -70,64 +82,77 @@ std::uint32_t crc32(std::string_view bytes) {
   return c ^ 0xFFFFFFFFu;
 }
 
-NpyArray read_npy(const std::filesystem::path& path, std::uintmax_t max_bytes) {
+NpyArray read_npy(const std::filesystem::path& path, std::uintmax_t max_bytes, bool allow_float16) {
+  const bool f16 = allow_float16;
   std::error_code ec;
   const auto st = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(st)) bad(path, "no such file");
-  if (st.type() != std::filesystem::file_type::regular) bad(path, "not a regular file (a directory, FIFO or device)");
+  if (ec || !std::filesystem::exists(st)) fail(f16, path, "no such file");
+  if (st.type() != std::filesystem::file_type::regular) fail(f16, path, "not a regular file (a directory, FIFO or device)");
   const std::uintmax_t size = std::filesystem::file_size(path, ec);
-  if (ec) bad(path, "cannot read its size");
+  if (ec) fail(f16, path, "cannot read its size");
   if (size > max_bytes)
-    bad(path, std::to_string(size) + " bytes is over the limit of " + std::to_string(max_bytes) + " bytes");
+    fail(f16, path, std::to_string(size) + " bytes is over the limit of " + std::to_string(max_bytes) + " bytes");
   std::ifstream in(path, std::ios::binary);
-  if (!in) bad(path, "cannot be opened");
+  if (!in) fail(f16, path, "cannot be opened");
   std::string b(static_cast<std::size_t>(size), '\0');
   in.read(b.data(), static_cast<std::streamsize>(size));
-  if (static_cast<std::uintmax_t>(in.gcount()) != size) bad(path, "could not be read in full");
-  if (b.size() < 10 || b.compare(0, kMagic.size(), kMagic) != 0) bad(path, "not an .npy file (no \\x93NUMPY magic)");
+  if (static_cast<std::uintmax_t>(in.gcount()) != size) fail(f16, path, "could not be read in full");
+  if (b.size() < 10 || b.compare(0, kMagic.size(), kMagic) != 0) fail(f16, path, "not an .npy file (no \\x93NUMPY magic)");
   const int major = static_cast<unsigned char>(b[6]);
-  if (major < 1 || major > 3) bad(path, ".npy format version " + std::to_string(major) + " is not 1, 2 or 3");
+  if (major < 1 || major > 3) fail(f16, path, ".npy format version " + std::to_string(major) + " is not 1, 2 or 3");
   const int len_bytes = major == 1 ? 2 : 4;
   const std::size_t hstart = 8 + static_cast<std::size_t>(len_bytes);
-  if (b.size() < hstart) bad(path, "truncated header");
+  if (b.size() < hstart) fail(f16, path, "truncated header");
   const std::size_t hlen = le(b, 8, len_bytes);
-  if (hlen > b.size() - hstart) bad(path, "header length " + std::to_string(hlen) + " runs past the end of the file");
+  if (hlen > b.size() - hstart) fail(f16, path, "header length " + std::to_string(hlen) + " runs past the end of the file");
   const std::string h = b.substr(hstart, hlen);
   for (const char c : h)
-    if (c != '\n' && !std::isprint(static_cast<unsigned char>(c))) bad(path, "header is not a dict literal");
+    if (c != '\n' && !std::isprint(static_cast<unsigned char>(c))) fail(f16, path, "header is not a dict literal");
   const std::string descr = dict_value(h, "descr"), fortran = dict_value(h, "fortran_order"),
                     shape = dict_value(h, "shape");
-  if (descr.empty() || fortran.empty() || shape.empty()) bad(path, "header lacks descr, fortran_order or shape");
-  if (fortran == "True") bad(path, "Fortran-order array");
-  if (fortran != "False") bad(path, "fortran_order is " + fortran);
+  if (descr.empty() || fortran.empty() || shape.empty()) fail(f16, path, "header lacks descr, fortran_order or shape");
+  if (fortran == "True") fail(f16, path, "Fortran-order array");
+  if (fortran != "False") fail(f16, path, "fortran_order is " + fortran);
   NpyArray a;
-  if (descr == "'<f4'") a.float32 = true;
-  else if (descr != "'<f8'") bad(path, "dtype " + descr + " is not supported");
+  std::size_t item = 8;
+  if (descr == "'<f4'") {
+    a.float32 = true;
+    a.dtype = "float32";
+    item = 4;
+  } else if (descr == "'<f8'") {
+    a.dtype = "float64";
+  } else if (allow_float16 && descr == "'<f2'") {
+    a.dtype = "float16";
+    item = 2;
+  } else {
+    fail(f16, path, "dtype " + descr + " is not supported");
+  }
   // shape: "(d0, d1, ...)"
   std::size_t count = 1;
   for (std::size_t i = 1; i + 1 < shape.size();) {
     while (i + 1 < shape.size() && (shape[i] == ' ' || shape[i] == ',')) ++i;
     if (i + 1 >= shape.size()) break;
-    if (!std::isdigit(static_cast<unsigned char>(shape[i]))) bad(path, "shape " + shape + " is not a tuple of sizes");
+    if (!std::isdigit(static_cast<unsigned char>(shape[i]))) fail(f16, path, "shape " + shape + " is not a tuple of sizes");
     std::size_t d = 0;
     while (i + 1 < shape.size() && std::isdigit(static_cast<unsigned char>(shape[i]))) {
-      if (d > (std::numeric_limits<std::size_t>::max() - 9) / 10) bad(path, "shape " + shape + " is too large");
+      if (d > (std::numeric_limits<std::size_t>::max() - 9) / 10) fail(f16, path, "shape " + shape + " is too large");
       d = d * 10 + static_cast<std::size_t>(shape[i] - '0');
       ++i;
     }
-    if (d != 0 && count > std::numeric_limits<std::size_t>::max() / d) bad(path, "shape " + shape + " is too large");
+    if (d != 0 && count > std::numeric_limits<std::size_t>::max() / d) fail(f16, path, "shape " + shape + " is too large");
     count *= d;
     a.shape.push_back(d);
   }
-  if (a.shape.empty()) bad(path, "a 0-d array (blocks need at least one dimension)");
-  const std::size_t item = a.float32 ? 4 : 8;
+  if (a.shape.empty()) fail(f16, path, "a 0-d array (blocks need at least one dimension)");
   const std::size_t data_at = hstart + hlen;
   if (count > (b.size() - data_at) / item || (b.size() - data_at) != count * item)
-    bad(path, "shape " + shape + " needs " + std::to_string(count) + " values of " + std::to_string(item) +
+    fail(f16, path, "shape " + shape + " needs " + std::to_string(count) + " values of " + std::to_string(item) +
                   " bytes but the file holds " + std::to_string(b.size() - data_at) + " bytes of data");
   a.values.resize(count);
   for (std::size_t i = 0; i < count; ++i) {
-    if (a.float32) {
+    if (item == 2) {
+      a.values[i] = half_value(le(b, data_at + 2 * i, 2));
+    } else if (a.float32) {
       const std::uint32_t u = le(b, data_at + 4 * i, 4);
       float f;
       static_assert(sizeof f == 4);

@@ -12,18 +12,19 @@
 
 namespace roundoff::studies {
 
-/// A float array read from an .npy: the values widened to double (exact), the shape, and whether the file held
-/// float32.
+/// A float array read from an .npy: the values widened to double (exact), the shape, and the file's dtype.
 struct NpyArray {
   std::vector<double> values;
   std::vector<std::size_t> shape;
   bool float32 = false;
+  std::string dtype;  ///< "float16", "float32" or "float64"
 };
 
 /// Reads `path`. Throws std::invalid_argument (one line naming the file, what is wrong and what is valid) for
 /// a path that is not a regular file, a file over `max_bytes`, a bad magic/header, Fortran order, a dtype
-/// other than '<f4'/'<f8', a 0-d array, or a data size that does not match the shape.
-NpyArray read_npy(const std::filesystem::path& path, std::uintmax_t max_bytes);
+/// other than '<f4'/'<f8' ('<f2' too when allow_float16), a 0-d array, or a data size that does not match the
+/// shape.
+NpyArray read_npy(const std::filesystem::path& path, std::uintmax_t max_bytes, bool allow_float16 = false);
 
 /// One .npy member of an .npz: `descr` is a NumPy dtype string ('<f4', '|u1', '<u2'), `data` its
 /// little-endian C-order bytes.

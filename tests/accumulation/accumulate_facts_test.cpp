@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "numerics/accumulate.hpp"
+#include "numerics/gemm_kernels.hpp"
+#include "numerics/row_reduce.hpp"
 #include "numerics/round.hpp"
 
 namespace roundoff::numerics {
@@ -71,6 +73,10 @@ TEST(AccumulateFacts, PresetsRoundTripThroughCanonical) {
       "acc=fp32,tile=4",
       "acc=bf16:up,order=reverse,unfused,product=fp16,tile=3:p11:emin-14:emax15:nearest-even",
       "ane-tile4,tile=8:bf16",
+      "tc-h100,splitk=3:64",
+      "tc-h100-fp8,promote=128:fp32,splitk=12:128",
+      "fp16-sr,outer=bf16,splitk=5:1:stochastic",
+      "acc=fp16,order=pairwise,splitk=2:1:toward-zero",
   };
   for (const char* spec : specs) {
     const Accumulation a = parse_accumulation(spec);
@@ -105,6 +111,59 @@ TEST(AccumulateFacts, BadSpecsNameTheToken) {
   EXPECT_NE(message("acc=fp32,group=4,tile=4").find("multi-term adder"), std::string::npos);
   EXPECT_NE(message("acc=fp32,promote=8,tile=4").find("promotion"), std::string::npos);
   EXPECT_NE(message("acc=fp32,tile=0:bf16").find("tile size is 0"), std::string::npos);
+  EXPECT_NE(message("fp16-splitk32-fp32,splitk=4").find("order=blocked"), std::string::npos);
+  EXPECT_NE(message("tc-h100,splitk=4:0").find("granule"), std::string::npos);
+  EXPECT_NE(message("tc-h100,splitk=0:64").find("count is 0"), std::string::npos);
+  EXPECT_NE(message("tc-h100,splitk=x").find("'x'"), std::string::npos);
+  EXPECT_NE(message("tc-h100,splitk=4:64:sideways").find("sideways"), std::string::npos);
+  EXPECT_NE(message("tc-h100,splitk=2000000").find("0..1048576"), std::string::npos);
+}
+
+TEST(AccumulateFacts, SplitKChunksAndSumsAsSpecified) {
+  // fp32 accumulator, terms 1, 2^-24, 2^-24, 2^-24: sequentially each 2^-24 is a tie that rounds back to 1. Cut
+  // in two chunks (1, 2^-24) → 1 and (2^-24, 2^-24) → 2^-23, whose sum 1 + 2^-23 is exact.
+  const std::vector<double> x = {1.0, 0x1p-24, 0x1p-24, 0x1p-24};
+  EXPECT_EQ(sum(parse_accumulation("fp32-seq"), x), 1.0);
+  EXPECT_EQ(sum(parse_accumulation("fp32-seq,splitk=2"), x), 1.0 + 0x1p-23);
+  // Three chunks of L = ceil(4/3) = 2 terms: only two hold terms, the same result.
+  EXPECT_EQ(sum(parse_accumulation("fp32-seq,splitk=3"), x), 1.0 + 0x1p-23);
+  // Granule 4: L = 4·ceil(4/8) = 4, one chunk: the unsplit result.
+  EXPECT_EQ(sum(parse_accumulation("fp32-seq,splitk=2:4"), x), 1.0);
+  // Four chunks of one term: 1 + 2^-24 → 1 (tie to even), three times.
+  EXPECT_EQ(sum(parse_accumulation("fp32-seq,splitk=4"), x), 1.0);
+  // The chunk sum has its own rounding: 1 + 2^-23 rounded up to bf16 is 1 + 2^-7; toward zero, 1.
+  EXPECT_EQ(sum(parse_accumulation("fp32-seq,outer=bf16,splitk=2:1:up"), x), 1.0 + 0x1p-7);
+  EXPECT_EQ(sum(parse_accumulation("fp32-seq,outer=bf16,splitk=2"), x), 1.0);
+  EXPECT_EQ(result_format(parse_accumulation("fp32-seq,outer=bf16,splitk=2")), formats::bf16);
+  // A stochastic chunk sum draws real bits even when the accumulator rounds deterministically: chunks 1 and
+  // 2^-9, whose sum lies a quarter of bf16's gap 2^-7 above 1, round up for about a quarter of the seeds.
+  const Accumulation sr = parse_accumulation("fp32-seq,outer=bf16,splitk=2:1:stochastic");
+  int up = 0;
+  for (std::uint64_t seed = 0; seed < 4000; ++seed)
+    up += sum(sr, std::vector<double>{1.0, 0x1p-9}, StochasticBits{seed, 0}) > 1.0;
+  EXPECT_GT(up, 800);
+  EXPECT_LT(up, 1200);
+  // Chunk lengths L = G·ceil(n/(G·S)) of the cuBLAS kernels fitted in docs/studies/tensorcore.md:
+  EXPECT_EQ(splitk_chunk(SplitK{3, 64}, 4096), 1408u);    // cuBLAS nvjet, 256x256x4096: 1408, 1408, 1280
+  EXPECT_EQ(splitk_chunk(SplitK{12, 64}, 16384), 1408u);  // 128x128x16384: 11 chunks of 1408, one of 896
+  EXPECT_EQ(splitk_chunk(SplitK{6, 32}, 1024), 192u);     // CUTLASS tf32, 64x2816x1024: 5 of 192, one of 64
+  EXPECT_EQ(splitk_chunk(SplitK{3, 1}, 0), 0u);
+  EXPECT_EQ(splitk_chunk(SplitK{}, 10), 10u);
+  // gemm with accumulate: the total starts at C, the chunks from zero. C = 1, terms 2^-24 ×4 in fp32 chunks of 2:
+  // each chunk is 2^-23, 1 + 2^-23 + 2^-23 = 1 + 2^-22 exactly; sequentially from C each 2^-24 is lost.
+  const std::vector<double> A = {0x1p-24, 0x1p-24, 0x1p-24, 0x1p-24}, B = {1, 1, 1, 1};
+  double c = 1.0;
+  gemm(parse_accumulation("fp32-seq,splitk=2"), 1, 1, 4, ConstMatrix{A.data(), 4}, ConstMatrix{B.data(), 1}, &c, 1,
+       true);
+  EXPECT_EQ(c, 1.0 + 0x1p-22);
+  c = 1.0;
+  gemm(parse_accumulation("fp32-seq"), 1, 1, 4, ConstMatrix{A.data(), 4}, ConstMatrix{B.data(), 1}, &c, 1, true);
+  EXPECT_EQ(c, 1.0);
+  // No SIMD kernel claims a split-K accumulation (they would compute the unsplit sum).
+  for (const char* name : {"fp32-seq,splitk=2", "fp16-seq,splitk=4:16", "ane-tile4,splitk=2", "bf16-seq,splitk=1"}) {
+    EXPECT_EQ(kernels::kernel_name(parse_accumulation(name)), nullptr) << name;
+    EXPECT_EQ(row_kernel_name(parse_accumulation(name)), nullptr) << name;
+  }
 }
 
 TEST(AccumulateFacts, AneGuideWorkedSumGives5116) {
@@ -196,7 +255,8 @@ TEST(AccumulateFacts, GemmMatchesDotAndIsThreadCountInvariant) {
   std::mt19937_64 rng(11);
   const std::size_t M = 7, N = 5, K = 37;
   const auto A = random_fp16(M * K, rng), Bt = random_fp16(N * K, rng);  // B stored transposed (N×K)
-  for (const char* name : {"fp16-seq", "fp16-pairwise", "fp16-splitk16-fp32", "fp16-sr", "tc-v100", "bf16-kahan"}) {
+  for (const char* name : {"fp16-seq", "fp16-pairwise", "fp16-splitk16-fp32", "fp16-sr", "tc-v100", "bf16-kahan",
+                           "fp16-seq,splitk=3:4", "tc-h100,splitk=4:8", "fp16-sr,splitk=2:1:stochastic"}) {
     const Accumulation a = parse_accumulation(name);
     std::vector<double> C1(M * N, 0.5), C2(M * N, 0.5);
     AccumStats s1, s2;

@@ -148,6 +148,20 @@ std::vector<Accumulation> grid() {
       out.push_back(a);
     }
   }
+  // Split-K over each kind of chunk reduction (ragged chunks, fewer chunks than S, its own rounding and format).
+  const SplitK splits[] = {{3, 1, Rounding::NearestEven}, {2, 4, Rounding::TowardZero}, {4, 2, Rounding::Down},
+                           {5, 3, Rounding::Stochastic},  {7, 1, Rounding::Odd},         {1, 1, Rounding::Up}};
+  for (const char* base : {"fp16-seq", "bf16-unfused-seq", "fp16-pairwise", "fp16-kahan", "fp16-reverse",
+                           "fp16-promote128-fp32,promote=4:fp32", "tc-h100", "tc-h100-f16acc",
+                           "acc=fp32,group=3,extra=1,align=nearest-even,normalize=nearest-even,carry=1", "ane-tile4"}) {
+    for (const SplitK& sk : splits) {
+      Accumulation a = parse_accumulation(base);
+      a.splitk = sk;
+      if (sk.rounding == Rounding::Down) a.outer_format = formats::bf16;
+      if (sk.rounding == Rounding::Odd) a.outer_format = formats::fp16;
+      out.push_back(a);
+    }
+  }
   return out;
 }
 
@@ -210,7 +224,8 @@ TEST(AccumulateTwin, GemmWithAccumulateMatchesTheTwin) {
   const std::size_t M = 3, N = 4, K = 19;
   for (const char* name : {"fp16-seq", "bf16-pairwise", "fp16-splitk16-fp32", "fp16-kahan", "fp16-promote128-fp32",
                            "tc-v100", "fp16-sr", "ane-tile4", "acc=fp16:up,order=blocked:4,outer=bf16,unfused,product=fp16",
-                           "tc-h100", "tc-h100-fp8,promote=8:fp32", "tc-h100-fp8-e5m2"}) {
+                           "tc-h100", "tc-h100-fp8,promote=8:fp32", "tc-h100-fp8-e5m2", "tc-h100,splitk=3:4",
+                           "fp16-sr,splitk=2:1:stochastic", "fp16-seq,outer=fp16,splitk=4:2:toward-zero"}) {
     const Accumulation a = parse_accumulation(name);
     const auto A = make_data(formats::fp16, Data::Normal, M * K, rng);
     const auto B = make_data(formats::fp16, Data::Normal, K * N, rng);
@@ -333,6 +348,11 @@ TEST(AccumulateTwin, EveryParameterChangesSomeResult) {
       {parse_accumulation("ane-tile4"), parse_accumulation("ane-tile4,tile=4:bf16:toward-zero")},
       {parse_accumulation("ane-tile4"), parse_accumulation("ane-tile4,tile=4:fp16:nearest-even")},
       {parse_accumulation("ane-tile4"), parse_accumulation("fp32-seq")},
+      {parse_accumulation("tc-h100"), parse_accumulation("tc-h100,splitk=3")},
+      {parse_accumulation("tc-h100,splitk=3"), parse_accumulation("tc-h100,splitk=4")},
+      {parse_accumulation("tc-h100,splitk=3"), parse_accumulation("tc-h100,splitk=3:64")},
+      {parse_accumulation("fp16-seq,outer=fp16,splitk=3"), parse_accumulation("fp16-seq,outer=fp16,splitk=3:1:toward-zero")},
+      {parse_accumulation("fp16-seq,splitk=3"), parse_accumulation("fp16-seq,outer=fp16,splitk=3")},
   };
   std::mt19937_64 rng(3);
   for (const auto& [a, b] : pairs) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -697,6 +698,152 @@ TEST(Cli, QuantizeRefusesWhatItCannotRead) {  // issue 41
   }
   EXPECT_FALSE(fs::exists(d / "q.npz"));
   const Outcome help = roundoff("quantize --help", d);
+  EXPECT_EQ(help.status, 0);
+  EXPECT_NE(help.output.find("Examples:"), std::string::npos);
+}
+
+namespace {
+
+/// An .npy (format 1.0) of shape (rows, cols), or (rows,) when cols == 0, with raw little-endian data.
+void write_npy(const fs::path& p, std::size_t rows, std::size_t cols, const std::string& descr, const std::string& data) {
+  std::string h = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + std::to_string(rows) +
+                  (cols ? ", " + std::to_string(cols) + ")" : ",)") + ", }";
+  h.append(63 - (10 + h.size()) % 64, ' ');
+  h += '\n';
+  std::ofstream out(p, std::ios::binary);
+  out.write("\x93NUMPY\x01\x00", 8);
+  const char len[2] = {static_cast<char>(h.size() & 0xFF), static_cast<char>(h.size() >> 8)};
+  out.write(len, 2);
+  out << h << data;
+}
+
+/// The values of a little-endian float32 ('<f4') or float64 .npy written by roundoff, and its descr.
+std::vector<double> read_npy_values(const fs::path& p, std::string* descr = nullptr) {
+  const std::string b = slurp(p);
+  const auto end = b.find('\n');
+  const bool f8 = b.find("'<f8'") < end;
+  if (descr) *descr = f8 ? "<f8" : b.find("'<f4'") < end ? "<f4" : "?";
+  std::vector<double> v;
+  for (std::size_t at = end + 1; at + (f8 ? 8 : 4) <= b.size(); at += f8 ? 8 : 4) {
+    if (f8) {
+      double x;
+      std::memcpy(&x, b.data() + at, 8);
+      v.push_back(x);
+    } else {
+      float x;
+      std::memcpy(&x, b.data() + at, 4);
+      v.push_back(x);
+    }
+  }
+  return v;
+}
+template <class T>
+std::string raw(const std::vector<T>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+}  // namespace
+
+TEST(Cli, GemmComputesWritesAndComparesBits) {  // issue 40
+  const fs::path d = scratch("gemm");
+  // A (2x3) fp16 values as float16, B (3x2) as float32, C (2x2) float64: D = A·B + C exactly in fp32-seq.
+  // 1.5 = 0x3e00, -2 = 0xc000, 0.25 = 0x3400, 3 = 0x4200, 1 = 0x3c00, 0.5 = 0x3800.
+  write_npy(d / "a.npy", 2, 3, "<f2", raw(std::vector<std::uint16_t>{0x3e00, 0xc000, 0x3400, 0x4200, 0x3c00, 0x3800}));
+  write_npy(d / "b.npy", 3, 2, "<f4", raw(std::vector<float>{1, 2, 0.5f, -1, 4, 8}));
+  write_npy(d / "c.npy", 2, 2, "<f8", raw(std::vector<double>{0.125, 0, 0, -100}));
+  const Outcome o = roundoff("gemm a.npy b.npy --c c.npy --inputs fp16 --accumulation fp32-seq --out d.npy --json", d);
+  ASSERT_EQ(o.status, 0) << o.output;
+  const nlohmann::json j = nlohmann::json::parse(o.output);
+  EXPECT_EQ(j["m"], 2);
+  EXPECT_EQ(j["n"], 2);
+  EXPECT_EQ(j["k"], 3);
+  EXPECT_EQ(j["accumulation"], "fp32-seq");
+  EXPECT_EQ(j["out_dtype"], "float32");
+  // Row 0: 1.5·1 − 2·0.5 + 0.25·4 + 0.125 = 1.625; 1.5·2 − 2·(−1) + 0.25·8 = 7. Row 1: 3 + 0.5 + 2 = 5.5;
+  // 6 − 1 + 4 − 100 = −91.
+  std::string descr;
+  EXPECT_EQ(read_npy_values(d / "d.npy", &descr), (std::vector<double>{1.625, 7, 5.5, -91}));
+  EXPECT_EQ(descr, "<f4");
+  EXPECT_NE(slurp(d / "d.npy").find("'shape': (2, 2)"), std::string::npos);
+  // --expect: equal bits exit 0; one element 1 ulp off exits 1 and is described.
+  write_npy(d / "e.npy", 2, 2, "<f4", raw(std::vector<float>{1.625f, 7, 5.5f, -91}));
+  write_npy(d / "e1.npy", 2, 2, "<f4", raw(std::vector<float>{1.625f, 7, std::nextafter(5.5f, 9.0f), -91}));
+  const Outcome same = roundoff("gemm a.npy b.npy --c c.npy --inputs fp16 --accumulation fp32-seq --out d2.npy "
+                                "--expect e.npy --json", d);
+  ASSERT_EQ(same.status, 0) << same.output;
+  EXPECT_EQ(nlohmann::json::parse(same.output)["expect"]["differing_elements"], 0);
+  const Outcome off = roundoff("gemm a.npy b.npy --c c.npy --inputs fp16 --accumulation fp32-seq --out d3.npy "
+                               "--expect e1.npy --json", d);
+  EXPECT_EQ(off.status, 1) << off.output;
+  const nlohmann::json e = nlohmann::json::parse(off.output.substr(0, off.output.find('\n')));
+  EXPECT_EQ(e["expect"]["differing_elements"], 1);
+  EXPECT_EQ(e["expect"]["differing_bits"], 1);
+  EXPECT_EQ(e["expect"]["first_difference"]["index"], (std::vector<int>{1, 0}));
+  EXPECT_EQ(e["expect"]["first_difference"]["got_bits"], "0x40b00000");
+  EXPECT_EQ(e["expect"]["first_difference"]["expected_bits"], "0x40b00001");
+  EXPECT_NE(off.output.find("1 elements differ from --expect e1.npy"), std::string::npos) << off.output;
+  // Split-K: 1 + 2^-24 + 2^-24 + 2^-24 is 1 in fp32-seq, 1 + 2^-23 in two chunks summed in binary32.
+  write_npy(d / "x.npy", 1, 4, "<f4", raw(std::vector<float>{1, 0x1p-24f, 0x1p-24f, 0x1p-24f}));
+  write_npy(d / "ones.npy", 4, 1, "<f4", raw(std::vector<float>{1, 1, 1, 1}));
+  for (const auto& [spec, want] : {std::pair<std::string, double>{"fp32-seq", 1.0}, {"fp32-seq,splitk=2", 1 + 0x1p-23}}) {
+    const std::string name = spec == "fp32-seq" ? "s1.npy" : "s2.npy";
+    ASSERT_EQ(roundoff("gemm x.npy ones.npy --inputs fp32 --accumulation " + spec + " --out " + name, d).status, 0);
+    EXPECT_EQ(read_npy_values(d / name), std::vector<double>{want}) << spec;
+  }
+  // A result format wider than binary32 is written as float64.
+  const Outcome wide = roundoff("gemm x.npy ones.npy --inputs fp32 --accumulation fp64-seq --out w.npy --json", d);
+  ASSERT_EQ(wide.status, 0) << wide.output;
+  EXPECT_EQ(nlohmann::json::parse(wide.output)["out_dtype"], "float64");
+  EXPECT_EQ(read_npy_values(d / "w.npy", &descr), std::vector<double>{1 + 0x1.8p-23});
+  EXPECT_EQ(descr, "<f8");
+  // --like cublas-h100 --splitk 2 with fp16 inputs is tc-h100,splitk=2:64: K = 4 is one chunk, one 4-product
+  // adder step that keeps 1 + 3·2^-24 and truncates it to binary32: 1 + 2^-23. The summary names the model.
+  const Outcome text = roundoff("gemm x.npy ones.npy --inputs fp16 --like cublas-h100 --splitk 2 --out t.npy", d);
+  ASSERT_EQ(text.status, 0) << text.output;
+  EXPECT_NE(text.output.find("splitk=2:64:nearest-even"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("wrote t.npy (float32"), std::string::npos) << text.output;
+  EXPECT_EQ(read_npy_values(d / "t.npy"), std::vector<double>{1 + 0x1p-23});
+}
+
+TEST(Cli, GemmRefusesBadInputInOneLine) {  // issue 40
+  const fs::path d = scratch("gemm_bad");
+  write_npy(d / "a.npy", 2, 2, "<f4", raw(std::vector<float>{1, 0.1f, 2, 3}));
+  write_npy(d / "ok.npy", 2, 2, "<f4", raw(std::vector<float>{1, 2, 3, 4}));
+  write_npy(d / "b3.npy", 3, 2, "<f4", raw(std::vector<float>{1, 2, 3, 4, 5, 6}));
+  write_npy(d / "one.npy", 4, 0, "<f4", raw(std::vector<float>{1, 2, 3, 4}));
+  std::ofstream(d / "mine.npy") << "a user's file";
+  const struct {
+    const char* args;
+    const char* says;
+  } cases[] = {
+      {"a.npy ok.npy --inputs fp16 --accumulation tc-h100 -o d.npy", "element [0, 1] = 0.10000000149011612 is not a value of fp16"},
+      {"ok.npy b3.npy --inputs fp16 --accumulation tc-h100 -o d.npy", "same K"},
+      {"one.npy ok.npy --inputs fp16 --accumulation tc-h100 -o d.npy", "has shape 4; valid: a 2-D array"},
+      {"ok.npy ok.npy --inputs fp16 --accumulation tc-h100 -o mine.npy", "never replaces a file"},
+      {"ok.npy ok.npy --inputs fp16 -o d.npy", "exactly one of --accumulation"},
+      {"ok.npy ok.npy --inputs fp16 --accumulation tc-h100 --like cublas-h100 -o d.npy", "exactly one of"},
+      {"ok.npy ok.npy --inputs fp16 --like cublas-a100 -o d.npy", "--like 'cublas-a100' is not known"},
+      {"ok.npy ok.npy --inputs fp32 --like cublas-h100 -o d.npy", "no model for --inputs fp32"},
+      {"ok.npy ok.npy --inputs fp16 --accumulation tc-h100 --splitk 3 -o d.npy", "go with --like"},
+      {"ok.npy ok.npy --inputs fp16 --like cublas-h100 --fast-accum -o d.npy", "fp8 inputs"},
+      {"ok.npy ok.npy --inputs fp16 --like cublas-h100 --splitk x -o d.npy", "'x'"},
+      {"ok.npy ok.npy --inputs fp16 --like cublas-h100 --splitk auto -o d.npy", "--splitk auto needs --expect"},
+      {"ok.npy ok.npy --inputs fp16 --accumulation 'tc-h100,splitk=2:0' -o d.npy", "granule"},
+      {"ok.npy ok.npy --inputs fp99 --accumulation tc-h100 -o d.npy", "fp99"},
+      {"missing.npy ok.npy --inputs fp16 --accumulation tc-h100 -o d.npy", "no such file"},
+      {"ok.npy ok.npy --c b3.npy --inputs fp16 --accumulation tc-h100 -o d.npy", "valid: M x N = 2x2"},
+      {"ok.npy ok.npy --inputs fp16 --accumulation tc-h100 -o d.npy --expect b3.npy", "the result's shape 2x2"},
+      {"ok.npy ok.npy --inputs fp16 --accumulation tc-h100 -o '' ", "--out must name a file"},
+  };
+  for (const auto& c : cases) {
+    const Outcome o = roundoff(std::string("gemm ") + c.args, d);
+    expect_refused(o, c.says, c.args);
+    EXPECT_EQ(o.status, 2) << c.args;
+    EXPECT_EQ(std::count(o.output.begin(), o.output.end(), '\n'), 1) << c.args << ":\n" << o.output;
+  }
+  EXPECT_FALSE(fs::exists(d / "d.npy"));
+  EXPECT_EQ(slurp(d / "mine.npy"), "a user's file");
+  const Outcome help = roundoff("gemm --help", d);
   EXPECT_EQ(help.status, 0);
   EXPECT_NE(help.output.find("Examples:"), std::string::npos);
 }

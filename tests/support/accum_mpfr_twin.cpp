@@ -190,7 +190,8 @@ class Twin {
 
   TwinResult run(bool has_init, double init) {
     double v = 0;
-    if (a_.adder.group > 0) v = adder(has_init, init);
+    if (a_.splitk.count > 0) v = split(has_init, init);
+    else if (a_.adder.group > 0) v = adder(has_init, init);
     else if (a_.tile.size > 0) v = tiled(has_init, init);
     else {
       switch (a_.order) {
@@ -217,27 +218,35 @@ class Twin {
  private:
   std::uint64_t next_draw() {
     const std::uint64_t k = step_++;
-    return a_.rounding == Rounding::Stochastic ? bits_.draw(k) : 0;
+    const bool stochastic = a_.rounding == Rounding::Stochastic || a_.splitk.rounding == Rounding::Stochastic;
+    return stochastic ? bits_.draw(k) : 0;
   }
-  mpfr_rnd_t zero_rnd() const { return a_.rounding == Rounding::Down ? MPFR_RNDD : MPFR_RNDN; }
+  mpfr_rnd_t zero_rnd() const { return zero_rnd(a_.rounding); }
+  /// The sign of an exact zero sum (x + (−x)): −0 when rounding down, else +0 (IEEE 754 §6.3).
+  static mpfr_rnd_t zero_rnd(Rounding mode) { return mode == Rounding::Down ? MPFR_RNDD : MPFR_RNDN; }
 
   double finish(const Format& f, const Big& exact, bool finite_operands) {
+    return finish(f, a_.rounding, exact, finite_operands);
+  }
+  double finish(const Format& f, Rounding mode, const Big& exact, bool finite_operands) {
     bool ov = false;
-    const double r = twin_round(f, a_.rounding, exact.v, next_draw(), &ov);
+    const double r = twin_round(f, mode, exact.v, next_draw(), &ov);
     if (ov && finite_operands) ++overflows_;
     return r;
   }
-  double op_round(const Format& f, double v) {
+  double op_round(const Format& f, double v) { return op_round(f, a_.rounding, v); }
+  double op_round(const Format& f, Rounding mode, double v) {
     Big e;
     mpfr_set_d(e.v, v, MPFR_RNDN);
-    return finish(f, e, std::isfinite(v));
+    return finish(f, mode, e, std::isfinite(v));
   }
-  double op_add(const Format& f, double u, double v) {
+  double op_add(const Format& f, double u, double v) { return op_add(f, a_.rounding, u, v); }
+  double op_add(const Format& f, Rounding mode, double u, double v) {
     Big e, a, b;
     mpfr_set_d(a.v, u, MPFR_RNDN);
     mpfr_set_d(b.v, v, MPFR_RNDN);
-    mpfr_add(e.v, a.v, b.v, zero_rnd());
-    return finish(f, e, std::isfinite(u) && std::isfinite(v));
+    mpfr_add(e.v, a.v, b.v, zero_rnd(mode));
+    return finish(f, mode, e, std::isfinite(u) && std::isfinite(v));
   }
   double op_mul(const Format& f, double u, double v) {
     Big e, a, b;
@@ -471,6 +480,30 @@ class Twin {
       have = true;
     }
     return have ? s : 0.0;
+  }
+
+  /// Split-K: chunks of L = G·ceil(n/(G·S)) terms, each run by a twin of the accumulation without splitk over
+  /// those terms alone (continuing this twin's draw indices), their results summed in chunk order in the outer
+  /// format with splitk.rounding, starting from init when given.
+  double split(bool has_init, double init) {
+    const auto S = static_cast<std::size_t>(a_.splitk.count), G = static_cast<std::size_t>(a_.splitk.granule);
+    const std::size_t len = G * ((n_ + G * S - 1) / (G * S));
+    Accumulation whole = a_;
+    whole.splitk = numerics::SplitK{};
+    double total = init;
+    bool have = has_init;
+    for (std::size_t c = 0; c < n_; c += len) {
+      const std::size_t m = std::min(len, n_ - c);
+      Twin chunk(whole, x_.subspan(c, m), dot_ ? y_.subspan(c, m) : std::span<const double>{}, dot_, bits_);
+      chunk.step_ = step_;
+      const TwinResult r = chunk.run(false, 0.0);
+      step_ = chunk.step_;
+      overflows_ += r.overflows;
+      total = have ? op_add(a_.outer_format, a_.splitk.rounding, total, r.value)
+                   : op_round(a_.outer_format, a_.splitk.rounding, r.value);
+      have = true;
+    }
+    return have ? total : 0.0;
   }
 
   double adder(bool has_init, double init) {
