@@ -47,6 +47,14 @@ std::string_view name_of(AdderEdges e) {
   return "?";
 }
 
+std::string_view name_of(AdderFeed f) {
+  switch (f) {
+    case AdderFeed::InOrder: return "in-order";
+    case AdderFeed::EvenPairsFirst: return "even-pairs-first";
+  }
+  return "?";
+}
+
 namespace {
 
 struct Preset {
@@ -99,43 +107,56 @@ const std::vector<Preset>& presets() {
     fp32pw.order = Order::Pairwise;
     v.push_back({"fp32-pairwise", fp32pw});
     v.push_back({"fp64-seq", seq(formats::fp64)});
-    // Tensor-core models (Fasi, Higham, Mikaitis & Pranesh 2021): exact products, groups of g products and the
-    // running fp32 sum aligned to the largest exponent with no extra bits, truncated, normalised by truncation.
-    for (const auto& [name, g] : {std::pair<const char*, int>{"tc-v100", 4}, {"tc-a100", 8}}) {
+    // Fasi, Higham, Mikaitis & Pranesh (2021)'s V100/A100 models: groups of g products and the running fp32 sum
+    // aligned to the largest leading bit with no extra bits, truncated. Named tc-v100/tc-a100 until the measured
+    // bits showed them wrong on 16 % / 47 % of those GPUs' outputs (docs/studies/tensorcore.md).
+    for (const auto& [name, g] : {std::pair<const char*, int>{"fasi-v100", 4}, {"fasi-a100", 8}}) {
       Accumulation tc = seq(formats::fp32, Rounding::TowardZero);
       tc.adder = MultiTermAdder{g, 0, Rounding::TowardZero, Rounding::TowardZero, 2};
       v.push_back({name, tc});
     }
-    // H100 mma.sync, fitted bit for bit to the hardware (studies/tensorcore, docs/studies/tensorcore.md): each
-    // instruction adds its k products (16; 8 for tf32) and C in one step, aligned on the largest exponent sum
-    // with 2 bits below binary32's last place, truncated, normalised by truncation; overflow gives inf and an
-    // underflow to zero gives +0.
-    struct H100 {
+    // Tensor cores per GPU, fitted bit for bit to measured outputs (studies/tensorcore, docs/studies/tensorcore.md):
+    // each step adds `group` exact products and the running sum, aligned on the largest exponent sum (input emin),
+    // `extra` bits kept below the accumulator's last place, truncated; binary32 results are truncated (overflow
+    // inf, zero +0), an fp16 accumulator is the binary32-wide register rounded once to nearest. A preset that is
+    // the same model as an earlier one (tc-ada as tc-a100, tc-b200 as tc-h100) prints as the earlier name.
+    struct Tc {
       const char* name;
-      int group;
-      int emin;
+      Format acc;
+      int group, extra, emin;
+      int promote = 0;  // fp8 mma.sync: the fp16 steps run from zero on k-pairs, C added last (promote=32)
     };
-    for (const H100& h : {H100{"tc-h100", 16, -14}, H100{"tc-h100-bf16", 16, -126}, H100{"tc-h100-tf32", 8, -126}}) {
-      Accumulation tc = seq(formats::fp32, Rounding::TowardZero);
-      tc.adder = MultiTermAdder{h.group, 2, Rounding::TowardZero, Rounding::TowardZero, 6, AdderAnchor::ExponentSum,
-                                h.emin, AdderEdges::InfPositiveZero};
-      v.push_back({h.name, tc});
+    const Format p14{14, -126, 127};  // the fp8 (QGMMA, Ada QMMA) accumulator: 14 bits, binary32's range
+    const Tc tcs[] = {
+        {"tc-v100", formats::fp32, 4, 0, -14},        {"tc-v100-f16acc", formats::fp16, 4, 13, -14},
+        {"tc-a100", formats::fp32, 8, 1, -14},        {"tc-a100-bf16", formats::fp32, 8, 1, -126},
+        {"tc-a100-tf32", formats::fp32, 4, 1, -126},  {"tc-a100-f16acc", formats::fp16, 8, 14, -14},
+        {"tc-ada", formats::fp32, 8, 1, -14},         {"tc-ada-bf16", formats::fp32, 8, 1, -126},
+        {"tc-ada-tf32", formats::fp32, 4, 1, -126},   {"tc-ada-f16acc", formats::fp16, 8, 14, -14},
+        {"tc-ada-fp8", p14, 16, 0, -6},               {"tc-ada-fp8-e5m2", p14, 16, 0, -14},
+        {"tc-ada-fp8-f16acc", formats::fp16, 16, 3, -6}, {"tc-ada-fp8-e5m2-f16acc", formats::fp16, 16, 3, -14},
+        {"tc-h100", formats::fp32, 16, 2, -14},       {"tc-h100-bf16", formats::fp32, 16, 2, -126},
+        {"tc-h100-tf32", formats::fp32, 8, 2, -126},  {"tc-h100-f16acc", formats::fp16, 16, 15, -14},
+        {"tc-h100-fp8", p14, 32, 0, -6},              {"tc-h100-fp8-e5m2", p14, 32, 0, -14},
+        {"tc-h100-fp8-mma", formats::fp32, 16, 2, -14, 32}, {"tc-h100-fp8-mma-f16acc", formats::fp16, 16, 15, -14, 32},
+        {"tc-b200", formats::fp32, 16, 2, -14},       {"tc-b200-bf16", formats::fp32, 16, 2, -126},
+        {"tc-b200-tf32", formats::fp32, 8, 2, -126},  {"tc-b200-f16acc", formats::fp16, 16, 15, -14},
+        {"tc-b200-fp8-mma", formats::fp32, 16, 2, -14, 32}, {"tc-b200-fp8-mma-f16acc", formats::fp16, 16, 15, -14, 32},
+    };
+    for (const Tc& t : tcs) {
+      const bool half = t.acc == formats::fp16, below32 = t.acc.precision < 24;  // fp16 or the fp8 register
+      // The accumulator rounding is used only outside the adder: for promotion (C added last) to nearest.
+      Accumulation tc = seq(t.acc, below32 || t.promote > 0 ? Rounding::NearestEven : Rounding::TowardZero);
+      tc.adder = MultiTermAdder{t.group, t.extra, Rounding::TowardZero,
+                                half ? Rounding::NearestEven : Rounding::TowardZero, 6, AdderAnchor::ExponentSum,
+                                t.emin, below32 ? AdderEdges::Ieee : AdderEdges::InfPositiveZero};
+      if (t.promote > 0) {
+        tc.promote_every = t.promote;
+        tc.promote_format = t.acc;
+        tc.adder.feed = AdderFeed::EvenPairsFirst;
+      }
+      v.push_back({t.name, tc});
     }
-    // fp8 wgmma (QGMMA): each instruction adds its 32 products and the accumulator in one step aligned 13 bits
-    // below the largest exponent sum (extra 0 over a 14-bit significand), truncated, and truncates the sum to
-    // 14 significant bits: the accumulator is a 14-bit format with binary32's exponent range. Promotion
-    // (`,promote=N:fp32`) gives Triton's max_num_imprecise_acc = N and DeepSeek-V3's N_C = 128.
-    for (const auto& [name, emin] : {std::pair<const char*, int>{"tc-h100-fp8", -6}, {"tc-h100-fp8-e5m2", -14}}) {
-      Accumulation q = seq(Format{14, -126, 127}, Rounding::NearestEven);
-      q.adder = MultiTermAdder{32, 0, Rounding::TowardZero, Rounding::TowardZero, 6, AdderAnchor::ExponentSum, emin};
-      v.push_back({name, q});
-    }
-    // The fp16-accumulator form: the same register (binary32's alignment: 23 + 2 bits below the anchor, so 15
-    // extra bits over fp16's 10) rounded once to fp16 to nearest; IEEE edges (the probe cannot tell them apart).
-    Accumulation f16acc = seq(formats::fp16, Rounding::NearestEven);
-    f16acc.adder =
-        MultiTermAdder{16, 15, Rounding::TowardZero, Rounding::NearestEven, 6, AdderAnchor::ExponentSum, -14};
-    v.push_back({"tc-h100-f16acc", f16acc});
     // The ANE accumulator as the reverse-engineered ane-guide describes it (docs/numerics.md): exact tiles of 4
     // terms rounded to fp16 (toward zero: the mode that reproduces its 4096 + 1024·1 = 5116 example) feeding an
     // fp32 accumulator.
@@ -156,7 +177,7 @@ std::string preset_list() {
 constexpr const char* kKeysHelp =
     "keys: acc=FORMAT[:ROUNDING], order=seq|reverse|pairwise|kahan|blocked:B, outer=FORMAT, fused, unfused, "
     "product=FORMAT, promote=N[:FORMAT], group=G, extra=E, align=ROUNDING, normalize=ROUNDING, carry=C, "
-    "anchor=lead|exp-sum:EMIN, edges=ieee|inf-pos-zero, "
+    "anchor=lead|exp-sum:EMIN, edges=ieee|inf-pos-zero, feed=in-order|even-pairs-first, "
     "tile=G[:FORMAT][:ROUNDING], splitk=S[:G[:ROUNDING]]";
 
 [[noreturn]] void fail(std::string_view text, const std::string& why) {
@@ -252,6 +273,8 @@ std::optional<std::string> validate(const Accumulation& a) {
       return std::string("anchor=exp-sum needs the input format's emin in -1074..-1");
     if (m.anchor == AdderAnchor::LeadingBit && m.input_emin != 0)
       return std::string("an input emin is only meaningful with anchor=exp-sum");
+    if (m.feed == AdderFeed::EvenPairsFirst && m.group % 2 != 0)
+      return std::string("feed=even-pairs-first needs an even group (each step takes g of a block's 2g terms)");
     if (m.edges == AdderEdges::InfPositiveZero && (a.format.specials != Specials::Ieee || a.format.saturate))
       return std::string("edges=inf-pos-zero needs an accumulator format with infinities that does not saturate");
   } else if (!(m == MultiTermAdder{})) {
@@ -322,6 +345,7 @@ std::string spec_text(const Accumulation& a) {
     if (a.adder.anchor != AdderAnchor::LeadingBit || a.adder.input_emin != 0)
       s += ",anchor=" + std::string(name_of(a.adder.anchor)) + ":" + std::to_string(a.adder.input_emin);
     if (a.adder.edges != AdderEdges::Ieee) s += ",edges=" + std::string(name_of(a.adder.edges));
+    if (a.adder.feed != AdderFeed::InOrder) s += ",feed=" + std::string(name_of(a.adder.feed));
   }
   if (!(a.tile == TileStage{}))
     s += ",tile=" + std::to_string(a.tile.size) + ":" + name_of(a.tile.format) + ":" +
@@ -421,6 +445,10 @@ Accumulation parse_accumulation(std::string_view text) {
       if (val == "ieee") a.adder.edges = AdderEdges::Ieee;
       else if (val == "inf-pos-zero") a.adder.edges = AdderEdges::InfPositiveZero;
       else fail(text, "unknown edges '" + std::string(val) + "' (valid: ieee, inf-pos-zero)");
+    } else if (key == "feed") {
+      if (val == "in-order") a.adder.feed = AdderFeed::InOrder;
+      else if (val == "even-pairs-first") a.adder.feed = AdderFeed::EvenPairsFirst;
+      else fail(text, "unknown feed '" + std::string(val) + "' (valid: in-order, even-pairs-first)");
     } else if (key == "anchor") {
       if (val == "lead") {
         a.adder.anchor = AdderAnchor::LeadingBit;
@@ -814,8 +842,9 @@ class Run {
 
   /// Appends the exact terms at processing positions [k0, k1) to addends_ (fused dots: the exact products;
   /// sums and unfused dots: the values, the products rounded first); non-finite terms go to `nf`.
-  void collect(std::size_t k0, std::size_t k1, Nonfinite& nf) {
+  void collect(std::size_t k0, std::size_t k1, Nonfinite& nf, int pairs = -1) {
     for (std::size_t k = k0; k < k1; ++k) {
+      if (pairs >= 0 && static_cast<int>(((k - k0) / 2) % 2) != pairs) continue;  // feed=even-pairs-first
       const std::size_t i = index(k);
       const double x = src_.xv(i), y = src_.yv(i);
       double t = x;
@@ -844,14 +873,15 @@ class Run {
     }
   }
 
-  /// s + Σ_{k in [k0,k1)} t_index(k) in one multi-term operation (see accumulate.hpp).
-  double adder_step(double s, std::size_t k0, std::size_t k1) {
+  /// s + Σ_{k in [k0,k1)} t_index(k) in one multi-term operation (see accumulate.hpp); pairs = 0 or 1 takes only
+  /// the positions k with floor((k − k0)/2) of that parity.
+  double adder_step(double s, std::size_t k0, std::size_t k1, int pairs = -1) {
     const MultiTermAdder& ad = a_.adder;
     addends_.clear();
     Nonfinite nf;
     if (std::isfinite(s)) push_value(addends_, s);
     else nf.add(s);
-    collect(k0, k1, nf);
+    collect(k0, k1, nf, pairs);
     const bool special = nf.any, operands_finite = nf.operands_finite;
     const double special_sum = nf.sum;
     if (special) return round_to(p_.acc, ad.normalize, special_sum);
@@ -986,7 +1016,15 @@ class Run {
     for (std::size_t c = 0; c < n_; c += chunk) {
       const std::size_t end = std::min(n_, c + chunk);
       s = (!promote && has_init) ? init : 0.0;
-      for (std::size_t k = c; k < end; k += g) s = adder_step(s, k, std::min(end, k + g));
+      if (a_.adder.feed == AdderFeed::EvenPairsFirst) {
+        for (std::size_t k = c; k < end; k += 2 * g) {
+          const std::size_t block_end = std::min(end, k + 2 * g);
+          s = adder_step(s, k, block_end, 0);
+          if (block_end - k > 2) s = adder_step(s, k, block_end, 1);
+        }
+      } else {
+        for (std::size_t k = c; k < end; k += g) s = adder_step(s, k, std::min(end, k + g));
+      }
       if (promote) {
         total = have_total ? add(p_.promote, total, s) : round(p_.promote, s);
         have_total = true;

@@ -40,6 +40,11 @@
 ///             adder.edges = InfPositiveZero changes only N's edge cases: a result of magnitude at least
 ///             2^(emax+1) is ±inf whatever adder.normalize is (IEEE toward-zero would give ±max_finite), and a
 ///             result that rounds to zero is +0 (IEEE keeps the sign of an underflowed value).
+///             adder.feed = EvenPairsFirst changes which terms a step takes: the terms of each chunk (the whole sum,
+///             or each promotion chunk) form blocks of 2·g (the last ragged), and each block is two steps: first
+///             its terms at block positions j with floor(j/2) even, then those with floor(j/2) odd (a step with
+///             no term is skipped). This is how nvcc runs an fp8 mma.sync (k 32) on sm_90 and sm_100: two fp16
+///             HMMA.16816 on the k-pairs {0,1,4,5,...} and {2,3,6,7,...}; C then enters last through promotion.
 ///   tile      tile.size = g > 0 (orders seq/reverse, no adder, no promotion): an exact first reduction stage (the
 ///             Apple Neural Engine model of the reverse-engineered ane-guide, docs/numerics.md). Consecutive terms
 ///             (processing order; the last tile ragged) form tiles of g; each tile's exact sum Σ t_k (fused: exact
@@ -104,6 +109,14 @@ enum class AdderEdges : std::uint8_t {
 /// "ieee", "inf-pos-zero".
 std::string_view name_of(AdderEdges e);
 
+/// Which terms each step of a multi-term adder takes (see `adder` above).
+enum class AdderFeed : std::uint8_t {
+  InOrder,         ///< consecutive terms, group by group
+  EvenPairsFirst,  ///< per block of 2·group terms: the pairs at even pair positions, then those at odd ones
+};
+/// "in-order", "even-pairs-first".
+std::string_view name_of(AdderFeed f);
+
 /// Multi-term fused adder parameters (tensor cores / NPUs). group == 0 disables the model.
 struct MultiTermAdder {
   int group = 0;                           ///< products added per step (4 on V100, 8/16 on later parts)
@@ -114,6 +127,7 @@ struct MultiTermAdder {
   AdderAnchor anchor = AdderAnchor::LeadingBit;
   int input_emin = 0;  ///< ExponentSum: the factors' format emin (subnormal factors count with it); else 0
   AdderEdges edges = AdderEdges::Ieee;
+  AdderFeed feed = AdderFeed::InOrder;
   friend constexpr bool operator==(const MultiTermAdder&, const MultiTermAdder&) = default;
 };
 
@@ -169,24 +183,35 @@ struct AccumStats {
 };
 
 /// Canonical text, e.g. "fp16-seq", "acc=fp16:nearest-even,order=blocked:32,outer=fp32,fused". Presets print as
-/// their preset name; parse_accumulation(canonical(a)) == a.
+/// their preset name (the first, where two presets are the same model); parse_accumulation(canonical(a)) == a.
 std::string canonical(const Accumulation& a);
 /// The key=value form even for presets ("acc=fp16:nearest-even,order=seq,fused"); parse_accumulation inverts it.
 std::string spec_text(const Accumulation& a);
 /// Preset name or key=value spec. Presets, for F in {fp16, bf16}: F-seq, F-unfused-seq (products rounded to F),
 /// F-reverse, F-pairwise, F-kahan, F-sr (stochastic), F-splitk{16,32,64,128}-fp32 (blocked, fp32 outer sum),
-/// F-promote128-fp32; and fp32-seq, fp32-pairwise, fp64-seq, tc-v100 (fp32 accumulator, group 4, no extra bits,
-/// truncation, 2 carry bits: Fasi et al. 2021), tc-a100 (the same model with groups of 8), tc-h100 (fp16
-/// inputs: groups of 16 products anchored on their exponent sums, 2 extra bits, truncation, 6 carry bits,
-/// overflow to inf and +0 for zero; fitted to an H100's mma.sync bit for bit), tc-h100-bf16 (the same for bf16
-/// inputs), tc-h100-tf32 (tf32 inputs, groups of 8), tc-h100-f16acc (fp16 inputs and accumulator: the tc-h100
-/// register rounded once to fp16 to nearest), tc-h100-fp8 and tc-h100-fp8-e5m2 (fp8 wgmma: groups of 32, a
-/// 14-bit accumulator; add promote=N:fp32 for periodic promotion), ane-tile4 (fp32 accumulator fed by exact
+/// F-promote128-fp32; and fp32-seq, fp32-pairwise, fp64-seq; fasi-v100 (fp32 accumulator, group 4, no extra bits,
+/// truncation, 2 carry bits, leading-bit anchor: Fasi et al. 2021's V100 model, named tc-v100 before the GPU presets)
+/// and fasi-a100 (the same with groups of 8); the tensor-core presets per GPU, each fitted bit for bit to measured
+/// output bits (docs/studies/tensorcore.md): exact products, each step adding `group` of them and the running sum
+/// aligned on the largest exponent sum (anchor=exp-sum with the input format's emin) with `extra` bits below the
+/// accumulator's last place, truncated, 6 carry bits; binary32 results truncated with overflow to inf and +0 for
+/// zero, fp16 accumulators the binary32-wide register rounded once to nearest:
+///   tc-v100 (fp16 inputs, group 4, extra 0), tc-v100-f16acc (fp16 accumulator, extra 13);
+///   tc-a100 (A100, A2, A30; fp16: group 8, extra 1), tc-a100-bf16, tc-a100-tf32 (group 4), tc-a100-f16acc (extra 14);
+///   tc-ada, tc-ada-bf16, tc-ada-tf32, tc-ada-f16acc (Ada, L40S: the A100 models), tc-ada-fp8 and
+///   tc-ada-fp8-e5m2 (group 16 into a 14-bit accumulator with binary32's range), tc-ada-fp8-f16acc and
+///   tc-ada-fp8-e5m2-f16acc (fp16 accumulator, 3 extra bits);
+///   tc-h100 (H100, H200; fp16: group 16, extra 2), tc-h100-bf16, tc-h100-tf32 (group 8), tc-h100-f16acc (extra 15),
+///   tc-h100-fp8 and tc-h100-fp8-e5m2 (fp8 wgmma: groups of 32, a 14-bit accumulator; add promote=N:fp32 for
+///   periodic promotion), tc-h100-fp8-mma and tc-h100-fp8-mma-f16acc (fp8 mma.sync as nvcc runs it: per 32 terms
+///   two fp16 steps from zero on the k-pairs, feed=even-pairs-first, then C added to nearest, promote=32);
+///   tc-b200, tc-b200-bf16, tc-b200-tf32, tc-b200-f16acc, tc-b200-fp8-mma, tc-b200-fp8-mma-f16acc (B200: the H100
+///   models; a preset equal to an earlier one prints as that name); ane-tile4 (fp32 accumulator fed by exact
 /// tiles of 4 terms rounded toward zero to fp16: the ane-guide's ANE accumulator).
 /// Spec: comma-separated tokens, optionally starting with a preset to modify: acc=FORMAT[:ROUNDING],
 /// order=seq|reverse|pairwise|kahan|blocked:B, outer=FORMAT, fused, unfused, product=FORMAT, promote=N[:FORMAT],
 /// group=G, extra=E, align=ROUNDING, normalize=ROUNDING, carry=C, anchor=lead|exp-sum:EMIN, edges=ieee|inf-pos-zero,
-/// tile=G[:FORMAT][:ROUNDING] (FORMAT default fp16, ROUNDING default toward-zero),
+/// feed=in-order|even-pairs-first, tile=G[:FORMAT][:ROUNDING] (FORMAT default fp16, ROUNDING default toward-zero),
 /// splitk=S[:G[:ROUNDING]] (G default 1, ROUNDING default nearest-even; e.g. tc-h100,splitk=3:64).
 /// Unset fields keep the Accumulation{} defaults.
 /// Throws std::invalid_argument naming the bad token and listing the presets and keys.

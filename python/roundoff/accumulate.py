@@ -3,7 +3,8 @@
 
 An accumulation is the C++ ``numerics::Accumulation``: accumulator format and rounding, fused or unfused
 products, order (sequential, reverse, pairwise, blocked/split-K, Kahan), promotion, the multi-term adders of
-GPU tensor cores (``tc-v100``, ``tc-a100``, ``tc-h100*``, fitted bit for bit to an H100) and the ANE's exact
+GPU tensor cores (``tc-v100*``, ``tc-a100*``, ``tc-ada*``, ``tc-h100*``, ``tc-b200*``, fitted bit for bit to
+measured bits of each generation; ``fasi-v100``/``fasi-a100``: Fasi et al.'s models) and the ANE's exact
 tiles (``ane-tile4``). docs/numerics.md and ``numerics/accumulate.hpp`` give the exact semantics.
 """
 from __future__ import annotations

@@ -108,7 +108,8 @@ Format format_of(const Field& f) {
 
 std::string Model::text() const {
   if (!label.empty()) return label;
-  std::string s = canonical(acc);
+  std::string s = (k_order.empty() ? "" : "k-pairs ") + canonical(acc);
+  if (c_last) s += " c-last " + std::string(name_of(*c_last));
   if (output) s += " then " + std::string(name_of(*output));
   return s;
 }
@@ -227,8 +228,107 @@ FitScore score(const WgmmaDump& dump, const Model& m, std::size_t examples) {
   return s;
 }
 
+PeerSet read_peer(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("peer operand set " + path + ": cannot open");
+  char magic[8];
+  std::uint32_t head[5];
+  in.read(magic, 8);
+  in.read(reinterpret_cast<char*>(head), sizeof head);
+  if (!in || std::memcmp(magic, "RTCPEER1", 8) != 0)
+    throw std::runtime_error("peer operand set " + path + ": not an operand set (no RTCPEER1 header)");
+  if (head[0] != 1u) throw std::runtime_error("peer operand set " + path + ": version " + std::to_string(head[0]) +
+                                              ", this build reads version 1");
+  const Field fields[5] = {kFp16, kBf16, kE4m3, kE5m2, kTf32};
+  const unsigned widths[5] = {2, 2, 1, 1, 4};
+  if (head[1] > 4u)
+    throw std::runtime_error("peer operand set " + path + ": unknown input format code " + std::to_string(head[1]) +
+                             " (valid: 0 fp16, 1 bf16, 2 e4m3, 3 e5m2, 4 tf32)");
+  if (head[2] == 0 || head[2] > 256 || head[3] == 0 || head[3] > 1000000 || head[4] == 0 || head[4] > 64)
+    throw std::runtime_error("peer operand set " + path + ": K " + std::to_string(head[2]) + ", lines " +
+                             std::to_string(head[3]) + " or GPU count " + std::to_string(head[4]) + " out of range");
+  PeerSet p;
+  p.in = fields[head[1]];
+  p.k = static_cast<int>(head[2]);
+  p.lines = head[3];
+  const std::size_t L = p.lines, K = head[2], w = widths[head[1]];
+  std::vector<std::uint32_t> flags;
+  for (std::uint32_t g = 0; g < head[4]; ++g) {
+    char name[9] = {};
+    std::uint32_t f = 0;
+    in.read(name, 8);
+    in.read(reinterpret_cast<char*>(&f), 4);
+    if (!in) throw std::runtime_error("peer operand set " + path + ": truncated GPU table");
+    if ((f & 3u) == 0u || f > 7u)
+      throw std::runtime_error("peer operand set " + path + ": GPU " + name + " has output flags " +
+                               std::to_string(f) + " (valid: bit 0 binary32, bit 1 fp16, at least one; bit 2 C = 0)");
+    p.gpus.push_back(PeerGpu{name, {}, {}, {}, (f & 4u) != 0u});
+    flags.push_back(f);
+  }
+  std::uintmax_t need = 8 + sizeof head + 12 * std::uintmax_t{head[4]} + 2 * L * K * w;
+  for (std::uint32_t f : flags) need += L * (4 + ((f & 1u) ? 4 : 0) + ((f & 2u) ? 2 : 0));
+  require_length("peer operand set", path, need,
+                 std::to_string(L) + " lines of K " + std::to_string(K) + " for " + std::to_string(head[4]) + " GPUs");
+  const auto read_words = [&](std::vector<std::uint32_t>& v, std::size_t n, std::size_t width) {
+    std::vector<unsigned char> raw(n * width);
+    in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(raw.size()));
+    v.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint32_t x = 0;
+      for (std::size_t byte = 0; byte < width; ++byte) x |= static_cast<std::uint32_t>(raw[i * width + byte]) << (8 * byte);
+      v[i] = x;
+    }
+  };
+  read_words(p.a, L * K, w);
+  read_words(p.b, L * K, w);
+  for (std::size_t g = 0; g < p.gpus.size(); ++g) {
+    read_words(p.gpus[g].c, L, 4);
+    if (flags[g] & 1u) read_words(p.gpus[g].d32, L, 4);
+    if (flags[g] & 2u) read_words(p.gpus[g].d16, L, 2);
+  }
+  if (!in) throw std::runtime_error("peer operand set " + path + ": truncated");
+  return p;
+}
+
+const char* peer_format_name(const Field& in) {
+  if (in.ebits == 5) return in.mbits == 10 ? "fp16" : "e5m2";
+  if (in.ebits == 4) return "e4m3";
+  return in.mbits == 7 ? "bf16" : "tf32";
+}
+
+FitScore score(const PeerSet& set, const PeerGpu& gpu, const Field& acc, const Model& m, std::size_t examples,
+               std::uint32_t lines) {
+  const bool half = acc.ebits == 5;
+  const std::vector<std::uint32_t>& d = half ? gpu.d16 : gpu.d32;
+  if (d.size() != set.lines)
+    throw std::invalid_argument(gpu.name + " " + peer_format_name(set.in) + ": no " + (half ? "fp16" : "binary32") +
+                                " outputs were measured");
+  const std::size_t K = static_cast<std::size_t>(set.k);
+  FitScore s;
+  std::vector<double> a(K), b(K), c(1);
+  if (lines == 0 || lines > set.lines) lines = set.lines;
+  for (std::uint32_t l = 0; l < lines; ++l) {
+    for (std::size_t k = 0; k < K; ++k) {
+      a[k] = decode(set.in, set.a[l * K + k]);
+      b[k] = decode(set.in, set.b[l * K + k]);
+    }
+    const double c32 = !half && gpu.zero_c32 ? 0.0 : decode(kFp32, gpu.c[l]);
+    c[0] = half ? decode(kFp16, encode_nearest(kFp16, c32)) : c32;  // their probe's __float2half
+    score_tile(m, 1, 1, set.k, acc, a, b, c, &d[l], l, 0, "line", examples, s);
+  }
+  return s;
+}
+
 std::vector<Model> candidate_models(Shape s) {
   const Geometry g = geometry(s);
+  return candidate_models(g.in, g.acc, g.k);
+}
+
+std::vector<Model> candidate_models(const Field& in, const Field& acc_field, int k) {
+  struct {
+    int k;
+    Field in, acc;
+  } g{k, in, acc_field};
   const Format acc = format_of(g.acc);
   const bool half_acc = g.acc.ebits == 5;
   std::vector<Model> out;
@@ -261,7 +361,7 @@ std::vector<Model> candidate_models(Shape s) {
               }
     }
   }
-  if (g.k == 32) out.push_back(fp8_mma_sync_sm90_model(s));
+  if (g.k == 32) out.push_back(fp8_mma_sync_sm90_model(g.k));
   for (const char* ref : {"fp32-seq", "fp32-pairwise", "fp64-seq"}) {
     Accumulation a = parse_accumulation(ref);
     const bool narrow = !(acc == a.format);
@@ -277,14 +377,15 @@ Model plain_model(const Accumulation& acc, std::optional<Rounding> output) {
   return m;
 }
 
-Model fp8_mma_sync_sm90_model(Shape s) {
-  const Geometry g = geometry(s);
+Model fp8_mma_sync_sm90_model(Shape s) { return fp8_mma_sync_sm90_model(geometry(s).k); }
+
+Model fp8_mma_sync_sm90_model(int k) {
   Model m;
   m.acc = parse_accumulation("tc-h100");
   m.c_last = Rounding::NearestEven;
   for (int half = 0; half < 2; ++half)
-    for (int k = 0; k < g.k; ++k)
-      if ((k / 2) % 2 == half) m.k_order.push_back(k);
+    for (int i = 0; i < k; ++i)
+      if ((i / 2) % 2 == half) m.k_order.push_back(i);
   m.label = "tc-h100 on k-pairs {0,1,4,5,..} then {2,3,6,7,..}, then + C (binary32, nearest-even)";
   return m;
 }

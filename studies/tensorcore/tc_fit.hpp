@@ -75,6 +75,7 @@ Model plain_model(const numerics::Accumulation& acc, std::optional<numerics::Rou
 /// The fp8 mma.sync emulation that nvcc 13.0 compiles for sm_90 (two HMMA.16816.F32 on operands converted to
 /// fp16): tc-h100 over the k-pairs {0,1,4,5,...} then {2,3,6,7,...}, then + C in binary32 to nearest.
 Model fp8_mma_sync_sm90_model(Shape s);
+Model fp8_mma_sync_sm90_model(int k);
 
 struct FitScore {
   std::int64_t outputs = 0;
@@ -88,11 +89,41 @@ FitScore score(const ProbeDump& dump, const Model& m, std::uint32_t tiles = 0, s
 /// Scores `m` on every tile of a wgmma dump (class counts by tile mod 4).
 FitScore score(const WgmmaDump& dump, const Model& m, std::size_t examples = 1);
 
+/// Tensor-core bits measured by another project: north-numerical-computing/MATLAB-tensor-core (Khattak &
+/// Mikaitis, BSD-2-Clause), converted by studies/tensorcore/peer_to_bin.py (the file layout is described there;
+/// tests/fixtures/tensorcore-peer holds every line of their model_validation data). Each line is one output of
+/// one instruction: D = C + Σ_k a_k·b_k over K products (the instruction's other k-values zero), C a binary32
+/// value; for an fp16 output their probe rounds C to fp16 to nearest first. One operand set holds the GPUs that
+/// were measured on the same A and B.
+struct PeerGpu {
+  std::string name;                  ///< as in their directory names: V100, A100, A2, Ada, L40S, H100, H200, B200
+  std::vector<std::uint32_t> c;      ///< binary32 encodings, one per line
+  std::vector<std::uint32_t> d32;    ///< binary32 outputs (empty when not measured)
+  std::vector<std::uint32_t> d16;    ///< fp16 outputs (empty when not measured)
+  bool zero_c32 = false;             ///< the binary32 outputs were measured with C = 0 (fp8 on H100, H200)
+};
+struct PeerSet {
+  Field in = kFp16;
+  int k = 0;
+  std::uint32_t lines = 0;
+  std::vector<std::uint32_t> a, b;  ///< lines × K input encodings (tf32 as binary32)
+  std::vector<PeerGpu> gpus;
+};
+/// Reads an operand set; throws std::runtime_error naming the file and what is wrong.
+PeerSet read_peer(const std::string& path);
+/// The short name of a peer input format: fp16, bf16, e4m3, e5m2, tf32.
+const char* peer_format_name(const Field& in);
+/// Scores `m` on lines [0, lines) (0: all) of one GPU's outputs in `acc` (kFp32 or kFp16; the GPU must have them).
+FitScore score(const PeerSet& set, const PeerGpu& gpu, const Field& acc, const Model& m, std::size_t examples = 1,
+               std::uint32_t lines = 0);
+
 /// The candidate grid for a shape: multi-term adders with group in {4, 8, 16, K}, anchored on the leading bit or
 /// on the products' exponent sums, extra alignment bits 0..6 (and, for an fp16 accumulator, 13..17: binary32-wide
 /// alignment), alignment and normalisation each toward-zero or nearest-even, carry bits 1, 2, 3 or 6, IEEE or
 /// inf-pos-zero edges; for an fp16 accumulator also each binary32-register model followed by a nearest-even or
 /// toward-zero conversion to fp16. Plus the sequential and pairwise fp32 / fp64 reference sums.
 std::vector<Model> candidate_models(Shape s);
+/// The same grid for an instruction of K products of `in` into `acc` (the peer data's lines).
+std::vector<Model> candidate_models(const Field& in, const Field& acc, int k);
 
 }  // namespace roundoff::tensorcore

@@ -112,6 +112,10 @@ std::vector<Accumulation> grid() {
       {16, 2, Rounding::TowardZero, Rounding::TowardZero, 6, AdderAnchor::ExponentSum, -14, AdderEdges::InfPositiveZero},
       {4, 1, Rounding::NearestEven, Rounding::Down, 2, AdderAnchor::ExponentSum, -10, AdderEdges::Ieee},
       {3, 0, Rounding::TowardZero, Rounding::NearestEven, 1, AdderAnchor::LeadingBit, 0, AdderEdges::InfPositiveZero},
+      {4, 2, Rounding::TowardZero, Rounding::TowardZero, 6, AdderAnchor::ExponentSum, -14, AdderEdges::InfPositiveZero,
+       AdderFeed::EvenPairsFirst},
+      {2, 1, Rounding::NearestEven, Rounding::NearestEven, 2, AdderAnchor::LeadingBit, 0, AdderEdges::Ieee,
+       AdderFeed::EvenPairsFirst},
   };
   for (const Format& acc : {formats::fp32, formats::fp16}) {
     for (const MultiTermAdder& ad : adders) {
@@ -225,7 +229,9 @@ TEST(AccumulateTwin, GemmWithAccumulateMatchesTheTwin) {
   for (const char* name : {"fp16-seq", "bf16-pairwise", "fp16-splitk16-fp32", "fp16-kahan", "fp16-promote128-fp32",
                            "tc-v100", "fp16-sr", "ane-tile4", "acc=fp16:up,order=blocked:4,outer=bf16,unfused,product=fp16",
                            "tc-h100", "tc-h100-fp8,promote=8:fp32", "tc-h100-fp8-e5m2", "tc-h100,splitk=3:4",
-                           "fp16-sr,splitk=2:1:stochastic", "fp16-seq,outer=fp16,splitk=4:2:toward-zero"}) {
+                           "fp16-sr,splitk=2:1:stochastic", "fp16-seq,outer=fp16,splitk=4:2:toward-zero",
+                           "tc-b200-fp8-mma", "tc-h100-fp8-mma,promote=8:fp32", "tc-b200-fp8-mma-f16acc", "tc-ada-fp8",
+                           "tc-ada-fp8-f16acc"}) {
     const Accumulation a = parse_accumulation(name);
     const auto A = make_data(formats::fp16, Data::Normal, M * K, rng);
     const auto B = make_data(formats::fp16, Data::Normal, K * N, rng);
@@ -344,6 +350,7 @@ TEST(AccumulateTwin, EveryParameterChangesSomeResult) {
          a.adder.anchor = AdderAnchor::ExponentSum;
          a.adder.input_emin = -14;
        })},
+      {tc, with(tc, [](Accumulation& a) { a.adder.feed = AdderFeed::EvenPairsFirst; })},
       {parse_accumulation("ane-tile4"), parse_accumulation("ane-tile4,tile=8")},
       {parse_accumulation("ane-tile4"), parse_accumulation("ane-tile4,tile=4:bf16:toward-zero")},
       {parse_accumulation("ane-tile4"), parse_accumulation("ane-tile4,tile=4:fp16:nearest-even")},

@@ -41,8 +41,8 @@ TEST(TensorCoreH100, EachFittedFeatureIsNeeded) {
   const ProbeDump f16 = load("f16-f32");
   const ProbeDump bf16 = load("bf16-f32");
   const ProbeDump half = load("f16-f16");
-  EXPECT_GT(score(f16, model("tc-a100")).mismatches, 0);
-  EXPECT_GT(score(f16, model("tc-v100")).mismatches, 0);
+  EXPECT_GT(score(f16, model("fasi-a100")).mismatches, 0);  // Fasi et al.'s models
+  EXPECT_GT(score(f16, model("fasi-v100")).mismatches, 0);
   EXPECT_GT(score(f16, model("tc-h100,anchor=lead")).mismatches, 0);
   EXPECT_GT(score(f16, model("tc-h100,extra=1")).mismatches, 0);
   EXPECT_GT(score(f16, model("tc-h100,extra=3")).mismatches, 0);
@@ -69,6 +69,10 @@ TEST(TensorCoreH100, Fp8MmaSyncIsTwoFp16StepsThenABinary32Add) {
     Model c_first = fit;  // C as the first step's starting value, as for native mma.sync
     c_first.c_last.reset();
     EXPECT_GT(score(d, c_first).mismatches, 0) << shape;
+    // The same composite as an Accumulation: feed=even-pairs-first, C added last through promote=32.
+    const FitScore preset = score(d, model("tc-h100-fp8-mma"));
+    EXPECT_EQ(preset.mismatches, 0) << shape << ": " << (preset.examples.empty() ? "" : preset.examples.front());
+    EXPECT_GT(score(d, model("tc-h100-fp8-mma,feed=in-order")).mismatches, 0) << shape;
   }
 }
 
@@ -81,7 +85,7 @@ TEST(TensorCoreH100, WarpgroupMmaOnAnH200FollowsTheSameModel) {
     const char* preset;
     const char* wrong;  ///< a nearby model that must not fit
   };
-  const Fit fits[] = {{"wg-f16-k16-imp0", "tc-h100", "tc-a100"},
+  const Fit fits[] = {{"wg-f16-k16-imp0", "tc-h100", "fasi-a100"},
                       {"wg-f16-k64-imp0", "tc-h100", "tc-h100,group=64"},
                       {"wg-bf16-k64-imp0", "tc-h100-bf16", "tc-h100-bf16,anchor=lead"},
                       {"wg-f16-k64-imp0-acc16", "tc-h100-f16acc", "tc-h100-f16acc,group=64"},

@@ -348,7 +348,14 @@ class Twin {
   /// fused product under anchor=exp-sum the sum of its factors' exponents, each at least adder.input_emin.
   void collect(std::size_t k0, std::size_t k1, std::vector<Big>& vals, std::size_t& nv, Nonfinite& nf,
                std::vector<long>* anchors = nullptr) {
-    for (std::size_t k = k0; k < k1; ++k) {
+    std::vector<std::size_t> positions;
+    for (std::size_t k = k0; k < k1; ++k) positions.push_back(k);
+    collect(positions, vals, nv, nf, anchors);
+  }
+  /// The same over an explicit list of processing positions.
+  void collect(const std::vector<std::size_t>& positions, std::vector<Big>& vals, std::size_t& nv, Nonfinite& nf,
+               std::vector<long>* anchors = nullptr) {
+    for (const std::size_t k : positions) {
       const std::size_t i = at(k);
       const double x = xv(i), y = yv(i);
       if (dot_ && a_.fused) {
@@ -389,8 +396,14 @@ class Twin {
   }
 
   double adder_step(double s, std::size_t k0, std::size_t k1) {
+    std::vector<std::size_t> positions;
+    for (std::size_t k = k0; k < k1; ++k) positions.push_back(k);
+    return adder_step(s, positions);
+  }
+  /// One multi-term step: s and the terms at the given processing positions.
+  double adder_step(double s, const std::vector<std::size_t>& positions) {
     const auto& ad = a_.adder;
-    std::vector<Big> vals(k1 - k0 + 1);
+    std::vector<Big> vals(positions.size() + 1);
     std::size_t nv = 0;
     Nonfinite nf;
     std::vector<long> anchors;
@@ -401,7 +414,7 @@ class Twin {
       anchors.push_back(mpfr_get_exp(vals[nv].v) - 1);
       ++nv;
     }
-    collect(k0, k1, vals, nv, nf, &anchors);
+    collect(positions, vals, nv, nf, &anchors);
     const bool special = nf.any, finite_operands = nf.finite_operands;
     const double special_sum = nf.sum;
     if (special) {
@@ -506,22 +519,33 @@ class Twin {
     return have ? total : 0.0;
   }
 
-  double adder(bool has_init, double init) {
+  /// The multi-term steps over processing positions [c, end), starting from s. feed=even-pairs-first: blocks of
+  /// 2g positions, each split into the positions whose pair index within the block is even, then odd.
+  double adder_chunk(double s, std::size_t c, std::size_t end) {
     const auto g = static_cast<std::size_t>(a_.adder.group);
-    const bool promote = a_.promote_every > 0;
-    if (n_ == 0) return has_init ? init : 0.0;
-    if (!promote) {
-      double s = has_init ? init : 0.0;
-      for (std::size_t k = 0; k < n_; k += g) s = adder_step(s, k, std::min(n_, k + g));
+    if (a_.adder.feed == numerics::AdderFeed::InOrder) {
+      for (std::size_t k = c; k < end; k += g) s = adder_step(s, k, std::min(end, k + g));
       return s;
     }
+    for (std::size_t b = c; b < end; b += 2 * g) {
+      std::vector<std::size_t> even, odd;
+      for (std::size_t k = b; k < std::min(end, b + 2 * g); ++k) (((k - b) / 2) % 2 == 0 ? even : odd).push_back(k);
+      s = adder_step(s, even);
+      if (!odd.empty()) s = adder_step(s, odd);
+    }
+    return s;
+  }
+
+  double adder(bool has_init, double init) {
+    const bool promote = a_.promote_every > 0;
+    if (n_ == 0) return has_init ? init : 0.0;
+    if (!promote) return adder_chunk(has_init ? init : 0.0, 0, n_);
     double total = init;
     bool have = has_init;
     const auto every = static_cast<std::size_t>(a_.promote_every);
     for (std::size_t c = 0; c < n_; c += every) {
       const std::size_t end = std::min(n_, c + every);
-      double s = 0.0;
-      for (std::size_t k = c; k < end; k += g) s = adder_step(s, k, std::min(end, k + g));
+      const double s = adder_chunk(0.0, c, end);
       total = have ? op_add(a_.promote_format, total, s) : op_round(a_.promote_format, s);
       have = true;
     }
