@@ -96,11 +96,12 @@ Policy ane_layout(const OpPrecision& ane) {
   return p;
 }
 
-/// torch.amp-like autocast with half format h: GEMMs read and write h with fp32 accumulation; softmax, norms,
-/// exp/log, cross-entropy and the residual stream in fp32; pointwise ops on h tensors store h, compute fp32.
-Policy amp_layout(const Format& h, double loss_scale) {
+/// torch.amp-like autocast with half format h: GEMMs read and write h with fp32 accumulation (`gemm_acc`: fp32-seq,
+/// or a GPU's tensor-core model chained over K); softmax, norms, exp/log, cross-entropy and the residual stream in
+/// fp32; pointwise ops on h tensors store h, compute fp32.
+Policy amp_layout(const Format& h, double loss_scale, const numerics::Accumulation& gemm_acc) {
   Policy p(uniform(fmts::fp32));
-  const OpPrecision gemm{h, h, Rounding::NearestEven, sequential_in(fmts::fp32)};
+  const OpPrecision gemm{h, h, Rounding::NearestEven, gemm_acc};
   for (OpKind k : {OpKind::Matmul, OpKind::Classifier, OpKind::AttnScores, OpKind::AttnValues}) p.set(k, gemm);
   const OpPrecision pointwise{h, fmts::fp32, Rounding::NearestEven, sequential_in(fmts::fp32)};
   p.set(OpKind::Silu, pointwise).set(OpKind::SwiGlu, pointwise);
@@ -153,10 +154,22 @@ const std::vector<PresetEntry>& presets() {
                    p.set_loss_scale(256.0);
                    return p;
                  }});
-    t.push_back({"amp-fp16", [] { return amp_layout(fmts::fp16, 65536.0); }});
-    t.push_back({"amp-bf16", [] { return amp_layout(fmts::bf16, 1.0); }});
+    t.push_back({"amp-fp16", [] { return amp_layout(fmts::fp16, 65536.0, sequential_in(fmts::fp32)); }});
+    t.push_back({"amp-bf16", [] { return amp_layout(fmts::bf16, 1.0, sequential_in(fmts::fp32)); }});
     t.push_back({"pure-fp16", [] { return pure_layout(fmts::fp16, 65536.0); }});
     t.push_back({"pure-bf16", [] { return pure_layout(fmts::bf16, 1.0); }});
+    // PyTorch autocast as it runs on a GPU (issue 40): the amp layout with every GEMM (matmul, classifier,
+    // attention scores and values, forward and backward) chained over K through the GPU's tensor-core model, as
+    // cuBLAS does without split-K (docs/studies/tensorcore.md).
+    for (const char* gpu : {"h100", "b200", "a100"}) {
+      const std::string g(gpu);
+      t.push_back({g + "-amp-fp16", [g] {
+                     return amp_layout(fmts::fp16, 65536.0, numerics::parse_accumulation("tc-" + g));
+                   }});
+      t.push_back({g + "-amp-bf16", [g] {
+                     return amp_layout(fmts::bf16, 1.0, numerics::parse_accumulation("tc-" + g + "-bf16"));
+                   }});
+    }
     return t;
   }();
   return table;
