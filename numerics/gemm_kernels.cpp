@@ -21,7 +21,7 @@
 
 #include "numerics/adder_kernels.hpp"
 #include "numerics/arith.hpp"
-#include "numerics/gemm_kernels_avx2.hpp"
+#include "numerics/gemm_kernel_tiers.hpp"
 
 namespace roundoff::numerics::kernels {
 namespace {
@@ -72,111 +72,6 @@ std::optional<Plan> plan_for(const Accumulation& a) {
 constexpr std::uint16_t kNegZeroHalf = 0x8000;
 constexpr std::size_t kPanel = 64;  ///< columns per packed B panel
 constexpr std::size_t kMr = 8;      ///< rows per micro-tile (16 accumulator vectors)
-
-// ---------------------------------------------------------------------------------------------------------
-// fp32-lane kernels (AVX-512 F): one step s ← round_acc(s + a·b) on 16 lanes.
-
-/// Round-half-even of binary32 bits to bf16 (kept as binary32), subnormals included. NaNs in the kernels are
-/// always 0x7FC00000 or 0xFFC00000, possibly with the last bit set by round-to-odd (input NaNs are replaced by
-/// the quiet NaN when packed), so the addition cannot carry out of a NaN.
-ROUNDOFF_AVX512 ROUNDOFF_INLINE __m512 round_bf16_rne(__m512i t) {
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(t, 16), _mm512_set1_epi32(1));
-  const __m512i r = _mm512_add_epi32(_mm512_add_epi32(t, _mm512_set1_epi32(0x7FFF)), lsb);
-  return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
-}
-
-template <Acc acc>
-ROUNDOFF_AVX512 ROUNDOFF_INLINE __m512 mac(__m512 a, __m512 b, __m512 s) {
-  if constexpr (acc == Acc::Fp32) {
-    return _mm512_fmadd_ps(a, b, s);
-  } else {
-    // Round to odd = the odd one of rd and ru. Inexact: they are adjacent, exactly one is odd (on overflow the
-    // odd one is ±max, not ±inf). Exact: rd == ru, except for an exact zero sum, where rd = −0 is even and ru
-    // carries IEEE's sign (+0 unless both addends are −0).
-    const __m512 rd = _mm512_fmadd_round_ps(a, b, s, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-    const __m512 ru = _mm512_fmadd_round_ps(a, b, s, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
-    const __mmask16 rd_odd = _mm512_test_epi32_mask(_mm512_castps_si512(rd), _mm512_set1_epi32(1));
-    const __m512i t = _mm512_castps_si512(_mm512_mask_mov_ps(ru, rd_odd, rd));
-    if constexpr (acc == Acc::Fp16) {
-      return _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_castsi512_ps(t), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    } else {
-      return round_bf16_rne(t);
-    }
-  }
-}
-
-/// One MR×32 tile: rows Ap[r·lda + k], B panel columns Bp[k·ldb + 0..31], initial sums in/out tile[r·ldt + c].
-/// block == 0: sequential; else block sums restart at −0 every `block` terms and are added to the fp32 total.
-template <Acc acc, std::size_t MR>
-ROUNDOFF_AVX512 void tile_f32(const float* Ap, std::size_t lda, const float* Bp, std::size_t ldb, std::size_t K,
-                              std::size_t block, float* tile, std::size_t ldt) {
-  __m512 s[MR][2];
-  for (std::size_t r = 0; r < MR; ++r) {
-    s[r][0] = _mm512_loadu_ps(tile + r * ldt);
-    s[r][1] = _mm512_loadu_ps(tile + r * ldt + 16);
-  }
-  if (block == 0) {
-    for (std::size_t k = 0; k < K; ++k) {
-      const __m512 b0 = _mm512_loadu_ps(Bp + k * ldb);
-      const __m512 b1 = _mm512_loadu_ps(Bp + k * ldb + 16);
-#pragma GCC unroll 8
-      for (std::size_t r = 0; r < MR; ++r) {
-        const __m512 a = _mm512_set1_ps(Ap[r * lda + k]);
-        s[r][0] = mac<acc>(a, b0, s[r][0]);
-        s[r][1] = mac<acc>(a, b1, s[r][1]);
-      }
-    }
-  } else {
-    const __m512 neg0 = _mm512_set1_ps(-0.0f);
-    for (std::size_t k0 = 0; k0 < K; k0 += block) {
-      const std::size_t k1 = std::min(K, k0 + block);
-      __m512 p[MR][2];
-      for (std::size_t r = 0; r < MR; ++r) p[r][0] = p[r][1] = neg0;
-      for (std::size_t k = k0; k < k1; ++k) {
-        const __m512 b0 = _mm512_loadu_ps(Bp + k * ldb);
-        const __m512 b1 = _mm512_loadu_ps(Bp + k * ldb + 16);
-#pragma GCC unroll 8
-        for (std::size_t r = 0; r < MR; ++r) {
-          const __m512 a = _mm512_set1_ps(Ap[r * lda + k]);
-          p[r][0] = mac<acc>(a, b0, p[r][0]);
-          p[r][1] = mac<acc>(a, b1, p[r][1]);
-        }
-      }
-      for (std::size_t r = 0; r < MR; ++r) {
-        s[r][0] = _mm512_add_ps(s[r][0], p[r][0]);
-        s[r][1] = _mm512_add_ps(s[r][1], p[r][1]);
-      }
-    }
-  }
-  for (std::size_t r = 0; r < MR; ++r) {
-    _mm512_storeu_ps(tile + r * ldt, s[r][0]);
-    _mm512_storeu_ps(tile + r * ldt + 16, s[r][1]);
-  }
-}
-
-template <Acc acc>
-ROUNDOFF_AVX512 void tile_f32_rows(std::size_t rows, const float* Ap, std::size_t lda, const float* Bp,
-                                   std::size_t ldb, std::size_t K, std::size_t block, float* tile, std::size_t ldt) {
-  // Ragged row counts as tiles of 8, 4, 2, 1 rows (each output row is computed the same way in any of them).
-  for (std::size_t r0 = 0; r0 < rows;) {
-    const std::size_t left = rows - r0;
-    const float* a = Ap + r0 * lda;
-    float* t = tile + r0 * ldt;
-    if (left >= 8) {
-      tile_f32<acc, 8>(a, lda, Bp, ldb, K, block, t, ldt);
-      r0 += 8;
-    } else if (left >= 4) {
-      tile_f32<acc, 4>(a, lda, Bp, ldb, K, block, t, ldt);
-      r0 += 4;
-    } else if (left >= 2) {
-      tile_f32<acc, 2>(a, lda, Bp, ldb, K, block, t, ldt);
-      r0 += 2;
-    } else {
-      tile_f32<acc, 1>(a, lda, Bp, ldb, K, block, t, ldt);
-      r0 += 1;
-    }
-  }
-}
 
 // ---------------------------------------------------------------------------------------------------------
 // Native fp16 kernel (AVX512-FP16): s ← fma_fp16(a, b, s) on 32 lanes, one correctly rounded operation.
@@ -325,39 +220,6 @@ ROUNDOFF_AVX512 void widen(const float* src, double* dst, std::size_t n) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Exact tile stage (ane-tile4, AVX-512 F): an fp32 accumulator fed by tiles of 4 exact products, each tile sum
-// rounded once toward zero to fp16. 16 output columns per vector (two binary64 halves for the tile sums).
-//
-// Per tile and lane, with the products p_t = a_t·b_t exact in binary64 (they are exact in binary32 already):
-//   sd = RD(RD(RD(p_0 + p_1) + p_2) + p_3),  su = RU(RU(RU(RU(+0 + p_0) + p_1) + p_2) + p_3)   (FMAs with
-//   embedded rounding). Directed rounding is monotone, so sd <= S <= su for the exact tile sum S: sd == su
-//   means su == S exactly ("exact" lanes; an exactly zero S gives su = +0, as the definition wants, because
-//   in RU x + (−x) = +0 and +0 + −0 = +0). Inexact lanes (products spread over more than binary64 holds, e.g.
-//   2^10 + 2^-48 − 2^-48) are recomputed by the scalar definition (numerics::sum under the tile-only
-//   accumulation below), as are the overflow counts of lanes whose tile value is ±65504, ±inf or NaN.
-//   Non-finite products: sd and su are then the same IEEE sum of the non-finite terms (finite terms are
-//   absorbed; the finite part cannot overflow binary64), i.e. the definition's special sum.
-//   h = RZ16(RZ32(su)): RZ of RZ is RZ. fp16 ⊂ binary32 as sets of values (subnormals 2^-24.. and ±65504
-//   included), so the largest-magnitude fp16 value v with |v| <= |x| and x's sign satisfies |v| <= |RZ32(x)|
-//   <= |x|; every fp16 value below |RZ32(x)| is below |x|, so RZ16(RZ32(x)) = v = RZ16(x). This covers
-//   subnormal fp16 results (binary32 is normal there) and overflow: RZ32 saturates at ±max32 (never inf) and
-//   vcvtps2ph with RZ gives ±65504 for |x| > 65504, as IEEE 754 RZ does; ±0, ±inf and NaN pass through.
-//   s = s + h in binary32 RNE is the accumulator step; s starts at −0 (the exact identity: −0 + T_0 = T_0) or C.
-// Overflow events: a tile overflows iff S is finite and |S| >= 65536 (RZ in fp16 with one more binade exceeds
-// 65504); exact lanes are counted here (their h is ±65504, so they are among the rare lanes), inexact ones by
-// the scalar fallback. The fp32 accumulator never overflows: |s| <= max32 and |h| <= 65504 give
-// |s + h| < max32 + 2^103 (half an ulp of max32), which rounds to at most max32, also with an unbounded exponent.
-//
-// Binary32 bracket, tried first (AVX-512 tier): the products are exact in binary32 as well (pack_run: at most 12
-// significant bits each, 2^-63 <= |x| < 2^63, so |p_t| lies in [2^-126, 2^126] or is 0/inf/NaN), so the binary32
-// FMA chains lo = RD(..RD(p_0 + p_1)..+ p_3) and hi = RU(..) satisfy lo <= S <= hi the same way (an overflowing
-// chain only widens the bracket, to ±max32 or ±inf). RZ16 is monotone, so when RZ16(lo) and RZ16(hi) are the
-// same fp16 value h, h = RZ16(S) (RZ16 of a binary32 value is one vcvtps2ph with RZ). A lane is taken when the
-// two agree and 0 < |h| < 65504 (then S is finite, nonzero and |S| < 65504: no overflow event), or h = ±0 with
-// S's sign proven (lo > 0: S > 0 and h = +0; hi < 0: S < 0 and h = −0, RZ16 of a tiny nonzero S), or lo = hi = 0
-// (S = 0 exactly: h = +0, the definition's exact zero, whatever the signs of lo and hi). In each case h is what
-// the binary64 path gives (RZ16(S), or +0 for S = 0, in its exact lanes and its scalar fallback alike). The
-// attempt succeeds only when all 16 lanes are taken; otherwise the tile is summed by the binary64 path.
 
 /// The tile stage alone: numerics::sum of one tile's terms under it is the tile value (and its overflow count).
 const Accumulation& tile_only() {
@@ -391,156 +253,6 @@ __attribute__((noinline)) void tile_fixup(std::uint16_t* h, std::uint32_t exact,
 }
 
 namespace {
-
-/// One tile of N terms (k0 .. k0+N-1) added into the 16 sums s of one row: af = the row at k0 (binary32, widened
-/// here: the row is in cache from the binary32 attempt, a binary64 copy read only by declined tiles would not
-/// be), b[t] = the terms' B columns as binary64 halves (lo: columns 0..7, hi: 8..15).
-template <std::size_t N>
-ROUNDOFF_AVX512 ROUNDOFF_INLINE __m512 tile_step(__m512 s, const float* af, const __m512d* bl, const __m512d* bh,
-                                                 const float* b, std::size_t ldb, std::int64_t& overflows) {
-  double a[N];
-  for (std::size_t t = 0; t < N; ++t) a[t] = static_cast<double>(af[t]);
-  constexpr int kRd = _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC, kRu = _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC;
-  constexpr int kRz = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;
-  const __m512d a0 = _mm512_set1_pd(a[0]), zero = _mm512_setzero_pd();
-  __m512d dl = _mm512_mul_pd(a0, bl[0]), dh = _mm512_mul_pd(a0, bh[0]);
-  __m512d ul = _mm512_fmadd_round_pd(a0, bl[0], zero, kRu), uh = _mm512_fmadd_round_pd(a0, bh[0], zero, kRu);
-#pragma GCC unroll 4
-  for (std::size_t t = 1; t < N; ++t) {
-    const __m512d at = _mm512_set1_pd(a[t]);
-    dl = _mm512_fmadd_round_pd(at, bl[t], dl, kRd);
-    dh = _mm512_fmadd_round_pd(at, bh[t], dh, kRd);
-    ul = _mm512_fmadd_round_pd(at, bl[t], ul, kRu);
-    uh = _mm512_fmadd_round_pd(at, bh[t], uh, kRu);
-  }
-  const auto exact = static_cast<__mmask16>(_mm512_cmp_pd_mask(dl, ul, _CMP_EQ_UQ) |
-                                            (static_cast<unsigned>(_mm512_cmp_pd_mask(dh, uh, _CMP_EQ_UQ)) << 8));
-  const __m512 f = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvt_roundpd_ps(ul, kRz)),
-                                      _mm512_cvt_roundpd_ps(uh, kRz), 1);
-  __m256i h = _mm512_cvtps_ph(f, kRz);
-  const __mmask16 big = _mm256_cmpge_epu16_mask(_mm256_and_si256(h, _mm256_set1_epi16(0x7FFF)),
-                                                _mm256_set1_epi16(0x7BFF));  // ±65504, ±inf, NaN
-  if (__builtin_expect(exact != 0xFFFF || big != 0, 0)) {
-    alignas(64) double su[16];
-    alignas(32) std::uint16_t hb[16];
-    _mm512_store_pd(su, ul);
-    _mm512_store_pd(su + 8, uh);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(hb), h);
-    tile_fixup(hb, exact, su, a, b, ldb, N, 16, overflows);
-    h = _mm256_load_si256(reinterpret_cast<const __m256i*>(hb));
-  }
-  return _mm512_add_ps(s, _mm512_cvtph_ps(h));
-}
-
-/// B columns Bp[(k + t)·ldb + 0..15], t < n, as binary64 halves.
-ROUNDOFF_AVX512 ROUNDOFF_INLINE void load_b_f64(const float* Bp, std::size_t ldb, std::size_t k, std::size_t n,
-                                                __m512d* bl, __m512d* bh) {
-  for (std::size_t t = 0; t < n; ++t) {
-    const __m512 b = _mm512_loadu_ps(Bp + (k + t) * ldb);
-    bl[t] = _mm512_cvtps_pd(_mm512_castps512_ps256(b));
-    bh[t] = _mm512_cvtps_pd(_mm512_extractf32x8_ps(b, 1));
-  }
-}
-
-/// The tile of N terms in binary32 first (see "binary32 bracket" above): s += h on all 16 lanes and true, or
-/// false with s untouched when a lane's bracket straddles an fp16 value, its h is ±65504, ±inf or NaN, or its h
-/// is ±0 without a proof of S's sign or of S = 0.
-/// a: the row's N values as binary32; b[t]: the terms' 16 B columns.
-template <std::size_t N>
-ROUNDOFF_AVX512 ROUNDOFF_INLINE bool tile_step_f32(__m512& s, const float* a, const __m512* b) {
-  constexpr int kRd = _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC, kRu = _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC;
-  constexpr int kRz = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;
-  __m512 lo = _mm512_mul_ps(_mm512_set1_ps(a[0]), b[0]);  // exact
-  __m512 hi = lo;
-#pragma GCC unroll 4
-  for (std::size_t t = 1; t < N; ++t) {
-    const __m512 at = _mm512_set1_ps(a[t]);
-    lo = _mm512_fmadd_round_ps(at, b[t], lo, kRd);
-    hi = _mm512_fmadd_round_ps(at, b[t], hi, kRu);
-  }
-  __m256i hh = _mm512_cvtps_ph(hi, kRz);
-  const __m256i hl = _mm512_cvtps_ph(lo, kRz);
-  const __m256i mag = _mm256_and_si256(hh, _mm256_set1_epi16(0x7FFF));
-  const __mmask16 same = _mm256_cmpeq_epi16_mask(hl, hh);
-  const __mmask16 ok = same & _mm256_cmpgt_epu16_mask(mag, _mm256_setzero_si256()) &
-                       _mm256_cmplt_epu16_mask(mag, _mm256_set1_epi16(0x7BFF));
-  if (__builtin_expect(ok != 0xFFFF, 0)) {
-    // Zero lanes: S = 0 exactly when lo = hi = 0 (h = +0, the definition's exact zero); a nonzero S of known sign
-    // (lo > 0 or hi < 0) whose ends both round toward zero to that signed zero.
-    const __m512 zero = _mm512_setzero_ps();
-    const __mmask16 exact_zero = _mm512_cmp_ps_mask(lo, zero, _CMP_EQ_OQ) & _mm512_cmp_ps_mask(hi, zero, _CMP_EQ_OQ);
-    const __mmask16 signed_tiny = same & _mm256_cmpeq_epi16_mask(mag, _mm256_setzero_si256()) &
-                                  (_mm512_cmp_ps_mask(lo, zero, _CMP_GT_OQ) | _mm512_cmp_ps_mask(hi, zero, _CMP_LT_OQ));
-    if (static_cast<__mmask16>(ok | exact_zero | signed_tiny) != 0xFFFF) return false;
-    hh = _mm256_mask_mov_epi16(hh, exact_zero, _mm256_setzero_si256());
-  }
-  s = _mm512_add_ps(s, _mm512_cvtph_ps(hh));
-  return true;
-}
-
-/// MR rows × 16 columns: rows Af[r·lda + k] (binary32), B columns Bp[k·ldb + 0..15] (binary32), running sums
-/// in/out tile[r·ldt + c]. Each tile is tried in binary32 (tile_step_f32) and, where that declines, summed by
-/// tile_step.
-template <std::size_t MR>
-ROUNDOFF_AVX512 void tile_ane(const float* Af, std::size_t lda, const float* Bp, std::size_t ldb,
-                              std::size_t K, float* tile, std::size_t ldt, std::int64_t& overflows) {
-  __m512 s[MR];
-  for (std::size_t r = 0; r < MR; ++r) s[r] = _mm512_loadu_ps(tile + r * ldt);
-  __m512 bf[kTile];
-  __m512d bl[kTile], bh[kTile];
-  std::size_t k0 = 0;
-  for (; k0 + kTile <= K; k0 += kTile) {
-    for (std::size_t t = 0; t < kTile; ++t) bf[t] = _mm512_loadu_ps(Bp + (k0 + t) * ldb);
-    bool wide = false;  // bl, bh loaded for this tile
-#pragma GCC unroll 8
-    for (std::size_t r = 0; r < MR; ++r) {
-      if (__builtin_expect(tile_step_f32<kTile>(s[r], Af + r * lda + k0, bf), 1)) continue;
-      if (!wide) load_b_f64(Bp, ldb, k0, kTile, bl, bh);
-      wide = true;
-      s[r] = tile_step<kTile>(s[r], Af + r * lda + k0, bl, bh, Bp + k0 * ldb, ldb, overflows);
-    }
-  }
-  const std::size_t rest = K - k0;  // the last, partial tile
-  if (rest > 0) {
-    load_b_f64(Bp, ldb, k0, rest, bl, bh);
-    for (std::size_t r = 0; r < MR; ++r) {
-      const float* a = Af + r * lda + k0;
-      const float* b = Bp + k0 * ldb;
-      s[r] = rest == 1   ? tile_step<1>(s[r], a, bl, bh, b, ldb, overflows)
-             : rest == 2 ? tile_step<2>(s[r], a, bl, bh, b, ldb, overflows)
-                         : tile_step<3>(s[r], a, bl, bh, b, ldb, overflows);
-    }
-  }
-  for (std::size_t r = 0; r < MR; ++r) _mm512_storeu_ps(tile + r * ldt, s[r]);
-}
-
-ROUNDOFF_AVX512 void tile_ane_rows(std::size_t rows, const float* Af, std::size_t lda, const float* Bp,
-                                   std::size_t ldb, std::size_t K, float* tile, std::size_t ldt,
-                                   std::int64_t& overflows) {
-  for (std::size_t r0 = 0; r0 < rows;) {
-    const std::size_t left = rows - r0;
-    const float* af = Af + r0 * lda;
-    float* t = tile + r0 * ldt;
-    if (left >= 8) {
-      tile_ane<8>(af, lda, Bp, ldb, K, t, ldt, overflows);
-      r0 += 8;
-    } else if (left >= 4) {
-      tile_ane<4>(af, lda, Bp, ldb, K, t, ldt, overflows);
-      r0 += 4;
-    } else if (left >= 2) {
-      tile_ane<2>(af, lda, Bp, ldb, K, t, ldt, overflows);
-      r0 += 2;
-    } else {
-      tile_ane<1>(af, lda, Bp, ldb, K, t, ldt, overflows);
-      r0 += 1;
-    }
-  }
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// Driver.
-
-/// Uninitialised storage that grows to the largest size asked for and is then reused, so that a training step
 /// does not page-fault fresh pack buffers in on every GEMM call (E11's classifier packs 69 MB of B).
 template <class T>
 class Reusable {
@@ -571,7 +283,7 @@ struct PackBuffers {
 struct Packed {
   std::size_t M, N, K, panels;
   bool any_binary32 = false;  ///< fused fp32 accumulator: any binary32 inputs (one hardware FMA per step)
-  bool avx2 = false;          ///< the AVX2 tier (its kernels and packing, gemm_kernels_avx2.hpp)
+  bool avx2 = false;          ///< the AVX2 tier (its kernels and packing, gemm_kernel_tiers.hpp)
   float* A = nullptr;           ///< M×K row-major (fp32-lane kernels)
   float* B = nullptr;           ///< panels × K × kPanel, zero-padded columns
   std::uint32_t* Ah = nullptr;  ///< native fp16 path: fp16 bits twice per word, M×K
@@ -842,36 +554,34 @@ void cache_insert(PackCache::Impl& pc, std::shared_ptr<PackedB> fresh, int worst
   pc.entries.push_back(std::move(fresh));
 }
 
+/// Rows × jn columns of one panel through a tier's kernels (tile_rows over kCols columns at a time, or
+/// tile_ane_rows over kAneCols for the tile stage), the columns past jn of the last call computed on the panel's
+/// zero padding and never stored.
+template <std::size_t kCols, std::size_t kAneCols, class Rows, class AneRows>
+void tier_rows(const Plan& plan, std::size_t rows, const float* Ap, std::size_t lda, const float* Bp, std::size_t len,
+               std::size_t jn, float* tile, std::int64_t& overflows, Rows tile_rows, AneRows tile_ane_rows) {
+  if (plan.tile) {
+    for (std::size_t c = 0; c < kPanel && c < jn; c += kAneCols)
+      tile_ane_rows(rows, Ap, lda, Bp + c, kPanel, len, tile + c, kPanel, overflows);
+  } else {
+    for (std::size_t c = 0; c < kPanel && c < jn; c += kCols)
+      tile_rows(plan.acc, rows, Ap, lda, Bp + c, kPanel, len, plan.block, tile + c, kPanel);
+  }
+}
+
 /// Rows [i, i + rows) of panel p of C into tile (rows × kPanel, running sums in/out): the terms k0 .. k0+len-1
 /// of the packed operands (packed A columns and B rows k0..), counted from k0 (blocks and tiles start there).
 void kernel_rows(const Plan& plan, const Packed& pk, bool native, std::size_t rows, std::size_t i, std::size_t k0,
                  std::size_t len, std::size_t p, std::size_t jn, float* tile, std::int64_t& overflows) {
   const std::size_t K = pk.K, a0 = i * K + k0, b0 = (p * K + k0) * kPanel;
-  if (plan.tile && pk.avx2) {
-    for (std::size_t q = 0; q < 8 && 8 * q < jn; ++q)
-      avx2::tile_ane_rows(rows, pk.A + a0, K, pk.B + b0 + 8 * q, kPanel, len, tile + 8 * q, kPanel,
-                          overflows);
-  } else if (plan.tile) {
-    for (std::size_t q = 0; q < 4 && 16 * q < jn; ++q)
-      tile_ane_rows(rows, pk.A + a0, K, pk.B + b0 + 16 * q, kPanel, len, tile + 16 * q, kPanel,
-                    overflows);
-  } else if (native) {
+  if (native) {
     tile_ph_rows(rows, pk.Ah + a0, K, pk.Bh + b0, len, plan.block, tile, kPanel);
   } else if (pk.avx2) {
-    for (std::size_t q = 0; q < 4 && 16 * q < jn; ++q)
-      avx2::tile_rows(plan.acc, rows, pk.A + a0, K, pk.B + b0 + 16 * q, kPanel, len, plan.block, tile + 16 * q,
-                      kPanel);
+    tier_rows<avx2::kCols, avx2::kAneCols>(plan, rows, pk.A + a0, K, pk.B + b0, len, jn, tile, overflows,
+                                           avx2::tile_rows, avx2::tile_ane_rows);
   } else {
-    for (std::size_t half = 0; half < 2 && 32 * half < jn; ++half) {
-      const float* Ap = pk.A + a0;
-      const float* Bp = pk.B + b0 + 32 * half;
-      float* t = tile + 32 * half;
-      switch (plan.acc) {
-        case Acc::Fp16: tile_f32_rows<Acc::Fp16>(rows, Ap, K, Bp, kPanel, len, plan.block, t, kPanel); break;
-        case Acc::Bf16: tile_f32_rows<Acc::Bf16>(rows, Ap, K, Bp, kPanel, len, plan.block, t, kPanel); break;
-        case Acc::Fp32: tile_f32_rows<Acc::Fp32>(rows, Ap, K, Bp, kPanel, len, plan.block, t, kPanel); break;
-      }
-    }
+    tier_rows<avx512::kCols, avx512::kAneCols>(plan, rows, pk.A + a0, K, pk.B + b0, len, jn, tile, overflows,
+                                               avx512::tile_rows, avx512::tile_ane_rows);
   }
 }
 

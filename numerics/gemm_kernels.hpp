@@ -33,9 +33,9 @@
 ///                          rounding brackets the exact sum), else that lane's tile is computed by the scalar
 ///                          definition. The exact sum is rounded toward zero to
 ///                          binary32 then to fp16 (RZ of RZ is RZ since fp16 ⊂ binary32), added in fp32 (RNE).
-///                          Full argument, signed zeros and overflow counting at tile_ane in gemm_kernels.cpp.
+///                          Full argument, signed zeros and overflow counting at the tile stage in gemm_kernels_avx512.cpp.
 ///   AVX2 tier (no embedded rounding): the same steps, with round-to-odd and the tile's exactness built from
-///                          TwoSum errors instead (argument in gemm_kernels_avx2.hpp).
+///                          TwoSum errors instead (argument in gemm_kernel_tiers.hpp).
 /// Operands are packed into per-calling-thread buffers that grow and are reused across calls (scratch: every
 /// element read is written first in the same call, so they carry nothing from one call to the next).
 /// The running sum starts at −0 (the additive identity, so the first step gives round(t_0) with its sign).

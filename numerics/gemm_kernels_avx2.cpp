@@ -1,5 +1,5 @@
-// The AVX2 + FMA tier of the GEMM kernels (see gemm_kernels_avx2.hpp).
-#include "numerics/gemm_kernels_avx2.hpp"
+// The AVX2 + FMA tier of the GEMM kernels (see gemm_kernel_tiers.hpp).
+#include "numerics/gemm_kernel_tiers.hpp"
 
 #include <immintrin.h>
 
@@ -13,6 +13,32 @@ namespace roundoff::numerics::kernels::avx2 {
 namespace {
 
 #define ROUNDOFF_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define ROUNDOFF_INLINE __attribute__((always_inline)) inline
+#define ROUNDOFF_GEMM_TARGET ROUNDOFF_AVX2
+#define ROUNDOFF_GEMM_UNROLL_ROWS _Pragma("GCC unroll 6")
+#define ROUNDOFF_GEMM_UNROLL_ANE
+
+using VF = __m256;
+using VD = __m256d;
+constexpr std::size_t kW = 8;
+static_assert(2 * kW == kCols && kW == kAneCols);
+
+ROUNDOFF_AVX2 ROUNDOFF_INLINE VF load(const float* p) { return _mm256_loadu_ps(p); }
+ROUNDOFF_AVX2 ROUNDOFF_INLINE void store(float* p, VF v) { _mm256_storeu_ps(p, v); }
+ROUNDOFF_AVX2 ROUNDOFF_INLINE VF bcast(const float* p) { return _mm256_broadcast_ss(p); }
+ROUNDOFF_AVX2 ROUNDOFF_INLINE VF add(VF a, VF b) { return _mm256_add_ps(a, b); }
+ROUNDOFF_AVX2 ROUNDOFF_INLINE VF neg_zero() { return _mm256_set1_ps(-0.0f); }
+
+/// Micro-tile heights. 16 ymm registers: 6 rows × 2 accumulators (fp32, sequential) or 3 rows × 2 partial + 2
+/// total sums (blocked), plus the two B vectors and the broadcast; the round-to-odd step needs about 5 more, so 4
+/// and 2 rows there. The tile stage: 4 rows.
+constexpr bool kRowHeights[9] = {false, true, true, true, true, true, true, false, false};
+constexpr bool kAneHeights[9] = {false, true, true, true, true, false, false, false, false};
+std::size_t rows_for(std::size_t left, Acc acc, std::size_t block) {
+  const bool fp32 = acc == Acc::Fp32;
+  return std::min(left, block == 0 ? std::size_t{fp32 ? 6u : 4u} : std::size_t{fp32 ? 3u : 2u});
+}
+std::size_t ane_rows_for(std::size_t left) { return std::min<std::size_t>(left, 4); }
 
 /// The class of one value (see pack_run) and its binary32 value (NaN: the quiet NaN).
 int classify(double x, bool inputs, bool any_binary32, float& out) {
@@ -28,7 +54,7 @@ int classify(double x, bool inputs, bool any_binary32, float& out) {
   return special || (in_range && short_sig) ? 1 : 0;
 }
 
-/// One step s ← round_acc(s + a·b) on 8 lanes (see gemm_kernels_avx2.hpp).
+/// One step s ← round_acc(s + a·b) on 8 lanes (see gemm_kernel_tiers.hpp).
 template <Acc acc>
 ROUNDOFF_AVX2 __attribute__((always_inline)) inline __m256 mac(__m256 a, __m256 b, __m256 s) {
   if constexpr (acc == Acc::Fp32) {
@@ -53,51 +79,6 @@ ROUNDOFF_AVX2 __attribute__((always_inline)) inline __m256 mac(__m256 a, __m256 
       const __m256i q = _mm256_add_epi32(_mm256_add_epi32(t, _mm256_set1_epi32(0x7FFF)), lsb);
       return _mm256_castsi256_ps(_mm256_and_si256(q, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
     }
-  }
-}
-
-template <Acc acc, std::size_t MR>
-ROUNDOFF_AVX2 void tile(const float* Ap, std::size_t lda, const float* Bp, std::size_t ldb, std::size_t K,
-                        std::size_t block, float* t, std::size_t ldt) {
-  __m256 s[MR][2];
-  for (std::size_t r = 0; r < MR; ++r) {
-    s[r][0] = _mm256_loadu_ps(t + r * ldt);
-    s[r][1] = _mm256_loadu_ps(t + r * ldt + 8);
-  }
-  if (block == 0) {
-    for (std::size_t k = 0; k < K; ++k) {
-      const __m256 b0 = _mm256_loadu_ps(Bp + k * ldb), b1 = _mm256_loadu_ps(Bp + k * ldb + 8);
-#pragma GCC unroll 6
-      for (std::size_t r = 0; r < MR; ++r) {
-        const __m256 a = _mm256_broadcast_ss(Ap + r * lda + k);
-        s[r][0] = mac<acc>(a, b0, s[r][0]);
-        s[r][1] = mac<acc>(a, b1, s[r][1]);
-      }
-    }
-  } else {
-    const __m256 neg0 = _mm256_set1_ps(-0.0f);
-    for (std::size_t k0 = 0; k0 < K; k0 += block) {
-      const std::size_t k1 = std::min(K, k0 + block);
-      __m256 p[MR][2];
-      for (std::size_t r = 0; r < MR; ++r) p[r][0] = p[r][1] = neg0;
-      for (std::size_t k = k0; k < k1; ++k) {
-        const __m256 b0 = _mm256_loadu_ps(Bp + k * ldb), b1 = _mm256_loadu_ps(Bp + k * ldb + 8);
-#pragma GCC unroll 6
-        for (std::size_t r = 0; r < MR; ++r) {
-          const __m256 a = _mm256_broadcast_ss(Ap + r * lda + k);
-          p[r][0] = mac<acc>(a, b0, p[r][0]);
-          p[r][1] = mac<acc>(a, b1, p[r][1]);
-        }
-      }
-      for (std::size_t r = 0; r < MR; ++r) {
-        s[r][0] = _mm256_add_ps(s[r][0], p[r][0]);
-        s[r][1] = _mm256_add_ps(s[r][1], p[r][1]);
-      }
-    }
-  }
-  for (std::size_t r = 0; r < MR; ++r) {
-    _mm256_storeu_ps(t + r * ldt, s[r][0]);
-    _mm256_storeu_ps(t + r * ldt + 8, s[r][1]);
   }
 }
 
@@ -149,47 +130,12 @@ ROUNDOFF_AVX2 void widen(const float* src, double* dst, std::size_t n) {
 }
 
 namespace {
-template <Acc acc>
-void rows_of(std::size_t rows, const float* Ap, std::size_t lda, const float* Bp, std::size_t ldb, std::size_t K,
-             std::size_t block, float* t, std::size_t ldt) {
-  // 16 ymm registers: 6 rows × 2 accumulators (fp32, sequential) or 3 rows × 2 partial + 2 total sums (blocked),
-  // plus the two B vectors and the broadcast; the round-to-odd step needs about 5 more, so 4 and 2 rows there.
-  // Each output row is computed the same way in any tile height.
-  constexpr bool fp32 = acc == Acc::Fp32;
-  const std::size_t tall = block == 0 ? (fp32 ? 6 : 4) : (fp32 ? 3 : 2);
-  for (std::size_t r0 = 0; r0 < rows;) {
-    const std::size_t h = std::min(rows - r0, tall);
-    const float* a = Ap + r0 * lda;
-    float* out = t + r0 * ldt;
-    switch (h) {
-      case 6: tile<acc, 6>(a, lda, Bp, ldb, K, block, out, ldt); break;
-      case 5: tile<acc, 5>(a, lda, Bp, ldb, K, block, out, ldt); break;
-      case 4: tile<acc, 4>(a, lda, Bp, ldb, K, block, out, ldt); break;
-      case 3: tile<acc, 3>(a, lda, Bp, ldb, K, block, out, ldt); break;
-      case 2: tile<acc, 2>(a, lda, Bp, ldb, K, block, out, ldt); break;
-      default: tile<acc, 1>(a, lda, Bp, ldb, K, block, out, ldt); break;
-    }
-    r0 += h;
-  }
-}
-}  // namespace
-
-void tile_rows(Acc acc, std::size_t rows, const float* Ap, std::size_t lda, const float* Bp, std::size_t ldb,
-               std::size_t K, std::size_t block, float* t, std::size_t ldt) {
-  switch (acc) {
-    case Acc::Fp16: rows_of<Acc::Fp16>(rows, Ap, lda, Bp, ldb, K, block, t, ldt); return;
-    case Acc::Bf16: rows_of<Acc::Bf16>(rows, Ap, lda, Bp, ldb, K, block, t, ldt); return;
-    case Acc::Fp32: rows_of<Acc::Fp32>(rows, Ap, lda, Bp, ldb, K, block, t, ldt); return;
-  }
-}
-
-namespace {
 
 /// One tile of N terms added into the 8 sums s of one row (see tile_ane_rows): af = the row at k0 (binary32,
 /// widened here: the row is in cache from the binary32 attempt, a binary64 copy would not be), bl/bh = the
 /// terms' B columns 0..3 / 4..7 as binary64, b = the same as binary32 (for the fallback).
 template <std::size_t N>
-ROUNDOFF_AVX2 __attribute__((always_inline)) inline __m256 ane_step(__m256 s, const float* af, const __m256d* bl,
+ROUNDOFF_AVX2 __attribute__((always_inline)) inline __m256 ane_f64(__m256 s, const float* af, const __m256d* bl,
                                                                       const __m256d* bh, const float* b,
                                                                       std::size_t ldb, std::int64_t& overflows) {
   double a[N];
@@ -249,7 +195,7 @@ ROUNDOFF_AVX2 __attribute__((always_inline)) inline __m128i halves(__m256 m) {
   return _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extractf128_si256(i, 1));
 }
 
-/// The full tile of 4 terms in binary32 first (see "binary32 bracket" in gemm_kernels_avx2.hpp): s += h on all
+/// The full tile of 4 terms in binary32 first (see "binary32 bracket" in gemm_kernel_tiers.hpp): s += h on all
 /// 8 lanes and true, or false with s untouched when a lane's bracket straddles an fp16 value, its h is ±65504,
 /// ±inf or NaN, or its h is ±0 without a proof of S's sign or of S = 0.
 /// a: the row's 4 values as binary32; b[t]: the terms' 8 B columns.
@@ -284,54 +230,9 @@ ROUNDOFF_AVX2 __attribute__((always_inline)) inline bool ane_step_f32(__m256& s,
   return true;
 }
 
-template <std::size_t MR>
-ROUNDOFF_AVX2 void ane_tile(const float* Af, std::size_t lda, const float* Bp, std::size_t ldb,
-                            std::size_t K, float* t, std::size_t ldt, std::int64_t& overflows) {
-  __m256 s[MR];
-  for (std::size_t r = 0; r < MR; ++r) s[r] = _mm256_loadu_ps(t + r * ldt);
-  __m256 bf[kTile];
-  __m256d bl[kTile], bh[kTile];
-  std::size_t k0 = 0;
-  for (; k0 + kTile <= K; k0 += kTile) {
-    for (std::size_t q = 0; q < kTile; ++q) bf[q] = _mm256_loadu_ps(Bp + (k0 + q) * ldb);
-    bool wide = false;  // bl, bh loaded for this tile
-    for (std::size_t r = 0; r < MR; ++r) {
-      if (__builtin_expect(ane_step_f32(s[r], Af + r * lda + k0, bf), 1)) continue;
-      if (!wide) load_b_f64(Bp, ldb, k0, kTile, bl, bh);
-      wide = true;
-      s[r] = ane_step<kTile>(s[r], Af + r * lda + k0, bl, bh, Bp + k0 * ldb, ldb, overflows);
-    }
-  }
-  const std::size_t rest = K - k0;  // the last, partial tile
-  if (rest > 0) {
-    load_b_f64(Bp, ldb, k0, rest, bl, bh);
-    for (std::size_t r = 0; r < MR; ++r) {
-      const float* a = Af + r * lda + k0;
-      const float* b = Bp + k0 * ldb;
-      s[r] = rest == 1   ? ane_step<1>(s[r], a, bl, bh, b, ldb, overflows)
-             : rest == 2 ? ane_step<2>(s[r], a, bl, bh, b, ldb, overflows)
-                         : ane_step<3>(s[r], a, bl, bh, b, ldb, overflows);
-    }
-  }
-  for (std::size_t r = 0; r < MR; ++r) _mm256_storeu_ps(t + r * ldt, s[r]);
-}
+/// The full tile of kTile terms in binary32.
+ROUNDOFF_AVX2 ROUNDOFF_INLINE bool ane_f32(VF& s, const float* a, const VF* b) { return ane_step_f32(s, a, b); }
 
-}  // namespace
-
-void tile_ane_rows(std::size_t rows, const float* Af, std::size_t lda, const float* Bp, std::size_t ldb, std::size_t K,
-                   float* t, std::size_t ldt, std::int64_t& overflows) {
-  for (std::size_t r0 = 0; r0 < rows;) {
-    const std::size_t h = std::min<std::size_t>(rows - r0, 4);
-    const float* af = Af + r0 * lda;
-    float* out = t + r0 * ldt;
-    switch (h) {
-      case 4: ane_tile<4>(af, lda, Bp, ldb, K, out, ldt, overflows); break;
-      case 3: ane_tile<3>(af, lda, Bp, ldb, K, out, ldt, overflows); break;
-      case 2: ane_tile<2>(af, lda, Bp, ldb, K, out, ldt, overflows); break;
-      default: ane_tile<1>(af, lda, Bp, ldb, K, out, ldt, overflows); break;
-    }
-    r0 += h;
-  }
-}
+#include "numerics/gemm_tile_loops.inc"
 
 }  // namespace roundoff::numerics::kernels::avx2

@@ -14,7 +14,7 @@ namespace roundoff::numerics {
 namespace kernels {
 
 /// Instruction sets the kernels can use, weakest first. Avx2 (AVX2 + FMA + F16C, for CPUs without AVX-512) has
-/// every GEMM kernel but the native fp16 one, in 8 lanes (numerics/gemm_kernels_avx2.hpp).
+/// every GEMM kernel but the native fp16 one, in 8 lanes (numerics/gemm_kernel_tiers.hpp).
 enum class Isa : std::uint8_t { None, Avx2, Avx512, Avx512Fp16 };
 const char* name_of(Isa isa);
 /// What this CPU supports: Avx512 needs AVX-512 F/BW/DQ/VL + FMA + F16C, Avx2 needs AVX2 + FMA + F16C. A

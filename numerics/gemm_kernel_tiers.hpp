@@ -1,9 +1,14 @@
 #pragma once
-/// \file gemm_kernels_avx2.hpp
-/// The AVX2 + FMA tier of the GEMM kernels (internal to gemm_kernels.cpp, which chooses it at run time on CPUs
-/// without AVX-512): fp32, fp16 and bf16 accumulators, sequential and blocked, the ane-tile4 tile stage, and
-/// the operand packing.
-/// Same contract as the AVX-512 kernels (gemm_kernels.hpp), 8 lanes:
+/// \file gemm_kernel_tiers.hpp
+/// The instruction-set tiers of the GEMM kernels (internal to gemm_kernels.cpp, which chooses one at run time):
+/// fp32, fp16 and bf16 accumulators, sequential and blocked, and the ane-tile4 tile stage, in the AVX-512 tier
+/// (numerics/gemm_kernels_avx512.cpp, 16 lanes) and the AVX2 + FMA tier (numerics/gemm_kernels_avx2.cpp, 8 lanes,
+/// for CPUs without AVX-512; also its operand packing). Both tiers' register-tile loops are one source,
+/// numerics/gemm_tile_loops.inc, compiled once per tier, so they cannot drift; each tier supplies only its
+/// arithmetic of one step (the AVX-512 one is argued in gemm_kernels.hpp and at the tile stage in
+/// gemm_kernels_avx512.cpp, the AVX2 one below).
+///
+/// The AVX2 tier: same contract as the AVX-512 kernels (gemm_kernels.hpp), 8 lanes:
 ///   fp32 accumulator: with products exact in fp32 (or any binary32 inputs for the fused fp32 accumulator), one
 ///     step s ← s + a·b is one hardware FMA (FMA3 rounds a·b + s once, RNE).
 ///   fp16/bf16 accumulator: AVX2 has no per-instruction rounding, so the fp32 sum is rounded to odd from its
@@ -35,7 +40,29 @@ void tile_fixup(std::uint16_t* h, std::uint32_t exact, const double* su, const d
 
 }  // namespace roundoff::numerics::kernels
 
+namespace roundoff::numerics::kernels::avx512 {
+
+/// Columns of one tile_rows call (two vectors of 16 binary32 lanes) and of one tile_ane_rows call (one vector).
+inline constexpr std::size_t kCols = 32, kAneCols = 16;
+
+/// `rows` rows × kCols columns of the GEMM with accumulator `acc`: rows Ap[r·lda + k], B columns
+/// Bp[k·ldb + 0..kCols−1], running sums in/out tile[r·ldt + c]. block == 0: sequential; else block sums (in `acc`)
+/// restart at −0 every `block` terms and are added to the fp32 totals.
+void tile_rows(Acc acc, std::size_t rows, const float* Ap, std::size_t lda, const float* Bp, std::size_t ldb,
+               std::size_t K, std::size_t block, float* tile, std::size_t ldt);
+
+/// `rows` rows × kAneCols columns of the ane-tile4 GEMM (argument at the tile stage in gemm_kernels_avx512.cpp):
+/// rows Af[r·lda + k] (binary32), B columns Bp[k·ldb + 0..kAneCols−1], running sums in/out tile[r·ldt + c]; tile
+/// overflows are added to `overflows`.
+void tile_ane_rows(std::size_t rows, const float* Af, std::size_t lda, const float* Bp, std::size_t ldb, std::size_t K,
+                   float* tile, std::size_t ldt, std::int64_t& overflows);
+
+}  // namespace roundoff::numerics::kernels::avx512
+
 namespace roundoff::numerics::kernels::avx2 {
+
+/// Columns of one tile_rows call (two vectors of 8 binary32 lanes) and of one tile_ane_rows call (one vector).
+inline constexpr std::size_t kCols = 16, kAneCols = 8;
 
 /// Classifies n contiguous doubles as the AVX-512 pack_run does, returning 0 (no kernel: not a binary32 value,
 /// or, for inputs without `any_binary32`, more than 12 significant bits or a finite nonzero |x| outside
@@ -46,13 +73,13 @@ int pack_run(const double* src, std::size_t n, bool inputs, bool any_binary32, f
 /// dst[i] = src[i] as binary64 (exact), i < n.
 void widen(const float* src, double* dst, std::size_t n);
 
-/// `rows` rows × 16 columns of the GEMM with accumulator `acc`: rows Ap[r·lda + k], B columns Bp[k·ldb + 0..15],
+/// `rows` rows × kCols columns of the GEMM with accumulator `acc`: rows Ap[r·lda + k], B columns Bp[k·ldb + 0..15],
 /// running sums in/out tile[r·ldt + c]. block == 0: sequential; else block sums (in `acc`) restart at −0 every
 /// `block` terms and are added to the fp32 totals.
 void tile_rows(Acc acc, std::size_t rows, const float* Ap, std::size_t lda, const float* Bp, std::size_t ldb,
                std::size_t K, std::size_t block, float* tile, std::size_t ldt);
 
-/// `rows` rows × 8 columns of the ane-tile4 GEMM (tiles of 4 exact products rounded toward zero to fp16, summed
+/// `rows` rows × kAneCols columns of the ane-tile4 GEMM (tiles of 4 exact products rounded toward zero to fp16, summed
 /// in fp32): rows Af[r·lda + k] (binary32), B columns Bp[k·ldb + 0..7], running sums in/out tile[r·ldt + c];
 /// tile overflows are added to `overflows`.
 ///
@@ -85,7 +112,7 @@ void tile_rows(Acc acc, std::size_t rows, const float* Ap, std::size_t lda, cons
 /// copy: Af is in cache from the binary32 attempt, and a copy, read only by the rare declined tiles, was not (its
 /// cache misses were a quarter of the kernel's time). RZ to binary32 is truncation of S's significand to 24 bits
 /// (S is normal in binary64, below 2^128 and a multiple of 2^-148, so values in binary32's subnormal range are
-/// already binary32 values), then vcvtps2ph with RZ (RZ of RZ is RZ, see tile_ane in gemm_kernels.cpp), then one
+/// already binary32 values), then vcvtps2ph with RZ (RZ of RZ is RZ, see gemm_kernels_avx512.cpp), then one
 /// binary32 add.
 void tile_ane_rows(std::size_t rows, const float* Af, std::size_t lda, const float* Bp, std::size_t ldb, std::size_t K,
                    float* tile, std::size_t ldt, std::int64_t& overflows);

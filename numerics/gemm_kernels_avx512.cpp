@@ -1,0 +1,197 @@
+// The AVX-512 tier of the GEMM kernels: its arithmetic of one step (round-to-odd by embedded rounding, the
+// tile stage's directed brackets) and, from numerics/gemm_tile_loops.inc, the register-tile loops every tier
+// shares. Contract and exactness argument in gemm_kernels.hpp; the driver is gemm_kernels.cpp.
+#include "numerics/gemm_kernel_tiers.hpp"
+
+// GCC 12's AVX-512 intrinsics build their pass-through operands from _mm512_undefined_*(), which
+// -Wmaybe-uninitialized reports once inlined (a known false positive of the header).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+namespace roundoff::numerics::kernels::avx512 {
+namespace {
+
+#define ROUNDOFF_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,f16c")))
+#define ROUNDOFF_INLINE __attribute__((always_inline)) inline
+#define ROUNDOFF_GEMM_TARGET ROUNDOFF_AVX512
+#define ROUNDOFF_GEMM_UNROLL_ROWS _Pragma("GCC unroll 8")
+#define ROUNDOFF_GEMM_UNROLL_ANE _Pragma("GCC unroll 8")
+
+using VF = __m512;
+using VD = __m512d;
+constexpr std::size_t kW = 16;
+static_assert(2 * kW == kCols && kW == kAneCols);
+
+ROUNDOFF_AVX512 ROUNDOFF_INLINE VF load(const float* p) { return _mm512_loadu_ps(p); }
+ROUNDOFF_AVX512 ROUNDOFF_INLINE void store(float* p, VF v) { _mm512_storeu_ps(p, v); }
+ROUNDOFF_AVX512 ROUNDOFF_INLINE VF bcast(const float* p) { return _mm512_set1_ps(*p); }
+ROUNDOFF_AVX512 ROUNDOFF_INLINE VF add(VF a, VF b) { return _mm512_add_ps(a, b); }
+ROUNDOFF_AVX512 ROUNDOFF_INLINE VF neg_zero() { return _mm512_set1_ps(-0.0f); }
+
+/// Micro-tile heights: 8 rows (16 accumulator vectors), then 4, 2, 1 for the ragged rest.
+constexpr bool kRowHeights[9] = {false, true, true, false, true, false, false, false, true};
+constexpr bool kAneHeights[9] = {false, true, true, false, true, false, false, false, true};
+std::size_t rows_for(std::size_t left, Acc, std::size_t) { return left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1; }
+std::size_t ane_rows_for(std::size_t left) { return rows_for(left, Acc::Fp32, 0); }
+
+// ---------------------------------------------------------------------------------------------------------
+// fp32-lane kernels (AVX-512 F): one step s ← round_acc(s + a·b) on 16 lanes.
+
+/// Round-half-even of binary32 bits to bf16 (kept as binary32), subnormals included. NaNs in the kernels are
+/// always 0x7FC00000 or 0xFFC00000, possibly with the last bit set by round-to-odd (input NaNs are replaced by
+/// the quiet NaN when packed), so the addition cannot carry out of a NaN.
+ROUNDOFF_AVX512 ROUNDOFF_INLINE __m512 round_bf16_rne(__m512i t) {
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(t, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_add_epi32(_mm512_add_epi32(t, _mm512_set1_epi32(0x7FFF)), lsb);
+  return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
+template <Acc acc>
+ROUNDOFF_AVX512 ROUNDOFF_INLINE __m512 mac(__m512 a, __m512 b, __m512 s) {
+  if constexpr (acc == Acc::Fp32) {
+    return _mm512_fmadd_ps(a, b, s);
+  } else {
+    // Round to odd = the odd one of rd and ru. Inexact: they are adjacent, exactly one is odd (on overflow the
+    // odd one is ±max, not ±inf). Exact: rd == ru, except for an exact zero sum, where rd = −0 is even and ru
+    // carries IEEE's sign (+0 unless both addends are −0).
+    const __m512 rd = _mm512_fmadd_round_ps(a, b, s, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    const __m512 ru = _mm512_fmadd_round_ps(a, b, s, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
+    const __mmask16 rd_odd = _mm512_test_epi32_mask(_mm512_castps_si512(rd), _mm512_set1_epi32(1));
+    const __m512i t = _mm512_castps_si512(_mm512_mask_mov_ps(ru, rd_odd, rd));
+    if constexpr (acc == Acc::Fp16) {
+      return _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_castsi512_ps(t), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    } else {
+      return round_bf16_rne(t);
+    }
+  }
+}
+
+// Exact tile stage (ane-tile4, AVX-512 F): an fp32 accumulator fed by tiles of 4 exact products, each tile sum
+// rounded once toward zero to fp16. 16 output columns per vector (two binary64 halves for the tile sums).
+//
+// Per tile and lane, with the products p_t = a_t·b_t exact in binary64 (they are exact in binary32 already):
+//   sd = RD(RD(RD(p_0 + p_1) + p_2) + p_3),  su = RU(RU(RU(RU(+0 + p_0) + p_1) + p_2) + p_3)   (FMAs with
+//   embedded rounding). Directed rounding is monotone, so sd <= S <= su for the exact tile sum S: sd == su
+//   means su == S exactly ("exact" lanes; an exactly zero S gives su = +0, as the definition wants, because
+//   in RU x + (−x) = +0 and +0 + −0 = +0). Inexact lanes (products spread over more than binary64 holds, e.g.
+//   2^10 + 2^-48 − 2^-48) are recomputed by the scalar definition (numerics::sum under the tile-only
+//   accumulation below), as are the overflow counts of lanes whose tile value is ±65504, ±inf or NaN.
+//   Non-finite products: sd and su are then the same IEEE sum of the non-finite terms (finite terms are
+//   absorbed; the finite part cannot overflow binary64), i.e. the definition's special sum.
+//   h = RZ16(RZ32(su)): RZ of RZ is RZ. fp16 ⊂ binary32 as sets of values (subnormals 2^-24.. and ±65504
+//   included), so the largest-magnitude fp16 value v with |v| <= |x| and x's sign satisfies |v| <= |RZ32(x)|
+//   <= |x|; every fp16 value below |RZ32(x)| is below |x|, so RZ16(RZ32(x)) = v = RZ16(x). This covers
+//   subnormal fp16 results (binary32 is normal there) and overflow: RZ32 saturates at ±max32 (never inf) and
+//   vcvtps2ph with RZ gives ±65504 for |x| > 65504, as IEEE 754 RZ does; ±0, ±inf and NaN pass through.
+//   s = s + h in binary32 RNE is the accumulator step; s starts at −0 (the exact identity: −0 + T_0 = T_0) or C.
+// Overflow events: a tile overflows iff S is finite and |S| >= 65536 (RZ in fp16 with one more binade exceeds
+// 65504); exact lanes are counted here (their h is ±65504, so they are among the rare lanes), inexact ones by
+// the scalar fallback. The fp32 accumulator never overflows: |s| <= max32 and |h| <= 65504 give
+// |s + h| < max32 + 2^103 (half an ulp of max32), which rounds to at most max32, also with an unbounded exponent.
+//
+// Binary32 bracket, tried first (AVX-512 tier): the products are exact in binary32 as well (pack_run: at most 12
+// significant bits each, 2^-63 <= |x| < 2^63, so |p_t| lies in [2^-126, 2^126] or is 0/inf/NaN), so the binary32
+// FMA chains lo = RD(..RD(p_0 + p_1)..+ p_3) and hi = RU(..) satisfy lo <= S <= hi the same way (an overflowing
+// chain only widens the bracket, to ±max32 or ±inf). RZ16 is monotone, so when RZ16(lo) and RZ16(hi) are the
+// same fp16 value h, h = RZ16(S) (RZ16 of a binary32 value is one vcvtps2ph with RZ). A lane is taken when the
+// two agree and 0 < |h| < 65504 (then S is finite, nonzero and |S| < 65504: no overflow event), or h = ±0 with
+// S's sign proven (lo > 0: S > 0 and h = +0; hi < 0: S < 0 and h = −0, RZ16 of a tiny nonzero S), or lo = hi = 0
+// (S = 0 exactly: h = +0, the definition's exact zero, whatever the signs of lo and hi). In each case h is what
+// the binary64 path gives (RZ16(S), or +0 for S = 0, in its exact lanes and its scalar fallback alike). The
+
+/// One tile of N terms (k0 .. k0+N-1) added into the 16 sums s of one row: af = the row at k0 (binary32, widened
+/// here: the row is in cache from the binary32 attempt, a binary64 copy read only by declined tiles would not
+/// be), b[t] = the terms' B columns as binary64 halves (lo: columns 0..7, hi: 8..15).
+template <std::size_t N>
+ROUNDOFF_AVX512 ROUNDOFF_INLINE __m512 ane_f64(__m512 s, const float* af, const __m512d* bl, const __m512d* bh,
+                                                 const float* b, std::size_t ldb, std::int64_t& overflows) {
+  double a[N];
+  for (std::size_t t = 0; t < N; ++t) a[t] = static_cast<double>(af[t]);
+  constexpr int kRd = _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC, kRu = _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC;
+  constexpr int kRz = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;
+  const __m512d a0 = _mm512_set1_pd(a[0]), zero = _mm512_setzero_pd();
+  __m512d dl = _mm512_mul_pd(a0, bl[0]), dh = _mm512_mul_pd(a0, bh[0]);
+  __m512d ul = _mm512_fmadd_round_pd(a0, bl[0], zero, kRu), uh = _mm512_fmadd_round_pd(a0, bh[0], zero, kRu);
+#pragma GCC unroll 4
+  for (std::size_t t = 1; t < N; ++t) {
+    const __m512d at = _mm512_set1_pd(a[t]);
+    dl = _mm512_fmadd_round_pd(at, bl[t], dl, kRd);
+    dh = _mm512_fmadd_round_pd(at, bh[t], dh, kRd);
+    ul = _mm512_fmadd_round_pd(at, bl[t], ul, kRu);
+    uh = _mm512_fmadd_round_pd(at, bh[t], uh, kRu);
+  }
+  const auto exact = static_cast<__mmask16>(_mm512_cmp_pd_mask(dl, ul, _CMP_EQ_UQ) |
+                                            (static_cast<unsigned>(_mm512_cmp_pd_mask(dh, uh, _CMP_EQ_UQ)) << 8));
+  const __m512 f = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvt_roundpd_ps(ul, kRz)),
+                                      _mm512_cvt_roundpd_ps(uh, kRz), 1);
+  __m256i h = _mm512_cvtps_ph(f, kRz);
+  const __mmask16 big = _mm256_cmpge_epu16_mask(_mm256_and_si256(h, _mm256_set1_epi16(0x7FFF)),
+                                                _mm256_set1_epi16(0x7BFF));  // ±65504, ±inf, NaN
+  if (__builtin_expect(exact != 0xFFFF || big != 0, 0)) {
+    alignas(64) double su[16];
+    alignas(32) std::uint16_t hb[16];
+    _mm512_store_pd(su, ul);
+    _mm512_store_pd(su + 8, uh);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(hb), h);
+    tile_fixup(hb, exact, su, a, b, ldb, N, 16, overflows);
+    h = _mm256_load_si256(reinterpret_cast<const __m256i*>(hb));
+  }
+  return _mm512_add_ps(s, _mm512_cvtph_ps(h));
+}
+
+/// B columns Bp[(k + t)·ldb + 0..15], t < n, as binary64 halves.
+ROUNDOFF_AVX512 ROUNDOFF_INLINE void load_b_f64(const float* Bp, std::size_t ldb, std::size_t k, std::size_t n,
+                                                __m512d* bl, __m512d* bh) {
+  for (std::size_t t = 0; t < n; ++t) {
+    const __m512 b = _mm512_loadu_ps(Bp + (k + t) * ldb);
+    bl[t] = _mm512_cvtps_pd(_mm512_castps512_ps256(b));
+    bh[t] = _mm512_cvtps_pd(_mm512_extractf32x8_ps(b, 1));
+  }
+}
+
+/// The tile of N terms in binary32 first (see "binary32 bracket" above): s += h on all 16 lanes and true, or
+/// false with s untouched when a lane's bracket straddles an fp16 value, its h is ±65504, ±inf or NaN, or its h
+/// is ±0 without a proof of S's sign or of S = 0.
+/// a: the row's N values as binary32; b[t]: the terms' 16 B columns.
+template <std::size_t N>
+ROUNDOFF_AVX512 ROUNDOFF_INLINE bool ane_f32_n(__m512& s, const float* a, const __m512* b) {
+  constexpr int kRd = _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC, kRu = _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC;
+  constexpr int kRz = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;
+  __m512 lo = _mm512_mul_ps(_mm512_set1_ps(a[0]), b[0]);  // exact
+  __m512 hi = lo;
+#pragma GCC unroll 4
+  for (std::size_t t = 1; t < N; ++t) {
+    const __m512 at = _mm512_set1_ps(a[t]);
+    lo = _mm512_fmadd_round_ps(at, b[t], lo, kRd);
+    hi = _mm512_fmadd_round_ps(at, b[t], hi, kRu);
+  }
+  __m256i hh = _mm512_cvtps_ph(hi, kRz);
+  const __m256i hl = _mm512_cvtps_ph(lo, kRz);
+  const __m256i mag = _mm256_and_si256(hh, _mm256_set1_epi16(0x7FFF));
+  const __mmask16 same = _mm256_cmpeq_epi16_mask(hl, hh);
+  const __mmask16 ok = same & _mm256_cmpgt_epu16_mask(mag, _mm256_setzero_si256()) &
+                       _mm256_cmplt_epu16_mask(mag, _mm256_set1_epi16(0x7BFF));
+  if (__builtin_expect(ok != 0xFFFF, 0)) {
+    // Zero lanes: S = 0 exactly when lo = hi = 0 (h = +0, the definition's exact zero); a nonzero S of known sign
+    // (lo > 0 or hi < 0) whose ends both round toward zero to that signed zero.
+    const __m512 zero = _mm512_setzero_ps();
+    const __mmask16 exact_zero = _mm512_cmp_ps_mask(lo, zero, _CMP_EQ_OQ) & _mm512_cmp_ps_mask(hi, zero, _CMP_EQ_OQ);
+    const __mmask16 signed_tiny = same & _mm256_cmpeq_epi16_mask(mag, _mm256_setzero_si256()) &
+                                  (_mm512_cmp_ps_mask(lo, zero, _CMP_GT_OQ) | _mm512_cmp_ps_mask(hi, zero, _CMP_LT_OQ));
+    if (static_cast<__mmask16>(ok | exact_zero | signed_tiny) != 0xFFFF) return false;
+    hh = _mm256_mask_mov_epi16(hh, exact_zero, _mm256_setzero_si256());
+  }
+  s = _mm512_add_ps(s, _mm512_cvtph_ps(hh));
+  return true;
+}
+
+/// The full tile of kTile terms in binary32 (ane_f32_n).
+ROUNDOFF_AVX512 ROUNDOFF_INLINE bool ane_f32(VF& s, const float* a, const VF* b) { return ane_f32_n<kTile>(s, a, b); }
+
+#include "numerics/gemm_tile_loops.inc"
+
+}  // namespace roundoff::numerics::kernels::avx512
