@@ -599,19 +599,24 @@ TEST(Cli, CorpusAndCheckpointMessagesSayWhatIsMeant) {  // issue 43 item 19
 
 namespace {
 
-/// A float32 .npy of shape (rows, cols) holding `v` (row-major), written by hand (format 1.0).
-void write_npy_f32(const fs::path& p, std::size_t rows, std::size_t cols, const std::vector<float>& v,
-                   const std::string& descr = "<f4", const std::string& order = "False") {
+/// An .npy (format 1.0) of shape (rows, cols), or (rows,) when cols == 0, with raw little-endian data.
+void write_npy(const fs::path& p, std::size_t rows, std::size_t cols, const std::string& descr, const std::string& data,
+               const std::string& order = "False") {
   std::string h = "{'descr': '" + descr + "', 'fortran_order': " + order + ", 'shape': (" + std::to_string(rows) +
-                  ", " + std::to_string(cols) + "), }";
+                  (cols ? ", " + std::to_string(cols) + ")" : ",)") + ", }";
   h.append(63 - (10 + h.size()) % 64, ' ');
   h += '\n';
   std::ofstream out(p, std::ios::binary);
   out.write("\x93NUMPY\x01\x00", 8);
   const char len[2] = {static_cast<char>(h.size() & 0xFF), static_cast<char>(h.size() >> 8)};
   out.write(len, 2);
-  out << h;
-  out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+  out << h << data;
+}
+
+/// A float32 .npy of shape (rows, cols) holding `v` (row-major), written by hand (format 1.0).
+void write_npy_f32(const fs::path& p, std::size_t rows, std::size_t cols, const std::vector<float>& v,
+                   const std::string& descr = "<f4", const std::string& order = "False") {
+  write_npy(p, rows, cols, descr, std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)), order);
 }
 
 }  // namespace
@@ -703,19 +708,6 @@ TEST(Cli, QuantizeRefusesWhatItCannotRead) {  // issue 41
 }
 
 namespace {
-
-/// An .npy (format 1.0) of shape (rows, cols), or (rows,) when cols == 0, with raw little-endian data.
-void write_npy(const fs::path& p, std::size_t rows, std::size_t cols, const std::string& descr, const std::string& data) {
-  std::string h = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + std::to_string(rows) +
-                  (cols ? ", " + std::to_string(cols) + ")" : ",)") + ", }";
-  h.append(63 - (10 + h.size()) % 64, ' ');
-  h += '\n';
-  std::ofstream out(p, std::ios::binary);
-  out.write("\x93NUMPY\x01\x00", 8);
-  const char len[2] = {static_cast<char>(h.size() & 0xFF), static_cast<char>(h.size() >> 8)};
-  out.write(len, 2);
-  out << h << data;
-}
 
 /// The values of a little-endian float32 ('<f4') or float64 .npy written by roundoff, and its descr.
 std::vector<double> read_npy_values(const fs::path& p, std::string* descr = nullptr) {
