@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def cli_path() -> Path:
-    p = Path(os.environ.get("ROUNDOFF_BIN", REPO / "build" / "studies" / "roundoff"))
+    p = Path(os.environ.get("ROUNDOFF_BIN", REPO / "build" / "studies" / "roundoff")).resolve()  # tests may chdir
     if not p.exists():
         pytest.fail(f"the roundoff CLI is needed to check the bindings against the C++ library: {p} is missing "
                     "(build it with ./run build, or set ROUNDOFF_BIN)")
