@@ -63,21 +63,24 @@ void block_gemm(const Accumulation& outer, const BlockMatrix& a, const BlockMatr
   const double s_enc = sa * sb;  // exact: two fp32 values
   const RoundingPlan out_plan(result_format(outer));
   const auto MN = static_cast<std::ptrdiff_t>(M * N);
-#pragma omp parallel for schedule(static) num_threads(threads > 0 ? threads : omp_get_max_threads()) if (MN > 64)
-  for (std::ptrdiff_t ij = 0; ij < MN; ++ij) {
-    const std::size_t i = static_cast<std::size_t>(ij) / N, j = static_cast<std::size_t>(ij) % N;
-    std::vector<double> terms(nb);
-    for (std::size_t t = 0; t < nb; ++t) {
-      ExactSum s;
-      for (std::size_t kk = t * k; kk < (t + 1) * k; ++kk) s.add_product(va[i * K + kk], vb[j * K + kk]);
-      terms[t] = s.to_double();
+#pragma omp parallel num_threads(threads > 0 ? threads : omp_get_max_threads()) if (MN > 64)
+  {
+    std::vector<double> terms(nb);  // one per thread, every element written before the sum reads it
+#pragma omp for schedule(static)
+    for (std::ptrdiff_t ij = 0; ij < MN; ++ij) {
+      const std::size_t i = static_cast<std::size_t>(ij) / N, j = static_cast<std::size_t>(ij) % N;
+      for (std::size_t t = 0; t < nb; ++t) {
+        ExactSum s;
+        for (std::size_t kk = t * k; kk < (t + 1) * k; ++kk) s.add_product(va[i * K + kk], vb[j * K + kk]);
+        terms[t] = s.to_double();
+      }
+      double c = sum(outer, terms, StochasticBits{bits.seed, bits.stream + static_cast<std::uint64_t>(i * N + j)});
+      if (tensor_scaled && std::isfinite(c) && c != 0) {
+        const double q = c / s_enc;
+        c = round_pair(out_plan, Rounding::NearestEven, q, std::fma(-q, s_enc, c) / s_enc);
+      }
+      C[i * ldc + j] = c;
     }
-    double c = sum(outer, terms, StochasticBits{bits.seed, bits.stream + static_cast<std::uint64_t>(i * N + j)});
-    if (tensor_scaled && std::isfinite(c) && c != 0) {
-      const double q = c / s_enc;
-      c = round_pair(out_plan, Rounding::NearestEven, q, std::fma(-q, s_enc, c) / s_enc);
-    }
-    C[i * ldc + j] = c;
   }
 }
 
