@@ -744,6 +744,37 @@ def claim_d(ci, rule):
                       reason)]
 
 
+def claim_f(ci, rule):
+    """Amendment 15's F (not AutoANE's claim: a subnormal flush costs loss, i.e. explains part of the gap), per flush
+    model: the flush's own cost arm - parent (e.g. GUIDE-FTZ - GUIDE) on the primary metric. The pairs' p-values are
+    Holm-adjusted together, over the pairs that have their seeds (a pair's own p is never read without the others
+    it is tested with: while one pair lacks seeds, every pair is incomplete). Confirmed when the cost is
+    Holm-significant, positive and at least confirm_gap_pct; refuted when TOST-equivalent to the parent within
+    tost_pct; undetermined otherwise. The evidence adds the cost in AutoANE's metric (rule's autoane_metric), the
+    number the decomposition compares with AutoANE's published gap."""
+    rows = [(p["arm"], p["parent"], ci.contrast(p["arm"], p["parent"])) for p in rule["pairs"]]
+    done = all(ci.complete(c) and not pd.isna(c.p) for _, _, c in rows)
+    adjusted, rejected = holm([float(c.p) if done else math.nan for _, _, c in rows], ci.alpha)
+    out = []
+    for (arm, parent, c), p_holm, rej in zip(rows, adjusted, rejected):
+        eq = ci.equivalent(c, rule["tost_pct"]) if done else None
+        confirmed = done and rej is True and c.mean_diff > 0 and c.rel_gap_pct >= rule["confirm_gap_pct"]
+        refuted = eq is True
+        auto = find_contrast(ci.contrasts, rule.get("autoane_metric", ""), arm, parent)
+        evidence = f"{arm} - {parent} {fmt_gap(c)}" + (f", p {c.p:.2g} (Holm over {len(rows)}: {p_holm:.2g})"
+                                                      if done else "")
+        if auto is not None:
+            evidence += f"; in {rule['autoane_metric']} {fmt_gap(auto)}" + (
+                f" ({auto.mean_diff:+.4f} nats)" if int(auto.n) > 0 else "")
+        reason = ("" if not done else
+                  f"TOST-equivalent to {parent} within ±{rule['tost_pct']:g} %" if refuted else
+                  "" if confirmed else
+                  "Holm-significant but below the size rule" if rej is True and c.mean_diff > 0 else
+                  "not significant after Holm and not equivalent" if rej is not True else "significant with the wrong sign")
+        out.append(claim_row("F", arm, c.ran_at, int(c.n), confirmed, refuted, done, evidence, reason))
+    return out
+
+
 CLAIM_COLUMNS = ["claim", "subject", "ran_at", "scope", "n", "confirmed", "refuted", "verdict", "evidence", "reason"]
 
 
@@ -793,7 +824,8 @@ def claims(spec, contrasts, closures, penalties, trajectory, updates=None):
     ci = ClaimInputs(spec, contrasts, closures, penalties, trajectory)
     evaluate = {"C1": lambda r: claim_c1(ci, r), "C2": lambda r: claim_c2(ci, r), "C3": lambda r: claim_c3(ci, r),
                 "C4": lambda r: claim_c4(ci, r), "C5": lambda r: claim_c5(ci, r),
-                "C6": lambda r: claim_c6(ci, r), "D": lambda r: claim_d(ci, r)}
+                "C6": lambda r: claim_c6(ci, r), "D": lambda r: claim_d(ci, r),
+                "F": lambda r: claim_f(ci, r)}
     rows = []
     for name, rule in rules.items():
         if name == "about":

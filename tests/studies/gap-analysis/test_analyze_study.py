@@ -508,6 +508,35 @@ class ClaimRules(unittest.TestCase):
         self.assertEqual(verdict, ["undetermined"])
         self.assertNotIn("artefact", reason[0])
 
+    def test_f(self):
+        rule = {"F": {"pairs": [{"arm": "X-FTZ", "parent": "X"}, {"arm": "Y-FTZ", "parent": "Y"}],
+                      "confirm_gap_pct": 0.5, "tost_pct": 0.5, "autoane_metric": "autoane_train_loss"}}
+
+        def run(x, y):
+            return self.claims(rule, [x, y, contrast("X-FTZ", "X", metric="autoane_train_loss", rel=1.0)])
+
+        # Holm over the two pairs: 0.02 and 0.03 give adjusted 0.04 and 0.04 (< 0.05), 0.02 and 0.06 give 0.04, 0.06.
+        big = dict(rel=0.8, lo=0.3, hi=1.3)
+        self.assertEqual(run(contrast("X-FTZ", "X", p=0.02, **big), contrast("Y-FTZ", "Y", p=0.03, **big))[0],
+                         ["confirmed", "confirmed"])
+        verdict, reason = run(contrast("X-FTZ", "X", p=0.02, **big), contrast("Y-FTZ", "Y", p=0.06, **big))
+        self.assertEqual(verdict, ["confirmed", "undetermined"])
+        self.assertIn("not significant after Holm", reason[1])
+        # ... p 0.03 alone would be significant, but not after Holm with 0.026 beside it (0.052).
+        self.assertEqual(run(contrast("X-FTZ", "X", p=0.026, **big), contrast("Y-FTZ", "Y", p=0.03, **big))[0],
+                         ["undetermined", "undetermined"])
+        # The size rule: 0.49 % is below it; a negative significant cost is not a cost.
+        verdict, reason = run(contrast("X-FTZ", "X", p=0.001, rel=0.49, lo=0.3, hi=0.7),
+                              contrast("Y-FTZ", "Y", p=0.001, rel=-0.8, lo=-1.3, hi=-0.3))
+        self.assertEqual(verdict, ["undetermined", "undetermined"])
+        self.assertIn("below the size rule", reason[0])
+        self.assertIn("wrong sign", reason[1])
+        # Equivalence refutes; one pair without its seeds leaves both incomplete (Holm needs both p-values).
+        self.assertEqual(run(contrast("X-FTZ", "X", eq05=True, rel=0.01), contrast("Y-FTZ", "Y", p=0.9))[0],
+                         ["refuted", "undetermined"])
+        self.assertEqual(run(contrast("X-FTZ", "X", eq05=True), contrast("Y-FTZ", "Y", n=2, p=0.01, **big))[0],
+                         ["incomplete", "incomplete"])
+
     def test_c2(self):
         rule = {"C2": {"arm": "F", "ref": "CPU", "closer": "G", "confirm_closure": 0.8, "refute_closure": 0.2}}
 
