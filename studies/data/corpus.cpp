@@ -33,7 +33,7 @@ bool fetched_location(const fs::path& dir) {
   // A directory of the user's own: ./scripts/fetch-corpus would not prepare it.
   throw std::runtime_error("data: corpus at " + dir.string() + ": " + what +
                            "; a prepared corpus is a directory holding manifest.json and the train/val/test files it "
-                           "names, as `roundoff data prepare --out DIR` writes (or give --corpus " +
+                           "names, as `roundoff data prepare --out DIR` writes (or give --corpus NAME, one of " +
                            std::string(kCorpusNames) + ")");
 }
 
