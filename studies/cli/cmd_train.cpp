@@ -198,7 +198,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "OpenMP threads (results do not depend on it)")
       ->capture_default_str()
       ->check(thread_count());
-  cmd->add_option("--corpus", args->corpus, "prepared corpus: brown or kjv (under $ROUNDOFF_DATA), or a directory (default: brown, else the excerpt)");
+  cmd->add_option("--corpus", args->corpus, "prepared corpus: brown, kjv or children (under $ROUNDOFF_DATA), or a directory (default: brown, else the excerpt)");
   cmd->add_option("--out", args->out, "results directory")->required();
   cmd->add_flag("--resume", args->resume, "continue from DIR/checkpoint.bin");
   cmd->add_flag("--check", args->check,
@@ -278,7 +278,7 @@ void add_train_command(CLI::App& app) {
     spec.shadow_units = a.shadow_units;
     spec.profile = a.profile;
     if (given("--corpus") && a.corpus.empty())
-      throw CliError("train: --corpus must name a corpus (brown, kjv) or a directory (got an empty string)");
+      throw CliError("train: --corpus must name a corpus (brown, kjv, children) or a directory (got an empty string)");
     if (!a.corpus.empty()) spec.corpus_dir = a.corpus;
     if (a.eval_tokens > 0 && a.eval_tokens < o.config.seq)  // also in load_train_data; here for --check
       throw CliError("train: --eval-tokens " + std::to_string(a.eval_tokens) +

@@ -8,6 +8,7 @@
 
 #include "studies/common/provenance.hpp"
 #include "studies/data/brown.hpp"
+#include "studies/data/children.hpp"
 #include "studies/data/kjv.hpp"
 #include "studies/data/sha256.hpp"
 
@@ -17,13 +18,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// Whether `dir` is where ./scripts/fetch-corpus prepares a corpus (data_root()/brown or /kjv, or a directory of
-/// that name) or the committed excerpt; any other directory is the user's own.
+/// Whether `dir` is where ./scripts/fetch-corpus prepares a corpus (data_root()/brown, /kjv or /children, or a
+/// directory of that name) or the committed excerpt; any other directory is the user's own.
 bool fetched_location(const fs::path& dir) {
   fs::path name = dir.filename();
   if (name.empty()) name = dir.parent_path().filename();
   std::error_code ec;
-  return name == "brown" || name == "kjv" || fs::equivalent(dir, excerpt_dir(), ec);
+  return is_corpus_name(name.string()) || fs::equivalent(dir, excerpt_dir(), ec);
 }
 
 [[noreturn]] void fail(const fs::path& dir, const std::string& what) {
@@ -32,7 +33,8 @@ bool fetched_location(const fs::path& dir) {
   // A directory of the user's own: ./scripts/fetch-corpus would not prepare it.
   throw std::runtime_error("data: corpus at " + dir.string() + ": " + what +
                            "; a prepared corpus is a directory holding manifest.json and the train/val/test files it "
-                           "names, as `roundoff data prepare --out DIR` writes (or give --corpus brown or kjv)");
+                           "names, as `roundoff data prepare --out DIR` writes (or give --corpus NAME, one of " +
+                           std::string(kCorpusNames) + ")");
 }
 
 std::string read_or_fail(const fs::path& dir, const std::string& file) {
@@ -52,15 +54,19 @@ fs::path data_root() {
 
 fs::path default_corpus_dir() { return data_root() / "brown"; }
 
+bool is_corpus_name(std::string_view name) { return name == "brown" || name == "kjv" || name == "children"; }
+
 fs::path resolve_corpus(const std::string& name_or_dir) {
-  if (name_or_dir == "brown" || name_or_dir == "kjv") return data_root() / name_or_dir;
+  if (is_corpus_name(name_or_dir)) return data_root() / name_or_dir;
   return fs::path(name_or_dir);
 }
 
 std::string fetch_command_for(const fs::path& dir) {
   fs::path name = dir.filename();
   if (name.empty()) name = dir.parent_path().filename();  // "data/kjv/"
-  return name == "kjv" ? std::string(kKjvFetchCommand) : std::string(kFetchCommand);
+  if (name == "kjv") return std::string(kKjvFetchCommand);
+  if (name == "children") return std::string(kChildrenFetchCommand);
+  return std::string(kFetchCommand);
 }
 
 fs::path excerpt_dir() { return fs::path(source_dir()) / "studies" / "data" / "excerpt"; }

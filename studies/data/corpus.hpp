@@ -23,13 +23,16 @@ struct Corpus {
 std::filesystem::path data_root();
 /// Where the prepared full Brown corpus lives: data_root()/brown.
 std::filesystem::path default_corpus_dir();
-/// The prepared corpora known by name: "brown" (docs/data.md) and "kjv" (the replication corpus).
-inline constexpr std::string_view kCorpusNames = "brown, kjv";
-/// A corpus argument (train --corpus, the sweep's grids): a known name ("brown", "kjv") means
+/// The prepared corpora known by name: "brown" (docs/data.md), "kjv" (the replication corpus) and "children"
+/// (the simple-English corpus, children.hpp).
+inline constexpr std::string_view kCorpusNames = "brown, kjv, children";
+/// Whether `name` is one of kCorpusNames.
+bool is_corpus_name(std::string_view name);
+/// A corpus argument (train --corpus, the sweep's grids): a known name ("brown", "kjv", "children") means
 /// data_root()/<name>; anything else is a directory path (write ./kjv for a directory named kjv here).
 std::filesystem::path resolve_corpus(const std::string& name_or_dir);
 /// The command that prepares the corpus in `dir`, named in its errors: ./scripts/fetch-corpus, with
-/// --corpus kjv for a directory named kjv.
+/// --corpus kjv (children) for a directory named kjv (children).
 std::string fetch_command_for(const std::filesystem::path& dir);
 /// The committed excerpt: <source tree>/studies/data/excerpt.
 std::filesystem::path excerpt_dir();

@@ -182,7 +182,7 @@ TEST(Cli, DivergedRunIsNotComplete) {
 
 TEST(Cli, KjvCorpusErrorsNameTheFix) {
   const fs::path d = scratch("kjv");
-  expect_refused(roundoff("data prepare --corpus bible"), "unknown --corpus 'bible' (valid: brown, kjv)",
+  expect_refused(roundoff("data prepare --corpus bible"), "unknown --corpus 'bible' (valid: brown, kjv, children)",
                  "data prepare --corpus bible");
   expect_refused(roundoff("data prepare --corpus brown --out " + (d / "b").string()), "needs --package",
                  "data prepare --corpus brown without --package");
@@ -195,6 +195,21 @@ TEST(Cli, KjvCorpusErrorsNameTheFix) {
   const Outcome train = roundoff(kTiny + "--steps 1 --corpus kjv --out " + (d / "run").string());
   ::unsetenv("ROUNDOFF_DATA");
   expect_refused(train, "./scripts/fetch-corpus --corpus kjv", "train --corpus kjv unprepared");
+}
+
+TEST(Cli, ChildrenCorpusErrorsNameTheFix) {
+  const fs::path d = scratch("children");
+  expect_refused(roundoff("data prepare --corpus children --out " + (d / "c").string()), "needs --package",
+                 "data prepare --corpus children without --package");
+  const Outcome missing = roundoff("data prepare --corpus children --package " + (d / "absent").string() +
+                                   " --out " + (d / "children").string());
+  expect_refused(missing, "./scripts/fetch-corpus --corpus children", "data prepare --corpus children, no package");
+  EXPECT_FALSE(fs::exists(d / "children"));
+  // train --corpus children before it is prepared: the error names its own command.
+  ::setenv("ROUNDOFF_DATA", d.c_str(), 1);
+  const Outcome train = roundoff(kTiny + "--steps 1 --corpus children --out " + (d / "run").string());
+  ::unsetenv("ROUNDOFF_DATA");
+  expect_refused(train, "./scripts/fetch-corpus --corpus children", "train --corpus children unprepared");
 }
 
 TEST(Cli, TensorcoreFitNamesWhatIsWrongWithItsInput) {
