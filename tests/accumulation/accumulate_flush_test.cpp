@@ -412,6 +412,42 @@ TEST(AccumulateFlush, EveryKernelTierEqualsTheScalarPathOnSubnormalTiles) {
   EXPECT_GT(differs_from_ane, 200);  // the flush changes many of these outputs
 }
 
+TEST(AccumulateFlush, TilesOfTheScalarFallbackFlushToo) {
+  // Tiles that neither the binary32 bracket nor the binary64 sums can certify (1024 + 2^-48 is inexact in
+  // binary64), so the kernels' scalar fallback computes them, with a subnormal value: 1024 + 2^-48 − 1024 +
+  // 2^-20·c, c = 2^(j mod 3) in column j, rounds toward zero to 2^-20·c (an fp16 subnormal) and flushes to +0;
+  // row 1 is its negative (−0). A 16-column row so that every lane of a vector sees it.
+  if (test::isa_tiers().empty()) GTEST_SKIP() << "no AVX2 or AVX-512";
+  const double e = 0x1p-24, m = 0x1p-10;
+  const std::vector<double> A = {32, e, -32, m,  //
+                                 -32, -e, 32, -m};
+  const std::size_t M = 2, N = 16, K = 4;
+  std::vector<double> B(K * N);
+  for (std::size_t j = 0; j < N; ++j) {
+    B[0 * N + j] = 32;
+    B[1 * N + j] = e;
+    B[2 * N + j] = 32;
+    B[3 * N + j] = std::ldexp(m, static_cast<int>(j % 3));
+  }
+  const Accumulation ane = parse_accumulation("ane-tile4"), ftz = parse_accumulation("ane-tile4-ftz");
+  for (const test::Isa isa : test::isa_tiers()) {
+    const KernelOptions opts = test::kernels_at(isa);
+    std::vector<double> C(M * N, 1.0), P(M * N, 1.0);
+    ASSERT_TRUE(k::gemm_fast(ftz, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, C.data(), N, false,
+                             nullptr, 1, nullptr, nullptr, opts));
+    ASSERT_TRUE(k::gemm_fast(ane, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, P.data(), N, false,
+                             nullptr, 1, nullptr, nullptr, opts));
+    for (std::size_t i = 0; i < M; ++i)
+      for (std::size_t j = 0; j < N; ++j) {
+        const double tiny = std::ldexp(0x1p-20, static_cast<int>(j % 3));
+        EXPECT_TRUE(same(P[i * N + j], i == 0 ? tiny : -tiny)) << k::name_of(isa) << " ane-tile4 " << i << ',' << j
+                                                               << ": " << P[i * N + j];
+        EXPECT_TRUE(same(C[i * N + j], i == 0 ? 0.0 : -0.0)) << k::name_of(isa) << " ftz " << i << ',' << j << ": "
+                                                             << C[i * N + j];
+      }
+  }
+}
+
 TEST(AccumulateFlush, StepFlushHasNoKernelAndTheTileFlushKeepsOne) {
   for (const test::Isa isa : test::isa_tiers()) {
     const KernelOptions opts = test::kernels_at(isa);
