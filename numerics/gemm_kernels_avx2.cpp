@@ -220,7 +220,9 @@ ROUNDOFF_AVX2 __attribute__((always_inline)) inline bool ane_step_f32(__m256& s,
   const __m128i hl = _mm256_cvtps_ph(lo, kRz);
   const __m128i mag = _mm_and_si128(hh, _mm_set1_epi16(0x7FFF));
   const __m128i same = _mm_cmpeq_epi16(hl, hh);
-  const __m128i ok = _mm_and_si128(same, _mm_and_si128(_mm_cmpgt_epi16(mag, _mm_setzero_si128()),
+  // Under the flush a subnormal h (mag <= 0x3FF) also leaves the common case, which then costs nothing extra.
+  const __m128i floor = _mm_set1_epi16(Flush ? 0x03FF : 0);
+  const __m128i ok = _mm_and_si128(same, _mm_and_si128(_mm_cmpgt_epi16(mag, floor),
                                                        _mm_cmpgt_epi16(_mm_set1_epi16(0x7BFF), mag)));
   if (__builtin_expect(_mm_movemask_epi8(ok) != 0xFFFF, 0)) {
     // Zero lanes: S = 0 exactly when lo = hi = 0 (h = +0, the definition's exact zero); a nonzero S of known sign
@@ -231,10 +233,16 @@ ROUNDOFF_AVX2 __attribute__((always_inline)) inline bool ane_step_f32(__m256& s,
     const __m128i signed_tiny =
         _mm_and_si128(_mm_and_si128(same, _mm_cmpeq_epi16(mag, _mm_setzero_si128())),
                       halves(_mm256_or_ps(_mm256_cmp_ps(lo, zero, _CMP_GT_OQ), _mm256_cmp_ps(hi, zero, _CMP_LT_OQ))));
-    if (_mm_movemask_epi8(_mm_or_si128(ok, _mm_or_si128(exact_zero, signed_tiny))) != 0xFFFF) return false;
+    // Flush: the certified lanes with a nonzero subnormal h, which the flush turns into zeros of their sign.
+    const __m128i subnormal =
+        Flush ? _mm_and_si128(same, _mm_and_si128(_mm_cmpgt_epi16(mag, _mm_setzero_si128()),
+                                                  _mm_cmpgt_epi16(_mm_set1_epi16(0x0400), mag)))
+              : _mm_setzero_si128();
+    if (_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(ok, subnormal), _mm_or_si128(exact_zero, signed_tiny))) != 0xFFFF)
+      return false;
     hh = _mm_andnot_si128(exact_zero, hh);
+    if constexpr (Flush) hh = flush_halves(hh);
   }
-  if constexpr (Flush) hh = flush_halves(hh);
   s = _mm256_add_ps(s, _mm256_cvtph_ps(hh));
   return true;
 }

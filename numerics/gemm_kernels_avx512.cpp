@@ -188,7 +188,10 @@ ROUNDOFF_AVX512 ROUNDOFF_INLINE bool ane_f32_n(__m512& s, const float* a, const 
   const __m256i hl = _mm512_cvtps_ph(lo, kRz);
   const __m256i mag = _mm256_and_si256(hh, _mm256_set1_epi16(0x7FFF));
   const __mmask16 same = _mm256_cmpeq_epi16_mask(hl, hh);
-  const __mmask16 ok = same & _mm256_cmpgt_epu16_mask(mag, _mm256_setzero_si256()) &
+  // Under the flush a subnormal h (mag <= 0x3FF) also leaves the common case (there is nothing to flush in it),
+  // so the flush costs the common case nothing.
+  const __m256i floor = _mm256_set1_epi16(Flush ? 0x03FF : 0);
+  const __mmask16 ok = same & _mm256_cmpgt_epu16_mask(mag, floor) &
                        _mm256_cmplt_epu16_mask(mag, _mm256_set1_epi16(0x7BFF));
   if (__builtin_expect(ok != 0xFFFF, 0)) {
     // Zero lanes: S = 0 exactly when lo = hi = 0 (h = +0, the definition's exact zero); a nonzero S of known sign
@@ -197,10 +200,14 @@ ROUNDOFF_AVX512 ROUNDOFF_INLINE bool ane_f32_n(__m512& s, const float* a, const 
     const __mmask16 exact_zero = _mm512_cmp_ps_mask(lo, zero, _CMP_EQ_OQ) & _mm512_cmp_ps_mask(hi, zero, _CMP_EQ_OQ);
     const __mmask16 signed_tiny = same & _mm256_cmpeq_epi16_mask(mag, _mm256_setzero_si256()) &
                                   (_mm512_cmp_ps_mask(lo, zero, _CMP_GT_OQ) | _mm512_cmp_ps_mask(hi, zero, _CMP_LT_OQ));
-    if (static_cast<__mmask16>(ok | exact_zero | signed_tiny) != 0xFFFF) return false;
+    // Flush: the certified lanes with a nonzero subnormal h, which the flush turns into zeros of their sign.
+    const __mmask16 subnormal = Flush ? same & _mm256_cmpgt_epu16_mask(mag, _mm256_setzero_si256()) &
+                                            _mm256_cmple_epu16_mask(mag, _mm256_set1_epi16(0x03FF))
+                                      : 0;
+    if (static_cast<__mmask16>(ok | exact_zero | signed_tiny | subnormal) != 0xFFFF) return false;
     hh = _mm256_mask_mov_epi16(hh, exact_zero, _mm256_setzero_si256());
+    if constexpr (Flush) hh = flush_halves(hh);
   }
-  if constexpr (Flush) hh = flush_halves(hh);
   s = _mm512_add_ps(s, _mm512_cvtph_ps(hh));
   return true;
 }

@@ -237,7 +237,7 @@ Tally fp16_pairs(int top, std::size_t stride, const std::vector<Accumulation>& a
 
 TEST(AccumulateFlush, Fp16PairsNearTheSubnormalRangeMatchTheTwin) {
   // fp16 values below 2^-12 (subnormals and the two lowest normal binades, ±, ±0), a sample of the pairs in
-  // every mode (every pair of the subnormals under AccumulateFlushExhaustive).
+  // every mode (every pair below 2^-13 under AccumulateFlushExhaustive).
   std::vector<Accumulation> accs;
   for (const Rounding mode : kAllRoundings)
     for (const Accumulation& a : pair_accumulations(mode)) accs.push_back(a);
@@ -247,15 +247,20 @@ TEST(AccumulateFlush, Fp16PairsNearTheSubnormalRangeMatchTheTwin) {
   EXPECT_GT(t.flushed, t.runs / 10);  // the flush decides a good share of them
 }
 
-TEST(AccumulateFlushExhaustive, AllFp16SubnormalPairsMatchTheTwin) {
-  // Every pair of fp16 subnormals and zeros (±), as sums, under the M1 model and the fp16 step flush.
-  std::vector<Accumulation> accs;
-  for (const char* spec : {"ane-tile4-ftz", "acc=fp16,flush=step", "acc=fp32:toward-zero,flush=step:fp16"})
-    accs.push_back(parse_accumulation(spec));
-  const Tally t = fp16_pairs(-14, 1, accs, false);
+TEST(AccumulateFlushExhaustive, AllFp16PairsBelow2ToTheMinus13MatchTheTwin) {
+  // Every pair of fp16 values below 2^-13 (subnormals, zeros and the lowest normal binade, ±), as sums, under
+  // the six pair accumulations to nearest-even and the fp16 step flush in every other mode.
+  std::vector<Accumulation> accs = pair_accumulations(Rounding::NearestEven);
+  for (const Rounding mode : kAllRoundings) {
+    if (mode == Rounding::NearestEven) continue;
+    Accumulation a = parse_accumulation("acc=fp16,flush=step");
+    a.rounding = mode;
+    accs.push_back(a);
+  }
+  const Tally t = fp16_pairs(-13, 1, accs, false);
   EXPECT_EQ(t.failures, 0) << "of " << t.runs;
-  EXPECT_EQ(t.runs, 3 * 2048 * 2048);
-  EXPECT_GT(t.flushed, t.runs / 2);
+  EXPECT_EQ(t.runs, static_cast<std::int64_t>(accs.size()) * 4096 * 4096);
+  EXPECT_GT(t.flushed, t.runs / 4);
 }
 
 /// n values of `in` biased to the underflow range of the threshold 2^emin: magnitudes 2^(emin−12)..2^(emin+3),
