@@ -453,6 +453,36 @@ TEST(AccumulateFlush, TilesOfTheScalarFallbackFlushToo) {
   }
 }
 
+TEST(AccumulateFlush, BinaryThirtyTwoBracketsAroundTheSubnormalRangeDecline) {
+  // Tiles whose binary32 bracket [lo, hi] has one end in fp16's subnormal range and the other not on the same
+  // fp16 value, so only the binary64 path may give the value (products 256, ±2^-20, −256, t: the sum 256 + 2^-20
+  // loses its tail in binary32, rounded down and up to 256 and 256 + 2^-15).
+  //   row 0: t = −2^-19: hi = 2^-15 − 2^-19 > 0 (subnormal), lo < 0; S = 2^-20 − 2^-19 = −2^-20 flushes to −0 (taking
+  //          hi's fp16 value and flushing it would give +0);
+  //   row 1: t = −63·2^-20 after −2^-20: hi = −63·2^-20 (subnormal), lo normal; S = −2^-14 is normal and kept.
+  if (test::isa_tiers().empty()) GTEST_SKIP() << "no AVX2 or AVX-512";
+  const double m = 0x1p-10;
+  const std::vector<double> A = {16, m, -16, -2 * m,  //
+                                 16, -m, -16, -63 * m};
+  const std::vector<double> b = {16, m, 16, m};
+  const std::size_t M = 2, N = 16, K = 4;
+  std::vector<double> B(K * N);
+  for (std::size_t kk = 0; kk < K; ++kk)
+    for (std::size_t j = 0; j < N; ++j) B[kk * N + j] = b[kk];
+  const Accumulation ftz = parse_accumulation("ane-tile4-ftz");
+  for (const test::Isa isa : test::isa_tiers()) {
+    std::vector<double> C(M * N, 1.0);
+    ASSERT_TRUE(k::gemm_fast(ftz, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, C.data(), N, false,
+                             nullptr, 1, nullptr, nullptr, test::kernels_at(isa)));
+    for (std::size_t j = 0; j < N; ++j) {
+      EXPECT_TRUE(same(C[j], -0.0)) << k::name_of(isa) << " row 0 column " << j << ": " << C[j];
+      EXPECT_TRUE(same(C[N + j], -0x1p-14)) << k::name_of(isa) << " row 1 column " << j << ": " << C[N + j];
+    }
+  }
+  EXPECT_TRUE(same(dot(ftz, std::vector<double>(A.begin(), A.begin() + 4), b), -0.0));
+  EXPECT_TRUE(same(dot(ftz, std::vector<double>(A.begin() + 4, A.end()), b), -0x1p-14));
+}
+
 TEST(AccumulateFlush, StepFlushHasNoKernelAndTheTileFlushKeepsOne) {
   for (const test::Isa isa : test::isa_tiers()) {
     const KernelOptions opts = test::kernels_at(isa);
