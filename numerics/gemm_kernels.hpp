@@ -37,7 +37,8 @@
 ///                          Full argument, signed zeros and overflow counting at the tile stage in gemm_kernels_avx512.cpp.
 ///                          flush=tile: on the final fp16 bits h of every lane (certified, exact or scalar
 ///                          fallback alike), (h & 0x7C00) == 0 gives h & 0x8000: a subnormal tile value
-///                          becomes the zero of its sign (zeros stay), before the fp32 add.
+///                          becomes the zero of its sign (zeros stay), before the fp32 add (in the binary32
+///                          bracket only in its rare branch: its common case then needs |h| >= 2^-14).
 ///   AVX2 tier (no embedded rounding): the same steps, with round-to-odd and the tile's exactness built from
 ///                          TwoSum errors instead (argument in gemm_kernel_tiers.hpp).
 /// Operands are packed into per-calling-thread buffers that grow and are reused across calls (scratch: every

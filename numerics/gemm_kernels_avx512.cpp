@@ -110,6 +110,11 @@ ROUNDOFF_AVX512 ROUNDOFF_INLINE __m512 mac(__m512 a, __m512 b, __m512 s) {
 // the fp32 add. In the bracket the accepted lanes are: 0 < |h| < 65504 with RZ16(lo) = RZ16(hi), so h = RZ16(S)
 // and a subnormal h has S's sign, which the flush keeps; h = ±0 with S's sign proven (RZ16 of a tiny S, already
 // the zero of S's sign: unchanged); S = 0 exactly (h = +0: unchanged). So every lane is the flushed definition.
+// The bracket's common case (all 16 lanes with a normal h) then has nothing to flush: under the flush it requires
+// |h| >= 2^-14 instead of h != 0, and lanes with a subnormal h take the rare branch, which flushes; so
+// ane-tile4-ftz runs the common case with the instructions of ane-tile4. A lane whose bracket ends are not the
+// same fp16 value declines as before, also when one end is subnormal (the other may be of the other sign, or
+// normal: AccumulateFlush.BinaryThirtyTwoBracketsAroundTheSubnormalRangeDecline).
 
 /// flush=tile on 16 fp16 tile values: (h & 0x7C00) == 0 gives h & 0x8000.
 ROUNDOFF_AVX512 ROUNDOFF_INLINE __m256i flush_halves(__m256i h) {
