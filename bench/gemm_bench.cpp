@@ -16,6 +16,7 @@
 //   fp16-splitk32-fp32          blocks of 32 summed in fp16, block sums combined in fp32
 //   ane-tile4                   the ane-guide's accumulator: exact tiles of 4 products rounded toward zero to
 //                               fp16, summed in fp32
+//   ane-tile4-ftz, ane-tile4-ftz-avx2   the same with the M1's subnormal flush of tile values (flush=tile)
 //   generic                     fp16-pairwise, which no kernel handles (the any-format any-order path)
 //   generic-fp16-seq            fp16-seq with the kernels switched off
 //   generic-ane-tile4           ane-tile4 with the kernels switched off
@@ -216,6 +217,8 @@ void register_all() {
       {"fp16-splitk32-fp32", make_acc(formats::fp16, Order::Blocked, 32), formats::fp16},
       {"ane-tile4", parse_accumulation("ane-tile4"), formats::fp16},
       {"ane-tile4-avx2", parse_accumulation("ane-tile4"), formats::fp16, kernels::Isa::Avx2},
+      {"ane-tile4-ftz", parse_accumulation("ane-tile4-ftz"), formats::fp16},
+      {"ane-tile4-ftz-avx2", parse_accumulation("ane-tile4-ftz"), formats::fp16, kernels::Isa::Avx2},
   };
   // Single-thread figures use the thread's CPU time, like the Eigen baseline (robust on a shared machine).
   // The thread-scaling pair -1t/-2t uses wall time, the only fair clock for a multi-threaded run.

@@ -163,6 +163,11 @@ const std::vector<Preset>& presets() {
     Accumulation ane = seq(formats::fp32);
     ane.tile = TileStage{4, formats::fp16, Rounding::TowardZero};
     v.push_back({"ane-tile4", ane});
+    // The M1 ANE flushes subnormals inside the multiply-accumulate (ane-guide part 1 ch. 3: two fp16 denormals
+    // summed in a matmul give +0): subnormal fp16 tile values become zeros of their sign.
+    Accumulation ftz = ane;
+    ftz.flush.tile = true;
+    v.push_back({"ane-tile4-ftz", ftz});
     return v;
   }();
   return list;
@@ -178,7 +183,7 @@ constexpr const char* kKeysHelp =
     "keys: acc=FORMAT[:ROUNDING], order=seq|reverse|pairwise|kahan|blocked:B, outer=FORMAT, fused, unfused, "
     "product=FORMAT, promote=N[:FORMAT], group=G, extra=E, align=ROUNDING, normalize=ROUNDING, carry=C, "
     "anchor=lead|exp-sum:EMIN, edges=ieee|inf-pos-zero, feed=in-order|even-pairs-first, "
-    "tile=G[:FORMAT][:ROUNDING], splitk=S[:G[:ROUNDING]]";
+    "tile=G[:FORMAT][:ROUNDING], splitk=S[:G[:ROUNDING]], flush=none|tile|step[:FORMAT]|tile+step[:FORMAT]";
 
 [[noreturn]] void fail(std::string_view text, const std::string& why) {
   throw std::invalid_argument("bad accumulation '" + std::string(text) + "': " + why + " (presets: " +
@@ -301,6 +306,19 @@ std::optional<std::string> validate(const Accumulation& a) {
   } else if (!(sk == SplitK{})) {
     return std::string("splitk parameters are set but its count is 0");
   }
+  const AccumFlush& fl = a.flush;
+  if (fl.step_format) {
+    if (!fl.step) return std::string("a flush step format is set but the step flush is off");
+    if (auto why = validate(*fl.step_format)) return "format " + name_of(*fl.step_format) + ": " + *why;
+  }
+  if (fl.tile && t.size == 0) return std::string("flush=tile needs a tile stage (tile=G)");
+  if (fl.step) {
+    if (a.order != Order::Sequential && a.order != Order::Reverse)
+      return "flush=step applies to order=seq or order=reverse only, not order=" + std::string(name_of(a.order));
+    if (m.group > 0) return std::string("flush=step and a multi-term adder cannot be combined");
+    if (a.promote_every > 0) return std::string("flush=step and promotion cannot be combined");
+    if (sk.count > 0) return std::string("flush=step and splitk cannot be combined");
+  }
   return std::nullopt;
 }
 
@@ -353,6 +371,13 @@ std::string spec_text(const Accumulation& a) {
   if (!(a.splitk == SplitK{}))
     s += ",splitk=" + std::to_string(a.splitk.count) + ":" + std::to_string(a.splitk.granule) + ":" +
          std::string(name_of(a.splitk.rounding));
+  if (!(a.flush == AccumFlush{})) {
+    // flush.step_format without flush.step is invalid; printed anyway, parse_accumulation refuses it.
+    s += ",flush=";
+    if (a.flush.tile) s += "tile";
+    if (a.flush.step || a.flush.step_format) s += a.flush.tile ? "+step" : "step";
+    if (a.flush.step_format) s += ":" + name_of(*a.flush.step_format);
+  }
   return s;
 }
 
@@ -486,6 +511,18 @@ Accumulation parse_accumulation(std::string_view text) {
         a.splitk.granule = parse_count(text, rest.substr(0, c2), "the splitk granule");
         if (c2 != std::string_view::npos) a.splitk.rounding = parse_rounding_in(text, rest.substr(c2 + 1));
       }
+    } else if (key == "flush") {
+      // none | tile | step[:FORMAT] | tile+step[:FORMAT]
+      a.flush = AccumFlush{};
+      const std::size_t colon = val.find(':');
+      const std::string_view what = val.substr(0, colon);
+      if (what == "tile" || what == "tile+step") a.flush.tile = true;
+      if (what == "step" || what == "tile+step") a.flush.step = true;
+      const bool known = what == "none" || what == "tile" || what == "step" || what == "tile+step";
+      if (!known || (colon != std::string_view::npos && !a.flush.step))
+        fail(text, "unknown flush '" + std::string(val) +
+                       "' (valid: none, tile, step, step:FORMAT, tile+step, tile+step:FORMAT)");
+      if (colon != std::string_view::npos) a.flush.step_format = parse_format_in(text, val.substr(colon + 1));
     } else {
       fail(text, "unknown key '" + std::string(key) + "'");
     }
@@ -573,10 +610,13 @@ struct Plans {
       : a(spec), acc(spec.format), product(spec.product_format), outer(spec.outer_format),
         promote(spec.promote_format), tile(spec.tile.format), acc_probe(probe_plan(spec.format)),
         product_probe(probe_plan(spec.product_format)), outer_probe(probe_plan(spec.outer_format)),
-        promote_probe(probe_plan(spec.promote_format)), tile_probe(probe_plan(spec.tile.format)) {}
+        promote_probe(probe_plan(spec.promote_format)), tile_probe(probe_plan(spec.tile.format)),
+        tile_flush_below(std::ldexp(1.0, spec.tile.format.emin)),
+        step_flush_below(std::ldexp(1.0, spec.flush.step_format.value_or(spec.format).emin)) {}
   Accumulation a;
   RoundingPlan acc, product, outer, promote, tile;
   std::optional<RoundingPlan> acc_probe, product_probe, outer_probe, promote_probe, tile_probe;
+  double tile_flush_below, step_flush_below;  ///< 2^emin of the tile format and of the step flush's format
   const std::optional<RoundingPlan>& probe(const RoundingPlan& pl) const {
     if (&pl == &acc) return acc_probe;
     if (&pl == &product) return product_probe;
@@ -753,6 +793,9 @@ class Run {
     return sub(p_.acc, t, c);
   }
 
+  /// The subnormal flush: v when |v| >= below (or v is 0 or NaN), else a zero with v's sign.
+  static double flushed(double v, double below) { return std::fabs(v) < below ? std::copysign(0.0, v) : v; }
+
   /// Processing positions [k0, k1) summed one after another, starting from init when given.
   double sequential(std::size_t k0, std::size_t k1, bool has_init, double init) {
     double s = init;
@@ -760,6 +803,7 @@ class Run {
     for (std::size_t k = k0; k < k1; ++k) {
       const std::size_t i = index(k);
       s = have ? mac(s, i) : first(i);
+      if (a_.flush.step) s = flushed(s, p_.step_flush_below);
       have = true;
     }
     return have ? s : 0.0;
@@ -999,8 +1043,10 @@ class Run {
     double s = init;
     bool have = has_init;
     for (std::size_t k = 0; k < n_; k += g) {
-      const double t = tile_value(k, std::min(n_, k + g));
+      double t = tile_value(k, std::min(n_, k + g));
+      if (a_.flush.tile) t = flushed(t, p_.tile_flush_below);
       s = have ? add(p_.acc, s, t) : round(p_.acc, t);
+      if (a_.flush.step) s = flushed(s, p_.step_flush_below);
       have = true;
     }
     return have ? s : 0.0;

@@ -63,6 +63,18 @@
 ///             T = round(R_0), T = round(T + R_c). cuBLAS on an H200 does this in binary32 to nearest-even, with
 ///             G = 64 (fp16/bf16 nvjet kernels), 128 (fp8) and 32 (tf32 CUTLASS kernels)
 ///             (docs/studies/tensorcore.md, "cuBLAS on H200"). The result is T.
+///   flush     subnormal flush inside the accumulator (the Apple M1 Neural Engine, which per the ane-guide part 1
+///             ch. 3 returns +0 for two fp16 denormals summed inside a matmul whose exact total is a representable
+///             denormal, while its elementwise ops keep subnormals; the M5 keeps them). A flushed value becomes a
+///             zero with its own sign; the flush comes after the rounding it follows (stochastic draws unchanged).
+///             flush.tile (needs the tile stage): every tile value T, after its rounding to tile.format, with
+///             0 < |T| < 2^tile.format.emin becomes ±0.
+///             flush.step (orders seq/reverse only; not with the adder, promotion, split-K): every partial sum s
+///             the accumulator holds after a rounding to the accumulator format — the first, round(t_0) or
+///             round(T_0), and each s = round(s + t_i) or round(s + T_j) — with 0 < |s| < 2^emin(F) becomes ±0, F =
+///             flush.step_format when given, else the accumulator format (so ane-tile4,flush=step:fp16 flushes
+///             binary32 partial sums below 2^-14). gemm's exact starting value C_ij is not a rounded partial and
+///             is not flushed; every sum after it is. Spec: flush=none|tile|step[:FORMAT]|tile+step[:FORMAT].
 ///   initial   gemm with accumulate: the current C_ij is an exact starting value (never rounded on entry): the
 ///             running sum of seq/reverse/kahan/adder starts at C_ij, the outer sum of blocked, the promoted
 ///             total and the split-K total T start at C_ij (T = C_ij, then T = round(T + R_c) for every chunk;
@@ -147,6 +159,14 @@ struct SplitK {
   friend constexpr bool operator==(const SplitK&, const SplitK&) = default;
 };
 
+/// Subnormal flush of the accumulator (see `flush` above). Both off (the default): nothing is flushed.
+struct AccumFlush {
+  bool tile = false;                  ///< tile values below 2^tile.format.emin become zeros of their sign
+  bool step = false;                  ///< rounded partial sums below 2^emin(F) become zeros of their sign
+  std::optional<Format> step_format;  ///< F for the step flush; unset: the accumulator format
+  friend constexpr bool operator==(const AccumFlush&, const AccumFlush&) = default;
+};
+
 /// The chunk length L = G·ceil(n / (G·S)) of a split-K over n terms (n when splitk is off or n == 0).
 std::size_t splitk_chunk(const SplitK& s, std::size_t n);
 
@@ -164,6 +184,7 @@ struct Accumulation {
   MultiTermAdder adder{};
   TileStage tile{};
   SplitK splitk{};
+  AccumFlush flush{};
   friend constexpr bool operator==(const Accumulation&, const Accumulation&) = default;
 };
 
@@ -207,12 +228,14 @@ std::string spec_text(const Accumulation& a);
 ///   two fp16 steps from zero on the k-pairs, feed=even-pairs-first, then C added to nearest, promote=32);
 ///   tc-b200, tc-b200-bf16, tc-b200-tf32, tc-b200-f16acc, tc-b200-fp8-mma, tc-b200-fp8-mma-f16acc (B200: the H100
 ///   models; a preset equal to an earlier one prints as that name); ane-tile4 (fp32 accumulator fed by exact
-/// tiles of 4 terms rounded toward zero to fp16: the ane-guide's ANE accumulator).
+/// tiles of 4 terms rounded toward zero to fp16: the ane-guide's ANE accumulator) and ane-tile4-ftz (the same
+/// with flush=tile: subnormal fp16 tile values become zeros, the M1 ANE's matmul behaviour).
 /// Spec: comma-separated tokens, optionally starting with a preset to modify: acc=FORMAT[:ROUNDING],
 /// order=seq|reverse|pairwise|kahan|blocked:B, outer=FORMAT, fused, unfused, product=FORMAT, promote=N[:FORMAT],
 /// group=G, extra=E, align=ROUNDING, normalize=ROUNDING, carry=C, anchor=lead|exp-sum:EMIN, edges=ieee|inf-pos-zero,
 /// feed=in-order|even-pairs-first, tile=G[:FORMAT][:ROUNDING] (FORMAT default fp16, ROUNDING default toward-zero),
-/// splitk=S[:G[:ROUNDING]] (G default 1, ROUNDING default nearest-even; e.g. tc-h100,splitk=3:64).
+/// splitk=S[:G[:ROUNDING]] (G default 1, ROUNDING default nearest-even; e.g. tc-h100,splitk=3:64),
+/// flush=none|tile|step[:FORMAT]|tile+step[:FORMAT] (none, the default, is never printed).
 /// Unset fields keep the Accumulation{} defaults.
 /// Throws std::invalid_argument naming the bad token and listing the presets and keys.
 Accumulation parse_accumulation(std::string_view text);

@@ -53,9 +53,10 @@ void tile_rows(Acc acc, std::size_t rows, const float* Ap, std::size_t lda, cons
 
 /// `rows` rows × kAneCols columns of the ane-tile4 GEMM (argument at the tile stage in gemm_kernels_avx512.cpp):
 /// rows Af[r·lda + k] (binary32), B columns Bp[k·ldb + 0..kAneCols−1], running sums in/out tile[r·ldt + c]; tile
-/// overflows are added to `overflows`.
+/// overflows are added to `overflows`. flush: flush=tile (a subnormal fp16 tile value h, (h & 0x7C00) == 0,
+/// becomes h & 0x8000 before the add; see gemm_kernels_avx512.cpp).
 void tile_ane_rows(std::size_t rows, const float* Af, std::size_t lda, const float* Bp, std::size_t ldb, std::size_t K,
-                   float* tile, std::size_t ldt, std::int64_t& overflows);
+                   float* tile, std::size_t ldt, std::int64_t& overflows, bool flush);
 
 }  // namespace roundoff::numerics::kernels::avx512
 
@@ -81,7 +82,7 @@ void tile_rows(Acc acc, std::size_t rows, const float* Ap, std::size_t lda, cons
 
 /// `rows` rows × kAneCols columns of the ane-tile4 GEMM (tiles of 4 exact products rounded toward zero to fp16, summed
 /// in fp32): rows Af[r·lda + k] (binary32), B columns Bp[k·ldb + 0..7], running sums in/out tile[r·ldt + c];
-/// tile overflows are added to `overflows`.
+/// tile overflows are added to `overflows`. flush: flush=tile, as in the AVX-512 tier.
 ///
 /// Binary32 bracket, tried first for each full tile of a row (8 lanes). The products p_t = a_t·b_t are exact in
 /// binary32 (pack_run: at most 12 significant bits, 2^-63 <= |x| < 2^63, so |p_t| lies in [2^-126, 2^126] or is
@@ -114,7 +115,11 @@ void tile_rows(Acc acc, std::size_t rows, const float* Ap, std::size_t lda, cons
 /// (S is normal in binary64, below 2^128 and a multiple of 2^-148, so values in binary32's subnormal range are
 /// already binary32 values), then vcvtps2ph with RZ (RZ of RZ is RZ, see gemm_kernels_avx512.cpp), then one
 /// binary32 add.
+///
+/// flush=tile: both paths turn the final fp16 bits h of a lane with (h & 0x7C00) == 0 into h & 0x8000 before the
+/// add (the bracket's lanes included: their h is RZ16(S), which has S's sign, so a nonzero subnormal h becomes
+/// the zero of S's sign, as the definition flushes T = RZ16(S); zero lanes stay as proven above).
 void tile_ane_rows(std::size_t rows, const float* Af, std::size_t lda, const float* Bp, std::size_t ldb, std::size_t K,
-                   float* tile, std::size_t ldt, std::int64_t& overflows);
+                   float* tile, std::size_t ldt, std::int64_t& overflows, bool flush);
 
 }  // namespace roundoff::numerics::kernels::avx2

@@ -34,6 +34,7 @@ struct Plan {
   Acc acc;
   std::size_t block;  ///< 0 = sequential; else block size, block sums combined in fp32
   bool tile = false;  ///< the exact tile stage of ane-tile4 (acc fp32, sequential; see tile_ane)
+  bool flush = false; ///< with tile: subnormal fp16 tile values become zeros of their sign (ane-tile4-ftz)
 };
 
 std::optional<Acc> acc_of(const Format& f) {
@@ -46,6 +47,8 @@ std::optional<Acc> acc_of(const Format& f) {
 std::optional<Plan> plan_for(const Accumulation& a) {
   if (a.rounding != Rounding::NearestEven || a.promote_every != 0 || a.adder.group != 0 || a.splitk.count != 0)
     return std::nullopt;
+  // The step flush (subnormal partial sums to zero) has no kernel: the generic path runs it.
+  if (a.flush.step) return std::nullopt;
   // Unfused with an fp32/fp64 product format rounds nothing: every product the kernels accept is exact in fp32.
   if (!a.fused && !(a.product_format == formats::fp32 || a.product_format == formats::fp64)) return std::nullopt;
   const auto acc = acc_of(a.format);
@@ -53,7 +56,7 @@ std::optional<Plan> plan_for(const Accumulation& a) {
   if (a.tile.size != 0) {
     const TileStage ane{static_cast<int>(kTile), formats::fp16, Rounding::TowardZero};
     if (!(a.tile == ane) || *acc != Acc::Fp32 || a.order != Order::Sequential) return std::nullopt;
-    return Plan{Acc::Fp32, 0, true};
+    return Plan{Acc::Fp32, 0, true, a.flush.tile};
   }
   switch (a.order) {
     case Order::Sequential:
@@ -562,7 +565,7 @@ void tier_rows(const Plan& plan, std::size_t rows, const float* Ap, std::size_t 
                std::size_t jn, float* tile, std::int64_t& overflows, Rows tile_rows, AneRows tile_ane_rows) {
   if (plan.tile) {
     for (std::size_t c = 0; c < kPanel && c < jn; c += kAneCols)
-      tile_ane_rows(rows, Ap, lda, Bp + c, kPanel, len, tile + c, kPanel, overflows);
+      tile_ane_rows(rows, Ap, lda, Bp + c, kPanel, len, tile + c, kPanel, overflows, plan.flush);
   } else {
     for (std::size_t c = 0; c < kPanel && c < jn; c += kCols)
       tile_rows(plan.acc, rows, Ap, lda, Bp + c, kPanel, len, plan.block, tile + c, kPanel);
@@ -759,14 +762,14 @@ const char* kernel_name(const Accumulation& a, const KernelOptions& opts) {
   if (!plan || isa == Isa::None) return nullptr;
   const bool blocked = plan->block != 0;
   if (isa == Isa::Avx2) {
-    if (plan->tile) return "ane-tile4-avx2";
+    if (plan->tile) return plan->flush ? "ane-tile4-ftz-avx2" : "ane-tile4-avx2";
     switch (plan->acc) {
       case Acc::Fp16: return blocked ? "fp16-rto-avx2-blocked" : "fp16-rto-avx2";
       case Acc::Bf16: return blocked ? "bf16-rto-avx2-blocked" : "bf16-rto-avx2";
       case Acc::Fp32: return blocked ? "fp32-avx2-blocked" : "fp32-avx2";
     }
   }
-  if (plan->tile) return "ane-tile4-avx512";
+  if (plan->tile) return plan->flush ? "ane-tile4-ftz-avx512" : "ane-tile4-avx512";
   switch (plan->acc) {
     case Acc::Fp16:
       if (isa == Isa::Avx512Fp16) return blocked ? "fp16-avx512fp16-blocked" : "fp16-avx512fp16";

@@ -9,7 +9,8 @@
 /// fp32/fp64 product format, which rounds nothing because every product below is exact in fp32):
 ///   order Sequential, accumulator fp16, bf16 or fp32;
 ///   order Blocked (block b), block sums in fp16, bf16 or fp32, outer sum fp32;
-///   the exact tile stage of ane-tile4: accumulator fp32, order Sequential, tile = 4:fp16:toward-zero.
+///   the exact tile stage of ane-tile4: accumulator fp32, order Sequential, tile = 4:fp16:toward-zero, with or
+///   without flush=tile (ane-tile4-ftz); never flush=step (the generic path runs the step flush).
 /// Handled inputs (checked while packing; otherwise gemm_fast returns false): every element of A and B is 0,
 /// ±inf, NaN, or a finite value with at most 12 significant bits and 2^-63 <= |x| < 2^63 (this covers every
 /// fp16 value and every bf16 value in that range). Then each product a·b is exact and normal (or 0/inf/NaN)
@@ -34,6 +35,10 @@
 ///                          definition. The exact sum is rounded toward zero to
 ///                          binary32 then to fp16 (RZ of RZ is RZ since fp16 ⊂ binary32), added in fp32 (RNE).
 ///                          Full argument, signed zeros and overflow counting at the tile stage in gemm_kernels_avx512.cpp.
+///                          flush=tile: on the final fp16 bits h of every lane (certified, exact or scalar
+///                          fallback alike), (h & 0x7C00) == 0 gives h & 0x8000: a subnormal tile value
+///                          becomes the zero of its sign (zeros stay), before the fp32 add (in the binary32
+///                          bracket only in its rare branch: its common case then needs |h| >= 2^-14).
 ///   AVX2 tier (no embedded rounding): the same steps, with round-to-odd and the tile's exactness built from
 ///                          TwoSum errors instead (argument in gemm_kernel_tiers.hpp).
 /// Operands are packed into per-calling-thread buffers that grow and are reused across calls (scratch: every
@@ -114,7 +119,8 @@ bool gemm_ranged_fast(const Accumulation& a, std::size_t M, std::size_t N, std::
 
 /// Name of the kernel gemm_fast would use under opts for `a` on fp16-valued inputs ("fp16-avx512fp16",
 /// "fp16-rto-avx512", "bf16-rto-avx512", "fp32-avx512", "fp16-rto-avx2", "bf16-rto-avx2", "fp32-avx2", with
-/// "-blocked" for split-K; "ane-tile4-avx512", "ane-tile4-avx2"; "adder-avx512", "adder-avx2" for the
+/// "-blocked" for split-K; "ane-tile4-avx512", "ane-tile4-avx2", "ane-tile4-ftz-avx512", "ane-tile4-ftz-avx2";
+/// "adder-avx512", "adder-avx2" for the
 /// multi-term adder, numerics/adder_kernels.hpp), or nullptr when none.
 const char* kernel_name(const Accumulation& a, const KernelOptions& opts = {});
 

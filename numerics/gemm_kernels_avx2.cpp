@@ -131,10 +131,16 @@ ROUNDOFF_AVX2 void widen(const float* src, double* dst, std::size_t n) {
 
 namespace {
 
+/// flush=tile on 8 fp16 tile values (argument in gemm_kernels_avx512.cpp): (h & 0x7C00) == 0 gives h & 0x8000.
+ROUNDOFF_AVX2 __attribute__((always_inline)) inline __m128i flush_halves(__m128i h) {
+  const __m128i tiny = _mm_cmpeq_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7C00)), _mm_setzero_si128());
+  return _mm_andnot_si128(_mm_and_si128(tiny, _mm_set1_epi16(0x7FFF)), h);
+}
+
 /// One tile of N terms added into the 8 sums s of one row (see tile_ane_rows): af = the row at k0 (binary32,
 /// widened here: the row is in cache from the binary32 attempt, a binary64 copy would not be), bl/bh = the
-/// terms' B columns 0..3 / 4..7 as binary64, b = the same as binary32 (for the fallback).
-template <std::size_t N>
+/// terms' B columns 0..3 / 4..7 as binary64, b = the same as binary32 (for the fallback). Flush: flush=tile.
+template <std::size_t N, bool Flush>
 ROUNDOFF_AVX2 __attribute__((always_inline)) inline __m256 ane_f64(__m256 s, const float* af, const __m256d* bl,
                                                                       const __m256d* bh, const float* b,
                                                                       std::size_t ldb, std::int64_t& overflows) {
@@ -176,6 +182,7 @@ ROUNDOFF_AVX2 __attribute__((always_inline)) inline __m256 ane_f64(__m256 s, con
     tile_fixup(hb, exact, su, a, b, ldb, N, 8, overflows);
     h = _mm_load_si128(reinterpret_cast<const __m128i*>(hb));
   }
+  if constexpr (Flush) h = flush_halves(h);
   return _mm256_add_ps(s, _mm256_cvtph_ps(h));
 }
 
@@ -198,7 +205,8 @@ ROUNDOFF_AVX2 __attribute__((always_inline)) inline __m128i halves(__m256 m) {
 /// The full tile of 4 terms in binary32 first (see "binary32 bracket" in gemm_kernel_tiers.hpp): s += h on all
 /// 8 lanes and true, or false with s untouched when a lane's bracket straddles an fp16 value, its h is ±65504,
 /// ±inf or NaN, or its h is ±0 without a proof of S's sign or of S = 0.
-/// a: the row's 4 values as binary32; b[t]: the terms' 8 B columns.
+/// a: the row's 4 values as binary32; b[t]: the terms' 8 B columns. Flush: flush=tile.
+template <bool Flush>
 ROUNDOFF_AVX2 __attribute__((always_inline)) inline bool ane_step_f32(__m256& s, const float* a, const __m256* b) {
   const __m256 s1 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 1), b[1], _mm256_mul_ps(_mm256_broadcast_ss(a), b[0]));
   const __m256 s2 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 2), b[2], s1);
@@ -212,7 +220,9 @@ ROUNDOFF_AVX2 __attribute__((always_inline)) inline bool ane_step_f32(__m256& s,
   const __m128i hl = _mm256_cvtps_ph(lo, kRz);
   const __m128i mag = _mm_and_si128(hh, _mm_set1_epi16(0x7FFF));
   const __m128i same = _mm_cmpeq_epi16(hl, hh);
-  const __m128i ok = _mm_and_si128(same, _mm_and_si128(_mm_cmpgt_epi16(mag, _mm_setzero_si128()),
+  // Under the flush a subnormal h (mag <= 0x3FF) also leaves the common case, which then costs nothing extra.
+  const __m128i floor = _mm_set1_epi16(Flush ? 0x03FF : 0);
+  const __m128i ok = _mm_and_si128(same, _mm_and_si128(_mm_cmpgt_epi16(mag, floor),
                                                        _mm_cmpgt_epi16(_mm_set1_epi16(0x7BFF), mag)));
   if (__builtin_expect(_mm_movemask_epi8(ok) != 0xFFFF, 0)) {
     // Zero lanes: S = 0 exactly when lo = hi = 0 (h = +0, the definition's exact zero); a nonzero S of known sign
@@ -223,15 +233,23 @@ ROUNDOFF_AVX2 __attribute__((always_inline)) inline bool ane_step_f32(__m256& s,
     const __m128i signed_tiny =
         _mm_and_si128(_mm_and_si128(same, _mm_cmpeq_epi16(mag, _mm_setzero_si128())),
                       halves(_mm256_or_ps(_mm256_cmp_ps(lo, zero, _CMP_GT_OQ), _mm256_cmp_ps(hi, zero, _CMP_LT_OQ))));
-    if (_mm_movemask_epi8(_mm_or_si128(ok, _mm_or_si128(exact_zero, signed_tiny))) != 0xFFFF) return false;
+    // Flush: the certified lanes with a nonzero subnormal h, which the flush turns into zeros of their sign.
+    const __m128i subnormal =
+        Flush ? _mm_and_si128(same, _mm_and_si128(_mm_cmpgt_epi16(mag, _mm_setzero_si128()),
+                                                  _mm_cmpgt_epi16(_mm_set1_epi16(0x0400), mag)))
+              : _mm_setzero_si128();
+    if (_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(ok, subnormal), _mm_or_si128(exact_zero, signed_tiny))) != 0xFFFF)
+      return false;
     hh = _mm_andnot_si128(exact_zero, hh);
+    if constexpr (Flush) hh = flush_halves(hh);
   }
   s = _mm256_add_ps(s, _mm256_cvtph_ps(hh));
   return true;
 }
 
 /// The full tile of kTile terms in binary32.
-ROUNDOFF_AVX2 ROUNDOFF_INLINE bool ane_f32(VF& s, const float* a, const VF* b) { return ane_step_f32(s, a, b); }
+template <bool Flush>
+ROUNDOFF_AVX2 ROUNDOFF_INLINE bool ane_f32(VF& s, const float* a, const VF* b) { return ane_step_f32<Flush>(s, a, b); }
 
 #include "numerics/gemm_tile_loops.inc"
 

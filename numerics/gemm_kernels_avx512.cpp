@@ -103,10 +103,29 @@ ROUNDOFF_AVX512 ROUNDOFF_INLINE __m512 mac(__m512 a, __m512 b, __m512 s) {
 // (S = 0 exactly: h = +0, the definition's exact zero, whatever the signs of lo and hi). In each case h is what
 // the binary64 path gives (RZ16(S), or +0 for S = 0, in its exact lanes and its scalar fallback alike). The
 
+// flush=tile (ane-tile4-ftz): the definition turns a tile value T = RZ16(S) with 0 < |T| < 2^-14 into the zero
+// of T's sign. Both paths end with the fp16 bits h of each lane's T (the bracket's certified lanes, the binary64
+// path's exact lanes and tile_fixup's scalar lanes, which compute T without the flush); flush_halves then maps
+// every h with (h & 0x7C00) == 0 to h & 0x8000 (a nonzero subnormal to the zero of its sign, ±0 to itself) before
+// the fp32 add. In the bracket the accepted lanes are: 0 < |h| < 65504 with RZ16(lo) = RZ16(hi), so h = RZ16(S)
+// and a subnormal h has S's sign, which the flush keeps; h = ±0 with S's sign proven (RZ16 of a tiny S, already
+// the zero of S's sign: unchanged); S = 0 exactly (h = +0: unchanged). So every lane is the flushed definition.
+// The bracket's common case (all 16 lanes with a normal h) then has nothing to flush: under the flush it requires
+// |h| >= 2^-14 instead of h != 0, and lanes with a subnormal h take the rare branch, which flushes; so
+// ane-tile4-ftz runs the common case with the instructions of ane-tile4. A lane whose bracket ends are not the
+// same fp16 value declines as before, also when one end is subnormal (the other may be of the other sign, or
+// normal: AccumulateFlush.BinaryThirtyTwoBracketsAroundTheSubnormalRangeDecline).
+
+/// flush=tile on 16 fp16 tile values: (h & 0x7C00) == 0 gives h & 0x8000.
+ROUNDOFF_AVX512 ROUNDOFF_INLINE __m256i flush_halves(__m256i h) {
+  const __mmask16 tiny = _mm256_testn_epi16_mask(h, _mm256_set1_epi16(0x7C00));
+  return _mm256_mask_mov_epi16(h, tiny, _mm256_and_si256(h, _mm256_set1_epi16(static_cast<short>(0x8000))));
+}
+
 /// One tile of N terms (k0 .. k0+N-1) added into the 16 sums s of one row: af = the row at k0 (binary32, widened
 /// here: the row is in cache from the binary32 attempt, a binary64 copy read only by declined tiles would not
-/// be), b[t] = the terms' B columns as binary64 halves (lo: columns 0..7, hi: 8..15).
-template <std::size_t N>
+/// be), b[t] = the terms' B columns as binary64 halves (lo: columns 0..7, hi: 8..15). Flush: flush=tile.
+template <std::size_t N, bool Flush>
 ROUNDOFF_AVX512 ROUNDOFF_INLINE __m512 ane_f64(__m512 s, const float* af, const __m512d* bl, const __m512d* bh,
                                                  const float* b, std::size_t ldb, std::int64_t& overflows) {
   double a[N];
@@ -140,6 +159,7 @@ ROUNDOFF_AVX512 ROUNDOFF_INLINE __m512 ane_f64(__m512 s, const float* af, const 
     tile_fixup(hb, exact, su, a, b, ldb, N, 16, overflows);
     h = _mm256_load_si256(reinterpret_cast<const __m256i*>(hb));
   }
+  if constexpr (Flush) h = flush_halves(h);
   return _mm512_add_ps(s, _mm512_cvtph_ps(h));
 }
 
@@ -156,8 +176,8 @@ ROUNDOFF_AVX512 ROUNDOFF_INLINE void load_b_f64(const float* Bp, std::size_t ldb
 /// The tile of N terms in binary32 first (see "binary32 bracket" above): s += h on all 16 lanes and true, or
 /// false with s untouched when a lane's bracket straddles an fp16 value, its h is ±65504, ±inf or NaN, or its h
 /// is ±0 without a proof of S's sign or of S = 0.
-/// a: the row's N values as binary32; b[t]: the terms' 16 B columns.
-template <std::size_t N>
+/// a: the row's N values as binary32; b[t]: the terms' 16 B columns. Flush: flush=tile.
+template <std::size_t N, bool Flush>
 ROUNDOFF_AVX512 ROUNDOFF_INLINE bool ane_f32_n(__m512& s, const float* a, const __m512* b) {
   constexpr int kRd = _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC, kRu = _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC;
   constexpr int kRz = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;
@@ -173,7 +193,10 @@ ROUNDOFF_AVX512 ROUNDOFF_INLINE bool ane_f32_n(__m512& s, const float* a, const 
   const __m256i hl = _mm512_cvtps_ph(lo, kRz);
   const __m256i mag = _mm256_and_si256(hh, _mm256_set1_epi16(0x7FFF));
   const __mmask16 same = _mm256_cmpeq_epi16_mask(hl, hh);
-  const __mmask16 ok = same & _mm256_cmpgt_epu16_mask(mag, _mm256_setzero_si256()) &
+  // Under the flush a subnormal h (mag <= 0x3FF) also leaves the common case (there is nothing to flush in it),
+  // so the flush costs the common case nothing.
+  const __m256i floor = _mm256_set1_epi16(Flush ? 0x03FF : 0);
+  const __mmask16 ok = same & _mm256_cmpgt_epu16_mask(mag, floor) &
                        _mm256_cmplt_epu16_mask(mag, _mm256_set1_epi16(0x7BFF));
   if (__builtin_expect(ok != 0xFFFF, 0)) {
     // Zero lanes: S = 0 exactly when lo = hi = 0 (h = +0, the definition's exact zero); a nonzero S of known sign
@@ -182,15 +205,23 @@ ROUNDOFF_AVX512 ROUNDOFF_INLINE bool ane_f32_n(__m512& s, const float* a, const 
     const __mmask16 exact_zero = _mm512_cmp_ps_mask(lo, zero, _CMP_EQ_OQ) & _mm512_cmp_ps_mask(hi, zero, _CMP_EQ_OQ);
     const __mmask16 signed_tiny = same & _mm256_cmpeq_epi16_mask(mag, _mm256_setzero_si256()) &
                                   (_mm512_cmp_ps_mask(lo, zero, _CMP_GT_OQ) | _mm512_cmp_ps_mask(hi, zero, _CMP_LT_OQ));
-    if (static_cast<__mmask16>(ok | exact_zero | signed_tiny) != 0xFFFF) return false;
+    // Flush: the certified lanes with a nonzero subnormal h, which the flush turns into zeros of their sign.
+    const __mmask16 subnormal = Flush ? same & _mm256_cmpgt_epu16_mask(mag, _mm256_setzero_si256()) &
+                                            _mm256_cmple_epu16_mask(mag, _mm256_set1_epi16(0x03FF))
+                                      : 0;
+    if (static_cast<__mmask16>(ok | exact_zero | signed_tiny | subnormal) != 0xFFFF) return false;
     hh = _mm256_mask_mov_epi16(hh, exact_zero, _mm256_setzero_si256());
+    if constexpr (Flush) hh = flush_halves(hh);
   }
   s = _mm512_add_ps(s, _mm512_cvtph_ps(hh));
   return true;
 }
 
 /// The full tile of kTile terms in binary32 (ane_f32_n).
-ROUNDOFF_AVX512 ROUNDOFF_INLINE bool ane_f32(VF& s, const float* a, const VF* b) { return ane_f32_n<kTile>(s, a, b); }
+template <bool Flush>
+ROUNDOFF_AVX512 ROUNDOFF_INLINE bool ane_f32(VF& s, const float* a, const VF* b) {
+  return ane_f32_n<kTile, Flush>(s, a, b);
+}
 
 #include "numerics/gemm_tile_loops.inc"
 

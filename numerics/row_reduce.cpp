@@ -26,8 +26,8 @@ bool lane_format(const Format& f) {
 
 std::optional<LanePlan> plan_of(const Accumulation& a, bool dot) {
   if (validate(a) || a.rounding != Rounding::NearestEven || a.order != Order::Sequential || a.promote_every != 0 ||
-      a.adder.group != 0 || a.splitk.count != 0 || (dot && !a.fused))
-    return std::nullopt;
+      a.adder.group != 0 || a.splitk.count != 0 || (dot && !a.fused) || a.flush.step)
+    return std::nullopt;  // the step flush has no lane kernel: the scalar definition runs it
   LanePlan pl{};
   pl.dot = dot;
   if (a.format == formats::fp64) {
@@ -49,6 +49,7 @@ std::optional<LanePlan> plan_of(const Accumulation& a, bool dot) {
     pl.tile_p = a.tile.format.precision;
     pl.tile_emin = a.tile.format.emin;
     pl.tile_max = RoundingPlan(a.tile.format).max_finite;
+    pl.tile_flush_below = a.flush.tile ? std::ldexp(1.0, a.tile.format.emin) : 0.0;
   }
   return pl;
 }

@@ -5,7 +5,7 @@ An accumulation is the C++ ``numerics::Accumulation``: accumulator format and ro
 products, order (sequential, reverse, pairwise, blocked/split-K, Kahan), promotion, the multi-term adders of
 GPU tensor cores (``tc-v100*``, ``tc-a100*``, ``tc-ada*``, ``tc-h100*``, ``tc-b200*``, fitted bit for bit to
 measured bits of each generation; ``fasi-v100``/``fasi-a100``: Fasi et al.'s models) and the ANE's exact
-tiles (``ane-tile4``). docs/numerics.md and ``numerics/accumulate.hpp`` give the exact semantics.
+tiles (``ane-tile4``; ``ane-tile4-ftz`` with the M1's subnormal flush of tile values). docs/numerics.md and ``numerics/accumulate.hpp`` give the exact semantics.
 """
 from __future__ import annotations
 
@@ -25,14 +25,17 @@ spec : str
     ``fused``/``unfused``, ``product=FORMAT``, ``promote=N[:FORMAT]``, ``group=G``, ``extra=E``,
     ``align=``, ``normalize=``, ``carry=C``, ``anchor=lead|exp-sum:EMIN``, ``edges=ieee|inf-pos-zero``,
     ``tile=G[:FORMAT][:ROUNDING]``, ``splitk=S[:G[:ROUNDING]]`` (cuBLAS split-K: K in chunks of
-    G·ceil(K/(G·S)) reduced alone, their results summed in ``outer_format``, e.g. ``tc-h100,splitk=3:64``).
+    G·ceil(K/(G·S)) reduced alone, their results summed in ``outer_format``, e.g. ``tc-h100,splitk=3:64``),
+    ``flush=none|tile|step[:FORMAT]|tile+step[:FORMAT]`` (subnormal tile values / rounded partial sums become
+    zeros of their sign: the M1 Neural Engine's matmul, ``ane-tile4-ftz``; ``step:FORMAT`` flushes below that
+    format's smallest normal).
 
 Attributes
 ----------
 canonical : str   the preset name or canonical spec (``Accumulation(a.canonical) == a``)
 spec : str        the full key=value form
 format, rounding, fused, product_format, order, block, outer_format, promote_every, promote_format,
-adder_group, tile_size, splitk, splitk_granule, result_format
+adder_group, tile_size, splitk, splitk_granule, flush (the ``flush=`` value, ``"none"`` by default), result_format
 
 Examples
 --------

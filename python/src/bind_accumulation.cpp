@@ -39,6 +39,14 @@ void bind_accumulation(py::module_& m) {
       .def_property_readonly("tile_size", [](const Accumulation& a) { return a.tile.size; })
       .def_property_readonly("splitk", [](const Accumulation& a) { return a.splitk.count; })
       .def_property_readonly("splitk_granule", [](const Accumulation& a) { return a.splitk.granule; })
+      .def_property_readonly("flush",
+                             [](const Accumulation& a) {
+                               // The flush= value of the spec: none, tile, step[:FORMAT], tile+step[:FORMAT].
+                               const AccumFlush& f = a.flush;
+                               std::string s = f.tile && f.step ? "tile+step" : f.tile ? "tile" : f.step ? "step" : "none";
+                               if (f.step_format) s += ":" + name_of(*f.step_format);
+                               return s;
+                             })
       .def_property_readonly("result_format", [](const Accumulation& a) { return result_format(a); })
       .def("__repr__", [](const Accumulation& a) { return "Accumulation('" + canonical(a) + "')"; })
       .def("__eq__", [](const Accumulation& a, const Accumulation& b) { return a == b; }, py::is_operator())

@@ -28,6 +28,22 @@ def test_accumulation_values():
     assert set(PRESETS) <= set(roundoff.accumulations())
 
 
+def test_accumulation_flush():
+    # The M1 Neural Engine's subnormal flush (accumulate.hpp `flush`): two fp16 denormals summed in a matmul give
+    # +0 under ane-tile4-ftz, the denormal under ane-tile4.
+    ftz = roundoff.Accumulation("ane-tile4-ftz")
+    assert ftz.flush == "tile" and ftz == roundoff.Accumulation("ane-tile4,flush=tile")
+    assert roundoff.Accumulation("ane-tile4").flush == "none" and "ane-tile4-ftz" in roundoff.accumulations()
+    step = roundoff.Accumulation("ane-tile4,flush=tile+step:fp16")
+    assert step.flush == "tile+step:fp16" and roundoff.Accumulation(step.canonical) == step
+    x, ones = np.array([3 * 2.0 ** -24, 5 * 2.0 ** -24]), np.ones(2)
+    assert roundoff.dot(x, ones, inputs="fp16", accumulation="ane-tile4") == 2.0 ** -21
+    got = roundoff.dot(x, ones, inputs="fp16", accumulation="ane-tile4-ftz")
+    assert got == 0.0 and not np.signbit(got)
+    with pytest.raises(ValueError, match="sideways"):
+        roundoff.Accumulation("ane-tile4,flush=sideways")
+
+
 @pytest.mark.parametrize("acc", PRESETS)
 def test_dot_matches_cli(cli, acc):
     rng = np.random.default_rng(len(acc))

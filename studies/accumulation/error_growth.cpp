@@ -97,7 +97,8 @@ std::pair<double, double> bounds(const Accumulation& a, std::size_t n, bool is_d
   const double nn = static_cast<double>(n);
   const double m = a.rounding == Rounding::NearestEven ? 1.0 : 2.0;  // |δ| < 2u for directed and stochastic
   auto gamma = [](double k, double uu) { return k * uu < 1 ? k * uu / (1 - k * uu) : kNaN; };
-  if (a.adder.group > 0 || a.tile.size > 0 || a.splitk.count > 0) return {kNaN, kNaN};  // no bound derived for these
+  // No bound derived for these (a step flush adds absolute errors up to 2^emin per step: no relative bound).
+  if (a.adder.group > 0 || a.tile.size > 0 || a.splitk.count > 0 || a.flush.step) return {kNaN, kNaN};
   switch (a.order) {
     case Order::Sequential:
     case Order::Reverse: {

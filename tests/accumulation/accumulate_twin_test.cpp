@@ -1,7 +1,7 @@
 // Bit-exactness of numerics::sum/dot/gemm against the MPFR-executed twin (tests/support/accum_mpfr_twin):
-// every order, fused and unfused products, promotion and the multi-term adder, in every rounding mode, on fp16
-// and bf16 inputs of several kinds (normal data, wide exponent spread with subnormals, overflow, specials,
-// cancellation), for ragged lengths. Results and overflow counts must agree exactly.
+// every order, fused and unfused products, promotion, the multi-term adder, the tile stage and the subnormal
+// flush, in every rounding mode, on fp16 and bf16 inputs of several kinds (normal data, wide exponent spread
+// with subnormals, overflow, specials, cancellation), for ragged lengths. Results and overflow counts must agree exactly.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -152,6 +152,14 @@ std::vector<Accumulation> grid() {
       out.push_back(a);
     }
   }
+  // The subnormal flush (the M1 ANE model): of tile values, of the partial sums (in the accumulator's own range or
+  // a narrower one), both; flush=tile also inside split-K chunks.
+  for (const char* spec : {"ane-tile4-ftz", "ane-tile4,tile=3:fp16:nearest-even,flush=tile+step",
+                           "acc=fp16,tile=2:bf16:up,flush=tile", "ane-tile4,flush=step:fp16",
+                           "acc=fp16,flush=step", "acc=bf16,order=reverse,unfused,product=bf16,flush=step",
+                           "acc=fp32,flush=step:fp16", "acc=fp16,unfused,product=fp16,flush=step:bf16",
+                           "ane-tile4-ftz,splitk=3:2"})
+    out.push_back(parse_accumulation(spec));
   // Split-K over each kind of chunk reduction (ragged chunks, fewer chunks than S, its own rounding and format).
   const SplitK splits[] = {{3, 1, Rounding::NearestEven}, {2, 4, Rounding::TowardZero}, {4, 2, Rounding::Down},
                            {5, 3, Rounding::Stochastic},  {7, 1, Rounding::Odd},         {1, 1, Rounding::Up}};

@@ -264,6 +264,22 @@ class Twin {
     return finish(f, e, std::isfinite(u) && std::isfinite(v) && std::isfinite(w));
   }
 
+  /// The subnormal flush (accumulate.hpp `flush`): v becomes a zero of its sign when 0 < |v| < 2^emin, decided
+  /// by MPFR on the exact values.
+  static double flush_below(double v, int emin) {
+    if (!std::isfinite(v) || v == 0) return v;
+    Big x, bound;
+    mpfr_set_d(x.v, v, MPFR_RNDN);
+    mpfr_set_ui_2exp(bound.v, 1, emin, MPFR_RNDN);
+    if (mpfr_cmpabs(x.v, bound.v) >= 0) return v;
+    return mpfr_signbit(x.v) ? -0.0 : 0.0;
+  }
+  /// A rounded partial sum of the accumulator under flush.step.
+  double step_flush(double s) const {
+    if (!a_.flush.step) return s;
+    return flush_below(s, a_.flush.step_format ? a_.flush.step_format->emin : a_.format.emin);
+  }
+
   std::size_t at(std::size_t k) const { return a_.order == Order::Reverse ? n_ - 1 - k : k; }
   double xv(std::size_t i) const { return x_[i]; }
   double yv(std::size_t i) const { return dot_ ? y_[i] : 1.0; }
@@ -285,8 +301,8 @@ class Twin {
   double seq_range(std::size_t k0, std::size_t k1, bool has_init, double init) {
     if (k0 == k1) return has_init ? init : 0.0;
     std::size_t k = k0;
-    double s = has_init ? init : start(at(k++));
-    for (; k < k1; ++k) s = step(s, at(k));
+    double s = has_init ? init : step_flush(start(at(k++)));
+    for (; k < k1; ++k) s = step_flush(step(s, at(k)));
     return s;
   }
 
@@ -488,8 +504,9 @@ class Twin {
     double s = init;
     bool have = has_init;
     for (std::size_t k = 0; k < n_; k += g) {
-      const double t = tile_value(k, std::min(n_, k + g));
-      s = have ? op_add(a_.format, s, t) : op_round(a_.format, t);
+      double t = tile_value(k, std::min(n_, k + g));
+      if (a_.flush.tile) t = flush_below(t, a_.tile.format.emin);
+      s = step_flush(have ? op_add(a_.format, s, t) : op_round(a_.format, t));
       have = true;
     }
     return have ? s : 0.0;

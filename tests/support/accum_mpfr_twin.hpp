@@ -1,7 +1,9 @@
 #pragma once
 /// \file accum_mpfr_twin.hpp
 /// "The same algorithm executed in MPFR at the target format": an independent implementation of every
-/// Accumulation (orders, fused/unfused products, promotion, the multi-term adder, the exact tile stage) for the bit-exactness tests.
+/// Accumulation (orders, fused/unfused products, promotion, the multi-term adder, the exact tile stage, the
+/// subnormal flush) for the bit-exactness tests. The flush decides subnormality in MPFR (|v| < 2^emin compared
+/// as MPFR numbers), not through the engine's formats code.
 ///
 /// It shares only the Accumulation description with numerics/accumulate.cpp. Each operation is evaluated
 /// exactly by MPFR (2400 bits hold any sum or product of binary64 values; a tile's sum of products is held at
