@@ -62,10 +62,10 @@ void adamw_binary32(double* w, double* m, double* v, const double* g, std::size_
 /// Updates w (master), m, v (n) in place from g (n) at step t ≥ 1; writes the working copy `weights` (n)
 /// when it is non-empty.
 ///
-/// Fast path (Emulated, fast_paths() on, all units, compute fp32 with nearest-even, master/m/v roles fp32,
-/// AVX2): detail::adamw_binary32 on blocks of kAdamWBlock elements, the elements it leaves on the scalar
-/// path, the working copy through store_to_array. Bit-identical to the scalar path (argument at
-/// detail::adamw_binary32; tests/ops/span_ops_test.cpp compares the two).
+/// Fast path (Emulated, fast_paths() on, all units, compute fp32 with nearest-even and ftz off
+/// (Ctx::binary32_native), master/m/v roles fp32, AVX2): detail::adamw_binary32 on blocks of kAdamWBlock
+/// elements, the elements it leaves on the scalar path, the working copy through store_to_array. Bit-identical
+/// to the scalar path (argument at detail::adamw_binary32; tests/ops/span_ops_test.cpp compares the two).
 template <class A>
 void adamw_update(std::span<typename A::Value> w, std::span<typename A::Value> m, std::span<typename A::Value> v,
                   std::span<const typename A::Value> g, std::span<typename A::Value> weights, const AdamWConfig& cfg,
