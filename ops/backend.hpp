@@ -330,6 +330,9 @@ class Ctx<Emulated> {
   /// throughout. Under ftz out or all they decline: a stored value that the flush changes may feed later
   /// operations (AdamW's moment m into m̂), so a flush pass after the fact would not give the same bits.
   bool binary32_native() const { return native_ == Native::Binary32 && !ftz_out_; }
+  /// True when compute is IEEE binary32 with round-to-nearest-even, whatever ftz says: for vectorised paths
+  /// that apply precision().ftz's flushes themselves (AdamW's binary32 path).
+  bool binary32_compute() const { return native_ == Native::Binary32; }
 
  private:
   /// Native fast path of add/sub/mul/div/sqrt: when the compute format IS IEEE binary32 (or binary64) with

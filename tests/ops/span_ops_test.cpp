@@ -164,14 +164,16 @@ TEST(SpanOps, AdamWEqualsTheOracle) {
   std::vector<std::string> specs = policies();
   specs.push_back("fp32,weights=fp16");
   specs.push_back("fp32,adam-v=bf16");
-  int binary32_cases = 0;
+  int binary32_cases = 0, ftz_binary32_cases = 0;
   for (const std::string& spec : specs) {
     const Policy pol = load_policy(spec);
     const AdamWFormats f(pol);
     const Ctx<Emulated> c(pol.at(OpKind::AdamW, Pass::Forward), {7, 4});
-    binary32_cases += c.binary32_native() && f.master.format == numerics::formats::fp32 &&
-                      f.m.format == numerics::formats::fp32 && f.v.format == numerics::formats::fp32 &&
-                      detail::adamw_binary32_supported(c.exec().kernels);
+    const bool binary32 = c.binary32_compute() && f.master.format == numerics::formats::fp32 &&
+                          f.m.format == numerics::formats::fp32 && f.v.format == numerics::formats::fp32 &&
+                          detail::adamw_binary32_supported(c.exec().kernels);
+    binary32_cases += binary32;
+    ftz_binary32_cases += binary32 && c.precision().ftz != Ftz::Off;
     for (Regime regime : kRegimes)
       for (double grad_scale : {1.0, 1.0 / 256}) {
         const auto seed = 100 + static_cast<std::uint64_t>(regime);
@@ -211,6 +213,7 @@ TEST(SpanOps, AdamWEqualsTheOracle) {
   namespace k = numerics::kernels;
   if (k::detected_isa() >= k::Isa::Avx2) {
     EXPECT_GT(binary32_cases, 0);
+    EXPECT_GT(ftz_binary32_cases, 0);  // the kernel's flushes (fp32,all.ftz=out, ...)
   }
 }
 
