@@ -314,9 +314,29 @@ bool field_equal(const OpPrecision& a, const OpPrecision& b, Field f) {
   return false;
 }
 
-/// Overrides that turn `base` into `p` (the canonical order: ops in table order, then roles, then loss scale).
-std::vector<std::string> overrides(const Policy& base, const Policy& p) {
+/// Overrides that turn `base0` into `p` (the canonical order: all.ftz / all.daz, then ops in table order, then
+/// roles, then loss scale). ftz and daz, which no preset sets, take one all.FIELD item when every entry has the
+/// same value (`ane-guide,all.ftz=out` rather than one item per op and pass); every other field is printed per
+/// op or per pass, as before these two fields existed.
+std::vector<std::string> overrides(const Policy& base0, const Policy& p) {
   std::vector<std::string> out;
+  Policy base = base0;
+  const OpPrecision& first = p.at(kAllOps[0], Pass::Forward);
+  for (Field f : {Field::Ftz, Field::Daz}) {
+    bool same = true, differs = false;
+    for (OpKind k : kAllOps)
+      for (Pass ps : kAllPasses) {
+        same = same && field_equal(p.at(k, ps), first, f);
+        differs = differs || !field_equal(base.at(k, ps), first, f);
+      }
+    if (!same || !differs) continue;
+    out.push_back("all." + std::string(kFieldNames[static_cast<std::size_t>(f)]) + "=" + field_text(first, f));
+    for (OpKind k : kAllOps)
+      for (Pass ps : kAllPasses) {
+        if (f == Field::Ftz) base.at(k, ps).ftz = first.ftz;
+        if (f == Field::Daz) base.at(k, ps).daz = first.daz;
+      }
+  }
   for (OpKind k : kAllOps) {
     const std::string op(name_of(k));
     const OpPrecision& v0 = p.at(k, Pass::Forward);

@@ -16,8 +16,8 @@
 ///            compute = storage; missing acc = sequential in the compute format; missing rounding = unchanged
 ///   ACC   := accumulation preset (fp16-seq, fp32-seq, ...) or "[" key=value,... "]"
 /// Without a leading preset the base is fp32 (every preset is materialised). canonical() prints the nearest
-/// preset followed by the overrides in table order (attention= only when online); parse(canonical(p)) == p
-/// for every policy.
+/// preset followed by the overrides in table order (all.ftz= / all.daz= first when every entry shares the
+/// value; attention= only when online); parse(canonical(p)) == p for every policy.
 #include <array>
 #include <string>
 #include <string_view>
