@@ -1,5 +1,6 @@
 // Training-step time: step/<config>/<policy>[/oracle]/threads:<n> for T0, T1 and W512 (d 512, 4 layers,
-// 8 heads, seq 128, batch 4, BPE-1024) under fp32 and ane-fp16, on 1 and 2 OpenMP threads (threads split
+// 8 heads, seq 128, batch 4, BPE-1024) under fp32, ane-fp16, ane-guide and ane-guide with flush to zero
+// (all.ftz=out,all.daz=on: the cost of the flush passes), on 1 and 2 OpenMP threads (threads split
 // independent outputs only, so the bits do not depend on n). `/oracle` runs the same step with the ops' fast
 // paths off (ops::ExecOptions::fast_paths off: the per-element definitions), so the speed-up of the fast paths is a
 // ratio measured in the same run. One iteration = one full optimisation step (forward, backward, unscale,
@@ -55,7 +56,7 @@ void step_bench(benchmark::State& state, const std::string& name, const std::str
   o.steps = 1'000'000;
   o.telemetry_every = 0;
   o.progress_every = 0;
-  const auto p = roundoff::ops::Policy::preset(policy);
+  const auto p = roundoff::ops::load_policy(policy);
   o.policy = p.canonical();
   o.loss_scale = tr::resolve_loss_scale("auto", p);
   roundoff::ops::ExecOptions exec;
@@ -77,7 +78,7 @@ void step_bench(benchmark::State& state, const std::string& name, const std::str
 
 void register_all() {
   for (const char* config : {"T0", "T1", "W512"})
-    for (const char* policy : {"fp32", "ane-fp16"})
+    for (const char* policy : {"fp32", "ane-fp16", "ane-guide", "ane-guide,all.ftz=out,all.daz=on"})
       for (bool oracle : {false, true}) {
         const std::string name = std::string("step/") + config + "/" + policy + (oracle ? "/oracle" : "");
         auto* b = benchmark::RegisterBenchmark(name.c_str(), step_bench, name, std::string(config),

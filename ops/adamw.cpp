@@ -28,6 +28,15 @@ ROUNDOFF_ADAMW_AVX2 inline __m256 step(__m256 t, __m256& ok) {
   return t;
 }
 
+/// t flushed in binary32 when `on`: lanes with 0 < |t| < 2^-126 become a zero of their sign (the sign bit kept,
+/// the magnitude bits cleared); zeros, normals, infinities and NaN unchanged.
+ROUNDOFF_ADAMW_AVX2 inline __m256 flush(__m256 t, bool on) {
+  if (!on) return t;
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 tiny = _mm256_cmp_ps(_mm256_and_ps(t, magnitude), _mm256_set1_ps(0x1p-126f), _CMP_LT_OQ);
+  return _mm256_andnot_ps(_mm256_and_ps(tiny, magnitude), t);
+}
+
 /// Loads 8 doubles as binary32 and clears the bits of `exact` whose conversion was not exact (NaN is not).
 ROUNDOFF_ADAMW_AVX2 inline __m256 load_b32(const double* p, unsigned& exact) {
   const __m256d lo = _mm256_loadu_pd(p), hi = _mm256_loadu_pd(p + 4);
@@ -62,20 +71,23 @@ ROUNDOFF_ADAMW_AVX2 void adamw_binary32(double* w, double* m, double* v, const d
                ob2 = _mm256_set1_ps(c.ob2), c1 = _mm256_set1_ps(c.c1), c2 = _mm256_set1_ps(c.c2),
                eps = _mm256_set1_ps(c.eps), wd = _mm256_set1_ps(c.wd), lr = _mm256_set1_ps(c.lr),
                gs = _mm256_set1_ps(c.gs);
+  const bool fa = c.flush_all, fs = c.flush_stored;
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     unsigned exact = 0xFF;
     const __m256 wi = load_b32(w + i, exact), mi0 = load_b32(m + i, exact), vi0 = load_b32(v + i, exact);
     __m256 gi = load_b32(g + i, exact);
     __m256 ok = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
-    if (c.scale) gi = step(_mm256_mul_ps(gi, gs), ok);
-    const __m256 mi = step(_mm256_add_ps(step(_mm256_mul_ps(b1, mi0), ok), step(_mm256_mul_ps(ob1, gi), ok)), ok);
-    const __m256 g2 = step(_mm256_mul_ps(gi, gi), ok);
-    const __m256 vi = step(_mm256_add_ps(step(_mm256_mul_ps(b2, vi0), ok), step(_mm256_mul_ps(ob2, g2), ok)), ok);
-    const __m256 mhat = step(_mm256_div_ps(mi, c1), ok), vhat = step(_mm256_div_ps(vi, c2), ok);
-    const __m256 den = step(_mm256_add_ps(step(_mm256_sqrt_ps(vhat), ok), eps), ok);
-    const __m256 upd = step(_mm256_add_ps(step(_mm256_div_ps(mhat, den), ok), step(_mm256_mul_ps(wd, wi), ok)), ok);
-    const __m256 wn = step(_mm256_sub_ps(wi, step(_mm256_mul_ps(lr, upd), ok)), ok);
+    // r(t): an operation's result (finiteness into ok, ftz all's flush); the stores of m, v, w: ftz out's flush.
+    const auto r = [&](__m256 t) ROUNDOFF_ADAMW_AVX2 { return flush(step(t, ok), fa); };
+    if (c.scale) gi = r(_mm256_mul_ps(gi, gs));
+    const __m256 mi = flush(r(_mm256_add_ps(r(_mm256_mul_ps(b1, mi0)), r(_mm256_mul_ps(ob1, gi)))), fs);
+    const __m256 g2 = r(_mm256_mul_ps(gi, gi));
+    const __m256 vi = flush(r(_mm256_add_ps(r(_mm256_mul_ps(b2, vi0)), r(_mm256_mul_ps(ob2, g2)))), fs);
+    const __m256 mhat = r(_mm256_div_ps(mi, c1)), vhat = r(_mm256_div_ps(vi, c2));
+    const __m256 den = r(_mm256_add_ps(r(_mm256_sqrt_ps(vhat)), eps));
+    const __m256 upd = r(_mm256_add_ps(r(_mm256_div_ps(mhat, den)), r(_mm256_mul_ps(wd, wi))));
+    const __m256 wn = flush(r(_mm256_sub_ps(wi, r(_mm256_mul_ps(lr, upd)))), fs);
     const unsigned good = exact & static_cast<unsigned>(_mm256_movemask_ps(ok));
     store_lanes(m + i, mi, good);
     store_lanes(v + i, vi, good);

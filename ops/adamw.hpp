@@ -41,6 +41,8 @@ namespace detail {
 struct AdamWBinary32 {
   float b1, b2, ob1, ob2, c1, c2, eps, wd, lr, gs;
   bool scale;  ///< grad_scale != 1: g is multiplied by gs first
+  bool flush_stored = false;  ///< ftz out or all: m, v and the master (fp32 roles) flushed in fp32 when stored
+  bool flush_all = false;     ///< ftz all: every operation's result flushed in fp32 too
 };
 /// Elements per block of the binary32 path (a multiple of 8).
 inline constexpr std::size_t kAdamWBlock = 2048;
@@ -51,7 +53,9 @@ bool adamw_binary32_supported(const numerics::KernelOptions& opts);
 /// of the update is the hardware binary32 operation (vaddps, vmulps, vdivps, vsqrtps; no FMA), in the order
 /// and with the operands of the scalar definition. Under compute = fp32 with nearest-even the scalar path
 /// takes exactly these operations (Ctx's native path) whenever every operand is a binary32 value and every
-/// result is finite, and the stores to fp32 master/m/v of binary32 values are the identity. So an element is
+/// result is finite, and the stores to fp32 master/m/v of binary32 values are the identity (then the ftz flushes,
+/// which the flags reproduce: store_to's flush of m, v and w in fp32, and ftz all's flush of each operation's
+/// result, each applied where the scalar path applies it, before the value is used). So an element is
 /// written here only when w, m, v, g are binary32 values and every intermediate result is finite; bit l of
 /// bad[i / 8] (i = 8·(i / 8) + l) is set, and w, m, v left untouched, for each other element, which the caller
 /// recomputes on the scalar path.
@@ -62,10 +66,10 @@ void adamw_binary32(double* w, double* m, double* v, const double* g, std::size_
 /// Updates w (master), m, v (n) in place from g (n) at step t ≥ 1; writes the working copy `weights` (n)
 /// when it is non-empty.
 ///
-/// Fast path (Emulated, fast_paths() on, all units, compute fp32 with nearest-even, master/m/v roles fp32,
-/// AVX2): detail::adamw_binary32 on blocks of kAdamWBlock elements, the elements it leaves on the scalar
-/// path, the working copy through store_to_array. Bit-identical to the scalar path (argument at
-/// detail::adamw_binary32; tests/ops/span_ops_test.cpp compares the two).
+/// Fast path (Emulated, fast_paths() on, all units, compute fp32 with nearest-even (Ctx::binary32_compute;
+/// the kernel applies ftz's flushes itself), master/m/v roles fp32, AVX2): detail::adamw_binary32 on blocks of kAdamWBlock
+/// elements, the elements it leaves on the scalar path, the working copy through store_to_array. Bit-identical
+/// to the scalar path (argument at detail::adamw_binary32; tests/ops/span_ops_test.cpp compares the two).
 template <class A>
 void adamw_update(std::span<typename A::Value> w, std::span<typename A::Value> m, std::span<typename A::Value> v,
                   std::span<const typename A::Value> g, std::span<typename A::Value> weights, const AdamWConfig& cfg,
@@ -92,11 +96,13 @@ void adamw_update(std::span<typename A::Value> w, std::span<typename A::Value> m
   };
   if constexpr (std::is_same_v<A, Emulated>) {
     const numerics::Format& fp32 = numerics::formats::fp32;
-    if (sel.empty() && ctx.fast_paths() && ctx.binary32_native() && f.master.format == fp32 && f.m.format == fp32 &&
+    if (sel.empty() && ctx.fast_paths() && ctx.binary32_compute() && f.master.format == fp32 && f.m.format == fp32 &&
         f.v.format == fp32 && detail::adamw_binary32_supported(ctx.exec().kernels)) {
       const auto b32 = [](double x) { return static_cast<float>(x); };  // exact: compute-format constants
-      const detail::AdamWBinary32 c32{b32(b1), b32(b2), b32(ob1), b32(ob2), b32(c1),  b32(c2),
-                                      b32(eps), b32(wd), b32(lr), b32(gs), cfg.grad_scale != 1.0};
+      const detail::AdamWBinary32 c32{b32(b1),  b32(b2), b32(ob1), b32(ob2), b32(c1),
+                                      b32(c2),  b32(eps), b32(wd), b32(lr), b32(gs),
+                                      cfg.grad_scale != 1.0, ctx.precision().ftz != Ftz::Off,
+                                      ctx.precision().ftz == Ftz::All};
       const std::size_t n = w.size(), B = detail::kAdamWBlock;
       for_units(static_cast<std::int64_t>((n + B - 1) / B), {}, [&](std::int64_t b) {
         const std::size_t lo = static_cast<std::size_t>(b) * B, len = std::min(B, n - lo);

@@ -71,7 +71,9 @@ void Ctx<Emulated>::gemm_in(std::size_t M, std::size_t N, std::size_t K, std::sp
                             Tensor ta, std::span<const double> b, bool b_transposed, Tensor tb, double* C,
                             std::size_t ldc, bool accumulate, Key r) const {
   const std::size_t lda = a_transposed ? M : K, ldb = b_transposed ? K : N;
-  if (span_fast() && prec_.accumulate.rounding != numerics::Rounding::Stochastic) {
+  // The kernels' cast-in-pack rounds to storage and applies the NaN rule but has no flush: under daz the
+  // operands are cast (and flushed) by in_array instead.
+  if (span_fast() && prec_.accumulate.rounding != numerics::Rounding::Stochastic && !daz_) {
     const numerics::kernels::OperandCast cast{&storage_, mode_, prec_.nan == NanRule::AneInf};
     if (numerics::kernels::gemm_fast(prec_.accumulate, M, N, K, {a.data(), lda, a_transposed},
                                      {b.data(), ldb, b_transposed}, C, ldc, accumulate, nullptr,
@@ -86,7 +88,7 @@ void Ctx<Emulated>::in_array(std::span<const double> src, std::span<double> dst,
   if (mode_ == numerics::Rounding::Stochastic) {
     for (std::size_t i = 0; i < src.size(); ++i) dst[i] = in(src[i], key(t, i, 0));
   } else {
-    round_stored(storage_, src, dst);
+    round_stored(storage_, src, dst, daz_);
   }
 }
 
@@ -94,23 +96,27 @@ void Ctx<Emulated>::round_results(std::span<double> x) const {
   for (std::size_t c = 0; c < x.size(); c += kResultChunk) {
     const std::span<double> part = x.subspan(c, std::min(kResultChunk, x.size() - c));
     round_computed(part);
-    round_stored(storage_, part, part);
+    round_stored(storage_, part, part, ftz_out_);
   }
 }
 
 void Ctx<Emulated>::round_stored(const numerics::RoundingPlan& p, std::span<const double> src,
-                                 std::span<double> dst) const {
-  if (prec_.nan != NanRule::AneInf) return numerics::round_array(p, mode_, src, dst);
-  for (std::size_t c = 0; c < src.size(); c += kResultChunk) {  // the NaN rule on each chunk while it is in L1
+                                 std::span<double> dst, bool flush) const {
+  const bool nan_inf = prec_.nan == NanRule::AneInf;
+  if (!nan_inf && !flush) return numerics::round_array(p, mode_, src, dst);
+  for (std::size_t c = 0; c < src.size(); c += kResultChunk) {  // flush and NaN rule on each chunk while in L1
     const std::size_t n = std::min(kResultChunk, src.size() - c);
     const std::span<double> part = dst.subspan(c, n);
     numerics::round_array(p, mode_, src.subspan(c, n), part);
-    for (double& v : part) v = nan_rule(v);
+    if (flush) flush_span(part, p.min_normal);
+    if (nan_inf)
+      for (double& v : part) v = nan_rule(v);
   }
 }
 
 void Ctx<Emulated>::round_computed(std::span<double> x) const {
   numerics::round_array(compute_, mode_, x, x);
+  flush_computed(x);
   if (prec_.saturate > 0)
     for (double& v : x)
       if (std::fabs(v) >= prec_.saturate) v = std::copysign(kInfinity, v);

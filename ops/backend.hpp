@@ -8,12 +8,14 @@
 ///              RoundingPlan built once per OpPrecision); each reduction runs numerics::sum/dot/gemm under the
 ///              op's Accumulation and is then rounded to the compute format; store() rounds to storage. The
 ///              ANE fields: exp/sigmoid from the lookup table (approx), reduction results saturated
-///              (to_compute), NaN → +inf in in/store (nan).
+///              (to_compute), NaN → +inf in in/store (nan). Flush to zero (OpPrecision::ftz, daz): inputs
+///              flushed in storage after their entry cast (daz on), outputs flushed in the format they were
+///              rounded to (ftz out or all), every compute result flushed in compute (ftz all).
 ///   Reference  values are MPFR numbers with ROUNDOFF_REFERENCE_DIGITS10 (40) decimal digits (133 bits);
 ///              the same algorithm in the same order with no format rounding (in/store/constants exact,
 ///              reductions sequential — at 133 bits the order's effect is below 2^-120 relative to Σ|terms|).
-///              It evaluates the exact functions whatever approx says and ignores saturate and nan, so the
-///              shadow reports a table's error like any rounding.
+///              It evaluates the exact functions whatever approx says and ignores saturate, nan, ftz and
+///              daz, so the shadow reports a table's error or a flush like any rounding.
 ///
 /// Op bodies use only the Ctx<A> methods below, so one template source serves both.
 ///
@@ -130,7 +132,8 @@ class Ctx<Emulated> {
   explicit Ctx(const OpPrecision& p, numerics::StochasticBits bits = {}, const ExecOptions& exec = {})
       : prec_(p), storage_(p.storage), compute_(p.compute), mode_(p.rounding), bits_(bits), exec_(exec),
         native_(native_kind(p.compute, p.rounding)), exp_lut_(table(p, numerics::LutFunction::Exp)),
-        sigmoid_lut_(table(p, numerics::LutFunction::Sigmoid)) {}
+        sigmoid_lut_(table(p, numerics::LutFunction::Sigmoid)), daz_(p.daz == Daz::On),
+        ftz_out_(p.ftz != Ftz::Off), ftz_all_(p.ftz == Ftz::All) {}
 
   const OpPrecision& precision() const { return prec_; }
   const ExecOptions& exec() const { return exec_; }
@@ -140,58 +143,86 @@ class Ctx<Emulated> {
   numerics::StochasticBits bits() const { return bits_; }
   void set_bits(numerics::StochasticBits b) { bits_ = b; }
 
-  /// Input cast on entry: x rounded to storage (identity for values already in storage); NaN → +inf under
-  /// the AneInf rule.
-  double in(double x, Key k) const { return nan_rule(numerics::round_to(storage_, mode_, x, draw(k))); }
-  /// Output / saved tensor: x rounded to storage (NaN → +inf under AneInf).
-  double store(double x, Key k) const { return nan_rule(numerics::round_to(storage_, mode_, x, draw(k))); }
-  /// x rounded to another format (tensor roles such as AdamW's moments), in this op's mode.
-  double store_to(const numerics::RoundingPlan& p, double x, Key k) const {
-    return nan_rule(numerics::round_to(p, mode_, x, draw(k)));
+  // Every rounding below is: round, then the flush (ftz / daz), then the NaN rule or the saturation. A flushed
+  // value is a signed zero, which is not NaN and does not reach a saturation limit (L > 0), so the order of
+  // the flush among those rules changes no bits.
+
+  /// v flushed in a format whose smallest normal is `tiny` (numerics::min_normal): a zero of v's sign when
+  /// 0 < |v| < tiny (subnormal there), else v (zeros, normals, infinities and NaN unchanged).
+  static double flushed(double v, double tiny) { return std::fabs(v) < tiny ? std::copysign(0.0, v) : v; }
+
+  /// Input cast on entry: x rounded to storage (identity for values already in storage), flushed in storage
+  /// under daz on; NaN → +inf under the AneInf rule.
+  double in(double x, Key k) const {
+    return nan_rule(flush_in(numerics::round_to(storage_, mode_, x, draw(k))));
   }
-  /// Constant c (given in binary64) in the compute format, round-to-nearest-even.
+  /// Output / saved tensor: x rounded to storage, flushed there under ftz out/all (NaN → +inf under AneInf).
+  double store(double x, Key k) const {
+    return nan_rule(flush_out(numerics::round_to(storage_, mode_, x, draw(k)), storage_));
+  }
+  /// x rounded to another format (tensor roles such as AdamW's moments), in this op's mode; flushed in that
+  /// format under ftz out/all.
+  double store_to(const numerics::RoundingPlan& p, double x, Key k) const {
+    return nan_rule(flush_out(numerics::round_to(p, mode_, x, draw(k)), p));
+  }
+  /// Constant c (given in binary64) in the compute format, round-to-nearest-even. Not a result: never flushed.
   double c(double x) const { return numerics::round_to(compute_, numerics::Rounding::NearestEven, x); }
-  /// A reduction result (in the accumulator format) converted to compute, then the op's saturation: with
-  /// saturate = L > 0, |v| >= L becomes ±inf.
+  /// A reduction result (in the accumulator format) converted to compute, flushed in compute under ftz all,
+  /// then the op's saturation: with saturate = L > 0, |v| >= L becomes ±inf.
   double to_compute(double x, Key k) const {
-    const double v = numerics::round_to(compute_, mode_, x, draw(k));
+    const double v = flush_compute(numerics::round_to(compute_, mode_, x, draw(k)));
     return prec_.saturate > 0 && std::fabs(v) >= prec_.saturate ? std::copysign(kInfinity, v) : v;
   }
 
+  // The elementwise operations: one rounding to compute, then ftz all's flush in compute.
   double add(double a, double b, Key k) const {
     double r;
-    return native(a, b, [](auto x, auto y) { return x + y; }, r) ? r : numerics::add(compute_, mode_, a, b, draw(k));
+    return flush_compute(native(a, b, [](auto x, auto y) { return x + y; }, r)
+                             ? r
+                             : numerics::add(compute_, mode_, a, b, draw(k)));
   }
   double sub(double a, double b, Key k) const {
     double r;
-    return native(a, b, [](auto x, auto y) { return x - y; }, r) ? r : numerics::sub(compute_, mode_, a, b, draw(k));
+    return flush_compute(native(a, b, [](auto x, auto y) { return x - y; }, r)
+                             ? r
+                             : numerics::sub(compute_, mode_, a, b, draw(k)));
   }
   double mul(double a, double b, Key k) const {
     double r;
-    return native(a, b, [](auto x, auto y) { return x * y; }, r) ? r : numerics::mul(compute_, mode_, a, b, draw(k));
+    return flush_compute(native(a, b, [](auto x, auto y) { return x * y; }, r)
+                             ? r
+                             : numerics::mul(compute_, mode_, a, b, draw(k)));
   }
   double div(double a, double b, Key k) const {
     double r;
-    return native(a, b, [](auto x, auto y) { return x / y; }, r) ? r : numerics::div(compute_, mode_, a, b, draw(k));
+    return flush_compute(native(a, b, [](auto x, auto y) { return x / y; }, r)
+                             ? r
+                             : numerics::div(compute_, mode_, a, b, draw(k)));
   }
   double sqrt(double a, Key k) const {
     double r;
-    return native(a, a, [](auto x, auto) { return std::sqrt(x); }, r) ? r : numerics::sqrt(compute_, mode_, a, draw(k));
+    return flush_compute(native(a, a, [](auto x, auto) { return std::sqrt(x); }, r)
+                             ? r
+                             : numerics::sqrt(compute_, mode_, a, draw(k)));
   }
   /// exp and sigmoid: correctly rounded in compute, or the ANE table's fp16 value rounded to compute.
   double exp(double a, Key k) const {
-    return exp_lut_ ? numerics::round_to(compute_, mode_, (*exp_lut_)(a), draw(k))
-                    : numerics::exp(compute_, mode_, a, draw(k));
+    return flush_compute(exp_lut_ ? numerics::round_to(compute_, mode_, (*exp_lut_)(a), draw(k))
+                                  : numerics::exp(compute_, mode_, a, draw(k)));
   }
-  double log(double a, Key k) const { return numerics::log(compute_, mode_, a, draw(k)); }
+  double log(double a, Key k) const { return flush_compute(numerics::log(compute_, mode_, a, draw(k))); }
   double sigmoid(double a, Key k) const {
-    return sigmoid_lut_ ? numerics::round_to(compute_, mode_, (*sigmoid_lut_)(a), draw(k))
-                        : numerics::sigmoid(compute_, mode_, a, draw(k));
+    return flush_compute(sigmoid_lut_ ? numerics::round_to(compute_, mode_, (*sigmoid_lut_)(a), draw(k))
+                                      : numerics::sigmoid(compute_, mode_, a, draw(k)));
   }
-  double rsqrt(double a, Key k) const { return numerics::rsqrt(compute_, mode_, a, draw(k)); }
-  double sin(double a, Key k) const { return numerics::sin(compute_, mode_, a, draw(k)); }
-  double cos(double a, Key k) const { return numerics::cos(compute_, mode_, a, draw(k)); }
-
+  double rsqrt(double a, Key k) const { return flush_compute(numerics::rsqrt(compute_, mode_, a, draw(k))); }
+  double sin(double a, Key k) const { return flush_compute(numerics::sin(compute_, mode_, a, draw(k))); }
+  double cos(double a, Key k) const { return flush_compute(numerics::cos(compute_, mode_, a, draw(k))); }
+  /// x[i] flushed in compute under ftz all (nothing otherwise): for op span paths that round compute results
+  /// themselves (ops/span_arith.cpp), so that they give add/sub/mul/div's bits.
+  void flush_computed(std::span<double> x) const {
+    if (ftz_all_) flush_span(x, compute_.min_normal);
+  }
   /// Σ_{i<n} x[i·inc] under the accumulation, rounded to compute. r keys the reduction (its stochastic stream
   /// and its conversion to compute).
   double sum(const double* x, std::ptrdiff_t inc, std::size_t n, Key r) const;
@@ -270,7 +301,7 @@ class Ctx<Emulated> {
   template <class KeyFn>
   void store_to_array(const numerics::RoundingPlan& p, std::span<const double> src, std::span<double> dst,
                       KeyFn&& kf) const {
-    if (span_fast()) return round_stored(p, src, dst);
+    if (span_fast()) return round_stored(p, src, dst, ftz_out_);
     for (std::size_t i = 0; i < src.size(); ++i) dst[i] = store_to(p, src[i], kf(i));
   }
   /// x[i] ← store(to_compute(x[i], kc(i)), ks(i)): reduction results (e.g. a GEMM's outputs, left in the
@@ -293,17 +324,23 @@ class Ctx<Emulated> {
   void sigmoid_array(std::span<const double> src, std::span<double> dst, KeyFn&& kf) const {
     elementary_array(numerics::Elementary::Sigmoid, sigmoid_lut_, src, dst, kf);
   }
-  /// True when compute is IEEE binary32 with round-to-nearest-even: every + − × ÷ √ on binary32 operands
-  /// with a finite result is the hardware binary32 operation (the native path below), which vectorised
-  /// op paths may use under the same conditions.
-  bool binary32_native() const { return native_ == Native::Binary32; }
+  /// True when compute is IEEE binary32 with round-to-nearest-even and ftz is off: every + − × ÷ √ on
+  /// binary32 operands with a finite result is the hardware binary32 operation (the native path below), and
+  /// every value stored keeps its subnormals, so vectorised op paths may use hardware binary32 arithmetic
+  /// throughout. Under ftz out or all they decline: a stored value that the flush changes may feed later
+  /// operations (AdamW's moment m into m̂), so a flush pass after the fact would not give the same bits.
+  bool binary32_native() const { return native_ == Native::Binary32 && !ftz_out_; }
+  /// True when compute is IEEE binary32 with round-to-nearest-even, whatever ftz says: for vectorised paths
+  /// that apply precision().ftz's flushes themselves (AdamW's binary32 path).
+  bool binary32_compute() const { return native_ == Native::Binary32; }
 
  private:
   /// Native fast path of add/sub/mul/div/sqrt: when the compute format IS IEEE binary32 (or binary64) with
   /// round-to-nearest-even, the hardware operation on operands that are exactly values of that format is the
   /// correctly rounded result numerics:: would return (IEEE 754 §5.1; the build has -ffp-contract=off and no
   /// flush-to-zero). Operands outside the format (e.g. binary64 storage under an fp32 compute) and non-finite
-  /// results take the numerics:: path. tests/ops/native_path_test.cpp checks the two agree bit for bit.
+  /// results take the numerics:: path. ftz all's flush follows either path (the callers apply flush_compute).
+  /// tests/ops/native_path_test.cpp checks the two agree bit for bit.
   enum class Native : std::uint8_t { None, Binary32, Binary64 };
   static Native native_kind(const numerics::Format& f, numerics::Rounding m) {
     if (m != numerics::Rounding::NearestEven) return Native::None;
@@ -339,19 +376,22 @@ class Ctx<Emulated> {
     if (lut) {
       for (std::size_t i = 0; i < src.size(); ++i) dst[i] = (*lut)(src[i]);
       numerics::round_array(compute_, mode_, dst, dst);
-      return;
+      return flush_computed(dst);
     }
     thread_local std::vector<std::uint64_t> draws;
     draws.clear();
     if (mode_ == numerics::Rounding::Stochastic)
       for (std::size_t i = 0; i < src.size(); ++i) draws.push_back(draw(kf(i)));
     numerics::elementary_span(compute_, mode_, f, src, dst, draws, exec_.kernels);
+    flush_computed(dst);
   }
   /// dot_rows' lane path: the accumulator values of every reduction, or false (out untouched).
   bool rows_fast(const numerics::RowBatch& rows, std::span<double> out) const;
-  /// dst = nan_rule(round(p, src)) in a deterministic mode, through numerics::round_array.
-  void round_stored(const numerics::RoundingPlan& p, std::span<const double> src, std::span<double> dst) const;
-  /// x = to_compute(x) in a deterministic mode: round_array to compute, then the saturation.
+  /// dst = nan_rule(round(p, src)) in a deterministic mode, through numerics::round_array; with `flush`, each
+  /// value flushed in p's format between the two (daz for entry casts, ftz out/all for stores).
+  void round_stored(const numerics::RoundingPlan& p, std::span<const double> src, std::span<double> dst,
+                    bool flush) const;
+  /// x = to_compute(x) in a deterministic mode: round_array to compute, ftz all's flush, then the saturation.
   void round_computed(std::span<double> x) const;
   /// x = store(to_compute(x)) in a deterministic mode: round_computed then round_stored, chunk by chunk (each
   /// chunk's four passes stay in L1).
@@ -365,6 +405,12 @@ class Ctx<Emulated> {
     return bits_.draw(k.bits);
   }
   static constexpr double kInfinity = std::numeric_limits<double>::infinity();
+  static void flush_span(std::span<double> x, double tiny) {
+    for (double& v : x) v = flushed(v, tiny);
+  }
+  double flush_in(double v) const { return daz_ ? flushed(v, storage_.min_normal) : v; }
+  double flush_out(double v, const numerics::RoundingPlan& p) const { return ftz_out_ ? flushed(v, p.min_normal) : v; }
+  double flush_compute(double v) const { return ftz_all_ ? flushed(v, compute_.min_normal) : v; }
   double nan_rule(double v) const { return prec_.nan == NanRule::AneInf && std::isnan(v) ? kInfinity : v; }
   static const numerics::Lut* table(const OpPrecision& p, numerics::LutFunction f) {
     switch (p.approx.kind) {
@@ -381,6 +427,9 @@ class Ctx<Emulated> {
   Native native_;
   const numerics::Lut* exp_lut_;
   const numerics::Lut* sigmoid_lut_;
+  bool daz_;      ///< prec.daz == On: inputs flushed in storage
+  bool ftz_out_;  ///< prec.ftz != Off: written values flushed in their format
+  bool ftz_all_;  ///< prec.ftz == All: compute results flushed in compute
 };
 
 /// Reference context: exact (133-bit) arithmetic, same algorithm, no format roundings.

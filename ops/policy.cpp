@@ -72,6 +72,23 @@ std::string_view name_of(AttentionOrder o) {
   return "";
 }
 
+std::string_view name_of(Ftz f) {
+  switch (f) {
+    case Ftz::Off: return "off";
+    case Ftz::Out: return "out";
+    case Ftz::All: return "all";
+  }
+  return "";
+}
+
+std::string_view name_of(Daz d) {
+  switch (d) {
+    case Daz::Off: return "off";
+    case Daz::On: return "on";
+  }
+  return "";
+}
+
 // ---- presets ------------------------------------------------------------------------------------------------
 
 namespace {
@@ -211,12 +228,16 @@ Policy Policy::preset(std::string_view name) {
 
 namespace {
 
-/// The first four fields make up PREC; approx, saturate and nan are only ever written as OP.FIELD=VALUE.
-enum class Field : std::uint8_t { Storage, Compute, Rounding, Acc, Approx, Saturate, Nan };
-constexpr std::array<Field, 7> kAllFields{Field::Storage, Field::Compute, Field::Rounding, Field::Acc,
-                                          Field::Approx,  Field::Saturate, Field::Nan};
-constexpr std::array<std::string_view, 7> kFieldNames{"storage", "compute", "rounding", "acc",
-                                                      "approx",  "saturate", "nan"};
+/// The first four fields make up PREC; approx, saturate, nan, ftz and daz are only ever written as
+/// OP.FIELD=VALUE.
+enum class Field : std::uint8_t { Storage, Compute, Rounding, Acc, Approx, Saturate, Nan, Ftz, Daz };
+constexpr std::array<Field, 9> kAllFields{Field::Storage, Field::Compute,  Field::Rounding,
+                                          Field::Acc,     Field::Approx,   Field::Saturate,
+                                          Field::Nan,     Field::Ftz,      Field::Daz};
+constexpr std::array<std::string_view, 9> kFieldNames{"storage", "compute", "rounding", "acc", "approx",
+                                                      "saturate", "nan",    "ftz",      "daz"};
+constexpr std::array<Ftz, 3> kAllFtz{Ftz::Off, Ftz::Out, Ftz::All};
+constexpr std::array<Daz, 2> kAllDaz{Daz::Off, Daz::On};
 bool in_prec(Field f) {
   switch (f) {
     case Field::Storage:
@@ -225,7 +246,9 @@ bool in_prec(Field f) {
     case Field::Acc: return true;
     case Field::Approx:
     case Field::Saturate:
-    case Field::Nan: return false;
+    case Field::Nan:
+    case Field::Ftz:
+    case Field::Daz: return false;
   }
   return false;
 }
@@ -270,6 +293,8 @@ std::string field_text(const OpPrecision& p, Field f) {
     case Field::Approx: return approx_text(p.approx);
     case Field::Saturate: return p.saturate == 0 ? std::string("none") : number_text(p.saturate);
     case Field::Nan: return std::string(nan_text(p.nan));
+    case Field::Ftz: return std::string(name_of(p.ftz));
+    case Field::Daz: return std::string(name_of(p.daz));
   }
   return {};
 }
@@ -283,13 +308,35 @@ bool field_equal(const OpPrecision& a, const OpPrecision& b, Field f) {
     case Field::Approx: return a.approx == b.approx;
     case Field::Saturate: return a.saturate == b.saturate;
     case Field::Nan: return a.nan == b.nan;
+    case Field::Ftz: return a.ftz == b.ftz;
+    case Field::Daz: return a.daz == b.daz;
   }
   return false;
 }
 
-/// Overrides that turn `base` into `p` (the canonical order: ops in table order, then roles, then loss scale).
-std::vector<std::string> overrides(const Policy& base, const Policy& p) {
+/// Overrides that turn `base0` into `p` (the canonical order: all.ftz / all.daz, then ops in table order, then
+/// roles, then loss scale). ftz and daz, which no preset sets, take one all.FIELD item when every entry has the
+/// same value (`ane-guide,all.ftz=out` rather than one item per op and pass); every other field is printed per
+/// op or per pass, as before these two fields existed.
+std::vector<std::string> overrides(const Policy& base0, const Policy& p) {
   std::vector<std::string> out;
+  Policy base = base0;
+  const OpPrecision& first = p.at(kAllOps[0], Pass::Forward);
+  for (Field f : {Field::Ftz, Field::Daz}) {
+    bool same = true, differs = false;
+    for (OpKind k : kAllOps)
+      for (Pass ps : kAllPasses) {
+        same = same && field_equal(p.at(k, ps), first, f);
+        differs = differs || !field_equal(base.at(k, ps), first, f);
+      }
+    if (!same || !differs) continue;
+    out.push_back("all." + std::string(kFieldNames[static_cast<std::size_t>(f)]) + "=" + field_text(first, f));
+    for (OpKind k : kAllOps)
+      for (Pass ps : kAllPasses) {
+        if (f == Field::Ftz) base.at(k, ps).ftz = first.ftz;
+        if (f == Field::Daz) base.at(k, ps).daz = first.daz;
+      }
+  }
   for (OpKind k : kAllOps) {
     const std::string op(name_of(k));
     const OpPrecision& v0 = p.at(k, Pass::Forward);
@@ -451,6 +498,18 @@ NanRule parse_nan(std::size_t index, const std::string& token, const std::string
   fail(index, token, "unknown NaN rule '" + text + "'; valid: ieee, ane-inf");
 }
 
+/// One of `all`'s names (Ftz or Daz) or a one-line error listing them.
+template <class E, std::size_t N>
+E parse_choice(std::size_t index, const std::string& token, const std::string& text, const char* what,
+               const std::array<E, N>& all) {
+  std::string valid;
+  for (E e : all) {
+    if (name_of(e) == text) return e;
+    valid += (valid.empty() ? "" : ", ") + std::string(name_of(e));
+  }
+  fail(index, token, "unknown " + std::string(what) + " '" + text + "'; valid: " + valid);
+}
+
 void apply_field(std::size_t index, const std::string& token, Field f, const std::string& text, OpPrecision& v) {
   switch (f) {
     case Field::Storage: v.storage = guarded(index, token, [&] { return numerics::parse_format(text); }); return;
@@ -460,6 +519,8 @@ void apply_field(std::size_t index, const std::string& token, Field f, const std
     case Field::Approx: v.approx = parse_approx(index, token, text); return;
     case Field::Saturate: v.saturate = parse_saturate(index, token, text); return;
     case Field::Nan: v.nan = parse_nan(index, token, text); return;
+    case Field::Ftz: v.ftz = parse_choice(index, token, text, "ftz mode", kAllFtz); return;
+    case Field::Daz: v.daz = parse_choice(index, token, text, "daz mode", kAllDaz); return;
   }
 }
 
@@ -560,7 +621,7 @@ std::string to_string(const OpPrecision& p) {
 std::string extras_text(const OpPrecision& p) {
   const OpPrecision d{};
   std::string s;
-  for (Field f : {Field::Approx, Field::Saturate, Field::Nan})
+  for (Field f : {Field::Approx, Field::Saturate, Field::Nan, Field::Ftz, Field::Daz})
     if (!field_equal(p, d, f))
       s += (s.empty() ? "" : " ") + std::string(kFieldNames[static_cast<std::size_t>(f)]) + "=" + field_text(p, f);
   return s;

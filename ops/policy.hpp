@@ -8,6 +8,7 @@
 ///   item  := PRESET                      only as the first item (fp64, fp32, ane-fp16, ...)
 ///          | SEL "=" PREC                SEL = OP[.PASS] | all[.PASS];  PASS = fwd | bwd-data | bwd-weight | bwd
 ///          | SEL "." FIELD "=" VALUE     FIELD = storage | compute | rounding | acc | approx | saturate | nan
+///                                        | ftz | daz
 ///          | ROLE "=" FORMAT             ROLE = weights | master | adam-m | adam-v | grads
 ///          | "loss-scale=" NUMBER
 ///          | "attention=" ORDER            ORDER = materialised | online (AttentionOrder)
@@ -15,8 +16,8 @@
 ///            compute = storage; missing acc = sequential in the compute format; missing rounding = unchanged
 ///   ACC   := accumulation preset (fp16-seq, fp32-seq, ...) or "[" key=value,... "]"
 /// Without a leading preset the base is fp32 (every preset is materialised). canonical() prints the nearest
-/// preset followed by the overrides in table order (attention= only when online); parse(canonical(p)) == p
-/// for every policy.
+/// preset followed by the overrides in table order (all.ftz= / all.daz= first when every entry shares the
+/// value; attention= only when online); parse(canonical(p)) == p for every policy.
 #include <array>
 #include <string>
 #include <string_view>
@@ -49,6 +50,18 @@ numerics::LutSpec lut_spec(const Approx& a, numerics::LutFunction f);
 /// becomes +inf; the guide reports the engine never emits NaN). Text: ieee | ane-inf.
 enum class NanRule : std::uint8_t { Ieee, AneInf };
 
+/// Flush-to-zero of an op's results (a flush-to-zero datapath). A value v is *flushed in format F* when it is
+/// nonzero, finite and |v| < 2^F.emin (subnormal in F): it becomes a zero with v's sign; otherwise it is kept.
+///   Off  results keep their subnormals (gradual underflow; the default)
+///   Out  every value the op writes (store, store_to, the span forms) is flushed in the format it was rounded to
+///   All  Out, plus every compute-format result (elementwise operations and reduction results converted to
+///        compute) flushed in compute; constants are not results and keep their value
+/// Text: off | out | all.
+enum class Ftz : std::uint8_t { Off, Out, All };
+/// Denormals-are-zero of an op's inputs: On flushes every input, after its entry cast to storage, in storage.
+/// Text: off | on.
+enum class Daz : std::uint8_t { Off, On };
+
 /// How one op (in one pass) rounds.
 ///   storage     outputs and tensors saved for backward are rounded to it; inputs are rounded to it on
 ///               entry (a no-op when they already are values of it — the autocast model: an fp16 matmul
@@ -60,6 +73,10 @@ enum class NanRule : std::uint8_t { Ieee, AneInf };
 ///   saturate    0 = off; L > 0: a reduction result whose compute value has |v| >= L becomes ±inf (the ANE's
 ///               matmul output port: 32752 passes, 32768 is inf)
 ///   nan         Ieee, or AneInf: NaN read (in) or written (store) becomes +inf
+///   ftz         Off, Out (outputs flushed in their format) or All (also every compute result): see Ftz
+///   daz         Off, or On: inputs flushed in storage after their entry cast
+/// Order inside one rounding: round, then flush, then the NaN rule / saturation (a flushed value is a zero,
+/// which neither is NaN nor reaches a saturation limit, so the order among them does not change any bits).
 struct OpPrecision {
   numerics::Format storage = numerics::formats::fp32;
   numerics::Format compute = numerics::formats::fp32;
@@ -68,6 +85,8 @@ struct OpPrecision {
   Approx approx{};
   double saturate = 0;
   NanRule nan = NanRule::Ieee;
+  Ftz ftz = Ftz::Off;
+  Daz daz = Daz::Off;
   friend bool operator==(const OpPrecision&, const OpPrecision&) = default;
 };
 
@@ -84,6 +103,9 @@ inline constexpr std::array<AttentionOrder, kAttentionOrderCount> kAllAttentionO
                                                                                      AttentionOrder::Online};
 /// "materialised", "online".
 std::string_view name_of(AttentionOrder o);
+/// "off", "out", "all" / "off", "on".
+std::string_view name_of(Ftz f);
+std::string_view name_of(Daz d);
 
 /// Sequential accumulation in format f (the "<f>-seq" preset when one exists).
 numerics::Accumulation sequential_in(const numerics::Format& f);
@@ -137,12 +159,12 @@ class Policy {
 /// std::invalid_argument with one line naming the file or the offending item.
 Policy load_policy(const std::string& arg, std::string* source = nullptr);
 
-/// The non-default approx, saturate and nan of an entry as "approx=... saturate=... nan=..." ("" when all
-/// are defaults), for tables.
+/// The non-default approx, saturate, nan, ftz and daz of an entry as "approx=... saturate=... nan=... ftz=...
+/// daz=..." ("" when all are defaults), for tables.
 std::string extras_text(const OpPrecision& p);
 
-/// Text of one OpPrecision as PREC ("fp16/fp32/fp32-seq/nearest-even": all four parts; approx, saturate and
-/// nan are separate fields, printed by Policy::canonical as OP.approx=..., OP.saturate=..., OP.nan=...).
+/// Text of one OpPrecision as PREC ("fp16/fp32/fp32-seq/nearest-even": all four parts; approx, saturate, nan,
+/// ftz and daz are separate fields, printed by Policy::canonical as OP.approx=..., OP.saturate=..., ...).
 std::string to_string(const OpPrecision& p);
 
 }  // namespace roundoff::ops

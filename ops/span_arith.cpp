@@ -37,9 +37,13 @@ bool arith_span(const Ctx<Emulated>& ctx, ArithOp op, std::span<const double> a,
   if (!(plan.format == ctx.precision().compute)) plan = numerics::RoundingPlan(ctx.precision().compute);
   slow.clear();
   // One fused SIMD pass when the CPU has it (numerics/round_span.hpp: the same roundings as round_array).
+  // ftz all: the flush in compute after the rounding, as Ctx's add/sub/mul/div do (the slow elements are
+  // recomputed by them afterwards).
   if (numerics::op_round_avx512(plan, span_op(op), a.data(), b.data(), bcast, out.data(), n, slow, ctx.exec().kernels) ||
-      numerics::op_round_avx2(plan, span_op(op), a.data(), b.data(), bcast, out.data(), n, slow, ctx.exec().kernels))
+      numerics::op_round_avx2(plan, span_op(op), a.data(), b.data(), bcast, out.data(), n, slow, ctx.exec().kernels)) {
+    ctx.flush_computed(out);
     return true;
+  }
   thread_local std::vector<double> ra, rb, bs;
   if (bcast) {
     bs.assign(n, b[0]);
@@ -67,6 +71,7 @@ bool arith_span(const Ctx<Emulated>& ctx, ArithOp op, std::span<const double> a,
   numerics::round_array(plan, numerics::Rounding::NearestEven, out, out);
   for (std::size_t i = 0; i < n; ++i)
     if (!same_bits(ra[i], a[i]) || !same_bits(rb[i], b[i]) || !std::isfinite(out[i])) slow.push_back(i);
+  ctx.flush_computed(out);
   return true;
 }
 

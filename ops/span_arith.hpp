@@ -21,6 +21,7 @@
 /// for finite results (signed zeros as IEEE 754: +0 for x − x, the sign of a product or quotient the xor of the
 /// signs). Division by zero and 0/0 give non-finite binary64 results and take the per-element call.
 /// tests/ops/span_ops_test.cpp compares both paths per element, and the ops that use them against the oracle.
+/// Under ftz all every result is then flushed in compute (Ctx::flush_computed), as add/sub/mul/div flush theirs.
 /// Under stochastic rounding or directed modes the per-element calls run. out must not alias a or b.
 #include <cstdint>
 #include <span>

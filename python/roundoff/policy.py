@@ -28,7 +28,9 @@ attention : str
 
 Methods
 -------
-entry(op, pass_="fwd") -> dict   storage, compute (Formats), rounding, accumulation, text, extras
+entry(op, pass_="fwd") -> dict   storage, compute (Formats), rounding, accumulation, text, extras (the
+                                 non-default approx/saturate/nan/ftz/daz), ftz ("off", "out", "all"),
+                                 daz ("off", "on")
 table() -> list of dict          every (op, pass) entry
 roles() -> dict                  tensor-role formats
 

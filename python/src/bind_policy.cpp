@@ -48,6 +48,8 @@ py::dict entry_dict(OpKind k, Pass p, const OpPrecision& e) {
   d["accumulation"] = e.accumulate;
   d["text"] = to_string(e);
   d["extras"] = extras_text(e);
+  d["ftz"] = std::string(name_of(e.ftz));
+  d["daz"] = std::string(name_of(e.daz));
   return d;
 }
 

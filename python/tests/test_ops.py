@@ -31,7 +31,20 @@ def test_policy_table_and_roles():
     assert "ane-fp16" in roundoff.policies()
 
 
-@pytest.mark.parametrize("bad", ["fp32,matmul=fp99", "fp32,nosuchop=fp16", "fp32,matmul.acc=[order=zig]"])
+def test_policy_ftz_daz_fields(cli):
+    p = roundoff.Policy("ane-guide,all.ftz=out,all.daz=on,softmax.fwd.ftz=all")
+    e = p.entry("matmul", "fwd")
+    assert (e["ftz"], e["daz"]) == ("out", "on")
+    assert e["extras"] == "saturate=32768 nan=ane-inf ftz=out daz=on"
+    assert p.entry("softmax", "fwd")["ftz"] == "all" and p.entry("softmax", "bwd-data")["ftz"] == "out"
+    f = roundoff.Policy("fp32").entry("matmul")
+    assert (f["ftz"], f["daz"], f["extras"]) == ("off", "off", "")
+    assert roundoff.Policy(p.canonical) == p
+    assert p.canonical.startswith("ane-guide,all.daz=on,") and "softmax.fwd.ftz=all" in p.canonical
+    assert p.canonical in "\n".join(cli("policy", "show", p.canonical))
+
+
+@pytest.mark.parametrize("bad", ["fp32,all.ftz=yes", "fp32,matmul.daz=all", "fp32,matmul=fp99", "fp32,nosuchop=fp16", "fp32,matmul.acc=[order=zig]"])
 def test_policy_errors_are_the_cli_messages(cli, bad):
     with pytest.raises(ValueError) as e:
         roundoff.Policy(bad)

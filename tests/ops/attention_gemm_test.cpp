@@ -39,6 +39,9 @@ TEST(AttentionGemm, BitIdenticalToPerElementDots) {
   policies.push_back("pure-bf16,all.rounding=up");
   policies.push_back("ane-fp16,attn-scores.acc=[acc=fp16:stochastic,order=seq],attn-values.acc=fp16-pairwise");
   policies.push_back("fp32,attn-scores.acc=[acc=fp32,order=blocked:4,outer=fp32],attn-values.acc=bf16-seq");
+  policies.push_back("ane-guide,all.ftz=all,all.daz=on");
+  policies.push_back("pure-fp16,all.ftz=out");
+  policies.push_back("pure-bf16,all.ftz=all,all.daz=on,all.rounding=stochastic");
   // T across the 8-row micro-tiles, the 4-term tiles and the 32-row bands; hs below, across and above the 16-,
   // 32- and 64-column kernel panels, never a multiple of 8 but once.
   const AttnShape shapes[] = {{1, 2, 37, 6}, {2, 3, 5, 4}, {1, 1, 70, 16}, {1, 1, 11, 33}, {1, 1, 9, 70}};

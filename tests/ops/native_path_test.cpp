@@ -56,13 +56,28 @@ std::vector<double> operands64(std::size_t n) {
   return v;
 }
 
-void check_all(const numerics::Format& f, const std::vector<double>& x) {
+/// v flushed in f (ftz all), decided by an exponent check.
+double flush_in(double v, const numerics::Format& f) {
+  return v != 0 && std::isfinite(v) && std::ilogb(v) < f.emin ? std::copysign(0.0, v) : v;
+}
+
+/// Under ftz all (flush) the expected values are numerics::'s results flushed in f; returns how many results
+/// the flush changed.
+std::int64_t check_all(const numerics::Format& f, const std::vector<double>& x, bool flush = false) {
   OpPrecision p;
   p.storage = f;
   p.compute = f;
   p.rounding = Rounding::NearestEven;
+  if (flush) p.ftz = Ftz::All;
   const Ctx<Emulated> ctx(p);
   const numerics::RoundingPlan plan(f);
+  std::int64_t flushed = 0;
+  const auto want = [&](double r) {
+    if (!flush) return r;
+    const double v = flush_in(r, f);
+    flushed += !same(v, r);
+    return v;
+  };
   // Pairs whose exact result differs from the result on operands first rounded to binary32: a binary64 value
   // that is a binary32 midpoint plus a tiny term (the sum rounds up; rounding a first would tie to even).
   std::vector<std::pair<double, double>> pairs = {{1.0 + 0x1p-24, 0x1p-40}, {0x1p-40, 1.0 + 0x1p-24},
@@ -70,18 +85,27 @@ void check_all(const numerics::Format& f, const std::vector<double>& x) {
   for (std::size_t i = 0; i + 1 < x.size(); ++i) pairs.emplace_back(x[i], x[(i * 7919 + 13) % x.size()]);
   std::int64_t checked = 0;
   for (const auto& [a, b] : pairs) {
-    ASSERT_TRUE(same(ctx.add(a, b, {}), numerics::add(plan, Rounding::NearestEven, a, b, 0))) << a << " + " << b;
-    ASSERT_TRUE(same(ctx.sub(a, b, {}), numerics::sub(plan, Rounding::NearestEven, a, b, 0))) << a << " - " << b;
-    ASSERT_TRUE(same(ctx.mul(a, b, {}), numerics::mul(plan, Rounding::NearestEven, a, b, 0))) << a << " * " << b;
-    ASSERT_TRUE(same(ctx.div(a, b, {}), numerics::div(plan, Rounding::NearestEven, a, b, 0))) << a << " / " << b;
-    ASSERT_TRUE(same(ctx.sqrt(a, {}), numerics::sqrt(plan, Rounding::NearestEven, a, 0))) << "sqrt " << a;
+    EXPECT_TRUE(same(ctx.add(a, b, {}), want(numerics::add(plan, Rounding::NearestEven, a, b, 0)))) << a << " + " << b;
+    EXPECT_TRUE(same(ctx.sub(a, b, {}), want(numerics::sub(plan, Rounding::NearestEven, a, b, 0)))) << a << " - " << b;
+    EXPECT_TRUE(same(ctx.mul(a, b, {}), want(numerics::mul(plan, Rounding::NearestEven, a, b, 0)))) << a << " * " << b;
+    EXPECT_TRUE(same(ctx.div(a, b, {}), want(numerics::div(plan, Rounding::NearestEven, a, b, 0)))) << a << " / " << b;
+    EXPECT_TRUE(same(ctx.sqrt(a, {}), want(numerics::sqrt(plan, Rounding::NearestEven, a, 0)))) << "sqrt " << a;
+    if (::testing::Test::HasFailure()) return flushed;
     ++checked;
   }
   EXPECT_EQ(checked, static_cast<std::int64_t>(pairs.size()));
+  return flushed;
 }
 
 TEST(NativePath, Binary32NearestEvenEqualsNumerics) { check_all(numerics::formats::fp32, operands32(1'000'000)); }
 TEST(NativePath, Binary64NearestEvenEqualsNumerics) { check_all(numerics::formats::fp64, operands64(1'000'000)); }
+// ftz all: the native path's result flushed in compute, as numerics::'s (the flush fires on subnormal results).
+TEST(NativePath, Binary32FtzAllEqualsNumericsThenFlush) {
+  EXPECT_GT(check_all(numerics::formats::fp32, operands32(200'000), true), 1000);
+}
+TEST(NativePath, Binary64FtzAllEqualsNumericsThenFlush) {
+  EXPECT_GT(check_all(numerics::formats::fp64, operands64(200'000), true), 1000);
+}
 
 }  // namespace
 }  // namespace roundoff::ops

@@ -31,7 +31,9 @@ using test::Regime;
 /// The presets, stochastic op rounding, a stochastic accumulation and a pairwise order (no lane kernel).
 std::vector<std::string> policies() {
   return test::presets_and({"pure-bf16,all.rounding=stochastic", "ane-guide,all.rounding=stochastic",
-                            "pure-fp16,all.acc=fp16-sr", "fp32,all.acc=fp16-pairwise"});
+                            "pure-fp16,all.acc=fp16-sr", "fp32,all.acc=fp16-pairwise",
+                            "ane-guide,all.ftz=all,all.daz=on", "pure-fp16,all.ftz=out",
+                            "pure-bf16,all.ftz=all,all.daz=on,all.rounding=stochastic"});
 }
 
 std::vector<Isa> tiers() {

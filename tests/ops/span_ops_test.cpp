@@ -41,6 +41,14 @@ std::vector<std::string> policies() {
   p.push_back("pure-bf16,all.rounding=up");
   p.push_back("ane-fp16,all.rounding=odd,all.saturate=1000,all.nan=ane-inf");
   p.push_back("amp-bf16,all.rounding=toward-zero,matmul.acc=fp64-seq");
+  // Flush to zero (OpPrecision::ftz, daz): every span path flushes as the per-element calls do.
+  p.push_back("ane-guide,all.ftz=all,all.daz=on");
+  p.push_back("pure-fp16,all.ftz=out");
+  p.push_back("pure-bf16,all.ftz=all,all.daz=on");
+  p.push_back("fp32,all.ftz=all,all.daz=on");
+  p.push_back("fp32,all.ftz=out");
+  p.push_back("ane-fp16,all.rounding=stochastic,all.ftz=all,all.daz=on");
+  p.push_back("amp-fp16,all.rounding=up,all.ftz=out,all.daz=on");
   return p;
 }
 
@@ -156,14 +164,16 @@ TEST(SpanOps, AdamWEqualsTheOracle) {
   std::vector<std::string> specs = policies();
   specs.push_back("fp32,weights=fp16");
   specs.push_back("fp32,adam-v=bf16");
-  int binary32_cases = 0;
+  int binary32_cases = 0, ftz_binary32_cases = 0;
   for (const std::string& spec : specs) {
     const Policy pol = load_policy(spec);
     const AdamWFormats f(pol);
     const Ctx<Emulated> c(pol.at(OpKind::AdamW, Pass::Forward), {7, 4});
-    binary32_cases += c.binary32_native() && f.master.format == numerics::formats::fp32 &&
-                      f.m.format == numerics::formats::fp32 && f.v.format == numerics::formats::fp32 &&
-                      detail::adamw_binary32_supported(c.exec().kernels);
+    const bool binary32 = c.binary32_compute() && f.master.format == numerics::formats::fp32 &&
+                          f.m.format == numerics::formats::fp32 && f.v.format == numerics::formats::fp32 &&
+                          detail::adamw_binary32_supported(c.exec().kernels);
+    binary32_cases += binary32;
+    ftz_binary32_cases += binary32 && c.precision().ftz != Ftz::Off;
     for (Regime regime : kRegimes)
       for (double grad_scale : {1.0, 1.0 / 256}) {
         const auto seed = 100 + static_cast<std::uint64_t>(regime);
@@ -175,6 +185,10 @@ TEST(SpanOps, AdamWEqualsTheOracle) {
         g[9] = std::numeric_limits<double>::quiet_NaN();          // non-finite intermediates: the scalar path
         v0[11] = 0x1p127;                                          // v·β2 + ... stays finite, v̂ may overflow
         m0[12] = -0x1p-149;                                        // subnormal
+        for (std::size_t i = 20; i < 60; ++i) {  // m = β1·m0 subnormal in fp32: flushed under ftz out/all
+          m0[i] = std::ldexp(static_cast<double>(i) * (i % 2 == 0 ? 1.0 : -1.0), -146);
+          g[i] = 0;
+        }
         AdamWConfig cfg;
         cfg.grad_scale = grad_scale;
         for (std::int64_t t : {std::int64_t{3}}) {
@@ -186,6 +200,12 @@ TEST(SpanOps, AdamWEqualsTheOracle) {
           const std::string what = spec + " regime " + std::to_string(static_cast<int>(regime)) + " t " +
                                    std::to_string(t) + " gs " + std::to_string(grad_scale);
           for (std::size_t i = 0; i < 4; ++i) expect_same(fast[i], oracle[i], what + " out " + std::to_string(i), true);
+          const bool ftz = c.precision().ftz != Ftz::Off;
+          if (f.m.format == numerics::formats::fp32) {
+            for (std::size_t i = 20; i < 60; ++i) {
+              EXPECT_EQ(fast[1][i] == 0, ftz) << what << ": m[" << i << "] = " << fast[1][i];
+            }
+          }
         }
       }
   }
@@ -193,6 +213,7 @@ TEST(SpanOps, AdamWEqualsTheOracle) {
   namespace k = numerics::kernels;
   if (k::detected_isa() >= k::Isa::Avx2) {
     EXPECT_GT(binary32_cases, 0);
+    EXPECT_GT(ftz_binary32_cases, 0);  // the kernel's flushes (fp32,all.ftz=out, ...)
   }
 }
 

@@ -228,8 +228,12 @@ std::vector<Case> all_cases() {
   return c;
 }
 
-void check_all(bool stochastic_accumulator) {
-  const OpPrecision p = stochastic(stochastic_accumulator);
+void check_all(bool stochastic_accumulator, bool flush = false) {
+  OpPrecision p = stochastic(stochastic_accumulator);
+  if (flush) {  // the flushes draw nothing; daz moves the GEMMs' entry casts from the packs to in_array
+    p.ftz = Ftz::All;
+    p.daz = Daz::On;
+  }
   for (const Case& c : all_cases()) {
     const auto [repeats, draws] = collisions([&](const ExecOptions& exec) {
       const Ctx<E> ctx(p, {20260101, 7}, exec), other(p, {20260101, 8}, exec);
@@ -242,6 +246,7 @@ void check_all(bool stochastic_accumulator) {
 
 TEST(StochasticKeys, EveryRoundingOfACallHasItsOwnKey) { check_all(false); }
 TEST(StochasticKeys, EveryRoundingOfACallHasItsOwnKeyStochasticAccumulator) { check_all(true); }
+TEST(StochasticKeys, EveryRoundingOfACallHasItsOwnKeyUnderFtzAndDaz) { check_all(false, true); }
 
 // The key layout: distinct (tensor, element, slot) give distinct keys, elements 2^16 apart.
 TEST(StochasticKeys, KeyLayout) {
