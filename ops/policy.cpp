@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
+#include <utility>
 
 namespace roundoff::ops {
 
@@ -93,24 +94,80 @@ std::string_view name_of(Daz d) {
 
 namespace {
 
-/// The AutoANE "ANE full" layout (STUDY_PROTOCOL.md §3 item 5): the ANE kernels in `ane`, the CPU parts
-/// (RMSNorm, embedding, classifier, cross-entropy, weight gradients, AdamW, attention residual) in fp32.
+/// The (op, pass) entries the ANE runs in AutoANE's "ANE full" layout: the forward projections and the backward
+/// activation-gradient GEMMs (dW GEMMs run on the CPU); the RoPE rotation, attention scores, softmax, attention
+/// values, SiLU and SwiGLU forward and bwd-data; only the FFN residual add's forward (fused into an ANE kernel,
+/// gen_ffn_fused_dynamic_alpha; its backward and the attention residual stay on the CPU).
+const std::vector<std::pair<OpKind, Pass>>& ane_entries() {
+  static const std::vector<std::pair<OpKind, Pass>> entries = [] {
+    std::vector<std::pair<OpKind, Pass>> e;
+    for (OpKind k : {OpKind::Matmul, OpKind::RopeRotate, OpKind::AttnScores, OpKind::Softmax, OpKind::AttnValues,
+                     OpKind::Silu, OpKind::SwiGlu})
+      for (Pass ps : {Pass::Forward, Pass::BackwardData}) e.emplace_back(k, ps);
+    e.emplace_back(OpKind::ResidualFfn, Pass::Forward);
+    return e;
+  }();
+  return entries;
+}
+
+/// The AutoANE "ANE full" layout (STUDY_PROTOCOL.md §3 item 5): the ANE kernels (ane_entries) in `ane`, the CPU
+/// parts (RMSNorm, embedding, classifier, cross-entropy, weight gradients, AdamW, attention residual) in fp32.
 Policy ane_layout(const OpPrecision& ane) {
   Policy p(uniform(fmts::fp32));
-  // Forward projections and the backward activation-gradient GEMMs run on the ANE; dW GEMMs on the CPU.
-  p.set(OpKind::Matmul, Pass::Forward, ane).set(OpKind::Matmul, Pass::BackwardData, ane);
-  // RoPE: cos/sin tables precomputed in fp32 and stored in fp16; the rotation on the ANE.
+  for (const auto& [k, ps] : ane_entries()) p.set(k, ps, ane);
+  // RoPE: cos/sin tables precomputed in fp32 and stored in fp16 (on the CPU).
   OpPrecision table = uniform(fmts::fp32);
   table.storage = fmts::fp16;
   p.set(OpKind::RopeAngles, table);
-  for (OpKind k : {OpKind::RopeRotate, OpKind::AttnScores, OpKind::Softmax, OpKind::AttnValues, OpKind::Silu,
-                   OpKind::SwiGlu})
-    p.set(k, Pass::Forward, ane).set(k, Pass::BackwardData, ane);
-  // Only the FFN residual add is fused into an ANE kernel (gen_ffn_fused_dynamic_alpha); its backward and
-  // the attention residual stay on the CPU.
-  p.set(OpKind::ResidualFfn, Pass::Forward, ane);
   p.set_loss_scale(256.0);
   return p;
+}
+
+/// The ane-guide preset (below).
+Policy ane_guide() {
+  OpPrecision ane{fmts::fp16, fmts::fp16, Rounding::NearestEven, numerics::parse_accumulation("ane-tile4")};
+  ane.nan = NanRule::AneInf;
+  Policy p = ane_layout(ane);
+  for (OpKind k : {OpKind::Matmul, OpKind::AttnScores, OpKind::AttnValues})
+    for (Pass ps : {Pass::Forward, Pass::BackwardData}) p.at(k, ps).saturate = 32768;
+  return p;
+}
+
+/// ane-guide with the M1's subnormal flush as the guide measured it (part 1 ch. 3: "preserves denormals
+/// elementwise but flushes them inside the multiply-accumulate"; preregistration amendment 15): every ANE
+/// accumulation flushes its subnormal fp16 tile values (ane-tile4-ftz) and the matrix products (the ops with the
+/// MAC port's saturation) flush their fp16 outputs; elementwise ops keep subnormals.
+Policy ane_guide_m1() {
+  Policy p = ane_guide();
+  const numerics::Accumulation tile = numerics::parse_accumulation("ane-tile4");
+  const numerics::Accumulation tile_ftz = numerics::parse_accumulation("ane-tile4-ftz");
+  for (const auto& [k, ps] : ane_entries()) {
+    OpPrecision& e = p.at(k, ps);
+    if (e.accumulate == tile) e.accumulate = tile_ftz;
+    if (e.saturate > 0) e.ftz = Ftz::Out;
+  }
+  return p;
+}
+
+/// A flush-to-zero ANE datapath (amendment 15): ane-guide-m1 plus, on every op the ANE runs, every fp16 result
+/// flushed (ftz=all) and every input flushed on entry (daz=on).
+Policy ane_guide_ftz() {
+  Policy p = ane_guide_m1();
+  for (const auto& [k, ps] : ane_entries()) {
+    p.at(k, ps).ftz = Ftz::All;
+    p.at(k, ps).daz = Daz::On;
+  }
+  return p;
+}
+
+/// ane-fp16 on a flush-to-zero datapath (amendment 15): ftz=all and daz=on on the ANE entries, whose fp16
+/// sequential accumulations flush every subnormal partial sum (flush=step).
+Policy ane_fp16_ftz() {
+  OpPrecision ane = uniform(fmts::fp16);
+  ane.accumulate.flush.step = true;
+  ane.ftz = Ftz::All;
+  ane.daz = Daz::On;
+  return ane_layout(ane);
 }
 
 /// torch.amp-like autocast with half format h: GEMMs read and write h with fp32 accumulation (`gemm_acc`: fp32-seq,
@@ -156,15 +213,7 @@ const std::vector<PresetEntry>& presets() {
     // (docs/policy.md, docs/numerics.md).
     // The MAC output port's saturation (guide: |output| >= 32768 is inf) on the ANE's matrix products, and the
     // engine's NaN -> +inf rule on every ANE op; the activation tables are not in the default (docs/policy.md).
-    t.push_back({"ane-guide", [] {
-                   OpPrecision ane{fmts::fp16, fmts::fp16, Rounding::NearestEven,
-                                   numerics::parse_accumulation("ane-tile4")};
-                   ane.nan = NanRule::AneInf;
-                   Policy p = ane_layout(ane);
-                   for (OpKind k : {OpKind::Matmul, OpKind::AttnScores, OpKind::AttnValues})
-                     for (Pass ps : {Pass::Forward, Pass::BackwardData}) p.at(k, ps).saturate = 32768;
-                   return p;
-                 }});
+    t.push_back({"ane-guide", ane_guide});
     t.push_back({"ane-matmul-only", [] {
                    Policy p(uniform(fmts::fp32));
                    p.set(OpKind::Matmul, Pass::Forward, uniform(fmts::fp16));
@@ -188,6 +237,11 @@ const std::vector<PresetEntry>& presets() {
                      return amp_layout(fmts::bf16, 1.0, numerics::parse_accumulation("tc-" + g + "-bf16"));
                    }});
     }
+    // The subnormal-flush variants of the ANE layouts (issue 42, preregistration amendment 15), last so that no
+    // earlier policy's canonical text changes.
+    t.push_back({"ane-guide-m1", ane_guide_m1});
+    t.push_back({"ane-guide-ftz", ane_guide_ftz});
+    t.push_back({"ane-fp16-ftz", ane_fp16_ftz});
     return t;
   }();
   return table;

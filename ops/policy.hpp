@@ -140,6 +140,7 @@ class Policy {
   /// A preset by name; throws std::invalid_argument listing the preset names.
   static Policy preset(std::string_view name);
   /// fp64 fp32 ane-fp16 ane-fp16-acc32 ane-guide ane-matmul-only amp-fp16 amp-bf16 pure-fp16 pure-bf16
+  /// h100-amp-fp16 h100-amp-bf16 a100-amp-fp16 a100-amp-bf16 ane-guide-m1 ane-guide-ftz ane-fp16-ftz
   static const std::vector<std::string>& preset_names();
 
   friend bool operator==(const Policy&, const Policy&) = default;
