@@ -68,8 +68,8 @@ TEST(FtzDazPolicy, ParsesPrintsAndRoundTrips) {
   EXPECT_EQ(Policy::parse(r.canonical()), r) << r.canonical();
   for (const char* spec : {"pure-fp16,all.ftz=all", "pure-bf16,all.rounding=stochastic,matmul.daz=on",
                            "amp-fp16,cross-entropy.bwd-data.ftz=out,attention=online"}) {
-    const Policy r = Policy::parse(spec);
-    EXPECT_EQ(Policy::parse(r.canonical()), r) << spec << " -> " << r.canonical();
+    const Policy rt = Policy::parse(spec);
+    EXPECT_EQ(Policy::parse(rt.canonical()), rt) << spec << " -> " << rt.canonical();
   }
 }
 
