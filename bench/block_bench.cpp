@@ -55,7 +55,8 @@ void shadow(benchmark::State& state, OpKind op, bool on, std::int64_t d, const s
     case OpKind::AttnValues:
     case OpKind::RopeRotate: c.shape = oe::parse_shape(op, "heads=4,T=64,hs=" + std::to_string(d / 4)); break;
     case OpKind::Silu:
-    case OpKind::SwiGlu: c.shape = oe::parse_shape(op, "tokens=64,d=" + H); break;
+    case OpKind::SwiGlu:
+    case OpKind::Gelu: c.shape = oe::parse_shape(op, "tokens=64,d=" + H); break;
     case OpKind::Embedding:
     case OpKind::RopeAngles:
     case OpKind::ResidualAttn:

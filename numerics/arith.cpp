@@ -118,6 +118,7 @@ const char* name_of(Elementary f) {
     case Elementary::Rsqrt: return "rsqrt";
     case Elementary::Sin: return "sin";
     case Elementary::Cos: return "cos";
+    case Elementary::Erf: return "erf";
   }
   return "?";
 }
@@ -133,6 +134,7 @@ double libm_value(Elementary f, double x) {
     case Elementary::Rsqrt: return 1.0 / std::sqrt(x);
     case Elementary::Sin: return std::sin(x);
     case Elementary::Cos: return std::cos(x);
+    case Elementary::Erf: return std::erf(x);
   }
   return kNaN;
 }
@@ -208,6 +210,7 @@ double elementary_mpfr(const RoundingPlan& p, Rounding m, Elementary f, double x
     case Elementary::Rsqrt: t = mpfr_rec_sqrt(y, xm, MPFR_RNDZ); break;
     case Elementary::Sin: t = mpfr_sin(y, xm, MPFR_RNDZ); break;
     case Elementary::Cos: t = mpfr_cos(y, xm, MPFR_RNDZ); break;
+    case Elementary::Erf: t = mpfr_erf(y, xm, MPFR_RNDZ); break;
   }
   if (mpfr_zero_p(y) && t != 0) {
     // Only exp and sigmoid of very negative x underflow MPFR's range; the value is a tiny positive number.

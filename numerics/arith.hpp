@@ -19,7 +19,7 @@
 /// IEEE specials: NaN propagates, inf - inf and 0 * inf are NaN, x/0 is ±inf, sqrt(-x) is NaN; the sign of
 /// an exact zero sum is + except in Rounding::Down (IEEE 754 §6.3).
 ///
-/// Elementary functions (exp, log, sigmoid = 1/(1+e^-x), tanh, rsqrt = 1/√x, sin, cos): correctly rounded in
+/// Elementary functions (exp, log, sigmoid = 1/(1+e^-x), tanh, rsqrt = 1/√x, sin, cos, erf): correctly rounded in
 /// every mode. A binary64 libm value y with error below kLibmUlps binary64 ulps is accepted when rounding
 /// y - bound and y + bound gives the same result (rounding is monotone, so that result is the correct one);
 /// otherwise exp, log, sigmoid and rsqrt try the double-double path (numerics/elementary_dd.hpp: a proven
@@ -35,7 +35,7 @@
 
 namespace roundoff::numerics {
 
-/// Binary64 ulps of error assumed for glibc's exp, log, tanh, sin, cos and for 1/sqrt(x) and
+/// Binary64 ulps of error assumed for glibc's exp, log, tanh, sin, cos, erf and for 1/sqrt(x) and
 /// 1/(1+exp(-x)) evaluated in binary64 (glibc documents at most 1-2 ulps for these; 8 leaves margin).
 inline constexpr int kLibmUlps = 8;
 
@@ -47,10 +47,10 @@ double fma(const RoundingPlan& p, Rounding m, double a, double b, double c, std:
 double sqrt(const RoundingPlan& p, Rounding m, double a, std::uint64_t draw = 0);
 
 /// Unary elementary functions, one rounding each.
-enum class Elementary : std::uint8_t { Exp, Log, Sigmoid, Tanh, Rsqrt, Sin, Cos };
+enum class Elementary : std::uint8_t { Exp, Log, Sigmoid, Tanh, Rsqrt, Sin, Cos, Erf };
 inline constexpr Elementary kAllElementary[] = {Elementary::Exp,   Elementary::Log,   Elementary::Sigmoid,
                                                 Elementary::Tanh,  Elementary::Rsqrt, Elementary::Sin,
-                                                Elementary::Cos};
+                                                Elementary::Cos,   Elementary::Erf};
 const char* name_of(Elementary f);
 
 double elementary(const RoundingPlan& p, Rounding m, Elementary f, double x, std::uint64_t draw = 0);
@@ -64,6 +64,7 @@ inline double tanh(const RoundingPlan& p, Rounding m, double x, std::uint64_t d 
 inline double rsqrt(const RoundingPlan& p, Rounding m, double x, std::uint64_t d = 0) { return elementary(p, m, Elementary::Rsqrt, x, d); }
 inline double sin(const RoundingPlan& p, Rounding m, double x, std::uint64_t d = 0) { return elementary(p, m, Elementary::Sin, x, d); }
 inline double cos(const RoundingPlan& p, Rounding m, double x, std::uint64_t d = 0) { return elementary(p, m, Elementary::Cos, x, d); }
+inline double erf(const RoundingPlan& p, Rounding m, double x, std::uint64_t d = 0) { return elementary(p, m, Elementary::Erf, x, d); }
 
 /// Error-free transformations (Knuth's TwoSum; TwoProduct with one FMA). Exact barring overflow.
 inline void two_sum(double a, double b, double& s, double& e) {

@@ -104,7 +104,8 @@ std::optional<DdEnclosure> evaluate_dd(Elementary f, double x) {
       return std::nullopt;
     case Elementary::Tanh:
     case Elementary::Sin:
-    case Elementary::Cos: return std::nullopt;
+    case Elementary::Cos:
+    case Elementary::Erf: return std::nullopt;
   }
   return std::nullopt;
 }

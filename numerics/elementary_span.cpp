@@ -155,7 +155,8 @@ bool has_core(Elementary f) {
     case Elementary::Tanh:
     case Elementary::Rsqrt:
     case Elementary::Sin:
-    case Elementary::Cos: return false;
+    case Elementary::Cos:
+    case Elementary::Erf: return false;
   }
   return false;
 }
@@ -170,7 +171,8 @@ double elementary_core_error(Elementary f) {
     case Elementary::Tanh:
     case Elementary::Rsqrt:
     case Elementary::Sin:
-    case Elementary::Cos: break;
+    case Elementary::Cos:
+    case Elementary::Erf: break;
   }
   throw std::invalid_argument(std::string("elementary_core: no vectorised evaluation of ") + name_of(f) +
                               " (valid: exp, sigmoid)");

@@ -218,6 +218,9 @@ class Ctx<Emulated> {
   double rsqrt(double a, Key k) const { return flush_compute(numerics::rsqrt(compute_, mode_, a, draw(k))); }
   double sin(double a, Key k) const { return flush_compute(numerics::sin(compute_, mode_, a, draw(k))); }
   double cos(double a, Key k) const { return flush_compute(numerics::cos(compute_, mode_, a, draw(k))); }
+  /// tanh and erf: correctly rounded in compute (numerics::elementary; no ANE table models them).
+  double tanh(double a, Key k) const { return flush_compute(numerics::tanh(compute_, mode_, a, draw(k))); }
+  double erf(double a, Key k) const { return flush_compute(numerics::erf(compute_, mode_, a, draw(k))); }
   /// x[i] flushed in compute under ftz all (nothing otherwise): for op span paths that round compute results
   /// themselves (ops/span_arith.cpp), so that they give add/sub/mul/div's bits.
   void flush_computed(std::span<double> x) const {
@@ -464,6 +467,8 @@ class Ctx<Reference> {
   Ref rsqrt(const Ref& a, Key) const { return Ref(1) / boost::multiprecision::sqrt(a); }
   Ref sin(const Ref& a, Key) const { return boost::multiprecision::sin(a); }
   Ref cos(const Ref& a, Key) const { return boost::multiprecision::cos(a); }
+  Ref tanh(const Ref& a, Key) const { return boost::multiprecision::tanh(a); }
+  Ref erf(const Ref& a, Key) const { return boost::multiprecision::erf(a); }
 
   Ref sum(const Ref* x, std::ptrdiff_t inc, std::size_t n, Key) const {
     Ref s = 0;

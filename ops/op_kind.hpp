@@ -13,6 +13,8 @@
 ///     (x + α·ffn_out): the ane-fp16 layout runs only the FFN add in fp16;
 ///   - RoPE has two knobs: RopeAngles (θ = p·b^(-2i/d) and its cos/sin table: compute format = the format
 ///     the angle and cos/sin are evaluated in, storage = the table format) and RopeRotate (the rotation).
+/// Ops added later go at the end of the list (GELU after AdamW), so that no existing op's index, and with it no
+/// table order a canonical policy text or a CSV follows, moves.
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -37,7 +39,8 @@ namespace roundoff::ops {
   X(ResidualFfn,  "residual-ffn",  "residual add x + a*ffn_out (RES)")                                  \
   X(Classifier,   "classifier",    "logits GEMM h W_cls^T (CLS)")                                       \
   X(CrossEntropy, "cross-entropy", "log-softmax + cross-entropy, loss reduced in fp64 (CLS)")           \
-  X(AdamW,        "adamw",         "AdamW update of master weights and moments (OPT)")
+  X(AdamW,        "adamw",         "AdamW update of master weights and moments (OPT)")               \
+  X(Gelu,         "gelu",          "GELU x*Phi(x), erf or tanh form (SILU group; --ffn gelu)")
 // clang-format on
 
 /// One enumerator per op, in table order.

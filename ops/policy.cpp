@@ -96,13 +96,13 @@ namespace {
 
 /// The (op, pass) entries the ANE runs in AutoANE's "ANE full" layout: the forward projections and the backward
 /// activation-gradient GEMMs (dW GEMMs run on the CPU); the RoPE rotation, attention scores, softmax, attention
-/// values, SiLU and SwiGLU forward and bwd-data; only the FFN residual add's forward (fused into an ANE kernel,
+/// values, SiLU and SwiGLU forward and bwd-data (and GELU, the FFN activation of --ffn gelu, where SiLU is); only the FFN residual add's forward (fused into an ANE kernel,
 /// gen_ffn_fused_dynamic_alpha; its backward and the attention residual stay on the CPU).
 const std::vector<std::pair<OpKind, Pass>>& ane_entries() {
   static const std::vector<std::pair<OpKind, Pass>> entries = [] {
     std::vector<std::pair<OpKind, Pass>> e;
     for (OpKind k : {OpKind::Matmul, OpKind::RopeRotate, OpKind::AttnScores, OpKind::Softmax, OpKind::AttnValues,
-                     OpKind::Silu, OpKind::SwiGlu})
+                     OpKind::Silu, OpKind::SwiGlu, OpKind::Gelu})
       for (Pass ps : {Pass::Forward, Pass::BackwardData}) e.emplace_back(k, ps);
     e.emplace_back(OpKind::ResidualFfn, Pass::Forward);
     return e;
@@ -178,7 +178,7 @@ Policy amp_layout(const Format& h, double loss_scale, const numerics::Accumulati
   const OpPrecision gemm{h, h, Rounding::NearestEven, gemm_acc};
   for (OpKind k : {OpKind::Matmul, OpKind::Classifier, OpKind::AttnScores, OpKind::AttnValues}) p.set(k, gemm);
   const OpPrecision pointwise{h, fmts::fp32, Rounding::NearestEven, sequential_in(fmts::fp32)};
-  p.set(OpKind::Silu, pointwise).set(OpKind::SwiGlu, pointwise);
+  p.set(OpKind::Silu, pointwise).set(OpKind::SwiGlu, pointwise).set(OpKind::Gelu, pointwise);
   p.set_loss_scale(loss_scale);
   return p;
 }

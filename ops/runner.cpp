@@ -359,6 +359,17 @@ void Runner::softmax_from_lse(Site s, Span att, CSpan preatt, CSpan lse, AttnSha
   });
 }
 
+void Runner::gelu_forward(Site s, Span y, CSpan x, RowShape sh, GeluForm form) {
+  run(s, Pass::Forward, sh.rows, {{"y", y, rows(sh.cols)}},
+      [&](const auto& c, auto& io) { ops::gelu_forward(io.out(y), io.in(x), sh, form, c, io.sel()); });
+}
+
+void Runner::gelu_backward_data(Site s, Span dx, CSpan dy, CSpan x, RowShape sh, GeluForm form) {
+  run(s, Pass::BackwardData, sh.rows, {{"dx", dx, rows(sh.cols)}}, [&](const auto& c, auto& io) {
+    ops::gelu_backward_data(io.out(dx), io.in(dy), io.in(x), sh, form, c, io.sel());
+  });
+}
+
 void Runner::silu_forward(Site s, Span y, CSpan x, RowShape sh) {
   run(s, Pass::Forward, sh.rows, {{"y", y, rows(sh.cols)}},
       [&](const auto& c, auto& io) { ops::silu_forward(io.out(y), io.in(x), sh, c, io.sel()); });

@@ -28,6 +28,7 @@
 
 #include "ops/adamw.hpp"
 #include "ops/backend.hpp"
+#include "ops/gelu.hpp"
 #include "ops/policy.hpp"
 #include "ops/probe.hpp"
 #include "ops/profile.hpp"
@@ -124,6 +125,8 @@ class Runner {
   void silu_backward_data(Site s, Span dx, CSpan dy, CSpan x, RowShape sh);
   void swiglu_forward(Site s, Span h, CSpan a, CSpan u, RowShape sh);
   void swiglu_backward_data(Site s, Span da, Span du, CSpan dh, CSpan a, CSpan u, RowShape sh);
+  void gelu_forward(Site s, Span y, CSpan x, RowShape sh, GeluForm form);
+  void gelu_backward_data(Site s, Span dx, CSpan dy, CSpan x, RowShape sh, GeluForm form);
   void residual_forward(Site s, Span out, CSpan x, CSpan f, double alpha, RowShape sh);
   void residual_backward_data(Site s, Span dx, Span df, CSpan dout, double alpha, RowShape sh);
   /// Returns the mean loss over the N tokens, reduced in binary64.

@@ -192,7 +192,7 @@ def from_bits(bits, format) -> np.ndarray:
 
 
 _ARITY = {"add": 2, "sub": 2, "mul": 2, "div": 2, "fma": 3, "sqrt": 1, "exp": 1, "log": 1, "sigmoid": 1,
-          "tanh": 1, "rsqrt": 1, "sin": 1, "cos": 1}
+          "tanh": 1, "rsqrt": 1, "sin": 1, "cos": 1, "erf": 1}
 
 
 def arith(op: str, x, y=None, z=None, *, format, mode: str = "nearest-even", seed=None, stream: int = 0):
@@ -201,7 +201,7 @@ def arith(op: str, x, y=None, z=None, *, format, mode: str = "nearest-even", see
     Parameters
     ----------
     op : str
-        ``add sub mul div fma sqrt exp log sigmoid tanh rsqrt sin cos`` (fma is ``x*y + z``, sigmoid is
+        ``add sub mul div fma sqrt exp log sigmoid tanh rsqrt sin cos erf`` (fma is ``x*y + z``, sigmoid is
         ``1/(1+exp(-x))``, rsqrt is ``1/sqrt(x)``).
     x, y, z : array_like
         Operands (exact binary64 values), broadcast together as numpy does.

@@ -104,7 +104,7 @@ def test_round_to_odd_and_scalars():
     assert np.signbit(roundoff.round(-1e-30, "fp16"))
 
 
-ARITH = ["add", "sub", "mul", "div", "fma", "sqrt", "exp", "log", "sigmoid", "tanh", "rsqrt", "sin", "cos"]
+ARITH = ["add", "sub", "mul", "div", "fma", "sqrt", "exp", "log", "sigmoid", "tanh", "rsqrt", "sin", "cos", "erf"]
 
 
 @pytest.mark.parametrize("op", ARITH)

@@ -101,7 +101,7 @@ double exact_operand(const RoundingPlan& plan, const std::string& text) {
 const std::map<std::string, int>& arith_ops() {
   static const std::map<std::string, int> ops = {
       {"add", 2}, {"sub", 2}, {"mul", 2}, {"div", 2}, {"fma", 3}, {"sqrt", 1}, {"exp", 1},
-      {"log", 1}, {"sigmoid", 1}, {"tanh", 1}, {"rsqrt", 1}, {"sin", 1}, {"cos", 1}};
+      {"log", 1}, {"sigmoid", 1}, {"tanh", 1}, {"rsqrt", 1}, {"sin", 1}, {"cos", 1}, {"erf", 1}};
   return ops;
 }
 

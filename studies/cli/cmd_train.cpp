@@ -19,6 +19,7 @@ namespace {
 
 struct TrainArgs {
   std::string config = "T0", tokenizer, precision = "fp32", residual = "none", init = "normal", loss_scale = "auto";
+  std::string ffn = "swiglu";
   std::string gqa_map = "block", defects = "none", recipe = "default", schedule = "updates";
   std::string eval_checkpoint, shadow_checkpoint;
   int accum = 1;
@@ -73,6 +74,11 @@ studies::train::ModelConfig build_config(const TrainArgs& a, const CLI::App& cmd
     }
   }
   if (given("--vocab")) c.vocab = a.vocab;
+  try {
+    c.ffn = tr::parse_ffn(a.ffn);
+  } catch (const std::invalid_argument& e) {
+    throw CliError(std::string("train: ") + e.what());
+  }
   c.defects = tr::parse_defects(a.defects);
   if (c.defects.gqa_mismatch && given("--gqa-map"))
     throw CliError("train: --gqa-map cannot be combined with --defect gqa-mismatch (it fixes the forward map to "
@@ -113,6 +119,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--d", args->d, "custom: model width (SwiGLU hidden = 2.75·d rounded to 16)");
   cmd->add_option("--layers", args->layers, "custom: number of blocks");
   cmd->add_option("--heads", args->heads, "custom: attention heads (must divide d; d/heads even)");
+  cmd->add_option("--ffn", args->ffn,
+                  "feed-forward block: swiglu (Llama, default) | gelu (W2·gelu(W1·h), erf form) | gelu-tanh "
+                  "(tanh form); hidden width as the config defines, no W3 under gelu")
+      ->capture_default_str();
   cmd->add_option("--kv-heads", args->kv_heads, "custom: K/V heads of grouped-query attention (divides heads)");
   cmd->add_option("--gqa-map", args->gqa_map, "custom: query head h reads KV head block: h*kv/heads | cyclic: h mod kv")
       ->capture_default_str();

@@ -86,7 +86,8 @@ OpShape default_shape(OpKind op) {
     case OpKind::Softmax:
     case OpKind::AttnValues: return {{{"heads", heads}, {"T", T}, {"hs", hs}}};
     case OpKind::Silu:
-    case OpKind::SwiGlu: return {{{"tokens", T}, {"d", hidden}}};
+    case OpKind::SwiGlu:
+    case OpKind::Gelu: return {{{"tokens", T}, {"d", hidden}}};
     case OpKind::ResidualAttn:
     case OpKind::ResidualFfn: return {{{"tokens", T}, {"d", d}}};
     case OpKind::Classifier: return {{{"tokens", T}, {"in", d}, {"out", vocab}}};
@@ -154,7 +155,8 @@ ScaleKind scale_kind_of(OpKind op) {
     case OpKind::ResidualFfn:
     case OpKind::Classifier:
     case OpKind::CrossEntropy:
-    case OpKind::AdamW: return ScaleKind::Activation;
+    case OpKind::AdamW:
+    case OpKind::Gelu: return ScaleKind::Activation;
   }
   return ScaleKind::Activation;
 }
@@ -286,7 +288,8 @@ void run_attention(ops::Runner& run, ops::Tape* tape, const ops::Policy& p, cons
     case OpKind::ResidualFfn:
     case OpKind::Classifier:
     case OpKind::CrossEntropy:
-    case OpKind::AdamW: throw std::logic_error("run_attention: not an attention op");
+    case OpKind::AdamW:
+    case OpKind::Gelu: throw std::logic_error("run_attention: not an attention op");
   }
 }
 
@@ -365,6 +368,23 @@ std::vector<ops::OpRecord> run_case(const ops::Policy& p, const CaseConfig& cfg)
       } else {
         run.swiglu_forward(site, y, S(R(a, p, op, f)), S(R(u, p, op, f)), rs);
         run.swiglu_backward_data(site, da, du, S(R(dy, p, op, bd)), S(R(a, p, op, bd)), S(R(u, p, op, bd)), rs);
+      }
+      break;
+    }
+    case OpKind::Gelu: {
+      // Both forms on the same draws: the erf form under the case's tensor name, the tanh form under
+      // "<tensor>-tanh" (the op-error study's rows tell them apart by tensor).
+      const std::int64_t rows = std::min(c.shape.at("tokens"), c.rows), d = c.shape.at("d");
+      const ops::RowShape rs{rows, d};
+      const Vec x = normal(rows * d, c.scale, rng), dy = normal(rows * d, 1.0, rng);
+      const Pass f = Pass::Forward, bd = Pass::BackwardData;
+      const std::string tanh_tensor = c.tensor + "-tanh";
+      for (const ops::GeluForm form : {ops::GeluForm::Erf, ops::GeluForm::Tanh}) {
+        const ops::Site s{op, 0, form == ops::GeluForm::Erf ? std::string_view(c.tensor) : tanh_tensor};
+        Vec y = zeros(rows * d), dx = zeros(rows * d);
+        shadow(run, tape, 0);
+        run.gelu_forward(s, y, S(R(x, p, op, f)), rs, form);
+        run.gelu_backward_data(s, dx, S(R(dy, p, op, bd)), S(R(x, p, op, bd)), rs, form);
       }
       break;
     }

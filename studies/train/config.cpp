@@ -136,6 +136,21 @@ GqaMap parse_gqa_map(std::string_view text) {
   throw std::invalid_argument("unknown --gqa-map '" + std::string(text) + "' (valid: block, cyclic)");
 }
 
+std::string_view name_of(Ffn f) {
+  switch (f) {
+    case Ffn::SwiGlu: return "swiglu";
+    case Ffn::Gelu: return "gelu";
+    case Ffn::GeluTanh: return "gelu-tanh";
+  }
+  return "?";
+}
+
+Ffn parse_ffn(std::string_view text) {
+  for (const Ffn f : {Ffn::SwiGlu, Ffn::Gelu, Ffn::GeluTanh})
+    if (text == name_of(f)) return f;
+  throw std::invalid_argument("unknown --ffn '" + std::string(text) + "' (valid: swiglu, gelu, gelu-tanh)");
+}
+
 int kv_head_of(GqaMap m, int h, int heads, int kv_heads) {
   switch (m) {
     case GqaMap::Block: return h * kv_heads / heads;

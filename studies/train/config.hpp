@@ -27,6 +27,15 @@ enum class GqaMap : std::uint8_t {
 std::string_view name_of(GqaMap m);
 /// Parses the CLI name; throws std::invalid_argument listing the valid names.
 GqaMap parse_gqa_map(std::string_view text);
+/// The feed-forward block (`roundoff train --ffn`). SwiGlu: f = W2·(silu(W1·h) ⊙ W3·h), the Llama FFN and the
+/// default; Gelu / GeluTanh: f = W2·gelu(W1·h) with GELU's erf form (exact) or tanh form (GPT-2), no W3 (its
+/// parameter tensor is empty), the same hidden width H as the config defines (T0: 176, T1: 352).
+enum class Ffn : std::uint8_t { SwiGlu, Gelu, GeluTanh };
+/// "swiglu", "gelu" or "gelu-tanh".
+std::string_view name_of(Ffn f);
+/// Parses the CLI name; throws std::invalid_argument listing the valid names.
+Ffn parse_ffn(std::string_view text);
+
 /// The KV head that query head h reads under map m (heads query heads, kv_heads KV heads).
 int kv_head_of(GqaMap m, int h, int heads, int kv_heads);
 
@@ -62,7 +71,8 @@ struct ModelConfig {
   int seq = 64;                 ///< T (context length)
   int batch = 4;                ///< B (sequences per step)
   int vocab = 256;              ///< V
-  int hidden = 176;             ///< SwiGLU hidden width h
+  int hidden = 176;             ///< FFN hidden width h (SwiGLU's, and GELU's under --ffn gelu)
+  Ffn ffn = Ffn::SwiGlu;        ///< the feed-forward block
   TokenizerKind tokenizer = TokenizerKind::Byte;
   bool tie_embeddings = false;  ///< the classifier is the embedding matrix (no wcls tensor)
   /// AutoANE's vocabulary compaction: the model's vocab covers only the token ids that occur in the corpus

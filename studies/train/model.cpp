@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "numerics/round.hpp"
 #include "numerics/round_span.hpp"
@@ -19,6 +20,16 @@ using ops::OpKind;
 using ops::Pass;
 
 namespace {
+
+/// The GELU form of a GELU feed-forward (--ffn gelu | gelu-tanh); none for SwiGLU.
+std::optional<ops::GeluForm> gelu_form(Ffn f) {
+  switch (f) {
+    case Ffn::SwiGlu: return std::nullopt;
+    case Ffn::Gelu: return ops::GeluForm::Erf;
+    case Ffn::GeluTanh: return ops::GeluForm::Tanh;
+  }
+  return std::nullopt;
+}
 
 using Span = std::span<double>;
 using CSpan = std::span<const double>;
@@ -283,14 +294,21 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
       check_norm(tel, l, "ln2", L.x_mid, L.r2, C);
     }
     output(L.g, NHid);
-    output(L.u, NHid);
-    // g, u (N, H) = h2 · W1ᵀ, h2 · W3ᵀ; a = silu(g); z = a ⊙ u; f (N, C) = z · W2ᵀ; pre2 = x_mid + β·f
-    runner_.matmul_forward({OpKind::Matmul, l, "w1"}, L.g, L.h2, layer_of(p.w1, l), {N, C, H});
-    runner_.matmul_forward({OpKind::Matmul, l, "w3"}, L.u, L.h2, layer_of(p.w3, l), {N, C, H});
-    output(L.a, NHid);
-    runner_.silu_forward({OpKind::Silu, l, "silu"}, L.a, L.g, hid);
-    output(L.z, NHid);
-    runner_.swiglu_forward({OpKind::SwiGlu, l, "z"}, L.z, L.a, L.u, hid);
+    if (const auto form = gelu_form(c_.ffn)) {
+      // g (N, H) = h2 · W1ᵀ; z (N, H) = gelu(g); f (N, C) = z · W2ᵀ; pre2 = x_mid + β·f
+      runner_.matmul_forward({OpKind::Matmul, l, "w1"}, L.g, L.h2, layer_of(p.w1, l), {N, C, H});
+      output(L.z, NHid);
+      runner_.gelu_forward({OpKind::Gelu, l, "z"}, L.z, L.g, hid, *form);
+    } else {
+      output(L.u, NHid);
+      // g, u (N, H) = h2 · W1ᵀ, h2 · W3ᵀ; a = silu(g); z = a ⊙ u; f (N, C) = z · W2ᵀ; pre2 = x_mid + β·f
+      runner_.matmul_forward({OpKind::Matmul, l, "w1"}, L.g, L.h2, layer_of(p.w1, l), {N, C, H});
+      runner_.matmul_forward({OpKind::Matmul, l, "w3"}, L.u, L.h2, layer_of(p.w3, l), {N, C, H});
+      output(L.a, NHid);
+      runner_.silu_forward({OpKind::Silu, l, "silu"}, L.a, L.g, hid);
+      output(L.z, NHid);
+      runner_.swiglu_forward({OpKind::SwiGlu, l, "z"}, L.z, L.a, L.u, hid);
+    }
     output(L.f, NC);
     runner_.matmul_forward({OpKind::Matmul, l, "w2"}, L.f, L.z, layer_of(p.w2, l), {N, H, C});
     output(L.pre2, NC);
@@ -391,15 +409,24 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
     const Span dz = zeros(b.dz, NHid);
     runner_.matmul_backward_data({OpKind::Matmul, l, "dz"}, dz, df, layer_of(p.w2, l), {N, H, C});
     runner_.matmul_backward_weight({OpKind::Matmul, l, "w2"}, dlayer(d.w2, l), df, L.z, {N, H, C});
-    // da, du (N, H) through z = a ⊙ u; dg (N, H) through a = silu(g); dh2 (N, C) = dg · W1 + du · W3
-    const Span da = zeros(b.da, NHid), du = zeros(b.du, NHid), dg = zeros(b.dg, NHid);
-    runner_.swiglu_backward_data({OpKind::SwiGlu, l, "da"}, da, du, dz, L.a, L.u, hid);
-    runner_.silu_backward_data({OpKind::Silu, l, "dg"}, dg, da, L.g, hid);
     const Span dh2 = zeros(b.dh2, NC);
-    runner_.matmul_backward_data({OpKind::Matmul, l, "dh2", ops::Observe::Off}, dh2, dg, layer_of(p.w1, l), {N, C, H});
-    runner_.matmul_backward_data({OpKind::Matmul, l, "dh2"}, dh2, du, layer_of(p.w3, l), {N, C, H});
-    runner_.matmul_backward_weight({OpKind::Matmul, l, "w1"}, dlayer(d.w1, l), dg, L.h2, {N, C, H});
-    runner_.matmul_backward_weight({OpKind::Matmul, l, "w3"}, dlayer(d.w3, l), du, L.h2, {N, C, H});
+    if (const auto form = gelu_form(c_.ffn)) {
+      // dg (N, H) through z = gelu(g); dh2 (N, C) = dg · W1; dW1 (H, C) += dgᵀ · h2
+      const Span dg = zeros(b.dg, NHid);
+      runner_.gelu_backward_data({OpKind::Gelu, l, "dg"}, dg, dz, L.g, hid, *form);
+      runner_.matmul_backward_data({OpKind::Matmul, l, "dh2"}, dh2, dg, layer_of(p.w1, l), {N, C, H});
+      runner_.matmul_backward_weight({OpKind::Matmul, l, "w1"}, dlayer(d.w1, l), dg, L.h2, {N, C, H});
+    } else {
+      // da, du (N, H) through z = a ⊙ u; dg (N, H) through a = silu(g); dh2 (N, C) = dg · W1 + du · W3
+      const Span da = zeros(b.da, NHid), du = zeros(b.du, NHid), dg = zeros(b.dg, NHid);
+      runner_.swiglu_backward_data({OpKind::SwiGlu, l, "da"}, da, du, dz, L.a, L.u, hid);
+      runner_.silu_backward_data({OpKind::Silu, l, "dg"}, dg, da, L.g, hid);
+      runner_.matmul_backward_data({OpKind::Matmul, l, "dh2", ops::Observe::Off}, dh2, dg, layer_of(p.w1, l),
+                                   {N, C, H});
+      runner_.matmul_backward_data({OpKind::Matmul, l, "dh2"}, dh2, du, layer_of(p.w3, l), {N, C, H});
+      runner_.matmul_backward_weight({OpKind::Matmul, l, "w1"}, dlayer(d.w1, l), dg, L.h2, {N, C, H});
+      runner_.matmul_backward_weight({OpKind::Matmul, l, "w3"}, dlayer(d.w3, l), du, L.h2, {N, C, H});
+    }
     if (rule_.post_norm) {
       // h2 = x_mid: the two uses of x_mid meet in a residual-stream gradient sum (dx += dout).
       std::fill(scratch.begin(), scratch.end(), 0.0);
@@ -708,7 +735,10 @@ void Transformer::record_global(std::int64_t step, const Batch& b, std::span<con
     for (const ActSite& s : kSites) {
       if (s.post_norm_only && !rule_.post_norm) continue;
       if (s.op == OpKind::RmsNorm && !s.post_norm_only && rule_.post_norm) continue;  // h = x: no norm ran
-      runner_.record_global({s.op, l, s.tensor}, Pass::Forward, own.*s.member, ref.*s.member);
+      const bool gelu = gelu_form(c_.ffn).has_value();
+      if (gelu && (s.member == &LayerActs::u || s.member == &LayerActs::a)) continue;  // no W3, no SiLU
+      const OpKind op = gelu && s.member == &LayerActs::z ? OpKind::Gelu : s.op;     // z = gelu(g)
+      runner_.record_global({op, l, s.tensor}, Pass::Forward, own.*s.member, ref.*s.member);
     }
   }
   runner_.record_global({OpKind::RmsNorm, -1, "lnf"}, Pass::Forward, xf_, reference.xf_);

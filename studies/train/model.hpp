@@ -15,6 +15,7 @@
 ///   x ← x + β·(y·Woᵀ)                           (ResidualAttn; DeepNorm: x ← RMSNorm_{eps·α²}(x + o/α; ln1w))
 ///   h2 = RMSNorm(x; ln2w)                       (Pre-Norm; under DeepNorm h2 = x)
 ///   z = SiLU(h2·W1ᵀ) ⊙ (h2·W3ᵀ);  f = z·W2ᵀ      (Matmul, Silu, SwiGlu, Matmul)
+///   (--ffn gelu | gelu-tanh: z = GELU(h2·W1ᵀ), erf or tanh form, no W3; Matmul, Gelu, Matmul)
 ///   x ← x + β·f                                 (ResidualFfn; DeepNorm: x ← RMSNorm_{eps·α²}(x + f/α; ln2w))
 /// then logits = RMSNorm(x; lnfw)·Wclsᵀ (Classifier; Wcls = wte when the embeddings are tied) and the mean cross-entropy (CrossEntropy, binary64 mean).
 /// β is the residual rule's branch multiplier (1, 1/√(2L), or 1/α).

@@ -64,7 +64,7 @@ ParamLayout param_layout(const ModelConfig& c) {
   set(ParamTensor::Wo, L * C * C, c.layers);
   set(ParamTensor::FfnNorm, L * C, c.layers);
   set(ParamTensor::W1, L * H * C, c.layers);
-  set(ParamTensor::W3, L * H * C, c.layers);
+  set(ParamTensor::W3, c.ffn == Ffn::SwiGlu ? L * H * C : 0, c.layers);  // the GELU FFN has no W3
   set(ParamTensor::W2, L * C * H, c.layers);
   set(ParamTensor::FinalNorm, C, 1);
   set(ParamTensor::Classifier, c.tie_embeddings ? 0 : V * C, 1);

@@ -117,6 +117,14 @@ Checkpoint load_foreign_checkpoint(const TrainOptions& o, const TrainData& data,
                                  " " + was.at(key).dump() + ", this command " + now.at(key).dump() +
                                  " (valid: the checkpoint's model, under any precision, defects or --gqa-map)");
   }
+  if (id.contains("config")) {  // "ffn" is named only when it is not swiglu (config_json)
+    const nlohmann::json& was = id.at("config");
+    const std::string was_ffn = was.contains("ffn") ? was.at("ffn").get<std::string>() : "swiglu";
+    const std::string now_ffn(name_of(o.config.ffn));
+    if (was_ffn != now_ffn)
+      throw std::runtime_error("checkpoint " + checkpoint.string() + " is of another model: config.ffn \"" + was_ffn +
+                               "\", this command \"" + now_ffn + "\" (valid: the checkpoint's --ffn)");
+  }
   if (id.contains("residual_scale") && id.at("residual_scale") != std::string(name_of(o.residual)))
     throw std::runtime_error("checkpoint " + checkpoint.string() + " is of another model: residual_scale " +
                              id.at("residual_scale").dump() + ", this command \"" + std::string(name_of(o.residual)) +

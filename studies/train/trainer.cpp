@@ -36,7 +36,7 @@ std::string duration_text(double seconds) {
 }  // namespace
 
 nlohmann::json config_json(const ModelConfig& c) {
-  return {{"name", c.name},
+  nlohmann::json j = {{"name", c.name},
           {"d", c.d},
           {"layers", c.layers},
           {"heads", c.heads},
@@ -53,6 +53,9 @@ nlohmann::json config_json(const ModelConfig& c) {
           {"defects", defects_text(c.defects)},
           {"norm_eps", c.norm_eps},
           {"rope_base", c.rope_base}};
+  // Only a non-default FFN is named, so that every SwiGLU run keeps its identity (and its checkpoints resume).
+  if (c.ffn != Ffn::SwiGlu) j["ffn"] = std::string(name_of(c.ffn));
+  return j;
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -853,4 +854,45 @@ TEST(Cli, GemmRefusesBadInputInOneLine) {  // issue 40
   const Outcome help = roundoff("gemm --help", d);
   EXPECT_EQ(help.status, 0);
   EXPECT_NE(help.output.find("Examples:"), std::string::npos);
+}
+
+namespace {
+
+/// The train_loss values of a run's curves.csv, in step order.
+std::vector<double> train_losses(const fs::path& run) {
+  std::vector<double> v;
+  std::istringstream in(slurp(run / "curves.csv"));
+  std::string line;
+  while (std::getline(in, line))
+    if (line.find(",train_loss,") != std::string::npos) v.push_back(std::stod(line.substr(line.rfind(',') + 1)));
+  return v;
+}
+
+}  // namespace
+
+// issue 45 step 5: a GELU feed-forward (--ffn gelu: erf form, --ffn gelu-tanh: tanh form) trains T0, with the
+// MPFR shadow sampling its ops; the run names its FFN, a SwiGLU run does not (its identity is unchanged).
+TEST(Cli, TrainT0WithGeluFfn) {
+  const fs::path d = scratch("gelu");
+  std::vector<double> last;
+  for (const char* ffn : {"gelu", "gelu-tanh"}) {
+    const fs::path run = d / ffn;
+    const Outcome o = roundoff("train --config T0 --ffn " + std::string(ffn) +
+                               " --steps 10 --warmup 4 --lr 0.003 --eval-tokens 128 --shadow-every 5 "
+                               "--progress-every 0 --out " + run.string());
+    ASSERT_EQ(o.status, 0) << o.output;
+    const nlohmann::json s = read_json(run / "summary.json");
+    EXPECT_EQ(s.at("config").at("ffn"), ffn);
+    EXPECT_FALSE(s.at("diverged").get<bool>());
+    const std::vector<double> l = train_losses(run);
+    ASSERT_EQ(l.size(), 10u) << ffn;
+    EXPECT_LT(l.back(), 0.85 * l.front()) << ffn << ": first " << l.front() << ", last " << l.back();
+    last.push_back(l.back());
+  }
+  EXPECT_NE(last[0], last[1]) << "--ffn gelu and gelu-tanh trained the same model";
+  const Outcome sw = roundoff(kTiny + "--steps 1 --out " + (d / "swiglu").string());
+  ASSERT_EQ(sw.status, 0) << sw.output;
+  EXPECT_FALSE(read_json(d / "swiglu" / "summary.json").at("config").contains("ffn"));
+  expect_refused(roundoff(kTiny + "--steps 1 --ffn relu --out " + (d / "relu").string()),
+                 "unknown --ffn 'relu' (valid: swiglu, gelu, gelu-tanh)", "--ffn relu");
 }

@@ -49,7 +49,8 @@ void mpfr_value(mpfr_ptr y, Elementary f, double x) {
     case Elementary::Rsqrt: mpfr_rec_sqrt(y, xm, MPFR_RNDN); break;
     case Elementary::Tanh:
     case Elementary::Sin:
-    case Elementary::Cos: mpfr_set_nan(y); break;
+    case Elementary::Cos:
+    case Elementary::Erf: mpfr_set_nan(y); break;
   }
 }
 

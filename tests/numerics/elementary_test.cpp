@@ -1,4 +1,4 @@
-// sqrt and the elementary functions (exp, log, sigmoid, tanh, rsqrt, sin, cos) of every 16- and 8-bit encoding,
+// sqrt and the elementary functions (exp, log, sigmoid, tanh, rsqrt, sin, cos, erf) of every 16- and 8-bit encoding,
 // result in the same format, in every deterministic mode, against the MPFR oracle. This is the proof of the
 // contract stated in numerics/arith.hpp: correctly rounded in every mode, the libm fast path being accepted
 // only when it provably rounds like the exact value.

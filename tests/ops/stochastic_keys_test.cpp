@@ -19,6 +19,7 @@
 #include "ops/attention.hpp"
 #include "ops/cross_entropy.hpp"
 #include "ops/embedding.hpp"
+#include "ops/gelu.hpp"
 #include "ops/gqa.hpp"
 #include "ops/matmul.hpp"
 #include "ops/online_attention.hpp"
@@ -128,6 +129,17 @@ std::vector<Case> all_cases() {
                  Vec dx = randn(n, 1, bf, 13);
                  silu_backward_data<E>(dx, cs(randn(n, 1, bf, 14)), cs(randn(n, 1, bf, 12)), rs, ctx);
                })});
+  for (const GeluForm form : {GeluForm::Erf, GeluForm::Tanh}) {
+    const std::string f(name_of(form));
+    c.push_back({"gelu-" + f + ".fwd", mm([=](const Ctx<E>& ctx) {
+                   Vec y(n);
+                   gelu_forward<E>(y, cs(randn(n, 1, bf, 12)), rs, form, ctx);
+                 })});
+    c.push_back({"gelu-" + f + ".bwd-data", mm([=](const Ctx<E>& ctx) {
+                   Vec dx = randn(n, 1, bf, 13);
+                   gelu_backward_data<E>(dx, cs(randn(n, 1, bf, 14)), cs(randn(n, 1, bf, 12)), rs, form, ctx);
+                 })});
+  }
   c.push_back({"swiglu.fwd", mm([=](const Ctx<E>& ctx) {
                  Vec h(n);
                  swiglu_forward<E>(h, cs(randn(n, 1, bf, 15)), cs(randn(n, 1, bf, 16)), rs, ctx);
@@ -247,6 +259,42 @@ void check_all(bool stochastic_accumulator, bool flush = false) {
 TEST(StochasticKeys, EveryRoundingOfACallHasItsOwnKey) { check_all(false); }
 TEST(StochasticKeys, EveryRoundingOfACallHasItsOwnKeyStochasticAccumulator) { check_all(true); }
 TEST(StochasticKeys, EveryRoundingOfACallHasItsOwnKeyUnderFtzAndDaz) { check_all(false, true); }
+
+/// The op function (ops/<op>.hpp) that runs an OpKind: the case names above start with it. A switch, so that a
+/// new OpKind fails to compile here until it names its function, and OpKindsAllHaveACase then fails until the
+/// function has a case above.
+std::string_view op_function(OpKind k) {
+  switch (k) {
+    case OpKind::Embedding: return "embedding";
+    case OpKind::RmsNorm: return "rmsnorm";
+    case OpKind::Matmul:
+    case OpKind::Classifier: return "matmul";
+    case OpKind::RopeAngles: return "rope-angles";
+    case OpKind::RopeRotate: return "rope";
+    case OpKind::AttnScores: return "attn-scores";
+    case OpKind::Softmax: return "softmax";
+    case OpKind::AttnValues: return "attn-values";
+    case OpKind::Silu: return "silu";
+    case OpKind::SwiGlu: return "swiglu";
+    case OpKind::ResidualAttn:
+    case OpKind::ResidualFfn: return "residual";
+    case OpKind::CrossEntropy: return "cross-entropy";
+    case OpKind::AdamW: return "adamw";
+    case OpKind::Gelu: return "gelu";
+  }
+  return "";
+}
+
+TEST(StochasticKeys, OpKindsAllHaveACase) {
+  const std::vector<Case> cases = all_cases();
+  for (const OpKind k : kAllOps) {
+    const std::string_view f = op_function(k);
+    bool found = false;
+    for (const Case& c : cases)
+      found |= c.name == f || c.name.starts_with(std::string(f) + ".") || c.name.starts_with(std::string(f) + "-");
+    EXPECT_TRUE(found) << name_of(k) << ": no stochastic-keys case runs " << f << " (add one to all_cases())";
+  }
+}
 
 // The key layout: distinct (tensor, element, slot) give distinct keys, elements 2^16 apart.
 TEST(StochasticKeys, KeyLayout) {

@@ -268,6 +268,7 @@ MpfrCompute elementary_compute(Elementary fn, mpfr_ptr x) {
     case Elementary::Rsqrt: return [x](mpfr_ptr y, mpfr_rnd_t r) { return mpfr_rec_sqrt(y, x, r); };
     case Elementary::Sin: return [x](mpfr_ptr y, mpfr_rnd_t r) { return mpfr_sin(y, x, r); };
     case Elementary::Cos: return [x](mpfr_ptr y, mpfr_rnd_t r) { return mpfr_cos(y, x, r); };
+    case Elementary::Erf: return [x](mpfr_ptr y, mpfr_rnd_t r) { return mpfr_erf(y, x, r); };
   }
   throw std::logic_error("elementary_compute");
 }
