@@ -81,7 +81,7 @@ def test_unknown_names():
                       (lambda: roundoff.Policy("ane-fp64"), "ane-fp64"),
                       (lambda: roundoff.round(1.0, "fp16", "nearest"), "nearest"),
                       (lambda: roundoff.arith("pow", 1.0, 2.0, format="fp16"), "pow"),
-                      (lambda: roundoff.op_error("gelu", "fp32"), "gelu")]:
+                      (lambda: roundoff.op_error("relu", "fp32"), "relu")]:
         with pytest.raises(ValueError, match=pat) as e:
             call()
         one_line(e)
