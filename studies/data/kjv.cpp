@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <map>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "studies/common/provenance.hpp"
@@ -244,18 +245,7 @@ nlohmann::json prepare_kjv(const fs::path& data_file, const fs::path& out_dir, c
     ++count[s];
   }
   manifest["files"] = listing;
-  StagedDir staged(out_dir);
-  for (Split s : {Split::Train, Split::Val, Split::Test}) {
-    const std::string file = std::string(name_of(s)) + ".txt";
-    write_file_atomic(staged.path() / file, split_text[s]);
-    manifest["splits"][name_of(s)] = {{"file", file},
-                                      {"files", count[s]},
-                                      {"bytes", split_text[s].size()},
-                                      {"sha256", sha256_hex(split_text[s])}};
-  }
-  write_json_atomic(staged.path() / "manifest.json", manifest);
-  staged.commit();
-  return manifest;
+  return write_split_corpus(out_dir, std::move(manifest), split_text, count);
 }
 
 }  // namespace roundoff::studies::data
