@@ -17,7 +17,7 @@ Parameters
 spec : str
     ``PRESET[,item...]``: presets are :func:`policies` (fp64 fp32 ane-fp16 ane-guide amp-fp16 pure-bf16 …);
     items are ``OP[.PASS]=STORAGE[/COMPUTE][/ACC][/ROUNDING]``, ``OP.FIELD=VALUE`` (storage compute rounding acc
-    approx saturate nan), ``ROLE=FORMAT`` (weights master adam-m adam-v grads), ``loss-scale=N``,
+    approx saturate nan ftz daz), ``ROLE=FORMAT`` (weights master adam-m adam-v grads), ``loss-scale=N``,
     ``attention=materialised|online``.
 
 Attributes

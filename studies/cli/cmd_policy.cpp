@@ -16,7 +16,7 @@ struct PolicyArgs {
 };
 
 void print_table(const ops::Policy& p) {
-  std::printf("%-14s %-10s %s\n", "op", "pass", "storage/compute/accumulation/rounding [approx saturate nan]");
+  std::printf("%-14s %-10s %s\n", "op", "pass", "storage/compute/accumulation/rounding [approx saturate nan ftz daz]");
   for (ops::OpKind k : ops::kAllOps)
     for (ops::Pass ps : ops::kAllPasses) {
       const std::string extra = ops::extras_text(p.at(k, ps));

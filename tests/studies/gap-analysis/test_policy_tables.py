@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "studies", "sweep"))
 import policy_tables as P  # noqa: E402
 from study_io import InputError  # noqa: E402
 
-HEAD = "op             pass       storage/compute/accumulation/rounding [approx saturate nan]"
+HEAD = "op             pass       storage/compute/accumulation/rounding [approx saturate nan ftz daz]"
 FORMATS = {"fp16": 65504.0, "fp32": 3.40282e+38}
 
 

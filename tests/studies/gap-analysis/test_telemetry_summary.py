@@ -33,7 +33,7 @@ def tables(path, fp16_policy="tiny-fp16"):
     fp16 = [e.replace(ENTRY, "fp16/fp16/fp16-seq/nearest-even") if e.startswith(("attn-scores    fwd",))
             else e.replace(ENTRY, "fp16/fp16/fp16-seq/nearest-even  saturate=1024") if e.startswith("matmul         fwd")
             else e for e in entries]
-    head = "op             pass       storage/compute/accumulation/rounding [approx saturate nan]"
+    head = "op             pass       storage/compute/accumulation/rounding [approx saturate nan ftz daz]"
     doc = {"generated_by": "by hand", "formats": {"fp32": 3.40282e+38, "fp16": 65504.0},
            "policies": {fp16_policy: [fp16_policy, head] + fp16 + ["weights        role       fp32"],
                         "fp32": ["fp32", head] + entries}}
