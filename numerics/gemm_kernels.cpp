@@ -320,6 +320,9 @@ int pack_to(const Packed& pk, const double* src, std::size_t n, Dest d, std::siz
     thread_local Reusable<double> cast_buf;
     double* r = cast_buf.get(n);
     round_array(*cast->plan, cast->mode, std::span<const double>(src, n), std::span<double>(r, n));
+    if (cast->flush)
+      for (std::size_t i = 0; i < n; ++i)
+        if (std::fabs(r[i]) < cast->plan->min_normal) r[i] = std::copysign(0.0, r[i]);
     if (cast->nan_to_inf)
       for (std::size_t i = 0; i < n; ++i)
         if (std::isnan(r[i])) r[i] = std::numeric_limits<double>::infinity();
@@ -440,13 +443,14 @@ struct BKey {
   Format cast_format;
   Rounding cast_mode;
   bool cast_nan_to_inf;
+  bool cast_flush;
   Acc acc;
   bool tile, any_binary32, avx2;
   std::uint64_t version;
   bool operator==(const BKey& o) const {
     return data == o.data && ld == o.ld && K == o.K && N == o.N && transposed == o.transposed && cast == o.cast &&
            (!cast || (cast_format == o.cast_format && cast_mode == o.cast_mode &&
-                      cast_nan_to_inf == o.cast_nan_to_inf)) &&
+                      cast_nan_to_inf == o.cast_nan_to_inf && cast_flush == o.cast_flush)) &&
            acc == o.acc && tile == o.tile && any_binary32 == o.any_binary32 && avx2 == o.avx2 && version == o.version;
   }
 };
@@ -516,6 +520,7 @@ std::pair<std::shared_ptr<const PackedB>, std::shared_ptr<PackedB>> cache_lookup
                    cast_b ? cast_b->plan->format : formats::fp64,
                    cast_b ? cast_b->mode : Rounding::NearestEven,
                    cast_b ? cast_b->nan_to_inf : false,
+                   cast_b ? cast_b->flush : false,
                    plan.acc,
                    plan.tile,
                    pk.any_binary32,

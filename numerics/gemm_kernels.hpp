@@ -56,11 +56,14 @@
 namespace roundoff::numerics::kernels {
 
 /// An entry rounding of an operand, applied to each value as it is packed: x ← round_to(*plan, mode, x) (through
-/// numerics::round_array), then NaN → +inf when nan_to_inf. mode is deterministic (not Stochastic).
+/// numerics::round_array), then, when flush, a result of magnitude below plan->min_normal becomes the zero of its
+/// sign (denormals-are-zero in the cast format), then NaN → +inf when nan_to_inf. mode is deterministic (not
+/// Stochastic).
 struct OperandCast {
   const RoundingPlan* plan;
   Rounding mode;
   bool nan_to_inf;
+  bool flush = false;
 };
 
 /// B-operand pack cache, owned by its user (ops::Runner owns one per model; nothing is cached without one). A

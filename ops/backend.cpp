@@ -71,10 +71,10 @@ void Ctx<Emulated>::gemm_in(std::size_t M, std::size_t N, std::size_t K, std::sp
                             Tensor ta, std::span<const double> b, bool b_transposed, Tensor tb, double* C,
                             std::size_t ldc, bool accumulate, Key r) const {
   const std::size_t lda = a_transposed ? M : K, ldb = b_transposed ? K : N;
-  // The kernels' cast-in-pack rounds to storage and applies the NaN rule but has no flush: under daz the
-  // operands are cast (and flushed) by in_array instead.
-  if (span_fast() && prec_.accumulate.rounding != numerics::Rounding::Stochastic && !daz_) {
-    const numerics::kernels::OperandCast cast{&storage_, mode_, prec_.nan == NanRule::AneInf};
+  // The kernels' cast-in-pack rounds to storage, flushes under daz and applies the NaN rule, in that order (as
+  // round_stored does).
+  if (span_fast() && prec_.accumulate.rounding != numerics::Rounding::Stochastic) {
+    const numerics::kernels::OperandCast cast{&storage_, mode_, prec_.nan == NanRule::AneInf, daz_};
     if (numerics::kernels::gemm_fast(prec_.accumulate, M, N, K, {a.data(), lda, a_transposed},
                                      {b.data(), ldb, b_transposed}, C, ldc, accumulate, nullptr,
                                      omp_in_parallel() ? 1 : 0, &cast, &cast, exec_.kernels, exec_.pack_cache))

@@ -103,6 +103,64 @@ TEST(GemmPackCache, ReusedPacksGiveTheBitsOfFreshOnes) {
   EXPECT_EQ(cache.stats().ranges, 0u);
 }
 
+TEST(GemmPackCache, AFlushingCastZeroesSubnormalsAndIsItsOwnPack) {
+  // OperandCast::flush (daz in the cast format): every operand value that rounds to a subnormal of the cast format
+  // is read as the zero of its sign, on A and B, on every kernel tier; the product equals the unflushed cast's
+  // product of operands flushed beforehand. A cached B packed with one flush setting never serves the other.
+  if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX2 or AVX-512";
+  std::mt19937_64 rng(13);
+  const Product p{12, 40, 33, true, 0, 33};
+  const RoundingPlan half(formats::fp16);
+  const k::OperandCast plain{&half, Rounding::NearestEven, false};
+  const k::OperandCast flushing{&half, Rounding::NearestEven, false, true};
+  // fp32 values around fp16's subnormal range (2^-24 .. 2^-14) and normal ones, both signs
+  std::uniform_real_distribution<double> e(-27.0, -10.0);
+  auto tiny_mixed = [&](std::size_t n) {
+    std::vector<double> v(n);
+    for (std::size_t i = 0; i < n; ++i)
+      v[i] = static_cast<double>(static_cast<float>((i % 2 ? -1.0 : 1.0) * std::exp2(e(rng))));
+    return v;
+  };
+  std::vector<double> buf = tiny_mixed(p.N * p.K);
+  const std::vector<double> A = tiny_mixed(p.M * p.K);
+  auto flushed = [&](std::vector<double> v) {  // the definition: cast to fp16, then subnormals to signed zeros
+    for (double& x : v) {
+      x = round_to(half, Rounding::NearestEven, x);
+      if (std::fabs(x) < std::exp2(-14)) x = std::copysign(0.0, x);
+    }
+    return v;
+  };
+  const std::vector<double> bufF = flushed(buf), AF = flushed(A);
+  std::size_t zeroed = 0;
+  for (std::size_t i = 0; i < buf.size(); ++i) zeroed += bufF[i] == 0 && round_to(half, Rounding::NearestEven, buf[i]) != 0;
+  ASSERT_GT(zeroed, buf.size() / 4);  // the flush has something to do
+  const Accumulation a = parse_accumulation("fp32-seq");
+  const k::Isa detected = k::detected_isa();
+  for (const k::Isa isa : {k::Isa::Avx512, k::Isa::Avx2}) {
+    if (detected < isa) continue;
+    const KernelOptions opts{true, isa};
+    auto run = [&](k::PackCache* cache, const std::vector<double>& Av, const std::vector<double>& Bv,
+                   const k::OperandCast* cast) {
+      std::vector<double> C(p.M * p.N, 7.0);
+      EXPECT_TRUE(k::gemm_fast(a, p.M, p.N, p.K, ConstMatrix{Av.data(), p.K}, ConstMatrix{Bv.data(), p.ldb, p.bt},
+                               C.data(), p.N, false, nullptr, 2, cast, cast, opts, cache));
+      return C;
+    };
+    const std::vector<double> want_flush = run(nullptr, AF, bufF, &plain);
+    const std::vector<double> want_plain = run(nullptr, A, buf, &plain);
+    ASSERT_NE(want_flush, want_plain);
+    expect_same(run(nullptr, A, buf, &flushing), want_flush, "flushing cast, no cache");
+    k::PackCache cache;
+    cache.register_immutable(buf.data(), buf.size(), 1);
+    for (int call = 0; call < 2; ++call) {
+      expect_same(run(&cache, A, buf, &flushing), want_flush, "flushing cast, cached");
+      expect_same(run(&cache, A, buf, &plain), want_plain, "plain cast, cached");
+    }
+    EXPECT_EQ(cache.stats().entries, 2u);
+    cache.unregister_immutable(buf.data());
+  }
+}
+
 TEST(GemmPackCache, ReregisteringDropsTheOldVersionsPacks) {
   if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX2 or AVX-512";
   std::mt19937_64 rng(9);
