@@ -24,7 +24,17 @@ True (f32out_fast) and False (f32out_slow), and bf16out_slow. A variant the inst
         [--shapes 256x256x4096,128x128x16384] [--tiles 4] [--seed 1]
 
 --dry-run computes the outputs on the CPU in binary64 rounded once (no GPU, no kernel names): it checks the
-layout and the operand classes only, never the GPU's arithmetic.
+layout and the operand classes only, never the GPU's arithmetic. --repeat N runs every call N times and records,
+per variant, how many outputs of each later run differ from the first (`<variant>_repeat_differing` in meta).
+
+    python3 studies/tensorcore/cublas_probe.py --out OUT_DIR --segment-k [--shapes 1024x1024x4096] [--repeat 3]
+        [--segk-bounds 0,8,...,128]
+
+runs instead the two designed tf32 GEMMs of the segment-K probe (docs/studies/tensorcore.md, "The tf32
+segment-K kernel"): the boundary probe (per output tile, where its k-iterations are cut into pieces) and the
+order probe (per output, how many pieces were added after both of two marked ones: a fixed order or a race),
+with the kernels' grid and block sizes; OUT_DIR/segment_k.json holds the decoded results, segment_k.npz the raw
+output bits of every run. With --dry-run the model runs on the CPU through roundoff (PYTHONPATH=build/python).
 """
 from __future__ import annotations
 

@@ -218,6 +218,24 @@ def run(args) -> dict:
             row(f"promote={N}:fp32, promoted sum {r}",
                 int((roundoff.gemm(a, B, inputs="tf32", accumulation=spec) == meas).sum()), of=n)
 
+    # The error statistics that narrowed the search: the signed error toward zero (ulps of the output, rows of
+    # the classes without cancellation), percentiles 10/25/50/75/90; the chain truncates at every step of 8.
+    exact = (a.astype(np.longdouble) @ B.astype(np.longdouble))
+    nocancel = (rows // 64) % 4 != 2
+
+    def tz_error(v):
+        _, e = np.frexp(np.where(v != 0, v, 1.0))
+        err = ((v - exact) / np.ldexp(1.0, e - 24) * np.sign(exact)).astype(np.float64)
+        return [round(float(x), 1) for x in np.percentile(err[nocancel], [10, 25, 50, 75, 90])]
+
+    stats = {"measured": tz_error(meas), "chain": tz_error(chain[:, split_cols])}
+    for L in (128, 256, 512):
+        stats[f"chunks of {L}, k order"] = tz_error(
+            roundoff.gemm(a, B, inputs="tf32", accumulation=f"{PRESET},splitk={K // L}:32"))
+    report["error_toward_zero_ulps_p10_25_50_75_90"] = stats
+    for k, v in stats.items():
+        print(f"signed error toward zero, ulps (p10 p25 p50 p75 p90), {k}: {v}")
+
     pcs = Pieces(a, B)
     orders_cache = {}
 
@@ -299,6 +317,23 @@ def run(args) -> dict:
         per_t = [int((seq_sum(P15[:, sel], oo) == meas[sel]).sum()) for oo in o]
         row(f"  kernel tile rows {128 * t}-{128 * t + 127}: best single order", max(per_t),
             of=int(sel.sum()) * meas.shape[1])
+    # Do nearby outputs share an order? Per group, the best single sampled order's share of the group's outputs,
+    # against random groups of the same size (equal shares: the order is no more shared nearby than far away).
+    o = orders_cache[15]
+    sr = np.nonzero((rows % 64) < 8)[0]  # 8 rows of each 64-row block
+    H = np.array([seq_sum(P15[:, sr], oo) == meas[sr] for oo in o])  # (orders, rows, 64)
+    rng = np.random.default_rng(args.seed)
+    share = {}
+    for gname, size, groups in (("8 adjacent columns of a row", 8, [(r, slice(c, c + 8)) for r in range(sr.size)
+                                                                   for c in range(0, meas.shape[1] - 7, 8)]),
+                                ("one row of the tile column", meas.shape[1], [(r, slice(None)) for r in range(sr.size)])):
+        near = np.mean([H[(slice(None),) + g].reshape(len(o), -1).sum(1).max() / size for g in groups])
+        flat = H.reshape(len(o), -1)
+        far = np.mean([flat[:, rng.choice(flat.shape[1], size, replace=False)].sum(1).max() / size
+                       for _ in range(len(groups))])
+        share[gname] = {"nearby": round(float(near), 3), "random": round(float(far), 3)}
+        print(f"best single order's share, {gname}: {near:.3f}; random groups of {size}: {far:.3f}")
+    report["order_sharing"] = share
     if args.exact_dp:
         miss = np.argwhere(~hit15)[: args.exact_dp]
         found = sum(meas[tuple(ij)] in every_order(P15[(slice(None),) + tuple(ij)]) for ij in miss)
