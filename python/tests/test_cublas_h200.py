@@ -178,3 +178,30 @@ def test_segment_k_tiles_are_15_pieces_summed_in_some_order():
     for other in (sk.balanced(15, "first"), sk.balanced(16, "last"), sk.balanced(14, "last"), sk.balanced(14, "first")):
         h, _ = sk.order_hits(pieces.split(other), meas, sk.sampled_orders(len(other) - 1, 2000, seed=1))
         assert h.mean() < 0.6, other
+
+
+def test_every_order_enumerates_the_sums_of_all_orders():
+    # The subset DP behind "every order enumerated" against brute force over all 6! orders, both roundings.
+    import itertools
+    from fractions import Fraction
+    sk = _segment_k()
+    rng = np.random.default_rng(3)
+    for _ in range(10):
+        p = (rng.standard_normal(6) * 2.0 ** rng.integers(-3, 3, 6)).astype(np.float32).astype(np.float64)
+        for toward_zero in (False, True):
+            brute = {float(sk.seq_sum(p[:, None], o, toward_zero=toward_zero)[0])
+                     for o in itertools.permutations(range(6))}
+            assert brute == sk.every_order(p, toward_zero)
+    # Truncated binary32 addition against exact rationals: toward zero, and the last binary32 value that is.
+    x = (rng.standard_normal(3000) * 2.0 ** rng.integers(-40, 40, 3000)).astype(np.float32).astype(np.float64)
+    y = (rng.standard_normal(3000) * 2.0 ** rng.integers(-40, 40, 3000)).astype(np.float32).astype(np.float64)
+    y[:500] = -x[:500] * (1 + 2.0 ** -23)
+    y[500:600] = -x[500:600]
+    got = sk.add_toward_zero(x, y)
+    assert np.array_equal(got, got.astype(np.float32).astype(np.float64))
+    for u, v, g in zip(x, y, got):
+        exact = Fraction(u) + Fraction(v)
+        assert abs(Fraction(g)) <= abs(exact) and (g == 0 or np.sign(g) == np.sign(exact))
+        if Fraction(g) != exact:
+            nxt = np.nextafter(np.float32(g), np.float32(np.inf if exact > 0 else -np.inf))
+            assert abs(Fraction(float(nxt))) > abs(exact)
