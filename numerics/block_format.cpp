@@ -9,6 +9,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "numerics/block_kernels.hpp"
 #include "numerics/round.hpp"
 
 namespace roundoff::numerics {
@@ -450,13 +451,14 @@ void check_tiles(const BlockFormat& b, std::size_t n, std::size_t axis_len) {
 
 }  // namespace
 
-BlockCodes quantize(const BlockFormat& b, std::span<const double> x, std::size_t axis_len) {
+BlockCodes quantize(const BlockFormat& b, std::span<const double> x, std::size_t axis_len, const KernelOptions& opts) {
+  if (std::optional<BlockCodes> q = kernels::quantize_blocks(b, x, axis_len, opts.isa())) return std::move(*q);
   if (b.block_rows > 1) {
     check_tiles(b, x.size(), axis_len);
     const std::size_t rows = x.size() / axis_len, rt = static_cast<std::size_t>(b.block_rows);
     const auto ct = static_cast<std::size_t>(b.block_size);
     const std::vector<double> xt = tile_order<double>(x, rows, axis_len, rt, ct, true);
-    BlockCodes q = quantize(tile_as_block(b), xt, rt * ct);
+    BlockCodes q = quantize(tile_as_block(b), xt, rt * ct, opts);
     q.codes = tile_order<std::uint8_t>(q.codes, rows, axis_len, rt, ct, false);
     return q;
   }
@@ -569,15 +571,24 @@ BlockCodes quantize(const BlockFormat& b, std::span<const double> x, std::size_t
   return out;
 }
 
+BlockCodes quantize(const BlockFormat& b, std::span<const float> x, std::size_t axis_len, const KernelOptions& opts) {
+  if (std::optional<BlockCodes> q = kernels::quantize_blocks(b, x, axis_len, opts.isa())) return std::move(*q);
+  const std::vector<double> xd(x.begin(), x.end());  // exact
+  return quantize(b, std::span<const double>(xd), axis_len, KernelOptions{false, kernels::Isa::None});
+}
+
 std::vector<double> dequantize(const BlockFormat& b, std::span<const std::uint8_t> codes,
                                std::span<const std::uint32_t> scales, float tensor_scale, const Format& out,
-                               std::span<const std::uint32_t> biases, std::size_t axis_len) {
+                               std::span<const std::uint32_t> biases, std::size_t axis_len, const KernelOptions& opts) {
+  if (opts.isa() != kernels::Isa::None && biases.empty())
+    if (std::optional<std::vector<double>> v = kernels::dequantize_blocks(b, codes, scales, tensor_scale, out, axis_len))
+      return std::move(*v);
   if (b.block_rows > 1) {
     check_tiles(b, codes.size(), axis_len);
     const std::size_t rows = codes.size() / axis_len, rt = static_cast<std::size_t>(b.block_rows);
     const auto ct = static_cast<std::size_t>(b.block_size);
     const std::vector<std::uint8_t> ct_codes = tile_order<std::uint8_t>(codes, rows, axis_len, rt, ct, true);
-    const std::vector<double> v = dequantize(tile_as_block(b), ct_codes, scales, tensor_scale, out, biases);
+    const std::vector<double> v = dequantize(tile_as_block(b), ct_codes, scales, tensor_scale, out, biases, 0, opts);
     return tile_order<double>(v, rows, axis_len, rt, ct, false);
   }
   const auto k = static_cast<std::size_t>(b.block_size);

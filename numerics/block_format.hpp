@@ -58,6 +58,7 @@
 
 #include "numerics/format.hpp"
 #include "numerics/int_format.hpp"
+#include "numerics/kernel_options.hpp"
 #include "numerics/rounding.hpp"
 #include "numerics/scale_format.hpp"
 
@@ -134,14 +135,21 @@ struct BlockCodes {
 /// Quantizes x, a C-order tensor whose last axis has `axis_len` elements (x.size() a multiple of it), in
 /// blocks of b.block_size along that axis (2-D formats: x is a matrix of x.size()/axis_len rows, in tiles).
 /// Throws std::invalid_argument when the block size does not divide axis_len (or block_rows the rows), or
-/// (NVFP4, integers) for a non-finite input.
-BlockCodes quantize(const BlockFormat& b, std::span<const double> x, std::size_t axis_len);
+/// (NVFP4, integers) for a non-finite input. `opts` chooses the path only: the MX and NVFP4 formats run SIMD
+/// kernels (numerics/block_kernels.hpp) bit-identical to the generic code, which isa_limit = None selects.
+BlockCodes quantize(const BlockFormat& b, std::span<const double> x, std::size_t axis_len,
+                    const KernelOptions& opts = {});
+/// The same for float input (each value exact in double: the same codes as quantize of the widened values).
+BlockCodes quantize(const BlockFormat& b, std::span<const float> x, std::size_t axis_len,
+                    const KernelOptions& opts = {});
 /// The values of the codes, each the exact decoded value rounded once to `out` (fp32 or fp64, nearest-even).
 /// `biases` (one per block) is required for AffineMlx and MinMaxZeroPoint and must be empty otherwise;
-/// `axis_len` (the matrix's columns) is required for 2-D formats and ignored otherwise.
+/// `axis_len` (the matrix's columns) is required for 2-D formats and ignored otherwise. `opts` chooses the path
+/// only (table lookups for the non-affine rules; the generic code with isa_limit = None).
 std::vector<double> dequantize(const BlockFormat& b, std::span<const std::uint8_t> codes,
                                std::span<const std::uint32_t> scales, float tensor_scale, const Format& out,
-                               std::span<const std::uint32_t> biases = {}, std::size_t axis_len = 0);
+                               std::span<const std::uint32_t> biases = {}, std::size_t axis_len = 0,
+                               const KernelOptions& opts = {});
 
 /// The value of one element code (before scaling), and the code of an element value.
 double element_value(const BlockElement& e, std::uint32_t code);
