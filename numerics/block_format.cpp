@@ -577,6 +577,38 @@ BlockCodes quantize(const BlockFormat& b, std::span<const float> x, std::size_t 
   return quantize(b, std::span<const double>(xd), axis_len, KernelOptions{false, kernels::Isa::None});
 }
 
+namespace {
+
+template <class T>
+float quantize_into_impl(const BlockFormat& b, std::span<const T> x, std::size_t axis_len,
+                         std::span<std::uint8_t> codes, std::span<std::uint32_t> scales, const KernelOptions& opts) {
+  if (b.rule == ScaleRule::AffineMlx || b.rule == ScaleRule::MinMaxZeroPoint)
+    throw std::invalid_argument(b.name + ": quantize_into has no biases to write; valid: quantize for this format");
+  const std::size_t per = static_cast<std::size_t>(b.block_size) * static_cast<std::size_t>(std::max(b.block_rows, 1));
+  if (codes.size() != x.size() || scales.size() * per != x.size())
+    throw std::invalid_argument(b.name + ": quantize_into got " + std::to_string(codes.size()) + " codes and " +
+                                std::to_string(scales.size()) + " scales for " + std::to_string(x.size()) +
+                                " values; valid: " + std::to_string(x.size()) + " codes and " +
+                                std::to_string(x.size() / per) + " scales");
+  float ts = 1.0f;
+  if (kernels::quantize_blocks_into(b, x, axis_len, opts.isa(), codes, scales, ts)) return ts;
+  const BlockCodes q = quantize(b, x, axis_len, opts);
+  std::copy(q.codes.begin(), q.codes.end(), codes.begin());
+  std::copy(q.scales.begin(), q.scales.end(), scales.begin());
+  return q.tensor_scale;
+}
+
+}  // namespace
+
+float quantize_into(const BlockFormat& b, std::span<const double> x, std::size_t axis_len,
+                    std::span<std::uint8_t> codes, std::span<std::uint32_t> scales, const KernelOptions& opts) {
+  return quantize_into_impl(b, x, axis_len, codes, scales, opts);
+}
+float quantize_into(const BlockFormat& b, std::span<const float> x, std::size_t axis_len,
+                    std::span<std::uint8_t> codes, std::span<std::uint32_t> scales, const KernelOptions& opts) {
+  return quantize_into_impl(b, x, axis_len, codes, scales, opts);
+}
+
 std::vector<double> dequantize(const BlockFormat& b, std::span<const std::uint8_t> codes,
                                std::span<const std::uint32_t> scales, float tensor_scale, const Format& out,
                                std::span<const std::uint32_t> biases, std::size_t axis_len, const KernelOptions& opts) {

@@ -142,6 +142,14 @@ BlockCodes quantize(const BlockFormat& b, std::span<const double> x, std::size_t
 /// The same for float input (each value exact in double: the same codes as quantize of the widened values).
 BlockCodes quantize(const BlockFormat& b, std::span<const float> x, std::size_t axis_len,
                     const KernelOptions& opts = {});
+/// quantize into caller storage, for formats without biases (every one but the mlx-int* and gptq-int* grids):
+/// codes of x.size(), scales of one per block (their order as in BlockCodes); returns the tensor scale. The same
+/// codes as quantize; the kernels' speed without allocating the result (fresh pages cost more than the kernel).
+/// Throws std::invalid_argument for a format with biases or spans of the wrong size, as quantize does otherwise.
+float quantize_into(const BlockFormat& b, std::span<const double> x, std::size_t axis_len,
+                    std::span<std::uint8_t> codes, std::span<std::uint32_t> scales, const KernelOptions& opts = {});
+float quantize_into(const BlockFormat& b, std::span<const float> x, std::size_t axis_len,
+                    std::span<std::uint8_t> codes, std::span<std::uint32_t> scales, const KernelOptions& opts = {});
 /// The values of the codes, each the exact decoded value rounded once to `out` (fp32 or fp64, nearest-even).
 /// `biases` (one per block) is required for AffineMlx and MinMaxZeroPoint and must be empty otherwise;
 /// `axis_len` (the matrix's columns) is required for 2-D formats and ignored otherwise. `opts` chooses the path

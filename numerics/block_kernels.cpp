@@ -67,16 +67,22 @@ bool shape_ok(const BlockFormat& b, std::size_t n, std::size_t axis_len) {
   return b.block_rows <= 1 || (n / axis_len) % rt == 0;
 }
 
+/// Quantizes into codes (x.size()) and scales (one per block); false (nothing written) when not covered.
 template <class T>
-std::optional<BlockCodes> quantize_impl(const BlockFormat& b, std::span<const T> x, std::size_t axis_len, Isa isa) {
-  if (isa == Isa::None || !shape_ok(b, x.size(), axis_len)) return std::nullopt;
+bool quantize_impl(const BlockFormat& b, std::span<const T> x, std::size_t axis_len, Isa isa,
+                   std::span<std::uint8_t> codes, std::span<std::uint32_t> scales, float& tensor_scale) {
+  if (isa == Isa::None || !shape_ok(b, x.size(), axis_len)) return false;
   std::optional<bl::LanePlan> pl = lane_plan(b);
-  if (!pl) return std::nullopt;
+  if (!pl) return false;
+  const auto k = static_cast<std::size_t>(b.block_size);
+  const std::size_t rt = b.block_rows > 1 ? static_cast<std::size_t>(b.block_rows) : 1;
+  if (codes.size() != x.size() || scales.size() != x.size() / (k * rt)) return false;
   const bool wide = isa != Isa::Avx2;
   const bool nv = b.rule == ScaleRule::Nvfp4;
+  tensor_scale = 1.0f;
   if (nv) {
     const bl::Amax32 a = wide ? bl::avx512::amax_fp32(x.data(), x.size()) : bl::avx2::amax_fp32(x.data(), x.size());
-    if (a.bad) return std::nullopt;  // the generic path refuses it with the index
+    if (a.bad) return false;  // the generic path refuses it with the index
     float enc = 1.0f;
     if (a.amax != 0) {
       enc = 2688.0f / a.amax;
@@ -86,13 +92,8 @@ std::optional<BlockCodes> quantize_impl(const BlockFormat& b, std::span<const T>
     pl->s_enc = enc;
     pl->s_enc_6 = enc * (1.0f / 6.0f);
     pl->inv_s_enc = 1.0f / enc;
+    tensor_scale = enc;
   }
-  BlockCodes out;
-  out.codes.resize(x.size());
-  const auto k = static_cast<std::size_t>(b.block_size);
-  const std::size_t rt = b.block_rows > 1 ? static_cast<std::size_t>(b.block_rows) : 1;
-  out.scales.resize(x.size() / (k * rt));
-  if (nv) out.tensor_scale = pl->s_enc;
   const auto run = [&](const T* xs, const bl::Blocks& blk, std::uint8_t* c, std::uint32_t* s) {
     if (nv) {
       if (wide) bl::avx512::quantize_nvfp4(*pl, xs, blk, c, s);
@@ -103,13 +104,23 @@ std::optional<BlockCodes> quantize_impl(const BlockFormat& b, std::span<const T>
     }
   };
   if (rt == 1) {
-    run(x.data(), bl::Blocks{x.size() / k, 1, k, 0, k}, out.codes.data(), out.scales.data());
+    run(x.data(), bl::Blocks{x.size() / k, 1, k, 0, k}, codes.data(), scales.data());
   } else {  // tiles rt × k, in row-major order of tiles: one call per row of tiles
     const std::size_t tiles = axis_len / k, tile_rows = x.size() / axis_len / rt;
     for (std::size_t t = 0; t < tile_rows; ++t)
-      run(x.data() + t * rt * axis_len, bl::Blocks{tiles, rt, k, axis_len, k}, out.codes.data() + t * rt * axis_len,
-          out.scales.data() + t * tiles);
+      run(x.data() + t * rt * axis_len, bl::Blocks{tiles, rt, k, axis_len, k}, codes.data() + t * rt * axis_len,
+          scales.data() + t * tiles);
   }
+  return true;
+}
+
+template <class T>
+std::optional<BlockCodes> quantize_alloc(const BlockFormat& b, std::span<const T> x, std::size_t axis_len, Isa isa) {
+  if (isa == Isa::None || !shape_ok(b, x.size(), axis_len) || !lane_plan(b)) return std::nullopt;
+  BlockCodes out;
+  out.codes.resize(x.size());
+  out.scales.resize(x.size() / static_cast<std::size_t>(b.block_size * std::max(b.block_rows, 1)));
+  if (!quantize_impl(b, x, axis_len, isa, out.codes, out.scales, out.tensor_scale)) return std::nullopt;
   return out;
 }
 
@@ -117,11 +128,19 @@ std::optional<BlockCodes> quantize_impl(const BlockFormat& b, std::span<const T>
 
 std::optional<BlockCodes> quantize_blocks(const BlockFormat& b, std::span<const double> x, std::size_t axis_len,
                                           Isa isa) {
-  return quantize_impl(b, x, axis_len, isa);
+  return quantize_alloc(b, x, axis_len, isa);
 }
 std::optional<BlockCodes> quantize_blocks(const BlockFormat& b, std::span<const float> x, std::size_t axis_len,
                                           Isa isa) {
-  return quantize_impl(b, x, axis_len, isa);
+  return quantize_alloc(b, x, axis_len, isa);
+}
+bool quantize_blocks_into(const BlockFormat& b, std::span<const double> x, std::size_t axis_len, Isa isa,
+                          std::span<std::uint8_t> codes, std::span<std::uint32_t> scales, float& tensor_scale) {
+  return quantize_impl(b, x, axis_len, isa, codes, scales, tensor_scale);
+}
+bool quantize_blocks_into(const BlockFormat& b, std::span<const float> x, std::size_t axis_len, Isa isa,
+                          std::span<std::uint8_t> codes, std::span<std::uint32_t> scales, float& tensor_scale) {
+  return quantize_impl(b, x, axis_len, isa, codes, scales, tensor_scale);
 }
 
 const char* block_kernel_name(const BlockFormat& b, Isa isa) {

@@ -40,6 +40,11 @@ namespace roundoff::numerics::kernels {
 
 std::optional<BlockCodes> quantize_blocks(const BlockFormat& b, std::span<const double> x, std::size_t axis_len, Isa isa);
 std::optional<BlockCodes> quantize_blocks(const BlockFormat& b, std::span<const float> x, std::size_t axis_len, Isa isa);
+/// The same into caller storage (codes: x.size(), scales: one per block); false, nothing written, when not covered.
+bool quantize_blocks_into(const BlockFormat& b, std::span<const double> x, std::size_t axis_len, Isa isa,
+                          std::span<std::uint8_t> codes, std::span<std::uint32_t> scales, float& tensor_scale);
+bool quantize_blocks_into(const BlockFormat& b, std::span<const float> x, std::size_t axis_len, Isa isa,
+                          std::span<std::uint8_t> codes, std::span<std::uint32_t> scales, float& tensor_scale);
 /// "block-avx512" or "block-avx2" when quantize_blocks covers b on isa, else nullptr.
 const char* block_kernel_name(const BlockFormat& b, Isa isa);
 
