@@ -17,5 +17,6 @@
 #define ROUNDOFF_BLOCK_NS avx2
 #define ROUNDOFF_BLOCK_W 4
 #define ROUNDOFF_BLOCK_ROUND(v, imm) _mm256_round_pd((__m256d)(v), (imm) | _MM_FROUND_NO_EXC)
+#define ROUNDOFF_BLOCK_ROUND_F(v, imm) _mm256_round_ps((__m256)(v), (imm) | _MM_FROUND_NO_EXC)
 #include "numerics/block_lanes.inc"
 #pragma GCC pop_options

@@ -18,5 +18,6 @@
 #define ROUNDOFF_BLOCK_NS avx512
 #define ROUNDOFF_BLOCK_W 8
 #define ROUNDOFF_BLOCK_ROUND(v, imm) _mm512_roundscale_pd((__m512d)(v), (imm) | _MM_FROUND_NO_EXC)
+#define ROUNDOFF_BLOCK_ROUND_F(v, imm) _mm512_roundscale_ps((__m512)(v), (imm) | _MM_FROUND_NO_EXC)
 #include "numerics/block_lanes.inc"
 #pragma GCC pop_options
