@@ -5,6 +5,7 @@
 //   quantize_into/<format>/<tier>/<double|float>/<n>  the same into preallocated codes and scales (the kernels'
 //                                                  speed: a fresh 10 MB result costs page faults and a memset);
 //   dequantize/<format>/<tier>/<n>                the codes back to fp32 values (table path or generic);
+//   dequantize_into/<format>/<tier>/<n>           the same into a preallocated float64 array;
 //   baseline/absmax/<double|float>/<n>            native: max |x| over the input (reads the bytes quantize reads);
 //   baseline/absmax-store/<double|float>/<n>      native: the same plus one byte stored per value (the bytes
 //                                                  quantize moves, without its allocation);
@@ -98,6 +99,19 @@ void bench_dequantize(benchmark::State& state, const std::string& name, Isa isa,
 
 /// max |x| (and, with `store`, one byte per value) in 64-byte vectors with 4 independent accumulators: the loop
 /// GCC cannot vectorize itself without -ffast-math, written so that it runs at the memory system's speed.
+void bench_dequantize_into(benchmark::State& state, const std::string& name, Isa isa, std::size_t n) {
+  const BlockFormat b = parse_block_format(name);
+  n = values(b, n);
+  const BlockCodes q = quantize(b, std::span<const double>(inputs<double>(n)), columns(b));
+  std::vector<double> v(n);
+  for (auto _ : state) {
+    dequantize_into(b, q.codes, q.scales, q.tensor_scale, formats::fp32, v, {}, columns(b), tier(isa));
+    benchmark::DoNotOptimize(v.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * n));
+}
+
 template <class T>
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void baseline_absmax(benchmark::State& state, bool store) {
   typedef T V __attribute__((vector_size(64)));
@@ -178,6 +192,10 @@ void register_all() {
       benchmark::RegisterBenchmark(
           (std::string("dequantize/") + f + "/" + (isa == Isa::None ? "generic" : "table") + "/" + std::to_string(n)).c_str(),
           [=](benchmark::State& s) { bench_dequantize(s, f, isa, n); })
+          ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(
+          (std::string("dequantize_into/") + f + "/" + (isa == Isa::None ? "generic" : "table") + "/" + std::to_string(n)).c_str(),
+          [=](benchmark::State& s) { bench_dequantize_into(s, f, isa, n); })
           ->Unit(benchmark::kMillisecond);
     }
   const std::string n = std::to_string(kN);

@@ -788,6 +788,19 @@ std::vector<double> dequantize(const BlockFormat& b, std::span<const std::uint8_
   return v;
 }
 
+void dequantize_into(const BlockFormat& b, std::span<const std::uint8_t> codes, std::span<const std::uint32_t> scales,
+                     float tensor_scale, const Format& out, std::span<double> v, std::span<const std::uint32_t> biases,
+                     std::size_t axis_len, const KernelOptions& opts) {
+  if (v.size() != codes.size())
+    throw std::invalid_argument(b.name + ": dequantize_into got room for " + std::to_string(v.size()) + " values for " +
+                                std::to_string(codes.size()) + " codes; valid: one value per code");
+  if (b.scale_block == 0 && opts.isa() != kernels::Isa::None && biases.empty() &&
+      kernels::dequantize_blocks_into(b, codes, scales, tensor_scale, out, axis_len, v))
+    return;
+  const std::vector<double> r = dequantize(b, codes, scales, tensor_scale, out, biases, axis_len, opts);
+  std::copy(r.begin(), r.end(), v.begin());
+}
+
 std::vector<float> double_quantized_scales(const BlockFormat& b, std::span<const std::uint32_t> scales,
                                            std::span<const std::uint32_t> scale_scales, float scale_offset) {
   const auto g = static_cast<std::size_t>(b.scale_block);

@@ -177,6 +177,12 @@ std::vector<double> dequantize(const BlockFormat& b, std::span<const std::uint8_
                                std::span<const std::uint32_t> biases = {}, std::size_t axis_len = 0,
                                const KernelOptions& opts = {});
 
+/// dequantize into caller storage (v: codes.size() values), the same values; the table path's speed without
+/// allocating the result.
+void dequantize_into(const BlockFormat& b, std::span<const std::uint8_t> codes, std::span<const std::uint32_t> scales,
+                     float tensor_scale, const Format& out, std::span<double> v,
+                     std::span<const std::uint32_t> biases = {}, std::size_t axis_len = 0,
+                     const KernelOptions& opts = {});
 /// dequantize of a whole BlockCodes (every format; the only form for double-quantized scales, nf4-dq).
 std::vector<double> dequantize(const BlockFormat& b, const BlockCodes& q, const Format& out, std::size_t axis_len = 0,
                                const KernelOptions& opts = {});

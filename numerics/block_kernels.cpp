@@ -151,14 +151,23 @@ const char* block_kernel_name(const BlockFormat& b, Isa isa) {
 std::optional<std::vector<double>> dequantize_blocks(const BlockFormat& b, std::span<const std::uint8_t> codes,
                                                      std::span<const std::uint32_t> scales, float tensor_scale,
                                                      const Format& out, std::size_t axis_len) {
-  if (b.rule == ScaleRule::AffineMlx || b.rule == ScaleRule::MinMaxZeroPoint) return std::nullopt;
-  if (out != formats::fp32 && out != formats::fp64) return std::nullopt;
+  std::vector<double> v(codes.size());
+  if (!dequantize_blocks_into(b, codes, scales, tensor_scale, out, axis_len, v)) return std::nullopt;
+  return v;
+}
+
+bool dequantize_blocks_into(const BlockFormat& b, std::span<const std::uint8_t> codes,
+                            std::span<const std::uint32_t> scales, float tensor_scale, const Format& out,
+                            std::size_t axis_len, std::span<double> v) {
+  if (b.rule == ScaleRule::AffineMlx || b.rule == ScaleRule::MinMaxZeroPoint || b.scale_block > 0) return false;
+  if (out != formats::fp32 && out != formats::fp64) return false;
+  if (v.size() != codes.size()) return false;
   const auto k = static_cast<std::size_t>(b.block_size);
   const std::size_t rt = b.block_rows > 1 ? static_cast<std::size_t>(b.block_rows) : 1;
-  if (codes.size() != scales.size() * k * rt) return std::nullopt;
+  if (codes.size() != scales.size() * k * rt) return false;
   if (rt > 1 && (axis_len == 0 || axis_len % k != 0 || codes.size() % axis_len != 0 ||
                  (codes.size() / axis_len) % rt != 0))
-    return std::nullopt;
+    return false;
   // Element values: NaN marks a code that is not an element (the generic path refuses it).
   std::array<double, 256> elem{};
   const int ebits = element_bits(b.element);
@@ -169,17 +178,16 @@ std::optional<std::vector<double>> dequantize_blocks(const BlockFormat& b, std::
     elem[c] = element_value(b.element, c);
   }
   for (std::uint8_t c : codes)
-    if (std::isnan(elem[c])) return std::nullopt;
+    if (std::isnan(elem[c])) return false;
   std::vector<double> sv(scales.size());
   for (std::size_t j = 0; j < scales.size(); ++j) {
-    if (scale_bits(b.scale) < 32 && (scales[j] >> scale_bits(b.scale)) != 0) return std::nullopt;
-    if (b.scale == ScaleFormat::UE4M3 && (scales[j] & 0x80) != 0) return std::nullopt;
+    if (scale_bits(b.scale) < 32 && (scales[j] >> scale_bits(b.scale)) != 0) return false;
+    if (b.scale == ScaleFormat::UE4M3 && (scales[j] & 0x80) != 0) return false;
     sv[j] = scale_value(b.scale, scales[j]);
   }
   const bool f32 = out == formats::fp32;
   const bool nv = b.rule == ScaleRule::Nvfp4;
   const auto ts = static_cast<double>(tensor_scale);
-  std::vector<double> v(codes.size());
   // One run of `len` codes of block j starting at i.
   const auto decode = [&](std::size_t i, std::size_t len, std::size_t j) {
     const double x = sv[j];
@@ -198,7 +206,7 @@ std::optional<std::vector<double>> dequantize_blocks(const BlockFormat& b, std::
     for (std::size_t r = 0; r < codes.size() / axis_len; ++r)
       for (std::size_t t = 0; t < tiles; ++t) decode(r * axis_len + t * k, k, (r / rt) * tiles + t);
   }
-  return v;
+  return true;
 }
 
 }  // namespace roundoff::numerics::kernels

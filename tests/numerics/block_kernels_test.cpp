@@ -315,6 +315,9 @@ TEST(BlockKernels, DequantizeOfEveryCodeMatchesTheGenericPath) {
         for (Isa isa : fast_tiers()) {
           const std::vector<double> f = dequantize(b, codes, scales, ts, out, {}, cols, limit(isa));
           ASSERT_EQ(f.size(), g.size());
+          std::vector<double> into(g.size(), -1.0);
+          dequantize_into(b, codes, scales, ts, out, into, {}, cols, limit(isa));
+          for (std::size_t i = 0; i < g.size(); ++i) ASSERT_EQ(bits(into[i]), bits(g[i])) << n << " into, i=" << i;
           for (std::size_t i = 0; i < g.size(); ++i)
             ASSERT_EQ(bits(f[i]), bits(g[i])) << n << " code " << +codes[i] << " i=" << i << " " << f[i] << " vs " << g[i];
         }
