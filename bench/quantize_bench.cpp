@@ -51,8 +51,8 @@ const std::vector<T>& inputs(std::size_t n) {
 
 KernelOptions tier(Isa isa) { return KernelOptions{true, isa}; }
 
-/// Columns of the benchmark's matrix: 500 rows of 20000 (1-D blocks); 16×16 tiles: 2448 rows of 4096 (10,027,008
-/// values, the nearest size that splits into tiles; the generic runs: 244 rows).
+/// Columns of the benchmark's matrix: 500 rows of 20000 (1-D blocks); 16×16 tiles: 2432 rows of 4096 (9,961,472
+/// values, the nearest size below 10^7 that splits into tiles; the generic runs: 240 rows).
 std::size_t columns(const BlockFormat& b) { return b.block_rows > 1 ? 4096 : 20000; }
 std::size_t values(const BlockFormat& b, std::size_t n) { return b.block_rows > 1 ? n / 4096 / 16 * 16 * 4096 : n; }
 
