@@ -34,7 +34,7 @@ constexpr std::uint8_t kNf4ZeroCode = 7;
 // bitsandbytes' signed 8-bit dynamic map (functional.py create_dynamic_map(signed=True, max_exponent_bits=7,
 // total_bits=8); Dettmers 2016, arXiv:1511.04561; MIT licence), used as data with attribution: for i = 0..6 the fp32
 // midpoints of torch.linspace(0.1, 1, 2^i + 1) times 10^(i-6) (an fp32 tensor operation), both signs, then 0 and 1,
-// ascending. Generated with torch 1.13 (scripts/dynamic_map_8bit.py reproduces it).
+// ascending. Generated with torch 1.13 (scripts/gen-dynamic-map-8bit reproduces it).
 constexpr float kDynamicMap8[256] = {
     -0x1.fc6666p-1f, -0x1.f53332p-1f, -0x1.eep-1f, -0x1.e6ccccp-1f, -0x1.df9998p-1f, -0x1.d86666p-1f,
     -0x1.d13334p-1f, -0x1.cap-1f, -0x1.c2ccccp-1f, -0x1.bb9998p-1f, -0x1.b46666p-1f, -0x1.ad3332p-1f,
