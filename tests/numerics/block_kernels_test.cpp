@@ -3,8 +3,9 @@
 // value, the midpoints between neighbours and their neighbouring doubles, at many scales), adversarial blocks
 // (amax at a binade edge and just below it, amax/2^s above the element max, all zeros, −0, NaN and ±inf, double
 // subnormals, one nonzero, NaN scales from overflow), random tensors of many scales, every deterministic element
-// rounding, float and double input, 1-D blocks and 16×16 tiles, refused shapes; dequantize of every code under
-// random scale codes (the NaN scale included), fp32 and fp64 out.
+// rounding, float and double input, 1-D blocks and 16×16 tiles, every block count 1..19 (partial groups of W
+// blocks), refused shapes; dequantize and dequantize_into of every code under random scale codes (the NaN scale
+// included), fp32 and fp64 out.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -268,6 +269,22 @@ TEST(BlockKernels, RandomTensorsOfManyScalesMatchTheGenericPath) {
     std::vector<double> x = random_tensor(rng, 512, 3.0, false);
     for (double& v : x) v = std::clamp(v * scale, -static_cast<double>(FLT_MAX), static_cast<double>(FLT_MAX));
     expect_same_everywhere(nv, x, 64, "nvfp4 scaled by " + std::to_string(std::log2(scale)));
+  }
+}
+
+TEST(BlockKernels, RaggedBlockCountsMatchTheGenericPath) {
+  // The kernels take W blocks at a time (8 or 4): every count from 1 to 19 blocks, so that the last group is
+  // partial in every way, with a NaN in one block (MX) and blocks of very different scales.
+  std::mt19937_64 rng(17);
+  for (const std::string& n : covered_names()) {
+    const BlockFormat b = parse_block_format(n);
+    const auto k = static_cast<std::size_t>(b.block_size * b.block_rows);
+    for (std::size_t blocks = 1; blocks <= 19; ++blocks) {
+      std::vector<double> x = random_tensor(rng, blocks * k, 30.0, false);
+      if (b.rule != ScaleRule::Nvfp4 && blocks > 3) x[2 * k + 5] = std::nan("");
+      const std::size_t cols = b.block_rows > 1 ? 16 : k;
+      expect_same_everywhere(b, x, cols, std::to_string(blocks) + " blocks", blocks % 5 == 0);
+    }
   }
 }
 
