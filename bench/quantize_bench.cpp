@@ -97,8 +97,6 @@ void bench_dequantize(benchmark::State& state, const std::string& name, Isa isa,
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * n));
 }
 
-/// max |x| (and, with `store`, one byte per value) in 64-byte vectors with 4 independent accumulators: the loop
-/// GCC cannot vectorize itself without -ffast-math, written so that it runs at the memory system's speed.
 void bench_dequantize_into(benchmark::State& state, const std::string& name, Isa isa, std::size_t n) {
   const BlockFormat b = parse_block_format(name);
   n = values(b, n);
@@ -112,8 +110,11 @@ void bench_dequantize_into(benchmark::State& state, const std::string& name, Isa
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * n));
 }
 
+/// max |x| (and, with `store`, one byte per value) in 64-byte vectors with 4 independent accumulators: the loop
+/// GCC cannot vectorize itself without -ffast-math, written so that it runs at the memory system's speed.
+/// The AVX-512 build runs on AVX-512 CPUs, the portable one (the same source, SSE2 code) elsewhere.
 template <class T>
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void baseline_absmax(benchmark::State& state, bool store) {
+__attribute__((always_inline)) inline void absmax_loop(benchmark::State& state, bool store) {
   typedef T V __attribute__((vector_size(64)));
   typedef std::conditional_t<sizeof(T) == 8, std::uint64_t, std::uint32_t> U;
   typedef U VU __attribute__((vector_size(64)));
@@ -146,6 +147,19 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void baseline_absmax(benchm
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kN));
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kN * (sizeof(T) + (store ? 1 : 0))));
+}
+template <class T>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void absmax_avx512(benchmark::State& state, bool store) {
+  absmax_loop<T>(state, store);
+}
+template <class T>
+void absmax_portable(benchmark::State& state, bool store) {
+  absmax_loop<T>(state, store);
+}
+template <class T>
+void baseline_absmax(benchmark::State& state, bool store) {
+  if (kernels::detected_isa() >= Isa::Avx512) absmax_avx512<T>(state, store);
+  else absmax_portable<T>(state, store);
 }
 
 template <class T>
