@@ -184,17 +184,20 @@ def quantize(x, name: str, *, axis: int = -1, lut=None) -> Quantized:
         raise TypeError(f"x: dtype {a.dtype} is not supported; valid: float32, float64, float16 or integers")
     f32 = a.dtype == np.float32
     ax = _axis(a.ndim, axis)
-    moved = np.ascontiguousarray(np.moveaxis(a, ax, -1), dtype=np.float64)
+    moved = np.ascontiguousarray(np.moveaxis(a, ax, -1), dtype=np.float32 if f32 else np.float64)
     n = moved.shape[-1]
     shape = moved.shape
     scale_shape = shape[:-2] + (shape[-2] // rows, n // block) if rows > 1 else shape[:-1] + (n // block,)
     if canonical == "nf4-dq":
-        codes, scales, ss, off = _c.quantize_blocks_dq(moved.reshape(-1), name, n)
+        codes, scales, ss, off = _c.quantize_blocks_dq(moved.reshape(-1).astype(np.float64), name, n)
         values = _c.dequantize_blocks_dq(codes, scales, ss, off, name, f32, n).astype(np.float32 if f32 else np.float64)
         return Quantized(np.moveaxis(values.reshape(shape), -1, ax), np.moveaxis(codes.reshape(shape), -1, ax),
                          np.moveaxis(scales.astype(np.uint8).reshape(scale_shape), -1, ax), 1.0,
                          scale_scales=ss.view(np.float32), scale_offset=float(off))
-    codes, scales, ts, biases = _c.quantize_blocks(moved.reshape(-1), name, n)
+    if f32:  # float32 input straight to the C++ float overload (the same codes as its float64 widening)
+        codes, scales, ts, biases = _c.quantize_blocks_f32(moved.reshape(-1), name, n)
+    else:
+        codes, scales, ts, biases = _c.quantize_blocks(moved.reshape(-1), name, n)
     values = _c.dequantize_blocks(codes, scales, name, ts, f32, biases, n).astype(np.float32 if f32 else np.float64)
     scale_dtype = _info(canonical)[2]
     per_block = lambda a: np.moveaxis(a.astype(scale_dtype).reshape(scale_shape), -1, ax)  # noqa: E731

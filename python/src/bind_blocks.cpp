@@ -23,6 +23,24 @@ void bind_blocks(py::module_& m) {
   });
   // x: C-contiguous float64, flattened, whose last axis has axis_len elements. Returns (codes uint8 of x's
   // size, scales uint32 with one per block, tensor scale, biases uint32 with one per block or empty).
+  // float32 input goes to the float overload (the kernels read it directly; the same codes as its widening).
+  m.def("quantize_blocks_f32", [](const F32& x, const std::string& name, std::int64_t axis_len) {
+    const BlockFormat b = parse_block_format(name);
+    if (axis_len <= 0) throw std::invalid_argument(b.name + ": the quantized axis is empty");
+    BlockCodes q;
+    {
+      py::gil_scoped_release release;
+      q = quantize(b, std::span<const float>(x.data(), static_cast<std::size_t>(x.size())),
+                   static_cast<std::size_t>(axis_len));
+    }
+    U8 codes(static_cast<py::ssize_t>(q.codes.size()));
+    std::copy(q.codes.begin(), q.codes.end(), codes.mutable_data());
+    U32 scales(static_cast<py::ssize_t>(q.scales.size()));
+    std::copy(q.scales.begin(), q.scales.end(), scales.mutable_data());
+    U32 biases(static_cast<py::ssize_t>(q.biases.size()));
+    std::copy(q.biases.begin(), q.biases.end(), biases.mutable_data());
+    return py::make_tuple(codes, scales, q.tensor_scale, biases);
+  });
   m.def("quantize_blocks", [](const F64& x, const std::string& name, std::int64_t axis_len) {
     const BlockFormat b = parse_block_format(name);
     if (axis_len <= 0) throw std::invalid_argument(b.name + ": the quantized axis is empty");
@@ -44,16 +62,15 @@ void bind_blocks(py::module_& m) {
                                 bool f32, const U32& biases, std::size_t axis_len) {
     const BlockFormat b = parse_block_format(name);
     need_size(codes, scales.size() * b.block_size * b.block_rows, "codes", "(block size times the number of scales)");
-    std::vector<double> v;
+    F64 out(codes.size());
     {
       py::gil_scoped_release release;
-      v = dequantize(b, std::span<const std::uint8_t>(codes.data(), static_cast<std::size_t>(codes.size())),
-                     std::span<const std::uint32_t>(scales.data(), static_cast<std::size_t>(scales.size())),
-                     tensor_scale, f32 ? formats::fp32 : formats::fp64,
-                     std::span<const std::uint32_t>(biases.data(), static_cast<std::size_t>(biases.size())), axis_len);
+      dequantize_into(b, std::span<const std::uint8_t>(codes.data(), static_cast<std::size_t>(codes.size())),
+                      std::span<const std::uint32_t>(scales.data(), static_cast<std::size_t>(scales.size())),
+                      tensor_scale, f32 ? formats::fp32 : formats::fp64,
+                      std::span<double>(out.mutable_data(), static_cast<std::size_t>(codes.size())),
+                      std::span<const std::uint32_t>(biases.data(), static_cast<std::size_t>(biases.size())), axis_len);
     }
-    F64 out(static_cast<py::ssize_t>(v.size()));
-    std::copy(v.begin(), v.end(), out.mutable_data());
     return out;
   });
   // nf4-dq: (codes, 8-bit scale codes as uint32, group scales' fp32 bits, offset).
