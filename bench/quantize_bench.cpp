@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -228,6 +229,14 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::AddCustomContext("block_kernels", kernels::name_of(kernels::detected_isa()));
+  // The CPU as /proc/cpuinfo names it (lscpu's model name, family and model), recorded with the figures.
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line, cpu;
+  while (std::getline(cpuinfo, line) && line.find_first_not_of(" \t") != std::string::npos) {
+    for (const char* key : {"model name", "cpu family", "model\t"})
+      if (line.rfind(key, 0) == 0) cpu += (cpu.empty() ? "" : "; ") + line;
+  }
+  benchmark::AddCustomContext("cpu", cpu.empty() ? "unknown" : cpu);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
