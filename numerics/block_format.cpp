@@ -2,6 +2,7 @@
 #include "numerics/block_format.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <limits>
@@ -9,6 +10,8 @@
 #include <optional>
 #include <stdexcept>
 
+#include "numerics/block_kernels.hpp"
+#include "numerics/exact_dot.hpp"
 #include "numerics/round.hpp"
 
 namespace roundoff::numerics {
@@ -27,6 +30,57 @@ constexpr float kNf4[kCodebookSize] = {
     0.24611230194568634f, 0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f,
     0.7229568362236023f, 1.0f};
 constexpr std::uint8_t kNf4ZeroCode = 7;
+
+// bitsandbytes' signed 8-bit dynamic map (functional.py create_dynamic_map(signed=True, max_exponent_bits=7,
+// total_bits=8); Dettmers 2016, arXiv:1511.04561; MIT licence), used as data with attribution: for i = 0..6 the fp32
+// midpoints of torch.linspace(0.1, 1, 2^i + 1) times 10^(i-6) (an fp32 tensor operation), both signs, then 0 and 1,
+// ascending. Generated with torch 1.13 (scripts/gen-dynamic-map-8bit reproduces it).
+constexpr float kDynamicMap8[256] = {
+    -0x1.fc6666p-1f, -0x1.f53332p-1f, -0x1.eep-1f, -0x1.e6ccccp-1f, -0x1.df9998p-1f, -0x1.d86666p-1f,
+    -0x1.d13334p-1f, -0x1.cap-1f, -0x1.c2ccccp-1f, -0x1.bb9998p-1f, -0x1.b46666p-1f, -0x1.ad3332p-1f,
+    -0x1.a6p-1f, -0x1.9eccccp-1f, -0x1.979998p-1f, -0x1.906666p-1f, -0x1.893334p-1f, -0x1.82p-1f,
+    -0x1.7acccep-1f, -0x1.73999ap-1f, -0x1.6c6668p-1f, -0x1.653334p-1f, -0x1.5ep-1f, -0x1.56cccep-1f,
+    -0x1.4f999ap-1f, -0x1.486666p-1f, -0x1.413334p-1f, -0x1.3ap-1f, -0x1.32ccccp-1f, -0x1.2b999ap-1f,
+    -0x1.246668p-1f, -0x1.1d3334p-1f, -0x1.16p-1f, -0x1.0eccccp-1f, -0x1.07999ap-1f, -0x1.006666p-1f,
+    -0x1.f26668p-2f, -0x1.e4p-2f, -0x1.d59998p-2f, -0x1.c73334p-2f, -0x1.b8ccccp-2f, -0x1.aa6664p-2f,
+    -0x1.9cp-2f, -0x1.8d9998p-2f, -0x1.7f3334p-2f, -0x1.70ccccp-2f, -0x1.626664p-2f, -0x1.54p-2f,
+    -0x1.459998p-2f, -0x1.373334p-2f, -0x1.28ccccp-2f, -0x1.1a6668p-2f, -0x1.0cp-2f, -0x1.fb3334p-3f,
+    -0x1.de6668p-3f, -0x1.c1999ap-3f, -0x1.a4ccccp-3f, -0x1.88p-3f, -0x1.6b3332p-3f, -0x1.4e6666p-3f,
+    -0x1.31999ap-3f, -0x1.14ccccp-3f, -0x1.fp-4f, -0x1.b66668p-4f, -0x1.93d70ap-4f, -0x1.8851eap-4f,
+    -0x1.7ccccep-4f, -0x1.7147aep-4f, -0x1.65c29p-4f, -0x1.5a3d7p-4f, -0x1.4eb85p-4f, -0x1.433334p-4f,
+    -0x1.37ae14p-4f, -0x1.2c28f6p-4f, -0x1.20a3d6p-4f, -0x1.151ebap-4f, -0x1.09999ap-4f, -0x1.fc28f4p-5f,
+    -0x1.e51ebap-5f, -0x1.ce147ap-5f, -0x1.b70a3ep-5f, -0x1.ap-5f, -0x1.88f5c2p-5f, -0x1.71eb86p-5f,
+    -0x1.5ae146p-5f, -0x1.43d70ap-5f, -0x1.2ccccep-5f, -0x1.15c28ep-5f, -0x1.fd70a4p-6f, -0x1.cf5c26p-6f,
+    -0x1.a147aep-6f, -0x1.733334p-6f, -0x1.451eb8p-6f, -0x1.170a3ep-6f, -0x1.d1eb86p-7f, -0x1.75c29p-7f,
+    -0x1.3e76c8p-7f, -0x1.2c083p-7f, -0x1.19999ap-7f, -0x1.072b02p-7f, -0x1.e978d4p-8f, -0x1.c49ba6p-8f,
+    -0x1.9fbe76p-8f, -0x1.7ae148p-8f, -0x1.56041ap-8f, -0x1.3126e8p-8f, -0x1.0c49bap-8f, -0x1.ced914p-9f,
+    -0x1.851eb8p-9f, -0x1.3b645ap-9f, -0x1.e353f8p-10f, -0x1.4fdf3ap-10f, -0x1.eecbfep-11f, -0x1.b3d07cp-11f,
+    -0x1.78d5p-11f, -0x1.3dd982p-11f, -0x1.02de02p-11f, -0x1.8fc506p-12f, -0x1.19ce0ap-12f, -0x1.47ae16p-13f,
+    -0x1.743e96p-14f, -0x1.15df66p-14f, -0x1.6f0068p-15f, -0x1.64840cp-16f, -0x1.040bfep-17f, -0x1.b43528p-19f,
+    -0x1.27476ep-21f, 0.0f, 0x1.27476ep-21f, 0x1.b43528p-19f, 0x1.040bfep-17f, 0x1.64840cp-16f,
+    0x1.6f0068p-15f, 0x1.15df66p-14f, 0x1.743e96p-14f, 0x1.47ae16p-13f, 0x1.19ce0ap-12f, 0x1.8fc506p-12f,
+    0x1.02de02p-11f, 0x1.3dd982p-11f, 0x1.78d5p-11f, 0x1.b3d07cp-11f, 0x1.eecbfep-11f, 0x1.4fdf3ap-10f,
+    0x1.e353f8p-10f, 0x1.3b645ap-9f, 0x1.851eb8p-9f, 0x1.ced914p-9f, 0x1.0c49bap-8f, 0x1.3126e8p-8f,
+    0x1.56041ap-8f, 0x1.7ae148p-8f, 0x1.9fbe76p-8f, 0x1.c49ba6p-8f, 0x1.e978d4p-8f, 0x1.072b02p-7f,
+    0x1.19999ap-7f, 0x1.2c083p-7f, 0x1.3e76c8p-7f, 0x1.75c29p-7f, 0x1.d1eb86p-7f, 0x1.170a3ep-6f,
+    0x1.451eb8p-6f, 0x1.733334p-6f, 0x1.a147aep-6f, 0x1.cf5c26p-6f, 0x1.fd70a4p-6f, 0x1.15c28ep-5f,
+    0x1.2ccccep-5f, 0x1.43d70ap-5f, 0x1.5ae146p-5f, 0x1.71eb86p-5f, 0x1.88f5c2p-5f, 0x1.ap-5f,
+    0x1.b70a3ep-5f, 0x1.ce147ap-5f, 0x1.e51ebap-5f, 0x1.fc28f4p-5f, 0x1.09999ap-4f, 0x1.151ebap-4f,
+    0x1.20a3d6p-4f, 0x1.2c28f6p-4f, 0x1.37ae14p-4f, 0x1.433334p-4f, 0x1.4eb85p-4f, 0x1.5a3d7p-4f,
+    0x1.65c29p-4f, 0x1.7147aep-4f, 0x1.7ccccep-4f, 0x1.8851eap-4f, 0x1.93d70ap-4f, 0x1.b66668p-4f,
+    0x1.fp-4f, 0x1.14ccccp-3f, 0x1.31999ap-3f, 0x1.4e6666p-3f, 0x1.6b3332p-3f, 0x1.88p-3f,
+    0x1.a4ccccp-3f, 0x1.c1999ap-3f, 0x1.de6668p-3f, 0x1.fb3334p-3f, 0x1.0cp-2f, 0x1.1a6668p-2f,
+    0x1.28ccccp-2f, 0x1.373334p-2f, 0x1.459998p-2f, 0x1.54p-2f, 0x1.626664p-2f, 0x1.70ccccp-2f,
+    0x1.7f3334p-2f, 0x1.8d9998p-2f, 0x1.9cp-2f, 0x1.aa6664p-2f, 0x1.b8ccccp-2f, 0x1.c73334p-2f,
+    0x1.d59998p-2f, 0x1.e4p-2f, 0x1.f26668p-2f, 0x1.006666p-1f, 0x1.07999ap-1f, 0x1.0eccccp-1f,
+    0x1.16p-1f, 0x1.1d3334p-1f, 0x1.246668p-1f, 0x1.2b999ap-1f, 0x1.32ccccp-1f, 0x1.3ap-1f,
+    0x1.413334p-1f, 0x1.486666p-1f, 0x1.4f999ap-1f, 0x1.56cccep-1f, 0x1.5ep-1f, 0x1.653334p-1f,
+    0x1.6c6668p-1f, 0x1.73999ap-1f, 0x1.7acccep-1f, 0x1.82p-1f, 0x1.893334p-1f, 0x1.906666p-1f,
+    0x1.979998p-1f, 0x1.9eccccp-1f, 0x1.a6p-1f, 0x1.ad3332p-1f, 0x1.b46666p-1f, 0x1.bb9998p-1f,
+    0x1.c2ccccp-1f, 0x1.cap-1f, 0x1.d13334p-1f, 0x1.d86666p-1f, 0x1.df9998p-1f, 0x1.e6ccccp-1f,
+    0x1.eep-1f, 0x1.f53332p-1f, 0x1.fc6666p-1f, 0x1p+0f,
+};
+static_assert(kDynamicMap8[127] == 0.0f && kDynamicMap8[255] == 1.0f);
 
 BlockElement fp_element(const Format& f) { return BlockElement{false, f, IntFormat::Int8, 0, 0, 0, nullptr, 0}; }
 BlockElement int_element(IntFormat t, int fraction_bits, int lo, int hi) {
@@ -60,6 +114,7 @@ const Named kBlockFormats[] = {
     {"int4-g64", int_element(IntFormat::Int4, 0, -8, 7), ScaleFormat::FP16, 64, ScaleRule::AbsmaxInt},
     {"int4-g128", int_element(IntFormat::Int4, 0, -8, 7), ScaleFormat::FP16, 128, ScaleRule::AbsmaxInt},
     {"nf4", codebook_element(kNf4), ScaleFormat::FP32, 64, ScaleRule::AbsmaxCodebook},
+    {"nf4-dq", codebook_element(kNf4), ScaleFormat::FP32, 64, ScaleRule::AbsmaxCodebook},
     {"mlx-int4-g32", affine_element(4), ScaleFormat::FP16, 32, ScaleRule::AffineMlx},
     {"mlx-int4-g64", affine_element(4), ScaleFormat::FP16, 64, ScaleRule::AffineMlx},
     {"mlx-int4-g128", affine_element(4), ScaleFormat::FP16, 128, ScaleRule::AffineMlx},
@@ -212,6 +267,55 @@ void quantize_mx_block(const BlockFormat& b, const RoundingPlan* plan, std::span
   }
 }
 
+/// bitsandbytes' search of the dynamic map for t (see "Double quantization" in block_format.hpp).
+std::uint32_t dynamic_map_code(float t) {
+  const float* d = kDynamicMap8;
+  int p = 127;
+  for (int step = 64; step > 0; step /= 2) p += t > d[p] ? step : -step;
+  if (t > d[p]) {
+    const float mid = (d[p + 1] + d[p]) * 0.5f;
+    return static_cast<std::uint32_t>(t > mid ? p + 1 : p);
+  }
+  const float lo = d[p == 0 ? 0 : p - 1];
+  const float mid = (lo + d[p]) * 0.5f;
+  return static_cast<std::uint32_t>(p > 0 && t < mid ? p - 1 : p);
+}
+
+/// Replaces out.scales (fp32 bits of S_j) by their double quantization (block_format.hpp).
+void double_quantize(const BlockFormat& b, BlockCodes& out) {
+  if (b.rule != ScaleRule::AbsmaxCodebook || b.scale != ScaleFormat::FP32)
+    throw std::invalid_argument(b.name + ": double quantization applies to fp32 absmax scales only; valid: nf4-dq");
+  const std::size_t n = out.scales.size();
+  std::vector<float> s(n);
+  ExactSum sum;
+  for (std::size_t j = 0; j < n; ++j) {
+    s[j] = std::bit_cast<float>(out.scales[j]);
+    sum.add(static_cast<double>(s[j]));
+  }
+  // offset = fp32(sum / n): the exact sum at 4400 bits (exact), divided with one rounding to 24 bits; a mean in
+  // fp32's subnormal range is rounded again there (below 2^-126 only when every absmax is that small).
+  mpfr_t m;
+  mpfr_init2(m, 4400);
+  sum.to_mpfr(m, MPFR_RNDN);
+  mpfr_t q;
+  mpfr_init2(q, 24);
+  mpfr_div_ui(q, m, static_cast<unsigned long>(n), MPFR_RNDN);
+  const float offset = static_cast<float>(mpfr_get_d(q, MPFR_RNDN));
+  mpfr_clear(q);
+  mpfr_clear(m);
+  const auto g = static_cast<std::size_t>(b.scale_block);
+  out.scale_offset = offset;
+  out.scale_scales.assign((n + g - 1) / g, 0);
+  for (std::size_t k = 0; k * g < n; ++k) {
+    const std::size_t end = std::min(n, (k + 1) * g);
+    float a = 0;
+    for (std::size_t j = k * g; j < end; ++j) a = std::max(a, std::fabs(s[j] - offset));
+    out.scale_scales[k] = std::bit_cast<std::uint32_t>(a);
+    const float r = 1.0f / a;
+    for (std::size_t j = k * g; j < end; ++j) out.scales[j] = dynamic_map_code((s[j] - offset) * r);
+  }
+}
+
 float nvfp4_tensor_scale(std::span<const float> x) {
   float amax = 0;
   for (float v : x) amax = std::max(amax, std::fabs(v));
@@ -345,6 +449,7 @@ BlockFormat parse_block_format(std::string_view text) {
     if (base != n.name) continue;
     BlockFormat b{n.name, n.element, n.scale, n.block, n.rule, Rounding::NearestEven,
                   std::string_view(n.name).ends_with("16x16") ? 16 : 1};
+    if (base == "nf4-dq") b.scale_block = 256;
     if (colon != std::string_view::npos) {
       const std::string_view rule = text.substr(colon + 1);
       const bool mx = n.rule == ScaleRule::OcpFloor;
@@ -450,13 +555,14 @@ void check_tiles(const BlockFormat& b, std::size_t n, std::size_t axis_len) {
 
 }  // namespace
 
-BlockCodes quantize(const BlockFormat& b, std::span<const double> x, std::size_t axis_len) {
+BlockCodes quantize(const BlockFormat& b, std::span<const double> x, std::size_t axis_len, const KernelOptions& opts) {
+  if (std::optional<BlockCodes> q = kernels::quantize_blocks(b, x, axis_len, opts.isa())) return std::move(*q);
   if (b.block_rows > 1) {
     check_tiles(b, x.size(), axis_len);
     const std::size_t rows = x.size() / axis_len, rt = static_cast<std::size_t>(b.block_rows);
     const auto ct = static_cast<std::size_t>(b.block_size);
     const std::vector<double> xt = tile_order<double>(x, rows, axis_len, rt, ct, true);
-    BlockCodes q = quantize(tile_as_block(b), xt, rt * ct);
+    BlockCodes q = quantize(tile_as_block(b), xt, rt * ct, opts);
     q.codes = tile_order<std::uint8_t>(q.codes, rows, axis_len, rt, ct, false);
     return q;
   }
@@ -566,18 +672,63 @@ BlockCodes quantize(const BlockFormat& b, std::span<const double> x, std::size_t
     case ScaleRule::AffineMlx: quantize_affine_mlx(b, x, out); break;
     case ScaleRule::MinMaxZeroPoint: quantize_minmax_zp(b, x, out); break;
   }
+  if (b.scale_block > 0) double_quantize(b, out);
   return out;
+}
+
+BlockCodes quantize(const BlockFormat& b, std::span<const float> x, std::size_t axis_len, const KernelOptions& opts) {
+  if (std::optional<BlockCodes> q = kernels::quantize_blocks(b, x, axis_len, opts.isa())) return std::move(*q);
+  const std::vector<double> xd(x.begin(), x.end());  // exact
+  return quantize(b, std::span<const double>(xd), axis_len, KernelOptions{false, kernels::Isa::None});
+}
+
+namespace {
+
+template <class T>
+float quantize_into_impl(const BlockFormat& b, std::span<const T> x, std::size_t axis_len,
+                         std::span<std::uint8_t> codes, std::span<std::uint32_t> scales, const KernelOptions& opts) {
+  if (b.rule == ScaleRule::AffineMlx || b.rule == ScaleRule::MinMaxZeroPoint)
+    throw std::invalid_argument(b.name + ": quantize_into has no biases to write; valid: quantize for this format");
+  const std::size_t per = static_cast<std::size_t>(b.block_size) * static_cast<std::size_t>(std::max(b.block_rows, 1));
+  if (codes.size() != x.size() || scales.size() * per != x.size())
+    throw std::invalid_argument(b.name + ": quantize_into got " + std::to_string(codes.size()) + " codes and " +
+                                std::to_string(scales.size()) + " scales for " + std::to_string(x.size()) +
+                                " values; valid: " + std::to_string(x.size()) + " codes and " +
+                                std::to_string(x.size() / per) + " scales");
+  float ts = 1.0f;
+  if (kernels::quantize_blocks_into(b, x, axis_len, opts.isa(), codes, scales, ts)) return ts;
+  const BlockCodes q = quantize(b, x, axis_len, opts);
+  std::copy(q.codes.begin(), q.codes.end(), codes.begin());
+  std::copy(q.scales.begin(), q.scales.end(), scales.begin());
+  return q.tensor_scale;
+}
+
+}  // namespace
+
+float quantize_into(const BlockFormat& b, std::span<const double> x, std::size_t axis_len,
+                    std::span<std::uint8_t> codes, std::span<std::uint32_t> scales, const KernelOptions& opts) {
+  return quantize_into_impl(b, x, axis_len, codes, scales, opts);
+}
+float quantize_into(const BlockFormat& b, std::span<const float> x, std::size_t axis_len,
+                    std::span<std::uint8_t> codes, std::span<std::uint32_t> scales, const KernelOptions& opts) {
+  return quantize_into_impl(b, x, axis_len, codes, scales, opts);
 }
 
 std::vector<double> dequantize(const BlockFormat& b, std::span<const std::uint8_t> codes,
                                std::span<const std::uint32_t> scales, float tensor_scale, const Format& out,
-                               std::span<const std::uint32_t> biases, std::size_t axis_len) {
+                               std::span<const std::uint32_t> biases, std::size_t axis_len, const KernelOptions& opts) {
+  if (b.scale_block > 0)
+    throw std::invalid_argument(b.name + ": its scales are double-quantized 8-bit codes; valid: dequantize(format, "
+                                "BlockCodes, ...) with scale_scales and scale_offset");
+  if (opts.isa() != kernels::Isa::None && biases.empty())
+    if (std::optional<std::vector<double>> v = kernels::dequantize_blocks(b, codes, scales, tensor_scale, out, axis_len))
+      return std::move(*v);
   if (b.block_rows > 1) {
     check_tiles(b, codes.size(), axis_len);
     const std::size_t rows = codes.size() / axis_len, rt = static_cast<std::size_t>(b.block_rows);
     const auto ct = static_cast<std::size_t>(b.block_size);
     const std::vector<std::uint8_t> ct_codes = tile_order<std::uint8_t>(codes, rows, axis_len, rt, ct, true);
-    const std::vector<double> v = dequantize(tile_as_block(b), ct_codes, scales, tensor_scale, out, biases);
+    const std::vector<double> v = dequantize(tile_as_block(b), ct_codes, scales, tensor_scale, out, biases, 0, opts);
     return tile_order<double>(v, rows, axis_len, rt, ct, false);
   }
   const auto k = static_cast<std::size_t>(b.block_size);
@@ -636,5 +787,48 @@ std::vector<double> dequantize(const BlockFormat& b, std::span<const std::uint8_
   }
   return v;
 }
+
+void dequantize_into(const BlockFormat& b, std::span<const std::uint8_t> codes, std::span<const std::uint32_t> scales,
+                     float tensor_scale, const Format& out, std::span<double> v, std::span<const std::uint32_t> biases,
+                     std::size_t axis_len, const KernelOptions& opts) {
+  if (v.size() != codes.size())
+    throw std::invalid_argument(b.name + ": dequantize_into got room for " + std::to_string(v.size()) + " values for " +
+                                std::to_string(codes.size()) + " codes; valid: one value per code");
+  if (b.scale_block == 0 && opts.isa() != kernels::Isa::None && biases.empty() &&
+      kernels::dequantize_blocks_into(b, codes, scales, tensor_scale, out, axis_len, v))
+    return;
+  const std::vector<double> r = dequantize(b, codes, scales, tensor_scale, out, biases, axis_len, opts);
+  std::copy(r.begin(), r.end(), v.begin());
+}
+
+std::vector<float> double_quantized_scales(const BlockFormat& b, std::span<const std::uint32_t> scales,
+                                           std::span<const std::uint32_t> scale_scales, float scale_offset) {
+  const auto g = static_cast<std::size_t>(b.scale_block);
+  if (g == 0) throw std::invalid_argument(b.name + ": its scales are not double-quantized; valid: nf4-dq");
+  if (scale_scales.size() != (scales.size() + g - 1) / g)
+    throw std::invalid_argument(b.name + ": " + std::to_string(scale_scales.size()) + " scale scales for " +
+                                std::to_string(scales.size()) + " scales; valid: " +
+                                std::to_string((scales.size() + g - 1) / g) + " (one per " + std::to_string(g) + ")");
+  std::vector<float> s(scales.size());
+  for (std::size_t j = 0; j < scales.size(); ++j) {
+    if (scales[j] > 255)
+      throw std::invalid_argument(b.name + ": scale code " + std::to_string(scales[j]) + " is not 8 bits; valid: 0..255");
+    s[j] = kDynamicMap8[scales[j]] * std::bit_cast<float>(scale_scales[j / g]) + scale_offset;  // two fp32 steps
+  }
+  return s;
+}
+
+std::vector<double> dequantize(const BlockFormat& b, const BlockCodes& q, const Format& out, std::size_t axis_len,
+                               const KernelOptions& opts) {
+  if (b.scale_block == 0) return dequantize(b, q.codes, q.scales, q.tensor_scale, out, q.biases, axis_len, opts);
+  const std::vector<float> s = double_quantized_scales(b, q.scales, q.scale_scales, q.scale_offset);
+  std::vector<std::uint32_t> bits(s.size());
+  for (std::size_t j = 0; j < s.size(); ++j) bits[j] = std::bit_cast<std::uint32_t>(s[j]);
+  BlockFormat single = b;
+  single.scale_block = 0;
+  return dequantize(single, q.codes, bits, q.tensor_scale, out, {}, axis_len, opts);
+}
+
+const float* dynamic_map_8bit() { return kDynamicMap8; }
 
 }  // namespace roundoff::numerics

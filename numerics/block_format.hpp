@@ -48,6 +48,19 @@
 ///   P_i = clamp(rint(x_i / scale) + zero, 0, n). Stored: fp16(scale) (nearest-even; overflow refused) in
 ///   `scales`, the integer zero in `biases`. Decoded value: fp16(scale)·(P_i − zero), exact — the deployed
 ///   checkpoint's value: the codes were chosen with the fp32 scale, the kernels decode with the fp16 one.
+/// Double quantization (nf4-dq, QLoRA's `bnb_4bit_use_double_quant`, bitsandbytes' `quantize_4bit(...,
+/// compress_statistics=True)`): the element codes are nf4's (chosen with the fp32 absmax S_j of each 64-block);
+/// the S_j are then stored in 8 bits: offset = fp32(mean of all S_j of the tensor) (the exact mean rounded once,
+/// nearest-even; bitsandbytes takes torch's fp32 mean, whose summation order is the device's), c_j = fp32(S_j −
+/// offset); in groups of scale_block consecutive c_j (the last group may be shorter): A = max |c_j| (fp32, stored
+/// as its bits in `scale_scales`), r = fp32(1/A), t_j = fp32(c_j · r), and the stored 8-bit code (in `scales`) is
+/// bitsandbytes' search of its signed dynamic map D (dynamic_map_8bit(), 256 ascending fp32 values, D[127] = 0,
+/// D[255] = 1): p = 127, then for step 64, 32, ..., 1: p += step when t_j > D[p], else p −= step (p ends even,
+/// 0..254); when t_j > D[p]: p + 1 if t_j > fp32(fp32(D[p+1] + D[p]) · 0.5), else p; otherwise p − 1 if p > 0 and
+/// t_j < fp32(fp32(D[p−1] + D[p]) · 0.5), else p. (A NaN t_j — a group of zeros, A = 0 — gives 0.) Decoding:
+/// S'_j = fp32(fp32(D[q_j] · A) + offset) (bitsandbytes' dequantize_blockwise plus the offset, fp32 steps), and
+/// value = c_P · S'_j as nf4 decodes with S'_j. The scale_offset field holds the offset. The reciprocal is the
+/// correctly rounded one (a CUDA build with fast math uses an approximate reciprocal; its codes can differ there).
 /// Integer elements of MX (mxint8) are fixed point: code q in [-127, 127] (OCP's and microxcaling's symmetric
 /// range; -128 unused) is the value q / 64, so emax_elem = 0 and max_elem = 127/64.
 #include <cstdint>
@@ -58,6 +71,7 @@
 
 #include "numerics/format.hpp"
 #include "numerics/int_format.hpp"
+#include "numerics/kernel_options.hpp"
 #include "numerics/rounding.hpp"
 #include "numerics/scale_format.hpp"
 
@@ -98,6 +112,9 @@ struct BlockFormat {
   /// share one quantization); 1 = 1×k blocks along the last axis. A tile is quantized exactly as a 1-D block of
   /// block_rows·block_size values would be; the scales are stored per tile, tiles in row-major order.
   int block_rows = 1;
+  /// Double quantization of the fp32 block scales (AbsmaxCodebook only; nf4-dq: 256, QLoRA's): 0 = none. See
+  /// "Double quantization" above.
+  int scale_block = 0;
 };
 
 /// Entries of a codebook element.
@@ -107,7 +124,7 @@ inline constexpr int kCodebookSize = 16;
 const float* nf4_codebook();
 
 /// mxfp8-e4m3 mxfp8-e5m2 mxfp6-e3m2 mxfp6-e2m3 mxfp4 mxint8 nvfp4 int4-g32 int4-g64 int4-g128 nf4 mlx-int4-g32
-/// mlx-int4-g64 mlx-int4-g128 mlx-int8-g64 (every mlx-intB-gG[-bf16|-fp32] parses: B in 2, 3, 4, 5, 6, 8; G in 32,
+/// nf4-dq (nf4 with double-quantized scales) mlx-int4-g64 mlx-int4-g128 mlx-int8-g64 (every mlx-intB-gG[-bf16|-fp32] parses: B in 2, 3, 4, 5, 6, 8; G in 32,
 /// 64, 128; scales and biases in fp16 unless the suffix says otherwise) gptq-int4-g32 gptq-int4-g64 gptq-int4-g128
 /// (every gptq-intB-gG parses: B in 2, 3, 4, 8; G in 32, 64, 128) nvfp4-16x16 (2-D tiles).
 const std::vector<std::string>& block_format_names();
@@ -129,19 +146,51 @@ struct BlockCodes {
   std::vector<std::uint32_t> scales;
   std::vector<std::uint32_t> biases;  ///< per block: AffineMlx's bias (IEEE bits), MinMaxZeroPoint's zero point
   float tensor_scale = 1.0f;
+  std::vector<std::uint32_t> scale_scales;  ///< double quantization: per group of scales, the fp32 bits of A
+  float scale_offset = 0.0f;                ///< double quantization: the offset subtracted from the scales
 };
 
 /// Quantizes x, a C-order tensor whose last axis has `axis_len` elements (x.size() a multiple of it), in
 /// blocks of b.block_size along that axis (2-D formats: x is a matrix of x.size()/axis_len rows, in tiles).
 /// Throws std::invalid_argument when the block size does not divide axis_len (or block_rows the rows), or
-/// (NVFP4, integers) for a non-finite input.
-BlockCodes quantize(const BlockFormat& b, std::span<const double> x, std::size_t axis_len);
+/// (NVFP4, integers) for a non-finite input. `opts` chooses the path only: the MX and NVFP4 formats run SIMD
+/// kernels (numerics/block_kernels.hpp) bit-identical to the generic code, which isa_limit = None selects.
+BlockCodes quantize(const BlockFormat& b, std::span<const double> x, std::size_t axis_len,
+                    const KernelOptions& opts = {});
+/// The same for float input (each value exact in double: the same codes as quantize of the widened values).
+BlockCodes quantize(const BlockFormat& b, std::span<const float> x, std::size_t axis_len,
+                    const KernelOptions& opts = {});
+/// quantize into caller storage, for formats without biases (every one but the mlx-int* and gptq-int* grids):
+/// codes of x.size(), scales of one per block (their order as in BlockCodes); returns the tensor scale. The same
+/// codes as quantize; the kernels' speed without allocating the result (fresh pages cost more than the kernel).
+/// Throws std::invalid_argument for a format with biases or spans of the wrong size, as quantize does otherwise.
+float quantize_into(const BlockFormat& b, std::span<const double> x, std::size_t axis_len,
+                    std::span<std::uint8_t> codes, std::span<std::uint32_t> scales, const KernelOptions& opts = {});
+float quantize_into(const BlockFormat& b, std::span<const float> x, std::size_t axis_len,
+                    std::span<std::uint8_t> codes, std::span<std::uint32_t> scales, const KernelOptions& opts = {});
 /// The values of the codes, each the exact decoded value rounded once to `out` (fp32 or fp64, nearest-even).
 /// `biases` (one per block) is required for AffineMlx and MinMaxZeroPoint and must be empty otherwise;
-/// `axis_len` (the matrix's columns) is required for 2-D formats and ignored otherwise.
+/// `axis_len` (the matrix's columns) is required for 2-D formats and ignored otherwise. `opts` chooses the path
+/// only (table lookups for the non-affine rules; the generic code with isa_limit = None).
 std::vector<double> dequantize(const BlockFormat& b, std::span<const std::uint8_t> codes,
                                std::span<const std::uint32_t> scales, float tensor_scale, const Format& out,
-                               std::span<const std::uint32_t> biases = {}, std::size_t axis_len = 0);
+                               std::span<const std::uint32_t> biases = {}, std::size_t axis_len = 0,
+                               const KernelOptions& opts = {});
+
+/// dequantize into caller storage (v: codes.size() values), the same values; the table path's speed without
+/// allocating the result.
+void dequantize_into(const BlockFormat& b, std::span<const std::uint8_t> codes, std::span<const std::uint32_t> scales,
+                     float tensor_scale, const Format& out, std::span<double> v,
+                     std::span<const std::uint32_t> biases = {}, std::size_t axis_len = 0,
+                     const KernelOptions& opts = {});
+/// dequantize of a whole BlockCodes (every format; the only form for double-quantized scales, nf4-dq).
+std::vector<double> dequantize(const BlockFormat& b, const BlockCodes& q, const Format& out, std::size_t axis_len = 0,
+                               const KernelOptions& opts = {});
+/// The fp32 block scales S'_j that double-quantized scale codes decode to (see "Double quantization").
+std::vector<float> double_quantized_scales(const BlockFormat& b, std::span<const std::uint32_t> scales,
+                                           std::span<const std::uint32_t> scale_scales, float scale_offset);
+/// bitsandbytes' signed 8-bit dynamic map (create_dynamic_map(signed=True)), 256 ascending fp32 values.
+const float* dynamic_map_8bit();
 
 /// The value of one element code (before scaling), and the code of an element value.
 double element_value(const BlockElement& e, std::uint32_t code);

@@ -14,7 +14,8 @@ array([0.09997559, 0.33325195,        inf])
 Everything is the C++ library's code (``_roundoff``); see docs/python.md.
 """
 from . import _roundoff
-from .blocks import Quantized, block_formats, block_gemm, dequantize, pack_codes, quantize, unpack_codes
+from .blocks import (Quantized, block_formats, block_gemm, depalettize, dequantize, pack_codes, palettize, quantize,
+                     unpack_codes)
 from .accumulate import Accumulation, accumulations, dot, gemm
 from .formats import Format, arith, formats, from_bits, modes, representable, round, to_bits
 from .ops import Runner
@@ -25,4 +26,4 @@ __version__ = "0.1.0"
 __all__ = ["Format", "formats", "modes", "round", "representable", "to_bits", "from_bits", "arith",
            "Accumulation", "accumulations", "dot", "gemm", "Policy", "policies", "ops", "op_error", "Runner",
            "quantize", "dequantize", "block_formats", "block_gemm", "pack_codes", "unpack_codes",
-           "Quantized"]
+           "Quantized", "palettize", "depalettize"]

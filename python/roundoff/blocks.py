@@ -9,7 +9,8 @@ NormalFloat codebook; codes are codebook indices, scales the fp32 bit patterns a
 group-wise affine integers ``mlx-intB-gG[-bf16|-fp32]`` (B bits in 2..8, groups of 32/64/128, a scale and
 a bias per group in fp16 unless the suffix says otherwise, as ``mx.quantize`` computes them; the bias codes
 are in ``.biases``), and GPTQ's asymmetric grid ``gptq-intB-gG`` (fp16 scale, integer zero point in
-``.biases``). :func:`pack_codes` packs codes as checkpoints store them. The rules are written out in docs/numerics.md, "Block-scaled formats"; every
+``.biases``), QLoRA's double-quantized ``nf4-dq`` (uint8 scale codes; ``.scale_scales`` and ``.scale_offset``)
+and palettes (:func:`palettize`, or ``quantize(x, "palette", lut=...)``). :func:`pack_codes` packs codes as checkpoints store them. The rules are written out in docs/numerics.md, "Block-scaled formats"; every
 result is the C++ library's (numerics/block_format.hpp).
 """
 from __future__ import annotations
@@ -24,10 +25,12 @@ class Quantized(tuple):
     """``(values, codes, scales)``, with the NVFP4 tensor scale as ``.tensor_scale`` (1.0 otherwise) and
     the MLX affine formats' bias codes as ``.biases`` (None otherwise)."""
 
-    def __new__(cls, values, codes, scales, tensor_scale, biases=None):
+    def __new__(cls, values, codes, scales, tensor_scale, biases=None, scale_scales=None, scale_offset=None):
         t = super().__new__(cls, (values, codes, scales))
         t.tensor_scale = tensor_scale
         t.biases = biases
+        t.scale_scales = scale_scales
+        t.scale_offset = scale_offset
         return t
 
     @property
@@ -68,7 +71,64 @@ def _axis(ndim: int, axis: int) -> int:
     return int(axis) % ndim
 
 
-def quantize(x, name: str, *, axis: int = -1) -> Quantized:
+def _lut(lut):
+    table = np.asarray(lut)
+    if table.dtype.kind != "f" or table.ndim not in (1, 2):
+        raise TypeError(f"lut: expected a float array of shape (k,) or (G, k), got {table.dtype} {table.shape}")
+    t32 = table.astype(np.float32)
+    if not np.array_equal(t32.astype(np.float64), table.astype(np.float64), equal_nan=True):
+        raise ValueError("lut: entries must be float32 values")
+    return np.ascontiguousarray(t32), table.shape[-1], (table.shape[0] if table.ndim == 2 else 1)
+
+
+def palettize(x, lut) -> Quantized:
+    """Palettize ``x`` with a given LUT (Core ML's palettization): each value becomes the index of its
+    nearest LUT entry; a tie (and duplicated entries) gives the lowest index, as ``np.argmin(abs(x - lut))``.
+
+    ``lut`` has shape ``(k,)`` (one table, k <= 256) or ``(G, k)`` (one table per group of rows along axis 0:
+    x's first axis splits into G equal groups). Returns ``(values, codes, lut)``: values (float32 for float32
+    input, else float64, each exactly a LUT entry), uint8 indices of x's shape, the float32 LUT. The rule:
+    numerics/palette.hpp and docs/numerics.md, "Palettes".
+
+    Examples
+    --------
+    >>> import numpy as np, roundoff
+    >>> q = roundoff.palettize(np.array([0.3, -0.75, 2.0], dtype=np.float32), [-1.0, 0.0, 1.0, 0.5])
+    >>> q.codes, q.values
+    (array([3, 0, 2], dtype=uint8), array([ 0.5, -1. ,  1. ], dtype=float32))
+    """
+    table, k, groups = _lut(lut)
+    a = np.asarray(x)
+    if a.ndim == 0:
+        raise ValueError("x: palettize needs at least one dimension")
+    if a.dtype.kind not in "fiu":
+        raise TypeError(f"x: dtype {a.dtype} is not supported; valid: float32, float64, float16 or integers")
+    f32 = a.dtype == np.float32
+    flat = np.ascontiguousarray(a, dtype=np.float64).reshape(-1)
+    codes = _c.palettize(flat, table.reshape(-1), k, groups, a.shape[0])
+    values = _c.depalettize(codes, table.reshape(-1), k, groups, a.shape[0])
+    return Quantized(values.astype(np.float32 if f32 else np.float64).reshape(a.shape), codes.reshape(a.shape),
+                     table, 1.0)
+
+
+def depalettize(codes, lut, *, dtype=np.float32):
+    """The LUT values of ``codes`` (uint8 indices, as :func:`palettize` returns them) under ``lut``.
+
+    Examples
+    --------
+    >>> import numpy as np, roundoff
+    >>> roundoff.depalettize(np.array([[1, 0]], dtype=np.uint8), [[2.0, 4.0]])
+    array([[4., 2.]], dtype=float32)
+    """
+    table, k, groups = _lut(lut)
+    c = np.asarray(codes)
+    if c.dtype != np.uint8 or c.ndim == 0:
+        raise TypeError(f"codes: expected uint8 indices with at least one dimension, got {c.dtype} {c.shape}")
+    v = _c.depalettize(np.ascontiguousarray(c).reshape(-1), table.reshape(-1), k, groups, c.shape[0])
+    return v.astype(np.dtype(dtype)).reshape(c.shape)
+
+
+def quantize(x, name: str, *, axis: int = -1, lut=None) -> Quantized:
     """Quantize ``x`` in blocks along ``axis`` and return ``(values, codes, scales)``.
 
     Parameters
@@ -106,6 +166,14 @@ def quantize(x, name: str, *, axis: int = -1) -> Quantized:
     >>> q.codes[:3], q.values[:2], q.scales.dtype, q.biases.shape
     (array([15, 15, 15], dtype=uint8), array([0.00146484, 0.00146484], dtype=float32), dtype('uint16'), (1,))
     """
+    if name == "palette":
+        if lut is None:
+            raise ValueError("lut: quantize(x, 'palette') needs lut=, a float32 array of shape (k,) or (G, k)")
+        if axis != -1:
+            raise ValueError("axis: palette groups run along axis 0; valid: no axis")
+        return palettize(x, lut)
+    if lut is not None:
+        raise ValueError(f"lut: applies to 'palette' only, not {name!r}")
     canonical, block, _, rows = _info(name)
     a = np.asarray(x)
     if a.ndim == 0:
@@ -116,12 +184,21 @@ def quantize(x, name: str, *, axis: int = -1) -> Quantized:
         raise TypeError(f"x: dtype {a.dtype} is not supported; valid: float32, float64, float16 or integers")
     f32 = a.dtype == np.float32
     ax = _axis(a.ndim, axis)
-    moved = np.ascontiguousarray(np.moveaxis(a, ax, -1), dtype=np.float64)
+    moved = np.ascontiguousarray(np.moveaxis(a, ax, -1), dtype=np.float32 if f32 else np.float64)
     n = moved.shape[-1]
-    codes, scales, ts, biases = _c.quantize_blocks(moved.reshape(-1), name, n)
-    values = _c.dequantize_blocks(codes, scales, name, ts, f32, biases, n).astype(np.float32 if f32 else np.float64)
     shape = moved.shape
     scale_shape = shape[:-2] + (shape[-2] // rows, n // block) if rows > 1 else shape[:-1] + (n // block,)
+    if canonical == "nf4-dq":
+        codes, scales, ss, off = _c.quantize_blocks_dq(moved.reshape(-1).astype(np.float64), name, n)
+        values = _c.dequantize_blocks_dq(codes, scales, ss, off, name, f32, n).astype(np.float32 if f32 else np.float64)
+        return Quantized(np.moveaxis(values.reshape(shape), -1, ax), np.moveaxis(codes.reshape(shape), -1, ax),
+                         np.moveaxis(scales.astype(np.uint8).reshape(scale_shape), -1, ax), 1.0,
+                         scale_scales=ss.view(np.float32), scale_offset=float(off))
+    if f32:  # float32 input straight to the C++ float overload (the same codes as its float64 widening)
+        codes, scales, ts, biases = _c.quantize_blocks_f32(moved.reshape(-1), name, n)
+    else:
+        codes, scales, ts, biases = _c.quantize_blocks(moved.reshape(-1), name, n)
+    values = _c.dequantize_blocks(codes, scales, name, ts, f32, biases, n).astype(np.float32 if f32 else np.float64)
     scale_dtype = _info(canonical)[2]
     per_block = lambda a: np.moveaxis(a.astype(scale_dtype).reshape(scale_shape), -1, ax)  # noqa: E731
     return Quantized(np.moveaxis(values.reshape(shape), -1, ax), np.moveaxis(codes.reshape(shape), -1, ax),
@@ -129,7 +206,7 @@ def quantize(x, name: str, *, axis: int = -1) -> Quantized:
 
 
 def dequantize(codes, scales, name: str, *, axis: int = -1, tensor_scale: float = 1.0, biases=None,
-               dtype=np.float32):
+               dtype=np.float32, scale_scales=None, scale_offset=None):
     """The values of ``codes`` and ``scales`` as :func:`quantize` returns them.
 
     Parameters
@@ -157,6 +234,12 @@ def dequantize(codes, scales, name: str, *, axis: int = -1, tensor_scale: float 
     array([48.,  0.], dtype=float32)
     """
     canonical, block, scale_dtype, rows = _info(name)
+    if canonical == "nf4-dq":
+        scale_dtype = np.uint8
+        if scale_scales is None or scale_offset is None:
+            raise ValueError("scale_scales, scale_offset: nf4-dq needs both (Quantized.scale_scales, .scale_offset)")
+    elif scale_scales is not None or scale_offset is not None:
+        raise ValueError(f"scale_scales, scale_offset: apply to nf4-dq only, not {name!r}")
     c = np.asarray(codes)
     s = np.asarray(scales)
     if c.dtype != np.uint8:
@@ -188,6 +271,11 @@ def dequantize(codes, scales, name: str, *, axis: int = -1, tensor_scale: float 
             raise ValueError(f"biases: shape {b.shape} is not the shape of scales {s.shape}")
         bm = np.ascontiguousarray(np.moveaxis(b, ax, -1), dtype=np.uint32).reshape(-1)
     f32 = np.dtype(dtype) == np.float32
+    if canonical == "nf4-dq":
+        ss = np.ascontiguousarray(np.asarray(scale_scales, dtype=np.float32)).view(np.uint32).reshape(-1)
+        v = _c.dequantize_blocks_dq(cm.reshape(-1), sm.reshape(-1), ss, float(np.float32(scale_offset)), name, f32,
+                                    cm.shape[-1])
+        return np.moveaxis(v.astype(np.dtype(dtype)).reshape(cm.shape), -1, ax)
     v = _c.dequantize_blocks(cm.reshape(-1), sm.reshape(-1), name, float(tensor_scale), f32, bm, cm.shape[-1])
     return np.moveaxis(v.astype(np.dtype(dtype)).reshape(cm.shape), -1, ax)
 

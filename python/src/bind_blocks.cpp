@@ -5,6 +5,7 @@
 
 #include "numerics/block_format.hpp"
 #include "numerics/block_gemm.hpp"
+#include "numerics/palette.hpp"
 #include "python/src/bind.hpp"
 
 namespace roundoff::python {
@@ -22,6 +23,24 @@ void bind_blocks(py::module_& m) {
   });
   // x: C-contiguous float64, flattened, whose last axis has axis_len elements. Returns (codes uint8 of x's
   // size, scales uint32 with one per block, tensor scale, biases uint32 with one per block or empty).
+  // float32 input goes to the float overload (the kernels read it directly; the same codes as its widening).
+  m.def("quantize_blocks_f32", [](const F32& x, const std::string& name, std::int64_t axis_len) {
+    const BlockFormat b = parse_block_format(name);
+    if (axis_len <= 0) throw std::invalid_argument(b.name + ": the quantized axis is empty");
+    BlockCodes q;
+    {
+      py::gil_scoped_release release;
+      q = quantize(b, std::span<const float>(x.data(), static_cast<std::size_t>(x.size())),
+                   static_cast<std::size_t>(axis_len));
+    }
+    U8 codes(static_cast<py::ssize_t>(q.codes.size()));
+    std::copy(q.codes.begin(), q.codes.end(), codes.mutable_data());
+    U32 scales(static_cast<py::ssize_t>(q.scales.size()));
+    std::copy(q.scales.begin(), q.scales.end(), scales.mutable_data());
+    U32 biases(static_cast<py::ssize_t>(q.biases.size()));
+    std::copy(q.biases.begin(), q.biases.end(), biases.mutable_data());
+    return py::make_tuple(codes, scales, q.tensor_scale, biases);
+  });
   m.def("quantize_blocks", [](const F64& x, const std::string& name, std::int64_t axis_len) {
     const BlockFormat b = parse_block_format(name);
     if (axis_len <= 0) throw std::invalid_argument(b.name + ": the quantized axis is empty");
@@ -43,14 +62,68 @@ void bind_blocks(py::module_& m) {
                                 bool f32, const U32& biases, std::size_t axis_len) {
     const BlockFormat b = parse_block_format(name);
     need_size(codes, scales.size() * b.block_size * b.block_rows, "codes", "(block size times the number of scales)");
+    F64 out(codes.size());
+    {
+      py::gil_scoped_release release;
+      dequantize_into(b, std::span<const std::uint8_t>(codes.data(), static_cast<std::size_t>(codes.size())),
+                      std::span<const std::uint32_t>(scales.data(), static_cast<std::size_t>(scales.size())),
+                      tensor_scale, f32 ? formats::fp32 : formats::fp64,
+                      std::span<double>(out.mutable_data(), static_cast<std::size_t>(codes.size())),
+                      std::span<const std::uint32_t>(biases.data(), static_cast<std::size_t>(biases.size())), axis_len);
+    }
+    return out;
+  });
+  // nf4-dq: (codes, 8-bit scale codes as uint32, group scales' fp32 bits, offset).
+  m.def("quantize_blocks_dq", [](const F64& x, const std::string& name, std::int64_t axis_len) {
+    const BlockFormat b = parse_block_format(name);
+    if (axis_len <= 0) throw std::invalid_argument(b.name + ": the quantized axis is empty");
+    BlockCodes q;
+    {
+      py::gil_scoped_release release;
+      q = quantize(b, std::span<const double>(x.data(), static_cast<std::size_t>(x.size())),
+                   static_cast<std::size_t>(axis_len));
+    }
+    U8 codes(static_cast<py::ssize_t>(q.codes.size()));
+    std::copy(q.codes.begin(), q.codes.end(), codes.mutable_data());
+    U32 scales(static_cast<py::ssize_t>(q.scales.size()));
+    std::copy(q.scales.begin(), q.scales.end(), scales.mutable_data());
+    U32 ss(static_cast<py::ssize_t>(q.scale_scales.size()));
+    std::copy(q.scale_scales.begin(), q.scale_scales.end(), ss.mutable_data());
+    return py::make_tuple(codes, scales, ss, q.scale_offset);
+  });
+  m.def("dequantize_blocks_dq", [](const U8& codes, const U32& scales, const U32& scale_scales, float offset,
+                                   const std::string& name, bool f32, std::size_t axis_len) {
+    const BlockFormat b = parse_block_format(name);
+    BlockCodes q;
+    q.codes.assign(codes.data(), codes.data() + codes.size());
+    q.scales.assign(scales.data(), scales.data() + scales.size());
+    q.scale_scales.assign(scale_scales.data(), scale_scales.data() + scale_scales.size());
+    q.scale_offset = offset;
     std::vector<double> v;
     {
       py::gil_scoped_release release;
-      v = dequantize(b, std::span<const std::uint8_t>(codes.data(), static_cast<std::size_t>(codes.size())),
-                     std::span<const std::uint32_t>(scales.data(), static_cast<std::size_t>(scales.size())),
-                     tensor_scale, f32 ? formats::fp32 : formats::fp64,
-                     std::span<const std::uint32_t>(biases.data(), static_cast<std::size_t>(biases.size())), axis_len);
+      v = dequantize(b, q, f32 ? formats::fp32 : formats::fp64, axis_len);
     }
+    F64 out(static_cast<py::ssize_t>(v.size()));
+    std::copy(v.begin(), v.end(), out.mutable_data());
+    return out;
+  });
+  // Palettes: x flat (rows rows), lut flat (groups × k).
+  m.def("palettize", [](const F64& x, const F32& lut, std::size_t k, std::size_t groups, std::size_t rows) {
+    const Palette p{std::vector<float>(lut.data(), lut.data() + lut.size()), k, groups};
+    std::vector<std::uint8_t> idx;
+    {
+      py::gil_scoped_release release;
+      idx = palettize(p, std::span<const double>(x.data(), static_cast<std::size_t>(x.size())), rows);
+    }
+    U8 out(static_cast<py::ssize_t>(idx.size()));
+    std::copy(idx.begin(), idx.end(), out.mutable_data());
+    return out;
+  });
+  m.def("depalettize", [](const U8& codes, const F32& lut, std::size_t k, std::size_t groups, std::size_t rows) {
+    const Palette p{std::vector<float>(lut.data(), lut.data() + lut.size()), k, groups};
+    const std::vector<double> v =
+        depalettize(p, std::span<const std::uint8_t>(codes.data(), static_cast<std::size_t>(codes.size())), rows);
     F64 out(static_cast<py::ssize_t>(v.size()));
     std::copy(v.begin(), v.end(), out.mutable_data());
     return out;

@@ -346,3 +346,49 @@ def test_nvfp4_16x16_tiles_are_nvfp4_on_each_tile_and_transpose_invariant():
         roundoff.quantize(np.zeros(256), "nvfp4-16x16")
     with pytest.raises(ValueError, match="does not split into 16x16 tiles"):
         roundoff.quantize(np.zeros((8, 32)), "nvfp4-16x16")
+
+
+def test_nf4_dq_in_numpy():
+    """nf4-dq (QLoRA double quantization) against the rule in numpy: nf4 codes unchanged, the absmax quantized
+    again (mean offset, groups of 256, the dynamic map by fp32 midpoints, ties to the even index)."""
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((300, 64)) * 2.0 ** rng.integers(-4, 5, (300, 1))).astype(np.float32)
+    q = roundoff.quantize(x, "nf4-dq")
+    r = roundoff.quantize(x, "nf4")
+    assert np.array_equal(q.codes, r.codes) and q.scales.dtype == np.uint8 and q.scales.shape == (300, 1)
+    s = r.scales.view(np.float32).reshape(-1)
+    offset = np.float32(np.mean(s.astype(np.float64)))  # exact sum here (a few binades), then rounded
+    assert q.scale_offset == offset
+    c = (s - offset).astype(np.float32)
+    assert q.scale_scales.shape == (2,)
+    for g in range(2):
+        grp = c[g * 256:(g + 1) * 256]
+        a = np.float32(np.max(np.abs(grp)))
+        assert q.scale_scales[g] == a
+        decoded = roundoff.dequantize(q.codes[g * 256:(g + 1) * 256], q.scales[g * 256:(g + 1) * 256], "nf4-dq",
+                                      scale_scales=q.scale_scales[g:g + 1], scale_offset=q.scale_offset)
+        assert decoded.shape == (len(grp), 64)
+    assert np.array_equal(roundoff.dequantize(q.codes, q.scales, "nf4-dq", scale_scales=q.scale_scales,
+                                              scale_offset=q.scale_offset), q.values)
+    assert np.max(np.abs(q.values - x)) < 0.6 * np.max(np.abs(x))
+    with pytest.raises(ValueError, match="nf4-dq needs both"):
+        roundoff.dequantize(q.codes, q.scales, "nf4-dq")
+
+
+def test_palettize_is_numpy_argmin_per_tensor_and_per_group():
+    rng = np.random.default_rng(9)
+    w = rng.standard_normal((8, 33)).astype(np.float32)
+    lut = np.array([[-1, 0, 1, 0.5, 0.5], [2, -2, 0, 0.25, -0.25]], dtype=np.float32)
+    q = roundoff.palettize(w, lut)
+    want = np.stack([np.argmin(np.abs(w[r][:, None] - lut[r // 4][None, :]), axis=1) for r in range(8)])
+    assert np.array_equal(q.codes, want) and q.codes.dtype == np.uint8
+    assert np.array_equal(q.values, np.take_along_axis(lut[np.arange(8) // 4], want, 1))
+    assert np.array_equal(roundoff.depalettize(q.codes, lut), q.values)
+    one = roundoff.quantize(w, "palette", lut=lut[0])
+    assert np.array_equal(one.codes, np.argmin(np.abs(w[..., None] - lut[0]), axis=-1))
+    with pytest.raises(ValueError, match="needs lut="):
+        roundoff.quantize(w, "palette")
+    with pytest.raises(ValueError, match="float32 values"):
+        roundoff.palettize(w, np.array([0.1, 0.2]))
+    with pytest.raises(ValueError, match="1 to 256"):
+        roundoff.palettize(w, np.zeros(257, dtype=np.float32))

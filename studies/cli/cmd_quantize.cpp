@@ -1,5 +1,6 @@
 // `roundoff quantize`: block-scaled quantization of a float32/float64 .npy into an .npz of values, codes and
 // scales (numerics/block_format.hpp), with the error against the input as one JSON line.
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "numerics/block_format.hpp"
+#include "numerics/palette.hpp"
 #include "studies/cli/commands.hpp"
 #include "studies/common/npy.hpp"
 #include "studies/common/provenance.hpp"
@@ -28,8 +30,9 @@ constexpr std::string_view kValidOut = "a new .npz path, or an .npz that roundof
 constexpr std::uintmax_t kMaxInputBytes = std::uintmax_t{1} << 30;
 
 struct Options {
-  std::string format, rule, in, out;
+  std::string format, rule, in, out, lut;
   int axis = -1;
+  bool axis_given = false;
 };
 
 template <class T>
@@ -54,7 +57,92 @@ std::vector<T> swap_axis(const std::vector<T>& a, std::size_t outer, std::size_t
   return b;
 }
 
+void check_out(const Options& o) {
+  if (o.out.empty()) throw CliError("quantize: --out must name a file (got an empty string); valid: " + std::string(kValidOut));
+  std::error_code ec;
+  const auto out_status = fs::status(o.out, ec);
+  if (fs::exists(out_status)) {
+    if (out_status.type() != fs::file_type::regular)
+      throw CliError("quantize: --out " + o.out + " exists and is not a regular file; valid: " + std::string(kValidOut));
+    if (fs::equivalent(o.in, o.out, ec))
+      throw CliError("quantize: --out " + o.out + " is the input file; valid: " + std::string(kValidOut));
+    if (!studies::npz_written_by(o.out, kWriter))
+      throw CliError("quantize: --out " + o.out + " exists and was not written by roundoff quantize (remove it if it may go); valid: " +
+                     std::string(kValidOut));
+  }
+}
+
+/// The error of values v against the input x, as the JSON fields every format prints.
+void error_fields(nlohmann::json& j, const std::vector<double>& x, const std::vector<double>& v) {
+  double max_abs = 0, sum_sq = 0, max_rel = 0;
+  std::size_t finite = 0, nonzero = 0;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (!std::isfinite(x[i]) || !std::isfinite(v[i])) continue;
+    const double e = std::fabs(v[i] - x[i]);
+    ++finite;
+    max_abs = std::max(max_abs, e);
+    sum_sq += e * e;
+    if (x[i] != 0) {
+      ++nonzero;
+      max_rel = std::max(max_rel, e / std::fabs(x[i]));
+    }
+  }
+  j["count"] = v.size();
+  j["finite_count"] = finite;
+  j["nonzero_count"] = nonzero;
+  j["max_abs_error"] = max_abs;
+  j["rms_error"] = finite ? std::sqrt(sum_sq / static_cast<double>(finite)) : 0.0;
+  j["max_rel_error"] = max_rel;
+}
+
+/// --format palette: indices into a given LUT (numerics/palette.hpp), per tensor ((k,) LUT) or per group of rows
+/// along axis 0 ((G, k) LUT).
+void run_palette(const Options& o) {
+  if (o.lut.empty()) throw CliError("quantize: --format palette needs --lut LUT.npy; valid: a float32 .npy of shape (k,) or (G, k), k <= 256");
+  if (!o.rule.empty()) throw CliError("quantize: --rule " + o.rule + " does not apply to palette; valid: no --rule");
+  if (o.axis_given) throw CliError("quantize: --axis does not apply to palette (groups run along axis 0); valid: no --axis");
+  check_out(o);
+  const studies::NpyArray lut = studies::read_npy(o.lut, std::uintmax_t{1} << 20);
+  if (lut.shape.size() > 2)
+    throw CliError("quantize: --lut " + o.lut + " has " + std::to_string(lut.shape.size()) +
+                   " dimensions; valid: (k,) for one LUT or (G, k) for G groups of rows");
+  numerics::Palette p;
+  p.k = lut.shape.back();
+  p.groups = lut.shape.size() == 2 ? lut.shape[0] : 1;
+  for (std::size_t i = 0; i < lut.values.size(); ++i) {
+    const auto f = static_cast<float>(lut.values[i]);
+    if (static_cast<double>(f) != lut.values[i] && !std::isnan(lut.values[i]))
+      throw CliError("quantize: --lut value " + std::to_string(i) + " (" + std::to_string(lut.values[i]) +
+                     ") is not an fp32 value; valid: LUT entries representable in float32");
+    p.lut.push_back(f);
+  }
+  const studies::NpyArray a = studies::read_npy(o.in, kMaxInputBytes);
+  const std::size_t rows = a.shape[0];
+  if (rows % p.groups != 0)
+    throw CliError("quantize: " + std::to_string(p.groups) + " LUTs do not split axis 0 of length " + std::to_string(rows) +
+                   "; valid: a LUT count that divides it");
+  const std::vector<std::uint8_t> idx = numerics::palettize(p, a.values, rows);
+  const std::vector<double> v = numerics::depalettize(p, idx, rows);
+  std::vector<float> vf(v.begin(), v.end());  // exact: LUT values are fp32
+  studies::write_file_atomic(o.out, studies::npz_bytes({{"values", "<f4", a.shape, le_bytes(vf)},
+                                                        {"codes", "|u1", a.shape, le_bytes(idx)},
+                                                        {"lut", "<f4", lut.shape, le_bytes(p.lut)}},
+                                                       kWriter));
+  nlohmann::json j;
+  j["format"] = "palette";
+  j["input"] = o.in;
+  j["input_dtype"] = a.float32 ? "float32" : "float64";
+  j["lut"] = o.lut;
+  j["lut_entries"] = p.k;
+  j["lut_groups"] = p.groups;
+  j["out"] = o.out;
+  error_fields(j, a.values, v);
+  std::printf("%s\n", j.dump().c_str());
+}
+
 void run(const Options& o) {
+  if (o.format == "palette") return run_palette(o);
+  if (!o.lut.empty()) throw CliError("quantize: --lut applies to --format palette only; valid: no --lut with " + o.format);
   if (o.out.empty()) throw CliError("quantize: --out must name a file (got an empty string); valid: " + std::string(kValidOut));
   if (!o.rule.empty() && o.format.find(':') != std::string::npos)
     throw CliError("quantize: --rule " + o.rule + " given with --format " + o.format +
@@ -96,7 +184,7 @@ void run(const Options& o) {
                    std::to_string(k) + " (choose one with --axis)");
   const std::vector<double> moved = swap_axis(a.values, outer, n, inner, true);
   const numerics::BlockCodes q = numerics::quantize(b, moved, n);
-  const std::vector<double> vmoved = numerics::dequantize(b, q.codes, q.scales, q.tensor_scale, numerics::formats::fp32, q.biases, n);
+  const std::vector<double> vmoved = numerics::dequantize(b, q, numerics::formats::fp32, n);
   const std::vector<double> v = swap_axis(vmoved, outer, n, inner, false);
   const std::vector<std::uint8_t> codes = swap_axis(q.codes, outer, n, inner, false);
   // 2-D tiles: the moved matrix is (outer·inner) × n, its scales a grid (outer·inner / rows) × (n / k).
@@ -143,7 +231,16 @@ void run(const Options& o) {
       default: members.push_back({name, "<u4", scale_shape, le_bytes(codes32)});
     }
   };
-  per_block_member("scales", scales32);
+  if (b.scale_block > 0) {  // nf4-dq: 8-bit scale codes, the fp32 group scales (flat, in block order) and the offset
+    std::vector<std::uint8_t> s8(scales32.begin(), scales32.end());
+    members.push_back({"scales", "|u1", scale_shape, le_bytes(s8)});
+    std::vector<float> ss(q.scale_scales.size());
+    for (std::size_t i = 0; i < ss.size(); ++i) ss[i] = std::bit_cast<float>(q.scale_scales[i]);
+    members.push_back({"scale_scales", "<f4", {ss.size()}, le_bytes(ss)});
+    members.push_back({"scale_offset", "<f4", {}, le_bytes(std::vector<float>{q.scale_offset})});
+  } else {
+    per_block_member("scales", scales32);
+  }
   if (!q.biases.empty()) per_block_member("biases", swap_axis(q.biases, outer_s, n / k, inner_s, false));
   if (b.rule == numerics::ScaleRule::Nvfp4) members.push_back({"tensor_scale", "<f4", {}, le_bytes(std::vector<float>{q.tensor_scale})});
   studies::write_file_atomic(o.out, studies::npz_bytes(members, kWriter));
@@ -171,7 +268,7 @@ void add_quantize_command(CLI::App& app) {
       "quantize",
       "Block-scaled quantization of a float32/float64 .npy (C order) along its last axis (or --axis): writes an "
       ".npz with values (dequantized, float32), codes (uint8 element encodings), scales (raw block-scale "
-      "encodings: uint8; uint16 for fp16/bf16 scales; uint32 for fp32 scales), for mlx-int* biases (IEEE bits like scales) and, for nvfp4, tensor_scale (fp32 S_enc); prints the error "
+      "encodings: uint8; uint16 for fp16/bf16 scales; uint32 for fp32 scales), for mlx-int* biases (IEEE bits like scales) and, for nvfp4, tensor_scale (fp32 S_enc); nf4-dq: uint8 scale codes, scale_scales and scale_offset; palette (--lut): codes are LUT indices, plus lut; prints the error "
       "against the input as one JSON line (max abs, rms and max relative over nonzero inputs, over the finite "
       "values). Rules: docs/numerics.md, \"Block-scaled formats\".");
   cmd->add_option("--format,-f", o.format,
@@ -179,12 +276,17 @@ void add_quantize_command(CLI::App& app) {
                     std::string s;
                     for (const std::string& n : numerics::block_format_names()) s += (s.empty() ? "" : ", ") + n;
                     return s;
-                  }() + " (MX formats also NAME:RULE; MLX affine: mlx-intB-gG[-bf16|-fp32], B 2-8, G 32/64/128)")
+                  }() + ", palette (with --lut) (MX formats also NAME:RULE; MLX affine: mlx-intB-gG[-bf16|-fp32], B 2-8, G 32/64/128)")
       ->required();
   cmd->add_option("--rule", o.rule,
                   "Scale rule of an MX format: ocp-floor (OCP v1.0, the default), nv-ceil (NVIDIA), mlx-round (MLX); "
                   "the same as --format NAME:RULE");
-  cmd->add_option("--axis", o.axis, "Axis the blocks run along (default -1, the last)");
+  cmd->add_option("--axis", o.axis, "Axis the blocks run along (default -1, the last)")
+      ->each([](const std::string&) { o.axis_given = true; });
+  cmd->add_option("--lut", o.lut,
+                  "--format palette: the look-up table, a float32 .npy of shape (k,) (one LUT, k <= 256) or (G, k) (one "
+                  "per group of rows along axis 0); each value becomes the index of its nearest entry (ties: the lowest "
+                  "index); writes values, codes (uint8 indices) and lut");
   cmd->add_option("in", o.in, "Input .npy (float32 or float64, C order, at most 1 GiB)")->required();
   cmd->add_option("--out,-o", o.out,
                   "Output .npz (written atomically; an existing file is replaced only when roundoff quantize wrote "
@@ -195,6 +297,8 @@ void add_quantize_command(CLI::App& app) {
               "  roundoff quantize -f mxfp8-e4m3:nv-ceil x.npy -o x.npz\n"
               "  roundoff quantize -f mxfp4 --rule mlx-round x.npy -o x.npz\n"
               "  roundoff quantize -f mlx-int4-g64-bf16 w.npy -o w-mlx.npz\n"
+              "  roundoff quantize -f nf4-dq w.npy -o w-nf4dq.npz   # scales: uint8 codes; scale_scales, scale_offset\n"
+              "  roundoff quantize -f palette --lut lut.npy w.npy -o w-pal.npz\n"
               "  python3 -c \"import numpy as np; q = np.load('x.npz'); print(q['codes'][:4], q['scales'][:1])\"");
   cmd->callback([] { run(o); });
 }

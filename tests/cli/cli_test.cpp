@@ -681,6 +681,40 @@ TEST(Cli, QuantizeWritesAnNpzAndReportsTheError) {  // issue 41
   EXPECT_EQ(slurp(d / "q.npz").find("biases.npy"), std::string::npos);
 }
 
+TEST(Cli, QuantizeNf4DqAndPaletteWriteTheirMembersAndRefuseInOneLine) {  // issue 41
+  const fs::path d = scratch("quantize_dq_palette");
+  std::vector<float> x(4 * 64);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(static_cast<int>(i % 13) - 6) / 4.0f;
+  write_npy_f32(d / "x.npy", 4, 64, x);
+  const Outcome dq = roundoff("quantize -f nf4-dq x.npy -o dq.npz", d);
+  ASSERT_EQ(dq.status, 0) << dq.output;
+  EXPECT_EQ(nlohmann::json::parse(dq.output)["format"], "nf4-dq");
+  const std::string z = slurp(d / "dq.npz");
+  for (const char* member : {"values.npy", "codes.npy", "scales.npy", "scale_scales.npy", "scale_offset.npy"})
+    EXPECT_NE(z.find(member), std::string::npos) << member;
+  // A LUT of 4 entries, unsorted: x = k/4 - 1.5 .. 1.5; entries -1, 0, 1, 0.5; ties (0.25, 0.75, -0.5) go to the
+  // lowest index.
+  write_npy_f32(d / "lut.npy", 4, 0, {-1.0f, 0.0f, 1.0f, 0.5f});
+  const Outcome p = roundoff("quantize -f palette --lut lut.npy x.npy -o p.npz", d);
+  ASSERT_EQ(p.status, 0) << p.output;
+  const nlohmann::json j = nlohmann::json::parse(p.output);
+  EXPECT_EQ(j["lut_entries"], 4);
+  EXPECT_EQ(j["max_abs_error"].get<double>(), 0.5);  // -1.5 -> -1
+  const std::string pz = slurp(d / "p.npz");
+  const auto codes_data = pz.find('\n', pz.find("\x93NUMPY", pz.find("codes.npy"))) + 1;
+  // x[0..7] = -1.5, -1.25, -1, -0.75, -0.5, -0.25, 0, 0.25 -> 0, 0, 0, 0, 0 (tie -1/0: index 0), 1, 1, 1 (tie 0/0.5)
+  EXPECT_EQ(pz.substr(codes_data, 8), std::string("\x00\x00\x00\x00\x00\x01\x01\x01", 8));
+  EXPECT_NE(pz.find("lut.npy"), std::string::npos);
+  expect_refused(roundoff("quantize -f palette x.npy -o p.npz", d), "needs --lut", "palette without a LUT");
+  expect_refused(roundoff("quantize -f palette --axis 0 --lut lut.npy x.npy -o p.npz", d), "--axis does not apply",
+                 "palette with --axis");
+  expect_refused(roundoff("quantize -f mxfp4 --lut lut.npy x.npy -o p.npz", d), "--lut applies to --format palette",
+                 "--lut with a block format");
+  write_npy_f32(d / "lut3.npy", 3, 4, std::vector<float>(12, 1.0f));
+  expect_refused(roundoff("quantize -f palette --lut lut3.npy x.npy -o p.npz", d), "3 LUTs do not split axis 0",
+                 "3 LUT groups for 4 rows");
+}
+
 TEST(Cli, QuantizeRefusesWhatItCannotRead) {  // issue 41
   const fs::path d = scratch("quantize_bad");
   const std::vector<float> x(32, 1.0f);

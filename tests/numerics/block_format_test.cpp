@@ -303,7 +303,7 @@ TEST(BlockFormat, QuantizeDequantizeQuantizeIsAFixedPoint) {
     for (const std::string rule : {"", ":nv-ceil"}) {
       if (!rule.empty() && !name.starts_with("mx")) continue;
       const BlockFormat b = parse_block_format(name + rule);
-      if (b.rule == ScaleRule::AffineMlx) continue;
+      if (b.rule == ScaleRule::AffineMlx || b.scale_block > 0) continue;  // nf4-dq: its scales move with their mean
       auto x = random_tensor(rng, 128 * 16, 16);
       x[5] = 0x1p-140;
       const auto q1 = quantize(b, x, 128);
