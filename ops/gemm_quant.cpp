@@ -1,6 +1,8 @@
 #include "ops/gemm_quant.hpp"
 
+#include <algorithm>
 #include <bit>
+#include <limits>
 #include <cfloat>
 #include <cmath>
 #include <stdexcept>
@@ -91,6 +93,21 @@ bool supports_stochastic(const BlockFormat& f) {
 
 namespace {
 
+/// Rules whose quantize refuses NaN and ±inf (MX rules give the block a NaN scale instead).
+bool refuses_nonfinite(const BlockFormat& f) {
+  switch (f.rule) {
+    case ScaleRule::OcpFloor:
+    case ScaleRule::NvidiaCeil:
+    case ScaleRule::MlxRound: return false;
+    case ScaleRule::Nvfp4:
+    case ScaleRule::AbsmaxInt:
+    case ScaleRule::AbsmaxCodebook:
+    case ScaleRule::AffineMlx:
+    case ScaleRule::MinMaxZeroPoint: return true;
+  }
+  return true;
+}
+
 /// The element codes of x under f's block scales `q.scales` (and tensor scale) with stochastic element rounding:
 /// the library's nearest-even chain with the one element rounding replaced (numerics/block_format.hpp's rules).
 void stochastic_codes(const BlockFormat& f, std::span<const double> x, numerics::BlockCodes& q, const QuantDraws& d) {
@@ -133,6 +150,10 @@ void quantize_rows(const BlockFormat& f, std::span<double> v, std::size_t K, con
   if (draws != nullptr && !supports_stochastic(f))
     throw std::invalid_argument(where + ": stochastic rounding of " + f.name +
                                 " elements is not supported; valid: the 1-D MX floating-point formats and nvfp4");
+  if (refuses_nonfinite(f) && std::any_of(v.begin(), v.end(), [](double x) { return !std::isfinite(x); })) {
+    std::fill(v.begin(), v.end(), std::numeric_limits<double>::quiet_NaN());  // a diverged operand stays diverged
+    return;
+  }
   numerics::BlockCodes q;
   try {
     q = numerics::quantize(f, v, axis);
