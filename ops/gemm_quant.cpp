@@ -162,7 +162,7 @@ void quantize_rows(const BlockFormat& f, std::span<double> v, std::size_t K, con
   }
   if (draws != nullptr) stochastic_codes(f, v, q, *draws);
   const std::vector<double> dq =
-      numerics::dequantize(f, q.codes, q.scales, q.tensor_scale, numerics::formats::fp64, q.biases, axis);
+      numerics::dequantize(f, q.codes, q.scales, q.tensor_scale, numerics::formats::fp32, q.biases, axis);
   std::copy(dq.begin(), dq.end(), v.begin());
 }
 

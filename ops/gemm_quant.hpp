@@ -30,9 +30,6 @@
 ///      tensor's storage layout in tiles, so W and Wᵀ share one quantization; nf4 runs its blocks of 64 over the
 ///      flattened tensor in storage order (bitsandbytes' quantize_4bit). K (or the flattened size) must be a multiple
 ///      of the block size: otherwise a one-line refusal naming the op, pass and shape;
-///      A NaN or ±inf in the operand: the MX rules give its block the NaN scale (NaN values); the rules that refuse
-///      non-finite input (nvfp4's tensor scale, the integer and codebook rules) make the whole operand NaN, so a
-///      diverging run is reported by the trainer's non-finite scan instead of stopping on an exception;
 ///   4. with stochastic[r], the elements are rounded stochastically instead of to nearest-even: the block scales are
 ///      those of the nearest-even quantization (the scale rules read only amax), and element i of the tensor (its index
 ///      in the tensor as the op receives it, whatever the layout used along K) draws bits.draw(key(tensor, i,

@@ -38,10 +38,10 @@ std::vector<double> transpose(const std::vector<double>& m, std::size_t rows, st
   return t;
 }
 
-/// v (rows × K) quantized in blocks along K and decoded: numerics::quantize + dequantize, nothing else.
+/// v (rows × K) quantized in blocks along K and decoded to fp32: numerics::quantize + dequantize, nothing else.
 std::vector<double> quant_dequant(const BlockFormat& f, const std::vector<double>& v, std::size_t K) {
   const numerics::BlockCodes q = numerics::quantize(f, v, K);
-  return numerics::dequantize(f, q.codes, q.scales, q.tensor_scale, fmts::fp64, q.biases, K);
+  return numerics::dequantize(f, q.codes, q.scales, q.tensor_scale, fmts::fp32, q.biases, K);
 }
 
 /// Every element rounded to storage (the entry cast, nearest-even).

@@ -38,15 +38,6 @@ inline std::vector<std::int32_t> random_tokens(std::size_t n, std::int32_t vocab
   return t;
 }
 
-/// Whether a policy quantizes any GEMM operand to a block format (the block presets: their GEMMs need shapes whose
-/// contraction axes are multiples of the block size; tests/ops/gemm_quant_test.cpp covers them).
-inline bool has_block_quant(const Policy& p) {
-  for (OpKind k : kAllOps)
-    for (Pass ps : kAllPasses)
-      if (p.at(k, ps).quant.active()) return true;
-  return false;
-}
-
 /// Every preset's name, then the extra policy specs.
 inline std::vector<std::string> presets_and(std::initializer_list<const char*> extra) {
   std::vector<std::string> p = Policy::preset_names();
