@@ -25,11 +25,16 @@
 ///      (QQᵀ = I exactly), and both operands get the same Q on the same K indices, so A'·B' = A·Q·Qᵀ·B = A·B in exact
 ///      arithmetic: only the quantization sees the transform. K must be a multiple of 16;
 ///   3. v' is quantized along K in blocks of format[r] (numerics::quantize, its scale rule and nearest-even elements)
-///      and replaced by the decoded values (numerics::dequantize to binary64: exact for MX, int and nf4; NVFP4's
-///      P·S_dec/S_enc rounded once to binary64). Two layouts ignore K: a 2-D format (nvfp4-16x16) is quantized in the
+///      and replaced by the decoded values rounded once to fp32 (numerics::dequantize to fp32: exact for MX and the
+///      integer grids in every realistic range; nf4's c_P·S and NVFP4's P·S_dec/S_enc rounded to fp32, as a
+///      dequantize-to-fp32 emulation (bitsandbytes' fp32 nf4 decode, torchao's) computes them; fp32 values keep the
+///      GEMM kernels' fast path). Two layouts ignore K: a 2-D format (nvfp4-16x16) is quantized in the
 ///      tensor's storage layout in tiles, so W and Wᵀ share one quantization; nf4 runs its blocks of 64 over the
 ///      flattened tensor in storage order (bitsandbytes' quantize_4bit). K (or the flattened size) must be a multiple
 ///      of the block size: otherwise a one-line refusal naming the op, pass and shape;
+///      A NaN or ±inf in the operand: the MX rules give its block the NaN scale (NaN values); the rules that refuse
+///      non-finite input (nvfp4's tensor scale, the integer and codebook rules) make the whole operand NaN, so a
+///      diverging run is reported by the trainer's non-finite scan instead of stopping on an exception;
 ///   4. with stochastic[r], the elements are rounded stochastically instead of to nearest-even: the block scales are
 ///      those of the nearest-even quantization (the scale rules read only amax), and element i of the tensor (its index
 ///      in the tensor as the op receives it, whatever the layout used along K) draws bits.draw(key(tensor, i,
