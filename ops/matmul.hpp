@@ -8,9 +8,15 @@
 /// compute and then to storage. Backward functions add into their gradient: the current gradient value
 /// enters the accumulator first (a beta = 1 GEMM), and the caller zeroes gradients.
 /// Unit (Select) = one row of the output: a token row of y / dx, a row (output channel) of dW.
+///
+/// Block quantization (OpPrecision::quant active, emulated backend only): the operands are cast on entry, then
+/// transformed and quantized along the pass's contraction axis (ops/matmul_quant.hpp), and the GEMM runs on those
+/// values under the same Accumulation, in the same k order; the Reference ignores the field.
 #include <span>
+#include <type_traits>
 
 #include "ops/backend.hpp"
+#include "ops/matmul_quant.hpp"
 #include "ops/shape.hpp"
 
 namespace roundoff::ops {
@@ -22,9 +28,20 @@ void matmul_forward(std::span<typename A::Value> y, std::span<const typename A::
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
   const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
-  if (sel.empty()) {  // W (out, in) read as the (in × out) matrix Wᵀ
+  bool quantized = false;
+  if constexpr (std::is_same_v<A, Emulated>) {
+    if (ctx.precision().quant.active()) {
+      quantized = true;
+      const auto [xs, ws] = quantized_operands(ctx, Pass::Forward, s, x, w);
+      if (sel.empty()) ctx.gemm(N, O, I, M{xs.data(), I}, M{ws.data(), I, true}, y.data(), O, false, key(Tensor::Y, 0, 2));
+      for (std::int64_t r : sel)
+        ctx.gemm(1, O, I, M{xs.data() + r * s.in, I}, M{ws.data(), I, true}, y.data() + r * s.out, O, false,
+                 key(Tensor::Row, r, 0));
+    }
+  }
+  if (!quantized && sel.empty()) {  // W (out, in) read as the (in × out) matrix Wᵀ
     ctx.gemm_in(N, O, I, x, false, Tensor::X, w, true, Tensor::W, y.data(), O, false, key(Tensor::Y, 0, 2));
-  } else {
+  } else if (!quantized) {
     const std::span<const V> xs = entry_cast(ctx, x, Tensor::X, 0), ws = entry_cast(ctx, w, Tensor::W, 1);
     for (std::int64_t r : sel)
       ctx.gemm(1, O, I, M{xs.data() + r * s.in, I}, M{ws.data(), I, true}, y.data() + r * s.out, O, false,
@@ -44,9 +61,20 @@ void matmul_backward_data(std::span<typename A::Value> dx, std::span<const typen
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
   const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
-  if (sel.empty()) {
+  bool quantized = false;
+  if constexpr (std::is_same_v<A, Emulated>) {
+    if (ctx.precision().quant.active()) {
+      quantized = true;
+      const auto [dys, ws] = quantized_operands(ctx, Pass::BackwardData, s, dy, w);
+      if (sel.empty()) ctx.gemm(N, I, O, M{dys.data(), O}, M{ws.data(), I}, dx.data(), I, true, key(Tensor::Dx, 0, 2));
+      for (std::int64_t r : sel)
+        ctx.gemm(1, I, O, M{dys.data() + r * s.out, O}, M{ws.data(), I}, dx.data() + r * s.in, I, true,
+                 key(Tensor::Row, r, 0));
+    }
+  }
+  if (!quantized && sel.empty()) {
     ctx.gemm_in(N, I, O, dy, false, Tensor::Dy, w, false, Tensor::W, dx.data(), I, true, key(Tensor::Dx, 0, 2));
-  } else {
+  } else if (!quantized) {
     const std::span<const V> dys = entry_cast(ctx, dy, Tensor::Dy, 0), ws = entry_cast(ctx, w, Tensor::W, 1);
     for (std::int64_t r : sel)
       ctx.gemm(1, I, O, M{dys.data() + r * s.out, O}, M{ws.data(), I}, dx.data() + r * s.in, I, true,
@@ -66,9 +94,21 @@ void matmul_backward_weight(std::span<typename A::Value> dw, std::span<const typ
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
   const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
-  if (sel.empty()) {  // dy (n, out) read as the (out × n) matrix dyᵀ
+  bool quantized = false;
+  if constexpr (std::is_same_v<A, Emulated>) {
+    if (ctx.precision().quant.active()) {
+      quantized = true;
+      const auto [dys, xs] = quantized_operands(ctx, Pass::BackwardWeight, s, dy, x);
+      if (sel.empty())
+        ctx.gemm(O, I, N, M{dys.data(), O, true}, M{xs.data(), I}, dw.data(), I, true, key(Tensor::Dw, 0, 2));
+      for (std::int64_t o : sel)
+        ctx.gemm(1, I, N, M{dys.data() + o, O, true}, M{xs.data(), I}, dw.data() + o * s.in, I, true,
+                 key(Tensor::Row, o, 0));
+    }
+  }
+  if (!quantized && sel.empty()) {  // dy (n, out) read as the (out × n) matrix dyᵀ
     ctx.gemm_in(O, I, N, dy, true, Tensor::Dy, x, false, Tensor::X, dw.data(), I, true, key(Tensor::Dw, 0, 2));
-  } else {
+  } else if (!quantized) {
     const std::span<const V> dys = entry_cast(ctx, dy, Tensor::Dy, 0), xs = entry_cast(ctx, x, Tensor::X, 1);
     for (std::int64_t o : sel)
       ctx.gemm(1, I, N, M{dys.data() + o, O, true}, M{xs.data(), I}, dw.data() + o * s.in, I, true,

@@ -12,6 +12,8 @@
 ///          | ROLE "=" FORMAT             ROLE = weights | master | adam-m | adam-v | grads
 ///          | "loss-scale=" NUMBER
 ///          | "attention=" ORDER            ORDER = materialised | online (AttentionOrder)
+///          | "block-keep=" F ":" L          the first F and last L blocks' GEMMs unquantized (BlockKeep)
+///   FIELD also: block | block-x | block-w | block-dy | block-sr | rht (GEMM ops only: GemmQuant, docs/policy.md)
 ///   PREC  := FORMAT ["/" FORMAT] ["/" ACC] ["/" ROUNDING]   storage[/compute][/acc][/rounding]; missing
 ///            compute = storage; missing acc = sequential in the compute format; missing rounding = unchanged
 ///   ACC   := accumulation preset (fp16-seq, fp32-seq, ...) or "[" key=value,... "]"
@@ -27,6 +29,7 @@
 #include "numerics/format.hpp"
 #include "numerics/lut.hpp"
 #include "numerics/rounding.hpp"
+#include "ops/gemm_quant.hpp"
 #include "ops/op_kind.hpp"
 
 namespace roundoff::ops {
@@ -75,6 +78,9 @@ enum class Daz : std::uint8_t { Off, On };
 ///   nan         Ieee, or AneInf: NaN read (in) or written (store) becomes +inf
 ///   ftz         Off, Out (outputs flushed in their format) or All (also every compute result): see Ftz
 ///   daz         Off, or On: inputs flushed in storage after their entry cast
+///   quant       block-scaled quantization of a GEMM's operands (matmul and classifier only; ops/gemm_quant.hpp):
+///               after the entry cast, each operand role with a format is quantized along the pass's contraction
+///               axis and replaced by its decoded values; the Reference backend ignores it
 /// Order inside one rounding: round, then flush, then the NaN rule / saturation (a flushed value is a zero,
 /// which neither is NaN nor reaches a saturation limit, so the order among them does not change any bits).
 struct OpPrecision {
@@ -87,7 +93,22 @@ struct OpPrecision {
   NanRule nan = NanRule::Ieee;
   Ftz ftz = Ftz::Off;
   Daz daz = Daz::Off;
+  GemmQuant quant{};
   friend bool operator==(const OpPrecision&, const OpPrecision&) = default;
+};
+
+/// Transformer blocks whose GEMMs run without their entries' block quantization (NVIDIA's NVFP4 recipe keeps some
+/// first and last blocks in BF16, arXiv 2509.25149 §4.1): layers [0, first) and [layers - last, layers). Only
+/// the `quant` field is dropped there; every other field of the entry (bf16 storage, fp32 accumulation) stays.
+/// Text: block-keep=F:L (e.g. block-keep=0:1 keeps the last block).
+struct BlockKeep {
+  int first = 0;
+  int last = 0;
+  /// Whether layer `layer` (of `layers`; -1 = outside the blocks, never kept) is kept.
+  bool keeps(int layer, int layers) const {
+    return layer >= 0 && (layer < first || (layers > 0 && layer >= layers - last));
+  }
+  friend bool operator==(const BlockKeep&, const BlockKeep&) = default;
 };
 
 /// How causal softmax·V is evaluated (the model picks the ops; the precisions stay the Softmax and AttnValues
@@ -123,6 +144,7 @@ class Policy {
   Policy& set_role(TensorRole r, const numerics::Format& f);
   Policy& set_loss_scale(double s);
   Policy& set_attention_order(AttentionOrder o);
+  Policy& set_block_keep(BlockKeep k);
 
   const OpPrecision& at(OpKind k, Pass p) const { return table_[index_of(k)][index_of(p)]; }
   OpPrecision& at(OpKind k, Pass p) { return table_[index_of(k)][index_of(p)]; }
@@ -131,6 +153,8 @@ class Policy {
   double loss_scale() const { return loss_scale_; }
   /// Materialised unless the spec says attention=online.
   AttentionOrder attention_order() const { return attention_order_; }
+  /// The blocks whose GEMMs are not block-quantized (none unless the spec says block-keep=F:L).
+  const BlockKeep& block_keep() const { return block_keep_; }
 
   /// Canonical text: nearest preset + overrides in table order. parse(canonical()) == *this.
   std::string canonical() const;
@@ -140,7 +164,8 @@ class Policy {
   /// A preset by name; throws std::invalid_argument listing the preset names.
   static Policy preset(std::string_view name);
   /// fp64 fp32 ane-fp16 ane-fp16-acc32 ane-guide ane-matmul-only amp-fp16 amp-bf16 pure-fp16 pure-bf16
-  /// h100-amp-fp16 h100-amp-bf16 a100-amp-fp16 a100-amp-bf16 ane-guide-m1 ane-guide-ftz ane-fp16-ftz
+  /// h100-amp-fp16 h100-amp-bf16 a100-amp-fp16 a100-amp-bf16 ane-guide-m1 ane-guide-ftz ane-fp16-ftz mxfp8 mxfp6
+  /// mxfp4 nvfp4 int4-g32 nf4
   static const std::vector<std::string>& preset_names();
 
   friend bool operator==(const Policy&, const Policy&) = default;
@@ -150,6 +175,7 @@ class Policy {
   std::array<numerics::Format, kRoleCount> roles_{};
   double loss_scale_ = 1.0;
   AttentionOrder attention_order_ = AttentionOrder::Materialised;
+  BlockKeep block_keep_{};
 };
 
 /// Reads a policy from a command-line argument. A spec (a preset, or a preset with overrides) always wins: a

@@ -60,6 +60,14 @@ Runner::UnitMap heads(const AttnShape& s) { return {K::Heads, 1, 0, s}; }
 
 using Outputs = std::initializer_list<Runner::Output>;
 
+/// "matmul layer 2 w2" (op, layer when inside a block, tensor) for errors of an op call.
+std::string site_text(const Site& s) {
+  std::string t(name_of(s.op));
+  if (s.layer >= 0) t += " layer " + std::to_string(s.layer);
+  if (!s.tensor.empty()) t += " " + std::string(s.tensor);
+  return t;
+}
+
 /// Index of the output whose storage is y (the op function's output argument), for the reference call.
 std::size_t output_index(Outputs outs, std::span<const double> y) {
   std::size_t i = 0;
@@ -132,8 +140,15 @@ void Runner::set_exec(const ExecOptions& exec) {
   if (exec_.pack_cache == nullptr) exec_.pack_cache = pack_cache_.get();
   ctx_.clear();
   ctx_.reserve(kOpCount * kPassCount);
+  ctx_kept_.clear();
+  ctx_kept_.reserve(kOpCount * kPassCount);
   for (OpKind k : kAllOps)
-    for (Pass p : kAllPasses) ctx_.emplace_back(policy_.at(k, p), numerics::StochasticBits{}, exec_);
+    for (Pass p : kAllPasses) {
+      ctx_.emplace_back(policy_.at(k, p), numerics::StochasticBits{}, exec_);
+      OpPrecision kept = policy_.at(k, p);
+      kept.quant = GemmQuant{};
+      ctx_kept_.emplace_back(kept, numerics::StochasticBits{}, exec_);
+    }
 }
 
 void Runner::set_step(std::int64_t step) {
@@ -146,8 +161,11 @@ void Runner::enable_shadow(Tape* tape, const Sampling& sampling) {
   sampling_ = sampling;
 }
 
-const Ctx<Emulated>& Runner::context(OpKind op, Pass pass) {
-  Ctx<Emulated>& c = ctx_[index_of(op) * kPassCount + index_of(pass)];
+const Ctx<Emulated>& Runner::context(OpKind op, Pass pass) { return context(op, pass, -1); }
+
+const Ctx<Emulated>& Runner::context(OpKind op, Pass pass, int layer) {
+  const bool kept = policy_.block_keep().keeps(layer, layers_);
+  Ctx<Emulated>& c = (kept ? ctx_kept_ : ctx_)[index_of(op) * kPassCount + index_of(pass)];
   c.set_bits({seed_, numerics::mix64((static_cast<std::uint64_t>(step_) << 24) ^ call_++)});
   return c;
 }
@@ -155,7 +173,7 @@ const Ctx<Emulated>& Runner::context(OpKind op, Pass pass) {
 template <class Call>
 void Runner::run(Site s, Pass pass, std::int64_t n_units, Outputs outs, Call&& call) {
   const std::size_t idx = index_of(s.op) * kPassCount + index_of(pass);
-  const Ctx<Emulated>& c = context(s.op, pass);
+  const Ctx<Emulated>& c = context(s.op, pass, s.layer);
   const std::int64_t n = calls_[idx]++;
   const bool shadow = tape_ != nullptr && sampling_.ops[index_of(s.op)] && sampling_.every > 0 &&
                       n % sampling_.every == 0;
@@ -267,21 +285,33 @@ void Runner::rmsnorm_backward_weight(Site s, Span dw, CSpan dy, CSpan x, CSpan r
 }
 
 void Runner::matmul_forward(Site s, Span y, CSpan x, CSpan w, MatmulShape sh) {
-  run(s, Pass::Forward, sh.n, {{"y", y, rows(sh.out), true}}, [&](const auto& c, auto& io) {
-    ops::matmul_forward(io.out(y), io.in(x), io.in(w), sh, c, io.sel());
-  });
+  try {
+    run(s, Pass::Forward, sh.n, {{"y", y, rows(sh.out), true}}, [&](const auto& c, auto& io) {
+      ops::matmul_forward(io.out(y), io.in(x), io.in(w), sh, c, io.sel());
+    });
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(site_text(s) + ": " + e.what());
+  }
 }
 
 void Runner::matmul_backward_data(Site s, Span dx, CSpan dy, CSpan w, MatmulShape sh) {
-  run(s, Pass::BackwardData, sh.n, {{"dx", dx, rows(sh.in), true}}, [&](const auto& c, auto& io) {
-    ops::matmul_backward_data(io.out(dx), io.in(dy), io.in(w), sh, c, io.sel());
-  });
+  try {
+    run(s, Pass::BackwardData, sh.n, {{"dx", dx, rows(sh.in), true}}, [&](const auto& c, auto& io) {
+      ops::matmul_backward_data(io.out(dx), io.in(dy), io.in(w), sh, c, io.sel());
+    });
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(site_text(s) + ": " + e.what());
+  }
 }
 
 void Runner::matmul_backward_weight(Site s, Span dw, CSpan dy, CSpan x, MatmulShape sh) {
-  run(s, Pass::BackwardWeight, sh.out, {{"dw", dw, rows(sh.in), true}}, [&](const auto& c, auto& io) {
-    ops::matmul_backward_weight(io.out(dw), io.in(dy), io.in(x), sh, c, io.sel());
-  });
+  try {
+    run(s, Pass::BackwardWeight, sh.out, {{"dw", dw, rows(sh.in), true}}, [&](const auto& c, auto& io) {
+      ops::matmul_backward_weight(io.out(dw), io.in(dy), io.in(x), sh, c, io.sel());
+    });
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(site_text(s) + ": " + e.what());
+  }
 }
 
 void Runner::rope_angles(Site s, Span cos_t, Span sin_t, std::int64_t T, std::int64_t hs, double base) {

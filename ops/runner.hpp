@@ -93,6 +93,12 @@ class Runner {
   /// The emulated context of (op, pass) for the next call (advances the stochastic stream). For callers that
   /// use an op function directly.
   const Ctx<Emulated>& context(OpKind op, Pass pass);
+  /// The same for a call at `layer`: in a layer the policy's block_keep() keeps, the entry without its block
+  /// quantization (OpPrecision::quant cleared; every other field as the entry says).
+  const Ctx<Emulated>& context(OpKind op, Pass pass, int layer);
+  /// The model's number of transformer blocks, for block_keep()'s "last L" (0, the default: no layer counts as
+  /// one of the last).
+  void set_layer_count(int layers) { layers_ = layers; }
 
   void embedding_forward(Site s, Span out, Tokens tokens, CSpan wte, RowShape sh);
   void embedding_backward_weight(Site s, Span dwte, CSpan dout, Tokens tokens, RowShape sh);
@@ -171,6 +177,8 @@ class Runner {
   std::int64_t step_ = 0;
   std::uint64_t call_ = 0;
   std::vector<Ctx<Emulated>> ctx_;  ///< kOpCount × kPassCount
+  std::vector<Ctx<Emulated>> ctx_kept_;  ///< the same entries without block quantization (BlockKeep layers)
+  int layers_ = 0;
   std::array<std::int64_t, kOpCount * kPassCount> calls_{};
   Tape* tape_ = nullptr;
   Sampling sampling_{};

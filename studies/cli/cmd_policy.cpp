@@ -27,6 +27,8 @@ void print_table(const ops::Policy& p) {
     std::printf("%-14s %-10s %s\n", std::string(ops::name_of(r)).c_str(), "role",
                 numerics::name_of(p.storage_for(r)).c_str());
   std::printf("%-14s %-10s %g\n", "loss-scale", "default", p.loss_scale());
+  if (!(p.block_keep() == ops::BlockKeep{}))  // block-quantized GEMMs run unquantized in these blocks
+    std::printf("%-14s %-10s first %d, last %d\n", "block-keep", "layers", p.block_keep().first, p.block_keep().last);
 }
 
 }  // namespace

@@ -97,6 +97,7 @@ Transformer::Transformer(const ModelConfig& c, ResidualScale residual, const ops
                          const ops::ExecOptions& exec)
     : c_(c), rule_(residual_rule(residual, c.layers)), lay_(param_layout(c)), runner_(policy, seed, exec) {
   c_.validate();
+  runner_.set_layer_count(c_.layers);  // the policy's block-keep=F:L counts the last blocks from here
   const GqaMap fwd = c_.defects.gqa_mismatch ? GqaMap::Cyclic : c_.gqa_map;
   const GqaMap bwd = c_.defects.gqa_mismatch ? GqaMap::Block : c_.gqa_map;
   for (int h = 0; h < c_.heads; ++h) {
