@@ -103,13 +103,50 @@ class Transformer final : public Model {
   void inject(std::int64_t step, ops::OpKind op, int layer, std::string tensor, double factor);
 
  private:
-  /// Saved activations of one block (row-major, N = B·T rows).
+  /// Saved activations of one block, row-major. N = B·T token rows, C = d, H = hidden, KVD = kv_heads·hs; the
+  /// (B, T, NH·hs) tensors are (N, C) with head h in columns [h·hs, (h+1)·hs). Sized once per (B, T) by
+  /// allocate_forward; a tensor a variant does not use stays empty.
   struct LayerActs {
-    std::vector<double> x_in, h1, r1, q, k, v, qr, kr, preatt, att, y, o, pre1, rp1, x_mid, h2, r2, g, u, a, z, f,
-        pre2, rp2;
-    std::vector<double> kt, vt;  ///< GQA only: kr and v tiled to NH heads by the forward head map
-    std::vector<double> lse;  ///< (B, NH, T) row log-sum-exp of the online attention order (att: recomputed)
+    std::vector<double> x_in;    ///< (N, C) the block's input stream
+    std::vector<double> h1;      ///< (N, C) rmsnorm(x_in) ⊙ ln1w (Post-Norm: x_in)
+    std::vector<double> r1;      ///< (N) rstd of ln1 (Pre-Norm only)
+    std::vector<double> q;       ///< (N, C) h1 · Wqᵀ
+    std::vector<double> k, v;    ///< (N, KVD) h1 · Wkᵀ, h1 · Wvᵀ
+    std::vector<double> qr;      ///< (N, C) q rotated by position
+    std::vector<double> kr;      ///< (N, KVD) k rotated by position
+    std::vector<double> kt, vt;  ///< (N, C) GQA only: kr and v tiled to the NH query heads (forward head map)
+    std::vector<double> preatt;  ///< (B, NH, T, T) qr · ktᵀ / √hs, causal
+    std::vector<double> att;     ///< (B, NH, T, T) softmax(preatt) by row (online order: recomputed in backward)
+    std::vector<double> lse;     ///< (B, NH, T) online order only: the row log-sum-exp of preatt
+    std::vector<double> y;       ///< (N, C) att · vt per head
+    std::vector<double> o;       ///< (N, C) y · Woᵀ
+    std::vector<double> pre1;    ///< (N, C) x_in + β·o
+    std::vector<double> rp1;     ///< (N) rstd of post1 (Post-Norm only)
+    std::vector<double> x_mid;   ///< (N, C) pre1 (Post-Norm: rmsnorm(pre1) ⊙ ln1w)
+    std::vector<double> h2;      ///< (N, C) rmsnorm(x_mid) ⊙ ln2w (Post-Norm: x_mid)
+    std::vector<double> r2;      ///< (N) rstd of ln2 (Pre-Norm only)
+    std::vector<double> g;       ///< (N, H) h2 · W1ᵀ
+    std::vector<double> u;       ///< (N, H) SwiGLU only: h2 · W3ᵀ
+    std::vector<double> a;       ///< (N, H) SwiGLU only: silu(g)
+    std::vector<double> z;       ///< (N, H) a ⊙ u (GELU: gelu(g))
+    std::vector<double> f;       ///< (N, C) z · W2ᵀ
+    std::vector<double> pre2;    ///< (N, C) x_mid + β·f
+    std::vector<double> rp2;     ///< (N) rstd of post2 (Post-Norm only)
   };
+  /// The dimensions of one pass over a batch.
+  struct Dims {
+    std::int64_t B, T, C, H, N, V, NH, hs, NKV, KVD;
+    ops::RowShape rows() const { return {N, C}; }
+    ops::RowShape hidden() const { return {N, H}; }
+    ops::AttnShape attn() const { return {B, NH, T, hs}; }
+    ops::AttnShape kv_attn() const { return {B, NKV, T, hs}; }
+    bool gqa() const { return NKV != NH; }
+  };
+  Dims dims_of(const Batch& b) const;
+  /// Sizes every forward buffer (acts_, x_, the head's) for d's shape, once per shape ("model: buffer growth").
+  void allocate_forward(const Dims& d);
+  /// Sizes every backward buffer (bw_) for d's shape, once per shape.
+  void allocate_backward(const Dims& d);
   /// The working weights: `master` rounded to the `weights` role format (master itself for fp64, and
   /// whenever that rounding changes no master value: then no copy is held).
   std::span<const double> working_weights(std::span<const double> master);
@@ -143,21 +180,26 @@ class Transformer final : public Model {
   void check_norm(StepTelemetry* tel, int layer, std::string_view tensor, std::span<const double> x,
                   std::span<const double> rstd, std::int64_t cols);
 
-  /// `v` resized to n elements, its contents left as they are (the previous call's values): the output of a
-  /// forward op, which writes every element of its outputs (none adds into them), so zeros written first
-  /// would be overwritten unread.
-  std::span<double> output(std::vector<double>& v, std::size_t n);
-  /// `v` resized to n elements, all zero: the start of an add-into output (backward ops add into their
+  /// v (sized by allocate_backward) set to zero: the start of an add-into output (backward ops add into their
   /// gradients).
-  std::span<double> zeros(std::vector<double>& v, std::size_t n);
+  std::span<double> zeros(std::vector<double>& v);
 
-  /// The backward pass's activation gradients, kept across calls: each is resized to its shape and zeroed
-  /// where the backward starts it (the ops add into their gradients), never allocated afresh per call.
+  /// The backward pass's activation gradients, sized once per shape (allocate_backward) and zeroed where the
+  /// backward starts them (the ops add into their gradients). Shapes as in LayerActs.
   struct BackwardBuffers {
-    std::vector<double> dlogits, dxf, dx, dxi, scratch, dpre2, dxm, df, dz, da, du, dg, dh2, dpre1, dout, dy, datt,
-        dvt, dpreatt, dqr, dkrt, dq, dk, dh1;
-    std::vector<double> dkr_kv, dv_kv;             ///< GQA only: dK and dV summed to the KV heads
-    std::vector<double> kt_b, vt_b, pre_b, att_b;  ///< gqa-mismatch defect only: the backward's K, V, softmax
+    std::vector<double> dlogits;                   ///< (N, V)
+    std::vector<double> dxf, dx, dxi;              ///< (N, C) the stream's gradient (dx, dxi trade places per block)
+    std::vector<double> scratch;                   ///< (N, C) Post-Norm only: the unused term of a gradient sum
+    std::vector<double> dpre2, dpre1;              ///< (N, C) Post-Norm only: through post2, post1
+    std::vector<double> dxm, df, dh2, dout, dy;    ///< (N, C)
+    std::vector<double> dz, dg;                    ///< (N, H)
+    std::vector<double> da, du;                    ///< (N, H) SwiGLU only
+    std::vector<double> datt, dpreatt;             ///< (B, NH, T, T)
+    std::vector<double> dvt, dqr, dkrt, dq, dh1;   ///< (N, C)
+    std::vector<double> dk;                        ///< (N, KVD)
+    std::vector<double> dkr_kv, dv_kv;             ///< (N, KVD) GQA only: dK and dV summed to the KV heads
+    std::vector<double> kt_b, vt_b;                ///< (N, C) gqa-mismatch defect only: the backward's K, V
+    std::vector<double> pre_b, att_b;              ///< (B, NH, T, T) gqa-mismatch defect only: its softmax
   };
 
   ModelConfig c_;
@@ -166,9 +208,15 @@ class Transformer final : public Model {
   ParamLayout lay_;
   ops::Runner runner_;
   std::vector<LayerActs> acts_;
-  std::vector<double> x_;  ///< the forward's residual stream (kept across calls)
+  std::vector<double> x_;  ///< (N, C) the forward's residual stream
   BackwardBuffers bw_;
-  std::vector<double> x_final_, xf_, rf_, logits_, probs_, losses_, cos_, sin_;
+  std::vector<double> x_final_, xf_;  ///< (N, C) the last block's output; rmsnorm(x_final) ⊙ lnfw
+  std::vector<double> rf_;            ///< (N) rstd of the final norm
+  std::vector<double> logits_, probs_;  ///< (N, V) xf · Wclsᵀ; softmax(logits)
+  std::vector<double> losses_;          ///< (N) per-token cross-entropy
+  std::vector<double> cos_, sin_;       ///< (T, hs/2) the RoPE table
+  /// The (B, T) the forward and the backward buffers are sized for (-1: none yet).
+  std::int64_t fwd_B_ = -1, fwd_T_ = -1, bwd_B_ = -1, bwd_T_ = -1;
   std::vector<double> weights_;  ///< working_weights' copy (empty when the masters are read directly)
   /// weights_changed's promise (the current version, 0: none; versions_: the last one handed out), and what
   /// working_weights derived last: for which version of which buffer, and whether that was the masters themselves.
