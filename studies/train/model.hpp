@@ -32,6 +32,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/policy.hpp"
@@ -147,6 +148,57 @@ class Transformer final : public Model {
   void allocate_forward(const Dims& d);
   /// Sizes every backward buffer (bw_) for d's shape, once per shape.
   void allocate_backward(const Dims& d);
+  using Span = std::span<double>;
+  using CSpan = std::span<const double>;
+  /// One block's part of the per-layer parameter tensors (T = const double: the weights; double: their gradients).
+  template <class T>
+  struct BlockParams {
+    std::span<T> ln1w, wq, wk, wv, wo, ln2w, w1, w3, w2;
+  };
+  template <class T>
+  BlockParams<T> block_params(const ParamViews<T>& p, int l) const {
+    const auto at = [&](std::span<T> all) { return ParamViews<T>::layer(all, c_.layers, l); };
+    return {at(p.ln1w), at(p.wq), at(p.wk), at(p.wv), at(p.wo), at(p.ln2w), at(p.w1), at(p.w3), at(p.w2)};
+  }
+
+  // The forward's steps that differ between variants (the residual rule's norm placement, GQA, the attention
+  // order, the feed-forward); forward() itself reads as the Pre-Norm SwiGLU block.
+  /// y (N, C) = rmsnorm_eps(x) ⊙ w, rstd (N); then the collapsed-row check (check_norm).
+  void norm(StepTelemetry* tel, ops::Site s, Span y, Span rstd, CSpan x, CSpan w, ops::RowShape rows, double eps);
+  /// A block's input norm: h = rmsnorm(x) ⊙ w (Pre-Norm) or h = x (Post-Norm: DeepNorm).
+  void norm_in(StepTelemetry* tel, ops::Site s, Span h, Span rstd, CSpan x, CSpan w, ops::RowShape rows);
+  /// A residual add's output: y = pre (Pre-Norm) or y = rmsnorm_{eps·α²}(pre) ⊙ w (Post-Norm).
+  void norm_out(StepTelemetry* tel, ops::Site s, Span y, Span rstd, CSpan pre, CSpan w, ops::RowShape rows);
+  /// The K or V (B, T, NH·hs) each query head reads: kv itself, or under GQA kv tiled to the NH heads into `tiled`.
+  CSpan kv_for_heads(std::vector<double>& tiled, const std::vector<double>& kv, const Dims& d);
+  /// att and y of block l from preatt and vt, in the policy's attention order (online: y and lse, att later).
+  void attention_forward(StepTelemetry* tel, int l, LayerActs& L, CSpan vt, ops::AttnShape ash);
+  /// z (N, H) of block l from h2: SwiGLU silu(h2·W1ᵀ) ⊙ (h2·W3ᵀ), or GELU gelu(h2·W1ᵀ).
+  void ffn_forward(int l, LayerActs& L, const BlockParams<const double>& w, const Dims& d);
+  // Their backward steps.
+  /// Backward of norm_out: dpre = dy (Pre-Norm), or through the post-norm into `buffer` (checked) with dw += ....
+  CSpan norm_out_backward(StepTelemetry* tel, ops::Site s, std::string_view weight, std::vector<double>& buffer,
+                          CSpan dy, CSpan pre, CSpan w, CSpan rstd, Span dw, ops::RowShape rows);
+  /// Backward of norm_in, adding into dx: through the norm (dw += ...), or dx += dh as a residual-stream gradient
+  /// sum under `residual`'s bwd-data entry (Post-Norm, checked).
+  void norm_in_backward(StepTelemetry* tel, ops::Site s, std::string_view weight, ops::OpKind residual, Span dx,
+                        CSpan dh, CSpan x, CSpan w, CSpan rstd, Span dw, ops::RowShape rows);
+  /// dh2 (N, C) += through ffn_forward's z, given dz (N, H); dW1 (and dW3) += ....
+  void ffn_backward(int l, const LayerActs& L, const BlockParams<const double>& w, const BlockParams<double>& dw,
+                    CSpan dz, Span dh2, const Dims& d);
+  /// What the attention backward of block l reads: K, V (B, T, NH·hs) and att (B, NH, T, T).
+  struct AttnOperands {
+    CSpan kt, vt, att;
+  };
+  AttnOperands attention_operands(StepTelemetry* tel, int l, LayerActs& L, const Dims& d);
+  /// dK, dV of the KV heads (B, T, NKV·hs): the query heads' dkt, dvt, or under GQA their sums per KV head.
+  std::pair<CSpan, CSpan> kv_heads_backward(CSpan dkt, CSpan dvt, const Dims& d);
+  /// The detailed steps' statistics of a forward output beyond its range events (from observe()): the max
+  /// attention logit, the swamping ratio rms(x)/rms(β·F) of each residual add, max |logits|.
+  void op_statistics(StepTelemetry* tel, const ops::Observation& o);
+  /// The detailed steps' max |x| and rms of the stream after block `layer`.
+  void stream_statistics(StepTelemetry* tel, int layer, CSpan x);
+
   /// The working weights: `master` rounded to the `weights` role format (master itself for fp64, and
   /// whenever that rounding changes no master value: then no copy is held).
   std::span<const double> working_weights(std::span<const double> master);
