@@ -45,25 +45,7 @@ void shadow(benchmark::State& state, OpKind op, bool on, std::int64_t d, const s
   const roundoff::ops::Policy pol = roundoff::ops::Policy::parse(policy);
   oe::CaseConfig c;
   c.op = op;
-  const std::string D = std::to_string(d), H = std::to_string(d * 11 / 4);
-  switch (op) {
-    case OpKind::RmsNorm:
-    case OpKind::ResidualFfn: c.shape = oe::parse_shape(op, "tokens=64,d=" + D); break;
-    case OpKind::Matmul: c.shape = oe::parse_shape(op, "tokens=64,in=" + D + ",out=" + D); break;
-    case OpKind::Softmax:
-    case OpKind::AttnScores:
-    case OpKind::AttnValues:
-    case OpKind::RopeRotate: c.shape = oe::parse_shape(op, "heads=4,T=64,hs=" + std::to_string(d / 4)); break;
-    case OpKind::Silu:
-    case OpKind::SwiGlu:
-    case OpKind::Gelu: c.shape = oe::parse_shape(op, "tokens=64,d=" + H); break;
-    case OpKind::Embedding:
-    case OpKind::RopeAngles:
-    case OpKind::ResidualAttn:
-    case OpKind::Classifier:
-    case OpKind::CrossEntropy:
-    case OpKind::AdamW: c.shape = oe::default_shape(op); break;
-  }
+  c.shape = oe::block_shape(op, d);
   c.rows = 16;
   c.ref_budget = 1e12;  // every computed unit shadowed
   c.shadow = on;

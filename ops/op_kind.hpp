@@ -2,9 +2,12 @@
 /// \file op_kind.hpp
 /// The transformer ops roundoff knows, listed once, and the passes and tensor roles a Policy sets.
 ///
-/// Every op appears exactly once in ROUNDOFF_FOR_EACH_OP(X) as X(Enumerator, "cli-name", "what it is").
+/// Every op appears exactly once in ROUNDOFF_FOR_EACH_OP(X) as X(Enumerator, "cli-name", Group, "what it is").
 /// Adding an op there makes every switch over OpKind fail to compile (-Werror=switch) until it is handled,
-/// and the name tables below grow with it (static_assert on their sizes).
+/// and the name tables below grow with it (static_assert on their sizes). The Group (OpGroup) is where the
+/// policy presets place the op (ops/policy.cpp places groups, never single ops): an op in an existing group
+/// gets that group's entries in every preset; a new group makes the presets' switches over OpGroup fail to
+/// compile until each preset says where the group runs.
 ///
 /// Sites that the precision layouts of STUDY_PROTOCOL.md §4.1 need to tell apart are separate kinds:
 ///   - projections (PROJ-F / PROJ-dX / PROJ-dW) are (Matmul, Forward / BackwardData / BackwardWeight);
@@ -24,33 +27,53 @@
 namespace roundoff::ops {
 
 // clang-format off
-#define ROUNDOFF_FOR_EACH_OP(X)                                                                          \
-  X(Embedding,    "embedding",     "token-embedding gather (EMB)")                                      \
-  X(RmsNorm,      "rmsnorm",       "RMSNorm incl. the sum-of-squares reduction (NORM)")                 \
-  X(Matmul,       "matmul",        "linear projections y = x W^T: Q K V O W1 W3 W2 (PROJ-F/-dX/-dW)")   \
-  X(RopeAngles,   "rope-angles",   "RoPE angles and cos/sin table (ROPE, angle knob)")                  \
-  X(RopeRotate,   "rope",          "RoPE rotation of q and k (ROPE, rotation knob)")                    \
-  X(AttnScores,   "attn-scores",   "scaled q k^T with causal mask (ATT-S)")                             \
-  X(Softmax,      "softmax",       "causal attention softmax (SMAX)")                                   \
-  X(AttnValues,   "attn-values",   "attention weights x V (ATT-V)")                                     \
-  X(Silu,         "silu",          "SiLU x*sigmoid(x) (SILU)")                                          \
-  X(SwiGlu,       "swiglu",        "gate product silu(g)*u (SILU)")                                     \
-  X(ResidualAttn, "residual-attn", "residual add x + a*attn_out (RES)")                                 \
-  X(ResidualFfn,  "residual-ffn",  "residual add x + a*ffn_out (RES)")                                  \
-  X(Classifier,   "classifier",    "logits GEMM h W_cls^T (CLS)")                                       \
-  X(CrossEntropy, "cross-entropy", "log-softmax + cross-entropy, loss reduced in fp64 (CLS)")           \
-  X(AdamW,        "adamw",         "AdamW update of master weights and moments (OPT)")               \
-  X(Gelu,         "gelu",          "GELU x*Phi(x), erf or tanh form (SILU group; --ffn gelu)")
+#define ROUNDOFF_FOR_EACH_OP(X)                                                                                     \
+  X(Embedding,    "embedding",     Embedding,     "token-embedding gather (EMB)")                                  \
+  X(RmsNorm,      "rmsnorm",       Norm,          "RMSNorm incl. the sum-of-squares reduction (NORM)")             \
+  X(Matmul,       "matmul",        Projection,    "linear projections y = x W^T: Q K V O W1 W3 W2 (PROJ-F/-dX/-dW)") \
+  X(RopeAngles,   "rope-angles",   RopeTable,     "RoPE angles and cos/sin table (ROPE, angle knob)")              \
+  X(RopeRotate,   "rope",          RopeRotation,  "RoPE rotation of q and k (ROPE, rotation knob)")                \
+  X(AttnScores,   "attn-scores",   AttnScores,    "scaled q k^T with causal mask (ATT-S)")                         \
+  X(Softmax,      "softmax",       Softmax,       "causal attention softmax (SMAX)")                               \
+  X(AttnValues,   "attn-values",   AttnValues,    "attention weights x V (ATT-V)")                                 \
+  X(Silu,         "silu",          FfnActivation, "SiLU x*sigmoid(x) (SILU)")                                      \
+  X(SwiGlu,       "swiglu",        FfnActivation, "gate product silu(g)*u (SILU)")                                 \
+  X(ResidualAttn, "residual-attn", ResidualAttn,  "residual add x + a*attn_out (RES)")                             \
+  X(ResidualFfn,  "residual-ffn",  ResidualFfn,   "residual add x + a*ffn_out (RES)")                              \
+  X(Classifier,   "classifier",    Classifier,    "logits GEMM h W_cls^T (CLS)")                                   \
+  X(CrossEntropy, "cross-entropy", Loss,          "log-softmax + cross-entropy, loss reduced in fp64 (CLS)")       \
+  X(AdamW,        "adamw",         Optimizer,     "AdamW update of master weights and moments (OPT)")             \
+  X(Gelu,         "gelu",          FfnActivation, "GELU x*Phi(x), erf or tanh form (SILU group; --ffn gelu)")
 // clang-format on
+
+/// Where the policy presets place an op: ops of one group have the same entries in every preset
+/// (tests/ops/policy_test.cpp, PolicyGroups). Named after STUDY_PROTOCOL.md §4.1's sites; the two residual adds
+/// and the classifier / loss are groups of their own because the layouts treat them differently.
+enum class OpGroup : std::uint8_t {
+  Embedding,      ///< EMB
+  Norm,           ///< NORM
+  Projection,     ///< PROJ (the block's linear projections)
+  RopeTable,      ///< ROPE angle knob (θ and the cos/sin table)
+  RopeRotation,   ///< ROPE rotation knob
+  AttnScores,     ///< ATT-S
+  Softmax,        ///< SMAX
+  AttnValues,     ///< ATT-V
+  FfnActivation,  ///< SILU: the feed-forward's elementwise activation and gate (SiLU, SwiGLU's product, GELU)
+  ResidualAttn,   ///< RES, attention branch
+  ResidualFfn,    ///< RES, feed-forward branch
+  Classifier,     ///< CLS, the logits GEMM
+  Loss,           ///< CLS, log-softmax + cross-entropy
+  Optimizer,      ///< OPT
+};
 
 /// One enumerator per op, in table order.
 enum class OpKind : std::uint8_t {
-#define ROUNDOFF_OP_ENUM(e, name, what) e,
+#define ROUNDOFF_OP_ENUM(e, name, group, what) e,
   ROUNDOFF_FOR_EACH_OP(ROUNDOFF_OP_ENUM)
 #undef ROUNDOFF_OP_ENUM
 };
 
-#define ROUNDOFF_OP_COUNT(e, name, what) +1
+#define ROUNDOFF_OP_COUNT(e, name, group, what) +1
 inline constexpr std::size_t kOpCount = 0 ROUNDOFF_FOR_EACH_OP(ROUNDOFF_OP_COUNT);
 #undef ROUNDOFF_OP_COUNT
 
@@ -58,11 +81,12 @@ inline constexpr std::size_t kOpCount = 0 ROUNDOFF_FOR_EACH_OP(ROUNDOFF_OP_COUNT
 struct OpInfo {
   OpKind kind;
   std::string_view name;  ///< CLI / CSV name
+  OpGroup group;          ///< where the policy presets place it
   std::string_view what;  ///< one-line description with the STUDY_PROTOCOL group id
 };
 
 inline constexpr std::array<OpInfo, kOpCount> kOpInfo{{
-#define ROUNDOFF_OP_INFO(e, name, what) OpInfo{OpKind::e, name, what},
+#define ROUNDOFF_OP_INFO(e, name, group, what) OpInfo{OpKind::e, name, OpGroup::group, what},
     ROUNDOFF_FOR_EACH_OP(ROUNDOFF_OP_INFO)
 #undef ROUNDOFF_OP_INFO
 }};
@@ -109,6 +133,7 @@ constexpr std::size_t index_of(Pass p) { return static_cast<std::size_t>(p); }
 constexpr std::size_t index_of(TensorRole r) { return static_cast<std::size_t>(r); }
 
 constexpr std::string_view name_of(OpKind k) { return kOpInfo[index_of(k)].name; }
+constexpr OpGroup group_of(OpKind k) { return kOpInfo[index_of(k)].group; }
 constexpr std::string_view name_of(Pass p) { return kPassNames[index_of(p)]; }
 constexpr std::string_view name_of(TensorRole r) { return kRoleNames[index_of(r)]; }
 

@@ -98,17 +98,64 @@ std::string_view name_of(Daz d) {
 
 namespace {
 
-/// The (op, pass) entries the ANE runs in AutoANE's "ANE full" layout: the forward projections and the backward
-/// activation-gradient GEMMs (dW GEMMs run on the CPU); the RoPE rotation, attention scores, softmax, attention
-/// values, SiLU and SwiGLU forward and bwd-data (and GELU, the FFN activation of --ffn gelu, where SiLU is); only the FFN residual add's forward (fused into an ANE kernel,
-/// gen_ffn_fused_dynamic_alpha; its backward and the attention residual stay on the CPU).
+/// Where AutoANE's "ANE full" layout runs a group: on the ANE in the forward and bwd-data passes (the
+/// projections, the RoPE rotation, attention scores, softmax and values, and the feed-forward activations: SiLU,
+/// SwiGLU's product, GELU) or on the CPU. The FFN residual add is on the ANE in its forward only (fused into an
+/// ANE kernel, gen_ffn_fused_dynamic_alpha; its backward and the attention residual stay on the CPU).
+enum class AneSite : std::uint8_t { Cpu, Ane, AneForwardOnly };
+AneSite ane_site(OpGroup g) {
+  switch (g) {
+    case OpGroup::Projection:
+    case OpGroup::RopeRotation:
+    case OpGroup::AttnScores:
+    case OpGroup::Softmax:
+    case OpGroup::AttnValues:
+    case OpGroup::FfnActivation: return AneSite::Ane;
+    case OpGroup::ResidualFfn: return AneSite::AneForwardOnly;
+    case OpGroup::Embedding:
+    case OpGroup::Norm:
+    case OpGroup::RopeTable:
+    case OpGroup::ResidualAttn:
+    case OpGroup::Classifier:
+    case OpGroup::Loss:
+    case OpGroup::Optimizer: return AneSite::Cpu;
+  }
+  return AneSite::Cpu;
+}
+
+/// The ANE's matrix products (the MAC output port, which saturates at 32768 under ane-guide).
+bool ane_mac_product(OpGroup g) {
+  switch (g) {
+    case OpGroup::Projection:
+    case OpGroup::AttnScores:
+    case OpGroup::AttnValues: return true;
+    case OpGroup::Embedding:
+    case OpGroup::Norm:
+    case OpGroup::RopeTable:
+    case OpGroup::RopeRotation:
+    case OpGroup::Softmax:
+    case OpGroup::FfnActivation:
+    case OpGroup::ResidualAttn:
+    case OpGroup::ResidualFfn:
+    case OpGroup::Classifier:
+    case OpGroup::Loss:
+    case OpGroup::Optimizer: return false;
+  }
+  return false;
+}
+
+/// The (op, pass) entries the ANE runs in AutoANE's "ANE full" layout (ane_site of each op's group), in table
+/// order.
 const std::vector<std::pair<OpKind, Pass>>& ane_entries() {
   static const std::vector<std::pair<OpKind, Pass>> entries = [] {
     std::vector<std::pair<OpKind, Pass>> e;
-    for (OpKind k : {OpKind::Matmul, OpKind::RopeRotate, OpKind::AttnScores, OpKind::Softmax, OpKind::AttnValues,
-                     OpKind::Silu, OpKind::SwiGlu, OpKind::Gelu})
-      for (Pass ps : {Pass::Forward, Pass::BackwardData}) e.emplace_back(k, ps);
-    e.emplace_back(OpKind::ResidualFfn, Pass::Forward);
+    for (OpKind k : kAllOps) switch (ane_site(group_of(k))) {
+        case AneSite::Cpu: break;
+        case AneSite::Ane:
+          for (Pass ps : {Pass::Forward, Pass::BackwardData}) e.emplace_back(k, ps);
+          break;
+        case AneSite::AneForwardOnly: e.emplace_back(k, Pass::Forward); break;
+      }
     return e;
   }();
   return entries;
@@ -122,7 +169,8 @@ Policy ane_layout(const OpPrecision& ane) {
   // RoPE: cos/sin tables precomputed in fp32 and stored in fp16 (on the CPU).
   OpPrecision table = uniform(fmts::fp32);
   table.storage = fmts::fp16;
-  p.set(OpKind::RopeAngles, table);
+  for (OpKind k : kAllOps)
+    if (group_of(k) == OpGroup::RopeTable) p.set(k, table);
   p.set_loss_scale(256.0);
   return p;
 }
@@ -132,8 +180,9 @@ Policy ane_guide() {
   OpPrecision ane{fmts::fp16, fmts::fp16, Rounding::NearestEven, numerics::parse_accumulation("ane-tile4")};
   ane.nan = NanRule::AneInf;
   Policy p = ane_layout(ane);
-  for (OpKind k : {OpKind::Matmul, OpKind::AttnScores, OpKind::AttnValues})
-    for (Pass ps : {Pass::Forward, Pass::BackwardData}) p.at(k, ps).saturate = 32768;
+  for (OpKind k : kAllOps)
+    if (ane_mac_product(group_of(k)))
+      for (Pass ps : {Pass::Forward, Pass::BackwardData}) p.at(k, ps).saturate = 32768;
   return p;
 }
 
@@ -174,15 +223,42 @@ Policy ane_fp16_ftz() {
   return ane_layout(ane);
 }
 
+/// What torch.amp's autocast does with a group: a GEMM (reads and writes the half format h, accumulates in
+/// `gemm_acc`), a pointwise op on h tensors (stores h, computes fp32), or fp32 (softmax, norms, exp/log,
+/// cross-entropy, the residual stream, the embedding, RoPE, AdamW).
+enum class AmpClass : std::uint8_t { Gemm, Pointwise, Fp32 };
+AmpClass amp_class(OpGroup g) {
+  switch (g) {
+    case OpGroup::Projection:
+    case OpGroup::Classifier:
+    case OpGroup::AttnScores:
+    case OpGroup::AttnValues: return AmpClass::Gemm;
+    case OpGroup::FfnActivation: return AmpClass::Pointwise;
+    case OpGroup::Embedding:
+    case OpGroup::Norm:
+    case OpGroup::RopeTable:
+    case OpGroup::RopeRotation:
+    case OpGroup::Softmax:
+    case OpGroup::ResidualAttn:
+    case OpGroup::ResidualFfn:
+    case OpGroup::Loss:
+    case OpGroup::Optimizer: return AmpClass::Fp32;
+  }
+  return AmpClass::Fp32;
+}
+
 /// torch.amp-like autocast with half format h: GEMMs read and write h with fp32 accumulation (`gemm_acc`: fp32-seq,
 /// or a GPU's tensor-core model chained over K); softmax, norms, exp/log, cross-entropy and the residual stream in
-/// fp32; pointwise ops on h tensors store h, compute fp32.
+/// fp32; pointwise ops on h tensors store h, compute fp32 (amp_class).
 Policy amp_layout(const Format& h, double loss_scale, const numerics::Accumulation& gemm_acc) {
   Policy p(uniform(fmts::fp32));
   const OpPrecision gemm{h, h, Rounding::NearestEven, gemm_acc};
-  for (OpKind k : {OpKind::Matmul, OpKind::Classifier, OpKind::AttnScores, OpKind::AttnValues}) p.set(k, gemm);
   const OpPrecision pointwise{h, fmts::fp32, Rounding::NearestEven, sequential_in(fmts::fp32)};
-  p.set(OpKind::Silu, pointwise).set(OpKind::SwiGlu, pointwise).set(OpKind::Gelu, pointwise);
+  for (OpKind k : kAllOps) switch (amp_class(group_of(k))) {
+      case AmpClass::Gemm: p.set(k, gemm); break;
+      case AmpClass::Pointwise: p.set(k, pointwise); break;
+      case AmpClass::Fp32: break;
+    }
   p.set_loss_scale(loss_scale);
   return p;
 }
@@ -190,7 +266,8 @@ Policy amp_layout(const Format& h, double loss_scale, const numerics::Accumulati
 /// Everything in h including accumulation, except AdamW, master weights and both moments in fp32.
 Policy pure_layout(const Format& h, double loss_scale) {
   Policy p(uniform(h));
-  p.set(OpKind::AdamW, uniform(fmts::fp32));
+  for (OpKind k : kAllOps)
+    if (group_of(k) == OpGroup::Optimizer) p.set(k, uniform(fmts::fp32));
   p.set_role(TensorRole::MasterWeight, fmts::fp32).set_role(TensorRole::AdamM, fmts::fp32);
   p.set_role(TensorRole::AdamV, fmts::fp32);
   p.set_loss_scale(loss_scale);
@@ -259,7 +336,8 @@ const std::vector<PresetEntry>& presets() {
     t.push_back({"ane-guide", ane_guide});
     t.push_back({"ane-matmul-only", [] {
                    Policy p(uniform(fmts::fp32));
-                   p.set(OpKind::Matmul, Pass::Forward, uniform(fmts::fp16));
+                   for (OpKind k : kAllOps)
+                     if (group_of(k) == OpGroup::Projection) p.set(k, Pass::Forward, uniform(fmts::fp16));
                    p.set_loss_scale(256.0);
                    return p;
                  }});

@@ -97,6 +97,29 @@ OpShape default_shape(OpKind op) {
   return {};
 }
 
+OpShape block_shape(OpKind op, std::int64_t d) {
+  const std::string D = std::to_string(d), H = std::to_string(d * 11 / 4);
+  switch (op) {
+    case OpKind::RmsNorm:
+    case OpKind::ResidualFfn: return parse_shape(op, "tokens=64,d=" + D);
+    case OpKind::Matmul: return parse_shape(op, "tokens=64,in=" + D + ",out=" + D);
+    case OpKind::Softmax:
+    case OpKind::AttnScores:
+    case OpKind::AttnValues:
+    case OpKind::RopeRotate: return parse_shape(op, "heads=4,T=64,hs=" + std::to_string(d / 4));
+    case OpKind::Silu:
+    case OpKind::SwiGlu:
+    case OpKind::Gelu: return parse_shape(op, "tokens=64,d=" + H);
+    case OpKind::Embedding:
+    case OpKind::RopeAngles:
+    case OpKind::ResidualAttn:
+    case OpKind::Classifier:
+    case OpKind::CrossEntropy:
+    case OpKind::AdamW: return default_shape(op);
+  }
+  return default_shape(op);
+}
+
 OpShape parse_shape(OpKind op, const std::string& spec) {
   OpShape s = default_shape(op);
   std::string keys;

@@ -40,6 +40,10 @@ struct OpShape {
 
 /// The AutoANE shape of an op (d = 1024, hidden 2816, 16 heads of 64, T = 256, vocabulary 16,893).
 OpShape default_shape(ops::OpKind op);
+/// The op's shape in a model of width d (bench/block_bench.cpp): 64 tokens, 4 heads of d/4, hidden d·11/4;
+/// ops outside a block (embedding, RoPE angles, the attention residual, classifier, loss, AdamW) at their
+/// default_shape.
+OpShape block_shape(ops::OpKind op, std::int64_t d);
 /// The defaults overridden by "k=v,k=v"; throws std::invalid_argument naming a bad token and the valid keys.
 OpShape parse_shape(ops::OpKind op, const std::string& spec);
 /// Parses an op name; throws std::invalid_argument listing the valid names.

@@ -116,13 +116,63 @@ void Transformer::norm_backward_data(ops::Site s, std::span<double> dx, std::spa
     runner_.rmsnorm_backward_data({s.op, s.layer, s.tensor, ops::Observe::Off}, dx, dy, x, w, rstd, sh);
 }
 
-std::span<double> Transformer::output(std::vector<double>& v, std::size_t n) {
-  if (v.size() != n) ops::timed_phase(profile_, kBufferGrowth, [&] { v.resize(n); });
-  return v;
+Transformer::Dims Transformer::dims_of(const Batch& bt) const {
+  const std::int64_t B = bt.batch, T = bt.seq, hs = c_.head_size(), NKV = c_.kv_count();
+  return {B, T, c_.d, c_.hidden, B * T, c_.vocab, c_.heads, hs, NKV, NKV * hs};
 }
 
-std::span<double> Transformer::zeros(std::vector<double>& v, std::size_t n) {
-  if (v.size() != n) ops::timed_phase(profile_, kBufferGrowth, [&] { v.resize(n); });
+void Transformer::allocate_forward(const Dims& d) {
+  if (d.B == fwd_B_ && d.T == fwd_T_) return;
+  fwd_B_ = d.B;
+  fwd_T_ = d.T;
+  ops::timed_phase(profile_, kBufferGrowth, [&] {
+    const auto NC = static_cast<std::size_t>(d.N * d.C), NH = static_cast<std::size_t>(d.N * d.H),
+               NKVD = static_cast<std::size_t>(d.N * d.KVD), N = static_cast<std::size_t>(d.N),
+               att = static_cast<std::size_t>(d.attn().att_size());
+    const bool pre = !rule_.post_norm, post = rule_.post_norm, swiglu = !gelu_form(c_.ffn).has_value();
+    const bool online = runner_.policy().attention_order() == ops::AttentionOrder::Online;
+    // Unused tensors of the variant stay empty (their sizes 0).
+    auto size = [](std::vector<double>& v, std::size_t n, bool used = true) { v.resize(used ? n : v.size()); };
+    acts_.resize(static_cast<std::size_t>(c_.layers));
+    for (LayerActs& L : acts_) {
+      size(L.x_in, NC), size(L.h1, NC), size(L.r1, N, pre);
+      size(L.q, NC), size(L.k, NKVD), size(L.v, NKVD), size(L.qr, NC), size(L.kr, NKVD);
+      size(L.kt, NC, d.gqa()), size(L.vt, NC, d.gqa());
+      size(L.preatt, att), size(L.att, att), size(L.lse, static_cast<std::size_t>(d.B * d.NH * d.T), online);
+      size(L.y, NC), size(L.o, NC), size(L.pre1, NC), size(L.rp1, N, post), size(L.x_mid, NC);
+      size(L.h2, NC), size(L.r2, N, pre), size(L.g, NH), size(L.u, NH, swiglu), size(L.a, NH, swiglu);
+      size(L.z, NH), size(L.f, NC), size(L.pre2, NC), size(L.rp2, N, post);
+    }
+    size(x_, NC), size(x_final_, NC), size(xf_, NC), size(rf_, N);
+    size(logits_, static_cast<std::size_t>(d.N * d.V)), size(probs_, static_cast<std::size_t>(d.N * d.V));
+    size(losses_, N);
+  });
+}
+
+void Transformer::allocate_backward(const Dims& d) {
+  if (d.B == bwd_B_ && d.T == bwd_T_) return;
+  bwd_B_ = d.B;
+  bwd_T_ = d.T;
+  ops::timed_phase(profile_, kBufferGrowth, [&] {
+    const auto NC = static_cast<std::size_t>(d.N * d.C), NH = static_cast<std::size_t>(d.N * d.H),
+               NKVD = static_cast<std::size_t>(d.N * d.KVD), att = static_cast<std::size_t>(d.attn().att_size());
+    const bool post = rule_.post_norm, swiglu = !gelu_form(c_.ffn).has_value();
+    const bool remap = d.gqa() && bwd_map_ != fwd_map_;
+    BackwardBuffers& b = bw_;
+    auto size = [](std::vector<double>& v, std::size_t n, bool used = true) { v.resize(used ? n : v.size()); };
+    size(b.dlogits, static_cast<std::size_t>(d.N * d.V));
+    for (auto* v : {&b.dxf, &b.dx, &b.dxi, &b.dxm, &b.df, &b.dh2, &b.dout, &b.dy, &b.dvt, &b.dqr, &b.dkrt, &b.dq,
+                    &b.dh1})
+      size(*v, NC);
+    for (auto* v : {&b.scratch, &b.dpre2, &b.dpre1}) size(*v, NC, post);
+    size(b.dz, NH), size(b.dg, NH), size(b.da, NH, swiglu), size(b.du, NH, swiglu);
+    size(b.datt, att), size(b.dpreatt, att), size(b.dk, NKVD);
+    size(b.dkr_kv, NKVD, d.gqa()), size(b.dv_kv, NKVD, d.gqa());
+    size(b.kt_b, NC, remap), size(b.vt_b, NC, remap), size(b.pre_b, att, remap), size(b.att_b, att, remap);
+  });
+}
+
+std::span<double> Transformer::zeros(std::vector<double>& v) {
   std::fill(v.begin(), v.end(), 0.0);
   return v;
 }
@@ -140,6 +190,34 @@ void Transformer::observe(StepTelemetry* tel, const ops::Observation& o) {
       o.tensor == inject_tensor_)
     for (double& v : o.data) v *= inject_factor_;
   check(tel, o.op, o.pass, o.layer, o.tensor, o.data);
+  op_statistics(tel, o);
+}
+
+void Transformer::op_statistics(StepTelemetry* tel, const ops::Observation& o) {
+  if (tel == nullptr || !tel->detailed || tel->log == nullptr || o.pass != Pass::Forward) return;
+  const auto log = [&](std::string_view op, std::string_view name, double value) {
+    ops::timed_phase(profile_, kRangeTelemetry,
+                     [&] { tel->log->telemetry(tel->step, o.layer, op, "fwd", o.tensor, name, value); });
+  };
+  if (o.op == OpKind::AttnScores) {
+    log("attn-scores", "max_logit", max_abs(o.data));
+  } else if (o.op == OpKind::ResidualAttn) {
+    const LayerActs& L = acts_[static_cast<std::size_t>(o.layer)];  // pre1 = x_in + β·o
+    log("residual-attn", "swamping_ratio", rms(L.x_in) / (std::fabs(rule_.branch) * rms(L.o)));
+  } else if (o.op == OpKind::ResidualFfn) {
+    const LayerActs& L = acts_[static_cast<std::size_t>(o.layer)];  // pre2 = x_mid + β·f
+    log("residual-ffn", "swamping_ratio", rms(L.x_mid) / (std::fabs(rule_.branch) * rms(L.f)));
+  } else if (o.op == OpKind::Classifier) {
+    log("classifier", "max_abs", max_abs(o.data));
+  }
+}
+
+void Transformer::stream_statistics(StepTelemetry* tel, int layer, CSpan x) {
+  if (tel == nullptr || !tel->detailed || tel->log == nullptr) return;
+  ops::timed_phase(profile_, kRangeTelemetry, [&] {
+    tel->log->telemetry(tel->step, layer, "stream", "fwd", "x", "max_abs", max_abs(x));
+    tel->log->telemetry(tel->step, layer, "stream", "fwd", "x", "rms", rms(x));
+  });
 }
 
 void Transformer::check(StepTelemetry* tel, OpKind op, Pass pass, int layer, std::string_view tensor, CSpan y) {
@@ -181,198 +259,150 @@ void Transformer::check_norm(StepTelemetry* tel, int layer, std::string_view ten
 }
 
 void Transformer::forward(const Batch& bt, std::span<const double> master, StepTelemetry* tel) {
-  const std::int64_t B = bt.batch, T = bt.seq, C = c_.d, H = c_.hidden, N = B * T, V = c_.vocab, NH = c_.heads,
-                     hs = c_.head_size(), NKV = c_.kv_count(), KVD = NKV * hs;
-  const auto NC = static_cast<std::size_t>(N * C), NHid = static_cast<std::size_t>(N * H),
-             NKVD = static_cast<std::size_t>(N * KVD);
-  const bool gqa = NKV != NH;
-  ParamViews<const double> p(master, lay_);
+  const Dims d = dims_of(bt);
+  allocate_forward(d);
+  const std::int64_t N = d.N, C = d.C, H = d.H, V = d.V, KVD = d.KVD;
+  const ParamViews<const double> p(master, lay_);
   const std::span<const double> wcls = c_.tie_embeddings ? p.wte : p.wcls;
-  const ops::RowShape rows{N, C}, hid{N, H};
-  const ops::AttnShape ash{B, NH, T, hs}, kv_ash{B, NKV, T, hs};
-  const double eps = c_.norm_eps, post_eps = c_.norm_eps * rule_.post_norm_eps_factor;
-  const bool detailed = tel != nullptr && tel->detailed && tel->log != nullptr;
-  // Every op output below goes through observe(): the non-finite scan, range telemetry and the injection hook.
+  const ops::RowShape rows = d.rows();
+  const ops::AttnShape ash = d.attn(), kv_ash = d.kv_attn();
+  // Every op output below goes through observe(): the injection hook, the non-finite scan, and at detailed steps
+  // the range events and the op's own statistics (op_statistics).
   const ObserverScope watch(runner_, [this, tel](const ops::Observation& o) { observe(tel, o); });
-  auto layer_of = [&](std::span<const double> all, int l) { return ParamViews<const double>::layer(all, c_.layers, l); };
 
-  acts_.resize(static_cast<std::size_t>(c_.layers));
-  cos_.assign(static_cast<std::size_t>(T * hs / 2), 0.0);
+  cos_.assign(static_cast<std::size_t>(d.T * d.hs / 2), 0.0);
   sin_.assign(cos_.size(), 0.0);
   // cos θ, sin θ (T, hs/2), θ = t·base^(−2i/hs)
-  runner_.rope_angles({OpKind::RopeAngles, -1, "rope"}, cos_, sin_, T, hs, c_.rope_base);
-
+  runner_.rope_angles({OpKind::RopeAngles, -1, "rope"}, cos_, sin_, d.T, d.hs, c_.rope_base);
   std::vector<double>& x = x_;
-  output(x, NC);
   // x (N, C) = wte[inputs]
   runner_.embedding_forward({OpKind::Embedding, -1, "x0"}, x, bt.inputs, p.wte, rows);
 
   for (int l = 0; l < c_.layers; ++l) {
     LayerActs& L = acts_[static_cast<std::size_t>(l)];
-    L.x_in = x;
+    const BlockParams<const double> w = block_params(p, l);
+    std::copy(x.begin(), x.end(), L.x_in.begin());
     // --- attention ---
-    if (rule_.post_norm) {
-      L.h1 = x;
-    } else {
-      output(L.h1, NC);
-      output(L.r1, static_cast<std::size_t>(N));
-      // h1 (N, C) = x·rstd ⊙ ln1w, r1 (N) = rstd
-      runner_.rmsnorm_forward({OpKind::RmsNorm, l, "ln1"}, L.h1, L.r1, x, layer_of(p.ln1w, l), rows, eps);
-      check_norm(tel, l, "ln1", x, L.r1, C);
-    }
-    output(L.q, NC);
-    output(L.k, NKVD);
-    output(L.v, NKVD);
+    // h1 (N, C) = rmsnorm(x_in) ⊙ ln1w, r1 (N) = rstd
+    norm_in(tel, {OpKind::RmsNorm, l, "ln1"}, L.h1, L.r1, L.x_in, w.ln1w, rows);
     // q (N, C), k and v (N, KVD) = h1 · Wᵀ
-    runner_.matmul_forward({OpKind::Matmul, l, "q"}, L.q, L.h1, layer_of(p.wq, l), {N, C, C});
-    runner_.matmul_forward({OpKind::Matmul, l, "k"}, L.k, L.h1, layer_of(p.wk, l), {N, C, KVD});
-    runner_.matmul_forward({OpKind::Matmul, l, "v"}, L.v, L.h1, layer_of(p.wv, l), {N, C, KVD});
-    output(L.qr, NC);
-    output(L.kr, NKVD);
+    runner_.matmul_forward({OpKind::Matmul, l, "q"}, L.q, L.h1, w.wq, {N, C, C});
+    runner_.matmul_forward({OpKind::Matmul, l, "k"}, L.k, L.h1, w.wk, {N, C, KVD});
+    runner_.matmul_forward({OpKind::Matmul, l, "v"}, L.v, L.h1, w.wv, {N, C, KVD});
     // qr (B, T, NH·hs), kr (B, T, NKV·hs): q and k rotated by position
     runner_.rope_forward({OpKind::RopeRotate, l, "q"}, L.qr, L.q, cos_, sin_, ash);
     runner_.rope_forward({OpKind::RopeRotate, l, "k"}, L.kr, L.k, cos_, sin_, kv_ash);
-    // GQA: K and V tiled to the NH query heads (exact copies) by the forward head map.
-    if (gqa) {
-      output(L.kt, NC);
-      output(L.vt, NC);
-      ops::kv_tile<double>(L.kt, L.kr, fwd_map_, NKV, hs);
-      ops::kv_tile<double>(L.vt, L.v, fwd_map_, NKV, hs);
-    }
-    const std::vector<double>& kt = gqa ? L.kt : L.kr;
-    const std::vector<double>& vt = gqa ? L.vt : L.v;
-    output(L.preatt, static_cast<std::size_t>(ash.att_size()));
+    // kt, vt (B, T, NH·hs): the K and V each query head reads
+    const CSpan kt = kv_for_heads(L.kt, L.kr, d), vt = kv_for_heads(L.vt, L.v, d);
     // preatt (B, NH, T, T) = qr·ktᵀ/√hs, causal
     runner_.attn_scores_forward({OpKind::AttnScores, l, "scores"}, L.preatt, L.qr, kt, ash);
-    if (detailed)
-      ops::timed_phase(profile_, kRangeTelemetry, [&] {
-        tel->log->telemetry(tel->step, l, "attn-scores", "fwd", "scores", "max_logit", max_abs(L.preatt));
-      });
-    output(L.att, L.preatt.size());
-    output(L.y, NC);
-    switch (runner_.policy().attention_order()) {
-      case ops::AttentionOrder::Materialised:
-        // att (B, NH, T, T) = softmax(preatt) by row; y (N, C) = att·vt per head
-        runner_.softmax_forward({OpKind::Softmax, l, "att"}, L.att, L.preatt, ash);
-        runner_.attn_values_forward({OpKind::AttnValues, l, "y"}, L.y, L.att, vt, ash);
-        break;
-      case ops::AttentionOrder::Online:  // att is recomputed from lse in the backward pass
-        output(L.lse, static_cast<std::size_t>(B * NH * T));
-        // Checked by hand: lse under the softmax entry first, then y.
-        runner_.online_attention_forward({OpKind::AttnValues, l, "y", ops::Observe::Off}, L.y, L.lse, L.preatt, vt,
-                                         ash);
-        check(tel, OpKind::Softmax, Pass::Forward, l, "lse", L.lse);
-        check(tel, OpKind::AttnValues, Pass::Forward, l, "y", L.y);
-        break;
-    }
-    output(L.o, NC);
-    // o (N, C) = y · Woᵀ; pre1 (N, C) = x + β·o
-    runner_.matmul_forward({OpKind::Matmul, l, "o"}, L.o, L.y, layer_of(p.wo, l), {N, C, C});
-    output(L.pre1, NC);
-    runner_.residual_forward({OpKind::ResidualAttn, l, "x"}, L.pre1, x, L.o, rule_.branch, rows);
-    if (detailed)
-      ops::timed_phase(profile_, kRangeTelemetry, [&] {
-        tel->log->telemetry(tel->step, l, "residual-attn", "fwd", "x", "swamping_ratio",
-                            rms(x) / (std::fabs(rule_.branch) * rms(L.o)));
-      });
-    if (rule_.post_norm) {
-      output(L.x_mid, NC);
-      output(L.rp1, static_cast<std::size_t>(N));
-      // x_mid (N, C) = rmsnorm(pre1) ⊙ ln1w
-      runner_.rmsnorm_forward({OpKind::RmsNorm, l, "post1"}, L.x_mid, L.rp1, L.pre1, layer_of(p.ln1w, l), rows, post_eps);
-      check_norm(tel, l, "post1", L.pre1, L.rp1, C);
-    } else {
-      L.x_mid = L.pre1;
-    }
-    // --- SwiGLU feed-forward ---
-    if (rule_.post_norm) {
-      L.h2 = L.x_mid;
-    } else {
-      output(L.h2, NC);
-      output(L.r2, static_cast<std::size_t>(N));
-      // h2 (N, C) = rmsnorm(x_mid) ⊙ ln2w, r2 (N)
-      runner_.rmsnorm_forward({OpKind::RmsNorm, l, "ln2"}, L.h2, L.r2, L.x_mid, layer_of(p.ln2w, l), rows, eps);
-      check_norm(tel, l, "ln2", L.x_mid, L.r2, C);
-    }
-    output(L.g, NHid);
-    if (const auto form = gelu_form(c_.ffn)) {
-      // g (N, H) = h2 · W1ᵀ; z (N, H) = gelu(g); f (N, C) = z · W2ᵀ; pre2 = x_mid + β·f
-      runner_.matmul_forward({OpKind::Matmul, l, "w1"}, L.g, L.h2, layer_of(p.w1, l), {N, C, H});
-      output(L.z, NHid);
-      runner_.gelu_forward({OpKind::Gelu, l, "z"}, L.z, L.g, hid, *form);
-    } else {
-      output(L.u, NHid);
-      // g, u (N, H) = h2 · W1ᵀ, h2 · W3ᵀ; a = silu(g); z = a ⊙ u; f (N, C) = z · W2ᵀ; pre2 = x_mid + β·f
-      runner_.matmul_forward({OpKind::Matmul, l, "w1"}, L.g, L.h2, layer_of(p.w1, l), {N, C, H});
-      runner_.matmul_forward({OpKind::Matmul, l, "w3"}, L.u, L.h2, layer_of(p.w3, l), {N, C, H});
-      output(L.a, NHid);
-      runner_.silu_forward({OpKind::Silu, l, "silu"}, L.a, L.g, hid);
-      output(L.z, NHid);
-      runner_.swiglu_forward({OpKind::SwiGlu, l, "z"}, L.z, L.a, L.u, hid);
-    }
-    output(L.f, NC);
-    runner_.matmul_forward({OpKind::Matmul, l, "w2"}, L.f, L.z, layer_of(p.w2, l), {N, H, C});
-    output(L.pre2, NC);
+    // att (B, NH, T, T) = softmax(preatt) by row; y (N, C) = att·vt per head
+    attention_forward(tel, l, L, vt, ash);
+    // o (N, C) = y · Woᵀ; pre1 (N, C) = x_in + β·o
+    runner_.matmul_forward({OpKind::Matmul, l, "o"}, L.o, L.y, w.wo, {N, C, C});
+    runner_.residual_forward({OpKind::ResidualAttn, l, "x"}, L.pre1, L.x_in, L.o, rule_.branch, rows);
+    // x_mid (N, C) = pre1
+    norm_out(tel, {OpKind::RmsNorm, l, "post1"}, L.x_mid, L.rp1, L.pre1, w.ln1w, rows);
+    // --- feed-forward ---
+    // h2 (N, C) = rmsnorm(x_mid) ⊙ ln2w, r2 (N)
+    norm_in(tel, {OpKind::RmsNorm, l, "ln2"}, L.h2, L.r2, L.x_mid, w.ln2w, rows);
+    // z (N, H) = silu(h2 · W1ᵀ) ⊙ (h2 · W3ᵀ)
+    ffn_forward(l, L, w, d);
+    // f (N, C) = z · W2ᵀ; pre2 (N, C) = x_mid + β·f
+    runner_.matmul_forward({OpKind::Matmul, l, "w2"}, L.f, L.z, w.w2, {N, H, C});
     runner_.residual_forward({OpKind::ResidualFfn, l, "x"}, L.pre2, L.x_mid, L.f, rule_.branch, rows);
-    if (detailed)
-      ops::timed_phase(profile_, kRangeTelemetry, [&] {
-        tel->log->telemetry(tel->step, l, "residual-ffn", "fwd", "x", "swamping_ratio",
-                            rms(L.x_mid) / (std::fabs(rule_.branch) * rms(L.f)));
-      });
-    if (rule_.post_norm) {
-      output(x, NC);
-      output(L.rp2, static_cast<std::size_t>(N));
-      // x (N, C) = rmsnorm(pre2) ⊙ ln2w
-      runner_.rmsnorm_forward({OpKind::RmsNorm, l, "post2"}, x, L.rp2, L.pre2, layer_of(p.ln2w, l), rows, post_eps);
-      check_norm(tel, l, "post2", L.pre2, L.rp2, C);
-    } else {
-      x = L.pre2;
-    }
-    if (detailed)
-      ops::timed_phase(profile_, kRangeTelemetry, [&] {
-        tel->log->telemetry(tel->step, l, "stream", "fwd", "x", "max_abs", max_abs(x));
-        tel->log->telemetry(tel->step, l, "stream", "fwd", "x", "rms", rms(x));
-      });
+    // x (N, C) = pre2
+    norm_out(tel, {OpKind::RmsNorm, l, "post2"}, x, L.rp2, L.pre2, w.ln2w, rows);
+    stream_statistics(tel, l, x);
   }
   // --- head ---
-  x_final_ = x;
-  output(xf_, NC);
-  output(rf_, static_cast<std::size_t>(N));
-  // xf (N, C) = rmsnorm(x) ⊙ lnfw; logits (N, V) = xf · Wclsᵀ; losses (N), probs (N, V)
-  runner_.rmsnorm_forward({OpKind::RmsNorm, -1, "lnf"}, xf_, rf_, x_final_, p.lnfw, rows, eps);
-  check_norm(tel, -1, "lnf", x_final_, rf_, C);
-  output(logits_, static_cast<std::size_t>(N * V));
+  std::copy(x.begin(), x.end(), x_final_.begin());
+  // xf (N, C) = rmsnorm(x_final) ⊙ lnfw, rf (N)
+  norm(tel, {OpKind::RmsNorm, -1, "lnf"}, xf_, rf_, x_final_, p.lnfw, rows, c_.norm_eps);
+  // logits (N, V) = xf · Wclsᵀ
   runner_.matmul_forward({OpKind::Classifier, -1, "logits"}, logits_, xf_, wcls, {N, C, V});
-  if (detailed)
-    ops::timed_phase(profile_, kRangeTelemetry, [&] {
-      tel->log->telemetry(tel->step, -1, "classifier", "fwd", "logits", "max_abs", max_abs(logits_));
-    });
-  output(losses_, static_cast<std::size_t>(N));
-  output(probs_, logits_.size());
+  // losses (N) = −log softmax(logits)[target], probs (N, V); the mean loss in binary64
   mean_loss_ = runner_.cross_entropy_forward({OpKind::CrossEntropy, -1, "loss"}, losses_, probs_, logits_, bt.targets,
                                              {N, V});
 }
 
+void Transformer::norm(StepTelemetry* tel, ops::Site s, Span y, Span rstd, CSpan x, CSpan w, ops::RowShape rows,
+                       double eps) {
+  runner_.rmsnorm_forward(s, y, rstd, x, w, rows, eps);
+  check_norm(tel, s.layer, s.tensor, x, rstd, rows.cols);
+}
+
+void Transformer::norm_in(StepTelemetry* tel, ops::Site s, Span h, Span rstd, CSpan x, CSpan w, ops::RowShape rows) {
+  if (rule_.post_norm) std::copy(x.begin(), x.end(), h.begin());  // Post-Norm (DeepNorm): h = x
+  else norm(tel, s, h, rstd, x, w, rows, c_.norm_eps);
+}
+
+void Transformer::norm_out(StepTelemetry* tel, ops::Site s, Span y, Span rstd, CSpan pre, CSpan w,
+                           ops::RowShape rows) {
+  if (rule_.post_norm) norm(tel, s, y, rstd, pre, w, rows, c_.norm_eps * rule_.post_norm_eps_factor);
+  else std::copy(pre.begin(), pre.end(), y.begin());  // Pre-Norm: y = pre
+}
+
+Transformer::CSpan Transformer::kv_for_heads(std::vector<double>& tiled, const std::vector<double>& kv,
+                                             const Dims& d) {
+  if (!d.gqa()) return kv;
+  ops::kv_tile<double>(tiled, kv, fwd_map_, d.NKV, d.hs);  // exact copies by the forward head map
+  return tiled;
+}
+
+void Transformer::attention_forward(StepTelemetry* tel, int l, LayerActs& L, CSpan vt, ops::AttnShape ash) {
+  switch (runner_.policy().attention_order()) {
+    case ops::AttentionOrder::Materialised:
+      // att (B, NH, T, T) = softmax(preatt) by row; y (N, C) = att·vt per head
+      runner_.softmax_forward({OpKind::Softmax, l, "att"}, L.att, L.preatt, ash);
+      runner_.attn_values_forward({OpKind::AttnValues, l, "y"}, L.y, L.att, vt, ash);
+      return;
+    case ops::AttentionOrder::Online:
+      // y (N, C) and lse (B, NH, T) in one pass over each row; att is recomputed from lse in the backward pass.
+      // Checked by hand: lse under the softmax entry first, then y.
+      runner_.online_attention_forward({OpKind::AttnValues, l, "y", ops::Observe::Off}, L.y, L.lse, L.preatt, vt, ash);
+      check(tel, OpKind::Softmax, Pass::Forward, l, "lse", L.lse);
+      check(tel, OpKind::AttnValues, Pass::Forward, l, "y", L.y);
+      return;
+  }
+}
+
+void Transformer::ffn_forward(int l, LayerActs& L, const BlockParams<const double>& w, const Dims& d) {
+  const ops::MatmulShape up{d.N, d.C, d.H};
+  const ops::RowShape hid = d.hidden();
+  switch (c_.ffn) {
+    case Ffn::SwiGlu:
+      // g, u (N, H) = h2 · W1ᵀ, h2 · W3ᵀ; a = silu(g); z = a ⊙ u
+      runner_.matmul_forward({OpKind::Matmul, l, "w1"}, L.g, L.h2, w.w1, up);
+      runner_.matmul_forward({OpKind::Matmul, l, "w3"}, L.u, L.h2, w.w3, up);
+      runner_.silu_forward({OpKind::Silu, l, "silu"}, L.a, L.g, hid);
+      runner_.swiglu_forward({OpKind::SwiGlu, l, "z"}, L.z, L.a, L.u, hid);
+      return;
+    case Ffn::Gelu:
+    case Ffn::GeluTanh:
+      // g (N, H) = h2 · W1ᵀ; z = gelu(g), erf or tanh form
+      runner_.matmul_forward({OpKind::Matmul, l, "w1"}, L.g, L.h2, w.w1, up);
+      runner_.gelu_forward({OpKind::Gelu, l, "z"}, L.z, L.g, hid, *gelu_form(c_.ffn));
+      return;
+  }
+}
+
 void Transformer::backward(const Batch& bt, std::span<const double> master, double loss_scale, std::span<double> grads,
                            StepTelemetry* tel, GradSink sink) {
-  const std::int64_t B = bt.batch, T = bt.seq, C = c_.d, H = c_.hidden, N = B * T, V = c_.vocab, NH = c_.heads,
-                     hs = c_.head_size(), NKV = c_.kv_count(), KVD = NKV * hs;
-  const auto NC = static_cast<std::size_t>(N * C), NHid = static_cast<std::size_t>(N * H),
-             NKVD = static_cast<std::size_t>(N * KVD);
-  const bool gqa = NKV != NH;
-  ParamViews<const double> p(master, lay_);
+  const Dims dims = dims_of(bt);
+  allocate_backward(dims);
+  const std::int64_t N = dims.N, C = dims.C, H = dims.H, V = dims.V, KVD = dims.KVD;
+  const ParamViews<const double> p(master, lay_);
   const bool cleared = grads.data() == cleared_grads_ && grads.size() == cleared_size_;
   cleared_grads_ = nullptr;
   if (!cleared) ops::timed_phase(profile_, kGradZeroing, [&] { std::fill(grads.begin(), grads.end(), 0.0); });
-  ParamViews<double> d(grads, lay_);
+  const ParamViews<double> d(grads, lay_);
   // Tied embeddings: the classifier reads wte, and its weight gradient is added into wte's before the
   // embedding's scatter-add (two gradients summed, one update).
   const std::span<const double> wcls = c_.tie_embeddings ? p.wte : p.wcls;
   const std::span<double> dwcls = c_.tie_embeddings ? d.wte : d.wcls;
-  const ops::RowShape rows{N, C}, hid{N, H};
-  const ops::AttnShape ash{B, NH, T, hs}, kv_ash{B, NKV, T, hs};
-  auto layer_of = [&](std::span<const double> all, int l) { return ParamViews<const double>::layer(all, c_.layers, l); };
-  auto dlayer = [&](std::span<double> all, int l) { return ParamViews<double>::layer(all, c_.layers, l); };
+  const ops::RowShape rows = dims.rows();
+  const ops::AttnShape ash = dims.attn(), kv_ash = dims.kv_attn();
   // Op outputs go through observe() as in forward(); the checks written out below are the ones the Runner
   // cannot name: RMSNorm's dx (the rmsnorm-bwd defect bypasses the Runner), gradient sums checked once
   // complete, and outputs checked under another name or entry than their call's.
@@ -380,144 +410,171 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
 
   BackwardBuffers& b = bw_;
   // dlogits (N, V) = (probs − onehot)·scale/N; dxf (N, C) = dlogits · Wcls; dWcls (V, C) += dlogitsᵀ · xf
-  const Span dlogits = zeros(b.dlogits, static_cast<std::size_t>(N * V));
+  const Span dlogits = zeros(b.dlogits);
   runner_.cross_entropy_backward_data({OpKind::CrossEntropy, -1, "dlogits"}, dlogits, probs_, bt.targets,
                                       loss_scale / static_cast<double>(N), {N, V});
-  const Span dxf = zeros(b.dxf, NC);
+  const Span dxf = zeros(b.dxf);
   runner_.matmul_backward_data({OpKind::Classifier, -1, "dx"}, dxf, dlogits, wcls, {N, C, V});
   runner_.matmul_backward_weight({OpKind::Classifier, -1, "wcls"}, dwcls, dlogits, xf_, {N, C, V});
-  zeros(b.dx, NC);
+  zeros(b.dx);
   std::vector<double>& dx = b.dx;
   // dx (N, C), dlnfw (C) through the final norm
   norm_backward_data({OpKind::RmsNorm, -1, "lnf"}, dx, dxf, x_final_, p.lnfw, rf_, rows);
   runner_.rmsnorm_backward_weight({OpKind::RmsNorm, -1, "lnfw"}, d.lnfw, dxf, x_final_, rf_, rows);
   check(tel, OpKind::RmsNorm, Pass::BackwardData, -1, "lnf", dx);
 
-  const Span scratch = zeros(b.scratch, NC);
   for (int l = c_.layers - 1; l >= 0; --l) {
     LayerActs& L = acts_[static_cast<std::size_t>(l)];
-    // --- feed-forward half: x_out = [post-norm](x_mid + β·f) ---
-    CSpan dpre2 = dx;
-    if (rule_.post_norm) {
-      dpre2 = zeros(b.dpre2, NC);
-      norm_backward_data({OpKind::RmsNorm, l, "post2"}, b.dpre2, dx, L.pre2, layer_of(p.ln2w, l), L.rp2, rows);
-      check(tel, OpKind::RmsNorm, Pass::BackwardData, l, "post2", dpre2);
-      runner_.rmsnorm_backward_weight({OpKind::RmsNorm, l, "ln2w"}, dlayer(d.ln2w, l), dx, L.pre2, L.rp2, rows);
-    }
+    const BlockParams<const double> w = block_params(p, l);
+    const BlockParams<double> dw = block_params(d, l);
+    // --- feed-forward half: x_out = x_mid + β·f ---
+    // dpre2 (N, C) = dx
+    const CSpan dpre2 = norm_out_backward(tel, {OpKind::RmsNorm, l, "post2"}, "ln2w", b.dpre2, dx, L.pre2, w.ln2w,
+                                          L.rp2, dw.ln2w, rows);
     // dxm, df (N, C) = dpre2, β·dpre2; dz (N, H) = df · W2; dW2 (C, H) += dfᵀ · z
-    const Span dxm = zeros(b.dxm, NC), df = zeros(b.df, NC);
+    const Span dxm = zeros(b.dxm), df = zeros(b.df);
     runner_.residual_backward_data({OpKind::ResidualFfn, l, "dx"}, dxm, df, dpre2, rule_.branch, rows);
-    const Span dz = zeros(b.dz, NHid);
-    runner_.matmul_backward_data({OpKind::Matmul, l, "dz"}, dz, df, layer_of(p.w2, l), {N, H, C});
-    runner_.matmul_backward_weight({OpKind::Matmul, l, "w2"}, dlayer(d.w2, l), df, L.z, {N, H, C});
-    const Span dh2 = zeros(b.dh2, NC);
-    if (const auto form = gelu_form(c_.ffn)) {
-      // dg (N, H) through z = gelu(g); dh2 (N, C) = dg · W1; dW1 (H, C) += dgᵀ · h2
-      const Span dg = zeros(b.dg, NHid);
-      runner_.gelu_backward_data({OpKind::Gelu, l, "dg"}, dg, dz, L.g, hid, *form);
-      runner_.matmul_backward_data({OpKind::Matmul, l, "dh2"}, dh2, dg, layer_of(p.w1, l), {N, C, H});
-      runner_.matmul_backward_weight({OpKind::Matmul, l, "w1"}, dlayer(d.w1, l), dg, L.h2, {N, C, H});
-    } else {
-      // da, du (N, H) through z = a ⊙ u; dg (N, H) through a = silu(g); dh2 (N, C) = dg · W1 + du · W3
-      const Span da = zeros(b.da, NHid), du = zeros(b.du, NHid), dg = zeros(b.dg, NHid);
-      runner_.swiglu_backward_data({OpKind::SwiGlu, l, "da"}, da, du, dz, L.a, L.u, hid);
-      runner_.silu_backward_data({OpKind::Silu, l, "dg"}, dg, da, L.g, hid);
-      runner_.matmul_backward_data({OpKind::Matmul, l, "dh2", ops::Observe::Off}, dh2, dg, layer_of(p.w1, l),
-                                   {N, C, H});
-      runner_.matmul_backward_data({OpKind::Matmul, l, "dh2"}, dh2, du, layer_of(p.w3, l), {N, C, H});
-      runner_.matmul_backward_weight({OpKind::Matmul, l, "w1"}, dlayer(d.w1, l), dg, L.h2, {N, C, H});
-      runner_.matmul_backward_weight({OpKind::Matmul, l, "w3"}, dlayer(d.w3, l), du, L.h2, {N, C, H});
-    }
-    if (rule_.post_norm) {
-      // h2 = x_mid: the two uses of x_mid meet in a residual-stream gradient sum (dx += dout).
-      std::fill(scratch.begin(), scratch.end(), 0.0);
-      runner_.residual_backward_data({OpKind::ResidualFfn, l, "dx", ops::Observe::Off}, dxm, scratch, dh2, 1.0, rows);
-      check(tel, OpKind::ResidualFfn, Pass::BackwardData, l, "dx", dxm);
-    } else {
-      norm_backward_data({OpKind::RmsNorm, l, "ln2"}, dxm, dh2, L.x_mid, layer_of(p.ln2w, l), L.r2, rows);
-      runner_.rmsnorm_backward_weight({OpKind::RmsNorm, l, "ln2w"}, dlayer(d.ln2w, l), dh2, L.x_mid, L.r2, rows);
-    }
+    const Span dz = zeros(b.dz);
+    runner_.matmul_backward_data({OpKind::Matmul, l, "dz"}, dz, df, w.w2, {N, H, C});
+    runner_.matmul_backward_weight({OpKind::Matmul, l, "w2"}, dw.w2, df, L.z, {N, H, C});
+    // dh2 (N, C) through z = silu(h2·W1ᵀ) ⊙ (h2·W3ᵀ); dW1, dW3
+    const Span dh2 = zeros(b.dh2);
+    ffn_backward(l, L, w, dw, dz, dh2, dims);
+    // dxm (N, C) += dh2 through h2 = rmsnorm(x_mid) ⊙ ln2w; dln2w
+    norm_in_backward(tel, {OpKind::RmsNorm, l, "ln2"}, "ln2w", OpKind::ResidualFfn, dxm, dh2, L.x_mid, w.ln2w, L.r2,
+                     dw.ln2w, rows);
     check(tel, OpKind::RmsNorm, Pass::BackwardData, l, "dx_mid", dxm);
-    // --- attention half: x_mid = [post-norm](x_in + β·o) ---
-    CSpan dpre1 = dxm;
-    if (rule_.post_norm) {
-      dpre1 = zeros(b.dpre1, NC);
-      norm_backward_data({OpKind::RmsNorm, l, "post1"}, b.dpre1, dxm, L.pre1, layer_of(p.ln1w, l), L.rp1, rows);
-      check(tel, OpKind::RmsNorm, Pass::BackwardData, l, "post1", dpre1);
-      runner_.rmsnorm_backward_weight({OpKind::RmsNorm, l, "ln1w"}, dlayer(d.ln1w, l), dxm, L.pre1, L.rp1, rows);
-    }
+    // --- attention half: x_mid = x_in + β·o ---
+    // dpre1 (N, C) = dxm
+    const CSpan dpre1 = norm_out_backward(tel, {OpKind::RmsNorm, l, "post1"}, "ln1w", b.dpre1, dxm, L.pre1, w.ln1w,
+                                          L.rp1, dw.ln1w, rows);
     // dxi, dout (N, C) = dpre1, β·dpre1; dy (N, C) = dout · Wo; dWo (C, C) += doutᵀ · y
-    const Span dxi = zeros(b.dxi, NC), dout = zeros(b.dout, NC);
+    const Span dxi = zeros(b.dxi), dout = zeros(b.dout);
     runner_.residual_backward_data({OpKind::ResidualAttn, l, "dx", ops::Observe::Off}, dxi, dout, dpre1, rule_.branch,
                                    rows);
     check(tel, OpKind::ResidualAttn, Pass::BackwardData, l, "dx", dxi);
     check(tel, OpKind::ResidualAttn, Pass::BackwardData, l, "dout", dout);
-    const Span dy = zeros(b.dy, NC);
-    runner_.matmul_backward_data({OpKind::Matmul, l, "dy"}, dy, dout, layer_of(p.wo, l), {N, C, C});
-    runner_.matmul_backward_weight({OpKind::Matmul, l, "wo", ops::Observe::Off}, dlayer(d.wo, l), dout, L.y,
-                                   {N, C, C});
-    // The K/V the attention backward reads, and the softmax it differentiates: the forward's, except under
-    // the gqa-mismatch defect, where K/V are re-tiled with the backward map and the scores and softmax
-    // recomputed from them under the forward entries (AutoANE's sdpaBwd kernels recompute them too).
-    const bool remap = gqa && bwd_map_ != fwd_map_;
-    if (remap) {
-      const Span kt_b = zeros(b.kt_b, NC), vt_b = zeros(b.vt_b, NC);
-      ops::kv_tile<double>(kt_b, L.kr, bwd_map_, NKV, hs);
-      ops::kv_tile<double>(vt_b, L.v, bwd_map_, NKV, hs);
-      const Span pre_b = zeros(b.pre_b, L.att.size()), att_b = zeros(b.att_b, L.att.size());
-      runner_.attn_scores_forward({OpKind::AttnScores, l, "scores", ops::Observe::Off}, pre_b, L.qr, kt_b, ash);
-      runner_.softmax_forward({OpKind::Softmax, l, "att", ops::Observe::Off}, att_b, pre_b, ash);
-    } else if (runner_.policy().attention_order() == ops::AttentionOrder::Online) {
-      runner_.softmax_from_lse({OpKind::Softmax, l, "att", ops::Observe::Off}, L.att, L.preatt, L.lse, ash);
-      check(tel, OpKind::Softmax, Pass::Forward, l, "att", L.att);
-    }
-    const CSpan kt = remap ? b.kt_b : gqa ? L.kt : L.kr;
-    const CSpan vt = remap ? b.vt_b : gqa ? L.vt : L.v;
-    const CSpan att = remap ? b.att_b : L.att;
+    const Span dy = zeros(b.dy);
+    runner_.matmul_backward_data({OpKind::Matmul, l, "dy"}, dy, dout, w.wo, {N, C, C});
+    runner_.matmul_backward_weight({OpKind::Matmul, l, "wo", ops::Observe::Off}, dw.wo, dout, L.y, {N, C, C});
+    // kt, vt (B, T, NH·hs) and att (B, NH, T, T) as the attention backward reads them
+    const AttnOperands a = attention_operands(tel, l, L, dims);
     // datt (B, NH, T, T), dvt (N, C) through y = att·vt; dpreatt through the softmax; dqr, dkrt (N, C)
-    const Span datt = zeros(b.datt, L.att.size()), dvt = zeros(b.dvt, NC), dpreatt = zeros(b.dpreatt, L.att.size());
-    runner_.attn_values_backward_data({OpKind::AttnValues, l, "datt"}, datt, dvt, dy, att, vt, ash);
-    runner_.softmax_backward_data({OpKind::Softmax, l, "dpreatt"}, dpreatt, datt, att, ash);
-    const Span dqr = zeros(b.dqr, NC), dkrt = zeros(b.dkrt, NC), dq = zeros(b.dq, NC), dk = zeros(b.dk, NKVD);
-    runner_.attn_scores_backward_data({OpKind::AttnScores, l, "dqk"}, dqr, dkrt, dpreatt, L.qr, kt, ash);
-    // GQA: dK and dV summed over the query heads of each KV head (backward map).
-    if (gqa) {
-      zeros(b.dkr_kv, NKVD);
-      zeros(b.dv_kv, NKVD);
-      ops::timed_phase(profile_, kKvReduce, [&] {
-        ops::kv_reduce_backward<ops::Emulated>(b.dkr_kv, dkrt, bwd_map_, NKV, hs,
-                                               runner_.context(OpKind::ResidualAttn, Pass::BackwardData));
-        ops::kv_reduce_backward<ops::Emulated>(b.dv_kv, dvt, bwd_map_, NKV, hs,
-                                               runner_.context(OpKind::ResidualAttn, Pass::BackwardData));
-      });
-    }
-    const CSpan dkr = gqa ? CSpan(b.dkr_kv) : dkrt;
-    const CSpan dv = gqa ? CSpan(b.dv_kv) : dvt;
+    const Span datt = zeros(b.datt), dvt = zeros(b.dvt), dpreatt = zeros(b.dpreatt);
+    runner_.attn_values_backward_data({OpKind::AttnValues, l, "datt"}, datt, dvt, dy, a.att, a.vt, ash);
+    runner_.softmax_backward_data({OpKind::Softmax, l, "dpreatt"}, dpreatt, datt, a.att, ash);
+    const Span dqr = zeros(b.dqr), dkrt = zeros(b.dkrt), dq = zeros(b.dq), dk = zeros(b.dk);
+    runner_.attn_scores_backward_data({OpKind::AttnScores, l, "dqk"}, dqr, dkrt, dpreatt, L.qr, a.kt, ash);
+    // dkr, dv (B, T, NKV·hs): the query heads' dK and dV of each KV head
+    const auto [dkr, dv] = kv_heads_backward(dkrt, dvt, dims);
     // dq (N, C), dk (N, KVD) rotated back; dh1 (N, C) = dq · Wq + dk · Wk + dv · Wv; dWq, dWk, dWv
     runner_.rope_backward_data({OpKind::RopeRotate, l, "dq"}, dq, dqr, cos_, sin_, ash);
     runner_.rope_backward_data({OpKind::RopeRotate, l, "dk"}, dk, dkr, cos_, sin_, kv_ash);
-    const Span dh1 = zeros(b.dh1, NC);
-    runner_.matmul_backward_data({OpKind::Matmul, l, "dh1", ops::Observe::Off}, dh1, dq, layer_of(p.wq, l), {N, C, C});
-    runner_.matmul_backward_data({OpKind::Matmul, l, "dh1", ops::Observe::Off}, dh1, dk, layer_of(p.wk, l),
-                                 {N, C, KVD});
-    runner_.matmul_backward_data({OpKind::Matmul, l, "dh1"}, dh1, dv, layer_of(p.wv, l), {N, C, KVD});
-    runner_.matmul_backward_weight({OpKind::Matmul, l, "wq"}, dlayer(d.wq, l), dq, L.h1, {N, C, C});
-    runner_.matmul_backward_weight({OpKind::Matmul, l, "wk"}, dlayer(d.wk, l), dk, L.h1, {N, C, KVD});
-    runner_.matmul_backward_weight({OpKind::Matmul, l, "wv"}, dlayer(d.wv, l), dv, L.h1, {N, C, KVD});
-    if (rule_.post_norm) {
-      std::fill(scratch.begin(), scratch.end(), 0.0);
-      runner_.residual_backward_data({OpKind::ResidualAttn, l, "dx", ops::Observe::Off}, dxi, scratch, dh1, 1.0, rows);
-      check(tel, OpKind::ResidualAttn, Pass::BackwardData, l, "dx", dxi);
-    } else {
-      norm_backward_data({OpKind::RmsNorm, l, "ln1"}, dxi, dh1, L.x_in, layer_of(p.ln1w, l), L.r1, rows);
-      runner_.rmsnorm_backward_weight({OpKind::RmsNorm, l, "ln1w"}, dlayer(d.ln1w, l), dh1, L.x_in, L.r1, rows);
-    }
+    const Span dh1 = zeros(b.dh1);
+    runner_.matmul_backward_data({OpKind::Matmul, l, "dh1", ops::Observe::Off}, dh1, dq, w.wq, {N, C, C});
+    runner_.matmul_backward_data({OpKind::Matmul, l, "dh1", ops::Observe::Off}, dh1, dk, w.wk, {N, C, KVD});
+    runner_.matmul_backward_data({OpKind::Matmul, l, "dh1"}, dh1, dv, w.wv, {N, C, KVD});
+    runner_.matmul_backward_weight({OpKind::Matmul, l, "wq"}, dw.wq, dq, L.h1, {N, C, C});
+    runner_.matmul_backward_weight({OpKind::Matmul, l, "wk"}, dw.wk, dk, L.h1, {N, C, KVD});
+    runner_.matmul_backward_weight({OpKind::Matmul, l, "wv"}, dw.wv, dv, L.h1, {N, C, KVD});
+    // dxi (N, C) += dh1 through h1 = rmsnorm(x_in) ⊙ ln1w; dln1w
+    norm_in_backward(tel, {OpKind::RmsNorm, l, "ln1"}, "ln1w", OpKind::ResidualAttn, dxi, dh1, L.x_in, w.ln1w, L.r1,
+                     dw.ln1w, rows);
     check(tel, OpKind::RmsNorm, Pass::BackwardData, l, "dx_in", dxi);
     std::swap(b.dx, b.dxi);  // dx ← dxi (the buffers trade places; dxi is zeroed before its next use)
   }
   // dwte (V, C) += dx scattered to the input tokens' rows
   runner_.embedding_backward_weight({OpKind::Embedding, -1, "wte"}, d.wte, dx, bt.inputs, rows);
   finish_gradients(grads, tel, sink);
+}
+
+Transformer::CSpan Transformer::norm_out_backward(StepTelemetry* tel, ops::Site s, std::string_view weight,
+                                                  std::vector<double>& buffer, CSpan dy, CSpan pre, CSpan w,
+                                                  CSpan rstd, Span dw, ops::RowShape rows) {
+  if (!rule_.post_norm) return dy;  // Pre-Norm: y = pre
+  const Span dpre = zeros(buffer);
+  norm_backward_data(s, dpre, dy, pre, w, rstd, rows);
+  check(tel, OpKind::RmsNorm, Pass::BackwardData, s.layer, s.tensor, dpre);
+  runner_.rmsnorm_backward_weight({OpKind::RmsNorm, s.layer, weight}, dw, dy, pre, rstd, rows);
+  return dpre;
+}
+
+void Transformer::norm_in_backward(StepTelemetry* tel, ops::Site s, std::string_view weight, OpKind residual, Span dx,
+                                   CSpan dh, CSpan x, CSpan w, CSpan rstd, Span dw, ops::RowShape rows) {
+  if (rule_.post_norm) {
+    // h = x: the two uses of x meet in a residual-stream gradient sum (dx += dh), under the residual's entry.
+    const Span scratch = zeros(bw_.scratch);
+    runner_.residual_backward_data({residual, s.layer, "dx", ops::Observe::Off}, dx, scratch, dh, 1.0, rows);
+    check(tel, residual, Pass::BackwardData, s.layer, "dx", dx);
+    return;
+  }
+  norm_backward_data(s, dx, dh, x, w, rstd, rows);
+  runner_.rmsnorm_backward_weight({OpKind::RmsNorm, s.layer, weight}, dw, dh, x, rstd, rows);
+}
+
+void Transformer::ffn_backward(int l, const LayerActs& L, const BlockParams<const double>& w,
+                               const BlockParams<double>& dw, CSpan dz, Span dh2, const Dims& d) {
+  const ops::MatmulShape up{d.N, d.C, d.H};
+  const ops::RowShape hid = d.hidden();
+  BackwardBuffers& b = bw_;
+  switch (c_.ffn) {
+    case Ffn::SwiGlu: {
+      // da, du (N, H) through z = a ⊙ u; dg (N, H) through a = silu(g); dh2 (N, C) = dg · W1 + du · W3
+      const Span da = zeros(b.da), du = zeros(b.du), dg = zeros(b.dg);
+      runner_.swiglu_backward_data({OpKind::SwiGlu, l, "da"}, da, du, dz, L.a, L.u, hid);
+      runner_.silu_backward_data({OpKind::Silu, l, "dg"}, dg, da, L.g, hid);
+      runner_.matmul_backward_data({OpKind::Matmul, l, "dh2", ops::Observe::Off}, dh2, dg, w.w1, up);
+      runner_.matmul_backward_data({OpKind::Matmul, l, "dh2"}, dh2, du, w.w3, up);
+      runner_.matmul_backward_weight({OpKind::Matmul, l, "w1"}, dw.w1, dg, L.h2, up);
+      runner_.matmul_backward_weight({OpKind::Matmul, l, "w3"}, dw.w3, du, L.h2, up);
+      return;
+    }
+    case Ffn::Gelu:
+    case Ffn::GeluTanh: {
+      // dg (N, H) through z = gelu(g); dh2 (N, C) = dg · W1; dW1 (H, C) += dgᵀ · h2
+      const Span dg = zeros(b.dg);
+      runner_.gelu_backward_data({OpKind::Gelu, l, "dg"}, dg, dz, L.g, hid, *gelu_form(c_.ffn));
+      runner_.matmul_backward_data({OpKind::Matmul, l, "dh2"}, dh2, dg, w.w1, up);
+      runner_.matmul_backward_weight({OpKind::Matmul, l, "w1"}, dw.w1, dg, L.h2, up);
+      return;
+    }
+  }
+}
+
+Transformer::AttnOperands Transformer::attention_operands(StepTelemetry* tel, int l, LayerActs& L, const Dims& d) {
+  // The forward's K/V and softmax, except under the gqa-mismatch defect, where K/V are re-tiled with the
+  // backward map and the scores and softmax recomputed from them under the forward entries (AutoANE's sdpaBwd
+  // kernels recompute them too); under the online order the softmax is recomputed from the saved lse.
+  if (d.gqa() && bwd_map_ != fwd_map_) {
+    BackwardBuffers& b = bw_;
+    const Span kt_b = zeros(b.kt_b), vt_b = zeros(b.vt_b);
+    ops::kv_tile<double>(kt_b, L.kr, bwd_map_, d.NKV, d.hs);
+    ops::kv_tile<double>(vt_b, L.v, bwd_map_, d.NKV, d.hs);
+    const Span pre_b = zeros(b.pre_b), att_b = zeros(b.att_b);
+    runner_.attn_scores_forward({OpKind::AttnScores, l, "scores", ops::Observe::Off}, pre_b, L.qr, kt_b, d.attn());
+    runner_.softmax_forward({OpKind::Softmax, l, "att", ops::Observe::Off}, att_b, pre_b, d.attn());
+    return {kt_b, vt_b, att_b};
+  }
+  if (runner_.policy().attention_order() == ops::AttentionOrder::Online) {
+    runner_.softmax_from_lse({OpKind::Softmax, l, "att", ops::Observe::Off}, L.att, L.preatt, L.lse, d.attn());
+    check(tel, OpKind::Softmax, Pass::Forward, l, "att", L.att);
+  }
+  return {d.gqa() ? L.kt : L.kr, d.gqa() ? L.vt : L.v, L.att};
+}
+
+std::pair<Transformer::CSpan, Transformer::CSpan> Transformer::kv_heads_backward(CSpan dkt, CSpan dvt, const Dims& d) {
+  if (!d.gqa()) return {dkt, dvt};
+  // dK and dV summed over the query heads of each KV head (backward map), under the (residual-attn, bwd-data) entry.
+  BackwardBuffers& b = bw_;
+  zeros(b.dkr_kv);
+  zeros(b.dv_kv);
+  ops::timed_phase(profile_, kKvReduce, [&] {
+    ops::kv_reduce_backward<ops::Emulated>(b.dkr_kv, dkt, bwd_map_, d.NKV, d.hs,
+                                           runner_.context(OpKind::ResidualAttn, Pass::BackwardData));
+    ops::kv_reduce_backward<ops::Emulated>(b.dv_kv, dvt, bwd_map_, d.NKV, d.hs,
+                                           runner_.context(OpKind::ResidualAttn, Pass::BackwardData));
+  });
+  return {b.dkr_kv, b.dv_kv};
 }
 
 void Transformer::finish_gradients(std::span<double> grads, StepTelemetry* tel, GradSink sink) {

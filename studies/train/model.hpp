@@ -32,6 +32,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/policy.hpp"
@@ -103,13 +104,101 @@ class Transformer final : public Model {
   void inject(std::int64_t step, ops::OpKind op, int layer, std::string tensor, double factor);
 
  private:
-  /// Saved activations of one block (row-major, N = B·T rows).
+  /// Saved activations of one block, row-major. N = B·T token rows, C = d, H = hidden, KVD = kv_heads·hs; the
+  /// (B, T, NH·hs) tensors are (N, C) with head h in columns [h·hs, (h+1)·hs). Sized once per (B, T) by
+  /// allocate_forward; a tensor a variant does not use stays empty.
   struct LayerActs {
-    std::vector<double> x_in, h1, r1, q, k, v, qr, kr, preatt, att, y, o, pre1, rp1, x_mid, h2, r2, g, u, a, z, f,
-        pre2, rp2;
-    std::vector<double> kt, vt;  ///< GQA only: kr and v tiled to NH heads by the forward head map
-    std::vector<double> lse;  ///< (B, NH, T) row log-sum-exp of the online attention order (att: recomputed)
+    std::vector<double> x_in;    ///< (N, C) the block's input stream
+    std::vector<double> h1;      ///< (N, C) rmsnorm(x_in) ⊙ ln1w (Post-Norm: x_in)
+    std::vector<double> r1;      ///< (N) rstd of ln1 (Pre-Norm only)
+    std::vector<double> q;       ///< (N, C) h1 · Wqᵀ
+    std::vector<double> k, v;    ///< (N, KVD) h1 · Wkᵀ, h1 · Wvᵀ
+    std::vector<double> qr;      ///< (N, C) q rotated by position
+    std::vector<double> kr;      ///< (N, KVD) k rotated by position
+    std::vector<double> kt, vt;  ///< (N, C) GQA only: kr and v tiled to the NH query heads (forward head map)
+    std::vector<double> preatt;  ///< (B, NH, T, T) qr · ktᵀ / √hs, causal
+    std::vector<double> att;     ///< (B, NH, T, T) softmax(preatt) by row (online order: recomputed in backward)
+    std::vector<double> lse;     ///< (B, NH, T) online order only: the row log-sum-exp of preatt
+    std::vector<double> y;       ///< (N, C) att · vt per head
+    std::vector<double> o;       ///< (N, C) y · Woᵀ
+    std::vector<double> pre1;    ///< (N, C) x_in + β·o
+    std::vector<double> rp1;     ///< (N) rstd of post1 (Post-Norm only)
+    std::vector<double> x_mid;   ///< (N, C) pre1 (Post-Norm: rmsnorm(pre1) ⊙ ln1w)
+    std::vector<double> h2;      ///< (N, C) rmsnorm(x_mid) ⊙ ln2w (Post-Norm: x_mid)
+    std::vector<double> r2;      ///< (N) rstd of ln2 (Pre-Norm only)
+    std::vector<double> g;       ///< (N, H) h2 · W1ᵀ
+    std::vector<double> u;       ///< (N, H) SwiGLU only: h2 · W3ᵀ
+    std::vector<double> a;       ///< (N, H) SwiGLU only: silu(g)
+    std::vector<double> z;       ///< (N, H) a ⊙ u (GELU: gelu(g))
+    std::vector<double> f;       ///< (N, C) z · W2ᵀ
+    std::vector<double> pre2;    ///< (N, C) x_mid + β·f
+    std::vector<double> rp2;     ///< (N) rstd of post2 (Post-Norm only)
   };
+  /// The dimensions of one pass over a batch.
+  struct Dims {
+    std::int64_t B, T, C, H, N, V, NH, hs, NKV, KVD;
+    ops::RowShape rows() const { return {N, C}; }
+    ops::RowShape hidden() const { return {N, H}; }
+    ops::AttnShape attn() const { return {B, NH, T, hs}; }
+    ops::AttnShape kv_attn() const { return {B, NKV, T, hs}; }
+    bool gqa() const { return NKV != NH; }
+  };
+  Dims dims_of(const Batch& b) const;
+  /// Sizes every forward buffer (acts_, x_, the head's) for d's shape, once per shape ("model: buffer growth").
+  void allocate_forward(const Dims& d);
+  /// Sizes every backward buffer (bw_) for d's shape, once per shape.
+  void allocate_backward(const Dims& d);
+  using Span = std::span<double>;
+  using CSpan = std::span<const double>;
+  /// One block's part of the per-layer parameter tensors (T = const double: the weights; double: their gradients).
+  template <class T>
+  struct BlockParams {
+    std::span<T> ln1w, wq, wk, wv, wo, ln2w, w1, w3, w2;
+  };
+  template <class T>
+  BlockParams<T> block_params(const ParamViews<T>& p, int l) const {
+    const auto at = [&](std::span<T> all) { return ParamViews<T>::layer(all, c_.layers, l); };
+    return {at(p.ln1w), at(p.wq), at(p.wk), at(p.wv), at(p.wo), at(p.ln2w), at(p.w1), at(p.w3), at(p.w2)};
+  }
+
+  // The forward's steps that differ between variants (the residual rule's norm placement, GQA, the attention
+  // order, the feed-forward); forward() itself reads as the Pre-Norm SwiGLU block.
+  /// y (N, C) = rmsnorm_eps(x) ⊙ w, rstd (N); then the collapsed-row check (check_norm).
+  void norm(StepTelemetry* tel, ops::Site s, Span y, Span rstd, CSpan x, CSpan w, ops::RowShape rows, double eps);
+  /// A block's input norm: h = rmsnorm(x) ⊙ w (Pre-Norm) or h = x (Post-Norm: DeepNorm).
+  void norm_in(StepTelemetry* tel, ops::Site s, Span h, Span rstd, CSpan x, CSpan w, ops::RowShape rows);
+  /// A residual add's output: y = pre (Pre-Norm) or y = rmsnorm_{eps·α²}(pre) ⊙ w (Post-Norm).
+  void norm_out(StepTelemetry* tel, ops::Site s, Span y, Span rstd, CSpan pre, CSpan w, ops::RowShape rows);
+  /// The K or V (B, T, NH·hs) each query head reads: kv itself, or under GQA kv tiled to the NH heads into `tiled`.
+  CSpan kv_for_heads(std::vector<double>& tiled, const std::vector<double>& kv, const Dims& d);
+  /// att and y of block l from preatt and vt, in the policy's attention order (online: y and lse, att later).
+  void attention_forward(StepTelemetry* tel, int l, LayerActs& L, CSpan vt, ops::AttnShape ash);
+  /// z (N, H) of block l from h2: SwiGLU silu(h2·W1ᵀ) ⊙ (h2·W3ᵀ), or GELU gelu(h2·W1ᵀ).
+  void ffn_forward(int l, LayerActs& L, const BlockParams<const double>& w, const Dims& d);
+  // Their backward steps.
+  /// Backward of norm_out: dpre = dy (Pre-Norm), or through the post-norm into `buffer` (checked) with dw += ....
+  CSpan norm_out_backward(StepTelemetry* tel, ops::Site s, std::string_view weight, std::vector<double>& buffer,
+                          CSpan dy, CSpan pre, CSpan w, CSpan rstd, Span dw, ops::RowShape rows);
+  /// Backward of norm_in, adding into dx: through the norm (dw += ...), or dx += dh as a residual-stream gradient
+  /// sum under `residual`'s bwd-data entry (Post-Norm, checked).
+  void norm_in_backward(StepTelemetry* tel, ops::Site s, std::string_view weight, ops::OpKind residual, Span dx,
+                        CSpan dh, CSpan x, CSpan w, CSpan rstd, Span dw, ops::RowShape rows);
+  /// dh2 (N, C) += through ffn_forward's z, given dz (N, H); dW1 (and dW3) += ....
+  void ffn_backward(int l, const LayerActs& L, const BlockParams<const double>& w, const BlockParams<double>& dw,
+                    CSpan dz, Span dh2, const Dims& d);
+  /// What the attention backward of block l reads: K, V (B, T, NH·hs) and att (B, NH, T, T).
+  struct AttnOperands {
+    CSpan kt, vt, att;
+  };
+  AttnOperands attention_operands(StepTelemetry* tel, int l, LayerActs& L, const Dims& d);
+  /// dK, dV of the KV heads (B, T, NKV·hs): the query heads' dkt, dvt, or under GQA their sums per KV head.
+  std::pair<CSpan, CSpan> kv_heads_backward(CSpan dkt, CSpan dvt, const Dims& d);
+  /// The detailed steps' statistics of a forward output beyond its range events (from observe()): the max
+  /// attention logit, the swamping ratio rms(x)/rms(β·F) of each residual add, max |logits|.
+  void op_statistics(StepTelemetry* tel, const ops::Observation& o);
+  /// The detailed steps' max |x| and rms of the stream after block `layer`.
+  void stream_statistics(StepTelemetry* tel, int layer, CSpan x);
+
   /// The working weights: `master` rounded to the `weights` role format (master itself for fp64, and
   /// whenever that rounding changes no master value: then no copy is held).
   std::span<const double> working_weights(std::span<const double> master);
@@ -143,21 +232,26 @@ class Transformer final : public Model {
   void check_norm(StepTelemetry* tel, int layer, std::string_view tensor, std::span<const double> x,
                   std::span<const double> rstd, std::int64_t cols);
 
-  /// `v` resized to n elements, its contents left as they are (the previous call's values): the output of a
-  /// forward op, which writes every element of its outputs (none adds into them), so zeros written first
-  /// would be overwritten unread.
-  std::span<double> output(std::vector<double>& v, std::size_t n);
-  /// `v` resized to n elements, all zero: the start of an add-into output (backward ops add into their
+  /// v (sized by allocate_backward) set to zero: the start of an add-into output (backward ops add into their
   /// gradients).
-  std::span<double> zeros(std::vector<double>& v, std::size_t n);
+  std::span<double> zeros(std::vector<double>& v);
 
-  /// The backward pass's activation gradients, kept across calls: each is resized to its shape and zeroed
-  /// where the backward starts it (the ops add into their gradients), never allocated afresh per call.
+  /// The backward pass's activation gradients, sized once per shape (allocate_backward) and zeroed where the
+  /// backward starts them (the ops add into their gradients). Shapes as in LayerActs.
   struct BackwardBuffers {
-    std::vector<double> dlogits, dxf, dx, dxi, scratch, dpre2, dxm, df, dz, da, du, dg, dh2, dpre1, dout, dy, datt,
-        dvt, dpreatt, dqr, dkrt, dq, dk, dh1;
-    std::vector<double> dkr_kv, dv_kv;             ///< GQA only: dK and dV summed to the KV heads
-    std::vector<double> kt_b, vt_b, pre_b, att_b;  ///< gqa-mismatch defect only: the backward's K, V, softmax
+    std::vector<double> dlogits;                   ///< (N, V)
+    std::vector<double> dxf, dx, dxi;              ///< (N, C) the stream's gradient (dx, dxi trade places per block)
+    std::vector<double> scratch;                   ///< (N, C) Post-Norm only: the unused term of a gradient sum
+    std::vector<double> dpre2, dpre1;              ///< (N, C) Post-Norm only: through post2, post1
+    std::vector<double> dxm, df, dh2, dout, dy;    ///< (N, C)
+    std::vector<double> dz, dg;                    ///< (N, H)
+    std::vector<double> da, du;                    ///< (N, H) SwiGLU only
+    std::vector<double> datt, dpreatt;             ///< (B, NH, T, T)
+    std::vector<double> dvt, dqr, dkrt, dq, dh1;   ///< (N, C)
+    std::vector<double> dk;                        ///< (N, KVD)
+    std::vector<double> dkr_kv, dv_kv;             ///< (N, KVD) GQA only: dK and dV summed to the KV heads
+    std::vector<double> kt_b, vt_b;                ///< (N, C) gqa-mismatch defect only: the backward's K, V
+    std::vector<double> pre_b, att_b;              ///< (B, NH, T, T) gqa-mismatch defect only: its softmax
   };
 
   ModelConfig c_;
@@ -166,9 +260,15 @@ class Transformer final : public Model {
   ParamLayout lay_;
   ops::Runner runner_;
   std::vector<LayerActs> acts_;
-  std::vector<double> x_;  ///< the forward's residual stream (kept across calls)
+  std::vector<double> x_;  ///< (N, C) the forward's residual stream
   BackwardBuffers bw_;
-  std::vector<double> x_final_, xf_, rf_, logits_, probs_, losses_, cos_, sin_;
+  std::vector<double> x_final_, xf_;  ///< (N, C) the last block's output; rmsnorm(x_final) ⊙ lnfw
+  std::vector<double> rf_;            ///< (N) rstd of the final norm
+  std::vector<double> logits_, probs_;  ///< (N, V) xf · Wclsᵀ; softmax(logits)
+  std::vector<double> losses_;          ///< (N) per-token cross-entropy
+  std::vector<double> cos_, sin_;       ///< (T, hs/2) the RoPE table
+  /// The (B, T) the forward and the backward buffers are sized for (-1: none yet).
+  std::int64_t fwd_B_ = -1, fwd_T_ = -1, bwd_B_ = -1, bwd_T_ = -1;
   std::vector<double> weights_;  ///< working_weights' copy (empty when the masters are read directly)
   /// weights_changed's promise (the current version, 0: none; versions_: the last one handed out), and what
   /// working_weights derived last: for which version of which buffer, and whether that was the masters themselves.

@@ -272,20 +272,44 @@ bool Trainer::done() const {
 
 void Trainer::step() {
   const std::int64_t s = step_;
-  const ModelConfig& c = opts_.config;
-  const int accum = opts_.recipe.accum;
   const double scale = scaler_.scale();
   StepTelemetry tel;
   tel.log = &log_;
   tel.detailed = opts_.telemetry_every > 0 && s % opts_.telemetry_every == 0;
   const auto t_step = ops::Profile::Clock::now();
-  auto phase = [this](const char* name, auto&& f) { ops::timed_phase(profile_, name, f); };
   if (shadow_ && opts_.shadow_every > 0 && s % opts_.shadow_every == 0)
-    phase("trainer: shadow attribution", [&] { shadow_(s, master_, scale, log_); });
+    ops::timed_phase(profile_, "trainer: shadow attribution", [&] { shadow_(s, master_, scale, log_); });
 
   own_.set_profile(profile_);
+  const double loss = micro_steps(s, scale, tel);
+  tel.step = s;
+  bool grads_finite = false;
+  ops::timed_phase(profile_, "trainer: unscale",
+                   [&] { grads_finite = unscale_gradients(grads_, scale, opts_.recipe.accum, opts_.update_format); });
+  record_nonfinite(s, tel, grads_finite && std::isfinite(loss));
+  log_.curve(s, "train_loss", loss);
+  const double lr = update_learning_rate(opts_.recipe, s, opts_.steps);
+  if (scaler_.skips(grads_finite)) skip_update(s, tel, scale);
+  else update(s, tel, lr);
+  if (const auto change = scaler_.update(s, grads_finite)) {
+    log_.event(s, "loss_scale", std::string(change->reason) + " " + format_value(change->from) + " -> " +
+                                    format_value(change->to));
+    log_.curve(s + 1, "loss_scale", change->to);
+  }
+  last_train_loss_ = loss;
+  step_ = s + 1;
+  own_.set_profile(nullptr);
+  if (profile_ != nullptr) profile_->add_step(ops::seconds_since(t_step));
+
+  evaluate_and_save_if_due();
+  print_progress(loss, lr);
+}
+
+double Trainer::micro_steps(std::int64_t s, double scale, StepTelemetry& tel) {
   // accum micro-steps (micro-step index m = s·accum + j: its batch, and the key of its stochastic roundings),
   // their gradients summed (accumulate_gradients); the loss of the update is the mean of theirs.
+  const ModelConfig& c = opts_.config;
+  const int accum = opts_.recipe.accum;
   double loss = 0;
   for (int j = 0; j < accum; ++j) {
     const std::int64_t micro = s * accum + j;
@@ -299,18 +323,20 @@ void Trainer::step() {
     const double micro_loss =
         fused ? own_.loss_and_grad_accumulate(batch, master_, scale, micro_grads_, grads_, j == 0, tel)
               : own_.loss_and_grad(batch, master_, scale, accum == 1 ? grads_ : micro_grads_, tel);
-    if (tel.detailed) phase("trainer: underflow telemetry", [&] { log_gradient_underflow(s, batch, accum, scale); });
+    if (tel.detailed)
+      ops::timed_phase(profile_, "trainer: underflow telemetry",
+                       [&] { log_gradient_underflow(s, batch, accum, scale); });
     tel.detailed = detailed;
-    if (accum > 1 && !fused) phase("trainer: accumulate", [&] { accumulate_gradients(grads_, micro_grads_, j == 0); });
+    if (accum > 1 && !fused)
+      ops::timed_phase(profile_, "trainer: accumulate", [&] { accumulate_gradients(grads_, micro_grads_, j == 0); });
     loss += micro_loss;
     micro_losses_.push_back(micro_loss);
     if (micro_losses_.size() > kAutoAneWindow) micro_losses_.pop_front();
   }
-  loss /= accum;
-  tel.step = s;
-  bool grads_finite = false;
-  phase("trainer: unscale", [&] { grads_finite = unscale_gradients(grads_, scale, accum, opts_.update_format); });
-  const bool finite = grads_finite && std::isfinite(loss);
+  return loss / accum;
+}
+
+void Trainer::record_nonfinite(std::int64_t s, const StepTelemetry& tel, bool finite) {
   if (!finite && !first_nonfinite_step_) {
     first_nonfinite_step_ = s;
     first_nonfinite_op_ = tel.first_nonfinite_op.empty() ? std::string("unknown") : tel.first_nonfinite_op;
@@ -324,67 +350,65 @@ void Trainer::step() {
       log_.event(s, "norm_collapse", "sum of squares overflowed, rows became zeros, first in " + first_collapsed_norm_);
     }
   }
-  log_.curve(s, "train_loss", loss);
-  const double lr = update_learning_rate(opts_.recipe, s, opts_.steps);
-  if (scaler_.skips(grads_finite)) {
-    ++skipped_;
-    log_.event(s, "skip", "non-finite gradients at loss scale " + format_value(scale) +
-                              (tel.first_nonfinite_op.empty() ? "" : " (first in " + tel.first_nonfinite_op + ")"));
-    log_.curve(s, "skipped", 1.0);
-  } else {
-    double norm = 0;
-    phase("trainer: global norm", [&] { norm = global_norm(grads_, opts_.update_format); });
-    const double coef = clip_coefficient(norm, opts_.recipe.clip_norm, opts_.update_format);
-    ++adam_t_;
-    // Tensor by tensor, so the stagnation telemetry holds one tensor's weights from before its update, not
-    // a copy of all of them (the same updates in the same order as one whole update).
-    for (const ParamTensor t : kAllParamTensors) {
-      const auto range = std::span<const double>(master_).subspan(layout_.offset_of(t), layout_.size_of(t));
-      if (tel.detailed) phase("trainer: stagnation telemetry", [&] { before_.assign(range.begin(), range.end()); });
-      own_.update_tensor(t, master_, m_, v_, grads_, opts_.recipe, lr, adam_t_, coef);
-      if (tel.detailed) phase("trainer: stagnation telemetry", [&] { log_stagnation(s, t); });
-    }
-    weights_changed();
-    log_.curve(s, "grad_norm", norm);
-    log_.curve(s, "lr", lr);
-    if (!numerics::all_finite(master_)) {
-      diverged_ = true;
-      if (!first_nonfinite_step_) {
-        first_nonfinite_step_ = s;
-        first_nonfinite_op_ = "adamw.fwd(master)";
-        log_.event(s, "nonfinite", "first non-finite value in " + first_nonfinite_op_);
-      }
-      log_.event(s, "diverged", "master weights became non-finite; run stopped");
-    }
-  }
-  if (const auto change = scaler_.update(s, grads_finite)) {
-    log_.event(s, "loss_scale", std::string(change->reason) + " " + format_value(change->from) + " -> " +
-                                    format_value(change->to));
-    log_.curve(s + 1, "loss_scale", change->to);
-  }
-  last_train_loss_ = loss;
-  step_ = s + 1;
-  own_.set_profile(nullptr);
-  if (profile_ != nullptr) profile_->add_step(ops::seconds_since(t_step));
+}
 
+void Trainer::skip_update(std::int64_t s, const StepTelemetry& tel, double scale) {
+  ++skipped_;
+  log_.event(s, "skip", "non-finite gradients at loss scale " + format_value(scale) +
+                            (tel.first_nonfinite_op.empty() ? "" : " (first in " + tel.first_nonfinite_op + ")"));
+  log_.curve(s, "skipped", 1.0);
+}
+
+void Trainer::update(std::int64_t s, const StepTelemetry& tel, double lr) {
+  double norm = 0;
+  ops::timed_phase(profile_, "trainer: global norm", [&] { norm = global_norm(grads_, opts_.update_format); });
+  const double coef = clip_coefficient(norm, opts_.recipe.clip_norm, opts_.update_format);
+  ++adam_t_;
+  // Tensor by tensor, so the stagnation telemetry holds one tensor's weights from before its update, not
+  // a copy of all of them (the same updates in the same order as one whole update).
+  for (const ParamTensor t : kAllParamTensors) {
+    const auto range = std::span<const double>(master_).subspan(layout_.offset_of(t), layout_.size_of(t));
+    if (tel.detailed)
+      ops::timed_phase(profile_, "trainer: stagnation telemetry", [&] { before_.assign(range.begin(), range.end()); });
+    own_.update_tensor(t, master_, m_, v_, grads_, opts_.recipe, lr, adam_t_, coef);
+    if (tel.detailed) ops::timed_phase(profile_, "trainer: stagnation telemetry", [&] { log_stagnation(s, t); });
+  }
+  weights_changed();
+  log_.curve(s, "grad_norm", norm);
+  log_.curve(s, "lr", lr);
+  if (!numerics::all_finite(master_)) {
+    diverged_ = true;
+    if (!first_nonfinite_step_) {
+      first_nonfinite_step_ = s;
+      first_nonfinite_op_ = "adamw.fwd(master)";
+      log_.event(s, "nonfinite", "first non-finite value in " + first_nonfinite_op_);
+    }
+    log_.event(s, "diverged", "master weights became non-finite; run stopped");
+  }
+}
+
+void Trainer::evaluate_and_save_if_due() {
   const bool eval_due = opts_.eval_every > 0 && step_ % opts_.eval_every == 0 && step_ < opts_.steps;
   if (eval_due) evaluate_and_log();
   const bool ckpt_due = (opts_.checkpoint_every > 0 && step_ % opts_.checkpoint_every == 0) || eval_due ||
                         step_ == opts_.steps || done();
   if (ckpt_due) save();
+}
 
-  if (progress_ && opts_.progress_every > 0 && (step_ % opts_.progress_every == 0 || step_ == opts_.steps)) {
-    const double elapsed = now_seconds() - wall_start_;
-    const double done_here = static_cast<double>(step_ - started_at_);
-    const double tok_s = done_here * accum * c.batch * c.seq / std::max(elapsed, 1e-9);
-    const double eta = elapsed / done_here * static_cast<double>(opts_.steps - step_);
-    char line[240];
-    std::snprintf(line, sizeof line,
-                  "update %lld/%lld (micro-step %lld)  loss %.4f  lr %.2e  scale %g  %.0f tok/s  ETA %s\n",
-                  static_cast<long long>(step_), static_cast<long long>(opts_.steps),
-                  static_cast<long long>(step_ * accum), loss, lr, scaler_.scale(), tok_s, duration_text(eta).c_str());
-    *progress_ << line << std::flush;
-  }
+void Trainer::print_progress(double loss, double lr) const {
+  if (!progress_ || opts_.progress_every <= 0 || (step_ % opts_.progress_every != 0 && step_ != opts_.steps)) return;
+  const ModelConfig& c = opts_.config;
+  const double elapsed = now_seconds() - wall_start_;
+  const double done_here = static_cast<double>(step_ - started_at_);
+  const double tok_s = done_here * opts_.recipe.accum * c.batch * c.seq / std::max(elapsed, 1e-9);
+  const double eta = elapsed / done_here * static_cast<double>(opts_.steps - step_);
+  char line[240];
+  std::snprintf(line, sizeof line,
+                "update %lld/%lld (micro-step %lld)  loss %.4f  lr %.2e  scale %g  %.0f tok/s  ETA %s\n",
+                static_cast<long long>(step_), static_cast<long long>(opts_.steps),
+                static_cast<long long>(step_ * opts_.recipe.accum), loss, lr, scaler_.scale(), tok_s,
+                duration_text(eta).c_str());
+  *progress_ << line << std::flush;
 }
 
 void Trainer::log_gradient_underflow(std::int64_t s, const Batch& batch, int accum, double loss_scale) {

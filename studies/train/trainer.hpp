@@ -131,6 +131,20 @@ class Trainer {
   static constexpr std::size_t kAutoAneWindow = 200;
 
  private:
+  // The phases of step(), in order.
+  /// Micro-batching: recipe.accum forward+backward passes of update s at loss scale `scale`, their gradients
+  /// summed into grads_ (with the underflow telemetry at a detailed step); returns the mean loss.
+  double micro_steps(std::int64_t s, double scale, StepTelemetry& tel);
+  /// Records the first non-finite step (naming the op) and the RMSNorm collapses of the step.
+  void record_nonfinite(std::int64_t s, const StepTelemetry& tel, bool finite);
+  /// Loss scaling: the update skipped for non-finite gradients (logged).
+  void skip_update(std::int64_t s, const StepTelemetry& tel, double scale);
+  /// The optimizer: global norm, clip, AdamW tensor by tensor with the stagnation telemetry, divergence check.
+  void update(std::int64_t s, const StepTelemetry& tel, double lr);
+  /// Evaluation and checkpoint when due after the step.
+  void evaluate_and_save_if_due();
+  /// The progress line when due.
+  void print_progress(double loss, double lr) const;
   /// Loss and bits per byte of `m` on `set`; with a profile, its seconds and windows under `name`.
   EvalLoss evaluate(Model& m, const EvalSet& set, const char* name);
   /// The own-precision validation result, given the fp32 one (reused when own_ is fp32_).

@@ -24,6 +24,38 @@ TEST(OpKind, NamesAreUniqueAndRoundTrip) {
   EXPECT_FALSE(find_op("softmx").has_value());
 }
 
+// The presets place groups, never single ops (ops/policy.cpp): two ops of one OpGroup have the same entries,
+// pass by pass, in every preset. An op added to ROUNDOFF_FOR_EACH_OP in an existing group (GELU in
+// FfnActivation) thereby gets its group's placement with no edit in policy.cpp; a preset that special-cased one
+// op of a group would fail here.
+TEST(PolicyGroups, OpsOfOneGroupHaveTheSameEntriesInEveryPreset) {
+  for (const std::string& name : Policy::preset_names()) {
+    const Policy p = Policy::preset(name);
+    for (OpKind a : kAllOps)
+      for (OpKind b : kAllOps) {
+        if (index_of(b) <= index_of(a) || group_of(a) != group_of(b)) continue;
+        for (Pass pass : kAllPasses)
+          EXPECT_EQ(p.at(a, pass), p.at(b, pass))
+              << name << ": " << name_of(a) << " and " << name_of(b) << " share a group but differ in " << name_of(pass);
+      }
+  }
+}
+
+// The FFN activation group is placed where SiLU is in the layouts that tell it apart from fp32: on the ANE
+// (fwd, bwd-data) in ane-fp16 and stored in the half format under amp. Every op of the group, GELU included.
+TEST(PolicyGroups, FfnActivationsRunWhereSiluRuns) {
+  const Policy ane = Policy::preset("ane-fp16"), amp = Policy::preset("amp-bf16");
+  for (OpKind k : kAllOps) {
+    if (group_of(k) != OpGroup::FfnActivation) continue;
+    EXPECT_EQ(ane.at(k, Pass::Forward).storage, fmts::fp16) << name_of(k);
+    EXPECT_EQ(ane.at(k, Pass::BackwardData).storage, fmts::fp16) << name_of(k);
+    EXPECT_EQ(ane.at(k, Pass::BackwardWeight).storage, fmts::fp32) << name_of(k);
+    EXPECT_EQ(amp.at(k, Pass::Forward).storage, fmts::bf16) << name_of(k);
+    EXPECT_EQ(amp.at(k, Pass::Forward).compute, fmts::fp32) << name_of(k);
+  }
+  EXPECT_EQ(group_of(OpKind::Gelu), OpGroup::FfnActivation);
+}
+
 TEST(Policy, PresetsRoundTripToTheirName) {
   for (const std::string& name : Policy::preset_names()) {
     const Policy p = Policy::preset(name);

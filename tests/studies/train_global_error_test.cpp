@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "ops/policy.hpp"
 #include "studies/data/corpus.hpp"
@@ -84,6 +85,43 @@ TEST(TrainGlobalError, EverySiteAndGradientIsRecordedUnderAneFp16) {
   EXPECT_GT(err["matmul.w2"], 0.0);
   EXPECT_GT(err["matmul.wq"], 0.0);  // a weight gradient
   EXPECT_TRUE(names.count("softmax.att") == 1 && names.count("classifier.wcls") == 1);
+}
+
+// The model's list of saved activations (record_global) names each tensor by the op that produced it: a global
+// record (op, layer, tensor) of a block's forward needs a local record of the same op, layer and tensor (or
+// "tensor.output") from the shadow of the same pass, and every op that ran forward in a block has at least one
+// global record there. Walks every feed-forward (SwiGLU, GELU erf and tanh) and both residual rules, so that a
+// new op the model calls (GELU: z = gelu(g), no W3, no SiLU) fails here until the list names it.
+TEST(TrainGlobalError, EachSavedActivationIsNamedByTheOpThatProducedIt) {
+  omp_set_num_threads(1);
+  for (const Ffn ffn : {Ffn::SwiGlu, Ffn::Gelu, Ffn::GeluTanh})
+    for (const ResidualScale rs : {ResidualScale::None, ResidualScale::DeepNorm}) {
+      ModelConfig c = tiny();
+      c.ffn = ffn;
+      const TrainData& data = testing::excerpt_data(c);
+      Transformer own(c, rs, ops::Policy::preset("ane-fp16"), 7), ref(c, rs, ops::Policy::preset("fp64"), 7);
+      const std::vector<double> w = init_params(c, Recipe{}, residual_rule(rs, c.layers), 7);
+      ops::Tape tape;
+      own.shadow(4, data.val.batches.front(), w, 1024.0, tape, 1, &ref);
+      std::set<std::tuple<int, ops::OpKind, std::string>> local;
+      std::set<std::pair<int, ops::OpKind>> ran, recorded;
+      for (const ops::OpRecord& r : tape.records())
+        if (r.kind == ops::RecordKind::Local && r.pass == ops::Pass::Forward && r.layer >= 0) {
+          local.insert({r.layer, r.op, r.tensor.substr(0, r.tensor.find('.'))});
+          ran.insert({r.layer, r.op});
+        }
+      const std::string what = std::string(name_of(ffn)) + (rs == ResidualScale::None ? " pre-norm" : " deepnorm");
+      for (const ops::OpRecord& r : tape.records())
+        if (r.kind == ops::RecordKind::Global && r.pass == ops::Pass::Forward && r.layer >= 0) {
+          EXPECT_TRUE(local.count({r.layer, r.op, r.tensor}) == 1)
+              << what << ": global record " << ops::name_of(r.op) << "." << r.tensor << " [layer " << r.layer
+              << "] names no op call of the forward";
+          recorded.insert({r.layer, r.op});
+        }
+      for (const auto& [layer, op] : ran)
+        EXPECT_TRUE(recorded.count({layer, op}) == 1)
+            << what << ": " << ops::name_of(op) << " ran in layer " << layer << " but no saved activation names it";
+    }
 }
 
 }  // namespace
