@@ -275,16 +275,19 @@ Policy pure_layout(const Format& h, double loss_scale) {
 }
 
 /// The block-scaled training presets (issue 41, docs/policy.md "Block-scaled GEMMs"): amp-bf16 with the linear
-/// layers' GEMMs (OpKind::Matmul: Q K V O W1 W3 W2, every pass) reading block-quantized operands: x and W in
-/// `act_w`, dy in `grad`; the classifier, the attention GEMMs and every other op as in amp-bf16.
+/// layers' GEMMs (the Projection group: Q K V O W1 W3 W2, every pass) reading block-quantized operands: x and W in
+/// `act_w`, dy in `grad`; the classifier, the attention GEMMs and every other op as in amp-bf16. Placed by group
+/// (as every preset is), so that this file names no op.
 Policy block_training(const char* act_w, const char* grad) {
   Policy p = amp_layout(fmts::bf16, 1.0, sequential_in(fmts::fp32));
-  for (Pass ps : kAllPasses) {
-    GemmQuant& q = p.at(OpKind::Matmul, ps).quant;
-    q.format[index_of(GemmRole::X)] = numerics::parse_block_format(act_w);
-    q.format[index_of(GemmRole::W)] = numerics::parse_block_format(act_w);
-    q.format[index_of(GemmRole::Dy)] = numerics::parse_block_format(grad);
-  }
+  for (OpKind k : kAllOps)
+    if (group_of(k) == OpGroup::Projection)
+      for (Pass ps : kAllPasses) {
+        GemmQuant& q = p.at(k, ps).quant;
+        q.format[index_of(GemmRole::X)] = numerics::parse_block_format(act_w);
+        q.format[index_of(GemmRole::W)] = numerics::parse_block_format(act_w);
+        q.format[index_of(GemmRole::Dy)] = numerics::parse_block_format(grad);
+      }
   return p;
 }
 
@@ -295,12 +298,15 @@ Policy block_training(const char* act_w, const char* grad) {
 /// keeps most of them).
 Policy nvfp4_recipe() {
   Policy p = block_training("nvfp4", "nvfp4");
-  for (Pass ps : kAllPasses) {
-    GemmQuant& q = p.at(OpKind::Matmul, ps).quant;
-    q.format[index_of(GemmRole::W)] = numerics::parse_block_format("nvfp4-16x16");
-    q.stochastic[index_of(GemmRole::Dy)] = true;
+  for (OpKind k : kAllOps) {
+    if (group_of(k) != OpGroup::Projection) continue;
+    for (Pass ps : kAllPasses) {
+      GemmQuant& q = p.at(k, ps).quant;
+      q.format[index_of(GemmRole::W)] = numerics::parse_block_format("nvfp4-16x16");
+      q.stochastic[index_of(GemmRole::Dy)] = true;
+    }
+    p.at(k, Pass::BackwardWeight).quant.rht = true;
   }
-  p.at(OpKind::Matmul, Pass::BackwardWeight).quant.rht = true;
   p.set_block_keep({0, 1});
   return p;
 }
@@ -309,7 +315,9 @@ Policy nvfp4_recipe() {
 /// `fmt` (activations stay fp32; the classifier unquantized, as GPTQ, AWQ and QLoRA leave the output head).
 Policy weight_only(const char* fmt) {
   Policy p(uniform(fmts::fp32));
-  p.at(OpKind::Matmul, Pass::Forward).quant.format[index_of(GemmRole::W)] = numerics::parse_block_format(fmt);
+  for (OpKind k : kAllOps)
+    if (group_of(k) == OpGroup::Projection)
+      p.at(k, Pass::Forward).quant.format[index_of(GemmRole::W)] = numerics::parse_block_format(fmt);
   return p;
 }
 
@@ -941,7 +949,7 @@ void apply_item(Policy& p, std::size_t index, const std::string& token) {
   }
   if (field && is_quant_field(*field))
     for (OpKind k : ops)
-      if (k != OpKind::Matmul && k != OpKind::Classifier)
+      if (group_of(k) != OpGroup::Projection && group_of(k) != OpGroup::Classifier)  // the GEMMs of ops/matmul.hpp
         fail(index, token,
              "block quantization applies to the GEMM ops matmul and classifier, not " + std::string(name_of(k)) +
                  "; valid: matmul[.PASS]." + sel.back() + "=..., classifier[.PASS]." + sel.back() + "=...");

@@ -12,6 +12,31 @@ namespace roundoff::python {
 
 using namespace numerics;
 
+namespace {
+/// x: C-contiguous, flattened, whose last axis has axis_len elements. Returns (codes uint8 of x's size, scales
+/// uint32 with one per block, tensor scale, biases uint32 with one per block or empty). float32 input goes to the
+/// float overload (the kernels read it directly; the same codes as its widening).
+template <class T>
+py::tuple quantize_array(const py::array_t<T, py::array::c_style>& x, const std::string& name, std::int64_t axis_len) {
+  using U8 = py::array_t<std::uint8_t, py::array::c_style>;
+  using U32 = py::array_t<std::uint32_t, py::array::c_style>;
+  const BlockFormat b = parse_block_format(name);
+  if (axis_len <= 0) throw std::invalid_argument(b.name + ": the quantized axis is empty");
+  BlockCodes q;
+  {
+    py::gil_scoped_release release;
+    q = quantize(b, std::span<const T>(x.data(), static_cast<std::size_t>(x.size())), static_cast<std::size_t>(axis_len));
+  }
+  U8 codes(static_cast<py::ssize_t>(q.codes.size()));
+  std::copy(q.codes.begin(), q.codes.end(), codes.mutable_data());
+  U32 scales(static_cast<py::ssize_t>(q.scales.size()));
+  std::copy(q.scales.begin(), q.scales.end(), scales.mutable_data());
+  U32 biases(static_cast<py::ssize_t>(q.biases.size()));
+  std::copy(q.biases.begin(), q.biases.end(), biases.mutable_data());
+  return py::make_tuple(codes, scales, q.tensor_scale, biases);
+}
+}  // namespace
+
 void bind_blocks(py::module_& m) {
   using U8 = py::array_t<std::uint8_t, py::array::c_style>;
   using U32 = py::array_t<std::uint32_t, py::array::c_style>;
@@ -21,42 +46,11 @@ void bind_blocks(py::module_& m) {
     return py::make_tuple(b.name, b.block_size, element_bits(b.element), scale_bits(b.scale),
                           std::string(name_of(b.rule)), std::string(name_of(b.scale)), b.block_rows);
   });
-  // x: C-contiguous float64, flattened, whose last axis has axis_len elements. Returns (codes uint8 of x's
-  // size, scales uint32 with one per block, tensor scale, biases uint32 with one per block or empty).
-  // float32 input goes to the float overload (the kernels read it directly; the same codes as its widening).
   m.def("quantize_blocks_f32", [](const F32& x, const std::string& name, std::int64_t axis_len) {
-    const BlockFormat b = parse_block_format(name);
-    if (axis_len <= 0) throw std::invalid_argument(b.name + ": the quantized axis is empty");
-    BlockCodes q;
-    {
-      py::gil_scoped_release release;
-      q = quantize(b, std::span<const float>(x.data(), static_cast<std::size_t>(x.size())),
-                   static_cast<std::size_t>(axis_len));
-    }
-    U8 codes(static_cast<py::ssize_t>(q.codes.size()));
-    std::copy(q.codes.begin(), q.codes.end(), codes.mutable_data());
-    U32 scales(static_cast<py::ssize_t>(q.scales.size()));
-    std::copy(q.scales.begin(), q.scales.end(), scales.mutable_data());
-    U32 biases(static_cast<py::ssize_t>(q.biases.size()));
-    std::copy(q.biases.begin(), q.biases.end(), biases.mutable_data());
-    return py::make_tuple(codes, scales, q.tensor_scale, biases);
+    return quantize_array<float>(x, name, axis_len);
   });
   m.def("quantize_blocks", [](const F64& x, const std::string& name, std::int64_t axis_len) {
-    const BlockFormat b = parse_block_format(name);
-    if (axis_len <= 0) throw std::invalid_argument(b.name + ": the quantized axis is empty");
-    BlockCodes q;
-    {
-      py::gil_scoped_release release;
-      q = quantize(b, std::span<const double>(x.data(), static_cast<std::size_t>(x.size())),
-                   static_cast<std::size_t>(axis_len));
-    }
-    U8 codes(static_cast<py::ssize_t>(q.codes.size()));
-    std::copy(q.codes.begin(), q.codes.end(), codes.mutable_data());
-    U32 scales(static_cast<py::ssize_t>(q.scales.size()));
-    std::copy(q.scales.begin(), q.scales.end(), scales.mutable_data());
-    U32 biases(static_cast<py::ssize_t>(q.biases.size()));
-    std::copy(q.biases.begin(), q.biases.end(), biases.mutable_data());
-    return py::make_tuple(codes, scales, q.tensor_scale, biases);
+    return quantize_array<double>(x, name, axis_len);
   });
   m.def("dequantize_blocks", [](const U8& codes, const U32& scales, const std::string& name, float tensor_scale,
                                 bool f32, const U32& biases, std::size_t axis_len) {

@@ -143,22 +143,11 @@ void run_palette(const Options& o) {
 void run(const Options& o) {
   if (o.format == "palette") return run_palette(o);
   if (!o.lut.empty()) throw CliError("quantize: --lut applies to --format palette only; valid: no --lut with " + o.format);
-  if (o.out.empty()) throw CliError("quantize: --out must name a file (got an empty string); valid: " + std::string(kValidOut));
   if (!o.rule.empty() && o.format.find(':') != std::string::npos)
     throw CliError("quantize: --rule " + o.rule + " given with --format " + o.format +
                    ", which already names a rule; valid: a rule in one of the two places");
   const BlockFormat b = numerics::parse_block_format(o.rule.empty() ? o.format : o.format + ":" + o.rule);
-  std::error_code ec;
-  const auto out_status = fs::status(o.out, ec);
-  if (fs::exists(out_status)) {
-    if (out_status.type() != fs::file_type::regular)
-      throw CliError("quantize: --out " + o.out + " exists and is not a regular file; valid: " + std::string(kValidOut));
-    if (fs::equivalent(o.in, o.out, ec))
-      throw CliError("quantize: --out " + o.out + " is the input file; valid: " + std::string(kValidOut));
-    if (!studies::npz_written_by(o.out, kWriter))
-      throw CliError("quantize: --out " + o.out + " exists and was not written by roundoff quantize (remove it if it may go); valid: " +
-                     std::string(kValidOut));
-  }
+  check_out(o);
   const studies::NpyArray a = studies::read_npy(o.in, kMaxInputBytes);
   const auto ndim = static_cast<int>(a.shape.size());
   if (o.axis < -ndim || o.axis >= ndim)
