@@ -51,8 +51,9 @@ TEST(TrainFastPaths, BlockPresetsWeightsEqualTheOracleAfterThreeSteps) {
   // weight a grid of 16×16 tiles. Block quantization (ops/gemm_quant.hpp) runs the same code on both arms; the GEMM
   // of the decoded operands takes the kernels or the generic path, and stochastic gradients draw the same keys.
   const ModelConfig c = testing::small_config(32, 32, 2);
+  // Directories of their own: ctest runs this test beside the one above.
   for (const char* p : {"mxfp8", "mxfp6", "mxfp4", "nvfp4", "nvfp4,block-keep=1:0", "int4-g32", "nf4"})
-    EXPECT_EQ(sha_after(c, p, true, "fast_on"), sha_after(c, p, false, "fast_off")) << p;
+    EXPECT_EQ(sha_after(c, p, true, "block_fast_on"), sha_after(c, p, false, "block_fast_off")) << p;
 }
 
 }  // namespace

@@ -215,8 +215,8 @@ TEST(TrainModel, SameWeightsForOneAndTwoThreads) {
 TEST(TrainModel, ResumeUnderStochasticRoundingEqualsUninterrupted) {
   const ModelConfig c = small_config(16, 16, 2);
   const std::string policy = "ane-fp16,all.rounding=stochastic";
-  const auto a = run(c, policy, fresh_dir("whole"), 6);
-  const auto dir = fresh_dir("parts");
+  const auto a = run(c, policy, fresh_dir("sr_whole"), 6);
+  const auto dir = fresh_dir("sr_parts");
   run(c, policy, dir, 6, [](TrainOptions& o) { o.stop_after = 4; });
   const auto b = run(c, policy, dir, 6, [](TrainOptions& o) { o.resume = true; });
   EXPECT_EQ(a["weights_sha256"], b["weights_sha256"]);
