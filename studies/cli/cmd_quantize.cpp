@@ -182,21 +182,7 @@ void run(const Options& o) {
   const std::vector<std::uint32_t> scales32 = swap_axis(q.scales, outer_s, n / k, inner_s, false);
 
   std::vector<float> vf(v.size());
-  double max_abs = 0, sum_sq = 0, max_rel = 0;
-  std::size_t finite = 0, nonzero = 0;
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    vf[i] = static_cast<float>(v[i]);  // exact: dequantize rounded to fp32
-    const double x = a.values[i];
-    if (!std::isfinite(x) || !std::isfinite(v[i])) continue;
-    const double e = std::fabs(v[i] - x);  // both have at most 53 significant bits; the difference is rounded once
-    ++finite;
-    max_abs = std::max(max_abs, e);
-    sum_sq += e * e;
-    if (x != 0) {
-      ++nonzero;
-      max_rel = std::max(max_rel, e / std::fabs(x));
-    }
-  }
+  for (std::size_t i = 0; i < v.size(); ++i) vf[i] = static_cast<float>(v[i]);  // exact: dequantize rounded to fp32
   std::vector<studies::NpyMember> members;
   members.push_back({"values", "<f4", a.shape, le_bytes(vf)});
   members.push_back({"codes", "|u1", a.shape, le_bytes(codes)});
@@ -240,12 +226,7 @@ void run(const Options& o) {
   j["input_dtype"] = a.float32 ? "float32" : "float64";
   j["axis"] = ax;
   j["out"] = o.out;
-  j["count"] = v.size();
-  j["finite_count"] = finite;
-  j["nonzero_count"] = nonzero;
-  j["max_abs_error"] = max_abs;
-  j["rms_error"] = finite ? std::sqrt(sum_sq / static_cast<double>(finite)) : 0.0;
-  j["max_rel_error"] = max_rel;
+  error_fields(j, a.values, v);
   std::printf("%s\n", j.dump().c_str());
 }
 
