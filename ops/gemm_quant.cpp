@@ -161,9 +161,7 @@ void quantize_rows(const BlockFormat& f, std::span<double> v, std::size_t K, con
     throw std::invalid_argument(where + ": " + e.what());
   }
   if (draws != nullptr) stochastic_codes(f, v, q, *draws);
-  const std::vector<double> dq =
-      numerics::dequantize(f, q.codes, q.scales, q.tensor_scale, numerics::formats::fp32, q.biases, axis);
-  std::copy(dq.begin(), dq.end(), v.begin());
+  numerics::dequantize_into(f, q.codes, q.scales, q.tensor_scale, numerics::formats::fp32, v, q.biases, axis);
 }
 
 void quantize_operand(const std::optional<BlockFormat>& f, std::span<const double> data, std::size_t rows,
