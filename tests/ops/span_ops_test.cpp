@@ -35,33 +35,7 @@ using test::kRegimes;
 using test::Regime;
 
 
-/// Whether a policy quantizes any GEMM operand to a block format (the block presets need shapes whose contraction
-/// axes are multiples of their blocks: tests/ops/gemm_quant_test.cpp and tests/studies/train_fast_paths_test.cpp).
-bool has_block_quant(const Policy& p) {
-  for (OpKind k : kAllOps)
-    for (Pass ps : kAllPasses)
-      if (p.at(k, ps).quant.active()) return true;
-  return false;
-}
-
-std::vector<std::string> policies() {
-  std::vector<std::string> p;
-  for (const std::string& name : Policy::preset_names())  // block presets: ragged shapes here (gemm_quant_test)
-    if (!has_block_quant(Policy::preset(name))) p.push_back(name);
-  p.push_back("ane-fp16,all.rounding=stochastic");
-  p.push_back("pure-bf16,all.rounding=up");
-  p.push_back("ane-fp16,all.rounding=odd,all.saturate=1000,all.nan=ane-inf");
-  p.push_back("amp-bf16,all.rounding=toward-zero,matmul.acc=fp64-seq");
-  // Flush to zero (OpPrecision::ftz, daz): every span path flushes as the per-element calls do.
-  p.push_back("ane-guide,all.ftz=all,all.daz=on");
-  p.push_back("pure-fp16,all.ftz=out");
-  p.push_back("pure-bf16,all.ftz=all,all.daz=on");
-  p.push_back("fp32,all.ftz=all,all.daz=on");
-  p.push_back("fp32,all.ftz=out");
-  p.push_back("ane-fp16,all.rounding=stochastic,all.ftz=all,all.daz=on");
-  p.push_back("amp-fp16,all.rounding=up,all.ftz=out,all.daz=on");
-  return p;
-}
+std::vector<std::string> policies() { return test::span_policies(); }
 
 TEST(SpanOps, ArrayFormsEqualThePerElementCalls) {
   for (const std::string& spec : policies()) {
