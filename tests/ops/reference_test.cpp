@@ -16,6 +16,7 @@
 
 #include "ops/activation.hpp"
 #include "ops/adamw.hpp"
+#include "ops/attention.hpp"
 #include "ops/cross_entropy.hpp"
 #include "ops/residual.hpp"
 #include "ops/rmsnorm.hpp"
@@ -127,6 +128,23 @@ std::vector<OpCase> cases() {
                  if (ref) rope_backward_data_reference<E>(dx, in[0], in[2], in[3], kAttn, ctx);
                  else rope_backward_data<E>(dx, in[0], in[2], in[3], kAttn, ctx);
                  return std::vector<Vec>{dx};
+               }});
+  // Softmax on the causal rows of kAttn's (B, NH, T, T) scores.
+  const auto natt = static_cast<std::size_t>(kAttn.att_size()), T = static_cast<std::size_t>(kAttn.T);
+  c.push_back({"softmax.fwd", OpKind::Softmax, Pass::Forward, [=]([[maybe_unused]] const Policy& pol, const Ctx<E>& ctx, bool ref, Regime rg) {
+                 const auto pre = inputs(natt, rg, ctx.precision().storage, 325, T);
+                 Vec att(natt, 7.0);
+                 if (ref) softmax_forward_reference<E>(att, pre, kAttn, ctx);
+                 else softmax_forward<E>(att, pre, kAttn, ctx);
+                 return std::vector<Vec>{att};
+               }});
+  c.push_back({"softmax.bwd-data", OpKind::Softmax, Pass::BackwardData, [=]([[maybe_unused]] const Policy& pol, const Ctx<E>& ctx, bool ref, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto att = inputs(natt, rg, f, 326, T), datt = inputs(natt, rg, f, 327, T);
+                 Vec dpre = inputs(natt, Regime::Normal, f, 328);
+                 if (ref) softmax_backward_data_reference<E>(dpre, datt, att, kAttn, ctx);
+                 else softmax_backward_data<E>(dpre, datt, att, kAttn, ctx);
+                 return std::vector<Vec>{dpre};
                }});
   // RMSNorm: x without NaN (a NaN makes its row's rstd NaN, and dw sums every row); rstd positive.
   const auto cols = static_cast<std::size_t>(kRows.cols), rows = static_cast<std::size_t>(kRows.rows);
@@ -257,7 +275,7 @@ INSTANTIATE_TEST_SUITE_P(Ops, OpReference, ::testing::ValuesIn(cases()),
 enum class RefKind {
   Case,        ///< a span body and a scalar *_reference beside it: a case in cases()
   ScalarBody,  ///< one scalar body on Steps, its own reference (no fast path to compare)
-  Pending,     ///< not yet split (issue 45 step 3: attention and the GEMMs; their oracles are the fast-paths-off
+  Pending,     ///< not yet split (issue 45 step 3: the attention products and the GEMMs; their oracles are the fast-paths-off
                ///< definition in span_ops_test.cpp, attention_gemm_test.cpp and online_softmax_test.cpp)
 };
 RefKind reference_of(OpKind k) {
@@ -270,6 +288,7 @@ RefKind reference_of(OpKind k) {
     case OpKind::RmsNorm:
     case OpKind::CrossEntropy:
     case OpKind::AdamW:
+    case OpKind::Softmax:
       return RefKind::Case;
     case OpKind::Embedding:
     case OpKind::RopeAngles:
@@ -278,7 +297,6 @@ RefKind reference_of(OpKind k) {
     case OpKind::Matmul:
     case OpKind::Classifier:
     case OpKind::AttnScores:
-    case OpKind::Softmax:
     case OpKind::AttnValues:
       return RefKind::Pending;
   }
