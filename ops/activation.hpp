@@ -10,40 +10,84 @@
 #include "ops/backend.hpp"
 #include "ops/shape.hpp"
 #include "ops/span_arith.hpp"
+#include "ops/steps.hpp"
 
 namespace roundoff::ops {
 
-/// y = x·σ(x), y and x (rows, cols). Row by row on the span forms (ops/span_arith.hpp, Ctx::sigmoid_array): per
-/// element in(x) [X, e, 0], s = σ(x) [Y, e, 0], x·s [Y, e, 1], store [Y, e, 2], the roundings and keys of the
-/// per-element definition.
+// Each op: the scalar reference (the per-element definition, one Steps per tensor element: the slots in the
+// order of the steps) and the span body, which takes its key functions from SlotSeqs in the same order
+// (ops/steps.hpp); tests/ops/reference_test.cpp compares the two bit for bit.
+
+/// y = x·σ(x), y and x (rows, cols). The reference: per element e, x = store(x) [X] (the entry cast:
+/// ops/steps.hpp, store_cast), s = σ(x), p = x·s, y = store(p)
+/// (slots of Y in that order).
+template <class A>
+void silu_forward_reference(std::span<typename A::Value> y, std::span<const typename A::Value> x, RowShape s,
+                            const Ctx<A>& ctx) {
+  using V = typename A::Value;
+  for (std::size_t e = 0; e < static_cast<std::size_t>(s.size()); ++e) {
+    Steps<A> ye(ctx, Tensor::Y, e);
+    const V xe = store_cast(ctx, Tensor::X, e, x[e]);
+    const V sg = ye.sigmoid(xe);
+    y[e] = ye.store(ye.mul(xe, sg));
+  }
+}
+
+/// silu_forward_reference row by row on the span forms (ops/span_arith.hpp, Ctx::sigmoid_array).
 template <class A>
 void silu_forward(std::span<typename A::Value> y, std::span<const typename A::Value> x, RowShape s, const Ctx<A>& ctx,
                   Select sel = {}) {
   using V = typename A::Value;
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
-    const auto k = [e0](Tensor tensor, unsigned slot) { return [e0, tensor, slot](std::size_t i) { return key(tensor, e0 + i, slot); }; };
+    SlotSeq X(Tensor::X, e0), Y(Tensor::Y, e0);
+    const auto k_in = X.next();
+    const auto k_sigmoid = Y.next(), k_mul = Y.next(), k_store = Y.next();
     thread_local std::vector<V> xs, sg, p;
     xs.resize(n);
     sg.resize(n);
     p.resize(n);
-    ctx.store_array(x.subspan(e0, n), xs, k(Tensor::X, 0));
-    ctx.sigmoid_array(cspan(xs), sg, k(Tensor::Y, 0));
-    arith_array(ctx, ArithOp::Mul, cspan(xs), cspan(sg), std::span<V>(p), k(Tensor::Y, 1));
-    ctx.store_array(cspan(p), y.subspan(e0, n), k(Tensor::Y, 2));
+    ctx.store_array(x.subspan(e0, n), xs, k_in);  // the entry cast, by store (store_cast)
+    ctx.sigmoid_array(cspan(xs), sg, k_sigmoid);
+    arith_array(ctx, ArithOp::Mul, cspan(xs), cspan(sg), std::span<V>(p), k_mul);
+    ctx.store_array(cspan(p), y.subspan(e0, n), k_store);
   });
 }
 
-/// dx += dy·σ(x)·(1 + x·(1 − σ(x))). Pass BackwardData. Row by row on the span forms, per element: in(x)
-/// [X, e, 0], s = σ(x) [Dx, e, 0], 1 − s [Dx, e, 1], x·(1 − s) [Dx, e, 2], t = 1 + x·(1 − s) [Dx, e, 3],
-/// in(dy) [Dy, e, 0], dy·s [Dx, e, 4], (dy·s)·t [Dx, e, 5], in(dx) [Dx, e, 6], the sum [Dx, e, 7], store [Dx, e, 8].
+/// dx += dy·σ(x)·(1 + x·(1 − σ(x))), all (rows, cols). Pass BackwardData. The reference: per element e,
+/// x = store(x) [X]; then on Dx: s = σ(x), a = 1 − s, b = x·a, t = 1 + b; g = store(dy) [Dy]; p = g·s,
+/// q = p·t, d = store(dx), sum = d + q, dx = store(sum). (Every cast of an input by store: store_cast.)
+template <class A>
+void silu_backward_data_reference(std::span<typename A::Value> dx, std::span<const typename A::Value> dy,
+                                  std::span<const typename A::Value> x, RowShape s, const Ctx<A>& ctx) {
+  using V = typename A::Value;
+  const V one = ctx.c(1.0);
+  for (std::size_t e = 0; e < static_cast<std::size_t>(s.size()); ++e) {
+    Steps<A> de(ctx, Tensor::Dx, e);
+    const V xe = store_cast(ctx, Tensor::X, e, x[e]);
+    const V sg = de.sigmoid(xe);
+    const V a = de.sub(one, sg);
+    const V b = de.mul(xe, a);
+    const V t = de.add(one, b);
+    const V g = store_cast(ctx, Tensor::Dy, e, dy[e]);
+    const V p = de.mul(g, sg);
+    const V q = de.mul(p, t);
+    const V d = de.store(dx[e]);
+    dx[e] = de.store(de.add(d, q));
+  }
+}
+
+/// silu_backward_data_reference row by row on the span forms.
 template <class A>
 void silu_backward_data(std::span<typename A::Value> dx, std::span<const typename A::Value> dy,
                         std::span<const typename A::Value> x, RowShape s, const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
-    const auto k = [e0](Tensor tensor, unsigned slot) { return [e0, tensor, slot](std::size_t i) { return key(tensor, e0 + i, slot); }; };
+    SlotSeq X(Tensor::X, e0), Dy(Tensor::Dy, e0), Dx(Tensor::Dx, e0);
+    const auto k_x = X.next(), k_dy = Dy.next();
+    const auto k_sigmoid = Dx.next(), k_a = Dx.next(), k_b = Dx.next(), k_t = Dx.next(), k_p = Dx.next(),
+               k_q = Dx.next(), k_in = Dx.next(), k_sum = Dx.next(), k_store = Dx.next();
     thread_local std::vector<V> xs, sg, one, a, b, t;
     xs.resize(n);
     sg.resize(n);
@@ -51,42 +95,76 @@ void silu_backward_data(std::span<typename A::Value> dx, std::span<const typenam
     b.resize(n);
     t.resize(n);
     one.assign(n, ctx.c(1.0));
-    ctx.store_array(x.subspan(e0, n), xs, k(Tensor::X, 0));
-    ctx.sigmoid_array(cspan(xs), sg, k(Tensor::Dx, 0));
-    arith_array(ctx, ArithOp::Sub, cspan(one), cspan(sg), std::span<V>(a), k(Tensor::Dx, 1));
-    arith_array(ctx, ArithOp::Mul, cspan(xs), cspan(a), std::span<V>(b), k(Tensor::Dx, 2));
-    arith_array(ctx, ArithOp::Add, cspan(one), cspan(b), std::span<V>(t), k(Tensor::Dx, 3));
-    ctx.store_array(dy.subspan(e0, n), a, k(Tensor::Dy, 0));
-    arith_array(ctx, ArithOp::Mul, cspan(a), cspan(sg), std::span<V>(b), k(Tensor::Dx, 4));
-    arith_array(ctx, ArithOp::Mul, cspan(b), cspan(t), std::span<V>(a), k(Tensor::Dx, 5));
-    ctx.store_array(std::span<const V>(dx.subspan(e0, n)), b, k(Tensor::Dx, 6));
-    arith_array(ctx, ArithOp::Add, cspan(b), cspan(a), std::span<V>(t), k(Tensor::Dx, 7));
-    ctx.store_array(cspan(t), dx.subspan(e0, n), k(Tensor::Dx, 8));
+    ctx.store_array(x.subspan(e0, n), xs, k_x);
+    ctx.sigmoid_array(cspan(xs), sg, k_sigmoid);
+    arith_array(ctx, ArithOp::Sub, cspan(one), cspan(sg), std::span<V>(a), k_a);
+    arith_array(ctx, ArithOp::Mul, cspan(xs), cspan(a), std::span<V>(b), k_b);
+    arith_array(ctx, ArithOp::Add, cspan(one), cspan(b), std::span<V>(t), k_t);
+    ctx.store_array(dy.subspan(e0, n), a, k_dy);
+    arith_array(ctx, ArithOp::Mul, cspan(a), cspan(sg), std::span<V>(b), k_p);
+    arith_array(ctx, ArithOp::Mul, cspan(b), cspan(t), std::span<V>(a), k_q);
+    ctx.store_array(std::span<const V>(dx.subspan(e0, n)), b, k_in);
+    arith_array(ctx, ArithOp::Add, cspan(b), cspan(a), std::span<V>(t), k_sum);
+    ctx.store_array(cspan(t), dx.subspan(e0, n), k_store);
   });
 }
 
-/// h = a ⊙ u (a = silu(gate)), all (rows, cols). Row by row on the span forms (ops/span_arith.hpp), the
-/// same roundings with the same keys as the per-element definition (the entry casts in(·) through store_array:
-/// in and store are the same rounding).
+/// h = a ⊙ u (a = silu(gate)), all (rows, cols). The reference: per element e, a = store(a) [X], u = store(u) [X2],
+/// p = a·u, h = store(p) (slots of Y).
+template <class A>
+void swiglu_forward_reference(std::span<typename A::Value> h, std::span<const typename A::Value> a,
+                              std::span<const typename A::Value> u, RowShape s, const Ctx<A>& ctx) {
+  using V = typename A::Value;
+  for (std::size_t e = 0; e < static_cast<std::size_t>(s.size()); ++e) {
+    Steps<A> he(ctx, Tensor::Y, e);
+    const V ae = store_cast(ctx, Tensor::X, e, a[e]);
+    const V ue = store_cast(ctx, Tensor::X2, e, u[e]);
+    h[e] = he.store(he.mul(ae, ue));
+  }
+}
+
+/// swiglu_forward_reference row by row on the span forms (the entry casts through store_array, as store_cast).
 template <class A>
 void swiglu_forward(std::span<typename A::Value> h, std::span<const typename A::Value> a,
                     std::span<const typename A::Value> u, RowShape s, const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
-    const auto k = [e0](Tensor tensor, unsigned slot) { return [e0, tensor, slot](std::size_t i) { return key(tensor, e0 + i, slot); }; };
+    SlotSeq X(Tensor::X, e0), X2(Tensor::X2, e0), Y(Tensor::Y, e0);
+    const auto k_a = X.next(), k_u = X2.next();
+    const auto k_mul = Y.next(), k_store = Y.next();
     thread_local std::vector<V> as, us, p;
     as.resize(n);
     us.resize(n);
     p.resize(n);
-    ctx.store_array(a.subspan(e0, n), as, k(Tensor::X, 0));
-    ctx.store_array(u.subspan(e0, n), us, k(Tensor::X2, 0));
-    arith_array(ctx, ArithOp::Mul, cspan(as), cspan(us), std::span<V>(p), k(Tensor::Y, 0));
-    ctx.store_array(cspan(p), h.subspan(e0, n), k(Tensor::Y, 1));
+    ctx.store_array(a.subspan(e0, n), as, k_a);
+    ctx.store_array(u.subspan(e0, n), us, k_u);
+    arith_array(ctx, ArithOp::Mul, cspan(as), cspan(us), std::span<V>(p), k_mul);
+    ctx.store_array(cspan(p), h.subspan(e0, n), k_store);
   });
 }
 
-/// da += dh ⊙ u, du += dh ⊙ a. Pass BackwardData. Row by row on the span forms, as swiglu_forward.
+/// da += dh ⊙ u, du += dh ⊙ a, all (rows, cols). Pass BackwardData. The reference: per element e,
+/// g = store(dh) [Dy]; u = store(u) [X2]; on Dx: d = store(da), p = g·u, da = store(d + p); a = store(a) [X];
+/// on Dx2: d = store(du), p = g·a, du = store(d + p). (The casts by store: store_cast.)
+template <class A>
+void swiglu_backward_data_reference(std::span<typename A::Value> da, std::span<typename A::Value> du,
+                                    std::span<const typename A::Value> dh, std::span<const typename A::Value> a,
+                                    std::span<const typename A::Value> u, RowShape s, const Ctx<A>& ctx) {
+  using V = typename A::Value;
+  for (std::size_t e = 0; e < static_cast<std::size_t>(s.size()); ++e) {
+    Steps<A> dae(ctx, Tensor::Dx, e), due(ctx, Tensor::Dx2, e);
+    const V g = store_cast(ctx, Tensor::Dy, e, dh[e]);
+    const V ue = store_cast(ctx, Tensor::X2, e, u[e]);
+    const V d = dae.store(da[e]);
+    da[e] = dae.store(dae.add(d, dae.mul(g, ue)));
+    const V ae = store_cast(ctx, Tensor::X, e, a[e]);
+    const V d2 = due.store(du[e]);
+    du[e] = due.store(due.add(d2, due.mul(g, ae)));
+  }
+}
+
+/// swiglu_backward_data_reference row by row on the span forms, as swiglu_forward.
 template <class A>
 void swiglu_backward_data(std::span<typename A::Value> da, std::span<typename A::Value> du,
                           std::span<const typename A::Value> dh, std::span<const typename A::Value> a,
@@ -94,25 +172,28 @@ void swiglu_backward_data(std::span<typename A::Value> da, std::span<typename A:
   using V = typename A::Value;
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
-    const auto k = [e0](Tensor tensor, unsigned slot) { return [e0, tensor, slot](std::size_t i) { return key(tensor, e0 + i, slot); }; };
+    SlotSeq Dy(Tensor::Dy, e0), X(Tensor::X, e0), X2(Tensor::X2, e0), Dx(Tensor::Dx, e0), Dx2(Tensor::Dx2, e0);
+    const auto k_g = Dy.next(), k_a = X.next(), k_u = X2.next();
+    const auto k_da_in = Dx.next(), k_da_mul = Dx.next(), k_da_add = Dx.next(), k_da_store = Dx.next();
+    const auto k_du_in = Dx2.next(), k_du_mul = Dx2.next(), k_du_add = Dx2.next(), k_du_store = Dx2.next();
     thread_local std::vector<V> g, x, d, p;
     g.resize(n);
     x.resize(n);
     d.resize(n);
     p.resize(n);
-    ctx.store_array(dh.subspan(e0, n), g, k(Tensor::Dy, 0));
+    ctx.store_array(dh.subspan(e0, n), g, k_g);
     // da = store(in(da) + g·in(u))
-    ctx.store_array(u.subspan(e0, n), x, k(Tensor::X2, 0));
-    ctx.store_array(std::span<const V>(da.subspan(e0, n)), d, k(Tensor::Dx, 0));
-    arith_array(ctx, ArithOp::Mul, cspan(g), cspan(x), std::span<V>(p), k(Tensor::Dx, 1));
-    arith_array(ctx, ArithOp::Add, cspan(d), cspan(p), std::span<V>(x), k(Tensor::Dx, 2));
-    ctx.store_array(cspan(x), da.subspan(e0, n), k(Tensor::Dx, 3));
+    ctx.store_array(u.subspan(e0, n), x, k_u);
+    ctx.store_array(std::span<const V>(da.subspan(e0, n)), d, k_da_in);
+    arith_array(ctx, ArithOp::Mul, cspan(g), cspan(x), std::span<V>(p), k_da_mul);
+    arith_array(ctx, ArithOp::Add, cspan(d), cspan(p), std::span<V>(x), k_da_add);
+    ctx.store_array(cspan(x), da.subspan(e0, n), k_da_store);
     // du = store(in(du) + g·in(a))
-    ctx.store_array(a.subspan(e0, n), x, k(Tensor::X, 0));
-    ctx.store_array(std::span<const V>(du.subspan(e0, n)), d, k(Tensor::Dx2, 0));
-    arith_array(ctx, ArithOp::Mul, cspan(g), cspan(x), std::span<V>(p), k(Tensor::Dx2, 1));
-    arith_array(ctx, ArithOp::Add, cspan(d), cspan(p), std::span<V>(x), k(Tensor::Dx2, 2));
-    ctx.store_array(cspan(x), du.subspan(e0, n), k(Tensor::Dx2, 3));
+    ctx.store_array(a.subspan(e0, n), x, k_a);
+    ctx.store_array(std::span<const V>(du.subspan(e0, n)), d, k_du_in);
+    arith_array(ctx, ArithOp::Mul, cspan(g), cspan(x), std::span<V>(p), k_du_mul);
+    arith_array(ctx, ArithOp::Add, cspan(d), cspan(p), std::span<V>(x), k_du_add);
+    ctx.store_array(cspan(x), du.subspan(e0, n), k_du_store);
   });
 }
 

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "ops/backend.hpp"
+#include "ops/steps.hpp"
 
 namespace roundoff::ops {
 
@@ -61,10 +62,77 @@ bool adamw_binary32_supported(const numerics::KernelOptions& opts);
 /// recomputes on the scalar path.
 void adamw_binary32(double* w, double* m, double* v, const double* g, std::size_t n, const AdamWBinary32& c,
                     std::uint8_t* bad);
+
+/// AdamW's constants in compute (Ctx::c): β1, β2, 1−β1, 1−β2, 1−β1^t, 1−β2^t, ε, λ, lr, grad_scale.
+template <class V>
+struct AdamWConstants {
+  V b1, b2, ob1, ob2, c1, c2, eps, wd, lr, gs;
+};
+template <class A>
+AdamWConstants<typename A::Value> adamw_constants(const AdamWConfig& cfg, std::int64_t t, const Ctx<A>& ctx) {
+  return {ctx.c(cfg.beta1),
+          ctx.c(cfg.beta2),
+          ctx.c(1.0 - cfg.beta1),
+          ctx.c(1.0 - cfg.beta2),
+          ctx.c(1.0 - std::pow(cfg.beta1, static_cast<double>(t))),
+          ctx.c(1.0 - std::pow(cfg.beta2, static_cast<double>(t))),
+          ctx.c(cfg.eps),
+          ctx.c(cfg.weight_decay),
+          ctx.c(cfg.lr),
+          ctx.c(cfg.grad_scale)};
+}
+
+/// Slots of W at an element that the update (adamw_element without the working copy) takes; the copy's store is
+/// the next. tests/ops/reference_test.cpp checks the count against adamw_element's Steps.
+inline constexpr unsigned kAdamWUpdateSlots = 20;
+
+/// The update of parameter e, every rounding on W at e in the order below (ops/steps.hpp); the working copy when
+/// `weights` is non-empty. Returns the slots the update took before the copy (kAdamWUpdateSlots).
+template <class A>
+unsigned adamw_element(std::size_t e, std::span<typename A::Value> w, std::span<typename A::Value> m,
+                       std::span<typename A::Value> v, std::span<const typename A::Value> g,
+                       std::span<typename A::Value> weights, bool unscale,
+                       const AdamWConstants<typename A::Value>& k, const AdamWFormats& f, const Ctx<A>& ctx) {
+  using V = typename A::Value;
+  Steps<A> p(ctx, Tensor::W, e);
+  V gi = g[e];
+  if (unscale) gi = p.mul(gi, k.gs);
+  else p.skip();
+  const V bm = p.mul(k.b1, m[e]);
+  const V og = p.mul(k.ob1, gi);
+  const V mi = p.store_to(f.m, p.add(bm, og));
+  const V g2 = p.mul(gi, gi);
+  const V bv = p.mul(k.b2, v[e]);
+  const V og2 = p.mul(k.ob2, g2);
+  const V vi = p.store_to(f.v, p.add(bv, og2));
+  const V mhat = p.div(mi, k.c1);
+  const V vhat = p.div(vi, k.c2);
+  const V den = p.add(p.sqrt(vhat), k.eps);
+  const V ratio = p.div(mhat, den);
+  const V decay = p.mul(k.wd, w[e]);
+  const V step = p.add(ratio, decay);
+  m[e] = mi;
+  v[e] = vi;
+  w[e] = p.store_to(f.master, p.sub(w[e], p.mul(k.lr, step)));
+  const unsigned taken = p.taken();
+  if (!weights.empty()) weights[e] = p.store_to(f.weight, w[e]);
+  return taken;
+}
 }  // namespace detail
 
+/// The reference: every element through detail::adamw_element (the llm.c loop).
+template <class A>
+void adamw_update_reference(std::span<typename A::Value> w, std::span<typename A::Value> m,
+                            std::span<typename A::Value> v, std::span<const typename A::Value> g,
+                            std::span<typename A::Value> weights, const AdamWConfig& cfg, std::int64_t t,
+                            const AdamWFormats& f, const Ctx<A>& ctx) {
+  const auto k = detail::adamw_constants(cfg, t, ctx);
+  for (std::size_t e = 0; e < w.size(); ++e)
+    detail::adamw_element(e, w, m, v, g, weights, cfg.grad_scale != 1.0, k, f, ctx);
+}
+
 /// Updates w (master), m, v (n) in place from g (n) at step t ≥ 1; writes the working copy `weights` (n)
-/// when it is non-empty.
+/// when it is non-empty: adamw_update_reference, element by element or (fast path) by blocks.
 ///
 /// Fast path (Emulated, fast_paths() on, all units, compute fp32 with nearest-even (Ctx::binary32_compute;
 /// the kernel applies ftz's flushes itself), master/m/v roles fp32, AVX2): detail::adamw_binary32 on blocks of kAdamWBlock
@@ -74,33 +142,17 @@ template <class A>
 void adamw_update(std::span<typename A::Value> w, std::span<typename A::Value> m, std::span<typename A::Value> v,
                   std::span<const typename A::Value> g, std::span<typename A::Value> weights, const AdamWConfig& cfg,
                   std::int64_t t, const AdamWFormats& f, const Ctx<A>& ctx, Select sel = {}) {
-  const auto b1 = ctx.c(cfg.beta1), b2 = ctx.c(cfg.beta2), ob1 = ctx.c(1.0 - cfg.beta1), ob2 = ctx.c(1.0 - cfg.beta2);
-  const auto c1 = ctx.c(1.0 - std::pow(cfg.beta1, static_cast<double>(t)));
-  const auto c2 = ctx.c(1.0 - std::pow(cfg.beta2, static_cast<double>(t)));
-  const auto eps = ctx.c(cfg.eps), wd = ctx.c(cfg.weight_decay), lr = ctx.c(cfg.lr), gs = ctx.c(cfg.grad_scale);
+  const auto k = detail::adamw_constants(cfg, t, ctx);
   const auto update = [&](std::int64_t i) {
-    const auto e = static_cast<std::size_t>(i);
-    const auto k = [e](unsigned slot) { return key(Tensor::W, e, slot); };  // all roundings of parameter e
-    auto gi = g[e];
-    if (cfg.grad_scale != 1.0) gi = ctx.mul(gi, gs, k(0));
-    const auto mi = ctx.store_to(f.m, ctx.add(ctx.mul(b1, m[e], k(1)), ctx.mul(ob1, gi, k(2)), k(3)), k(4));
-    const auto g2 = ctx.mul(gi, gi, k(5));
-    const auto vi = ctx.store_to(f.v, ctx.add(ctx.mul(b2, v[e], k(6)), ctx.mul(ob2, g2, k(7)), k(8)), k(9));
-    const auto mhat = ctx.div(mi, c1, k(10)), vhat = ctx.div(vi, c2, k(11));
-    const auto step =
-        ctx.add(ctx.div(mhat, ctx.add(ctx.sqrt(vhat, k(12)), eps, k(13)), k(14)), ctx.mul(wd, w[e], k(15)), k(16));
-    m[e] = mi;
-    v[e] = vi;
-    w[e] = ctx.store_to(f.master, ctx.sub(w[e], ctx.mul(lr, step, k(17)), k(18)), k(19));
-    if (!weights.empty()) weights[e] = ctx.store_to(f.weight, w[e], k(20));
+    detail::adamw_element(static_cast<std::size_t>(i), w, m, v, g, weights, cfg.grad_scale != 1.0, k, f, ctx);
   };
   if constexpr (std::is_same_v<A, Emulated>) {
     const numerics::Format& fp32 = numerics::formats::fp32;
     if (sel.empty() && ctx.fast_paths() && ctx.binary32_compute() && f.master.format == fp32 && f.m.format == fp32 &&
         f.v.format == fp32 && detail::adamw_binary32_supported(ctx.exec().kernels)) {
       const auto b32 = [](double x) { return static_cast<float>(x); };  // exact: compute-format constants
-      const detail::AdamWBinary32 c32{b32(b1),  b32(b2), b32(ob1), b32(ob2), b32(c1),
-                                      b32(c2),  b32(eps), b32(wd), b32(lr), b32(gs),
+      const detail::AdamWBinary32 c32{b32(k.b1),  b32(k.b2), b32(k.ob1), b32(k.ob2), b32(k.c1),
+                                      b32(k.c2),  b32(k.eps), b32(k.wd), b32(k.lr), b32(k.gs),
                                       cfg.grad_scale != 1.0, ctx.precision().ftz != Ftz::Off,
                                       ctx.precision().ftz == Ftz::All};
       const std::size_t n = w.size(), B = detail::kAdamWBlock;
@@ -113,7 +165,7 @@ void adamw_update(std::span<typename A::Value> w, std::span<typename A::Value> m
             update(static_cast<std::int64_t>(lo + 8 * j + static_cast<std::size_t>(__builtin_ctz(l))));
         if (!weights.empty())
           ctx.store_to_array(f.weight, std::span<const double>(w.subspan(lo, len)), weights.subspan(lo, len),
-                             [&](std::size_t i) { return key(Tensor::W, lo + i, 20); });
+                             SlotSeq(Tensor::W, lo, 1, detail::kAdamWUpdateSlots).next());  // the copy's slot
       });
       return;
     }

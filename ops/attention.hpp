@@ -28,6 +28,7 @@
 #include "ops/backend.hpp"
 #include "ops/shape.hpp"
 #include "ops/span_arith.hpp"
+#include "ops/steps.hpp"
 
 namespace roundoff::ops {
 
@@ -224,34 +225,74 @@ void attn_scores_backward_data(std::span<typename A::Value> dq, std::span<typena
 
 /// att[b,h,t,:t+1] = softmax(preatt[b,h,t,:t+1]) with max subtraction: m = max_j x_j (exact),
 /// e_j = exp(x_j − m) (subtraction and exp each one rounding), Z = Σ e_j (Accumulation), att_j = e_j / Z.
-/// Without a Select, a head's T denominators are one ctx.dot_rows (rows in SIMD lanes, each its own sum).
+/// The reference, per query row r = (b, h, t) of the (B·NH·T, T) layout, elements e = r·T + j, j ≤ t (ops/steps.hpp):
+/// x = store(preatt) [Preatt] (the entry cast by store, store_cast); m = max_j x_j (exact, the first of equal
+/// maxima); on Att at e: d = x − m, x' = exp(d); on Row at r: Z = Σ_j x'_j (sum); on Att at e (continuing):
+/// q = x' / Z, att = store(q); att = 0 above the diagonal.
+template <class A>
+void softmax_forward_reference(std::span<typename A::Value> att, std::span<const typename A::Value> preatt,
+                               AttnShape s, const Ctx<A>& ctx) {
+  using V = typename A::Value;
+  const auto T = static_cast<std::size_t>(s.T);
+  std::vector<V> x(T);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(s.heads() * s.T); ++r) {
+    const std::size_t o = r * T, n = r % T + 1;
+    for (std::size_t j = 0; j < n; ++j) x[j] = store_cast(ctx, Tensor::Preatt, o + j, preatt[o + j]);
+    V m = x[0];
+    for (std::size_t j = 1; j < n; ++j)
+      if (x[j] > m) m = x[j];
+    std::vector<Steps<A>> a;
+    a.reserve(n);
+    for (std::size_t j = 0; j < n; ++j) {
+      a.emplace_back(ctx, Tensor::Att, o + j);
+      x[j] = a[j].exp(a[j].sub(x[j], m));
+    }
+    const V z = Steps<A>(ctx, Tensor::Row, r).sum(x.data(), 1, n);
+    for (std::size_t j = 0; j < n; ++j) att[o + j] = a[j].store(a[j].div(x[j], z));
+    for (std::size_t j = n; j < T; ++j) att[o + j] = V(0);
+  }
+}
+
+/// softmax_forward_reference on row spans. Without a Select, a head's T denominators are one ctx.dot_rows (rows in
+/// SIMD lanes, each its own sum).
 template <class A>
 void softmax_forward(std::span<typename A::Value> att, std::span<const typename A::Value> preatt, AttnShape s,
                      const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
   const auto T = static_cast<std::size_t>(s.T);
+  SlotSeq Row(Tensor::Row);
+  const auto k_z = Row.next();
+  // the slots of Preatt and Att at the elements of row `row`
+  struct RowKeys {
+    SlotSeq::KeyFn in, sub, exp, div, store;
+  };
+  const auto row_keys = [&](std::int64_t row) {
+    const auto o = static_cast<std::size_t>(row * s.T);
+    SlotSeq P(Tensor::Preatt, o), Att(Tensor::Att, o);
+    const auto in = P.next();
+    const auto sub = Att.next(), exp = Att.next(), div = Att.next(), store = Att.next();
+    return RowKeys{in, sub, exp, div, store};
+  };
   // exponentials of row `row` into ex (t + 1 values)
   const auto exps = [&](std::int64_t row, V* ex) {
     const std::int64_t t = row % s.T;
     const auto o = static_cast<std::size_t>(row * s.T);
     const auto n = static_cast<std::size_t>(t + 1);
-    ctx.store_array(preatt.subspan(o, n), std::span<V>(ex, n),
-                    [&](std::size_t j) { return key(Tensor::Preatt, o + j, 0); });  // in()
+    const RowKeys k = row_keys(row);
+    ctx.store_array(preatt.subspan(o, n), std::span<V>(ex, n), k.in);  // the entry cast, by store (store_cast)
     V m = ex[0];
     for (std::size_t j = 1; j < n; ++j)
       if (ex[j] > m) m = ex[j];
-    exp_shifted(ctx, std::span<const V>(ex, n), m, std::span<V>(ex, n),
-                [&](std::size_t j) { return key(Tensor::Att, o + j, 0); },
-                [&](std::size_t j) { return key(Tensor::Att, o + j, 1); });
+    exp_shifted(ctx, std::span<const V>(ex, n), m, std::span<V>(ex, n), k.sub, k.exp);
   };
   const auto normalise = [&](std::int64_t row, const V* ex, const V& z) {
     const auto o = static_cast<std::size_t>(row * s.T);
     const auto n = static_cast<std::size_t>(row % s.T + 1);
+    const RowKeys k = row_keys(row);
     thread_local std::vector<V> q;
     q.resize(n);
-    arith_const(ctx, ArithOp::Div, std::span<const V>(ex, n), z, std::span<V>(q),
-                [&](std::size_t j) { return key(Tensor::Att, o + j, 2); });
-    ctx.store_array(cspan(q), att.subspan(o, n), [&](std::size_t j) { return key(Tensor::Att, o + j, 3); });
+    arith_const(ctx, ArithOp::Div, std::span<const V>(ex, n), z, std::span<V>(q), k.div);
+    ctx.store_array(cspan(q), att.subspan(o, n), k.store);
     for (std::size_t j = n; j < T; ++j) att[o + j] = V(0);
   };
   if (sel.empty()) {
@@ -267,7 +308,7 @@ void softmax_forward(std::span<typename A::Value> att, std::span<const typename 
       }
       const std::int64_t row0 = u * s.T;
       ctx.dot_rows(numerics::BasicRowBatch<V>{len, ex.data(), s.T, 1}, std::span<V>(z),
-                   [&](std::size_t t) { return key(Tensor::Row, row0 + static_cast<std::int64_t>(t), 0); });
+                   [&](std::size_t t) { return k_z(static_cast<std::size_t>(row0) + t); });
       for (std::size_t t = 0; t < T; ++t) normalise(row0 + static_cast<std::int64_t>(t), ex.data() + t * T, z[t]);
     });
     return;
@@ -277,40 +318,68 @@ void softmax_forward(std::span<typename A::Value> att, std::span<const typename 
     const auto n = static_cast<std::size_t>(row % s.T + 1);
     ex.resize(n);
     exps(row, ex.data());
-    normalise(row, ex.data(), ctx.sum(ex.data(), 1, n, key(Tensor::Row, row, 0)));
+    normalise(row, ex.data(), ctx.sum(ex.data(), 1, n, k_z(static_cast<std::size_t>(row))));
   });
 }
 
-/// dpreatt += att ⊙ (datt − Σ_j att_j·datt_j) on the causal part. Pass BackwardData.
-/// Without a Select, a head's T row dots are one ctx.dot_rows.
+/// dpreatt += att ⊙ (datt − Σ_j att_j·datt_j) on the causal part. Pass BackwardData. The reference, per query row
+/// r, elements e = r·T + j, j ≤ t: a = store(att) [Att], g = store(datt) [Datt] (entry casts by store);
+/// d = Σ_j a_j·g_j (dot) [Row at r]; on Dpreatt at e: u = g − d, v = a·u, p = store(dpreatt), dpreatt = store(p + v).
+template <class A>
+void softmax_backward_data_reference(std::span<typename A::Value> dpreatt, std::span<const typename A::Value> datt,
+                                     std::span<const typename A::Value> att, AttnShape s, const Ctx<A>& ctx) {
+  using V = typename A::Value;
+  const auto T = static_cast<std::size_t>(s.T);
+  std::vector<V> a(T), g(T);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(s.heads() * s.T); ++r) {
+    const std::size_t o = r * T, n = r % T + 1;
+    for (std::size_t j = 0; j < n; ++j) {
+      a[j] = store_cast(ctx, Tensor::Att, o + j, att[o + j]);
+      g[j] = store_cast(ctx, Tensor::Datt, o + j, datt[o + j]);
+    }
+    const V d = Steps<A>(ctx, Tensor::Row, r).dot(a.data(), 1, g.data(), 1, n);
+    for (std::size_t j = 0; j < n; ++j) {
+      Steps<A> p(ctx, Tensor::Dpreatt, o + j);
+      const V u = p.sub(g[j], d);
+      const V v = p.mul(a[j], u);
+      const V old = p.store(dpreatt[o + j]);
+      dpreatt[o + j] = p.store(p.add(old, v));
+    }
+  }
+}
+
+/// softmax_backward_data_reference on row spans. Without a Select, a head's T row dots are one ctx.dot_rows.
 template <class A>
 void softmax_backward_data(std::span<typename A::Value> dpreatt, std::span<const typename A::Value> datt,
                            std::span<const typename A::Value> att, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
   const auto T = static_cast<std::size_t>(s.T);
+  SlotSeq Row(Tensor::Row);
+  const auto k_d = Row.next();
   // row `row`'s inputs cast into a, g (t + 1 values each)
   const auto cast = [&](std::int64_t row, V* a, V* g) {
     const auto o = static_cast<std::size_t>(row * s.T);
     const auto n = static_cast<std::size_t>(row % s.T + 1);
-    ctx.store_array(att.subspan(o, n), std::span<V>(a, n), [&](std::size_t j) { return key(Tensor::Att, o + j, 0); });
-    ctx.store_array(datt.subspan(o, n), std::span<V>(g, n), [&](std::size_t j) { return key(Tensor::Datt, o + j, 0); });
+    ctx.store_array(att.subspan(o, n), std::span<V>(a, n), SlotSeq(Tensor::Att, o).next());
+    ctx.store_array(datt.subspan(o, n), std::span<V>(g, n), SlotSeq(Tensor::Datt, o).next());
   };
-  // dpreatt_j ← store(in(dpreatt_j) + a_j·(g_j − d)), keys (Dpreatt, e, 0–4), on row spans
+  // dpreatt_j ← store(store(dpreatt_j) + a_j·(g_j − d)) on row spans
   const auto update = [&](std::int64_t row, const V* a, const V* g, const V& d) {
     const auto o = static_cast<std::size_t>(row * s.T);
     const auto n = static_cast<std::size_t>(row % s.T + 1);
-    const auto kf = [o](unsigned slot) { return [o, slot](std::size_t j) { return key(Tensor::Dpreatt, o + j, slot); }; };
+    SlotSeq P(Tensor::Dpreatt, o);
+    const auto k_u = P.next(), k_v = P.next(), k_in = P.next(), k_add = P.next(), k_store = P.next();
     thread_local std::vector<V> ds, v, gi, sum;
     ds.resize(n);
     v.resize(n);
     gi.resize(n);
     sum.resize(n);
     const std::span<V> out = dpreatt.subspan(o, n);
-    arith_const(ctx, ArithOp::Sub, std::span<const V>(g, n), d, std::span<V>(ds), kf(0));
-    arith_array(ctx, ArithOp::Mul, std::span<const V>(a, n), cspan(ds), std::span<V>(v), kf(1));
-    ctx.store_array(std::span<const V>(out), std::span<V>(gi), kf(2));  // in()
-    arith_array(ctx, ArithOp::Add, cspan(gi), cspan(v), std::span<V>(sum), kf(3));
-    ctx.store_array(cspan(sum), out, kf(4));
+    arith_const(ctx, ArithOp::Sub, std::span<const V>(g, n), d, std::span<V>(ds), k_u);
+    arith_array(ctx, ArithOp::Mul, std::span<const V>(a, n), cspan(ds), std::span<V>(v), k_v);
+    ctx.store_array(std::span<const V>(out), std::span<V>(gi), k_in);  // the cast, by store (store_cast)
+    arith_array(ctx, ArithOp::Add, cspan(gi), cspan(v), std::span<V>(sum), k_add);
+    ctx.store_array(cspan(sum), out, k_store);
   };
   if (sel.empty()) {
     for_units(s.heads(), sel, [&](std::int64_t u) {
@@ -326,7 +395,7 @@ void softmax_backward_data(std::span<typename A::Value> dpreatt, std::span<const
         len[t] = t + 1;
       }
       ctx.dot_rows(numerics::BasicRowBatch<V>{len, a.data(), s.T, 1, g.data(), s.T, 1}, std::span<V>(d),
-                   [&](std::size_t t) { return key(Tensor::Row, row0 + static_cast<std::int64_t>(t), 0); });
+                   [&](std::size_t t) { return k_d(static_cast<std::size_t>(row0) + t); });
       for (std::size_t t = 0; t < T; ++t)
         update(row0 + static_cast<std::int64_t>(t), a.data() + t * T, g.data() + t * T, d[t]);
     });
@@ -338,7 +407,7 @@ void softmax_backward_data(std::span<typename A::Value> dpreatt, std::span<const
     a.resize(n);
     g.resize(n);
     cast(row, a.data(), g.data());
-    update(row, a.data(), g.data(), ctx.dot(a.data(), 1, g.data(), 1, n, key(Tensor::Row, row, 0)));
+    update(row, a.data(), g.data(), ctx.dot(a.data(), 1, g.data(), 1, n, k_d(static_cast<std::size_t>(row))));
   });
 }
 

@@ -18,41 +18,86 @@
 #include "ops/backend.hpp"
 #include "ops/shape.hpp"
 #include "ops/span_arith.hpp"
+#include "ops/steps.hpp"
 
 namespace roundoff::ops {
 
-/// losses (N), probs (N, V); logits (N, V), targets (N).  s = {N, V}.
-/// Without a Select, rows go in blocks of kRowBlock and each block's denominators are one ctx.dot_rows (rows in
-/// SIMD lanes, each its own sum).
+// Each pass: the scalar reference (one Steps per tensor element, ops/steps.hpp) and the body, which takes its key
+// functions from SlotSeqs in the reference's order; tests/ops/reference_test.cpp compares the two.
+
+/// losses (N), probs (N, V); logits (N, V), targets (N).  s = {N, V}. The reference, per row r: l = store(logits)
+/// [X] (the entry cast by store: ops/steps.hpp, store_cast); m = max_j l_j (exact, the first of equal maxima; NaN never compares greater); per element e, on Y at e:
+/// d = l − m, x = exp(d); on Row at r: Z = Σ_j x_j (sum); per element, on Y at e (continuing): q = x / Z,
+/// probs = store(q); on Row at r (continuing): lz = log Z, lse = m + lz, loss = lse − l_target (kept in compute).
+template <class A>
+void cross_entropy_forward_reference(std::span<typename A::Value> losses, std::span<typename A::Value> probs,
+                                     std::span<const typename A::Value> logits, std::span<const std::int32_t> targets,
+                                     RowShape s, const Ctx<A>& ctx) {
+  using V = typename A::Value;
+  const auto n = static_cast<std::size_t>(s.cols);
+  std::vector<V> l(n), x(n);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(s.rows); ++r) {
+    const std::size_t o = r * n;
+    for (std::size_t j = 0; j < n; ++j) l[j] = store_cast(ctx, Tensor::X, o + j, logits[o + j]);
+    V m = l[0];
+    for (std::size_t j = 1; j < n; ++j)
+      if (l[j] > m) m = l[j];
+    std::vector<Steps<A>> y;
+    y.reserve(n);
+    for (std::size_t j = 0; j < n; ++j) {
+      y.emplace_back(ctx, Tensor::Y, o + j);
+      x[j] = y[j].exp(y[j].sub(l[j], m));
+    }
+    Steps<A> row(ctx, Tensor::Row, r);
+    const V z = row.sum(x.data(), 1, n);
+    for (std::size_t j = 0; j < n; ++j) probs[o + j] = y[j].store(y[j].div(x[j], z));
+    const V lse = row.add(m, row.log(z));
+    losses[r] = row.sub(lse, l[static_cast<std::size_t>(targets[r])]);
+  }
+}
+
+/// cross_entropy_forward_reference on row spans. Without a Select, rows go in blocks of kRowBlock and each block's
+/// denominators are one ctx.dot_rows (rows in SIMD lanes, each its own sum).
 template <class A>
 void cross_entropy_forward(std::span<typename A::Value> losses, std::span<typename A::Value> probs,
                            std::span<const typename A::Value> logits, std::span<const std::int32_t> targets,
                            RowShape s, const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
   const auto n = static_cast<std::size_t>(s.cols);
+  SlotSeq Row(Tensor::Row);
+  const auto k_z = Row.next(), k_log = Row.next(), k_lse = Row.next(), k_loss = Row.next();
+  // the slots of X and Y at the elements of row r
+  struct RowKeys {
+    SlotSeq::KeyFn in, sub, exp, div, store;
+  };
+  const auto row_keys = [n](std::int64_t r) {
+    const auto o = static_cast<std::size_t>(r) * n;
+    SlotSeq X(Tensor::X, o), Y(Tensor::Y, o);
+    const auto in = X.next();
+    const auto sub = Y.next(), exp = Y.next(), div = Y.next(), store = Y.next();
+    return RowKeys{in, sub, exp, div, store};
+  };
   // exponentials of row r into ex (n values); returns (m, l_target)
   const auto exps = [&](std::int64_t r, V* ex) {
     const auto o = static_cast<std::size_t>(r * s.cols);
-    ctx.store_array(logits.subspan(o, n), std::span<V>(ex, n),
-                    [&](std::size_t j) { return key(Tensor::X, o + j, 0); });  // in()
+    const RowKeys k = row_keys(r);
+    ctx.store_array(logits.subspan(o, n), std::span<V>(ex, n), k.in);  // the cast, by store (store_cast)
     V m = ex[0];
     for (std::size_t j = 1; j < n; ++j)
       if (ex[j] > m) m = ex[j];
     const V target = ex[static_cast<std::size_t>(targets[static_cast<std::size_t>(r)])];
-    exp_shifted(ctx, std::span<const V>(ex, n), m, std::span<V>(ex, n),
-                [&](std::size_t j) { return key(Tensor::Y, o + j, 0); },
-                [&](std::size_t j) { return key(Tensor::Y, o + j, 1); });
+    exp_shifted(ctx, std::span<const V>(ex, n), m, std::span<V>(ex, n), k.sub, k.exp);
     return std::pair<V, V>{m, target};
   };
   const auto finish = [&](std::int64_t r, const V* ex, const V& z, const std::pair<V, V>& mt) {
-    const auto o = static_cast<std::size_t>(r * s.cols);
+    const auto o = static_cast<std::size_t>(r * s.cols), ri = static_cast<std::size_t>(r);
+    const RowKeys k = row_keys(r);
     thread_local std::vector<V> q;
     q.resize(n);
-    arith_const(ctx, ArithOp::Div, std::span<const V>(ex, n), z, std::span<V>(q),
-                [&](std::size_t j) { return key(Tensor::Y, o + j, 2); });
-    ctx.store_array(cspan(q), probs.subspan(o, n), [&](std::size_t j) { return key(Tensor::Y, o + j, 3); });
-    const V lse = ctx.add(mt.first, ctx.log(z, key(Tensor::Row, r, 1)), key(Tensor::Row, r, 2));
-    losses[static_cast<std::size_t>(r)] = ctx.sub(lse, mt.second, key(Tensor::Row, r, 3));
+    arith_const(ctx, ArithOp::Div, std::span<const V>(ex, n), z, std::span<V>(q), k.div);
+    ctx.store_array(cspan(q), probs.subspan(o, n), k.store);
+    const V lse = ctx.add(mt.first, ctx.log(z, k_log(ri)), k_lse(ri));
+    losses[ri] = ctx.sub(lse, mt.second, k_loss(ri));
   };
   if (sel.empty()) {
     constexpr std::int64_t kRowBlock = 32;
@@ -67,7 +112,7 @@ void cross_entropy_forward(std::span<typename A::Value> losses, std::span<typena
       for (std::size_t i = 0; i < rows; ++i) mt[i] = exps(r0 + static_cast<std::int64_t>(i), ex.data() + i * n);
       const std::vector<std::size_t> len(rows, n);
       ctx.dot_rows(numerics::BasicRowBatch<V>{len, ex.data(), s.cols, 1}, std::span<V>(z.data(), rows),
-                   [&](std::size_t i) { return key(Tensor::Row, r0 + static_cast<std::int64_t>(i), 0); });
+                   [&](std::size_t i) { return k_z(static_cast<std::size_t>(r0) + i); });
       for (std::size_t i = 0; i < rows; ++i) finish(r0 + static_cast<std::int64_t>(i), ex.data() + i * n, z[i], mt[i]);
     });
     return;
@@ -76,7 +121,7 @@ void cross_entropy_forward(std::span<typename A::Value> losses, std::span<typena
     thread_local std::vector<V> ex;
     ex.resize(n);
     const auto mt = exps(r, ex.data());
-    finish(r, ex.data(), ctx.sum(ex.data(), 1, n, key(Tensor::Row, r, 0)), mt);
+    finish(r, ex.data(), ctx.sum(ex.data(), 1, n, k_z(static_cast<std::size_t>(r))), mt);
   });
 }
 
@@ -88,7 +133,31 @@ V mean_loss(std::span<const V> losses) {
   return s / V(static_cast<double>(losses.size()));
 }
 
-/// dlogits (N, V) += (probs − onehot(targets))·grad_scale. Pass BackwardData.
+/// dlogits (N, V) += (probs − onehot(targets))·grad_scale. Pass BackwardData. The reference, per element e = (r, j):
+/// p = store(probs) [Y at e]; on Dx at e: p − 1 on the target (the slot skipped elsewhere), d = store(dlogits),
+/// pg = p·grad_scale, dlogits = store(d + pg).
+template <class A>
+void cross_entropy_backward_data_reference(std::span<typename A::Value> dlogits,
+                                           std::span<const typename A::Value> probs,
+                                           std::span<const std::int32_t> targets, double grad_scale, RowShape s,
+                                           const Ctx<A>& ctx) {
+  using V = typename A::Value;
+  const V gs = ctx.c(grad_scale), one = ctx.c(1.0);
+  const auto n = static_cast<std::size_t>(s.cols);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(s.rows); ++r)
+    for (std::size_t j = 0; j < n; ++j) {
+      const std::size_t e = r * n + j;
+      Steps<A> d(ctx, Tensor::Dx, e);
+      V p = store_cast(ctx, Tensor::Y, e, probs[e]);
+      if (j == static_cast<std::size_t>(targets[r])) p = d.sub(p, one);
+      else d.skip();
+      const V old = d.store(dlogits[e]);
+      const V pg = d.mul(p, gs);
+      dlogits[e] = d.store(d.add(old, pg));
+    }
+}
+
+/// cross_entropy_backward_data_reference on row spans.
 template <class A>
 void cross_entropy_backward_data(std::span<typename A::Value> dlogits, std::span<const typename A::Value> probs,
                                  std::span<const std::int32_t> targets, double grad_scale, RowShape s,
@@ -96,8 +165,6 @@ void cross_entropy_backward_data(std::span<typename A::Value> dlogits, std::span
   using V = typename A::Value;
   const auto gs = ctx.c(grad_scale), one = ctx.c(1.0);
   const auto n = static_cast<std::size_t>(s.cols);
-  // per row, on spans: p = in(probs) (keys (Y, e, 0)), p_target −= 1 (Dx, e, 0), dlogits ← store(in(dlogits) + p·gs)
-  // (Dx, e, 1–4)
   for_units(s.rows, sel, [&](std::int64_t r) {
     thread_local std::vector<V> p, pg, di, sum;
     p.resize(n);
@@ -105,15 +172,17 @@ void cross_entropy_backward_data(std::span<typename A::Value> dlogits, std::span
     di.resize(n);
     sum.resize(n);
     const auto o = static_cast<std::size_t>(r * s.cols);
-    const auto kf = [o](unsigned slot) { return [o, slot](std::size_t j) { return key(Tensor::Dx, o + j, slot); }; };
+    SlotSeq Y(Tensor::Y, o), Dx(Tensor::Dx, o);
+    const auto k_p = Y.next();
+    const auto k_target = Dx.next(), k_in = Dx.next(), k_mul = Dx.next(), k_add = Dx.next(), k_store = Dx.next();
     const auto tgt = static_cast<std::size_t>(targets[static_cast<std::size_t>(r)]);
     const std::span<V> out = dlogits.subspan(o, n);
-    ctx.store_array(probs.subspan(o, n), std::span<V>(p), [&](std::size_t j) { return key(Tensor::Y, o + j, 0); });
-    p[tgt] = ctx.sub(p[tgt], one, key(Tensor::Dx, o + tgt, 0));
-    arith_const(ctx, ArithOp::Mul, cspan(p), gs, std::span<V>(pg), kf(2));
-    ctx.store_array(std::span<const V>(out), std::span<V>(di), kf(1));  // in()
-    arith_array(ctx, ArithOp::Add, cspan(di), cspan(pg), std::span<V>(sum), kf(3));
-    ctx.store_array(cspan(sum), out, kf(4));
+    ctx.store_array(probs.subspan(o, n), std::span<V>(p), k_p);
+    p[tgt] = ctx.sub(p[tgt], one, k_target(tgt));
+    arith_const(ctx, ArithOp::Mul, cspan(p), gs, std::span<V>(pg), k_mul);
+    ctx.store_array(std::span<const V>(out), std::span<V>(di), k_in);  // the cast, by store (store_cast)
+    arith_array(ctx, ArithOp::Add, cspan(di), cspan(pg), std::span<V>(sum), k_add);
+    ctx.store_array(cspan(sum), out, k_store);
   });
 }
 

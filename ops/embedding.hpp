@@ -11,10 +11,14 @@
 
 #include "ops/backend.hpp"
 #include "ops/shape.hpp"
+#include "ops/steps.hpp"
 
 namespace roundoff::ops {
 
-/// out (N, C) ← wte (vocab, C) rows picked by tokens (N).  s = {N, C}.
+// Scalar bodies on Steps (ops/steps.hpp; no span fast path): each body is its own reference.
+
+/// out (N, C) ← wte (vocab, C) rows picked by tokens (N).  s = {N, C}. Per element e = (n, c) of out, on Y at e:
+/// out = store(wte[token_n, c]).
 template <class A>
 void embedding_forward(std::span<typename A::Value> out, std::span<const std::int32_t> tokens,
                        std::span<const typename A::Value> wte, RowShape s, const Ctx<A>& ctx, Select sel = {}) {
@@ -22,22 +26,26 @@ void embedding_forward(std::span<typename A::Value> out, std::span<const std::in
     const std::int64_t t = tokens[static_cast<std::size_t>(n)];
     for (std::int64_t c = 0; c < s.cols; ++c) {
       const auto e = static_cast<std::size_t>(n * s.cols + c);
-      out[e] = ctx.store(wte[static_cast<std::size_t>(t * s.cols + c)], key(Tensor::Y, e, 0));
+      out[e] = Steps<A>(ctx, Tensor::Y, e).store(wte[static_cast<std::size_t>(t * s.cols + c)]);
     }
   });
 }
 
-/// dwte (vocab, C) += scatter of dout (N, C) by tokens (N). Policy pass BackwardWeight.
+/// dwte (vocab, C) += scatter of dout (N, C) by tokens (N). Policy pass BackwardWeight. Per element d = (n, c) of
+/// dout in order of n (a token seen twice adds twice), keyed by d (not by the row of dwte it adds into): g = in(dout)
+/// [Dy at d]; on Dw at d: dwte[token_n, c] = store(in(dwte[token_n, c]) + g).
 template <class A>
 void embedding_backward_weight(std::span<typename A::Value> dwte, std::span<const typename A::Value> dout,
                                std::span<const std::int32_t> tokens, RowShape s, const Ctx<A>& ctx, Select sel = {}) {
+  using V = typename A::Value;
   for_units(s.cols, sel, [&](std::int64_t c) {
     for (std::int64_t n = 0; n < s.rows; ++n) {
       const auto e = static_cast<std::size_t>(tokens[static_cast<std::size_t>(n)] * s.cols + c);
-      const auto d = static_cast<std::size_t>(n * s.cols + c);  // keys: the add of dout element d
-      dwte[e] = ctx.store(ctx.add(ctx.in(dwte[e], key(Tensor::Dw, d, 0)), ctx.in(dout[d], key(Tensor::Dy, d, 0)),
-                                  key(Tensor::Dw, d, 1)),
-                          key(Tensor::Dw, d, 2));
+      const auto d = static_cast<std::size_t>(n * s.cols + c);
+      Steps<A> dw(ctx, Tensor::Dw, d);
+      const V old = dw.in(dwte[e]);
+      const V g = in_cast(ctx, Tensor::Dy, d, dout[d]);
+      dwte[e] = dw.store(dw.add(old, g));
     }
   });
 }

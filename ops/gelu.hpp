@@ -11,14 +11,15 @@
 /// policy has one); every other step (+ − ×) one rounding to compute, in the order written below; the constants
 /// 1/√2, √(2/π), 0.044715, 1/√(2π) are their binary64 values rounded to compute once (Ctx::c), so the Reference
 /// (MPFR, no format rounding) evaluates the same formula with the same binary64 constants; outputs stored.
-/// Backward adds into dx. Elementwise over n = rows·cols; unit (Select) = one row. Scalar per-element loops (no
-/// span fast path): the body is its own reference.
+/// Backward adds into dx. Elementwise over n = rows·cols; unit (Select) = one row. Scalar per-element loops on
+/// Steps (ops/steps.hpp; no span fast path): the body is its own reference.
 #include <cstdint>
 #include <span>
 #include <string_view>
 
 #include "ops/backend.hpp"
 #include "ops/shape.hpp"
+#include "ops/steps.hpp"
 
 namespace roundoff::ops {
 
@@ -32,36 +33,38 @@ inline constexpr double kGeluInvSqrt2Pi = 0.39894228040143267794;    // 1/√(2�
 inline constexpr double kGeluSqrt2OverPi = 0.79788456080286535588;   // √(2/π)
 inline constexpr double kGeluCubic = 0.044715;                        // tanh form's cubic coefficient
 
-/// y (rows, cols) = gelu(x (rows, cols)). Per element e, keys in brackets:
-///   erf:  x = in(x) [X,e,0]; t = x·c(1/√2) [Y,e,0]; f = erf(t) [Y,e,1]; g = 1 + f [Y,e,2]; h = x·g [Y,e,3];
-///         p = 0.5·h [Y,e,4]; y = store(p) [Y,e,5].
-///   tanh: x = in(x) [X,e,0]; x2 = x·x [Y,e,0]; x3 = x2·x [Y,e,1]; a = c(0.044715)·x3 [Y,e,2]; s = x + a [Y,e,3];
-///         u = c(√(2/π))·s [Y,e,4]; t = tanh(u) [Y,e,5]; g = 1 + t [Y,e,6]; h = x·g [Y,e,7]; p = 0.5·h [Y,e,8];
-///         y = store(p) [Y,e,9].
+/// y (rows, cols) = gelu(x (rows, cols)). Per element e (ops/steps.hpp: x's entry cast slot 0 of X, then the
+/// steps below on Y in order):
+///   erf:  x = in(x); t = x·c(1/√2); f = erf(t); g = 1 + f; h = x·g; p = 0.5·h; y = store(p).
+///   tanh: x = in(x); x2 = x·x; x3 = x2·x; a = c(0.044715)·x3; s = x + a; u = c(√(2/π))·s; t = tanh(u);
+///         g = 1 + t; h = x·g; p = 0.5·h; y = store(p).
 template <class A>
 void gelu_forward(std::span<typename A::Value> y, std::span<const typename A::Value> x, RowShape s, GeluForm form,
                   const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
+  const V one = ctx.c(1.0), half = ctx.c(0.5);
   for_units(s.rows, sel, [&](std::int64_t r) {
     for (std::int64_t i = 0; i < s.cols; ++i) {
       const auto e = static_cast<std::size_t>(r * s.cols + i);
-      const auto k = [e](unsigned slot) { return key(Tensor::Y, e, slot); };
-      const V xi = ctx.in(x[e], key(Tensor::X, e, 0));
-      const V one = ctx.c(1.0), half = ctx.c(0.5);
+      Steps<A> ye(ctx, Tensor::Y, e);
+      const V xe = in_cast(ctx, Tensor::X, e, x[e]);
       switch (form) {
         case GeluForm::Erf: {
-          const V t = ctx.mul(xi, ctx.c(kGeluInvSqrt2), k(0));
-          const V g = ctx.add(one, ctx.erf(t, k(1)), k(2));
-          y[e] = ctx.store(ctx.mul(half, ctx.mul(xi, g, k(3)), k(4)), k(5));
+          const V t = ye.mul(xe, ctx.c(kGeluInvSqrt2));
+          const V g = ye.add(one, ye.erf(t));
+          const V h = ye.mul(xe, g);
+          y[e] = ye.store(ye.mul(half, h));
           break;
         }
         case GeluForm::Tanh: {
-          const V x2 = ctx.mul(xi, xi, k(0));
-          const V x3 = ctx.mul(x2, xi, k(1));
-          const V sum = ctx.add(xi, ctx.mul(ctx.c(kGeluCubic), x3, k(2)), k(3));
-          const V t = ctx.tanh(ctx.mul(ctx.c(kGeluSqrt2OverPi), sum, k(4)), k(5));
-          const V g = ctx.add(one, t, k(6));
-          y[e] = ctx.store(ctx.mul(half, ctx.mul(xi, g, k(7)), k(8)), k(9));
+          const V x2 = ye.mul(xe, xe);
+          const V x3 = ye.mul(x2, xe);
+          const V a = ye.mul(ctx.c(kGeluCubic), x3);
+          const V sum = ye.add(xe, a);
+          const V t = ye.tanh(ye.mul(ctx.c(kGeluSqrt2OverPi), sum));
+          const V g = ye.add(one, t);
+          const V h = ye.mul(xe, g);
+          y[e] = ye.store(ye.mul(half, h));
           break;
         }
       }
@@ -69,57 +72,53 @@ void gelu_forward(std::span<typename A::Value> y, std::span<const typename A::Va
   });
 }
 
-/// dx (rows, cols) += dy (rows, cols) · gelu'(x (rows, cols)). Pass BackwardData. Per element e:
-///   erf:  x = in(x) [X,e,0]; t = x·c(1/√2) [Dx,e,0]; f = erf(t) [Dx,e,1]; g = 1 + f [Dx,e,2];
-///         Φ = 0.5·g [Dx,e,3]; x2 = x·x [Dx,e,4]; m = −0.5·x2 [Dx,e,5]; q = exp(m) [Dx,e,6];
-///         φ = c(1/√(2π))·q [Dx,e,7]; xφ = x·φ [Dx,e,8]; d = Φ + xφ [Dx,e,9];
-///   tanh: x = in(x) [X,e,0]; x2 = x·x [Dx,e,0]; x3 = x2·x [Dx,e,1]; a = c(0.044715)·x3 [Dx,e,2];
-///         s = x + a [Dx,e,3]; u = c(√(2/π))·s [Dx,e,4]; t = tanh(u) [Dx,e,5]; g = 1 + t [Dx,e,6];
-///         l = 0.5·g [Dx,e,7]; t2 = t·t [Dx,e,8]; w = 1 − t2 [Dx,e,9]; b = c(3·0.044715)·x2 [Dx,e,10];
-///         v = 1 + b [Dx,e,11]; kv = c(√(2/π)/2)·v [Dx,e,12]; wk = w·kv [Dx,e,13]; xw = x·wk [Dx,e,14];
-///         d = l + xw [Dx,e,15];
-///   then (slots after the form's last, n0 = 10 for erf and 16 for tanh): in(dy) [Dy,e,0]; p = dy·d [Dx,e,n0];
-///   in(dx) [Dx,e,n0+1]; sum = dx + p [Dx,e,n0+2]; dx = store(sum) [Dx,e,n0+3].
+/// dx (rows, cols) += dy (rows, cols) · gelu'(x (rows, cols)). Pass BackwardData. Per element e (x's entry cast
+/// slot 0 of X, dy's slot 0 of Dy, the steps below on Dx in order):
+///   erf:  x = in(x); t = x·c(1/√2); f = erf(t); g = 1 + f; Φ = 0.5·g; x2 = x·x; m = −0.5·x2; q = exp(m);
+///         φ = c(1/√(2π))·q; xφ = x·φ; d = Φ + xφ;
+///   tanh: x = in(x); x2 = x·x; x3 = x2·x; a = c(0.044715)·x3; s = x + a; u = c(√(2/π))·s; t = tanh(u);
+///         g = 1 + t; l = 0.5·g; t2 = t·t; w = 1 − t2; b = c(3·0.044715)·x2; v = 1 + b; kv = c(√(2/π)/2)·v;
+///         wk = w·kv; xw = x·wk; d = l + xw;
+///   then: g = in(dy) [Dy]; p = g·d; in(dx); sum = dx + p; dx = store(sum).
 template <class A>
 void gelu_backward_data(std::span<typename A::Value> dx, std::span<const typename A::Value> dy,
                         std::span<const typename A::Value> x, RowShape s, GeluForm form, const Ctx<A>& ctx,
                         Select sel = {}) {
   using V = typename A::Value;
+  const V one = ctx.c(1.0), half = ctx.c(0.5);
   for_units(s.rows, sel, [&](std::int64_t r) {
     for (std::int64_t i = 0; i < s.cols; ++i) {
       const auto e = static_cast<std::size_t>(r * s.cols + i);
-      const auto k = [e](unsigned slot) { return key(Tensor::Dx, e, slot); };
-      const V xi = ctx.in(x[e], key(Tensor::X, e, 0));
-      const V one = ctx.c(1.0), half = ctx.c(0.5);
+      Steps<A> de(ctx, Tensor::Dx, e);
+      const V xe = in_cast(ctx, Tensor::X, e, x[e]);
       V d = ctx.c(0.0);
-      unsigned n0 = 0;
       switch (form) {
         case GeluForm::Erf: {
-          const V t = ctx.mul(xi, ctx.c(kGeluInvSqrt2), k(0));
-          const V g = ctx.add(one, ctx.erf(t, k(1)), k(2));
-          const V cdf = ctx.mul(half, g, k(3));
-          const V m = ctx.mul(ctx.c(-0.5), ctx.mul(xi, xi, k(4)), k(5));
-          const V pdf = ctx.mul(ctx.c(kGeluInvSqrt2Pi), ctx.exp(m, k(6)), k(7));
-          d = ctx.add(cdf, ctx.mul(xi, pdf, k(8)), k(9));
-          n0 = 10;
+          const V t = de.mul(xe, ctx.c(kGeluInvSqrt2));
+          const V g = de.add(one, de.erf(t));
+          const V cdf = de.mul(half, g);
+          const V m = de.mul(ctx.c(-0.5), de.mul(xe, xe));
+          const V pdf = de.mul(ctx.c(kGeluInvSqrt2Pi), de.exp(m));
+          d = de.add(cdf, de.mul(xe, pdf));
           break;
         }
         case GeluForm::Tanh: {
-          const V x2 = ctx.mul(xi, xi, k(0));
-          const V x3 = ctx.mul(x2, xi, k(1));
-          const V sum = ctx.add(xi, ctx.mul(ctx.c(kGeluCubic), x3, k(2)), k(3));
-          const V t = ctx.tanh(ctx.mul(ctx.c(kGeluSqrt2OverPi), sum, k(4)), k(5));
-          const V l = ctx.mul(half, ctx.add(one, t, k(6)), k(7));
-          const V w = ctx.sub(one, ctx.mul(t, t, k(8)), k(9));
-          const V v = ctx.add(one, ctx.mul(ctx.c(3.0 * kGeluCubic), x2, k(10)), k(11));
-          const V kv = ctx.mul(ctx.c(0.5 * kGeluSqrt2OverPi), v, k(12));
-          d = ctx.add(l, ctx.mul(xi, ctx.mul(w, kv, k(13)), k(14)), k(15));
-          n0 = 16;
+          const V x2 = de.mul(xe, xe);
+          const V x3 = de.mul(x2, xe);
+          const V a = de.mul(ctx.c(kGeluCubic), x3);
+          const V sum = de.add(xe, a);
+          const V t = de.tanh(de.mul(ctx.c(kGeluSqrt2OverPi), sum));
+          const V l = de.mul(half, de.add(one, t));
+          const V w = de.sub(one, de.mul(t, t));
+          const V v = de.add(one, de.mul(ctx.c(3.0 * kGeluCubic), x2));
+          const V kv = de.mul(ctx.c(0.5 * kGeluSqrt2OverPi), v);
+          d = de.add(l, de.mul(xe, de.mul(w, kv)));
           break;
         }
       }
-      const V p = ctx.mul(ctx.in(dy[e], key(Tensor::Dy, e, 0)), d, k(n0));
-      dx[e] = ctx.store(ctx.add(ctx.in(dx[e], k(n0 + 1)), p, k(n0 + 2)), k(n0 + 3));
+      const V p = de.mul(in_cast(ctx, Tensor::Dy, e, dy[e]), d);
+      const V old = de.in(dx[e]);
+      dx[e] = de.store(de.add(old, p));
     }
   });
 }

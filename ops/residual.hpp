@@ -15,11 +15,31 @@
 #include "ops/backend.hpp"
 #include "ops/shape.hpp"
 #include "ops/span_arith.hpp"
+#include "ops/steps.hpp"
 
 namespace roundoff::ops {
 
-/// out, x, f (rows, cols). Row by row on the span forms (ops/span_arith.hpp), the same roundings with the
-/// same keys as the per-element definition.
+// Each op: the scalar reference (one Steps per tensor element, ops/steps.hpp) and the span body, which takes its
+// key functions from SlotSeqs in the reference's order; tests/ops/reference_test.cpp compares the two.
+
+/// out = x + α·f, all (rows, cols). The reference: per element e, f = store(f) [X2] (the entry casts by store:
+/// ops/steps.hpp, store_cast); on Y: b = α·f (the slot taken only when α ≠ 1, skipped otherwise); x = store(x) [X]; on Y: sum = x + b, out = store(sum).
+template <class A>
+void residual_forward_reference(std::span<typename A::Value> out, std::span<const typename A::Value> x,
+                                std::span<const typename A::Value> f, double alpha, RowShape s, const Ctx<A>& ctx) {
+  using V = typename A::Value;
+  const V a = ctx.c(alpha);
+  for (std::size_t e = 0; e < static_cast<std::size_t>(s.size()); ++e) {
+    Steps<A> y(ctx, Tensor::Y, e);
+    V b = store_cast(ctx, Tensor::X2, e, f[e]);
+    if (alpha != 1.0) b = y.mul(a, b);
+    else y.skip();
+    const V xe = store_cast(ctx, Tensor::X, e, x[e]);
+    out[e] = y.store(y.add(xe, b));
+  }
+}
+
+/// residual_forward_reference row by row on the span forms (ops/span_arith.hpp). out may alias x.
 template <class A>
 void residual_forward(std::span<typename A::Value> out, std::span<const typename A::Value> x,
                       std::span<const typename A::Value> f, double alpha, RowShape s, const Ctx<A>& ctx,
@@ -28,24 +48,48 @@ void residual_forward(std::span<typename A::Value> out, std::span<const typename
   const V a = ctx.c(alpha);
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
-    const auto k = [e0](Tensor tensor, unsigned slot) { return [e0, tensor, slot](std::size_t i) { return key(tensor, e0 + i, slot); }; };
+    SlotSeq X(Tensor::X, e0), X2(Tensor::X2, e0), Y(Tensor::Y, e0);
+    const auto k_x = X.next(), k_f = X2.next();
+    const auto k_scale = Y.next(), k_add = Y.next(), k_store = Y.next();
     thread_local std::vector<V> fs, xs, t;
     fs.resize(n);
     xs.resize(n);
     t.resize(n);
-    ctx.store_array(f.subspan(e0, n), fs, k(Tensor::X2, 0));
+    ctx.store_array(f.subspan(e0, n), fs, k_f);
     if (alpha != 1.0) {
       std::fill(t.begin(), t.end(), a);
-      arith_array(ctx, ArithOp::Mul, cspan(t), cspan(fs), std::span<V>(xs), k(Tensor::Y, 0));
+      arith_array(ctx, ArithOp::Mul, cspan(t), cspan(fs), std::span<V>(xs), k_scale);
       std::swap(fs, xs);
     }
-    ctx.store_array(x.subspan(e0, n), xs, k(Tensor::X, 0));
-    arith_array(ctx, ArithOp::Add, cspan(xs), cspan(fs), std::span<V>(t), k(Tensor::Y, 1));
-    ctx.store_array(cspan(t), out.subspan(e0, n), k(Tensor::Y, 2));
+    ctx.store_array(x.subspan(e0, n), xs, k_x);
+    arith_array(ctx, ArithOp::Add, cspan(xs), cspan(fs), std::span<V>(t), k_add);
+    ctx.store_array(cspan(t), out.subspan(e0, n), k_store);
   });
 }
 
-/// dx += dout, df += α·dout. Pass BackwardData. Row by row on the span forms, as residual_forward.
+/// dx += dout, df += α·dout, all (rows, cols). Pass BackwardData. The reference: per element e, g = store(dout)
+/// [Dy]; on Dx: d = store(dx), dx = store(d + g); on Dx2: gf = α·g (skipped when α = 1), d = store(df),
+/// df = store(d + gf).
+template <class A>
+void residual_backward_data_reference(std::span<typename A::Value> dx, std::span<typename A::Value> df,
+                                      std::span<const typename A::Value> dout, double alpha, RowShape s,
+                                      const Ctx<A>& ctx) {
+  using V = typename A::Value;
+  const V a = ctx.c(alpha);
+  for (std::size_t e = 0; e < static_cast<std::size_t>(s.size()); ++e) {
+    Steps<A> dxe(ctx, Tensor::Dx, e), dfe(ctx, Tensor::Dx2, e);
+    const V g = store_cast(ctx, Tensor::Dy, e, dout[e]);
+    const V d = dxe.store(dx[e]);
+    dx[e] = dxe.store(dxe.add(d, g));
+    V gf = g;
+    if (alpha != 1.0) gf = dfe.mul(a, g);
+    else dfe.skip();
+    const V d2 = dfe.store(df[e]);
+    df[e] = dfe.store(dfe.add(d2, gf));
+  }
+}
+
+/// residual_backward_data_reference row by row on the span forms, as residual_forward.
 template <class A>
 void residual_backward_data(std::span<typename A::Value> dx, std::span<typename A::Value> df,
                             std::span<const typename A::Value> dout, double alpha, RowShape s, const Ctx<A>& ctx,
@@ -54,25 +98,28 @@ void residual_backward_data(std::span<typename A::Value> dx, std::span<typename 
   const V a = ctx.c(alpha);
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
-    const auto k = [e0](Tensor tensor, unsigned slot) { return [e0, tensor, slot](std::size_t i) { return key(tensor, e0 + i, slot); }; };
+    SlotSeq Dy(Tensor::Dy, e0), Dx(Tensor::Dx, e0), Dx2(Tensor::Dx2, e0);
+    const auto k_g = Dy.next();
+    const auto k_dx_in = Dx.next(), k_dx_add = Dx.next(), k_dx_store = Dx.next();
+    const auto k_df_scale = Dx2.next(), k_df_in = Dx2.next(), k_df_add = Dx2.next(), k_df_store = Dx2.next();
     thread_local std::vector<V> g, d, t, gf;
     g.resize(n);
     d.resize(n);
     t.resize(n);
     gf.resize(n);
-    ctx.store_array(dout.subspan(e0, n), g, k(Tensor::Dy, 0));
-    ctx.store_array(std::span<const V>(dx.subspan(e0, n)), d, k(Tensor::Dx, 0));
-    arith_array(ctx, ArithOp::Add, cspan(d), cspan(g), std::span<V>(t), k(Tensor::Dx, 1));
-    ctx.store_array(cspan(t), dx.subspan(e0, n), k(Tensor::Dx, 2));
+    ctx.store_array(dout.subspan(e0, n), g, k_g);
+    ctx.store_array(std::span<const V>(dx.subspan(e0, n)), d, k_dx_in);
+    arith_array(ctx, ArithOp::Add, cspan(d), cspan(g), std::span<V>(t), k_dx_add);
+    ctx.store_array(cspan(t), dx.subspan(e0, n), k_dx_store);
     if (alpha != 1.0) {
       std::fill(t.begin(), t.end(), a);
-      arith_array(ctx, ArithOp::Mul, cspan(t), cspan(g), std::span<V>(gf), k(Tensor::Dx2, 0));
+      arith_array(ctx, ArithOp::Mul, cspan(t), cspan(g), std::span<V>(gf), k_df_scale);
     } else {
       gf = g;
     }
-    ctx.store_array(std::span<const V>(df.subspan(e0, n)), d, k(Tensor::Dx2, 1));
-    arith_array(ctx, ArithOp::Add, cspan(d), cspan(gf), std::span<V>(t), k(Tensor::Dx2, 2));
-    ctx.store_array(cspan(t), df.subspan(e0, n), k(Tensor::Dx2, 3));
+    ctx.store_array(std::span<const V>(df.subspan(e0, n)), d, k_df_in);
+    arith_array(ctx, ArithOp::Add, cspan(d), cspan(gf), std::span<V>(t), k_df_add);
+    ctx.store_array(cspan(t), df.subspan(e0, n), k_df_store);
   });
 }
 

@@ -11,14 +11,48 @@
 /// bit for bit the per-unit dots, tests/ops/row_reduce_ops_test.cpp); the elementwise steps run on row spans
 /// (store_array, arith_array / arith_const: the per-element roundings and keys).
 #include <span>
+#include <vector>
 
 #include "ops/backend.hpp"
 #include "ops/shape.hpp"
 #include "ops/span_arith.hpp"
+#include "ops/steps.hpp"
 
 namespace roundoff::ops {
 
-/// y (rows, cols), rstd (rows) saved for backward; x (rows, cols), w (cols).
+// Each pass: the scalar reference (one Steps per tensor element, ops/steps.hpp) and the body, which takes its key
+// functions from SlotSeqs in the reference's order; tests/ops/reference_test.cpp compares the two.
+
+/// y (rows, cols), rstd (rows) saved for backward; x (rows, cols), w (cols). The reference, per row r (entry casts
+/// in(x) [X], in(w) [W]): on Row at r: ss = Σ_j x_j² (dot), ms = ss / C, t = ms + eps, inv = rsqrt(t),
+/// rstd = store(inv); then per element e = (r, j), on Y at e: y = store((x_j·inv)·w_j).
+template <class A>
+void rmsnorm_forward_reference(std::span<typename A::Value> y, std::span<typename A::Value> rstd,
+                               std::span<const typename A::Value> x, std::span<const typename A::Value> w, RowShape s,
+                               double eps, const Ctx<A>& ctx) {
+  using V = typename A::Value;
+  const auto C = static_cast<std::size_t>(s.cols);
+  std::vector<V> xs(x.size()), ws(w.size());
+  for (std::size_t e = 0; e < x.size(); ++e) xs[e] = in_cast(ctx, Tensor::X, e, x[e]);
+  for (std::size_t j = 0; j < C; ++j) ws[j] = in_cast(ctx, Tensor::W, j, w[j]);
+  const V n = ctx.c(static_cast<double>(C)), ep = ctx.c(eps);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(s.rows); ++r) {
+    const V* xr = xs.data() + r * C;
+    Steps<A> row(ctx, Tensor::Row, r);
+    const V ss = row.dot(xr, 1, xr, 1, C);
+    const V ms = row.div(ss, n);
+    const V inv = row.rsqrt(row.add(ms, ep));
+    rstd[r] = row.store(inv);
+    for (std::size_t j = 0; j < C; ++j) {
+      Steps<A> ye(ctx, Tensor::Y, r * C + j);
+      const V xn = ye.mul(xr[j], inv);
+      y[r * C + j] = ye.store(ye.mul(xn, ws[j]));
+    }
+  }
+}
+
+/// rmsnorm_forward_reference with the row reductions as one ctx.dot_rows (without a Select) and the elementwise
+/// steps on row spans.
 template <class A>
 void rmsnorm_forward(std::span<typename A::Value> y, std::span<typename A::Value> rstd,
                      std::span<const typename A::Value> x, std::span<const typename A::Value> w, RowShape s,
@@ -29,34 +63,75 @@ void rmsnorm_forward(std::span<typename A::Value> y, std::span<typename A::Value
   ctx.in_array(x, xs, Tensor::X);
   ctx.in_array(w, ws, Tensor::W);
   const V n = ctx.c(static_cast<double>(C)), e = ctx.c(eps);
+  SlotSeq Row(Tensor::Row);
+  const auto k_ss = Row.next(), k_ms = Row.next(), k_t = Row.next(), k_inv = Row.next(), k_rstd = Row.next();
   const bool batched = sel.empty();
   std::vector<V> sums(batched ? static_cast<std::size_t>(s.rows) : 0);
   if (batched) {
     const std::vector<std::size_t> len(sums.size(), static_cast<std::size_t>(C));
-    ctx.dot_rows(numerics::BasicRowBatch<V>{len, xs.data(), C, 1, xs.data(), C, 1}, std::span<V>(sums),
-                 [](std::size_t r) { return key(Tensor::Row, r, 0); });
+    ctx.dot_rows(numerics::BasicRowBatch<V>{len, xs.data(), C, 1, xs.data(), C, 1}, std::span<V>(sums), k_ss);
   }
   for_units(s.rows, sel, [&](std::int64_t r) {
     const V* xr = xs.data() + r * C;
-    const V ss = batched ? sums[static_cast<std::size_t>(r)]
-                         : ctx.dot(xr, 1, xr, 1, static_cast<std::size_t>(C), key(Tensor::Row, r, 0));
-    const V inv = ctx.rsqrt(ctx.add(ctx.div(ss, n, key(Tensor::Row, r, 1)), e, key(Tensor::Row, r, 2)),
-                            key(Tensor::Row, r, 3));
-    rstd[static_cast<std::size_t>(r)] = ctx.store(inv, key(Tensor::Row, r, 4));
-    // y_i = store((x_i·r)·w_i), keys (Y, el, 0–2), on the row's span
+    const auto ri = static_cast<std::size_t>(r);
+    const V ss = batched ? sums[ri] : ctx.dot(xr, 1, xr, 1, static_cast<std::size_t>(C), k_ss(ri));
+    const V inv = ctx.rsqrt(ctx.add(ctx.div(ss, n, k_ms(ri)), e, k_t(ri)), k_inv(ri));
+    rstd[ri] = ctx.store(inv, k_rstd(ri));
+    // y_i = store((x_i·r)·w_i) on the row's span
     const auto o = static_cast<std::size_t>(r * C), cn = static_cast<std::size_t>(C);
-    const auto kf = [o](unsigned slot) { return [o, slot](std::size_t i) { return key(Tensor::Y, o + i, slot); }; };
+    SlotSeq Y(Tensor::Y, o);
+    const auto k_xn = Y.next(), k_mul = Y.next(), k_store = Y.next();
     thread_local std::vector<V> xr_inv, yw;
     xr_inv.resize(cn);
     yw.resize(cn);
-    arith_const(ctx, ArithOp::Mul, std::span<const V>(xr, cn), inv, std::span<V>(xr_inv), kf(0));
-    arith_array(ctx, ArithOp::Mul, cspan(xr_inv), cspan(ws), std::span<V>(yw), kf(1));
-    ctx.store_array(cspan(yw), y.subspan(o, cn), kf(2));
+    arith_const(ctx, ArithOp::Mul, std::span<const V>(xr, cn), inv, std::span<V>(xr_inv), k_xn);
+    arith_array(ctx, ArithOp::Mul, cspan(xr_inv), cspan(ws), std::span<V>(yw), k_mul);
+    ctx.store_array(cspan(yw), y.subspan(o, cn), k_store);
   });
 }
 
 /// dx (rows, cols) += ∂L/∂x given dy (rows, cols), x, w (cols), rstd (rows). Policy pass BackwardData.
 ///   g_i = w_i·dy_i,  s = Σ_j g_j·x_j (Accumulation),  a = (r·r·r)·s / C,  dx_i += r·g_i − a·x_i.
+/// The reference, per row r (entry casts in(x) [X], in(w) [W], in(dy) [Dy]): inv = in(rstd) [Row at r]; per
+/// element e, g = w·dy [Dx at e]; on Row at r: sg = Σ g·x (dot), a = ((inv·inv)·inv)·sg / C; per element e, on
+/// Dx at e (continuing): d = inv·g − a·x (three steps), dx = store(store(dx) + d) (the accumulated
+/// dx cast by store, as the body's store_array: ops/steps.hpp, store_cast).
+template <class A>
+void rmsnorm_backward_data_reference(std::span<typename A::Value> dx, std::span<const typename A::Value> dy,
+                                     std::span<const typename A::Value> x, std::span<const typename A::Value> w,
+                                     std::span<const typename A::Value> rstd, RowShape s, const Ctx<A>& ctx) {
+  using V = typename A::Value;
+  const auto C = static_cast<std::size_t>(s.cols);
+  std::vector<V> xs(x.size()), ws(w.size()), g(dy.size());
+  for (std::size_t e = 0; e < x.size(); ++e) xs[e] = in_cast(ctx, Tensor::X, e, x[e]);
+  for (std::size_t j = 0; j < C; ++j) ws[j] = in_cast(ctx, Tensor::W, j, w[j]);
+  const V n = ctx.c(static_cast<double>(C));
+  for (std::size_t r = 0; r < static_cast<std::size_t>(s.rows); ++r) {
+    Steps<A> row(ctx, Tensor::Row, r);
+    std::vector<Steps<A>> d;
+    d.reserve(C);
+    const V inv = row.in(rstd[r]);
+    for (std::size_t j = 0; j < C; ++j) {
+      const std::size_t e = r * C + j;
+      d.emplace_back(ctx, Tensor::Dx, e);
+      g[e] = d[j].mul(ws[j], in_cast(ctx, Tensor::Dy, e, dy[e]));
+    }
+    const V sg = row.dot(g.data() + r * C, 1, xs.data() + r * C, 1, C);
+    const V inv3 = row.mul(row.mul(inv, inv), inv);
+    const V a = row.div(row.mul(inv3, sg), n);
+    for (std::size_t j = 0; j < C; ++j) {
+      const std::size_t e = r * C + j;
+      const V rg = d[j].mul(inv, g[e]);
+      const V ax = d[j].mul(a, xs[e]);
+      const V de = d[j].sub(rg, ax);
+      const V old = d[j].store(dx[e]);  // the accumulated dx cast by store (store_array)
+      dx[e] = d[j].store(d[j].add(old, de));
+    }
+  }
+}
+
+/// rmsnorm_backward_data_reference with the row reductions as one ctx.dot_rows (without a Select) and the
+/// elementwise steps on row spans.
 template <class A>
 void rmsnorm_backward_data(std::span<typename A::Value> dx, std::span<const typename A::Value> dy,
                            std::span<const typename A::Value> x, std::span<const typename A::Value> w,
@@ -68,48 +143,80 @@ void rmsnorm_backward_data(std::span<typename A::Value> dx, std::span<const type
   ctx.in_array(w, ws, Tensor::W);
   ctx.in_array(dy, dys, Tensor::Dy);
   const V n = ctx.c(static_cast<double>(C));
-  // g_i = w_i·dy_i, keys (Dx, e, 0), on the row's span
+  SlotSeq Row(Tensor::Row);
+  const auto k_rstd = Row.next(), k_sg = Row.next(), k_inv2 = Row.next(), k_inv3 = Row.next(), k_mul = Row.next(),
+             k_a = Row.next();
+  // the slots of Dx at each element: g = w·dy first, the update after the row's reduction
+  const auto dx_slots = [C](std::int64_t r) { return SlotSeq(Tensor::Dx, static_cast<std::size_t>(r * C)); };
   const auto products = [&](std::int64_t r) {
     const auto o = static_cast<std::size_t>(r * C), cn = static_cast<std::size_t>(C);
+    SlotSeq Dx = dx_slots(r);
     arith_array(ctx, ArithOp::Mul, cspan(ws), std::span<const V>(dys.data() + o, cn), std::span<V>(g.data() + o, cn),
-                [o](std::size_t i) { return key(Tensor::Dx, o + i, 0); });
+                Dx.next());
   };
   const bool batched = sel.empty();
   std::vector<V> sums(batched ? static_cast<std::size_t>(s.rows) : 0);
   if (batched) {
     for_units(s.rows, sel, products);
     const std::vector<std::size_t> len(sums.size(), static_cast<std::size_t>(C));
-    ctx.dot_rows(numerics::BasicRowBatch<V>{len, g.data(), C, 1, xs.data(), C, 1}, std::span<V>(sums),
-                 [](std::size_t r) { return key(Tensor::Row, r, 1); });
+    ctx.dot_rows(numerics::BasicRowBatch<V>{len, g.data(), C, 1, xs.data(), C, 1}, std::span<V>(sums), k_sg);
   }
   for_units(s.rows, sel, [&](std::int64_t r) {
-    const std::size_t o = static_cast<std::size_t>(r * C);
-    const V inv = ctx.in(rstd[static_cast<std::size_t>(r)], key(Tensor::Row, r, 0));
+    const std::size_t o = static_cast<std::size_t>(r * C), ri = static_cast<std::size_t>(r);
+    const V inv = ctx.in(rstd[ri], k_rstd(ri));
     if (!batched) products(r);
-    const V sg = batched ? sums[static_cast<std::size_t>(r)]
-                         : ctx.dot(g.data() + o, 1, xs.data() + o, 1, static_cast<std::size_t>(C), key(Tensor::Row, r, 1));
-    const V a = ctx.div(ctx.mul(ctx.mul(ctx.mul(inv, inv, key(Tensor::Row, r, 2)), inv, key(Tensor::Row, r, 3)), sg,
-                                key(Tensor::Row, r, 4)),
-                        n, key(Tensor::Row, r, 5));
-    // dx_i ← store(in(dx_i) + (r·g_i − a·x_i)), keys (Dx, e, 1–6), on the row's span (r and a as left operands)
+    const V sg = batched ? sums[ri] : ctx.dot(g.data() + o, 1, xs.data() + o, 1, static_cast<std::size_t>(C), k_sg(ri));
+    const V a = ctx.div(ctx.mul(ctx.mul(ctx.mul(inv, inv, k_inv2(ri)), inv, k_inv3(ri)), sg, k_mul(ri)), n, k_a(ri));
+    // dx_i ← store(in(dx_i) + (r·g_i − a·x_i)) on the row's span (r and a as left operands)
     const auto cn = static_cast<std::size_t>(C);
-    const auto kf = [o](unsigned slot) { return [o, slot](std::size_t i) { return key(Tensor::Dx, o + i, slot); }; };
+    SlotSeq Dx = dx_slots(r);
+    Dx.skip();  // g = w·dy (products)
+    const auto k_rg = Dx.next(), k_ax = Dx.next(), k_d = Dx.next(), k_in = Dx.next(), k_sum = Dx.next(),
+               k_store = Dx.next();
     thread_local std::vector<V> invs, as, rg, ax, d, di, sum;
     invs.assign(cn, inv);
     as.assign(cn, a);
     for (std::vector<V>* v : {&rg, &ax, &d, &di, &sum}) v->resize(cn);
     const std::span<V> out = dx.subspan(o, cn);
-    arith_array(ctx, ArithOp::Mul, cspan(invs), std::span<const V>(g.data() + o, cn), std::span<V>(rg), kf(1));
-    arith_array(ctx, ArithOp::Mul, cspan(as), std::span<const V>(xs.data() + o, cn), std::span<V>(ax), kf(2));
-    arith_array(ctx, ArithOp::Sub, cspan(rg), cspan(ax), std::span<V>(d), kf(3));
-    ctx.store_array(std::span<const V>(out), std::span<V>(di), kf(4));  // in()
-    arith_array(ctx, ArithOp::Add, cspan(di), cspan(d), std::span<V>(sum), kf(5));
-    ctx.store_array(cspan(sum), out, kf(6));
+    arith_array(ctx, ArithOp::Mul, cspan(invs), std::span<const V>(g.data() + o, cn), std::span<V>(rg), k_rg);
+    arith_array(ctx, ArithOp::Mul, cspan(as), std::span<const V>(xs.data() + o, cn), std::span<V>(ax), k_ax);
+    arith_array(ctx, ArithOp::Sub, cspan(rg), cspan(ax), std::span<V>(d), k_d);
+    ctx.store_array(std::span<const V>(out), std::span<V>(di), k_in);  // the cast, by store (store_cast)
+    arith_array(ctx, ArithOp::Add, cspan(di), cspan(d), std::span<V>(sum), k_sum);
+    ctx.store_array(cspan(sum), out, k_store);
   });
 }
 
 /// dw (cols) += Σ_rows dy ⊙ (x·r): xhat = x·rstd (compute), then one dot over rows per column. Pass
-/// BackwardWeight.
+/// BackwardWeight. The reference: per row r, inv = in(rstd) [Row at r]; per element e, on X at e: xhat = store(x)·inv (x cast by store,
+/// as the body's store_array);
+/// (entry cast in(dy) [Dy]); per column i: d = Σ_r dy·xhat (dot) [Column at i]; on Dw at i: dw = store(in(dw) + d).
+template <class A>
+void rmsnorm_backward_weight_reference(std::span<typename A::Value> dw, std::span<const typename A::Value> dy,
+                                       std::span<const typename A::Value> x, std::span<const typename A::Value> rstd,
+                                       RowShape s, const Ctx<A>& ctx) {
+  using V = typename A::Value;
+  const auto C = static_cast<std::size_t>(s.cols), R = static_cast<std::size_t>(s.rows);
+  std::vector<V> xhat(x.size()), dys(dy.size());
+  for (std::size_t r = 0; r < R; ++r) {
+    const V inv = Steps<A>(ctx, Tensor::Row, r).in(rstd[r]);
+    for (std::size_t j = 0; j < C; ++j) {
+      Steps<A> xe(ctx, Tensor::X, r * C + j);
+      xhat[r * C + j] = xe.mul(xe.store(x[r * C + j]), inv);  // x cast by store (store_array)
+    }
+  }
+  for (std::size_t e = 0; e < dy.size(); ++e) dys[e] = in_cast(ctx, Tensor::Dy, e, dy[e]);
+  for (std::size_t i = 0; i < C; ++i) {
+    const auto Ci = static_cast<std::ptrdiff_t>(C);
+    const V d = Steps<A>(ctx, Tensor::Column, i).dot(dys.data() + i, Ci, xhat.data() + i, Ci, R);
+    Steps<A> g(ctx, Tensor::Dw, i);
+    const V old = g.in(dw[i]);
+    dw[i] = g.store(g.add(old, d));
+  }
+}
+
+/// rmsnorm_backward_weight_reference with the column reductions as one ctx.dot_rows (without a Select) and the
+/// xhat products on row spans.
 template <class A>
 void rmsnorm_backward_weight(std::span<typename A::Value> dw, std::span<const typename A::Value> dy,
                              std::span<const typename A::Value> x, std::span<const typename A::Value> rstd,
@@ -118,29 +225,32 @@ void rmsnorm_backward_weight(std::span<typename A::Value> dw, std::span<const ty
   const std::int64_t C = s.cols;
   std::vector<V> xhat(x.size()), dys(dy.size());
   ctx.in_array(dy, dys, Tensor::Dy);
+  SlotSeq Row(Tensor::Row), Column(Tensor::Column), Dw(Tensor::Dw);
+  const auto k_rstd = Row.next(), k_col = Column.next();
+  const auto k_dw_in = Dw.next(), k_dw_add = Dw.next(), k_dw_store = Dw.next();
   for_units(s.rows, {}, [&](std::int64_t r) {
-    const V inv = ctx.in(rstd[static_cast<std::size_t>(r)], key(Tensor::Row, r, 0));
-    // xhat_i = in(x_i)·r, keys (X, e, 0–1), on the row's span
+    const V inv = ctx.in(rstd[static_cast<std::size_t>(r)], k_rstd(static_cast<std::size_t>(r)));
+    // xhat_i = in(x_i)·r on the row's span
     const auto o = static_cast<std::size_t>(r * C), cn = static_cast<std::size_t>(C);
+    SlotSeq X(Tensor::X, o);
+    const auto k_x = X.next(), k_xhat = X.next();
     thread_local std::vector<V> xi;
     xi.resize(cn);
-    ctx.store_array(x.subspan(o, cn), std::span<V>(xi), [o](std::size_t i) { return key(Tensor::X, o + i, 0); });  // in()
-    arith_const(ctx, ArithOp::Mul, cspan(xi), inv, std::span<V>(xhat.data() + o, cn),
-                [o](std::size_t i) { return key(Tensor::X, o + i, 1); });
+    ctx.store_array(x.subspan(o, cn), std::span<V>(xi), k_x);  // the cast, by store (store_cast)
+    arith_const(ctx, ArithOp::Mul, cspan(xi), inv, std::span<V>(xhat.data() + o, cn), k_xhat);
   });
   const bool batched = sel.empty();
   std::vector<V> sums(batched ? static_cast<std::size_t>(C) : 0);
   if (batched) {
     const std::vector<std::size_t> len(sums.size(), static_cast<std::size_t>(s.rows));
-    ctx.dot_rows(numerics::BasicRowBatch<V>{len, dys.data(), 1, C, xhat.data(), 1, C}, std::span<V>(sums),
-                 [](std::size_t i) { return key(Tensor::Column, i, 0); });
+    ctx.dot_rows(numerics::BasicRowBatch<V>{len, dys.data(), 1, C, xhat.data(), 1, C}, std::span<V>(sums), k_col);
   }
   for_units(C, sel, [&](std::int64_t i) {
-    const V d = batched ? sums[static_cast<std::size_t>(i)]
-                        : ctx.dot(dys.data() + i, C, xhat.data() + i, C, static_cast<std::size_t>(s.rows),
-                                  key(Tensor::Column, i, 0));
-    V& g = dw[static_cast<std::size_t>(i)];
-    g = ctx.store(ctx.add(ctx.in(g, key(Tensor::Dw, i, 0)), d, key(Tensor::Dw, i, 1)), key(Tensor::Dw, i, 2));
+    const auto ii = static_cast<std::size_t>(i);
+    const V d = batched ? sums[ii]
+                        : ctx.dot(dys.data() + i, C, xhat.data() + i, C, static_cast<std::size_t>(s.rows), k_col(ii));
+    V& g = dw[ii];
+    g = ctx.store(ctx.add(ctx.in(g, k_dw_in(ii)), d, k_dw_add(ii)), k_dw_store(ii));
   });
 }
 

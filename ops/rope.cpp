@@ -30,9 +30,10 @@ void rope_angles(std::span<typename A::Value> cos_t, std::span<typename A::Value
     const V pos = ctx.c(static_cast<double>(p));
     for (std::int64_t i = 0; i < H; ++i) {
       const auto e = static_cast<std::size_t>(p * H + i);
-      const V theta = ctx.mul(pos, f[static_cast<std::size_t>(i)], key(Tensor::Cos, e, 0));
-      cos_t[e] = ctx.store(ctx.cos(theta, key(Tensor::Cos, e, 1)), key(Tensor::Cos, e, 2));
-      sin_t[e] = ctx.store(ctx.sin(theta, key(Tensor::Sin, e, 0)), key(Tensor::Sin, e, 1));
+      Steps<A> ce(ctx, Tensor::Cos, e), se(ctx, Tensor::Sin, e);  // scalar: its own reference (ops/steps.hpp)
+      const V theta = ce.mul(pos, f[static_cast<std::size_t>(i)]);
+      cos_t[e] = ce.store(ce.cos(theta));
+      sin_t[e] = se.store(se.sin(theta));
     }
   });
 }

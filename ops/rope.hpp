@@ -17,6 +17,7 @@
 #include "ops/backend.hpp"
 #include "ops/shape.hpp"
 #include "ops/span_arith.hpp"
+#include "ops/steps.hpp"
 
 namespace roundoff::ops {
 
@@ -48,11 +49,42 @@ struct RopeRow {
 };
 }  // namespace detail
 
-/// y (B, T, NH·hs) = rotate(x (B, T, NH·hs)) with the table cos, sin (T, hs/2). Token t has position t.
-/// Each step runs over a whole token row at once: the casts as store_array (the same rounding as in(), keyed per
+/// y (B, T, NH·hs) = rotate(x (B, T, NH·hs)) with the table cos, sin (T, hs/2). Token t has position t. The
+/// reference: per pair (e, e + 1) = (x_2i, x_2i+1) of token t's row, j = t·hs/2 + i mod hs/2 its table entry
+/// (ops/steps.hpp; the table is cast per use, on Y at e; every cast by store, as store_cast):
+///   c = store(cos_j), s = store(sin_j) [Y at e]; x0 = store(x_e) [X at e], x1 = store(x_e+1) [X at e + 1];
+///   on Y at e:     y0 = store(x0·c − x1·s)   (x0·c, x1·s, the difference, the store)
+///   on Y at e + 1: y1 = store(x0·s + x1·c).
+template <class A>
+void rope_forward_reference(std::span<typename A::Value> y, std::span<const typename A::Value> x,
+                            std::span<const typename A::Value> cos_t, std::span<const typename A::Value> sin_t,
+                            AttnShape s, const Ctx<A>& ctx) {
+  using V = typename A::Value;
+  const std::int64_t C = s.C(), H = s.hs / 2;
+  for (std::int64_t row = 0; row < s.B * s.T; ++row)
+    for (std::int64_t i = 0; i < C / 2; ++i) {
+      const auto e = static_cast<std::size_t>(row * C + 2 * i);
+      const auto j = static_cast<std::size_t>((row % s.T) * H + i % H);
+      Steps<A> y0(ctx, Tensor::Y, e), y1(ctx, Tensor::Y, e + 1);
+      const V c = y0.store(cos_t[j]);
+      const V sn = y0.store(sin_t[j]);
+      const V x0 = store_cast(ctx, Tensor::X, e, x[e]);
+      const V x1 = store_cast(ctx, Tensor::X, e + 1, x[e + 1]);
+      const V a = y0.mul(x0, c);
+      const V b = y0.mul(x1, sn);
+      const V r0 = y0.sub(a, b);
+      const V a1 = y1.mul(x0, sn);
+      const V b1 = y1.mul(x1, c);
+      const V r1 = y1.add(a1, b1);
+      y[e] = y0.store(r0);
+      y[e + 1] = y1.store(r1);
+    }
+}
+
+/// rope_forward_reference on whole token rows: the casts as store_array (store_cast, keyed per
 /// element), the products and sums as arith_array (ops/span_arith.hpp: one binary64 operation then one rounding
-/// to compute, which is the correctly rounded result for p ≤ 25 under nearest-even; every other mode and
-/// format takes the per-element calls), so the bits and keys are those of the per-element definition.
+/// to compute, which is the correctly rounded result for p ≤ 25 under nearest-even; every other mode and format
+/// takes the per-element calls). x may alias y.
 template <class A>
 void rope_forward(std::span<typename A::Value> y, std::span<const typename A::Value> x,
                   std::span<const typename A::Value> cos_t, std::span<const typename A::Value> sin_t, AttnShape s,
@@ -65,32 +97,69 @@ void rope_forward(std::span<typename A::Value> y, std::span<const typename A::Va
     w.resize(P);
     const std::int64_t t = row % s.T;
     const auto o = static_cast<std::size_t>(row * C);
-    const auto e = [o](std::size_t i) { return o + 2 * i; };  // pair i's first element
+    // pair i's elements e = o + 2i and e + 1
+    SlotSeq X0(Tensor::X, o, 2), X1(Tensor::X, o + 1, 2), Y0(Tensor::Y, o, 2), Y1(Tensor::Y, o + 1, 2);
+    const auto k_cos = Y0.next(), k_sin = Y0.next(), k_x0 = X0.next(), k_x1 = X1.next();
+    const auto k_y0_a = Y0.next(), k_y0_b = Y0.next(), k_y0_sub = Y0.next();
+    const auto k_y1_a = Y1.next(), k_y1_b = Y1.next(), k_y1_add = Y1.next();
+    const auto k_y0_store = Y0.next(), k_y1_store = Y1.next();
     w.gather(x, cos_t, sin_t, t, H, o);
-    // the table is cast per use: (Y, e, 0–1) for the pair at e
-    ctx.store_array(cspan(w.p0), w.c, [&](std::size_t i) { return key(Tensor::Y, e(i), 0); });
-    ctx.store_array(cspan(w.p1), w.s, [&](std::size_t i) { return key(Tensor::Y, e(i), 1); });
-    ctx.store_array(cspan(w.r0), w.v0, [&](std::size_t i) { return key(Tensor::X, e(i), 0); });
-    ctx.store_array(cspan(w.r1), w.v1, [&](std::size_t i) { return key(Tensor::X, e(i) + 1, 0); });
+    ctx.store_array(cspan(w.p0), w.c, k_cos);
+    ctx.store_array(cspan(w.p1), w.s, k_sin);
+    ctx.store_array(cspan(w.r0), w.v0, k_x0);
+    ctx.store_array(cspan(w.r1), w.v1, k_x1);
     // y_2i = x_2i·c − x_2i+1·s
-    arith_array(ctx, ArithOp::Mul, cspan(w.v0), cspan(w.c), std::span<V>(w.p0), [&](std::size_t i) { return key(Tensor::Y, e(i), 2); });
-    arith_array(ctx, ArithOp::Mul, cspan(w.v1), cspan(w.s), std::span<V>(w.p1), [&](std::size_t i) { return key(Tensor::Y, e(i), 3); });
-    arith_array(ctx, ArithOp::Sub, cspan(w.p0), cspan(w.p1), std::span<V>(w.r0), [&](std::size_t i) { return key(Tensor::Y, e(i), 4); });
+    arith_array(ctx, ArithOp::Mul, cspan(w.v0), cspan(w.c), std::span<V>(w.p0), k_y0_a);
+    arith_array(ctx, ArithOp::Mul, cspan(w.v1), cspan(w.s), std::span<V>(w.p1), k_y0_b);
+    arith_array(ctx, ArithOp::Sub, cspan(w.p0), cspan(w.p1), std::span<V>(w.r0), k_y0_sub);
     // y_2i+1 = x_2i·s + x_2i+1·c
-    arith_array(ctx, ArithOp::Mul, cspan(w.v0), cspan(w.s), std::span<V>(w.p0), [&](std::size_t i) { return key(Tensor::Y, e(i) + 1, 0); });
-    arith_array(ctx, ArithOp::Mul, cspan(w.v1), cspan(w.c), std::span<V>(w.p1), [&](std::size_t i) { return key(Tensor::Y, e(i) + 1, 1); });
-    arith_array(ctx, ArithOp::Add, cspan(w.p0), cspan(w.p1), std::span<V>(w.r1), [&](std::size_t i) { return key(Tensor::Y, e(i) + 1, 2); });
-    ctx.store_array(cspan(w.r0), w.r0, [&](std::size_t i) { return key(Tensor::Y, e(i), 5); });
-    ctx.store_array(cspan(w.r1), w.r1, [&](std::size_t i) { return key(Tensor::Y, e(i) + 1, 3); });
+    arith_array(ctx, ArithOp::Mul, cspan(w.v0), cspan(w.s), std::span<V>(w.p0), k_y1_a);
+    arith_array(ctx, ArithOp::Mul, cspan(w.v1), cspan(w.c), std::span<V>(w.p1), k_y1_b);
+    arith_array(ctx, ArithOp::Add, cspan(w.p0), cspan(w.p1), std::span<V>(w.r1), k_y1_add);
+    ctx.store_array(cspan(w.r0), w.r0, k_y0_store);
+    ctx.store_array(cspan(w.r1), w.r1, k_y1_store);
     for (std::size_t i = 0; i < P; ++i) {
-      y[e(i)] = w.r0[i];
-      y[e(i) + 1] = w.r1[i];
+      y[o + 2 * i] = w.r0[i];
+      y[o + 2 * i + 1] = w.r1[i];
     }
   });
 }
 
-/// dx += Rᵀ·dy: dx_2i += dy_2i·c + dy_2i+1·s, dx_2i+1 += dy_2i+1·c − dy_2i·s. Pass BackwardData. Row spans as in
-/// rope_forward.
+/// dx += Rᵀ·dy: dx_2i += dy_2i·c + dy_2i+1·s, dx_2i+1 += dy_2i+1·c − dy_2i·s. Pass BackwardData. The reference,
+/// per pair (e, e + 1) as rope_forward_reference (casts by store): c = store(cos_j), s = store(sin_j) [Dx at e];
+/// g0 = store(dy_e) [Dy at e], g1 = store(dy_e+1) [Dy at e + 1]; on Dx at e: h0 = g0·c + g1·s; on Dx at e + 1:
+/// h1 = g1·c − g0·s; then on Dx at e: dx_e = store(store(dx_e) + h0), on Dx at e + 1: dx_e+1 = store(store(dx_e+1) + h1).
+template <class A>
+void rope_backward_data_reference(std::span<typename A::Value> dx, std::span<const typename A::Value> dy,
+                                  std::span<const typename A::Value> cos_t, std::span<const typename A::Value> sin_t,
+                                  AttnShape s, const Ctx<A>& ctx) {
+  using V = typename A::Value;
+  const std::int64_t C = s.C(), H = s.hs / 2;
+  for (std::int64_t row = 0; row < s.B * s.T; ++row)
+    for (std::int64_t i = 0; i < C / 2; ++i) {
+      const auto e = static_cast<std::size_t>(row * C + 2 * i);
+      const auto j = static_cast<std::size_t>((row % s.T) * H + i % H);
+      Steps<A> d0(ctx, Tensor::Dx, e), d1(ctx, Tensor::Dx, e + 1);
+      const V c = d0.store(cos_t[j]);
+      const V sn = d0.store(sin_t[j]);
+      const V g0 = store_cast(ctx, Tensor::Dy, e, dy[e]);
+      const V g1 = store_cast(ctx, Tensor::Dy, e + 1, dy[e + 1]);
+      const V a = d0.mul(g0, c);
+      const V b = d0.mul(g1, sn);
+      const V h0 = d0.add(a, b);
+      const V a1 = d1.mul(g1, c);
+      const V b1 = d1.mul(g0, sn);
+      const V h1 = d1.sub(a1, b1);
+      const V o0 = d0.store(dx[e]);
+      const V o1 = d1.store(dx[e + 1]);
+      const V s0 = d0.add(o0, h0);
+      const V s1 = d1.add(o1, h1);
+      dx[e] = d0.store(s0);
+      dx[e + 1] = d1.store(s1);
+    }
+}
+
+/// rope_backward_data_reference on whole token rows, as rope_forward.
 template <class A>
 void rope_backward_data(std::span<typename A::Value> dx, std::span<const typename A::Value> dy,
                         std::span<const typename A::Value> cos_t, std::span<const typename A::Value> sin_t,
@@ -106,35 +175,39 @@ void rope_backward_data(std::span<typename A::Value> dx, std::span<const typenam
     g1.resize(P);
     const std::int64_t t = row % s.T;
     const auto o = static_cast<std::size_t>(row * C);
-    const auto e = [o](std::size_t i) { return o + 2 * i; };
+    SlotSeq Dy0(Tensor::Dy, o, 2), Dy1(Tensor::Dy, o + 1, 2), D0(Tensor::Dx, o, 2), D1(Tensor::Dx, o + 1, 2);
+    const auto k_cos = D0.next(), k_sin = D0.next(), k_g0 = Dy0.next(), k_g1 = Dy1.next();
+    const auto k_d0_a = D0.next(), k_d0_b = D0.next(), k_d0_add = D0.next();
+    const auto k_d1_a = D1.next(), k_d1_b = D1.next(), k_d1_sub = D1.next();
+    const auto k_d0_in = D0.next(), k_d1_in = D1.next(), k_d0_sum = D0.next(), k_d1_sum = D1.next();
+    const auto k_d0_store = D0.next(), k_d1_store = D1.next();
     w.gather(dy, cos_t, sin_t, t, H, o);
-    // the table is cast per use: (Dx, e, 0–1) for the pair at e
-    ctx.store_array(cspan(w.p0), w.c, [&](std::size_t i) { return key(Tensor::Dx, e(i), 0); });
-    ctx.store_array(cspan(w.p1), w.s, [&](std::size_t i) { return key(Tensor::Dx, e(i), 1); });
-    ctx.store_array(cspan(w.r0), w.v0, [&](std::size_t i) { return key(Tensor::Dy, e(i), 0); });
-    ctx.store_array(cspan(w.r1), w.v1, [&](std::size_t i) { return key(Tensor::Dy, e(i) + 1, 0); });
+    ctx.store_array(cspan(w.p0), w.c, k_cos);
+    ctx.store_array(cspan(w.p1), w.s, k_sin);
+    ctx.store_array(cspan(w.r0), w.v0, k_g0);
+    ctx.store_array(cspan(w.r1), w.v1, k_g1);
     // g0 = dy_2i·c + dy_2i+1·s
-    arith_array(ctx, ArithOp::Mul, cspan(w.v0), cspan(w.c), std::span<V>(w.p0), [&](std::size_t i) { return key(Tensor::Dx, e(i), 2); });
-    arith_array(ctx, ArithOp::Mul, cspan(w.v1), cspan(w.s), std::span<V>(w.p1), [&](std::size_t i) { return key(Tensor::Dx, e(i), 3); });
-    arith_array(ctx, ArithOp::Add, cspan(w.p0), cspan(w.p1), std::span<V>(g0), [&](std::size_t i) { return key(Tensor::Dx, e(i), 4); });
+    arith_array(ctx, ArithOp::Mul, cspan(w.v0), cspan(w.c), std::span<V>(w.p0), k_d0_a);
+    arith_array(ctx, ArithOp::Mul, cspan(w.v1), cspan(w.s), std::span<V>(w.p1), k_d0_b);
+    arith_array(ctx, ArithOp::Add, cspan(w.p0), cspan(w.p1), std::span<V>(g0), k_d0_add);
     // g1 = dy_2i+1·c − dy_2i·s
-    arith_array(ctx, ArithOp::Mul, cspan(w.v1), cspan(w.c), std::span<V>(w.p0), [&](std::size_t i) { return key(Tensor::Dx, e(i) + 1, 0); });
-    arith_array(ctx, ArithOp::Mul, cspan(w.v0), cspan(w.s), std::span<V>(w.p1), [&](std::size_t i) { return key(Tensor::Dx, e(i) + 1, 1); });
-    arith_array(ctx, ArithOp::Sub, cspan(w.p0), cspan(w.p1), std::span<V>(g1), [&](std::size_t i) { return key(Tensor::Dx, e(i) + 1, 2); });
-    // dx += g, the accumulated value cast on entry: (Dx, e, 5) / (Dx, e+1, 3), the add (6) / (4), the store (7) / (5)
+    arith_array(ctx, ArithOp::Mul, cspan(w.v1), cspan(w.c), std::span<V>(w.p0), k_d1_a);
+    arith_array(ctx, ArithOp::Mul, cspan(w.v0), cspan(w.s), std::span<V>(w.p1), k_d1_b);
+    arith_array(ctx, ArithOp::Sub, cspan(w.p0), cspan(w.p1), std::span<V>(g1), k_d1_sub);
+    // dx += g, the accumulated value cast on entry
     for (std::size_t i = 0; i < P; ++i) {
-      w.p0[i] = dx[e(i)];
-      w.p1[i] = dx[e(i) + 1];
+      w.p0[i] = dx[o + 2 * i];
+      w.p1[i] = dx[o + 2 * i + 1];
     }
-    ctx.store_array(cspan(w.p0), w.v0, [&](std::size_t i) { return key(Tensor::Dx, e(i), 5); });
-    ctx.store_array(cspan(w.p1), w.v1, [&](std::size_t i) { return key(Tensor::Dx, e(i) + 1, 3); });
-    arith_array(ctx, ArithOp::Add, cspan(w.v0), cspan(g0), std::span<V>(w.r0), [&](std::size_t i) { return key(Tensor::Dx, e(i), 6); });
-    arith_array(ctx, ArithOp::Add, cspan(w.v1), cspan(g1), std::span<V>(w.r1), [&](std::size_t i) { return key(Tensor::Dx, e(i) + 1, 4); });
-    ctx.store_array(cspan(w.r0), w.r0, [&](std::size_t i) { return key(Tensor::Dx, e(i), 7); });
-    ctx.store_array(cspan(w.r1), w.r1, [&](std::size_t i) { return key(Tensor::Dx, e(i) + 1, 5); });
+    ctx.store_array(cspan(w.p0), w.v0, k_d0_in);
+    ctx.store_array(cspan(w.p1), w.v1, k_d1_in);
+    arith_array(ctx, ArithOp::Add, cspan(w.v0), cspan(g0), std::span<V>(w.r0), k_d0_sum);
+    arith_array(ctx, ArithOp::Add, cspan(w.v1), cspan(g1), std::span<V>(w.r1), k_d1_sum);
+    ctx.store_array(cspan(w.r0), w.r0, k_d0_store);
+    ctx.store_array(cspan(w.r1), w.r1, k_d1_store);
     for (std::size_t i = 0; i < P; ++i) {
-      dx[e(i)] = w.r0[i];
-      dx[e(i) + 1] = w.r1[i];
+      dx[o + 2 * i] = w.r0[i];
+      dx[o + 2 * i + 1] = w.r1[i];
     }
   });
 }

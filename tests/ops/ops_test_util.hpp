@@ -136,6 +136,36 @@ inline Ctx<Emulated> on(const Ctx<Emulated>& c, const ExecOptions& ex) {
   return Ctx<Emulated>(c.precision(), c.bits(), ex);
 }
 
+/// Whether a policy quantizes any GEMM operand to a block format (the block presets need shapes whose contraction
+/// axes are multiples of their blocks: tests/ops/gemm_quant_test.cpp and tests/studies/train_fast_paths_test.cpp).
+inline bool has_block_quant(const Policy& p) {
+  for (OpKind k : kAllOps)
+    for (Pass ps : kAllPasses)
+      if (p.at(k, ps).quant.active()) return true;
+  return false;
+}
+
+/// The policies of the span fast-path and reference tests: every preset without block quantization, then
+/// stochastic, directed, saturating, NaN→inf and flush-to-zero variants.
+inline std::vector<std::string> span_policies() {
+  std::vector<std::string> p;
+  for (const std::string& name : Policy::preset_names())  // block presets: ragged shapes here (gemm_quant_test)
+    if (!has_block_quant(Policy::preset(name))) p.push_back(name);
+  p.push_back("ane-fp16,all.rounding=stochastic");
+  p.push_back("pure-bf16,all.rounding=up");
+  p.push_back("ane-fp16,all.rounding=odd,all.saturate=1000,all.nan=ane-inf");
+  p.push_back("amp-bf16,all.rounding=toward-zero,matmul.acc=fp64-seq");
+  // Flush to zero (OpPrecision::ftz, daz): every span path flushes as the per-element calls do.
+  p.push_back("ane-guide,all.ftz=all,all.daz=on");
+  p.push_back("pure-fp16,all.ftz=out");
+  p.push_back("pure-bf16,all.ftz=all,all.daz=on");
+  p.push_back("fp32,all.ftz=all,all.daz=on");
+  p.push_back("fp32,all.ftz=out");
+  p.push_back("ane-fp16,all.rounding=stochastic,all.ftz=all,all.daz=on");
+  p.push_back("amp-fp16,all.rounding=up,all.ftz=out,all.daz=on");
+  return p;
+}
+
 /// Runs f(ex) twice, with the fast paths on and off (ex = ::roundoff::test::exec_for(true / false, kernels)), and
 /// returns both results.
 template <class F>

@@ -1,7 +1,8 @@
 // The span-level fast paths against the per-element definition (ExecOptions::fast_paths off: the oracle), bit for
 // bit including NaN encodings: Ctx's store_array / store_to_array / result_array against the per-element
 // store / store_to / to_compute calls, the span + − × (ops/span_arith.hpp) against Ctx's add/sub/mul, the
-// matmul output conversion, SwiGLU and the residual adds row by row, and AdamW's binary32 path — for every
+// matmul output conversion and AdamW's binary32 path (the elementwise ops' bodies against their scalar references:
+// reference_test.cpp) — for every
 // preset plus stochastic, directed, saturating and NaN→inf variants, ragged sizes (masked tails, partial
 // blocks), and inputs in the normal, overflow, subnormal and special-value regimes.
 #include <gtest/gtest.h>
@@ -15,12 +16,10 @@
 #include <vector>
 
 #include "numerics/gemm_kernels.hpp"
-#include "ops/activation.hpp"
 #include "ops/adamw.hpp"
 #include "ops/gqa.hpp"
 #include "ops/matmul.hpp"
 #include "ops/policy.hpp"
-#include "ops/residual.hpp"
 #include "ops/span_arith.hpp"
 #include "tests/ops/ops_test_util.hpp"
 
@@ -35,33 +34,7 @@ using test::kRegimes;
 using test::Regime;
 
 
-/// Whether a policy quantizes any GEMM operand to a block format (the block presets need shapes whose contraction
-/// axes are multiples of their blocks: tests/ops/gemm_quant_test.cpp and tests/studies/train_fast_paths_test.cpp).
-bool has_block_quant(const Policy& p) {
-  for (OpKind k : kAllOps)
-    for (Pass ps : kAllPasses)
-      if (p.at(k, ps).quant.active()) return true;
-  return false;
-}
-
-std::vector<std::string> policies() {
-  std::vector<std::string> p;
-  for (const std::string& name : Policy::preset_names())  // block presets: ragged shapes here (gemm_quant_test)
-    if (!has_block_quant(Policy::preset(name))) p.push_back(name);
-  p.push_back("ane-fp16,all.rounding=stochastic");
-  p.push_back("pure-bf16,all.rounding=up");
-  p.push_back("ane-fp16,all.rounding=odd,all.saturate=1000,all.nan=ane-inf");
-  p.push_back("amp-bf16,all.rounding=toward-zero,matmul.acc=fp64-seq");
-  // Flush to zero (OpPrecision::ftz, daz): every span path flushes as the per-element calls do.
-  p.push_back("ane-guide,all.ftz=all,all.daz=on");
-  p.push_back("pure-fp16,all.ftz=out");
-  p.push_back("pure-bf16,all.ftz=all,all.daz=on");
-  p.push_back("fp32,all.ftz=all,all.daz=on");
-  p.push_back("fp32,all.ftz=out");
-  p.push_back("ane-fp16,all.rounding=stochastic,all.ftz=all,all.daz=on");
-  p.push_back("amp-fp16,all.rounding=up,all.ftz=out,all.daz=on");
-  return p;
-}
+std::vector<std::string> policies() { return test::span_policies(); }
 
 TEST(SpanOps, ArrayFormsEqualThePerElementCalls) {
   for (const std::string& spec : policies()) {
@@ -442,106 +415,8 @@ TEST(SpanOps, ElementaryArraysEqualThePerElementCalls) {
   }
 }
 
-TEST(SpanOps, SiluEqualsTheOracle) {
-  const RowShape s{5, 37};
-  const auto n = static_cast<std::size_t>(s.rows * s.cols);
-  auto specs = policies();
-  specs.push_back("ane-guide,silu.approx=ane-lut");
-  specs.push_back("ane-guide,silu.approx=ane-lut,all.rounding=stochastic");
-  for (const std::string& spec : specs) {
-    const Policy pol = load_policy(spec);
-    for (Regime regime : kRegimes) {
-      const std::string what = spec + " regime " + std::to_string(static_cast<int>(regime));
-      const auto seed = 500 + static_cast<std::uint64_t>(regime);
-      {
-        const Ctx<Emulated> c(pol.at(OpKind::Silu, Pass::Forward), {6, 1});
-        const auto x = inputs(n, regime, c.precision().storage, seed);
-        const auto [fast, oracle] = both([&](const ExecOptions& ex) {
-          std::vector<double> y(n, 7.0);
-          silu_forward<Emulated>(y, x, s, on(c, ex));
-          return std::vector<std::vector<double>>{y};
-        });
-        expect_same(fast[0], oracle[0], "silu fwd " + what, true);
-      }
-      {
-        const Ctx<Emulated> c(pol.at(OpKind::Silu, Pass::BackwardData), {6, 2});
-        const auto& f = c.precision().storage;
-        const auto x = inputs(n, regime, f, seed + 1), dy = inputs(n, regime, f, seed + 2),
-                   g0 = inputs(n, Regime::Normal, f, seed + 3);
-        const auto [fast, oracle] = both([&](const ExecOptions& ex) {
-          std::vector<double> dx = g0;
-          silu_backward_data<Emulated>(dx, dy, x, s, on(c, ex));
-          return std::vector<std::vector<double>>{dx};
-        });
-        expect_same(fast[0], oracle[0], "silu bwd " + what, true);
-      }
-    }
-  }
-}
-
-TEST(SpanOps, SwigluAndResidualEqualTheOracle) {
-  const RowShape s{5, 37};
-  const auto n = static_cast<std::size_t>(s.rows * s.cols);
-  for (const std::string& spec : policies()) {
-    const Policy pol = load_policy(spec);
-    for (Regime regime : kRegimes) {
-      const std::string what = spec + " regime " + std::to_string(static_cast<int>(regime));
-      const auto seed = 300 + static_cast<std::uint64_t>(regime);
-      {
-        const Ctx<Emulated> c(pol.at(OpKind::SwiGlu, Pass::Forward), {5, 1});
-        const auto& f = c.precision().storage;
-        const auto a = inputs(n, regime, f, seed), u = inputs(n, regime, f, seed + 1);
-        const auto [fast, oracle] = both([&](const ExecOptions& ex) {
-          std::vector<double> h(n, 7.0);
-          swiglu_forward<Emulated>(h, a, u, s, on(c, ex));
-          return std::vector<std::vector<double>>{h};
-        });
-        expect_same(fast[0], oracle[0], "swiglu fwd " + what, true);
-      }
-      {
-        const Ctx<Emulated> c(pol.at(OpKind::SwiGlu, Pass::BackwardData), {5, 2});
-        const auto& f = c.precision().storage;
-        const auto a = inputs(n, regime, f, seed + 2), u = inputs(n, regime, f, seed + 3),
-                   dh = inputs(n, regime, f, seed + 4), g0 = inputs(n, Regime::Normal, f, seed + 5);
-        const auto [fast, oracle] = both([&](const ExecOptions& ex) {
-          std::vector<double> da = g0, du = g0;
-          swiglu_backward_data<Emulated>(da, du, dh, a, u, s, on(c, ex));
-          return std::vector<std::vector<double>>{da, du};
-        });
-        expect_same(fast[0], oracle[0], "swiglu bwd da " + what, true);
-        expect_same(fast[1], oracle[1], "swiglu bwd du " + what, true);
-      }
-      for (double alpha : {1.0, 0.7}) {
-        for (OpKind op : {OpKind::ResidualFfn, OpKind::ResidualAttn}) {
-          const std::string w = what + " alpha " + std::to_string(alpha) + " " + std::string(name_of(op));
-          {
-            const Ctx<Emulated> c(pol.at(op, Pass::Forward), {5, 3});
-            const auto& f = c.precision().storage;
-            const auto x = inputs(n, regime, f, seed + 6), fx = inputs(n, regime, f, seed + 7);
-            const auto [fast, oracle] = both([&](const ExecOptions& ex) {
-              std::vector<double> out = x;  // out aliases x, as in the model
-              residual_forward<Emulated>(out, out, fx, alpha, s, on(c, ex));
-              return std::vector<std::vector<double>>{out};
-            });
-            expect_same(fast[0], oracle[0], "residual fwd " + w, true);
-          }
-          {
-            const Ctx<Emulated> c(pol.at(op, Pass::BackwardData), {5, 4});
-            const auto& f = c.precision().storage;
-            const auto d = inputs(n, regime, f, seed + 8), g0 = inputs(n, Regime::Normal, f, seed + 9);
-            const auto [fast, oracle] = both([&](const ExecOptions& ex) {
-              std::vector<double> dx = g0, df = g0;
-              residual_backward_data<Emulated>(dx, df, d, alpha, s, on(c, ex));
-              return std::vector<std::vector<double>>{dx, df};
-            });
-            expect_same(fast[0], oracle[0], "residual bwd dx " + w, true);
-            expect_same(fast[1], oracle[1], "residual bwd df " + w, true);
-          }
-        }
-      }
-    }
-  }
-}
+// SiLU, SwiGLU and the residual adds: their span bodies against their scalar references (fast paths on and off,
+// the same policies and regimes, and the ANE-table variants) in tests/ops/reference_test.cpp.
 
 }  // namespace
 }  // namespace roundoff::ops
