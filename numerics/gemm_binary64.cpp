@@ -177,8 +177,8 @@ bool gemm_ranged_binary64(const Accumulation& a, std::size_t M, std::size_t N, s
   if (binary64_kernel_name(a, opts) == nullptr || M == 0 || N == 0 || K == 0) return false;
   const Tier tier = tier_of(opts.isa());
   const std::size_t nr = tier.nr, panels = (N + nr - 1) / nr;
-  thread_local Scratch a_buf, b_buf;
-  const Packed pk{M, N, K, nr, panels, a_buf.get(M * K), b_buf.get(panels * K * nr)};
+  thread_local Scratch ranged_a, ranged_b;
+  const Packed pk{M, N, K, nr, panels, ranged_a.get(M * K), ranged_b.get(panels * K * nr)};
   pack(pk, A, B, nullptr, nullptr);
   double S[kRows * kMaxNr];
   for (std::size_t p = 0; p < panels; ++p) {
