@@ -1,7 +1,7 @@
 #pragma once
 /// \file elementary_dd_span.hpp
-/// exp and sigmoid over spans, correctly rounded to binary64 under round-to-nearest-even: the binary64 policy's
-/// elementary functions, vectorised, bit for bit equal to the scalar numerics::elementary.
+/// exp and sigmoid over spans, correctly rounded to binary64 under round-to-nearest-even, vectorised, bit for
+/// bit equal to the scalar numerics::elementary.
 ///
 /// How. numerics::elementary at binary64 returns the correctly rounded f(x) (numerics/elementary_dd.hpp's
 /// double-double enclosure when its bound decides the rounding, MPFR otherwise). Here each SIMD lane with

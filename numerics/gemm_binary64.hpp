@@ -1,7 +1,7 @@
 #pragma once
 /// \file gemm_binary64.hpp
-/// The binary64 GEMM kernel: numerics::gemm and gemm_ranged bit for bit for the accumulation of the binary64
-/// policy — accumulator fp64, rounding NearestEven, fused products, order Sequential, and nothing else (no
+/// The binary64 GEMM kernel: numerics::gemm and gemm_ranged bit for bit for the plain binary64 dot product —
+/// accumulator fp64, rounding NearestEven, fused products, order Sequential, and nothing else (no
 /// promotion, blocks, tile stage, multi-term adder, split-K or step flush). Any binary64 inputs.
 ///
 /// Why bit-exact. Under that accumulation numerics::gemm's C_ij is the chain s ← fma64(a_ik, b_kj, s) for

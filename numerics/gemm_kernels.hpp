@@ -3,7 +3,7 @@
 /// SIMD GEMM kernels that are bit-identical to the generic numerics::gemm for the accumulations the studies
 /// live on. numerics::gemm calls gemm_fast first and runs the generic path when it returns false.
 ///
-/// The binary64 policy's accumulation (fp64 accumulator, fused, sequential, nearest-even) goes to
+/// The plain binary64 accumulation (fp64 accumulator, fused, sequential, nearest-even) goes to
 /// numerics/gemm_binary64.hpp (its own argument; any binary64 inputs).
 ///
 /// Accumulations with a multi-term adder (the tc-* tensor-core models) go to numerics/adder_kernels.hpp (its own
