@@ -12,6 +12,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "numerics/elementary_dd_span.hpp"
+
 namespace roundoff::numerics {
 
 namespace {
@@ -195,6 +197,7 @@ void elementary_span(const RoundingPlan& plan, Rounding mode, Elementary f, std:
   if (stochastic && draws.size() != in.size())
     throw std::invalid_argument("elementary_span: stochastic rounding needs one draw per element");
   const auto draw = [&](std::size_t i) { return stochastic ? draws[i] : std::uint64_t{0}; };
+  if (elementary_dd_span(plan, mode, f, in, out, opts)) return;  // binary64 nearest-even (elementary_dd_span.hpp)
   if (!elementary_span_vectorised(f, plan)) {
     for (std::size_t i = 0; i < in.size(); ++i) out[i] = elementary(plan, mode, f, in[i], draw(i));
     return;

@@ -5,6 +5,9 @@
 /// Contract: elementary_span(plan, mode, f, in, out, draws) writes out[i] = elementary(plan, mode, f, in[i],
 /// draws[i]) (draws[i] read only under Rounding::Stochastic) for every i, bit for bit, whatever the CPU.
 ///
+/// binary64 under nearest-even: exp and sigmoid go to numerics/elementary_dd_span.hpp
+/// (double-double lanes, their own rounding test, the same per-element fallback).
+///
 /// How (argument and bound in docs/numerics.md, "Elementary functions on spans"): for exp and sigmoid, a format
 /// of precision p <= 24 and |x| <= kSpanMaxArg, each lane evaluates f(x) in binary64 with its own range
 /// reduction and polynomial (elementary_core), whose relative error is at most elementary_core_error(f)

@@ -21,6 +21,7 @@
 
 #include "numerics/adder_kernels.hpp"
 #include "numerics/arith.hpp"
+#include "numerics/gemm_binary64.hpp"
 #include "numerics/gemm_kernel_tiers.hpp"
 
 namespace roundoff::numerics::kernels {
@@ -305,6 +306,20 @@ Packed packed_shape(const Accumulation& a, const Plan& plan, Isa isa, std::size_
   return pk;
 }
 
+}  // namespace
+
+void cast_values(const OperandCast& c, std::span<const double> src, std::span<double> dst) {
+  round_array(*c.plan, c.mode, src, dst);
+  if (c.flush)
+    for (double& v : dst)
+      if (std::fabs(v) < c.plan->min_normal) v = std::copysign(0.0, v);
+  if (c.nan_to_inf)
+    for (double& v : dst)
+      if (std::isnan(v)) v = std::numeric_limits<double>::infinity();
+}
+
+namespace {
+
 /// Where one run of packed values goes: value t to index t·stride of each buffer that is not null.
 struct Dest {
   float* f32 = nullptr;
@@ -319,13 +334,7 @@ int pack_to(const Packed& pk, const double* src, std::size_t n, Dest d, std::siz
   if (cast != nullptr) {  // the run cast in per-thread scratch (in L1), then packed from there
     thread_local Reusable<double> cast_buf;
     double* r = cast_buf.get(n);
-    round_array(*cast->plan, cast->mode, std::span<const double>(src, n), std::span<double>(r, n));
-    if (cast->flush)
-      for (std::size_t i = 0; i < n; ++i)
-        if (std::fabs(r[i]) < cast->plan->min_normal) r[i] = std::copysign(0.0, r[i]);
-    if (cast->nan_to_inf)
-      for (std::size_t i = 0; i < n; ++i)
-        if (std::isnan(r[i])) r[i] = std::numeric_limits<double>::infinity();
+    cast_values(*cast, std::span<const double>(src, n), std::span<double>(r, n));
     return pack_to(pk, r, n, d, stride, nullptr);
   }
   if (stride == 1)
@@ -762,6 +771,7 @@ PackCacheStats PackCache::stats() const {
 
 const char* kernel_name(const Accumulation& a, const KernelOptions& opts) {
   if (a.adder.group != 0) return adder_kernel_name(a, opts.isa());  // numerics/adder_kernels.hpp
+  if (binary64_chain(a)) return binary64_kernel_name(a, opts);       // numerics/gemm_binary64.hpp
   const auto plan = plan_for(a);
   const Isa isa = opts.isa();
   if (!plan || isa == Isa::None) return nullptr;
@@ -795,6 +805,8 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
     return false;
   if (a.adder.group != 0)  // the multi-term adder's kernels (numerics/adder_kernels.hpp); no entry casts there
     return !casts && gemm_adder(a, M, N, K, A, B, C, ldc, accumulate, stats, threads, opts.isa());
+  if (binary64_chain(a))  // the binary64 policy's accumulation (numerics/gemm_binary64.hpp)
+    return gemm_binary64(a, M, N, K, A, B, C, ldc, accumulate, stats, threads, cast_a, cast_b, opts);
   const auto plan_opt = plan_for(a);
   const Isa isa = opts.isa();
   if (!plan_opt || isa == Isa::None) return false;
@@ -902,6 +914,7 @@ bool gemm_ranged_fast(const Accumulation& a, std::size_t M, std::size_t N, std::
                       const KRange* rows, double* C, std::size_t ldc, const KernelOptions& opts) {
   if (!opts.fast_paths || M == 0 || N == 0 || K == 0) return false;
   if (a.adder.group != 0) return gemm_ranged_adder(a, M, N, K, A, B, rows, C, ldc, opts.isa());
+  if (binary64_chain(a)) return gemm_ranged_binary64(a, M, N, K, A, B, rows, C, ldc, opts);
   const auto plan_opt = plan_for(a);
   const Isa isa = opts.isa();
   if (!plan_opt || isa == Isa::None) return false;

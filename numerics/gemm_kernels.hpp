@@ -3,6 +3,9 @@
 /// SIMD GEMM kernels that are bit-identical to the generic numerics::gemm for the accumulations the studies
 /// live on. numerics::gemm calls gemm_fast first and runs the generic path when it returns false.
 ///
+/// The plain binary64 accumulation (fp64 accumulator, fused, sequential, nearest-even) goes to
+/// numerics/gemm_binary64.hpp (its own argument; any binary64 inputs).
+///
 /// Accumulations with a multi-term adder (the tc-* tensor-core models) go to numerics/adder_kernels.hpp (its own
 /// contract and exactness argument); everything below is about the other kernels.
 /// Handled accumulations (rounding NearestEven, no promotion, no multi-term adder; fused, or unfused with an
@@ -48,6 +51,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "numerics/accumulate.hpp"
 #include "numerics/kernel_options.hpp"
@@ -65,6 +69,9 @@ struct OperandCast {
   bool nan_to_inf;
   bool flush = false;
 };
+
+/// dst[i] = src[i] cast as `c` describes (the order above), i < src.size(); dst may be src.
+void cast_values(const OperandCast& c, std::span<const double> src, std::span<double> dst);
 
 /// B-operand pack cache, owned by its user (ops::Runner owns one per model; nothing is cached without one). A
 /// caller may promise that the doubles in [data, data + n) do not change until it calls register_immutable again
@@ -124,7 +131,8 @@ bool gemm_ranged_fast(const Accumulation& a, std::size_t M, std::size_t N, std::
 /// "fp16-rto-avx512", "bf16-rto-avx512", "fp32-avx512", "fp16-rto-avx2", "bf16-rto-avx2", "fp32-avx2", with
 /// "-blocked" for split-K; "ane-tile4-avx512", "ane-tile4-avx2", "ane-tile4-ftz-avx512", "ane-tile4-ftz-avx2";
 /// "adder-avx512", "adder-avx2" for the
-/// multi-term adder, numerics/adder_kernels.hpp), or nullptr when none.
+/// multi-term adder, numerics/adder_kernels.hpp; "fp64-avx512", "fp64-avx2" for the binary64 chain on any binary64
+/// inputs, numerics/gemm_binary64.hpp), or nullptr when none.
 const char* kernel_name(const Accumulation& a, const KernelOptions& opts = {});
 
 }  // namespace roundoff::numerics::kernels

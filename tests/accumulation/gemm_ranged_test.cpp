@@ -117,7 +117,7 @@ TEST(GemmRanged, EveryRowIsTheDotOfItsRange) {
       {"acc=fp32,order=blocked:5,outer=fp32", formats::fp32, true},
       {"ane-tile4", formats::fp16, true},         {"fp16-unfused-seq", formats::fp16, false},
       {"fp16-pairwise", formats::fp16, false},    {"bf16-kahan", formats::bf16, false},
-      {"fp16-sr", formats::fp16, false},          {"fp64-seq", formats::fp32, false},
+      {"fp16-sr", formats::fp16, false},          {"fp64-seq", formats::fp32, true},
       // Split-K of kernel accumulations: the chunks restart at each row's lo, so no kernel may take them.
       {"fp16-seq,splitk=3:2", formats::fp16, false}, {"fp32-seq,splitk=2", formats::fp32, false},
       {"tc-h100,splitk=3:4", formats::fp16, false},
