@@ -105,6 +105,8 @@ def test_contrasts_claims_and_ordering(tmp_path):
     arms = {(r["arm"], r["metric"]): r for r in _read(out / "arms.csv")}
     assert float(arms[("fp32", "val_loss_fp32")]["mean"]) == pytest.approx(4.70)
     assert float(arms[("fp32", "val_loss_own")]["mean"]) == pytest.approx(4.701)
+    md = (out / "summary.md").read_text()
+    assert "| mxfp4 − fp32 | 3 | +0.3100 |" in md and "| C3 plain MXFP4 is worst | 3 | holds |" in md
 
 
 def test_claims_fail(tmp_path):

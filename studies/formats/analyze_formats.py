@@ -19,7 +19,8 @@ policy, ...) and each run's telemetry.csv (the MPFR shadow's rows), and writes t
                     rank within the arm (1 = largest);
 - attribution_top.csv  per arm and attribution metric, the (op, pass) of rank 1;
 - attribution_contrasts.csv  per contrast and attribution metric, the three (op, pass) whose mean error grew most
-                    from the reference arm to the arm (arm - ref): the op whose error explains the gap.
+                    from the reference arm to the arm (arm - ref): the op whose error explains the gap;
+- summary.md        the primary metric's arms, contrasts and claims and the attribution's first ranks as Markdown.
 
 Statistics: paired by seed (every arm of a seed starts from the same weights and sees the same batches); the 95 %
 interval is mean +- t(0.975, n-1) sd/sqrt(n), t from the regularized incomplete beta (no scipy). A run that
@@ -338,6 +339,46 @@ def write_tables(tables: dict, out: str) -> None:
         os.replace(tmp, path)
 
 
+def _num(v, digits=4) -> str:
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "—"
+        return f"{v:+.{digits}f}" if digits < 0 else f"{v:.{digits}f}"
+    return str(v)
+
+
+def markdown(tables: dict) -> str:
+    """The tables a reader needs first, as Markdown (analysis/summary.md; the CSVs hold everything)."""
+    m = PRIMARY
+    out = [f"Primary metric {m}; 95 % t-intervals over seeds, paired by seed. Written by analyze_formats.py.", ""]
+    out += ["| arm | n | diverged | mean | 95 % interval |", "|---|---:|---:|---:|---|"]
+    for r in tables["arms"]:
+        if r["metric"] == m:
+            ci = "—" if math.isnan(r["ci_low"]) else f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}]"
+            out.append(f"| {r['arm']} | {r['n']} | {r['diverged']} | {_num(r['mean'])} | {ci} |")
+    out += ["", "| arm − ref | n | mean difference | 95 % interval | inside ±X (X) | direction |",
+            "|---|---:|---:|---|---|---|"]
+    for r in tables["contrasts"]:
+        if r["metric"] == m and r["n"] + r["diverged_pairs"] > 0:
+            ci = "—" if math.isnan(r["ci_low"]) else f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]"
+            out.append(f"| {r['arm']} − {r['ref']} | {r['n']} | {r['mean']:+.4f} | {ci} | "
+                       f"{'yes' if r['equivalent'] else 'no'} ({r['margin']:.4f}) | {r['direction']} |")
+    out += ["", "| claim | n | verdict |", "|---|---:|---|"]
+    for c in tables["claims"]:
+        out.append(f"| {c['claim']} {c['statement']} | {c['n']} | {c['verdict']} |")
+    out += ["", "| arm | largest local error (op, pass) | mean shadow_norm_rel |", "|---|---|---:|"]
+    for r in tables["attribution_top"]:
+        if r["metric"] == "shadow_norm_rel":
+            out.append(f"| {r['arm']} | {r['op']} {r['pass']} | {r['mean']:.3g} |")
+    out += ["", "| arm − ref | op, pass whose local error grew most | arm | ref | increase |",
+            "|---|---|---:|---:|---:|"]
+    for r in tables["attribution_contrasts"]:
+        if r["metric"] == "shadow_norm_rel" and r["rank"] == 1:
+            out.append(f"| {r['arm']} − {r['ref']} | {r['op']} {r['pass']} | {r['arm_value']:.3g} | "
+                       f"{r['ref_value']:.3g} | {r['increase']:+.3g} |")
+    return "\n".join(out) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", action="append", required=True, help="a sweep table runs.csv (repeatable)")
@@ -351,6 +392,10 @@ def main(argv=None) -> int:
     runs = read_runs(a.runs)
     tables = analyse(runs, read_attribution(runs, a.runs_dir))
     write_tables(tables, a.out)
+    tmp = os.path.join(a.out, f"summary.md.roundoff-tmp.{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(markdown(tables))
+    os.replace(tmp, os.path.join(a.out, "summary.md"))
     for c in tables["claims"]:
         print(f"{c['claim']} {c['statement']}: {c['verdict']} (n {c['n']})")
     return 0
