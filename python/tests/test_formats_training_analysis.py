@@ -203,3 +203,7 @@ def test_attribution_top_op_and_contrast_increase(tmp_path):
            if r["arm"] == "nvfp4-no-rht" and r["ref"] == "nvfp4" and r["metric"] == "shadow_norm_rel"]
     assert inc[0]["pass"] == "bwd-weight" and inc[0]["rank"] == "1"
     assert float(inc[0]["increase"]) == pytest.approx(0.375 - 0.08 * 1.25)
+    det = {(r["arm"], r["metric"], r["op"], r["pass"], r["layer"], r["tensor"]): r
+           for r in _read(out / "attribution_detail.csv")}
+    wk = det[("nvfp4-no-rht", "shadow_norm_rel", "matmul", "bwd-weight", "1", "wk")]
+    assert wk["runs"] == "2" and float(wk["mean"]) == pytest.approx((0.3 + 0.6) / 2)

@@ -20,6 +20,7 @@ policy, ...) and each run's telemetry.csv (the MPFR shadow's rows), and writes t
 - attribution_top.csv  per arm and attribution metric, the (op, pass) of rank 1;
 - attribution_contrasts.csv  per contrast and attribution metric, the three (op, pass) whose mean error grew most
                     from the reference arm to the arm (arm - ref): the op whose error explains the gap;
+- attribution_detail.csv  the same means per (op, pass, layer, tensor): which projection, which block;
 - summary.md        the primary metric's arms, contrasts and claims and the attribution's first ranks as Markdown.
 
 Statistics: paired by seed (every arm of a seed starts from the same weights and sees the same batches); the 95 %
@@ -171,16 +172,19 @@ def usable(r: dict, metric: str) -> bool:
     return not r["diverged"] and math.isfinite(r[metric])
 
 
-def read_attribution(runs: list[dict], runs_dir: str | None) -> dict:
-    """(arm, metric, op, pass) -> list of per-run means (one per run with telemetry)."""
+def read_attribution(runs: list[dict], runs_dir: str | None) -> tuple[dict, dict]:
+    """(arm, metric, op, pass) -> list of per-run means (one per run with telemetry), and the same per
+    (arm, metric, op, pass, layer, tensor)."""
     out: dict = {}
+    detail: dict = {}
     if not runs_dir:
-        return out
+        return out, detail
     for r in runs:
         p = os.path.join(runs_dir, r["run"], "telemetry.csv")
         if not os.path.exists(p):
             continue
         acc: dict = {}
+        acc_d: dict = {}
         with open(p, newline="") as f:
             for t in csv.DictReader(f):
                 if t["metric"] not in ATTR_METRICS:
@@ -188,16 +192,19 @@ def read_attribution(runs: list[dict], runs_dir: str | None) -> dict:
                 v = _float(t["value"])
                 if math.isfinite(v):
                     acc.setdefault((t["metric"], t["op"], t["pass"]), []).append(v)
+                    acc_d.setdefault((t["metric"], t["op"], t["pass"], int(t["layer"]), t["tensor"]), []).append(v)
         for (m, op, ps), vals in acc.items():
             out.setdefault((r["arm"], m, op, ps), []).append(float(np.mean(vals)))
-    return out
+        for k, vals in acc_d.items():
+            detail.setdefault((r["arm"], *k), []).append(float(np.mean(vals)))
+    return out, detail
 
 
 # ---------------------------------------------------------------- analysis
-def analyse(runs: list[dict], attribution: dict) -> dict:
+def analyse(runs: list[dict], attribution: dict, detail: dict | None = None) -> dict:
     by = {(r["arm"], r["seed"]): r for r in runs}
     tables: dict = {k: [] for k in ("runs", "arms", "paired", "contrasts", "ordering", "claims", "attribution",
-                                    "attribution_top", "attribution_contrasts")}
+                                    "attribution_top", "attribution_contrasts", "attribution_detail")}
     for r in runs:
         tables["runs"].append({k: r[k] for k in ("arm", "seed", *METRICS, "diverged", "policy", "git_revision",
                                                  "weights_sha256", "run")})
@@ -314,6 +321,11 @@ def analyse(runs: list[dict], attribution: dict) -> dict:
                 tables["attribution_contrasts"].append({"arm": a, "ref": ref, "metric": am, "rank": i + 1, "op": op,
                                                         "pass": ps, "arm_value": va, "ref_value": vr,
                                                         "increase": va - vr})
+    for k in sorted(detail or {}, key=lambda k: (ARMS.index(k[0]), *k[1:])):
+        a, am, op, ps, layer, tensor = k
+        tables["attribution_detail"].append({"arm": a, "metric": am, "op": op, "pass": ps, "layer": layer,
+                                             "tensor": tensor, "runs": len(detail[k]),
+                                             "mean": float(np.mean(detail[k]))})
     return tables
 
 
@@ -390,7 +402,7 @@ def main(argv=None) -> int:
             print(f"analyze_formats: --runs {p}: no such file", file=sys.stderr)
             return 2
     runs = read_runs(a.runs)
-    tables = analyse(runs, read_attribution(runs, a.runs_dir))
+    tables = analyse(runs, *read_attribution(runs, a.runs_dir))
     write_tables(tables, a.out)
     tmp = os.path.join(a.out, f"summary.md.roundoff-tmp.{os.getpid()}")
     with open(tmp, "w") as f:
