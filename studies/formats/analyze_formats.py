@@ -374,7 +374,7 @@ def markdown(tables: dict) -> str:
         if r["metric"] == m and r["n"] + r["diverged_pairs"] > 0:
             ci = "—" if math.isnan(r["ci_low"]) else f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]"
             out.append(f"| {r['arm']} − {r['ref']} | {r['n']} | {r['mean']:+.4f} | {ci} | "
-                       f"{'yes' if r['equivalent'] else 'no'} ({r['margin']:.4f}) | {r['direction']} |")
+                       f"{('yes' if r['equivalent'] else 'no') if r['n'] >= 2 else '—'} ({r['margin']:.4f}) | {r['direction']} |")
     out += ["", "| claim | n | verdict |", "|---|---:|---|"]
     for c in tables["claims"]:
         out.append(f"| {c['claim']} {c['statement']} | {c['n']} | {c['verdict']} |")
