@@ -25,8 +25,10 @@
 
 namespace roundoff::numerics::kernels {
 
-/// Accumulator format of a kernel.
-enum class Acc : std::uint8_t { Fp16, Bf16, Fp32 };
+/// Accumulator format of a kernel. Fp16Ftz: fp16 with the step flush (`flush=step`): after each step's rounding
+/// a partial sum with 0 < |s| < 2^-14 (an fp16 subnormal) becomes the zero of its sign, as the definition's
+/// `flushed` (numerics/accumulate.cpp) does; ±0, normals, ±inf and NaN pass (the compare is ordered).
+enum class Acc : std::uint8_t { Fp16, Fp16Ftz, Bf16, Fp32 };
 
 /// Terms per tile of the one tile stage the kernels handle (ane-tile4).
 inline constexpr std::size_t kTile = 4;

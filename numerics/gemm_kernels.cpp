@@ -48,8 +48,14 @@ std::optional<Acc> acc_of(const Format& f) {
 std::optional<Plan> plan_for(const Accumulation& a) {
   if (a.rounding != Rounding::NearestEven || a.promote_every != 0 || a.adder.group != 0 || a.splitk.count != 0)
     return std::nullopt;
-  // The step flush (subnormal partial sums to zero) has no kernel: the generic path runs it.
-  if (a.flush.step) return std::nullopt;
+  // The step flush (subnormal partial sums to zero): the fp16 sequential kernels only (Acc::Fp16Ftz, the flush
+  // threshold 2^-14 of fp16 itself); any other combination runs on the generic path.
+  if (a.flush.step) {
+    if (!(a.format == formats::fp16) || a.order != Order::Sequential || a.tile.size != 0 || !a.fused ||
+        (a.flush.step_format && !(*a.flush.step_format == formats::fp16)))
+      return std::nullopt;
+    return Plan{Acc::Fp16Ftz, 0};
+  }
   // Unfused with an fp32/fp64 product format rounds nothing: every product the kernels accept is exact in fp32.
   if (!a.fused && !(a.product_format == formats::fp32 || a.product_format == formats::fp64)) return std::nullopt;
   const auto acc = acc_of(a.format);
@@ -659,8 +665,8 @@ bool all_positive_zero(const double* p, std::size_t n) {
 /// kernels that is exactly: finite operands and a result that is ±inf.
 std::int64_t replay_overflows(const Plan& plan, std::size_t i, std::size_t j, std::size_t K, ConstMatrix A,
                               ConstMatrix B, bool accumulate, double c0) {
-  const RoundingPlan acc(plan.acc == Acc::Fp16   ? formats::fp16
-                         : plan.acc == Acc::Bf16 ? formats::bf16
+  const RoundingPlan acc(plan.acc == Acc::Fp16 || plan.acc == Acc::Fp16Ftz ? formats::fp16
+                         : plan.acc == Acc::Bf16                            ? formats::bf16
                                                  : formats::fp32);
   const RoundingPlan outer(formats::fp32);
   const Rounding rn = Rounding::NearestEven;
@@ -672,7 +678,7 @@ std::int64_t replay_overflows(const Plan& plan, std::size_t i, std::size_t j, st
       const double x = A(i, k), y = B(k, j);
       const double r = have ? numerics::fma(acc, rn, x, y, s) : numerics::mul(acc, rn, x, y);
       if (std::isinf(r) && std::isfinite(x) && std::isfinite(y) && (!have || std::isfinite(s))) ++n;
-      s = r;
+      s = plan.acc == Acc::Fp16Ftz && std::fabs(r) < 0x1p-14 ? std::copysign(0.0, r) : r;
       have = true;
     }
     return s;
@@ -780,6 +786,7 @@ const char* kernel_name(const Accumulation& a, const KernelOptions& opts) {
     if (plan->tile) return plan->flush ? "ane-tile4-ftz-avx2" : "ane-tile4-avx2";
     switch (plan->acc) {
       case Acc::Fp16: return blocked ? "fp16-rto-avx2-blocked" : "fp16-rto-avx2";
+      case Acc::Fp16Ftz: return "fp16-ftz-rto-avx2";
       case Acc::Bf16: return blocked ? "bf16-rto-avx2-blocked" : "bf16-rto-avx2";
       case Acc::Fp32: return blocked ? "fp32-avx2-blocked" : "fp32-avx2";
     }
@@ -789,6 +796,7 @@ const char* kernel_name(const Accumulation& a, const KernelOptions& opts) {
     case Acc::Fp16:
       if (isa == Isa::Avx512Fp16) return blocked ? "fp16-avx512fp16-blocked" : "fp16-avx512fp16";
       return blocked ? "fp16-rto-avx512-blocked" : "fp16-rto-avx512";
+    case Acc::Fp16Ftz: return "fp16-ftz-rto-avx512";
     case Acc::Bf16: return blocked ? "bf16-rto-avx512-blocked" : "bf16-rto-avx512";
     case Acc::Fp32: return blocked ? "fp32-avx512-blocked" : "fp32-avx512";
   }

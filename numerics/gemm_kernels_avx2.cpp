@@ -72,8 +72,14 @@ ROUNDOFF_AVX2 __attribute__((always_inline)) inline __m256 mac(__m256 a, __m256 
     // An overflowing r (±inf from finite s and p) stays ±inf: round-to-odd would give ±max32, which rounds to
     // ±inf in fp16 and bf16 alike, so the final result is the same.
     const __m256i t = _mm256_add_epi32(ri, _mm256_and_si256(_mm256_and_si256(inexact, even), step));
-    if constexpr (acc == Acc::Fp16) {
-      return _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_castsi256_ps(t), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    if constexpr (acc == Acc::Fp16 || acc == Acc::Fp16Ftz) {
+      const __m256 h =
+          _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_castsi256_ps(t), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      if constexpr (acc == Acc::Fp16) return h;
+      // The step flush: |h| < 2^-14 (ordered: NaN stays) → the zero of h's sign.
+      const __m256 sign = _mm256_set1_ps(-0.0f);
+      const __m256 tiny = _mm256_cmp_ps(_mm256_andnot_ps(sign, h), _mm256_set1_ps(0x1p-14f), _CMP_LT_OQ);
+      return _mm256_blendv_ps(h, _mm256_and_ps(h, sign), tiny);
     } else {  // round-half-even on the bits; NaNs here are quiet with a zero low half, so nothing carries out
       const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(t, 16), one);
       const __m256i q = _mm256_add_epi32(_mm256_add_epi32(t, _mm256_set1_epi32(0x7FFF)), lsb);

@@ -62,8 +62,14 @@ ROUNDOFF_AVX512 ROUNDOFF_INLINE __m512 mac(__m512 a, __m512 b, __m512 s) {
     const __m512 ru = _mm512_fmadd_round_ps(a, b, s, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
     const __mmask16 rd_odd = _mm512_test_epi32_mask(_mm512_castps_si512(rd), _mm512_set1_epi32(1));
     const __m512i t = _mm512_castps_si512(_mm512_mask_mov_ps(ru, rd_odd, rd));
-    if constexpr (acc == Acc::Fp16) {
-      return _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_castsi512_ps(t), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    if constexpr (acc == Acc::Fp16 || acc == Acc::Fp16Ftz) {
+      const __m512 h =
+          _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_castsi512_ps(t), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      if constexpr (acc == Acc::Fp16) return h;
+      // The step flush: |h| < 2^-14 (ordered: NaN stays) → the zero of h's sign.
+      const __mmask16 tiny = _mm512_cmp_ps_mask(_mm512_abs_ps(h), _mm512_set1_ps(0x1p-14f), _CMP_LT_OQ);
+      return _mm512_mask_mov_ps(h, tiny, _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(h),
+                                                                               _mm512_set1_epi32(INT32_MIN))));
     } else {
       return round_bf16_rne(t);
     }

@@ -26,12 +26,12 @@ bool lane_format(const Format& f) {
 
 std::optional<LanePlan> plan_of(const Accumulation& a, bool dot) {
   if (validate(a) || a.rounding != Rounding::NearestEven || a.order != Order::Sequential || a.promote_every != 0 ||
-      a.adder.group != 0 || a.splitk.count != 0 || (dot && !a.fused) || a.flush.step)
-    return std::nullopt;  // the step flush has no lane kernel: the scalar definition runs it
+      a.adder.group != 0 || a.splitk.count != 0 || (dot && !a.fused) || (a.flush.step && a.tile.size != 0))
+    return std::nullopt;  // the step flush with a tile stage has no lane kernel: the scalar definition runs it
   LanePlan pl{};
   pl.dot = dot;
   if (a.format == formats::fp64) {
-    if (a.tile.size != 0) return std::nullopt;
+    if (a.tile.size != 0 || a.flush.step) return std::nullopt;
     pl.kind = Kind::Binary64;
     return pl;
   }
@@ -42,6 +42,7 @@ std::optional<LanePlan> plan_of(const Accumulation& a, bool dot) {
   pl.max_finite = acc.max_finite;
   pl.bound = std::ldexp(1.0, a.format.emax + 1);
   pl.kind = Kind::Seq;
+  if (a.flush.step) pl.step_flush_below = std::ldexp(1.0, a.flush.step_format.value_or(a.format).emin);
   if (a.tile.size > 0) {
     if (a.tile.rounding != Rounding::TowardZero || !lane_format(a.tile.format)) return std::nullopt;
     pl.kind = Kind::Tile;

@@ -24,7 +24,8 @@
 ///            TwoSum error 0 (checked: the binary64 sum is then the exact tile sum), an exactly zero sum → +0,
 ///            truncated to T on the encoding (clearing the bits below T's quantum), then added as in Seq. A
 ///            tile wholly past a lane's length adds nothing. flush=tile: a truncated tile value below 2^emin_T
-///            in magnitude becomes the zero of its sign before the add. flush=step has no kernel.
+///            in magnitude becomes the zero of its sign before the add. flush=step (without a tile stage): Seq, each rounded
+///            partial sum below 2^emin of the step format becomes the zero of its sign (the definition's order).
 /// A lane that meets anything else — a non-finite value, an inexact product or tile sum, a result above
 /// max_finite (overflow), a tile sum below 2^-1000 — is recomputed by numerics::dot/sum itself. The
 /// stochastic streams are never used (the accumulation is not stochastic), so out[r] equals dot/sum with

@@ -20,6 +20,7 @@ struct LanePlan {
   int tile_p, tile_emin; ///< Tile: tile format (rounding toward zero)
   double tile_max;
   double tile_flush_below; ///< Tile: flush=tile's 2^emin of the tile format (tile values below it become ±0), else 0
+  double step_flush_below; ///< Seq: flush=step's 2^emin of the step format (partial sums below it become ±0), else 0
 };
 
 /// One block of `lanes` reductions over the packed terms k0 ≤ k < k0 + kb: x[(k − k0)·lanes + l] (and y) is term k

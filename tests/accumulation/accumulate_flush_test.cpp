@@ -483,22 +483,41 @@ TEST(AccumulateFlush, BinaryThirtyTwoBracketsAroundTheSubnormalRangeDecline) {
   EXPECT_TRUE(same(dot(ftz, std::vector<double>(A.begin() + 4, A.end()), b), -0x1p-14));
 }
 
-TEST(AccumulateFlush, StepFlushHasNoKernelAndTheTileFlushKeepsOne) {
+/// The step flush has kernels for fp16 sequential GEMMs (fp16-ftz-rto-*: the flush threshold is fp16's own 2^-14)
+/// and for the row reductions without a tile stage (any threshold); every other combination runs the definition.
+TEST(AccumulateFlush, StepFlushKernelsWhereTheyExistAndTheTileFlushKeepsOne) {
   for (const test::Isa isa : test::isa_tiers()) {
     const KernelOptions opts = test::kernels_at(isa);
+    const double x[] = {0x1p-15, 0x1p-15, 1.0, 1.0};
+    const KRange r[2] = {{0, 2}, {0, 1}};
     for (const char* spec : {"ane-tile4,flush=step", "ane-tile4,flush=step:fp16", "ane-tile4,flush=tile+step",
-                             "fp32-seq,flush=step", "fp16-seq,flush=step", "bf16-seq,flush=step:fp16",
-                             "fp64-seq,flush=step"}) {
+                             "fp32-seq,flush=step", "bf16-seq,flush=step:fp16", "fp64-seq,flush=step",
+                             "fp16-seq,flush=step:fp32", "fp16-unfused-seq,flush=step"}) {
       const Accumulation a = parse_accumulation(spec);
       EXPECT_EQ(k::kernel_name(a, opts), nullptr) << spec;
-      EXPECT_EQ(row_kernel_name(a, opts), nullptr) << spec;
-      const double x[] = {0x1p-15, 0x1p-15, 1.0, 1.0};
       double C[4] = {};
       EXPECT_FALSE(k::gemm_fast(a, 2, 2, 2, ConstMatrix{x, 2}, ConstMatrix{x, 2}, C, 2, false, nullptr, 1, nullptr,
                                 nullptr, opts))
           << spec;
-      const KRange r[2] = {{0, 2}, {0, 1}};
       EXPECT_FALSE(k::gemm_ranged_fast(a, 2, 2, 2, ConstMatrix{x, 2}, ConstMatrix{x, 2}, r, C, 2, opts)) << spec;
+    }
+    for (const char* spec : {"ane-tile4,flush=step", "ane-tile4,flush=tile+step", "fp64-seq,flush=step"})
+      EXPECT_EQ(row_kernel_name(parse_accumulation(spec), opts), nullptr) << spec;
+    for (const char* spec : {"fp32-seq,flush=step", "bf16-seq,flush=step:fp16", "fp16-seq,flush=step"})
+      EXPECT_NE(row_kernel_name(parse_accumulation(spec), opts), nullptr) << spec;
+    for (const char* spec : {"fp16-seq,flush=step", "fp16-seq,flush=step:fp16"}) {
+      const Accumulation a = parse_accumulation(spec);
+      EXPECT_STREQ(k::kernel_name(a, opts), isa == test::Isa::Avx2 ? "fp16-ftz-rto-avx2" : "fp16-ftz-rto-avx512");
+      // (0,0): RN16(2^-30) = +0, then +0 + 2^-15 = 2^-15, an fp16 subnormal: flushed to +0 (without the flush
+      // 2^-15); (1,1): 2^-15 (flushed) + 1 = 1.
+      double C[4] = {}, want[4] = {};
+      ASSERT_TRUE(k::gemm_fast(a, 2, 2, 2, ConstMatrix{x, 2}, ConstMatrix{x, 2}, C, 2, false, nullptr, 1, nullptr,
+                               nullptr, opts))
+          << spec;
+      gemm(a, 2, 2, 2, ConstMatrix{x, 2}, ConstMatrix{x, 2}, want, 2, false, {}, nullptr, 1, test::kernels_off());
+      for (int i = 0; i < 4; ++i) EXPECT_EQ(std::bit_cast<std::uint64_t>(C[i]), std::bit_cast<std::uint64_t>(want[i])) << spec << ' ' << i;
+      EXPECT_EQ(std::bit_cast<std::uint64_t>(C[0]), std::bit_cast<std::uint64_t>(0.0)) << spec;
+      EXPECT_EQ(C[3], 1.0) << spec;
     }
     EXPECT_STREQ(k::kernel_name(parse_accumulation("ane-tile4-ftz"), opts),
                  isa == test::Isa::Avx2 ? "ane-tile4-ftz-avx2" : "ane-tile4-ftz-avx512");

@@ -38,8 +38,11 @@ bool same(double x, double y) { return (std::isnan(x) && std::isnan(y)) || bits_
 /// Output C_ij by the definition: the running sum starts at the exact 0 (the first term is round(t_0)) or at
 /// C_ij; each step is one correctly rounded fma. Blocked: block sums start at the exact 0 and are added
 /// sequentially into the fp32 outer sum, which starts at 0 (first block sum enters exactly) or at C_ij.
+/// flush=step: each rounded step with 0 < |s| < 2^emin of the accumulator becomes the zero of its sign (counted in
+/// `flushes`).
 double reference(const Accumulation& a, const std::vector<double>& A, const std::vector<double>& B, std::size_t N,
-                 std::size_t K, std::size_t i, std::size_t j, bool accumulate, double c0, std::int64_t& overflows) {
+                 std::size_t K, std::size_t i, std::size_t j, bool accumulate, double c0, std::int64_t& overflows,
+                 std::int64_t* flushes = nullptr) {
   const RoundingPlan acc(a.format), outer(a.outer_format);
   const Rounding rn = Rounding::NearestEven;
   // numerics::gemm's overflow count (IEEE 754 §7.4): finite operands and a result whose rounding with an
@@ -53,6 +56,10 @@ double reference(const Accumulation& a, const std::vector<double>& A, const std:
       const double r = started ? numerics::fma(acc, rn, x, y, s) : numerics::mul(acc, rn, x, y);
       if ((!started || std::isfinite(s)) && std::isfinite(x) && std::isfinite(y) && overflowed(r)) ++overflows;
       s = r;
+      if (a.flush.step && r != 0 && std::fabs(r) < std::ldexp(1.0, a.format.emin)) {
+        s = std::copysign(0.0, r);
+        if (flushes) ++*flushes;
+      }
       started = true;
     }
     return s;
@@ -119,7 +126,7 @@ TEST_P(GemmKernels, BitIdenticalToDefinitionOnRandomShapes) {
                       static_cast<std::uint64_t>(in.precision));
   std::uniform_int_distribution<std::size_t> dim(1, 70), kdim(1, 150);
   const Regime regimes[] = {Regime::Normal, Regime::Specials, Regime::Overflow, Regime::Tiny};
-  std::int64_t compared = 0, nonfinite = 0, subnormal = 0, overflow_events = 0;
+  std::int64_t compared = 0, nonfinite = 0, subnormal = 0, overflow_events = 0, flushes = 0;
   for (int trial = 0; trial < 16; ++trial) {
     const std::size_t M = dim(rng), N = dim(rng), K = kdim(rng);
     const Regime regime = regimes[trial % 4];
@@ -133,7 +140,7 @@ TEST_P(GemmKernels, BitIdenticalToDefinitionOnRandomShapes) {
     std::int64_t want_overflows = 0;
     for (std::size_t i = 0; i < M; ++i)
       for (std::size_t j = 0; j < N; ++j)
-        want[i * N + j] = reference(a, A, B, N, K, i, j, accumulate, C0[i * N + j], want_overflows);
+        want[i * N + j] = reference(a, A, B, N, K, i, j, accumulate, C0[i * N + j], want_overflows, &flushes);
     {  // numerics::gemm's generic path (kernels off) must agree with the definition too.
       std::vector<double> C = C0;
       AccumStats stats;
@@ -177,9 +184,20 @@ TEST_P(GemmKernels, BitIdenticalToDefinitionOnRandomShapes) {
   if (a.format == formats::fp16 || wide_inputs) {
     EXPECT_GT(overflow_events, 0);
   }
-  if (a.format == formats::fp16 || (a.format == formats::bf16 && wide_inputs)) {
+  if (a.flush.step) {
+    EXPECT_EQ(subnormal, 0) << "the step flush leaves no subnormal partial sum";
+    EXPECT_GT(flushes, 100) << "the Tiny regime must make the step flush fire";
+  } else if (a.format == formats::fp16 || (a.format == formats::bf16 && wide_inputs)) {
     EXPECT_GT(subnormal, 0);
   }
+}
+
+/// fp16 sequential with the step flush (`flush=step`, ane-fp16-ftz's accumulator): the fp16 kernels with the flush
+/// after each step (kernels::Acc::Fp16Ftz).
+Accumulation fp16_step_flush() {
+  Accumulation a = make_acc(formats::fp16);
+  a.flush.step = true;
+  return a;
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -195,7 +213,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"fp16-blocked7-fp32", make_acc(formats::fp16, Order::Blocked, 7), formats::fp16},
                       Case{"fp32-blocked5-fp32", make_acc(formats::fp32, Order::Blocked, 5), formats::bf16},
                       Case{"fp16-unfused-fp32products", unfused_exact(formats::fp16), formats::fp16},
-                      Case{"bf16-unfused-fp32products", unfused_exact(formats::bf16), formats::bf16}),
+                      Case{"bf16-unfused-fp32products", unfused_exact(formats::bf16), formats::bf16},
+                      Case{"fp16-seq,flush=step", fp16_step_flush(), formats::fp16},
+                      Case{"fp16-seq,flush=step", fp16_step_flush(), formats::bf16}),
     [](const ::testing::TestParamInfo<Case>& param_info) {
       std::string name = param_info.param.accumulation + "_in_" + (param_info.param.inputs == formats::fp16 ? "fp16" : "bf16");
       for (char& c : name) {
@@ -212,7 +232,7 @@ TEST(GemmKernelsZeroC, AccumulateIntoPositiveZerosEqualsTheGenericPath) {
   if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX2 or AVX-512";
   std::mt19937_64 rng(0x2e40);
   std::int64_t plus_zero_sums = 0, compared = 0;
-  for (const char* name : {"fp16-seq", "bf16-seq", "fp32-seq", "fp16-splitk32-fp32", "ane-tile4"}) {
+  for (const char* name : {"fp16-seq", "bf16-seq", "fp32-seq", "fp16-splitk32-fp32", "ane-tile4", "fp16-seq,flush=step"}) {
     const Accumulation a = parse_accumulation(name);
     const Format in = a.format == formats::bf16 ? formats::bf16 : formats::fp16;
     for (int trial = 0; trial < 6; ++trial) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -141,6 +142,8 @@ TEST_F(RowReduce, EqualsDotAndSumPerReductionAtEveryTier) {
       {"fp32-seq", formats::fp16}, {"acc=tf32,order=seq", formats::bf16}, {"fp64-seq", formats::fp64},
       {"fp64-seq", formats::fp32}, {"ane-tile4", formats::fp16},  {"ane-tile4", formats::fp32},
       {"acc=bf16,tile=3:bf16:toward-zero", formats::bf16},
+      {"fp16-seq,flush=step", formats::fp16}, {"fp16-seq,flush=step", formats::fp32},
+      {"bf16-seq,flush=step", formats::bf16}, {"fp32-seq,flush=step:fp16", formats::fp16},
   };
   int tiers = 0;
   for (kernels::Isa isa : {kernels::Isa::Avx2, kernels::Isa::Avx512}) {
@@ -179,13 +182,40 @@ TEST_F(RowReduce, RoundsBinary64MidpointsByTheTwoSumError) {
   if (tiers == 0) GTEST_SKIP() << "no AVX2 on this CPU";
 }
 
+/// flush=step in the lanes: 2^-20 + 2^-20 in fp16 is 2^-19 (a subnormal) without the flush; with it the first
+/// partial sum 2^-20 is already flushed to +0 and so is the total; −2^-20 gives −0. A normal partial sum stays.
+TEST_F(RowReduce, TheStepFlushZeroesSubnormalPartialSumsInTheLanes) {
+  int tiers = 0;
+  for (kernels::Isa isa : {kernels::Isa::Avx2, kernels::Isa::Avx512}) {
+    if (kernels::detected_isa() < isa) continue;
+    ++tiers;
+    const KernelOptions opts{true, isa};
+    const Accumulation plain = parse_accumulation("fp16-seq"), flush = parse_accumulation("fp16-seq,flush=step");
+    ASSERT_NE(row_kernel_name(flush, opts), nullptr);
+    const double t = std::ldexp(1.0, -20);
+    const std::vector<double> x = {t, t, -t, -t, std::ldexp(1.0, -14), t};
+    const std::vector<std::size_t> len = {2, 2, 2};
+    std::vector<double> out(3, 7.0);
+    ASSERT_TRUE(reduce_rows(plain, RowBatch{len, x.data(), 2, 1}, out, nullptr, opts));
+    EXPECT_EQ(out[0], 2 * t);
+    ASSERT_TRUE(reduce_rows(flush, RowBatch{len, x.data(), 2, 1}, out, nullptr, opts));
+    EXPECT_TRUE(same(out[0], 0.0)) << out[0];
+    EXPECT_TRUE(same(out[1], -0.0)) << out[1];
+    EXPECT_EQ(out[2], std::ldexp(1.0, -14) + t);  // 2^-14 is normal: kept, and the sum is normal
+    for (std::size_t r = 0; r < 3; ++r)
+      EXPECT_TRUE(same(out[r], sum(flush, std::span<const double>(x.data() + 2 * r, 2)))) << r;
+  }
+  if (tiers == 0) GTEST_SKIP() << "no AVX2 on this CPU";
+}
+
 TEST_F(RowReduce, DeclinesAccumulationsWithoutALaneKernel) {
   const std::vector<double> x(8, 1.0);
   const std::vector<std::size_t> len = {8};
   std::vector<double> out(1, 7.0);
   for (const char* spec : {"fp16-pairwise", "fp16-kahan", "fp16-reverse", "fp16-splitk32-fp32", "fp16-sr",
                            "fp16-promote128-fp32", "tc-v100", "fp16-unfused-seq", "acc=fp16:toward-zero,order=seq",
-                           "acc=e4m3,order=seq", "ane-tile4,tile=4:fp16:nearest-even"}) {
+                           "acc=e4m3,order=seq", "ane-tile4,tile=4:fp16:nearest-even", "ane-tile4,flush=step",
+                           "fp64-seq,flush=step"}) {
     const Accumulation a = parse_accumulation(spec);
     EXPECT_EQ(row_kernel_name(a), nullptr) << spec;
     EXPECT_FALSE(reduce_rows(a, RowBatch{len, x.data(), 8, 1, x.data(), 8, 1}, out)) << spec;
