@@ -11,7 +11,8 @@
 ///
 /// Block quantization (OpPrecision::quant active, emulated backend only): the operands are cast on entry, then
 /// transformed and quantized along the pass's contraction axis (ops/matmul_quant.hpp), and the GEMM runs on those
-/// values under the same Accumulation, in the same k order; the Reference ignores the field.
+/// values under the same Accumulation, in the same k order; the Reference ignores the field. `fp8`: the per-tensor
+/// fp8 scaling state of this call's operands (ops/fp8_scaling.hpp; the Runner passes it).
 #include <span>
 #include <type_traits>
 
@@ -24,7 +25,8 @@ namespace roundoff::ops {
 /// y (n, out) = x (n, in) · W (out, in)ᵀ.
 template <class A>
 void matmul_forward(std::span<typename A::Value> y, std::span<const typename A::Value> x,
-                    std::span<const typename A::Value> w, MatmulShape s, const Ctx<A>& ctx, Select sel = {}) {
+                    std::span<const typename A::Value> w, MatmulShape s, const Ctx<A>& ctx, Select sel = {},
+                    [[maybe_unused]] const Fp8Slots* fp8 = nullptr) {
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
   const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
@@ -32,7 +34,7 @@ void matmul_forward(std::span<typename A::Value> y, std::span<const typename A::
   if constexpr (std::is_same_v<A, Emulated>) {
     if (ctx.precision().quant.active()) {
       quantized = true;
-      const auto [xs, ws] = quantized_operands(ctx, Pass::Forward, s, x, w);
+      const auto [xs, ws] = quantized_operands(ctx, Pass::Forward, s, x, w, fp8);
       if (sel.empty()) ctx.gemm(N, O, I, M{xs.data(), I}, M{ws.data(), I, true}, y.data(), O, false, key(Tensor::Y, 0, 2));
       for (std::int64_t r : sel)
         ctx.gemm(1, O, I, M{xs.data() + r * s.in, I}, M{ws.data(), I, true}, y.data() + r * s.out, O, false,
@@ -57,7 +59,8 @@ void matmul_forward(std::span<typename A::Value> y, std::span<const typename A::
 /// dx (n, in) += dy (n, out) · W (out, in).  Policy pass BackwardData.
 template <class A>
 void matmul_backward_data(std::span<typename A::Value> dx, std::span<const typename A::Value> dy,
-                          std::span<const typename A::Value> w, MatmulShape s, const Ctx<A>& ctx, Select sel = {}) {
+                          std::span<const typename A::Value> w, MatmulShape s, const Ctx<A>& ctx, Select sel = {},
+                    [[maybe_unused]] const Fp8Slots* fp8 = nullptr) {
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
   const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
@@ -65,7 +68,7 @@ void matmul_backward_data(std::span<typename A::Value> dx, std::span<const typen
   if constexpr (std::is_same_v<A, Emulated>) {
     if (ctx.precision().quant.active()) {
       quantized = true;
-      const auto [dys, ws] = quantized_operands(ctx, Pass::BackwardData, s, dy, w);
+      const auto [dys, ws] = quantized_operands(ctx, Pass::BackwardData, s, dy, w, fp8);
       if (sel.empty()) ctx.gemm(N, I, O, M{dys.data(), O}, M{ws.data(), I}, dx.data(), I, true, key(Tensor::Dx, 0, 2));
       for (std::int64_t r : sel)
         ctx.gemm(1, I, O, M{dys.data() + r * s.out, O}, M{ws.data(), I}, dx.data() + r * s.in, I, true,
@@ -90,7 +93,8 @@ void matmul_backward_data(std::span<typename A::Value> dx, std::span<const typen
 /// dW (out, in) += dyᵀ (out, n) · x (n, in): a reduction over the n tokens. Policy pass BackwardWeight.
 template <class A>
 void matmul_backward_weight(std::span<typename A::Value> dw, std::span<const typename A::Value> dy,
-                            std::span<const typename A::Value> x, MatmulShape s, const Ctx<A>& ctx, Select sel = {}) {
+                            std::span<const typename A::Value> x, MatmulShape s, const Ctx<A>& ctx, Select sel = {},
+                    [[maybe_unused]] const Fp8Slots* fp8 = nullptr) {
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
   const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
@@ -98,7 +102,7 @@ void matmul_backward_weight(std::span<typename A::Value> dw, std::span<const typ
   if constexpr (std::is_same_v<A, Emulated>) {
     if (ctx.precision().quant.active()) {
       quantized = true;
-      const auto [dys, xs] = quantized_operands(ctx, Pass::BackwardWeight, s, dy, x);
+      const auto [dys, xs] = quantized_operands(ctx, Pass::BackwardWeight, s, dy, x, fp8);
       if (sel.empty())
         ctx.gemm(O, I, N, M{dys.data(), O, true}, M{xs.data(), I}, dw.data(), I, true, key(Tensor::Dw, 0, 2));
       for (std::int64_t o : sel)
@@ -123,11 +127,14 @@ void matmul_backward_weight(std::span<typename A::Value> dw, std::span<const typ
 
 #define ROUNDOFF_MATMUL_DECL(EXTERN, A)                                                                      \
   EXTERN template void matmul_forward<A>(std::span<A::Value>, std::span<const A::Value>,                     \
-                                         std::span<const A::Value>, MatmulShape, const Ctx<A>&, Select);      \
+                                         std::span<const A::Value>, MatmulShape, const Ctx<A>&, Select, \
+                                         const Fp8Slots*);      \
   EXTERN template void matmul_backward_data<A>(std::span<A::Value>, std::span<const A::Value>,               \
-                                               std::span<const A::Value>, MatmulShape, const Ctx<A>&, Select); \
+                                               std::span<const A::Value>, MatmulShape, const Ctx<A>&, Select, \
+                                         const Fp8Slots*); \
   EXTERN template void matmul_backward_weight<A>(std::span<A::Value>, std::span<const A::Value>,             \
-                                                 std::span<const A::Value>, MatmulShape, const Ctx<A>&, Select);
+                                                 std::span<const A::Value>, MatmulShape, const Ctx<A>&, Select, \
+                                         const Fp8Slots*);
 ROUNDOFF_MATMUL_DECL(extern, Emulated)
 ROUNDOFF_MATMUL_DECL(extern, Reference)
 

@@ -18,7 +18,9 @@ namespace roundoff::ops {
 struct QuantOperands {
   std::span<const double> a, b;
 };
+/// `fp8`: the per-tensor fp8 state of the call's operands (ops/fp8_scaling.hpp; nullptr: none, which delayed
+/// scaling refuses).
 QuantOperands quantized_operands(const Ctx<Emulated>& ctx, Pass pass, MatmulShape s, std::span<const double> a,
-                                 std::span<const double> b);
+                                 std::span<const double> b, const Fp8Slots* fp8 = nullptr);
 
 }  // namespace roundoff::ops

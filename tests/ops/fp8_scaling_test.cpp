@@ -1,0 +1,305 @@
+// Scaled fp8 operands (ops/fp8_scaling.hpp; issue 44): Transformer Engine's per-tensor scales (current and delayed)
+// and DeepSeek-V3's block scales against written-out definitions on adversarial tensors (amax 0, amax at a binade
+// edge, ±inf and NaN, an amax history longer than the run), the fp8 casts exhaustively over every bf16 input, the
+// policy text of the recipes, and the refusals (history length 0, negative margin, a block that does not divide).
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ops/fp8_scaling.hpp"
+#include "ops/policy.hpp"
+
+namespace roundoff::ops {
+namespace {
+
+// ---- written-out definitions (double arithmetic; a binary32 operation on binary32 operands is the double result
+// rounded once to binary32: double rounding through binary64 is innocuous for +, ·, / since 53 >= 2·24 + 2) ---------
+
+float f32(double x) { return static_cast<float>(x); }
+float div32(float a, float b) { return f32(static_cast<double>(a) / static_cast<double>(b)); }
+float mul32(float a, float b) { return f32(static_cast<double>(a) * static_cast<double>(b)); }
+
+/// Every finite non-negative value of the fp8 element, ascending (E4M3: 0..448 without the NaN code; E5M2: 0..57344).
+std::vector<double> fp8_values(Fp8Elem e) {
+  std::vector<double> v;
+  const int man = e == Fp8Elem::E4M3 ? 3 : 2, bias = e == Fp8Elem::E4M3 ? 7 : 15;
+  for (int code = 0; code < 128; ++code) {
+    const int ex = code >> man, m = code & ((1 << man) - 1);
+    if (e == Fp8Elem::E4M3 && code == 0x7F) continue;  // NaN
+    if (e == Fp8Elem::E5M2 && ex == 31) continue;      // inf, NaN
+    const double val = ex == 0 ? std::ldexp(m, 1 - bias - man) : std::ldexp((1 << man) + m, ex - bias - man);
+    v.push_back(val);
+  }
+  return v;
+}
+
+/// The saturating nearest-even fp8 value of x by search: the nearest value, a tie to the one with an even code
+/// (even index in the ascending list), |x| beyond the largest value gives it (CUDA's satfinite), NaN stays NaN.
+double cast_by_search(Fp8Elem e, double x) {
+  if (std::isnan(x)) return x;
+  static const std::vector<double> e4 = fp8_values(Fp8Elem::E4M3), e5 = fp8_values(Fp8Elem::E5M2);
+  const std::vector<double>& v = e == Fp8Elem::E4M3 ? e4 : e5;
+  const double a = std::fabs(x);
+  double best = v.back();
+  std::size_t bi = v.size() - 1;
+  if (a < v.back()) {
+    for (std::size_t i = 0; i + 1 < v.size(); ++i)
+      if (a >= v[i] && a <= v[i + 1]) {
+        const double dl = a - v[i], dh = v[i + 1] - a;
+        bi = dl < dh ? i : dh < dl ? i + 1 : (i % 2 == 0 ? i : i + 1);
+        best = v[bi];
+        break;
+      }
+  }
+  return std::copysign(best, x);
+}
+
+TEST(Fp8Scaling, CastEqualsTheSearchOnEveryBf16Input) {
+  for (Fp8Elem e : {Fp8Elem::E4M3, Fp8Elem::E5M2})
+    for (std::uint32_t b = 0; b < 65536; ++b) {
+      const float x = std::bit_cast<float>(b << 16);
+      const double want = cast_by_search(e, x);
+      const float got = fp8_cast(e, x);
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(got)) << b;
+      } else {
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(static_cast<float>(want)), std::bit_cast<std::uint32_t>(got))
+            << name_of(e) << " input bits " << b;
+      }
+    }
+}
+
+TEST(Fp8Scaling, CastTiesAndSaturation) {
+  EXPECT_EQ(fp8_cast(Fp8Elem::E4M3, 464.0f), 448.0f);  // the tie above the largest value saturates
+  EXPECT_EQ(fp8_cast(Fp8Elem::E4M3, 1e30f), 448.0f);
+  EXPECT_EQ(fp8_cast(Fp8Elem::E4M3, -INFINITY), -448.0f);
+  EXPECT_EQ(fp8_cast(Fp8Elem::E5M2, INFINITY), 57344.0f);
+  EXPECT_EQ(fp8_cast(Fp8Elem::E4M3, 1.0625f), 1.0f);   // tie between 1 and 1.125: even
+  EXPECT_EQ(fp8_cast(Fp8Elem::E4M3, 1.1875f), 1.25f);  // tie between 1.125 and 1.25: even
+  EXPECT_EQ(fp8_cast(Fp8Elem::E4M3, std::ldexp(1.0f, -10)), 0.0f);  // half the smallest subnormal 2^-9: even (0)
+  EXPECT_TRUE(std::isnan(fp8_cast(Fp8Elem::E5M2, NAN)));
+}
+
+TEST(Fp8Scaling, AmaxSkipsNanAndKeepsInf) {
+  const std::vector<double> v{1.0, -3.0, std::nan(""), 2.0};
+  EXPECT_EQ(tensor_amax(v), 3.0f);
+  EXPECT_EQ(tensor_amax(std::vector<double>{std::nan(""), std::nan("")}), 0.0f);
+  EXPECT_EQ(tensor_amax(std::vector<double>{1.0, -INFINITY}), INFINITY);
+  EXPECT_EQ(tensor_amax(std::vector<double>{}), 0.0f);
+  EXPECT_EQ(tensor_amax(std::vector<double>{1e300}), INFINITY);  // |fp32(x)|: overflows binary32
+}
+
+TEST(Fp8Scaling, CurrentScaleOnAdversarialAmax) {
+  const float m = scaled_max(Fp8Elem::E4M3, 0);
+  EXPECT_EQ(m, 448.0f);
+  EXPECT_EQ(scaled_max(Fp8Elem::E5M2, 3), 7168.0f);  // 57344 / 8
+  EXPECT_EQ(current_scale(0.0f, m), 1.0f);
+  EXPECT_EQ(current_scale(INFINITY, m), 1.0f);
+  EXPECT_EQ(current_scale(NAN, m), 1.0f);
+  EXPECT_EQ(current_scale(std::numeric_limits<float>::denorm_min(), m), FLT_MAX);  // 448 / 2^-149 overflows
+  for (int k = -140; k <= 127; ++k) {  // amax at a binade edge, and one ulp below it
+    const float edge = std::ldexp(1.0f, k), below = std::nextafter(edge, 0.0f);
+    for (float a : {edge, below}) {
+      const double q = 448.0 / static_cast<double>(a);
+      const float want = q > static_cast<double>(FLT_MAX) * (1 + std::ldexp(1.0, -25)) ? FLT_MAX : div32(448.0f, a);
+      EXPECT_EQ(std::bit_cast<std::uint32_t>(current_scale(a, m)), std::bit_cast<std::uint32_t>(want)) << a;
+    }
+  }
+  EXPECT_EQ(scale_inverse(3.0f), div32(1.0f, 3.0f));
+}
+
+TEST(Fp8Scaling, DelayedUpdateWrittenOut) {
+  // H = 4: the history written out step by step (TE's roll: a_i = h[i+1], a_{H-1} = h[0]; new h = [0, a_1..a_{H-1}]).
+  std::vector<float> h(4, 0.0f);
+  float s = 1.0f;
+  const float m = 448.0f;
+  h[0] = 2.0f;
+  s = delayed_update(h, s, AmaxAlgo::Max, m);
+  EXPECT_EQ(s, 224.0f);
+  EXPECT_EQ(h, (std::vector<float>{0, 0, 0, 2}));
+  h[0] = 8.0f;
+  s = delayed_update(h, s, AmaxAlgo::Max, m);
+  EXPECT_EQ(s, 56.0f);
+  EXPECT_EQ(h, (std::vector<float>{0, 0, 2, 8}));
+  h[0] = 1.0f;
+  s = delayed_update(h, s, AmaxAlgo::Max, m);
+  EXPECT_EQ(s, 56.0f);  // 8 is still in the window
+  EXPECT_EQ(h, (std::vector<float>{0, 2, 8, 1}));
+  h[0] = 1.0f;
+  s = delayed_update(h, s, AmaxAlgo::Max, m);
+  EXPECT_EQ(h, (std::vector<float>{0, 8, 1, 1}));
+  h[0] = 1.0f;
+  s = delayed_update(h, s, AmaxAlgo::Max, m);  // the window is 4 amaxes: 8 (2 steps ago... ) still inside
+  EXPECT_EQ(s, 56.0f);
+  EXPECT_EQ(h, (std::vector<float>{0, 1, 1, 1}));
+  h[0] = 1.0f;
+  s = delayed_update(h, s, AmaxAlgo::Max, m);
+  EXPECT_EQ(s, 448.0f);  // 8 has left the window
+  // most-recent: the amax of this step only; NaN and inf keep the previous scale; 0 keeps it too.
+  std::vector<float> g(3, 0.0f);
+  g[0] = 3.0f;
+  float t = delayed_update(g, 1.0f, AmaxAlgo::MostRecent, m);
+  EXPECT_EQ(t, div32(448.0f, 3.0f));
+  g[0] = 0.0f;
+  EXPECT_EQ(delayed_update(g, t, AmaxAlgo::MostRecent, m), t);
+  g[0] = INFINITY;
+  EXPECT_EQ(delayed_update(g, t, AmaxAlgo::MostRecent, m), t);
+  EXPECT_EQ(g.back(), INFINITY);  // kept in the history: max then keeps the scale until it leaves
+  EXPECT_EQ(delayed_update(g, t, AmaxAlgo::Max, m), t);
+  // Tiny amax: the quotient overflows binary32 → FLT_MAX.
+  std::vector<float> k(2, 0.0f);
+  k[0] = std::numeric_limits<float>::denorm_min();
+  EXPECT_EQ(delayed_update(k, 1.0f, AmaxAlgo::Max, m), FLT_MAX);
+}
+
+TEST(Fp8Scaling, HistoryLongerThanTheRun) {
+  // TE's default H = 1024 over 5 steps: the zeros of the unfilled history never win a max (amaxes are >= 0), so the
+  // scale is 448 / (max of the amaxes so far), each written out.
+  Fp8ScalingState st(parse_fp8_scaling("delayed"));
+  Fp8TensorState& t = st.tensor("L0.matmul.q.x", Fp8Elem::E4M3);
+  ASSERT_EQ(t.history.size(), 1024u);
+  const float amaxes[] = {0.5f, 3.0f, 0.25f, 1.0f, 2.0f};
+  float mx = 0;
+  for (float a : amaxes) {
+    EXPECT_EQ(t.scale, mx == 0 ? 1.0f : div32(448.0f, mx));  // the scale this step casts with
+    t.history[0] = a;
+    mx = std::fmax(mx, a);
+    st.update();
+    EXPECT_EQ(t.scale, div32(448.0f, mx));
+    EXPECT_EQ(t.history[0], 0.0f);
+    EXPECT_EQ(t.history.back(), a);
+  }
+}
+
+TEST(Fp8Scaling, PerTensorQuantizeWrittenOut) {
+  const std::vector<double> x{0.0, 1.0, -2.5, 1000.0, 3.140625, -1e-8, 65504.0, std::nan("")};
+  for (Fp8Elem e : {Fp8Elem::E4M3, Fp8Elem::E5M2})
+    for (float scale : {1.0f, 0.1f, 448.0f / 65504.0f, FLT_MAX}) {
+      std::vector<double> v = x;
+      quantize_per_tensor(v, e, scale);
+      const float inv = div32(1.0f, scale);
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        const double q = cast_by_search(e, mul32(static_cast<float>(x[i]), scale));
+        const double want = std::isnan(q) ? q : mul32(static_cast<float>(q), inv);
+        if (std::isnan(want)) EXPECT_TRUE(std::isnan(v[i]));
+        else EXPECT_EQ(v[i], want) << name_of(e) << " scale " << scale << " x " << x[i];
+      }
+    }
+}
+
+TEST(Fp8Scaling, BlockScaleWrittenOut) {
+  // s = fp32(max(amax, fp32(1e-4)) / 448); decoded = fp32(fp8(fp32(x / s)) · s).
+  const float tiny = 1e-4f;
+  EXPECT_EQ(block_scale(0.0f, Fp8Elem::E4M3), div32(tiny, 448.0f));  // amax 0: the clamp
+  EXPECT_EQ(block_scale(448.0f, Fp8Elem::E4M3), 1.0f);
+  for (int k = -20; k <= 20; ++k) {
+    const float edge = std::ldexp(1.0f, k), below = std::nextafter(edge, 0.0f);
+    for (float a : {edge, below}) {
+      const float s = div32(std::fmax(a, tiny), 448.0f);
+      EXPECT_EQ(block_scale(a, Fp8Elem::E4M3), s);
+      std::vector<double> v{a, -a / 3, a / 1000, 0.0};
+      for (double& y : v) y = static_cast<float>(y);
+      const std::vector<double> x = v;
+      quantize_block(v, Fp8Elem::E4M3);
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        const double q = cast_by_search(Fp8Elem::E4M3, div32(static_cast<float>(x[i]), s));
+        EXPECT_EQ(v[i], static_cast<double>(mul32(static_cast<float>(q), s))) << a << " " << x[i];
+      }
+    }
+  }
+  std::vector<double> zeros(4, 0.0);
+  quantize_block(zeros, Fp8Elem::E4M3);
+  for (double z : zeros) EXPECT_EQ(z, 0.0);
+  for (double bad : {std::nan(""), INFINITY}) {
+    std::vector<double> v{1.0, bad, 2.0};
+    quantize_block(v, Fp8Elem::E4M3);
+    for (double y : v) EXPECT_TRUE(std::isnan(y));
+  }
+}
+
+TEST(Fp8Scaling, OperandBlocksAndRefusals) {
+  // 1×4 blocks along a row of 8: each block its own scale; 2×2 tiles of a 2×4 matrix.
+  std::vector<double> v{1, 2, 3, 4, 100, 200, 300, 400};
+  std::vector<double> w = v;
+  quantize_fp8_operand(parse_fp8_operand("e4m3:1x4"), w, 1, 8, {}, nullptr, false, "t");
+  std::vector<double> a(v.begin(), v.begin() + 4), b(v.begin() + 4, v.end());
+  quantize_block(a, Fp8Elem::E4M3);
+  quantize_block(b, Fp8Elem::E4M3);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(w[i], a[i]);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(w[4 + i], b[i]);
+  std::vector<double> t = v;  // 2 × 4, tiles 2×2: {1,2,100,200} and {3,4,300,400}
+  quantize_fp8_operand(parse_fp8_operand("e4m3:2x2"), t, 2, 4, {}, nullptr, false, "t");
+  std::vector<double> t0{1, 2, 100, 200}, t1{3, 4, 300, 400};
+  quantize_block(t0, Fp8Elem::E4M3);
+  quantize_block(t1, Fp8Elem::E4M3);
+  EXPECT_EQ(t[0], t0[0]);
+  EXPECT_EQ(t[4], t0[2]);
+  EXPECT_EQ(t[7], t1[3]);
+  // :pad: a ragged last block, as DeepGEMM's zero padding (zeros change neither the amax nor the values).
+  std::vector<double> r{1, 2, 3, 4, 500, 7};
+  quantize_fp8_operand(parse_fp8_operand("e4m3:1x4:pad"), r, 1, 6, {}, nullptr, false, "t");
+  std::vector<double> r0{1, 2, 3, 4}, r1{500, 7, 0, 0};
+  quantize_block(r0, Fp8Elem::E4M3);
+  quantize_block(r1, Fp8Elem::E4M3);
+  EXPECT_EQ(r[3], r0[3]);
+  EXPECT_EQ(r[4], r1[0]);
+  EXPECT_EQ(r[5], r1[1]);
+  // Refusals, one line each, naming what is valid.
+  const auto one_line = [](const auto& f, const std::string& needle) {
+    try {
+      f();
+      ADD_FAILURE() << "not refused: " << needle;
+    } catch (const std::invalid_argument& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+      EXPECT_NE(m.find(needle), std::string::npos) << m;
+    }
+  };
+  one_line([&] { quantize_fp8_operand(parse_fp8_operand("e4m3:1x128"), w, 1, 8, {}, nullptr, false, "t"); },
+           "valid: a block size that divides the contraction axis (8)");
+  one_line([&] { quantize_fp8_operand(parse_fp8_operand("e4m3:3x3"), t, 2, 4, {}, nullptr, false, "t"); },
+           "valid: a block size that divides both dimensions");
+  one_line([] { parse_fp8_scaling("delayed:0"); }, "H an amax history length >= 1");
+  one_line([] { parse_fp8_scaling("delayed:16:max:-1"); }, "MARGIN an integer in 0..100");
+  one_line([] { parse_fp8_scaling("current:-2"); }, "margin '-2' is not in 0..100");
+  one_line([] { parse_fp8_scaling("delayed:16:mean"); }, "ALGO max or most-recent");
+  one_line([] { parse_fp8_operand("e4m3:2x3"); }, "valid: off, e4m3, e5m2");
+  one_line([] { Policy::parse("te-fp8-delayed,fp8-scaling=delayed:0"); }, "history length");
+  one_line([] { Policy::parse("te-fp8-current,fp8-scaling=current:-1"); }, "valid: current[:MARGIN]");
+  one_line([] { Policy::parse("mxfp8,matmul.fp8-x=e4m3"); }, "valid: one of them per role");
+  one_line([] { Policy::parse("fp32,softmax.fp8=e4m3"); }, "block quantization applies to the GEMM ops");
+  one_line([&] {
+    Fp8Scaling d = parse_fp8_scaling("delayed:4");
+    std::vector<double> x{1.0};
+    quantize_fp8_operand(parse_fp8_operand("e4m3"), x, 1, 1, d, nullptr, false, "t");
+  }, "valid here: fp8-scaling=current");
+}
+
+TEST(Fp8Scaling, RecipesParsePrintAndRoundTrip) {
+  for (const char* spec : {"te-fp8-delayed", "te-fp8-current", "deepseek-fp8", "deepseek-fp8-nopromote",
+                           "te-fp8-delayed,fp8-scaling=delayed:16:most-recent:2", "te-fp8-current,fp8-scaling=current:1",
+                           "deepseek-fp8,matmul.acc=tc-h100-fp8", "h100-amp-bf16,matmul.fp8-x=e4m3:1x64,matmul.fp8-w=e5m2"}) {
+    const Policy p = Policy::parse(spec);
+    EXPECT_EQ(Policy::parse(p.canonical()), p) << spec << " -> " << p.canonical();
+  }
+  EXPECT_EQ(Policy::parse("deepseek-fp8,matmul.acc=tc-h100-fp8").canonical(), "deepseek-fp8-nopromote");
+  const Policy d = Policy::parse("te-fp8-delayed");
+  EXPECT_EQ(to_string(d.fp8_scaling()), "delayed:1024:max:0");
+  const OpPrecision& fwd = d.at(OpKind::Matmul, Pass::Forward);
+  EXPECT_EQ(to_string(fwd.quant.fp8_of(GemmRole::X)), "e4m3");
+  EXPECT_EQ(to_string(fwd.quant.fp8_of(GemmRole::Dy)), "e5m2");
+  EXPECT_FALSE(d.at(OpKind::Classifier, Pass::Forward).quant.active());  // the output head stays bf16
+  const Policy s = Policy::parse("deepseek-fp8");
+  EXPECT_EQ(to_string(s.at(OpKind::Matmul, Pass::BackwardWeight).quant.fp8_of(GemmRole::W)), "e4m3:128x128:pad");
+  EXPECT_EQ(to_string(s.at(OpKind::Matmul, Pass::BackwardWeight).quant.fp8_of(GemmRole::X)), "e4m3:1x128:pad");
+}
+
+}  // namespace
+}  // namespace roundoff::ops
