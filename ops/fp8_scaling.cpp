@@ -168,11 +168,11 @@ float fp8_cast(Fp8Elem e, float x) {
   return static_cast<float>(numerics::round_to(f, numerics::Rounding::NearestEven, static_cast<double>(x)));
 }
 
-void quantize_per_tensor(std::span<double> v, Fp8Elem e, float scale) {
+void quantize_per_tensor(std::span<double> v, Fp8Elem e, float scale, bool codes_only) {
   const float inv = scale_inverse(scale);
   for (double& x : v) {
     const float q = fp8_cast(e, static_cast<float>(x) * scale);
-    x = static_cast<double>(q * inv);
+    x = codes_only ? static_cast<double>(q) : static_cast<double>(q * inv);
   }
 }
 
@@ -181,20 +181,21 @@ float block_scale(float amax, Fp8Elem e) {
   return clamped / fp8_max(e);
 }
 
-void quantize_block(std::span<double> v, Fp8Elem e) {
+float quantize_block(std::span<double> v, Fp8Elem e, bool codes_only) {
   float amax = 0.0f;
   for (double x : v) {
     if (!std::isfinite(x)) {
       for (double& y : v) y = std::numeric_limits<double>::quiet_NaN();
-      return;
+      return std::numeric_limits<float>::quiet_NaN();
     }
     amax = std::fmax(amax, std::fabs(static_cast<float>(x)));
   }
   const float s = block_scale(amax, e);
   for (double& x : v) {
     const float q = fp8_cast(e, static_cast<float>(x) / s);
-    x = static_cast<double>(q * s);
+    x = codes_only ? static_cast<double>(q) : static_cast<double>(q * s);
   }
+  return s;
 }
 
 Fp8TensorState& Fp8ScalingState::tensor(const std::string& key, Fp8Elem elem) {
@@ -224,7 +225,8 @@ void Fp8ScalingState::assign(std::map<std::string, Fp8TensorState> t) {
 }
 
 void quantize_fp8_operand(const Fp8Operand& o, std::span<double> v, std::size_t rows, std::size_t cols,
-                          const Fp8Scaling& cfg, Fp8TensorState* state, bool record, const std::string& where) {
+                          const Fp8Scaling& cfg, Fp8TensorState* state, bool record, const std::string& where,
+                          Fp8Codes* codes) {
   if (!o.on()) return;
   if (o.per_tensor()) {
     const float amax = tensor_amax(v);
@@ -239,7 +241,8 @@ void quantize_fp8_operand(const Fp8Operand& o, std::span<double> v, std::size_t 
         scale = state->scale;
         break;
     }
-    return quantize_per_tensor(v, o.elem, scale);
+    if (codes != nullptr) codes->tensor_inv = scale_inverse(scale);
+    return quantize_per_tensor(v, o.elem, scale, codes != nullptr);
   }
   const auto br = static_cast<std::size_t>(o.block_rows), bc = static_cast<std::size_t>(o.block_cols);
   if (!o.pad && (cols % bc != 0 || rows % br != 0))
@@ -250,13 +253,18 @@ void quantize_fp8_operand(const Fp8Operand& o, std::span<double> v, std::size_t 
                                          : "both dimensions (" + std::to_string(rows) + ", " + std::to_string(cols) + ")") +
                                 " (or " + to_string(o) + ":pad for a zero-padded last block)");
   std::vector<double> block;
+  if (codes != nullptr) {
+    codes->block.clear();
+    codes->block_grid_cols = (cols + bc - 1) / bc;
+  }
   for (std::size_t r0 = 0; r0 < rows; r0 += br)
     for (std::size_t c0 = 0; c0 < cols; c0 += bc) {
       const std::size_t nr = std::min(br, rows - r0), nc = std::min(bc, cols - c0);
       block.resize(nr * nc);
       for (std::size_t i = 0; i < nr; ++i)
         for (std::size_t j = 0; j < nc; ++j) block[i * nc + j] = v[(r0 + i) * cols + c0 + j];
-      quantize_block(block, o.elem);
+      const float sc = quantize_block(block, o.elem, codes != nullptr);
+      if (codes != nullptr) codes->block.push_back(sc);
       for (std::size_t i = 0; i < nr; ++i)
         for (std::size_t j = 0; j < nc; ++j) v[(r0 + i) * cols + c0 + j] = block[i * nc + j];
     }

@@ -104,12 +104,13 @@ float delayed_update(std::span<float> history, float scale, AmaxAlgo algo, float
 float scale_inverse(float scale);
 /// The fp8 value of a binary32 x: nearest-even, saturating to ±fp8_max, NaN kept.
 float fp8_cast(Fp8Elem e, float x);
-/// v ← fp32(fp8(fp32(fp32(v_i) · scale)) · scale_inv), element by element.
-void quantize_per_tensor(std::span<double> v, Fp8Elem e, float scale);
+/// v ← fp32(fp8(fp32(fp32(v_i) · scale)) · scale_inv), element by element (with `codes_only`: v ← the fp8 values).
+void quantize_per_tensor(std::span<double> v, Fp8Elem e, float scale, bool codes_only = false);
 /// DeepSeek's block scale s = fp32(max(amax, fp32(1e-4)) / fp8_max).
 float block_scale(float amax, Fp8Elem e);
-/// One block: v ← fp32(fp8(fp32(fp32(v_i) / s)) · s); a non-finite element makes the block NaN.
-void quantize_block(std::span<double> v, Fp8Elem e);
+/// One block: v ← fp32(fp8(fp32(fp32(v_i) / s)) · s); a non-finite element makes the block NaN. With `codes_only`
+/// v ← the fp8 values q_i instead (NaN for a non-finite block); returns s (NaN for a non-finite block).
+float quantize_block(std::span<double> v, Fp8Elem e, bool codes_only = false);
 
 // ---- state ----------------------------------------------------------------------------------------------------
 
@@ -150,11 +151,23 @@ struct Fp8Slots {
   Fp8Scaling cfg{};
 };
 
+/// Where quantize_fp8_operand leaves the fp8 codes instead of the decoded values (the exact GEMM of matmul_quant):
+/// v ← the fp8 values q_i, and here the scales that decode them: per tensor `tensor_inv` (scale_inv); per block the
+/// scale s of every block, blocks in row-major order of the (rows / block_rows) × (cols / block_cols) grid (a ragged
+/// last block counts as one).
+struct Fp8Codes {
+  float tensor_inv = 1.0f;
+  std::vector<float> block;
+  std::size_t block_grid_cols = 0;
+};
+
 /// One operand in a rows × K layout (K the contraction axis, last) or, for tiles, its storage layout
 /// (`rows` × `cols`): v ← its decoded values under o. `state` (per-tensor only): delayed scaling reads its scale and,
 /// when `record`, folds the amax into history[0]; current scaling ignores it. Throws std::invalid_argument (one line,
 /// prefixed by `where`) when a block does not divide the axis, or for delayed scaling without a state.
+/// `codes`: when given, v ← the codes and their scales there (Fp8Codes) instead of the decoded values.
 void quantize_fp8_operand(const Fp8Operand& o, std::span<double> v, std::size_t rows, std::size_t cols,
-                          const Fp8Scaling& cfg, Fp8TensorState* state, bool record, const std::string& where);
+                          const Fp8Scaling& cfg, Fp8TensorState* state, bool record, const std::string& where,
+                          Fp8Codes* codes = nullptr);
 
 }  // namespace roundoff::ops

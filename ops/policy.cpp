@@ -909,37 +909,43 @@ void apply_field(std::size_t index, const std::string& token, Field f, const std
     case Field::Nan: v.nan = parse_nan(index, token, text); return;
     case Field::Ftz: v.ftz = parse_choice(index, token, text, "ftz mode", kAllFtz); return;
     case Field::Daz: v.daz = parse_choice(index, token, text, "daz mode", kAllDaz); return;
+    // A role has one quantization: a block format replaces the role's scaled fp8 and a scaled fp8 replaces its block
+    // format (items apply left to right); `off` clears only its own field.
     case Field::BlockX:
     case Field::BlockW:
-    case Field::BlockDy: v.quant.format[index_of(role_of(f))] = parse_block(index, token, text); return;
+    case Field::BlockDy: {
+      const GemmRole r = role_of(f);
+      v.quant.format[index_of(r)] = parse_block(index, token, text);
+      if (v.quant.format[index_of(r)]) v.quant.fp8[index_of(r)] = Fp8Operand{};
+      return;
+    }
     case Field::Block: {
       const std::optional<numerics::BlockFormat> b = parse_block(index, token, text);
-      for (GemmRole r : kAllGemmRoles) v.quant.format[index_of(r)] = b;
+      for (GemmRole r : kAllGemmRoles) {
+        v.quant.format[index_of(r)] = b;
+        if (b) v.quant.fp8[index_of(r)] = Fp8Operand{};
+      }
       return;
     }
     case Field::BlockSr: v.quant.stochastic = parse_sr(index, token, text); return;
     case Field::Rht: parse_rht(index, token, text, v.quant); return;
     case Field::Fp8X:
     case Field::Fp8W:
-    case Field::Fp8Dy:
-      v.quant.fp8[index_of(role_of(f))] = guarded(index, token, [&] { return parse_fp8_operand(text); });
+    case Field::Fp8Dy: {
+      const GemmRole r = role_of(f);
+      v.quant.fp8[index_of(r)] = guarded(index, token, [&] { return parse_fp8_operand(text); });
+      if (v.quant.fp8[index_of(r)].on()) v.quant.format[index_of(r)] = std::nullopt;
       return;
+    }
     case Field::Fp8: {
       const Fp8Operand o = guarded(index, token, [&] { return parse_fp8_operand(text); });
-      for (GemmRole r : kAllGemmRoles) v.quant.fp8[index_of(r)] = o;
+      for (GemmRole r : kAllGemmRoles) {
+        v.quant.fp8[index_of(r)] = o;
+        if (o.on()) v.quant.format[index_of(r)] = std::nullopt;
+      }
       return;
     }
   }
-}
-
-/// A role with both a block format and a scaled fp8 is refused when the item that makes it so is read.
-void check_fp8(std::size_t index, const std::string& token, const OpPrecision& v) {
-  for (GemmRole r : kAllGemmRoles)
-    if (v.quant.of(r) && v.quant.fp8_of(r).on())
-      fail(index, token,
-           "role " + std::string(name_of(r)) + " has both block-" + std::string(name_of(r)) + "=" + v.quant.of(r)->name +
-               " and fp8-" + std::string(name_of(r)) + "=" + to_string(v.quant.fp8_of(r)) +
-               "; valid: one of them per role (set the other to off)");
 }
 
 /// A role that rounds stochastically in a format that cannot is refused when the item that makes it so is read.
@@ -1061,7 +1067,6 @@ void apply_item(Policy& p, std::size_t index, const std::string& token) {
       else apply_prec(index, token, rhs, p.at(k, ps));
       check_lut_range(index, token, p.at(k, ps));
       check_stochastic(index, token, p.at(k, ps));
-      check_fp8(index, token, p.at(k, ps));
     }
 }
 

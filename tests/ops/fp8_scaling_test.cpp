@@ -9,11 +9,15 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "numerics/accumulate.hpp"
+#include "numerics/round.hpp"
 #include "ops/fp8_scaling.hpp"
+#include "ops/matmul.hpp"
 #include "ops/policy.hpp"
 
 namespace roundoff::ops {
@@ -217,7 +221,7 @@ TEST(Fp8Scaling, BlockScaleWrittenOut) {
   std::vector<double> zeros(4, 0.0);
   quantize_block(zeros, Fp8Elem::E4M3);
   for (double z : zeros) EXPECT_EQ(z, 0.0);
-  for (double bad : {std::nan(""), INFINITY}) {
+  for (double bad : {std::nan(""), std::numeric_limits<double>::infinity()}) {
     std::vector<double> v{1.0, bad, 2.0};
     quantize_block(v, Fp8Elem::E4M3);
     for (double y : v) EXPECT_TRUE(std::isnan(y));
@@ -273,13 +277,86 @@ TEST(Fp8Scaling, OperandBlocksAndRefusals) {
   one_line([] { parse_fp8_operand("e4m3:2x3"); }, "valid: off, e4m3, e5m2");
   one_line([] { Policy::parse("te-fp8-delayed,fp8-scaling=delayed:0"); }, "history length");
   one_line([] { Policy::parse("te-fp8-current,fp8-scaling=current:-1"); }, "valid: current[:MARGIN]");
-  one_line([] { Policy::parse("mxfp8,matmul.fp8-x=e4m3"); }, "valid: one of them per role");
   one_line([] { Policy::parse("fp32,softmax.fp8=e4m3"); }, "block quantization applies to the GEMM ops");
   one_line([&] {
     Fp8Scaling d = parse_fp8_scaling("delayed:4");
     std::vector<double> x{1.0};
     quantize_fp8_operand(parse_fp8_operand("e4m3"), x, 1, 1, d, nullptr, false, "t");
   }, "valid here: fp8-scaling=current");
+}
+
+/// x (n × K) and W (m × K), bf16 values, a few columns scaled apart so that blocks differ.
+std::vector<double> bf16_matrix(std::size_t rows, std::size_t K, unsigned seed) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<double> d(0.0, 1.0);
+  std::vector<double> v(rows * K);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = numerics::round_to(numerics::formats::bf16, numerics::Rounding::NearestEven,
+                              d(g) * std::ldexp(1.0, static_cast<int>((i % K) / 32) * 3 - 6));
+  return v;
+}
+
+TEST(Fp8Scaling, ExactGemmWrittenOut) {
+  // The forward GEMM of the linear layer under te-fp8-current (per tensor: codes, the whole GEMM under tc-h100-fp8,
+  // then fp32(P · fp32(ia · ib))) and deepseek-fp8 with 32-wide blocks and promote=32 (per block: P_b without
+  // promotion, T = fmaf(P_b, fp32(sa · sb), T)), each then rounded to the entry's compute and storage (bf16).
+  const std::size_t n = 3, K = 96, m = 2;
+  const std::vector<double> x = bf16_matrix(n, K, 1), w = bf16_matrix(m, K, 2);
+  const auto out = [&](const char* spec) {
+    const Policy p = Policy::parse(spec);
+    const Ctx<Emulated> ctx(p.at(OpKind::Matmul, Pass::Forward));
+    std::vector<double> y(n * m);
+    matmul_forward<Emulated>(y, x, w, MatmulShape{static_cast<std::int64_t>(n), static_cast<std::int64_t>(K),
+                                                  static_cast<std::int64_t>(m)}, ctx);
+    return y;
+  };
+  const auto bf = [](double v) { return numerics::round_to(numerics::formats::bf16, numerics::Rounding::NearestEven, v); };
+  {
+    const std::vector<double> y = out("te-fp8-current");
+    const float sx = current_scale(tensor_amax(x), 448.0f), sw = current_scale(tensor_amax(w), 448.0f);
+    const numerics::Accumulation acc = numerics::parse_accumulation("tc-h100-fp8");
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < m; ++j) {
+        std::vector<double> qa(K), qb(K);
+        for (std::size_t k = 0; k < K; ++k) {
+          qa[k] = cast_by_search(Fp8Elem::E4M3, mul32(static_cast<float>(x[i * K + k]), sx));
+          qb[k] = cast_by_search(Fp8Elem::E4M3, mul32(static_cast<float>(w[j * K + k]), sw));
+        }
+        const float P = static_cast<float>(numerics::dot(acc, qa, qb));
+        const float want = mul32(P, mul32(div32(1.0f, sx), div32(1.0f, sw)));
+        EXPECT_EQ(y[i * m + j], bf(want)) << i << "," << j;
+      }
+  }
+  {
+    const std::vector<double> y = out(
+        "deepseek-fp8,matmul.fp8-x=e4m3:1x32,matmul.fp8-w=e4m3:32x32:pad,matmul.fp8-dy=e4m3:1x32,"
+        "matmul.acc=[tc-h100-fp8,promote=32:fp32]");
+    const numerics::Accumulation acc = numerics::parse_accumulation("tc-h100-fp8");
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < m; ++j) {
+        float T = 0.0f;
+        for (std::size_t b = 0; b < K / 32; ++b) {
+          // x's 1×32 block of row i; W's 32×32 tile holding row j (rows 0..1 of a 2-row matrix: one ragged tile row).
+          float ax = 0, aw = 0;
+          for (std::size_t k = 0; k < 32; ++k) ax = std::fmax(ax, std::fabs(static_cast<float>(x[i * K + b * 32 + k])));
+          for (std::size_t r = 0; r < m; ++r)
+            for (std::size_t k = 0; k < 32; ++k) aw = std::fmax(aw, std::fabs(static_cast<float>(w[r * K + b * 32 + k])));
+          const float sa = div32(std::fmax(ax, 1e-4f), 448.0f), sb = div32(std::fmax(aw, 1e-4f), 448.0f);
+          std::vector<double> qa(32), qb(32);
+          for (std::size_t k = 0; k < 32; ++k) {
+            qa[k] = cast_by_search(Fp8Elem::E4M3, div32(static_cast<float>(x[i * K + b * 32 + k]), sa));
+            qb[k] = cast_by_search(Fp8Elem::E4M3, div32(static_cast<float>(w[j * K + b * 32 + k]), sb));
+          }
+          const double P = numerics::dot(acc, qa, qb);
+          // fmaf: P·s is exact in binary64 (14 + 24 bits); its sum with T rounded once, through TwoSum + round_pair.
+          const double prod = P * static_cast<double>(mul32(sa, sb)), hi = prod + static_cast<double>(T);
+          const double bv = hi - prod, lo = (prod - (hi - bv)) + (static_cast<double>(T) - bv);
+          T = static_cast<float>(numerics::round_pair(numerics::RoundingPlan(numerics::formats::fp32),
+                                                      numerics::Rounding::NearestEven, hi, lo));
+        }
+        EXPECT_EQ(y[i * m + j], bf(T)) << i << "," << j;
+      }
+  }
 }
 
 TEST(Fp8Scaling, RecipesParsePrintAndRoundTrip) {
@@ -290,6 +367,18 @@ TEST(Fp8Scaling, RecipesParsePrintAndRoundTrip) {
     EXPECT_EQ(Policy::parse(p.canonical()), p) << spec << " -> " << p.canonical();
   }
   EXPECT_EQ(Policy::parse("deepseek-fp8,matmul.acc=tc-h100-fp8").canonical(), "deepseek-fp8-nopromote");
+  // A role has one quantization: the later of block-R and fp8-R wins; `off` clears only its own field.
+  const Policy mixed = Policy::parse("mxfp8,matmul.fp8-x=e4m3");
+  EXPECT_FALSE(mixed.at(OpKind::Matmul, Pass::Forward).quant.of(GemmRole::X).has_value());
+  EXPECT_EQ(to_string(mixed.at(OpKind::Matmul, Pass::Forward).quant.fp8_of(GemmRole::X)), "e4m3");
+  EXPECT_TRUE(mixed.at(OpKind::Matmul, Pass::Forward).quant.of(GemmRole::W).has_value());
+  EXPECT_EQ(Policy::parse(mixed.canonical()), mixed) << mixed.canonical();
+  const Policy back = Policy::parse("te-fp8-current,matmul.block-w=mxfp8-e4m3,matmul.block=off");
+  EXPECT_FALSE(back.at(OpKind::Matmul, Pass::Forward).quant.fp8_of(GemmRole::W).on());
+  EXPECT_TRUE(back.at(OpKind::Matmul, Pass::Forward).quant.fp8_of(GemmRole::X).on());
+  EXPECT_EQ(Policy::parse(back.canonical()), back) << back.canonical();
+  for (const char* spec : {"te-fp8-delayed,matmul.rht=on", "deepseek-fp8,matmul.bwd-weight.rht=on:7"})
+    EXPECT_EQ(Policy::parse(Policy::parse(spec).canonical()), Policy::parse(spec)) << spec;
   const Policy d = Policy::parse("te-fp8-delayed");
   EXPECT_EQ(to_string(d.fp8_scaling()), "delayed:1024:max:0");
   const OpPrecision& fwd = d.at(OpKind::Matmul, Pass::Forward);
