@@ -30,12 +30,13 @@
 ///   A NaN or ±inf in a block makes every decoded value of that block NaN (the kernels do not define it; a diverged
 ///   operand stays diverged, so the trainer's non-finite scan reports it).
 ///
-/// What the GEMM then does is the design of ops/gemm_quant.hpp: the decoded fp32 values are the GEMM's operands
-/// under the entry's Accumulation. The hardware instead multiplies the fp8 codes (exact products) and applies the
-/// scales afterwards (TE: once, in the epilogue; DeepSeek: at every promotion, 128 products). The two agree only
-/// where scaling commutes with the accumulator's roundings, i.e. for power-of-two scales without under/overflow;
-/// with TE's and DeepSeek's fp32 scales they can differ in the last bits of a partial sum (docs/policy.md states the
-/// modelling choice and its bound).
+/// The GEMM (ops/matmul_quant.hpp): the hardware multiplies the fp8 codes (exact products) and applies the scales
+/// afterwards (TE: once, in the epilogue; DeepSeek: at every promotion, 128 products). Summing decoded fp32 values
+/// instead agrees with that only where scaling commutes with the accumulator's roundings (power-of-two scales, no
+/// under/overflow), which neither recipe's fp32 scales are; so where the recipe's structure allows it (both operands
+/// per tensor, or blocks as long as the promotion interval) the GEMM runs on the codes and applies the scales as the
+/// hardware does (the exact model), and only otherwise on the decoded values (docs/policy.md, "FP8 training
+/// recipes").
 #include <array>
 #include <cstdint>
 #include <map>

@@ -80,7 +80,9 @@ struct GemmQuant {
   bool rht = false;
   std::uint64_t rht_seed = kDefaultRhtSeed;
   /// Scaled fp8 of each role (issue 44, ops/fp8_scaling.hpp): per-tensor (Transformer Engine) or block (DeepSeek-V3)
-  /// scales; a role has either a block format or a scaled fp8, never both (the parser refuses it).
+  /// scales; a role has either a block format or a scaled fp8, never both (the parser lets the later item replace the
+  /// other). Their GEMM is ops/matmul_quant.hpp's exact model (codes, scales applied as the hardware does) or the
+  /// decoded model below.
   std::array<Fp8Operand, kGemmRoleCount> fp8{};
 
   /// Anything to do for an operand (a format, or the RHT)?
