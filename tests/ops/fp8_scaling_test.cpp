@@ -326,6 +326,17 @@ TEST(Fp8Scaling, ExactGemmWrittenOut) {
         const float want = mul32(P, mul32(div32(1.0f, sx), div32(1.0f, sw)));
         EXPECT_EQ(y[i * m + j], bf(want)) << i << "," << j;
       }
+    // The decoded model (the same operands decoded to fp32, then the same GEMM) differs on this data: at (2, 1)
+    // 0.15625 against the exact 0.1572265625, so the check above tells the two models apart.
+    std::vector<double> dx = x, dw = w;
+    quantize_per_tensor(dx, Fp8Elem::E4M3, sx);
+    quantize_per_tensor(dw, Fp8Elem::E4M3, sw);
+    int differ = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < m; ++j)
+        differ += bf(numerics::dot(acc, std::span<const double>(dx).subspan(i * K, K),
+                                   std::span<const double>(dw).subspan(j * K, K))) != y[i * m + j];
+    EXPECT_GT(differ, 0);
   }
   {
     const std::vector<double> y = out(
