@@ -31,6 +31,14 @@ bool GemmQuant::active() const {
   if (rht) return true;
   for (const auto& f : format)
     if (f) return true;
+  for (const auto& f : fp8)
+    if (f.on()) return true;
+  return false;
+}
+
+bool GemmQuant::per_tensor_fp8() const {
+  for (const auto& f : fp8)
+    if (f.on() && f.per_tensor()) return true;
   return false;
 }
 
@@ -39,7 +47,7 @@ bool operator==(const GemmQuant& a, const GemmQuant& b) {
     if (a.format[i].has_value() != b.format[i].has_value()) return false;
     if (a.format[i] && a.format[i]->name != b.format[i]->name) return false;
   }
-  return a.stochastic == b.stochastic && a.rht == b.rht && a.rht_seed == b.rht_seed;
+  return a.stochastic == b.stochastic && a.rht == b.rht && a.rht_seed == b.rht_seed && a.fp8 == b.fp8;
 }
 
 std::array<double, kRhtSize> rht_signs(std::uint64_t seed) {

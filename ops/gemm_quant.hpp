@@ -53,6 +53,7 @@
 #include <string_view>
 
 #include "numerics/block_format.hpp"
+#include "ops/fp8_scaling.hpp"
 #include "numerics/rounding.hpp"
 
 namespace roundoff::ops {
@@ -78,10 +79,18 @@ struct GemmQuant {
   std::array<bool, kGemmRoleCount> stochastic{};                             ///< SR of that role's elements
   bool rht = false;
   std::uint64_t rht_seed = kDefaultRhtSeed;
+  /// Scaled fp8 of each role (issue 44, ops/fp8_scaling.hpp): per-tensor (Transformer Engine) or block (DeepSeek-V3)
+  /// scales; a role has either a block format or a scaled fp8, never both (the parser lets the later item replace the
+  /// other). Their GEMM is ops/matmul_quant.hpp's exact model (codes, scales applied as the hardware does) or the
+  /// decoded model below.
+  std::array<Fp8Operand, kGemmRoleCount> fp8{};
 
   /// Anything to do for an operand (a format, or the RHT)?
   bool active() const;
   const std::optional<numerics::BlockFormat>& of(GemmRole r) const { return format[index_of(r)]; }
+  const Fp8Operand& fp8_of(GemmRole r) const { return fp8[index_of(r)]; }
+  /// Any role with a per-tensor scaled fp8 (the state of ops/fp8_scaling.hpp)?
+  bool per_tensor_fp8() const;
   /// Formats compare by canonical name (parse_block_format(name) is the format).
   friend bool operator==(const GemmQuant& a, const GemmQuant& b);
 };

@@ -1,6 +1,11 @@
 #include "ops/matmul_quant.hpp"
 
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
 #include <string>
+#include <vector>
 
 namespace roundoff::ops {
 
@@ -15,8 +20,66 @@ struct OperandSpec {
   const char* cols_name;
 };
 
+/// The block length along the contraction axis of a blocked fp8 operand (1×B blocks or B×B tiles: B).
+std::size_t k_block(const Fp8Operand& f) { return static_cast<std::size_t>(f.block_cols); }
+
+/// Whether pass `pass` of entry `e` runs the exact fp8 model (matmul_quant.hpp): both operands scaled fp8 and no RHT;
+/// both per tensor, or both blocked with the promotion interval (into fp32) as their block length along K. The
+/// accumulation must be deterministic and its result fit binary32 (the hardware's fp32 registers).
+bool exact_fp8(const OpPrecision& e, GemmRole ra, GemmRole rb) {
+  const GemmQuant& q = e.quant;
+  const Fp8Operand &fa = q.fp8_of(ra), &fb = q.fp8_of(rb);
+  if (!fa.on() || !fb.on() || q.rht) return false;
+  const numerics::Accumulation& acc = e.accumulate;
+  if (acc.rounding == numerics::Rounding::Stochastic || numerics::result_format(acc).precision > 24 ||
+      numerics::result_format(acc).emax > 127)
+    return false;
+  if (fa.per_tensor() && fb.per_tensor()) return true;
+  if (fa.per_tensor() || fb.per_tensor()) return false;
+  const auto n = static_cast<std::size_t>(acc.promote_every);
+  return n > 0 && acc.promote_format == numerics::formats::fp32 && k_block(fa) == n && k_block(fb) == n;
+}
+
+/// Step 3 for a scaled fp8 role (ops/fp8_scaling.hpp): per tensor in any layout, 1×B blocks along K, B×B tiles in
+/// the storage layout. With `sc`, out ← the codes and sc ← their scales (OperandScales, outer × blocks along K).
+void fp8_operand(const Fp8Operand& f, std::span<double> out, const OperandSpec& o, const Fp8Slots* fp8,
+                 const std::string& where, OperandScales* sc) {
+  const Fp8Scaling cfg = fp8 != nullptr ? fp8->cfg : Fp8Scaling{};
+  Fp8TensorState* state = fp8 != nullptr ? fp8->tensor[index_of(o.role)] : nullptr;
+  const bool record = fp8 != nullptr && fp8->record;
+  Fp8Codes codes;
+  Fp8Codes* c = sc != nullptr ? &codes : nullptr;
+  const std::size_t K = o.k_is_cols ? o.cols : o.rows, outer = o.k_is_cols ? o.rows : o.cols;
+  if (f.per_tensor() || f.block_rows > 1 || o.k_is_cols) {
+    quantize_fp8_operand(f, out, o.rows, o.cols, cfg, state, record, where, c);
+  } else {
+    std::vector<double> t(out.size());  // K along the rows: quantize the transpose (cols × rows, K last)
+    for (std::size_t r = 0; r < o.rows; ++r)
+      for (std::size_t col = 0; col < o.cols; ++col) t[col * o.rows + r] = out[r * o.cols + col];
+    quantize_fp8_operand(f, t, o.cols, o.rows, cfg, state, record, where, c);
+    for (std::size_t r = 0; r < o.rows; ++r)
+      for (std::size_t col = 0; col < o.cols; ++col) out[r * o.cols + col] = t[col * o.rows + r];
+  }
+  if (sc == nullptr) return;
+  sc->per_tensor = f.per_tensor();
+  sc->inv = codes.tensor_inv;
+  if (f.per_tensor()) return;
+  const std::size_t B = k_block(f), nb = (K + B - 1) / B;
+  sc->nb = nb;
+  sc->s.assign(outer * nb, 0.0f);
+  for (std::size_t u = 0; u < outer; ++u)
+    for (std::size_t b = 0; b < nb; ++b) {
+      std::size_t idx = 0;
+      if (f.block_rows == 1) idx = u * nb + b;                                // K-last grid: outer × nb
+      else if (o.k_is_cols) idx = (u / B) * codes.block_grid_cols + b;        // tiles: (row block, col block)
+      else idx = b * codes.block_grid_cols + u / B;
+      sc->s[u * nb + b] = codes.block[idx];
+    }
+}
+
 std::span<const double> one_operand(const Ctx<Emulated>& ctx, Pass pass, const OperandSpec& o,
-                                    std::span<const double> v, std::size_t slot) {
+                                    std::span<const double> v, std::size_t slot, const Fp8Slots* fp8,
+                                    OperandScales* sc) {
   const GemmQuant& q = ctx.precision().quant;
   const std::span<const double> cast = entry_cast(ctx, v, o.tensor, slot - 2);
   const std::span<double> out = scratch_buffer<double>(v.size(), slot);
@@ -24,6 +87,14 @@ std::span<const double> one_operand(const Ctx<Emulated>& ctx, Pass pass, const O
       std::string(name_of(pass)) + " operand " + std::string(name_of(o.role)) + " (" + o.rows_name + " " +
       std::to_string(o.rows) + " × " + o.cols_name + " " + std::to_string(o.cols) + ", contraction axis " +
       (o.k_is_cols ? o.cols_name : o.rows_name) + ")";
+  if (const Fp8Operand& f = q.fp8_of(o.role); f.on()) {
+    if (q.rht)  // the transform alone (no block format), then the fp8 quantization; the decoded model (exact_fp8)
+      quantize_operand(std::nullopt, cast, o.rows, o.cols, o.k_is_cols, true, q.rht_seed, nullptr, out, where);
+    else
+      std::copy(cast.begin(), cast.end(), out.begin());
+    fp8_operand(f, out, o, fp8, where, sc);
+    return out;
+  }
   const QuantDraws draws{ctx.bits(), nullptr, static_cast<std::uint8_t>(o.tensor)};
   quantize_operand(q.of(o.role), cast, o.rows, o.cols, o.k_is_cols, q.rht, q.rht_seed,
                    q.stochastic[index_of(o.role)] ? &draws : nullptr, out, where);
@@ -33,7 +104,7 @@ std::span<const double> one_operand(const Ctx<Emulated>& ctx, Pass pass, const O
 }  // namespace
 
 QuantOperands quantized_operands(const Ctx<Emulated>& ctx, Pass pass, MatmulShape s, std::span<const double> a,
-                                 std::span<const double> b) {
+                                 std::span<const double> b, const Fp8Slots* fp8) {
   const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
   OperandSpec oa{}, ob{};
   switch (pass) {
@@ -50,10 +121,50 @@ QuantOperands quantized_operands(const Ctx<Emulated>& ctx, Pass pass, MatmulShap
       ob = {GemmRole::X, Tensor::X, N, I, false, "tokens", "in-features"};
       break;
   }
+  QuantOperands r;
+  r.exact = exact_fp8(ctx.precision(), oa.role, ob.role);
+  if (r.exact) r.kb = static_cast<std::size_t>(ctx.precision().accumulate.promote_every);
   // The entry casts take slots 0 and 1 and are consumed before the next cast reuses them.
-  const std::span<const double> qa = one_operand(ctx, pass, oa, a, 2);
-  const std::span<const double> qb = one_operand(ctx, pass, ob, b, 3);
-  return {qa, qb};
+  r.a = one_operand(ctx, pass, oa, a, 2, fp8, r.exact ? &r.sa : nullptr);
+  r.b = one_operand(ctx, pass, ob, b, 3, fp8, r.exact ? &r.sb : nullptr);
+  return r;
+}
+
+void quant_gemm(const Ctx<Emulated>& ctx, const QuantOperands& q, std::size_t M, std::size_t N, std::size_t K,
+                numerics::ConstMatrix A, numerics::ConstMatrix B, double* C, std::size_t ldc, bool accumulate, Key r,
+                std::size_t a_outer0) {
+  if (!q.exact) return ctx.gemm(M, N, K, A, B, C, ldc, accumulate, r);
+  const numerics::Accumulation& acc = ctx.precision().accumulate;
+  std::vector<double> P(M * N);
+  const auto part = [&](const numerics::Accumulation& a, std::size_t k0, std::size_t kl) {
+    const numerics::ConstMatrix Ab{A.data + (A.transposed ? k0 * A.ld : k0), A.ld, A.transposed};
+    const numerics::ConstMatrix Bb{B.data + (B.transposed ? k0 : k0 * B.ld), B.ld, B.transposed};
+    numerics::gemm(a, M, N, kl, Ab, Bb, P.data(), N, false, {}, nullptr, omp_in_parallel() ? 1 : 0, ctx.exec().kernels,
+                   nullptr);
+  };
+  std::vector<float> D(M * N, 0.0f);
+  if (q.sa.per_tensor) {
+    part(acc, 0, K);
+    const float ab = q.sa.inv * q.sb.inv;
+    for (std::size_t i = 0; i < M * N; ++i) D[i] = static_cast<float>(P[i]) * ab;
+  } else {
+    numerics::Accumulation chunk = acc;
+    chunk.promote_every = 0;
+    for (std::size_t b = 0, k0 = 0; k0 < K; ++b, k0 += q.kb) {
+      part(chunk, k0, std::min(q.kb, K - k0));
+      for (std::size_t i = 0; i < M; ++i)
+        for (std::size_t j = 0; j < N; ++j) {
+          const float s = q.sa.at(a_outer0 + i, b) * q.sb.at(j, b);
+          D[i * N + j] = std::fma(static_cast<float>(P[i * N + j]), s, D[i * N + j]);
+        }
+    }
+  }
+  for (std::size_t i = 0; i < M; ++i)
+    for (std::size_t j = 0; j < N; ++j) {
+      double& c = C[i * ldc + j];
+      const double d = D[i * N + j];
+      c = accumulate ? static_cast<double>(static_cast<float>(c + d)) : d;
+    }
 }
 
 }  // namespace roundoff::ops

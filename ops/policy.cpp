@@ -64,6 +64,10 @@ Policy& Policy::set_attention_order(AttentionOrder o) {
   attention_order_ = o;
   return *this;
 }
+Policy& Policy::set_fp8_scaling(const Fp8Scaling& s) {
+  fp8_scaling_ = s;
+  return *this;
+}
 Policy& Policy::set_block_keep(BlockKeep k) {
   block_keep_ = k;
   return *this;
@@ -311,6 +315,51 @@ Policy nvfp4_recipe() {
   return p;
 }
 
+/// Transformer Engine's per-tensor fp8 recipes (issue 44, docs/policy.md "FP8 training recipes"): h100-amp-bf16 with
+/// the linear layers' GEMMs (the Projection group, every pass) reading per-tensor scaled fp8 operands: x and W in E4M3,
+/// dy in E5M2 (TE's Format.HYBRID); fprop without promotion (TE's _2X_ACC_FPROP = False: cuBLAS fast accumulation),
+/// dgrad and wgrad promoted every 128 products into fp32 (_2X_ACC_DGRAD/_WGRAD = True: split accumulator), in the
+/// e5m2 model since they read dy. The classifier (Megatron's output layer), attention GEMMs and the rest as in
+/// h100-amp-bf16. Placed by group, so that this file names no op.
+Policy te_fp8(const Fp8Scaling& scaling) {
+  Policy p = amp_layout(fmts::bf16, 1.0, numerics::parse_accumulation("tc-h100-bf16"));
+  const Fp8Operand e4m3{Fp8Elem::E4M3, 0, 0}, e5m2{Fp8Elem::E5M2, 0, 0};
+  for (OpKind k : kAllOps)
+    if (group_of(k) == OpGroup::Projection)
+      for (Pass ps : kAllPasses) {
+        OpPrecision& e = p.at(k, ps);
+        e.quant.fp8[index_of(GemmRole::X)] = e4m3;
+        e.quant.fp8[index_of(GemmRole::W)] = e4m3;
+        e.quant.fp8[index_of(GemmRole::Dy)] = e5m2;
+        e.accumulate = numerics::parse_accumulation(ps == Pass::Forward ? "tc-h100-fp8"
+                                                                        : "tc-h100-fp8-e5m2,promote=128:fp32");
+      }
+  p.set_fp8_scaling(scaling);
+  return p;
+}
+
+/// DeepSeek-V3's fine-grained fp8 recipe (arXiv 2412.19437 §3.3): E4M3 for every operand, activations and gradients
+/// in 1×128 tiles along the contraction axis, weights in 128×128 blocks, fp32 scales (ops/fp8_scaling.hpp), every
+/// pass of the linear layers' GEMMs under tc-h100-fp8 promoted into fp32 every 128 products (the promotion interval
+/// is the block size). Embedding, output head (classifier), norms, attention core and optimizer stay as in
+/// h100-amp-bf16 (DeepSeek keeps them in bf16/fp32); `promote` = false gives the nopromote variant.
+Policy deepseek_fp8(bool promote) {
+  Policy p = amp_layout(fmts::bf16, 1.0, numerics::parse_accumulation("tc-h100-bf16"));
+  // Zero-padded last blocks (DeepGEMM pads K to a multiple of 128): the same as exact blocks where 128 divides the
+  // dimension, and T1's SwiGLU hidden size (352) runs.
+  const Fp8Operand tile{Fp8Elem::E4M3, 1, 128, true}, block{Fp8Elem::E4M3, 128, 128, true};
+  for (OpKind k : kAllOps)
+    if (group_of(k) == OpGroup::Projection)
+      for (Pass ps : kAllPasses) {
+        OpPrecision& e = p.at(k, ps);
+        e.quant.fp8[index_of(GemmRole::X)] = tile;
+        e.quant.fp8[index_of(GemmRole::W)] = block;
+        e.quant.fp8[index_of(GemmRole::Dy)] = tile;
+        e.accumulate = numerics::parse_accumulation(promote ? "tc-h100-fp8,promote=128:fp32" : "tc-h100-fp8");
+      }
+  return p;
+}
+
 /// Weight-only quantization for evaluation: fp32 everywhere, the linear layers' forward GEMMs reading W quantized in
 /// `fmt` (activations stay fp32; the classifier unquantized, as GPTQ, AWQ and QLoRA leave the output head).
 Policy weight_only(const char* fmt) {
@@ -378,6 +427,13 @@ const std::vector<PresetEntry>& presets() {
     t.push_back({"nvfp4", nvfp4_recipe});
     t.push_back({"int4-g32", [] { return weight_only("int4-g32"); }});
     t.push_back({"nf4", [] { return weight_only("nf4"); }});
+    // FP8 training recipes (issue 44), last so that no earlier policy's canonical text changes.
+    t.push_back({"te-fp8-delayed", [] {
+                   return te_fp8(Fp8Scaling{Fp8ScaleMode::Delayed, 1024, AmaxAlgo::Max, 0});
+                 }});
+    t.push_back({"te-fp8-current", [] { return te_fp8(Fp8Scaling{}); }});
+    t.push_back({"deepseek-fp8", [] { return deepseek_fp8(true); }});
+    t.push_back({"deepseek-fp8-nopromote", [] { return deepseek_fp8(false); }});
     return t;
   }();
   return table;
@@ -423,15 +479,18 @@ namespace {
 /// The GEMM quantization fields (block-x, block-w, block-dy, block-sr, rht) are printed one per item; `block` only
 /// parses (it sets block-x, block-w and block-dy at once) and is not in kAllFields.
 enum class Field : std::uint8_t {
-  Storage, Compute, Rounding, Acc, Approx, Saturate, Nan, Ftz, Daz, BlockX, BlockW, BlockDy, BlockSr, Rht, Block
+  Storage, Compute, Rounding, Acc, Approx, Saturate, Nan, Ftz, Daz, BlockX, BlockW, BlockDy, BlockSr, Rht, Block,
+  Fp8X, Fp8W, Fp8Dy, Fp8
 };
-constexpr std::array<Field, 14> kAllFields{Field::Storage, Field::Compute,  Field::Rounding, Field::Acc,
+constexpr std::array<Field, 17> kAllFields{Field::Storage, Field::Compute,  Field::Rounding, Field::Acc,
                                            Field::Approx,  Field::Saturate, Field::Nan,      Field::Ftz,
                                            Field::Daz,     Field::BlockX,   Field::BlockW,   Field::BlockDy,
-                                           Field::BlockSr, Field::Rht};
-constexpr std::array<std::string_view, 15> kFieldNames{"storage", "compute",  "rounding", "acc",      "approx",
-                                                       "saturate", "nan",     "ftz",      "daz",      "block-x",
-                                                       "block-w",  "block-dy", "block-sr", "rht",     "block"};
+                                           Field::BlockSr, Field::Rht,      Field::Fp8X,     Field::Fp8W,
+                                           Field::Fp8Dy};
+constexpr std::array<std::string_view, 19> kFieldNames{"storage", "compute",  "rounding", "acc",   "approx",
+                                                       "saturate", "nan",     "ftz",      "daz",   "block-x",
+                                                       "block-w",  "block-dy", "block-sr", "rht",  "block",
+                                                       "fp8-x",    "fp8-w",    "fp8-dy",   "fp8"};
 /// A field of GemmQuant (GEMM ops only).
 bool is_quant_field(Field f) {
   switch (f) {
@@ -440,7 +499,11 @@ bool is_quant_field(Field f) {
     case Field::BlockDy:
     case Field::BlockSr:
     case Field::Rht:
-    case Field::Block: return true;
+    case Field::Block:
+    case Field::Fp8X:
+    case Field::Fp8W:
+    case Field::Fp8Dy:
+    case Field::Fp8: return true;
     case Field::Storage:
     case Field::Compute:
     case Field::Rounding:
@@ -453,9 +516,11 @@ bool is_quant_field(Field f) {
   }
   return false;
 }
-/// The role a block-ROLE field sets.
+/// The role a block-ROLE or fp8-ROLE field sets.
 GemmRole role_of(Field f) {
-  return f == Field::BlockX ? GemmRole::X : f == Field::BlockW ? GemmRole::W : GemmRole::Dy;
+  if (f == Field::BlockX || f == Field::Fp8X) return GemmRole::X;
+  if (f == Field::BlockW || f == Field::Fp8W) return GemmRole::W;
+  return GemmRole::Dy;
 }
 constexpr std::array<Ftz, 3> kAllFtz{Ftz::Off, Ftz::Out, Ftz::All};
 constexpr std::array<Daz, 2> kAllDaz{Daz::Off, Daz::On};
@@ -475,7 +540,11 @@ bool in_prec(Field f) {
     case Field::BlockDy:
     case Field::BlockSr:
     case Field::Rht:
-    case Field::Block: return false;
+    case Field::Block:
+    case Field::Fp8X:
+    case Field::Fp8W:
+    case Field::Fp8Dy:
+    case Field::Fp8: return false;
   }
   return false;
 }
@@ -541,7 +610,11 @@ std::string field_text(const OpPrecision& p, Field f) {
     case Field::BlockDy: return block_text(p.quant.of(role_of(f)));
     case Field::BlockSr: return sr_text(p.quant);
     case Field::Rht: return rht_text(p.quant);
-    case Field::Block: break;
+    case Field::Fp8X:
+    case Field::Fp8W:
+    case Field::Fp8Dy: return to_string(p.quant.fp8_of(role_of(f)));
+    case Field::Block:
+    case Field::Fp8: break;
   }
   return {};
 }
@@ -565,7 +638,11 @@ bool field_equal(const OpPrecision& a, const OpPrecision& b, Field f) {
     }
     case Field::BlockSr: return a.quant.stochastic == b.quant.stochastic;
     case Field::Rht: return a.quant.rht == b.quant.rht && a.quant.rht_seed == b.quant.rht_seed;
-    case Field::Block: break;
+    case Field::Fp8X:
+    case Field::Fp8W:
+    case Field::Fp8Dy: return a.quant.fp8_of(role_of(f)) == b.quant.fp8_of(role_of(f));
+    case Field::Block:
+    case Field::Fp8: break;
   }
   return false;
 }
@@ -623,6 +700,7 @@ std::vector<std::string> overrides(const Policy& base0, const Policy& p) {
   if (p.loss_scale() != base.loss_scale()) out.push_back("loss-scale=" + number_text(p.loss_scale()));
   if (p.attention_order() != base.attention_order())
     out.push_back("attention=" + std::string(name_of(p.attention_order())));
+  if (!(p.fp8_scaling() == base.fp8_scaling())) out.push_back("fp8-scaling=" + to_string(p.fp8_scaling()));
   if (!(p.block_keep() == base.block_keep()))
     out.push_back("block-keep=" + std::to_string(p.block_keep().first) + ":" + std::to_string(p.block_keep().last));
   return out;
@@ -831,16 +909,42 @@ void apply_field(std::size_t index, const std::string& token, Field f, const std
     case Field::Nan: v.nan = parse_nan(index, token, text); return;
     case Field::Ftz: v.ftz = parse_choice(index, token, text, "ftz mode", kAllFtz); return;
     case Field::Daz: v.daz = parse_choice(index, token, text, "daz mode", kAllDaz); return;
+    // A role has one quantization: a block format replaces the role's scaled fp8 and a scaled fp8 replaces its block
+    // format (items apply left to right); `off` clears only its own field.
     case Field::BlockX:
     case Field::BlockW:
-    case Field::BlockDy: v.quant.format[index_of(role_of(f))] = parse_block(index, token, text); return;
+    case Field::BlockDy: {
+      const GemmRole r = role_of(f);
+      v.quant.format[index_of(r)] = parse_block(index, token, text);
+      if (v.quant.format[index_of(r)]) v.quant.fp8[index_of(r)] = Fp8Operand{};
+      return;
+    }
     case Field::Block: {
       const std::optional<numerics::BlockFormat> b = parse_block(index, token, text);
-      for (GemmRole r : kAllGemmRoles) v.quant.format[index_of(r)] = b;
+      for (GemmRole r : kAllGemmRoles) {
+        v.quant.format[index_of(r)] = b;
+        if (b) v.quant.fp8[index_of(r)] = Fp8Operand{};
+      }
       return;
     }
     case Field::BlockSr: v.quant.stochastic = parse_sr(index, token, text); return;
     case Field::Rht: parse_rht(index, token, text, v.quant); return;
+    case Field::Fp8X:
+    case Field::Fp8W:
+    case Field::Fp8Dy: {
+      const GemmRole r = role_of(f);
+      v.quant.fp8[index_of(r)] = guarded(index, token, [&] { return parse_fp8_operand(text); });
+      if (v.quant.fp8[index_of(r)].on()) v.quant.format[index_of(r)] = std::nullopt;
+      return;
+    }
+    case Field::Fp8: {
+      const Fp8Operand o = guarded(index, token, [&] { return parse_fp8_operand(text); });
+      for (GemmRole r : kAllGemmRoles) {
+        v.quant.fp8[index_of(r)] = o;
+        if (o.on()) v.quant.format[index_of(r)] = std::nullopt;
+      }
+      return;
+    }
   }
 }
 
@@ -898,6 +1002,10 @@ void apply_item(Policy& p, std::size_t index, const std::string& token) {
     p.set_attention_order(*order);
     return;
   }
+  if (lhs == "fp8-scaling") {
+    p.set_fp8_scaling(guarded(index, token, [&] { return parse_fp8_scaling(rhs); }));
+    return;
+  }
   if (lhs == "block-keep") {
     const std::size_t colon = rhs.find(':');
     BlockKeep k;
@@ -927,7 +1035,7 @@ void apply_item(Policy& p, std::size_t index, const std::string& token) {
   } else {
     fail(index, token,
          "unknown op or role '" + sel[0] + "'; valid: all, " + std::string(op_names_list()) + ", " +
-             join(kRoleNames) + ", loss-scale, attention");
+             join(kRoleNames) + ", loss-scale, attention, block-keep, fp8-scaling");
   }
   std::vector<Pass> passes(kAllPasses.begin(), kAllPasses.end());
   std::optional<Field> field;
@@ -973,7 +1081,7 @@ std::string extras_text(const OpPrecision& p) {
   const OpPrecision d{};
   std::string s;
   for (Field f : {Field::Approx, Field::Saturate, Field::Nan, Field::Ftz, Field::Daz, Field::BlockX, Field::BlockW,
-                  Field::BlockDy, Field::BlockSr, Field::Rht})
+                  Field::BlockDy, Field::BlockSr, Field::Rht, Field::Fp8X, Field::Fp8W, Field::Fp8Dy})
     if (!field_equal(p, d, f))
       s += (s.empty() ? "" : " ") + std::string(kFieldNames[static_cast<std::size_t>(f)]) + "=" + field_text(p, f);
   return s;

@@ -14,6 +14,8 @@
 ///          | "attention=" ORDER            ORDER = materialised | online (AttentionOrder)
 ///          | "block-keep=" F ":" L          the first F and last L blocks' GEMMs unquantized (BlockKeep)
 ///   FIELD also: block | block-x | block-w | block-dy | block-sr | rht (GEMM ops only: GemmQuant, docs/policy.md)
+///          | fp8 | fp8-x | fp8-w | fp8-dy  (scaled fp8 operands, GEMM ops only: ops/fp8_scaling.hpp)
+///          | "fp8-scaling=" current[:M] | delayed[:H[:ALGO[:M]]]   per-tensor fp8 scales (Fp8Scaling)
 ///   PREC  := FORMAT ["/" FORMAT] ["/" ACC] ["/" ROUNDING]   storage[/compute][/acc][/rounding]; missing
 ///            compute = storage; missing acc = sequential in the compute format; missing rounding = unchanged
 ///   ACC   := accumulation preset (fp16-seq, fp32-seq, ...) or "[" key=value,... "]"
@@ -145,6 +147,7 @@ class Policy {
   Policy& set_loss_scale(double s);
   Policy& set_attention_order(AttentionOrder o);
   Policy& set_block_keep(BlockKeep k);
+  Policy& set_fp8_scaling(const Fp8Scaling& s);
 
   const OpPrecision& at(OpKind k, Pass p) const { return table_[index_of(k)][index_of(p)]; }
   OpPrecision& at(OpKind k, Pass p) { return table_[index_of(k)][index_of(p)]; }
@@ -155,6 +158,8 @@ class Policy {
   AttentionOrder attention_order() const { return attention_order_; }
   /// The blocks whose GEMMs are not block-quantized (none unless the spec says block-keep=F:L).
   const BlockKeep& block_keep() const { return block_keep_; }
+  /// How per-tensor fp8 scales are found (current unless the spec says fp8-scaling=delayed...; ops/fp8_scaling.hpp).
+  const Fp8Scaling& fp8_scaling() const { return fp8_scaling_; }
 
   /// Canonical text: nearest preset + overrides in table order. parse(canonical()) == *this.
   std::string canonical() const;
@@ -165,7 +170,7 @@ class Policy {
   static Policy preset(std::string_view name);
   /// fp64 fp32 ane-fp16 ane-fp16-acc32 ane-guide ane-matmul-only amp-fp16 amp-bf16 pure-fp16 pure-bf16
   /// h100-amp-fp16 h100-amp-bf16 a100-amp-fp16 a100-amp-bf16 ane-guide-m1 ane-guide-ftz ane-fp16-ftz mxfp8 mxfp6
-  /// mxfp4 nvfp4 int4-g32 nf4
+  /// mxfp4 nvfp4 int4-g32 nf4 te-fp8-delayed te-fp8-current deepseek-fp8 deepseek-fp8-nopromote
   static const std::vector<std::string>& preset_names();
 
   friend bool operator==(const Policy&, const Policy&) = default;
@@ -176,6 +181,7 @@ class Policy {
   double loss_scale_ = 1.0;
   AttentionOrder attention_order_ = AttentionOrder::Materialised;
   BlockKeep block_keep_{};
+  Fp8Scaling fp8_scaling_{};
 };
 
 /// Reads a policy from a command-line argument. A spec (a preset, or a preset with overrides) always wins: a

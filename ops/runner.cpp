@@ -131,7 +131,8 @@ struct ReferenceArgs {
 }  // namespace
 
 Runner::Runner(const Policy& policy, std::uint64_t seed, const ExecOptions& exec)
-    : policy_(policy), seed_(seed), pack_cache_(std::make_unique<numerics::kernels::PackCache>()) {
+    : policy_(policy), seed_(seed), fp8_(policy.fp8_scaling()),
+      pack_cache_(std::make_unique<numerics::kernels::PackCache>()) {
   set_exec(exec);
 }
 
@@ -284,10 +285,26 @@ void Runner::rmsnorm_backward_weight(Site s, Span dw, CSpan dy, CSpan x, CSpan r
   });
 }
 
+const Fp8Slots* Runner::fp8_slots(const Site& s, Pass pass) {
+  const OpPrecision& e = policy_.at(s.op, pass);
+  if (!e.quant.per_tensor_fp8() || policy_.block_keep().keeps(s.layer, layers_)) return nullptr;
+  const std::string base = "L" + std::to_string(s.layer) + "." + std::string(name_of(s.op)) + "." +
+                           std::string(s.module.empty() ? s.tensor : s.module) + ".";
+  slots_ = Fp8Slots{};
+  slots_.record = fp8_record_;
+  slots_.cfg = fp8_.config();
+  for (GemmRole r : kAllGemmRoles) {
+    const Fp8Operand& f = e.quant.fp8_of(r);
+    if (f.on() && f.per_tensor()) slots_.tensor[index_of(r)] = &fp8_.tensor(base + std::string(name_of(r)), f.elem);
+  }
+  return &slots_;
+}
+
 void Runner::matmul_forward(Site s, Span y, CSpan x, CSpan w, MatmulShape sh) {
   try {
+    const Fp8Slots* fp8 = fp8_slots(s, Pass::Forward);
     run(s, Pass::Forward, sh.n, {{"y", y, rows(sh.out), true}}, [&](const auto& c, auto& io) {
-      ops::matmul_forward(io.out(y), io.in(x), io.in(w), sh, c, io.sel());
+      ops::matmul_forward(io.out(y), io.in(x), io.in(w), sh, c, io.sel(), fp8);
     });
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(site_text(s) + ": " + e.what());
@@ -296,8 +313,9 @@ void Runner::matmul_forward(Site s, Span y, CSpan x, CSpan w, MatmulShape sh) {
 
 void Runner::matmul_backward_data(Site s, Span dx, CSpan dy, CSpan w, MatmulShape sh) {
   try {
+    const Fp8Slots* fp8 = fp8_slots(s, Pass::BackwardData);
     run(s, Pass::BackwardData, sh.n, {{"dx", dx, rows(sh.in), true}}, [&](const auto& c, auto& io) {
-      ops::matmul_backward_data(io.out(dx), io.in(dy), io.in(w), sh, c, io.sel());
+      ops::matmul_backward_data(io.out(dx), io.in(dy), io.in(w), sh, c, io.sel(), fp8);
     });
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(site_text(s) + ": " + e.what());
@@ -306,8 +324,9 @@ void Runner::matmul_backward_data(Site s, Span dx, CSpan dy, CSpan w, MatmulShap
 
 void Runner::matmul_backward_weight(Site s, Span dw, CSpan dy, CSpan x, MatmulShape sh) {
   try {
+    const Fp8Slots* fp8 = fp8_slots(s, Pass::BackwardWeight);
     run(s, Pass::BackwardWeight, sh.out, {{"dw", dw, rows(sh.in), true}}, [&](const auto& c, auto& io) {
-      ops::matmul_backward_weight(io.out(dw), io.in(dy), io.in(x), sh, c, io.sel());
+      ops::matmul_backward_weight(io.out(dw), io.in(dy), io.in(x), sh, c, io.sel(), fp8);
     });
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(site_text(s) + ": " + e.what());

@@ -42,11 +42,15 @@ enum class Observe : std::uint8_t { Outputs, Off };
 
 /// Where an op call sits: the policy entry, the layer (-1 outside blocks) and a tensor name for the tape and
 /// the observer.
+/// `module` names the linear layer of a GEMM call (the weight's owner: "q", "w2", "logits") when `tensor` does not
+/// (a backward call's tensor is its output, "dh1"); the per-tensor fp8 state is keyed by layer and module
+/// (ops/fp8_scaling.hpp). Empty: the tensor name.
 struct Site {
   OpKind op;
   int layer = -1;
   std::string_view tensor = "";
   Observe observe = Observe::Outputs;
+  std::string_view module = "";
 };
 
 /// One output of an op call as the Runner's observer sees it, after the emulated call (and the shadow, if the
@@ -96,6 +100,16 @@ class Runner {
   /// The same for a call at `layer`: in a layer the policy's block_keep() keeps, the entry without its block
   /// quantization (OpPrecision::quant cleared; every other field as the entry says).
   const Ctx<Emulated>& context(OpKind op, Pass pass, int layer);
+  /// The per-tensor fp8 scaling state of the GEMM operands (ops/fp8_scaling.hpp: Transformer Engine's amax
+  /// histories and scales), keyed "L<layer>.<module>.<role>"; created from the policy's fp8-scaling. A checkpoint
+  /// saves and restores it (studies/train/trainer.cpp).
+  Fp8ScalingState& fp8_state() { return fp8_; }
+  const Fp8ScalingState& fp8_state() const { return fp8_; }
+  /// Whether GEMM calls fold their operands' amax into the history (delayed scaling). Off by default: a training
+  /// forward+backward turns it on, and then calls fp8_update(); evaluation and shadow passes read the scales only.
+  void set_fp8_recording(bool on) { fp8_record_ = on; }
+  /// The end of a recorded forward+backward: every tensor's delayed-scaling update (Fp8ScalingState::update).
+  void fp8_update() { fp8_.update(); }
   /// The model's number of transformer blocks, for block_keep()'s "last L" (0, the default: no layer counts as
   /// one of the last).
   void set_layer_count(int layers) { layers_ = layers; }
@@ -170,8 +184,14 @@ class Runner {
   template <class Call>
   void run(Site s, Pass pass, std::int64_t n_units, std::initializer_list<Output> outs, Call&& call);
 
+  /// The fp8 state slots of a GEMM call at site s under (op, pass) (nullptr when the entry has no per-tensor fp8).
+  const Fp8Slots* fp8_slots(const Site& s, Pass pass);
+
   Policy policy_;
   std::uint64_t seed_;
+  Fp8ScalingState fp8_;
+  bool fp8_record_ = false;
+  Fp8Slots slots_{};
   std::unique_ptr<numerics::kernels::PackCache> pack_cache_;  ///< owned here: stable when the Runner moves
   ExecOptions exec_;
   std::int64_t step_ = 0;

@@ -414,8 +414,8 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
   runner_.cross_entropy_backward_data({OpKind::CrossEntropy, -1, "dlogits"}, dlogits, probs_, bt.targets,
                                       loss_scale / static_cast<double>(N), {N, V});
   const Span dxf = zeros(b.dxf);
-  runner_.matmul_backward_data({OpKind::Classifier, -1, "dx"}, dxf, dlogits, wcls, {N, C, V});
-  runner_.matmul_backward_weight({OpKind::Classifier, -1, "wcls"}, dwcls, dlogits, xf_, {N, C, V});
+  runner_.matmul_backward_data({OpKind::Classifier, -1, "dx", ops::Observe::Outputs, "logits"}, dxf, dlogits, wcls, {N, C, V});
+  runner_.matmul_backward_weight({OpKind::Classifier, -1, "wcls", ops::Observe::Outputs, "logits"}, dwcls, dlogits, xf_, {N, C, V});
   zeros(b.dx);
   std::vector<double>& dx = b.dx;
   // dx (N, C), dlnfw (C) through the final norm
@@ -435,7 +435,7 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
     const Span dxm = zeros(b.dxm), df = zeros(b.df);
     runner_.residual_backward_data({OpKind::ResidualFfn, l, "dx"}, dxm, df, dpre2, rule_.branch, rows);
     const Span dz = zeros(b.dz);
-    runner_.matmul_backward_data({OpKind::Matmul, l, "dz"}, dz, df, w.w2, {N, H, C});
+    runner_.matmul_backward_data({OpKind::Matmul, l, "dz", ops::Observe::Outputs, "w2"}, dz, df, w.w2, {N, H, C});
     runner_.matmul_backward_weight({OpKind::Matmul, l, "w2"}, dw.w2, df, L.z, {N, H, C});
     // dh2 (N, C) through z = silu(h2·W1ᵀ) ⊙ (h2·W3ᵀ); dW1, dW3
     const Span dh2 = zeros(b.dh2);
@@ -455,8 +455,8 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
     check(tel, OpKind::ResidualAttn, Pass::BackwardData, l, "dx", dxi);
     check(tel, OpKind::ResidualAttn, Pass::BackwardData, l, "dout", dout);
     const Span dy = zeros(b.dy);
-    runner_.matmul_backward_data({OpKind::Matmul, l, "dy"}, dy, dout, w.wo, {N, C, C});
-    runner_.matmul_backward_weight({OpKind::Matmul, l, "wo", ops::Observe::Off}, dw.wo, dout, L.y, {N, C, C});
+    runner_.matmul_backward_data({OpKind::Matmul, l, "dy", ops::Observe::Outputs, "o"}, dy, dout, w.wo, {N, C, C});
+    runner_.matmul_backward_weight({OpKind::Matmul, l, "wo", ops::Observe::Off, "o"}, dw.wo, dout, L.y, {N, C, C});
     // kt, vt (B, T, NH·hs) and att (B, NH, T, T) as the attention backward reads them
     const AttnOperands a = attention_operands(tel, l, L, dims);
     // datt (B, NH, T, T), dvt (N, C) through y = att·vt; dpreatt through the softmax; dqr, dkrt (N, C)
@@ -471,12 +471,12 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
     runner_.rope_backward_data({OpKind::RopeRotate, l, "dq"}, dq, dqr, cos_, sin_, ash);
     runner_.rope_backward_data({OpKind::RopeRotate, l, "dk"}, dk, dkr, cos_, sin_, kv_ash);
     const Span dh1 = zeros(b.dh1);
-    runner_.matmul_backward_data({OpKind::Matmul, l, "dh1", ops::Observe::Off}, dh1, dq, w.wq, {N, C, C});
-    runner_.matmul_backward_data({OpKind::Matmul, l, "dh1", ops::Observe::Off}, dh1, dk, w.wk, {N, C, KVD});
-    runner_.matmul_backward_data({OpKind::Matmul, l, "dh1"}, dh1, dv, w.wv, {N, C, KVD});
-    runner_.matmul_backward_weight({OpKind::Matmul, l, "wq"}, dw.wq, dq, L.h1, {N, C, C});
-    runner_.matmul_backward_weight({OpKind::Matmul, l, "wk"}, dw.wk, dk, L.h1, {N, C, KVD});
-    runner_.matmul_backward_weight({OpKind::Matmul, l, "wv"}, dw.wv, dv, L.h1, {N, C, KVD});
+    runner_.matmul_backward_data({OpKind::Matmul, l, "dh1", ops::Observe::Off, "q"}, dh1, dq, w.wq, {N, C, C});
+    runner_.matmul_backward_data({OpKind::Matmul, l, "dh1", ops::Observe::Off, "k"}, dh1, dk, w.wk, {N, C, KVD});
+    runner_.matmul_backward_data({OpKind::Matmul, l, "dh1", ops::Observe::Outputs, "v"}, dh1, dv, w.wv, {N, C, KVD});
+    runner_.matmul_backward_weight({OpKind::Matmul, l, "wq", ops::Observe::Outputs, "q"}, dw.wq, dq, L.h1, {N, C, C});
+    runner_.matmul_backward_weight({OpKind::Matmul, l, "wk", ops::Observe::Outputs, "k"}, dw.wk, dk, L.h1, {N, C, KVD});
+    runner_.matmul_backward_weight({OpKind::Matmul, l, "wv", ops::Observe::Outputs, "v"}, dw.wv, dv, L.h1, {N, C, KVD});
     // dxi (N, C) += dh1 through h1 = rmsnorm(x_in) ⊙ ln1w; dln1w
     norm_in_backward(tel, {OpKind::RmsNorm, l, "ln1"}, "ln1w", OpKind::ResidualAttn, dxi, dh1, L.x_in, w.ln1w, L.r1,
                      dw.ln1w, rows);
@@ -523,8 +523,8 @@ void Transformer::ffn_backward(int l, const LayerActs& L, const BlockParams<cons
       const Span da = zeros(b.da), du = zeros(b.du), dg = zeros(b.dg);
       runner_.swiglu_backward_data({OpKind::SwiGlu, l, "da"}, da, du, dz, L.a, L.u, hid);
       runner_.silu_backward_data({OpKind::Silu, l, "dg"}, dg, da, L.g, hid);
-      runner_.matmul_backward_data({OpKind::Matmul, l, "dh2", ops::Observe::Off}, dh2, dg, w.w1, up);
-      runner_.matmul_backward_data({OpKind::Matmul, l, "dh2"}, dh2, du, w.w3, up);
+      runner_.matmul_backward_data({OpKind::Matmul, l, "dh2", ops::Observe::Off, "w1"}, dh2, dg, w.w1, up);
+      runner_.matmul_backward_data({OpKind::Matmul, l, "dh2", ops::Observe::Outputs, "w3"}, dh2, du, w.w3, up);
       runner_.matmul_backward_weight({OpKind::Matmul, l, "w1"}, dw.w1, dg, L.h2, up);
       runner_.matmul_backward_weight({OpKind::Matmul, l, "w3"}, dw.w3, du, L.h2, up);
       return;
@@ -534,7 +534,7 @@ void Transformer::ffn_backward(int l, const LayerActs& L, const BlockParams<cons
       // dg (N, H) through z = gelu(g); dh2 (N, C) = dg · W1; dW1 (H, C) += dgᵀ · h2
       const Span dg = zeros(b.dg);
       runner_.gelu_backward_data({OpKind::Gelu, l, "dg"}, dg, dz, L.g, hid, *gelu_form(c_.ffn));
-      runner_.matmul_backward_data({OpKind::Matmul, l, "dh2"}, dh2, dg, w.w1, up);
+      runner_.matmul_backward_data({OpKind::Matmul, l, "dh2", ops::Observe::Outputs, "w1"}, dh2, dg, w.w1, up);
       runner_.matmul_backward_weight({OpKind::Matmul, l, "w1"}, dw.w1, dg, L.h2, up);
       return;
     }
@@ -694,8 +694,14 @@ double Transformer::loss_and_grad(const Batch& b, std::span<const double> master
   current_step_ = telemetry.step;
   runner_.set_step(telemetry.step);
   const std::span<const double> w = working_weights(master);
+  // A training forward+backward folds its fp8 operands' amaxes into the delayed-scaling histories, then updates
+  // the scales (Transformer Engine: at the end of the forward and of the backward; every tensor is read by one of
+  // them, so one update after both is the same): evaluation and shadow passes read the scales only.
+  runner_.set_fp8_recording(true);
   forward(b, w, &telemetry);
   backward(b, w, loss_scale, grads, &telemetry);
+  runner_.set_fp8_recording(false);
+  runner_.fp8_update();
   return mean_loss_;
 }
 
@@ -705,8 +711,11 @@ double Transformer::loss_and_grad_accumulate(const Batch& b, std::span<const dou
   current_step_ = telemetry.step;
   runner_.set_step(telemetry.step);
   const std::span<const double> w = working_weights(master);
+  runner_.set_fp8_recording(true);
   forward(b, w, &telemetry);
   backward(b, w, loss_scale, grads, &telemetry, GradSink{total, first});
+  runner_.set_fp8_recording(false);
+  runner_.fp8_update();
   return mean_loss_;
 }
 

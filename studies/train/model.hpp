@@ -98,6 +98,8 @@ class Transformer final : public Model {
                     Transformer& reference, ops::Tape& tape);
 
   const ops::Policy& policy() const { return runner_.policy(); }
+  /// The per-tensor fp8 scaling state (delayed scaling's amax histories; ops/fp8_scaling.hpp), saved in checkpoints.
+  ops::Fp8ScalingState* fp8_state() override { return &runner_.fp8_state(); }
   /// Test hook: multiplies the forward output of one observed site (op, layer, tensor as the Runner's observer
   /// names it, e.g. the Matmul "v" or "w2", or the AttnScores "scores") by `factor` at training step `step`
   /// (e.g. 1e6 to inject an overflow), before that output's scan and before any later op reads it.

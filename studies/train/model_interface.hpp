@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/fp8_scaling.hpp"
 #include "ops/profile.hpp"
 #include "studies/train/config.hpp"
 #include "studies/train/params.hpp"
@@ -63,6 +64,8 @@ class Model {
                     const Recipe& recipe, double lr, std::int64_t t, double coef) {
     for (const ParamTensor tensor : kAllParamTensors) update_tensor(tensor, master, m, v, grads, recipe, lr, t, coef);
   }
+  /// The model's per-tensor fp8 scaling state (ops/fp8_scaling.hpp), which a checkpoint saves; nullptr: none.
+  virtual ops::Fp8ScalingState* fp8_state() { return nullptr; }
   /// Adds the time of every op call of this model to `profile` (nullptr: off). Timing only, no bit changes.
   /// Models that do not run through ops::Runner have nothing to time and ignore it.
   virtual void set_profile(ops::Profile* /*profile*/) {}

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <deque>
 #include <fstream>
+#include <map>
 #include <ostream>
 #include <stdexcept>
 
@@ -179,6 +180,47 @@ nlohmann::json Trainer::identity() const {
           {"train_tokens", data_.train.size()}};
 }
 
+namespace {
+
+/// The checkpoint's optional "fp8_scaling" section (absent in checkpoints of runs without per-tensor fp8 scales, and
+/// in every checkpoint written before it existed, which load as before): the scaling text and, per tensor, its
+/// element, scale and amax history as binary32 bit patterns (exact).
+nlohmann::json fp8_state_json(const ops::Fp8ScalingState& st) {
+  nlohmann::json tensors = nlohmann::json::object();
+  for (const auto& [key, t] : st.tensors()) {
+    std::vector<std::uint32_t> h(t.history.size());
+    for (std::size_t i = 0; i < h.size(); ++i) h[i] = std::bit_cast<std::uint32_t>(t.history[i]);
+    tensors[key] = {{"elem", std::string(ops::name_of(t.elem))},
+                    {"scale", std::bit_cast<std::uint32_t>(t.scale)},
+                    {"history", h}};
+  }
+  return {{"scaling", ops::to_string(st.config())}, {"tensors", tensors}};
+}
+
+void load_fp8_state(const nlohmann::json& j, ops::Fp8ScalingState& st, const std::filesystem::path& ckpt) {
+  const std::string scaling = j.at("scaling").get<std::string>();
+  if (scaling != ops::to_string(st.config()))
+    throw std::runtime_error("checkpoint " + ckpt.string() + " holds fp8 scaling state for " + scaling +
+                             ", this run uses " + ops::to_string(st.config()));
+  std::map<std::string, ops::Fp8TensorState> tensors;
+  for (const auto& [key, t] : j.at("tensors").items()) {
+    ops::Fp8TensorState s;
+    const std::string e = t.at("elem").get<std::string>();
+    s.elem = e == "e4m3" ? ops::Fp8Elem::E4M3 : e == "e5m2" ? ops::Fp8Elem::E5M2 : ops::Fp8Elem::Off;
+    s.scale = std::bit_cast<float>(t.at("scale").get<std::uint32_t>());
+    for (const std::uint32_t b : t.at("history").get<std::vector<std::uint32_t>>())
+      s.history.push_back(std::bit_cast<float>(b));
+    tensors.emplace(key, std::move(s));
+  }
+  try {
+    st.assign(std::move(tensors));
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error("checkpoint " + ckpt.string() + ": " + e.what());
+  }
+}
+
+}  // namespace
+
 void Trainer::start() {
   const auto ckpt = opts_.out / "checkpoint.bin";
   const bool have_out = !opts_.out.empty();
@@ -209,6 +251,8 @@ void Trainer::start() {
     adam_t_ = meta.at("adam_t").get<std::int64_t>();
     skipped_ = meta.at("skipped_steps").get<std::int64_t>();
     scaler_.restore(meta.at("loss_scale_value").get<double>(), meta.at("loss_scale_clean_steps").get<std::int64_t>());
+    if (meta.contains("fp8_scaling") && own_.fp8_state() != nullptr)
+      load_fp8_state(meta.at("fp8_scaling"), *own_.fp8_state(), ckpt);
     if (!meta.at("first_nonfinite_step").is_null())
       first_nonfinite_step_ = meta.at("first_nonfinite_step").get<std::int64_t>();
     first_nonfinite_op_ = meta.at("first_nonfinite_op").get<std::string>();
@@ -510,7 +554,10 @@ void Trainer::save() {
                                {"log", log_.to_json()},
                                {"segments", segments()},
                                {"data_sha256", data_.split_sha256}};
-  save_checkpoint(opts_.out / "checkpoint.bin", meta, master_, m_, v_);
+  nlohmann::json full = meta;
+  if (const ops::Fp8ScalingState* st = own_.fp8_state(); st != nullptr && !st->tensors().empty())
+    full["fp8_scaling"] = fp8_state_json(*st);
+  save_checkpoint(opts_.out / "checkpoint.bin", full, master_, m_, v_);
 }
 
 double Trainer::autoane_metric() const {
