@@ -108,6 +108,7 @@ class Runner {
   /// Whether GEMM calls fold their operands' amax into the history (delayed scaling). Off by default: a training
   /// forward+backward turns it on, and then calls fp8_update(); evaluation and shadow passes read the scales only.
   void set_fp8_recording(bool on) { fp8_record_ = on; }
+  bool fp8_recording() const { return fp8_record_; }
   /// The end of a recorded forward+backward: every tensor's delayed-scaling update (Fp8ScalingState::update).
   void fp8_update() { fp8_.update(); }
   /// The model's number of transformer blocks, for block_keep()'s "last L" (0, the default: no layer counts as

@@ -54,7 +54,17 @@ class Precision:
 
     @classmethod
     def from_policy(cls, policy, op: str, pass_: str) -> "Precision":
-        e = as_policy(policy).entry(op, pass_)
+        """The entry (op, pass_) of ``policy``. Refused (``ValueError``) when the entry quantizes its GEMM operands
+        (block formats, scaled fp8, the RHT: fields ``block-*``, ``fp8-*``, ``rht``), which the bridge does not
+        emulate: :class:`roundoff.Runner` runs those GEMMs (and :meth:`roundoff.Runner.train_step` delayed fp8
+        scaling)."""
+        pol = as_policy(policy)
+        e = pol.entry(op, pass_)
+        quant = [f for f in e["extras"].split() if f.split("=")[0] in _QUANT_FIELDS]
+        if quant:
+            raise ValueError(f"roundoff.torch: policy {pol.canonical!r} quantizes the operands of {op} {pass_} "
+                             f"({' '.join(quant)}), which the PyTorch bridge does not emulate; run those GEMMs with "
+                             "roundoff.Runner (valid here: policies without block-*, fp8-* or rht fields)")
         return cls(e["storage"], e["accumulation"], e["compute"], e["rounding"])
 
     @property
@@ -64,6 +74,10 @@ class Precision:
     def __repr__(self):
         return (f"Precision(storage={self.storage.name!r}, accumulation={self.accumulation.canonical!r}, "
                 f"compute={self.compute.name!r}, rounding={self.rounding!r})")
+
+
+# The policy fields that quantize a GEMM's operands (ops::GemmQuant); Precision.from_policy refuses them.
+_QUANT_FIELDS = {"block-x", "block-w", "block-dy", "block-sr", "rht", "fp8-x", "fp8-w", "fp8-dy"}
 
 
 class _Streams:

@@ -1,8 +1,10 @@
 // ops::Runner on a user's arrays: every op forward and backward under a Policy, with the MPFR shadow's error
 // records when shadowing is on. Backward calls return fresh gradients (the C++ ops add into a zeroed buffer).
+#include <map>
 #include <memory>
 #include <string>
 
+#include "ops/fp8_scaling.hpp"
 #include "ops/runner.hpp"
 #include "python/src/bind.hpp"
 
@@ -69,6 +71,44 @@ OpKind matmul_kind(const std::string& op) {
   throw std::invalid_argument("matmul: op='" + op + "' is not one of: matmul, classifier");
 }
 
+/// The Site of a GEMM call from Python: `name` and `layer` key its per-tensor fp8 state ("L<layer>.<op>.<name>.<role>",
+/// ops/runner.hpp), as the trainer's module and layer do; the tensor name of its records stays empty.
+Site gemm_site(const std::string& op, std::int64_t layer, const std::string& name) {
+  if (name.empty()) throw std::invalid_argument("matmul: name must not be empty (it keys the layer's fp8 amax history)");
+  if (layer < -1 || layer > 1000000) throw std::invalid_argument("matmul: layer must be -1 (none) or in 0..1000000");
+  return Site{matmul_kind(op), static_cast<int>(layer), "", Observe::Outputs, name};
+}
+
+/// One tensor's delayed-scaling state as a dict: elem, scale, scale_inv (binary32 values as Python floats), history
+/// (float32 array, history[0] the amax being recorded this step).
+py::dict tensor_state_dict(const Fp8TensorState& t) {
+  py::dict d;
+  d["elem"] = std::string(name_of(t.elem));
+  d["scale"] = static_cast<double>(t.scale);
+  d["scale_inv"] = static_cast<double>(scale_inverse(t.scale));
+  F32 h({static_cast<py::ssize_t>(t.history.size())});
+  std::copy(t.history.begin(), t.history.end(), h.mutable_data());
+  d["history"] = h;
+  return d;
+}
+
+Fp8TensorState tensor_state_of(const std::string& key, const py::dict& d) {
+  for (const char* k : {"elem", "scale", "history"})
+    if (!d.contains(k))
+      throw std::invalid_argument("set_fp8_state: tensor '" + key + "' has no '" + k +
+                                  "' (valid: a dict of fp8_state(): elem, scale, history)");
+  const Fp8Operand o = parse_fp8_operand(d["elem"].cast<std::string>());
+  if (!o.on() || !o.per_tensor())
+    throw std::invalid_argument("set_fp8_state: tensor '" + key + "' has elem '" + to_string(o) +
+                                "' (valid: e4m3, e5m2)");
+  Fp8TensorState t;
+  t.elem = o.elem;
+  t.scale = d["scale"].cast<float>();
+  const F32 h = py::cast<F32>(d["history"]);
+  t.history.assign(h.data(), h.data() + h.size());
+  return t;
+}
+
 }  // namespace
 
 void bind_runner(py::module_& m) {
@@ -96,21 +136,46 @@ void bind_runner(py::module_& m) {
              return out;
            })
       .def("clear_records", [](R& r) { r.tape.clear(); })
+      // ---- delayed fp8 scaling (ops/fp8_scaling.hpp): the trainer's per-step protocol, Transformer::loss_and_grad
+      .def_property("record_amax", [](const R& r) { return r.runner.fp8_recording(); },
+                    [](R& r, bool on) { r.runner.set_fp8_recording(on); })
+      .def("update_scales", [](R& r) { r.runner.fp8_update(); })
+      .def_property_readonly("fp8_scaling", [](const R& r) { return to_string(r.runner.fp8_state().config()); })
+      .def("fp8_state",
+           [](const R& r) {
+             py::dict out;
+             for (const auto& [key, t] : r.runner.fp8_state().tensors()) out[py::str(key)] = tensor_state_dict(t);
+             return out;
+           })
+      .def("set_fp8_state",
+           [](R& r, const py::dict& tensors) {
+             std::map<std::string, Fp8TensorState> t;
+             for (const auto& [k, v] : tensors) {
+               const std::string key = k.cast<std::string>();
+               if (!py::isinstance<py::dict>(v))
+                 throw std::invalid_argument("set_fp8_state: tensor '" + key + "' must be a dict (elem, scale, history)");
+               t.emplace(key, tensor_state_of(key, v.cast<py::dict>()));
+             }
+             r.runner.fp8_state().assign(std::move(t));
+           },
+           py::arg("tensors"))
       // ---- projections ----
       .def("matmul_forward",
-           [](R& r, const F64& x, const F64& w, const std::string& op) {
+           [](R& r, const F64& x, const F64& w, const std::string& op, const std::string& name, std::int64_t layer) {
+             const Site site = gemm_site(op, layer, name);
              const MatmulShape s = mm_of(x, w, "x");
              need_size(w, s.out * s.in, "w", "(out, in)");
              auto shape = shape_of(x);
              shape.back() = s.out;
              F64 y = zeros(shape);
              py::gil_scoped_release g;
-             r.runner.matmul_forward({matmul_kind(op)}, sp(y), cs(x), cs(w), s);
+             r.runner.matmul_forward(site, sp(y), cs(x), cs(w), s);
              return y;
            },
-           py::arg("x"), py::arg("w"), py::arg("op"))
+           py::arg("x"), py::arg("w"), py::arg("op"), py::arg("name"), py::arg("layer"))
       .def("matmul_backward_data",
-           [](R& r, const F64& dy, const F64& w, const std::string& op) {
+           [](R& r, const F64& dy, const F64& w, const std::string& op, const std::string& name, std::int64_t layer) {
+             const Site site = gemm_site(op, layer, name);
              if (w.ndim() != 2) throw std::invalid_argument("w must be 2-D (out, in)");
              const RowShape d = rows_of(dy, "dy");
              if (d.cols != w.shape(0)) throw std::invalid_argument("dy's last dimension must equal w's rows (out)");
@@ -119,21 +184,22 @@ void bind_runner(py::module_& m) {
              shape.back() = s.in;
              F64 dx = zeros(shape);
              py::gil_scoped_release g;
-             r.runner.matmul_backward_data({matmul_kind(op)}, sp(dx), cs(dy), cs(w), s);
+             r.runner.matmul_backward_data(site, sp(dx), cs(dy), cs(w), s);
              return dx;
            },
-           py::arg("dy"), py::arg("w"), py::arg("op"))
+           py::arg("dy"), py::arg("w"), py::arg("op"), py::arg("name"), py::arg("layer"))
       .def("matmul_backward_weight",
-           [](R& r, const F64& dy, const F64& x, const std::string& op) {
+           [](R& r, const F64& dy, const F64& x, const std::string& op, const std::string& name, std::int64_t layer) {
+             const Site site = gemm_site(op, layer, name);
              const RowShape d = rows_of(dy, "dy"), xs = rows_of(x, "x");
              if (d.rows != xs.rows) throw std::invalid_argument("dy and x must have the same number of rows");
              const MatmulShape s{d.rows, xs.cols, d.cols};
              F64 dw = zeros({static_cast<py::ssize_t>(s.out), static_cast<py::ssize_t>(s.in)});
              py::gil_scoped_release g;
-             r.runner.matmul_backward_weight({matmul_kind(op)}, sp(dw), cs(dy), cs(x), s);
+             r.runner.matmul_backward_weight(site, sp(dw), cs(dy), cs(x), s);
              return dw;
            },
-           py::arg("dy"), py::arg("x"), py::arg("op"))
+           py::arg("dy"), py::arg("x"), py::arg("op"), py::arg("name"), py::arg("layer"))
       // ---- RMSNorm ----
       .def("rmsnorm_forward",
            [](R& r, const F64& x, const F64& w, double eps) {

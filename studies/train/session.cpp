@@ -2,6 +2,7 @@
 #include "studies/train/session.hpp"
 
 #include <optional>
+#include <set>
 #include <ostream>
 #include <sstream>
 #include <stdexcept>
@@ -13,6 +14,7 @@
 #include "studies/data/corpus.hpp"
 #include "studies/data/tokenizer.hpp"
 #include "studies/train/checkpoint.hpp"
+#include "studies/train/fp8_checkpoint.hpp"
 #include "studies/train/model.hpp"
 #include "studies/train/params.hpp"
 #include "studies/train/optimizer.hpp"
@@ -180,7 +182,11 @@ nlohmann::json evaluate_checkpoint(const SessionSpec& spec, const TrainData& dat
   const Checkpoint ck = load_foreign_checkpoint(o, data, checkpoint, "evaluating a checkpoint");
   Transformer model(o.config, o.residual, spec.policy, o.seed, spec.exec);
   model.weights_changed();
+  // Delayed fp8 scaling casts with the scales the checkpoint's run had reached (its amax histories), as the
+  // trainer's own evaluation of those weights does; evaluation records no amax.
+  const std::set<std::string> fp8_keys = load_fp8_state_for_evaluation(ck.meta, *model.fp8_state(), checkpoint);
   const EvalLoss val = evaluate_loss(model, data.val, ck.master);
+  check_fp8_state_covered(*model.fp8_state(), fp8_keys, checkpoint);
   nlohmann::json r = provenance("roundoff train --eval-checkpoint");
   r["val_loss"] = val.loss;
   r["val_bpb"] = val.bpb;
@@ -213,8 +219,11 @@ nlohmann::json shadow_checkpoint(const SessionSpec& spec, const TrainData& data,
   Transformer own(o.config, o.residual, spec.policy, o.seed, spec.exec);
   Transformer reference(o.config, o.residual, ops::Policy::preset("fp64"), o.seed, spec.exec);
   own.weights_changed();
+  // The scales a run that shadows at this step casts with: the checkpoint's (see evaluate_checkpoint).
+  const std::set<std::string> fp8_keys = load_fp8_state_for_evaluation(ck.meta, *own.fp8_state(), checkpoint);
   ops::Tape tape;
   own.shadow(step, data.val.batches.front(), ck.master, loss_scale, tape, spec.shadow_units, &reference);
+  check_fp8_state_covered(*own.fp8_state(), fp8_keys, checkpoint);
   RunLog log;
   log_shadow(tape, step, log);
   nlohmann::json r = provenance("roundoff train --shadow-checkpoint");

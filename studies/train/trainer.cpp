@@ -17,6 +17,7 @@
 #include "studies/data/batches.hpp"
 #include "studies/data/sha256.hpp"
 #include "studies/train/checkpoint.hpp"
+#include "studies/train/fp8_checkpoint.hpp"
 #include "studies/train/grad_telemetry.hpp"
 #include "studies/train/optimizer.hpp"
 
@@ -179,47 +180,6 @@ nlohmann::json Trainer::identity() const {
           {"tokenizer", data_.tokenizer},
           {"train_tokens", data_.train.size()}};
 }
-
-namespace {
-
-/// The checkpoint's optional "fp8_scaling" section (absent in checkpoints of runs without per-tensor fp8 scales, and
-/// in every checkpoint written before it existed, which load as before): the scaling text and, per tensor, its
-/// element, scale and amax history as binary32 bit patterns (exact).
-nlohmann::json fp8_state_json(const ops::Fp8ScalingState& st) {
-  nlohmann::json tensors = nlohmann::json::object();
-  for (const auto& [key, t] : st.tensors()) {
-    std::vector<std::uint32_t> h(t.history.size());
-    for (std::size_t i = 0; i < h.size(); ++i) h[i] = std::bit_cast<std::uint32_t>(t.history[i]);
-    tensors[key] = {{"elem", std::string(ops::name_of(t.elem))},
-                    {"scale", std::bit_cast<std::uint32_t>(t.scale)},
-                    {"history", h}};
-  }
-  return {{"scaling", ops::to_string(st.config())}, {"tensors", tensors}};
-}
-
-void load_fp8_state(const nlohmann::json& j, ops::Fp8ScalingState& st, const std::filesystem::path& ckpt) {
-  const std::string scaling = j.at("scaling").get<std::string>();
-  if (scaling != ops::to_string(st.config()))
-    throw std::runtime_error("checkpoint " + ckpt.string() + " holds fp8 scaling state for " + scaling +
-                             ", this run uses " + ops::to_string(st.config()));
-  std::map<std::string, ops::Fp8TensorState> tensors;
-  for (const auto& [key, t] : j.at("tensors").items()) {
-    ops::Fp8TensorState s;
-    const std::string e = t.at("elem").get<std::string>();
-    s.elem = e == "e4m3" ? ops::Fp8Elem::E4M3 : e == "e5m2" ? ops::Fp8Elem::E5M2 : ops::Fp8Elem::Off;
-    s.scale = std::bit_cast<float>(t.at("scale").get<std::uint32_t>());
-    for (const std::uint32_t b : t.at("history").get<std::vector<std::uint32_t>>())
-      s.history.push_back(std::bit_cast<float>(b));
-    tensors.emplace(key, std::move(s));
-  }
-  try {
-    st.assign(std::move(tensors));
-  } catch (const std::invalid_argument& e) {
-    throw std::runtime_error("checkpoint " + ckpt.string() + ": " + e.what());
-  }
-}
-
-}  // namespace
 
 void Trainer::start() {
   const auto ckpt = opts_.out / "checkpoint.bin";

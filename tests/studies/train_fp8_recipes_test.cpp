@@ -1,13 +1,17 @@
 // The fp8 training recipes (issue 44, ops/fp8_scaling.hpp) in the trainer: the same weights for one and two threads,
 // and a run killed after 4 of 6 steps and resumed from its checkpoint (which carries the delayed-scaling amax
-// histories) equal to the uninterrupted run. Each run in a directory of its own (ctest runs tests in parallel).
+// histories) equal to the uninterrupted run; --eval-checkpoint and --shadow-checkpoint of a delayed-scaling run cast with
+// the checkpoint's scales. Each run in a directory of its own (ctest runs tests in parallel).
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cmath>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "studies/train/checkpoint.hpp"
+#include "studies/train/session.hpp"
 #include "tests/studies/train_test_util.hpp"
 
 namespace roundoff::studies::train {
@@ -57,6 +61,81 @@ TEST(TrainFp8Recipes, ResumeWithTheAmaxHistoryEqualsUninterrupted) {
   const auto d = testing::train_run(c, "te-fp8-delayed", fresh_dir("fp8_resume_delayed"), 3);
   const auto cur = testing::train_run(c, "te-fp8-current", fresh_dir("fp8_resume_current"), 3);
   EXPECT_NE(d["weights_sha256"], cur["weights_sha256"]);
+}
+
+
+/// evaluate_checkpoint / shadow_checkpoint of `ck` under `policy` with the options of testing::train_run.
+SessionSpec checkpoint_spec(const ModelConfig& c, const std::string& policy, const std::filesystem::path& out) {
+  omp_set_num_threads(1);
+  SessionSpec spec;
+  spec.policy = ops::load_policy(policy);
+  spec.options.config = c;
+  spec.options.seed = 3;
+  spec.options.out = out;
+  return spec;
+}
+
+/// The shadow rows (shadow_* and global_* metrics) of telemetry.csv at `step`.
+std::vector<std::string> shadow_rows(const std::filesystem::path& telemetry, std::int64_t step) {
+  std::ifstream in(telemetry);
+  std::vector<std::string> rows;
+  const std::string prefix = std::to_string(step) + ",";
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(prefix, 0) == 0 &&
+        (line.find(",shadow_") != std::string::npos || line.find(",global_") != std::string::npos))
+      rows.push_back(line);
+  return rows;
+}
+
+TEST(TrainFp8Recipes, EvalCheckpointCastsWithTheCheckpointsScales) {
+  const ModelConfig c = small_config(32, 16, 2);
+  const std::string policy = "te-fp8-delayed,fp8-scaling=delayed:3:max:1";
+  const auto dir = fresh_dir("fp8_eval_run");
+  const auto run = testing::train_run(c, policy, dir, 4);
+  const auto ck = dir / "checkpoint.bin";
+  // The trainer's own evaluation of its final weights, bit for bit: the same scales (a fresh history's scales
+  // are all 1, which gives another loss).
+  const auto e = evaluate_checkpoint(checkpoint_spec(c, policy, fresh_dir("fp8_eval_same")), testing::excerpt_data(c),
+                                     ck);
+  EXPECT_EQ(e.at("val_loss").get<double>(), run.at("val_loss_own").get<double>());
+  // Under current scaling the checkpoint's histories play no part (each cast takes its own amax).
+  const auto cur = evaluate_checkpoint(checkpoint_spec(c, "te-fp8-current", fresh_dir("fp8_eval_cur")),
+                                       testing::excerpt_data(c), ck);
+  EXPECT_TRUE(std::isfinite(cur.at("val_loss").get<double>()));
+  EXPECT_NE(cur.at("val_loss").get<double>(), e.at("val_loss").get<double>());
+  // Another delayed scaling than the checkpoint's, and a checkpoint without fp8 histories: refused in one line.
+  auto refused = [&](const std::string& pol, const std::filesystem::path& from, const std::string& what) {
+    try {
+      evaluate_checkpoint(checkpoint_spec(c, pol, fresh_dir("fp8_eval_refused")), testing::excerpt_data(c), from);
+      ADD_FAILURE() << pol << ": not refused";
+    } catch (const std::runtime_error& err) {
+      const std::string m = err.what();
+      EXPECT_NE(m.find(what), std::string::npos) << m;
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+  };
+  refused("te-fp8-delayed,fp8-scaling=delayed:4:max:1", ck,
+          "holds fp8 scales for fp8-scaling=delayed:3:max:1, this command uses fp8-scaling=delayed:4:max:1");
+  const auto bf16 = fresh_dir("fp8_eval_bf16");
+  testing::train_run(c, "h100-amp-bf16", bf16, 1);
+  refused(policy, bf16 / "checkpoint.bin", "has no fp8 amax history for L0.matmul.");
+}
+
+TEST(TrainFp8Recipes, ShadowCheckpointGivesTheRunsShadowRowsUnderDelayedScaling) {
+  // A run that shadows at step 2, and the same run stopped after 2 updates: attributing the stopped run's checkpoint
+  // must give the first run's rows bit for bit, which needs the scales of its amax histories.
+  const ModelConfig c = small_config(32, 16, 2);
+  const std::string policy = "te-fp8-delayed,fp8-scaling=delayed:3:max:1";
+  const auto full = fresh_dir("fp8_shadow_full");
+  testing::train_run(c, policy, full, 3, [](TrainOptions& o) { o.shadow_every = 2; });
+  const auto part = fresh_dir("fp8_shadow_part");
+  testing::train_run(c, policy, part, 3, [](TrainOptions& o) { o.stop_after = 2; });
+  const auto sh = fresh_dir("fp8_shadow_ck");
+  SessionSpec spec = checkpoint_spec(c, policy, sh);
+  shadow_checkpoint(spec, testing::excerpt_data(c), part / "checkpoint.bin");
+  const std::vector<std::string> expected = shadow_rows(full / "telemetry.csv", 2);
+  ASSERT_GT(expected.size(), 20u);
+  EXPECT_EQ(shadow_rows(sh / "telemetry.csv", 2), expected);
 }
 
 }  // namespace
