@@ -345,7 +345,7 @@ bool differ(const std::vector<Vec>& a, const std::vector<Vec>& b) {
 /// Ops whose outputs are reduction results taken from the accumulator (a GEMM's; att·V's): where the accumulation,
 /// compute and storage share one format and the accumulation rounds to nearest (ane-fp16, pure-bf16), their
 /// conversion and store round nothing, so no stream can change their bits there. For them the check asks the stream
-/// to matter under three of the stochastic policies (specs() has policies where the conversion or the store rounds)
+/// to matter under two of the stochastic policies (specs() has policies where the conversion or the store rounds)
 /// rather than under every one.
 bool outputs_may_be_exact(const OpCase& c) {
   return c.op == OpKind::Matmul || c.op == OpKind::Classifier || (c.op == OpKind::AttnValues && c.pass == Pass::Forward);
@@ -370,12 +370,14 @@ void check(const OpCase& oc) {
         const Ctx<E> other(c.precision(), {6, 99});
         const bool d = differ(oc.run(pol, other, true, rg), want);
         stream_matters += d ? 1 : 0;
-        if (!outputs_may_be_exact(oc)) EXPECT_TRUE(d) << what << ": another stream gives the same bits";
+        if (!outputs_may_be_exact(oc)) {
+          EXPECT_TRUE(d) << what << ": another stream gives the same bits";
+        }
       }
     }
   }
   EXPECT_GE(stochastic_cases, 3) << oc.name;
-  EXPECT_GE(stream_matters, 3) << oc.name << ": another stream changes the bits under too few stochastic policies";
+  EXPECT_GE(stream_matters, 2) << oc.name << ": another stream changes the bits under too few stochastic policies";
 }
 
 class OpReference : public ::testing::TestWithParam<OpCase> {};
