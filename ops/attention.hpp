@@ -66,7 +66,8 @@ inline std::span<const numerics::KRange> causal_ranges(std::int64_t T, bool pref
   }
   return v;
 }
-/// Head (b, h) of a (B, T, NH·hs) tensor cast on entry (in(), keys (t, element, 0)): dst[t·hs + d], T × hs.
+/// Head (b, h) of a (B, T, NH·hs) tensor cast on entry by store (store_cast: the first slot of each element of
+/// tensor t): dst[t·hs + d], T × hs.
 template <class A, Slot slot>
 std::span<typename A::Value> cast_head(const Ctx<A>& ctx, std::span<const typename A::Value> x, const AttnShape& s,
                                           std::int64_t b, std::int64_t h, Tensor t) {
@@ -76,12 +77,12 @@ std::span<typename A::Value> cast_head(const Ctx<A>& ctx, std::span<const typena
   for (std::int64_t r = 0; r < s.T; ++r) {
     const std::size_t e0 = at3(s, b, r, h, 0);
     ctx.store_array(x.subspan(e0, hs), std::span<V>(dst.data() + static_cast<std::size_t>(r) * hs, hs),
-                    [&](std::size_t i) { return key(t, e0 + i, 0); });
+                    SlotSeq(t, e0).next());
   }
   return dst;
 }
-/// The causal part of head (b, h) of a (B, NH, T, T) tensor cast on entry: dst[r·T + j] = in(x[b,h,r,j]) for
-/// j ≤ r (keys (t, element, 0)); 0 above the diagonal (never summed).
+/// The causal part of head (b, h) of a (B, NH, T, T) tensor cast on entry by store: dst[r·T + j] = store(x[b,h,r,j])
+/// for j ≤ r (store_cast: the first slot of each element of tensor t); 0 above the diagonal (never summed).
 template <class A, Slot slot>
 std::span<typename A::Value> cast_causal(const Ctx<A>& ctx, std::span<const typename A::Value> x,
                                             const AttnShape& s, std::int64_t b, std::int64_t h, Tensor t) {
@@ -90,28 +91,27 @@ std::span<typename A::Value> cast_causal(const Ctx<A>& ctx, std::span<const type
   const std::span<V> dst = scratch<V, slot>(T * T);
   for (std::size_t r = 0; r < T; ++r) {
     const std::size_t e0 = at4(s, b, h, static_cast<std::int64_t>(r), 0);
-    ctx.store_array(x.subspan(e0, r + 1), std::span<V>(dst.data() + r * T, r + 1),
-                    [&](std::size_t i) { return key(t, e0 + i, 0); });
+    ctx.store_array(x.subspan(e0, r + 1), std::span<V>(dst.data() + r * T, r + 1), SlotSeq(t, e0).next());
     std::fill(dst.begin() + static_cast<std::ptrdiff_t>(r * T + r + 1),
               dst.begin() + static_cast<std::ptrdiff_t>((r + 1) * T), V(0));
   }
   return dst;
 }
-/// g[i] ← store(add(in(g[i]), r[i])) with keys (t, e0 + i, 1), (t, e0 + i, 2), (t, e0 + i, 3): a gradient
-/// accumulating reduction results r already in compute (slot 0 is the reduction's).
+/// g[i] ← store(store(g[i]) + r[i]) (the add in compute), the next three slots of `seq` (over g's elements) in that
+/// order: a gradient accumulating reduction results r already in compute (the reduction took the slot before).
 template <class A>
-void add_into(const Ctx<A>& ctx, std::span<typename A::Value> g, std::span<const typename A::Value> r, Tensor t,
-              std::size_t e0) {
+void add_into(const Ctx<A>& ctx, std::span<typename A::Value> g, std::span<const typename A::Value> r, SlotSeq& seq) {
   using V = typename A::Value;
+  const auto k_in = seq.next(), k_add = seq.next(), k_store = seq.next();
   const std::span<V> gi = scratch<V, Slot::Y>(g.size());
   const std::span<V> sum = scratch<V, Slot::Tmp>(g.size());
-  ctx.store_array(std::span<const V>(g), std::span<V>(gi), [&](std::size_t i) { return key(t, e0 + i, 1); });  // in()
-  arith_array(ctx, ArithOp::Add, std::span<const V>(gi), r, std::span<V>(sum), [&](std::size_t i) { return key(t, e0 + i, 2); });
-  ctx.store_array(std::span<const V>(sum), g, [&](std::size_t i) { return key(t, e0 + i, 3); });
+  ctx.store_array(std::span<const V>(g), std::span<V>(gi), k_in);  // the cast, by store (store_cast)
+  arith_array(ctx, ArithOp::Add, std::span<const V>(gi), r, std::span<V>(sum), k_add);
+  ctx.store_array(std::span<const V>(sum), g, k_store);
 }
 /// The causal dot products of head (b, h): for every query row t, g[j] = x[t,:]·y[j,:] for j ≤ t in compute
-/// (dot()'s conversion with key (out, e0 + j, 0), e0 = at4(s, b, h, t, 0)), in raw[t·T, t·T + t + 1), then
-/// row(t, e0, g). x and y are T × hs heads. When the GEMMs equal the dots (Ctx::gemm_is_dot), one GEMM per band
+/// (dot()'s conversion, keyed by the first slot of SlotSeq O(out, e0), e0 = at4(s, b, h, t, 0)), in
+/// raw[t·T, t·T + t + 1), then row(t, e0, g, O) with O at its next slot. x and y are T × hs heads. When the GEMMs equal the dots (Ctx::gemm_is_dot), one GEMM per band
 /// of kBand query rows over the band's causal columns, the outputs converted with compute_array; otherwise
 /// one ctx.dot per output.
 template <class A, class RowFn>
@@ -133,19 +133,52 @@ void causal_dots(const Ctx<A>& ctx, const AttnShape& s, std::int64_t b, std::int
       const auto tu = static_cast<std::size_t>(t);
       const std::size_t e0 = at4(s, b, h, t, 0), n = tu + 1;
       const std::span<V> g(raw.data() + tu * T, n);
+      SlotSeq O(out, e0);
+      const auto k_dot = O.next();
       if (batched) {
-        ctx.compute_array(g, [&](std::size_t j) { return key(out, e0 + j, 0); });
+        ctx.compute_array(g, k_dot);
       } else {
-        for (std::size_t j = 0; j < n; ++j)
-          g[j] = ctx.dot(x.data() + tu * hs, 1, y.data() + j * hs, 1, hs, key(out, e0 + j, 0));
+        for (std::size_t j = 0; j < n; ++j) g[j] = ctx.dot(x.data() + tu * hs, 1, y.data() + j * hs, 1, hs, k_dot(j));
       }
-      row(tu, e0, g);
+      row(tu, e0, g, O);
     }
   }
 }
 }  // namespace detail
 
-/// preatt[b,h,t,s] = (q[b,t,h,:]·k[b,s,h,:])·(1/√hs) for s ≤ t, else 0.
+/// preatt[b,h,t,s] = (q[b,t,h,:]·k[b,s,h,:])·(1/√hs) for s ≤ t, else 0. The reference, per score element
+/// e = (b, h, t, j) of preatt (B, NH, T, T), j ≤ t (ops/steps.hpp): q = store(q) [Q], k = store(k) [K] (the entry
+/// casts, by store: store_cast); on Preatt at e: d = q[b,t,h,:]·k[b,j,h,:] (dot), p = d·(1/√hs), preatt = store(p);
+/// preatt = 0 above the diagonal.
+template <class A>
+void attn_scores_forward_reference(std::span<typename A::Value> preatt, std::span<const typename A::Value> q,
+                                   std::span<const typename A::Value> k, AttnShape s, const Ctx<A>& ctx) {
+  using V = typename A::Value;
+  using detail::at3, detail::at4;
+  const V scale = ctx.c(1.0 / std::sqrt(static_cast<double>(s.hs)));
+  const auto hs = static_cast<std::size_t>(s.hs);
+  std::vector<V> qc(q.size()), kc(k.size());  // q, k (B, T, NH·hs) cast on entry
+  for (std::size_t i = 0; i < q.size(); ++i) {
+    qc[i] = store_cast(ctx, Tensor::Q, i, q[i]);
+    kc[i] = store_cast(ctx, Tensor::K, i, k[i]);
+  }
+  for (std::int64_t b = 0; b < s.B; ++b)
+    for (std::int64_t h = 0; h < s.NH; ++h)
+      for (std::int64_t t = 0; t < s.T; ++t)
+        for (std::int64_t j = 0; j < s.T; ++j) {
+          const std::size_t e = at4(s, b, h, t, j);
+          if (j > t) {
+            preatt[e] = V(0);
+            continue;
+          }
+          Steps<A> p(ctx, Tensor::Preatt, e);
+          const V d = p.dot(&qc[at3(s, b, t, h, 0)], 1, &kc[at3(s, b, j, h, 0)], 1, hs);
+          preatt[e] = p.store(p.mul(d, scale));
+        }
+}
+
+/// attn_scores_forward_reference head by head: the dots of a head as GEMMs (detail::causal_dots), the scale and
+/// the store on row spans.
 template <class A>
 void attn_scores_forward(std::span<typename A::Value> preatt, std::span<const typename A::Value> q,
                          std::span<const typename A::Value> k, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
@@ -160,19 +193,68 @@ void attn_scores_forward(std::span<typename A::Value> preatt, std::span<const ty
     const std::span<V> raw = detail::scratch<V, Slot::Raw>(T * T);
     const std::span<V> prod = detail::scratch<V, Slot::Tmp>(T);
     detail::causal_dots(ctx, s, b, h, std::span<const V>(qh), std::span<const V>(kh), raw, Tensor::Preatt,
-                        [&](std::size_t t, std::size_t e0, std::span<V> d) {
+                        [&](std::size_t t, std::size_t e0, std::span<V> d, SlotSeq& P) {
                           const std::size_t n = t + 1;
+                          const auto k_mul = P.next(), k_store = P.next();
                           arith_const(ctx, ArithOp::Mul, std::span<const V>(d), scale, std::span<V>(prod.data(), n),
-                                      [&](std::size_t j) { return key(Tensor::Preatt, e0 + j, 1); });
-                          ctx.store_array(std::span<const V>(prod.data(), n), preatt.subspan(e0, n),
-                                          [&](std::size_t j) { return key(Tensor::Preatt, e0 + j, 2); });
+                                      k_mul);
+                          ctx.store_array(std::span<const V>(prod.data(), n), preatt.subspan(e0, n), k_store);
                           std::fill(preatt.begin() + static_cast<std::ptrdiff_t>(e0 + n),
                                     preatt.begin() + static_cast<std::ptrdiff_t>(e0 + T), V(0));
                         });
   });
 }
 
-/// dq += (dpreatt/√hs)·k, dk += (dpreatt/√hs)ᵀ·q (causal part). Pass BackwardData.
+/// dq += (dpreatt/√hs)·k, dk += (dpreatt/√hs)ᵀ·q (causal part). Pass BackwardData. The reference (ops/steps.hpp):
+/// q = store(q) [Q], k = store(k) [K]; per score element e = (b, h, t, j), j ≤ t, on Dpreatt at e: g = store(dpreatt)
+/// (the entry cast, by store), ds = g·(1/√hs); per element e = (b, t, h, d) of dq (B, T, NH·hs), on Dq at e:
+/// r = Σ_{j ≤ t} ds[b,h,t,j]·k[b,j,h,d] (dot, j ascending), old = store(dq), dq = store(old + r); per element
+/// e = (b, j, h, d) of dk, on Dk at e: r = Σ_{t ≥ j} ds[b,h,t,j]·q[b,t,h,d] (dot, t ascending), then as dq.
+template <class A>
+void attn_scores_backward_data_reference(std::span<typename A::Value> dq, std::span<typename A::Value> dk,
+                                         std::span<const typename A::Value> dpreatt,
+                                         std::span<const typename A::Value> q, std::span<const typename A::Value> k,
+                                         AttnShape s, const Ctx<A>& ctx) {
+  using V = typename A::Value;
+  using detail::at3, detail::at4;
+  const V scale = ctx.c(1.0 / std::sqrt(static_cast<double>(s.hs)));
+  const auto C = static_cast<std::ptrdiff_t>(s.C()), T = static_cast<std::ptrdiff_t>(s.T);
+  std::vector<V> qc(q.size()), kc(k.size());  // q, k (B, T, NH·hs) cast on entry
+  for (std::size_t i = 0; i < q.size(); ++i) {
+    qc[i] = store_cast(ctx, Tensor::Q, i, q[i]);
+    kc[i] = store_cast(ctx, Tensor::K, i, k[i]);
+  }
+  std::vector<V> ds(dpreatt.size(), V(0));  // (B, NH, T, T): dpreatt/√hs on the causal part
+  for (std::int64_t r = 0; r < s.heads() * s.T; ++r)
+    for (std::int64_t j = 0; j <= r % s.T; ++j) {
+      const auto e = static_cast<std::size_t>(r * s.T + j);
+      Steps<A> p(ctx, Tensor::Dpreatt, e);
+      const V g = p.store(dpreatt[e]);
+      ds[e] = p.mul(g, scale);
+    }
+  const auto accumulate = [&](std::span<V> grad, Tensor t, std::size_t e, auto&& dot) {
+    Steps<A> st(ctx, t, e);
+    const V r = dot(st);
+    const V old = st.store(grad[e]);
+    grad[e] = st.store(st.add(old, r));
+  };
+  for (std::int64_t b = 0; b < s.B; ++b)
+    for (std::int64_t t = 0; t < s.T; ++t)
+      for (std::int64_t h = 0; h < s.NH; ++h)
+        for (std::int64_t d = 0; d < s.hs; ++d) {
+          const std::size_t e = at3(s, b, t, h, d);
+          const auto n = static_cast<std::size_t>(t + 1), m = static_cast<std::size_t>(s.T - t);
+          accumulate(dq, Tensor::Dq, e, [&](Steps<A>& st) {
+            return st.dot(&ds[at4(s, b, h, t, 0)], 1, &kc[at3(s, b, 0, h, d)], C, n);
+          });
+          accumulate(dk, Tensor::Dk, e, [&](Steps<A>& st) {
+            return st.dot(&ds[at4(s, b, h, t, t)], T, &qc[at3(s, b, t, h, d)], C, m);
+          });
+        }
+}
+
+/// attn_scores_backward_data_reference head by head: the causal sums as GEMMs with per-row k-ranges, the
+/// elementwise steps on row spans.
 template <class A>
 void attn_scores_backward_data(std::span<typename A::Value> dq, std::span<typename A::Value> dk,
                                std::span<const typename A::Value> dpreatt, std::span<const typename A::Value> q,
@@ -187,15 +269,19 @@ void attn_scores_backward_data(std::span<typename A::Value> dq, std::span<typena
     const std::int64_t b = u / s.NH, h = u % s.NH;
     const std::span<V> qh = detail::cast_head<A, Slot::Head1>(ctx, q, s, b, h, Tensor::Q);
     const std::span<V> kh = detail::cast_head<A, Slot::Head2>(ctx, k, s, b, h, Tensor::K);
-    // dps[t,j] = in(dpreatt[t,j])·scale for j ≤ t, 0 above (never summed)
-    const std::span<V> dps = detail::cast_causal<A, Slot::Head3>(ctx, dpreatt, s, b, h, Tensor::Dpreatt);
+    // dps[t,j] = store(dpreatt[t,j])·scale for j ≤ t, 0 above (never summed)
+    const std::span<V> dps = detail::scratch<V, Slot::Head3>(T * T);
     const std::span<V> prod = detail::scratch<V, Slot::Tmp>(T);
     for (std::size_t t = 0; t < T; ++t) {
       const std::span<V> row(dps.data() + t * T, t + 1);
       const std::size_t e0 = detail::at4(s, b, h, static_cast<std::int64_t>(t), 0);
-      arith_const(ctx, ArithOp::Mul, std::span<const V>(row), scale, std::span<V>(prod.data(), t + 1),
-                  [&](std::size_t j) { return key(Tensor::Dpreatt, e0 + j, 1); });
+      SlotSeq P(Tensor::Dpreatt, e0);
+      const auto k_in = P.next(), k_mul = P.next();
+      ctx.store_array(dpreatt.subspan(e0, t + 1), row, k_in);
+      arith_const(ctx, ArithOp::Mul, std::span<const V>(row), scale, std::span<V>(prod.data(), t + 1), k_mul);
       std::copy_n(prod.begin(), t + 1, row.begin());
+      std::fill(dps.begin() + static_cast<std::ptrdiff_t>(t * T + t + 1),
+                dps.begin() + static_cast<std::ptrdiff_t>((t + 1) * T), V(0));
     }
     const std::span<V> raw = detail::scratch<V, Slot::Raw>(2 * T * hs);
     if (batched) {
@@ -208,17 +294,19 @@ void attn_scores_backward_data(std::span<typename A::Value> dq, std::span<typena
     for (std::size_t t = 0; t < T; ++t) {
       const std::size_t e0 = detail::at3(s, b, static_cast<std::int64_t>(t), h, 0);
       const std::span<V> gq(raw.data() + t * hs, hs), gk(raw.data() + (T + t) * hs, hs);
+      SlotSeq Dq(Tensor::Dq, e0), Dk(Tensor::Dk, e0);
+      const auto k_dq = Dq.next(), k_dk = Dk.next();
       if (batched) {
-        ctx.compute_array(gq, [&](std::size_t d) { return key(Tensor::Dq, e0 + d, 0); });
-        ctx.compute_array(gk, [&](std::size_t d) { return key(Tensor::Dk, e0 + d, 0); });
+        ctx.compute_array(gq, k_dq);
+        ctx.compute_array(gk, k_dk);
       } else {
         for (std::size_t d = 0; d < hs; ++d) {
-          gq[d] = ctx.dot(dps.data() + t * T, 1, kh.data() + d, s.hs, t + 1, key(Tensor::Dq, e0 + d, 0));
-          gk[d] = ctx.dot(dps.data() + t * T + t, s.T, qh.data() + t * hs + d, s.hs, T - t, key(Tensor::Dk, e0 + d, 0));
+          gq[d] = ctx.dot(dps.data() + t * T, 1, kh.data() + d, s.hs, t + 1, k_dq(d));
+          gk[d] = ctx.dot(dps.data() + t * T + t, s.T, qh.data() + t * hs + d, s.hs, T - t, k_dk(d));
         }
       }
-      detail::add_into(ctx, dq.subspan(e0, hs), std::span<const V>(gq), Tensor::Dq, e0);
-      detail::add_into(ctx, dk.subspan(e0, hs), std::span<const V>(gk), Tensor::Dk, e0);
+      detail::add_into(ctx, dq.subspan(e0, hs), std::span<const V>(gq), Dq);
+      detail::add_into(ctx, dk.subspan(e0, hs), std::span<const V>(gk), Dk);
     }
   });
 }
@@ -411,7 +499,36 @@ void softmax_backward_data(std::span<typename A::Value> dpreatt, std::span<const
   });
 }
 
-/// out[b,t,h,:] = Σ_{j ≤ t} att[b,h,t,j]·v[b,j,h,:] (one dot per output element, j ascending).
+/// out[b,t,h,:] = Σ_{j ≤ t} att[b,h,t,j]·v[b,j,h,:] (one dot per output element, j ascending). The reference
+/// (ops/steps.hpp): a = store(att) [Att] on the causal part, v = store(v) [V] (the entry casts, by store); per
+/// element e = (b, t, h, d) of out (B, T, NH·hs), on Out at e: r = Σ_{j ≤ t} a[b,h,t,j]·v[b,j,h,d] (dot),
+/// out = store(r).
+template <class A>
+void attn_values_forward_reference(std::span<typename A::Value> out, std::span<const typename A::Value> att,
+                                   std::span<const typename A::Value> v, AttnShape s, const Ctx<A>& ctx) {
+  using V = typename A::Value;
+  using detail::at3, detail::at4;
+  const auto C = static_cast<std::ptrdiff_t>(s.C());
+  std::vector<V> ac(att.size(), V(0)), vc(v.size());  // att (B, NH, T, T) causal part, v (B, T, NH·hs), cast on entry
+  for (std::int64_t r = 0; r < s.heads() * s.T; ++r)
+    for (std::int64_t j = 0; j <= r % s.T; ++j) {
+      const auto e = static_cast<std::size_t>(r * s.T + j);
+      ac[e] = store_cast(ctx, Tensor::Att, e, att[e]);
+    }
+  for (std::size_t i = 0; i < v.size(); ++i) vc[i] = store_cast(ctx, Tensor::V, i, v[i]);
+  for (std::int64_t b = 0; b < s.B; ++b)
+    for (std::int64_t t = 0; t < s.T; ++t)
+      for (std::int64_t h = 0; h < s.NH; ++h)
+        for (std::int64_t d = 0; d < s.hs; ++d) {
+          const std::size_t e = at3(s, b, t, h, d);
+          Steps<A> o(ctx, Tensor::Out, e);
+          const V r = o.dot(&ac[at4(s, b, h, t, 0)], 1, &vc[at3(s, b, 0, h, d)], C, static_cast<std::size_t>(t + 1));
+          out[e] = o.store(r);
+        }
+}
+
+/// attn_values_forward_reference head by head: a head's dots as one GEMM with per-row k-ranges, converted and
+/// stored on row spans (result_array).
 template <class A>
 void attn_values_forward(std::span<typename A::Value> out, std::span<const typename A::Value> att,
                          std::span<const typename A::Value> v, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
@@ -430,19 +547,68 @@ void attn_values_forward(std::span<typename A::Value> out, std::span<const typen
                       out.data() + detail::at3(s, b, 0, h, 0), C, detail::kBatchedGemm);
     for (std::size_t t = 0; t < T; ++t) {
       const std::size_t e0 = detail::at3(s, b, static_cast<std::int64_t>(t), h, 0);
+      SlotSeq O(Tensor::Out, e0);
+      const auto k_dot = O.next(), k_store = O.next();
       if (batched) {
-        ctx.result_array(out.subspan(e0, hs), [&](std::size_t d) { return key(Tensor::Out, e0 + d, 0); },
-                         [&](std::size_t d) { return key(Tensor::Out, e0 + d, 1); });
+        ctx.result_array(out.subspan(e0, hs), k_dot, k_store);
         continue;
       }
       for (std::size_t d = 0; d < hs; ++d)
-        out[e0 + d] = ctx.store(ctx.dot(ah.data() + t * T, 1, vh.data() + d, s.hs, t + 1, key(Tensor::Out, e0 + d, 0)),
-                                key(Tensor::Out, e0 + d, 1));
+        out[e0 + d] = ctx.store(ctx.dot(ah.data() + t * T, 1, vh.data() + d, s.hs, t + 1, k_dot(d)), k_store(d));
     }
   });
 }
 
-/// datt[t,j] += dout[t,:]·v[j,:] (j ≤ t), dv[j,:] += Σ_{t ≥ j} att[t,j]·dout[t,:]. Pass BackwardData.
+/// datt[t,j] += dout[t,:]·v[j,:] (j ≤ t), dv[j,:] += Σ_{t ≥ j} att[t,j]·dout[t,:]. Pass BackwardData. The
+/// reference (ops/steps.hpp): a = store(att) [Att] on the causal part, v = store(v) [V], g = store(dout) [Dout]
+/// (the entry casts, by store); per score element e = (b, h, t, j), j ≤ t, on Datt at e: r = g[b,t,h,:]·v[b,j,h,:]
+/// (dot), old = store(datt), datt = store(old + r) (datt above the diagonal untouched); per element
+/// e = (b, j, h, d) of dv (B, T, NH·hs), on Dv at e: r = Σ_{t ≥ j} a[b,h,t,j]·g[b,t,h,d] (dot, t ascending),
+/// old = store(dv), dv = store(old + r).
+template <class A>
+void attn_values_backward_data_reference(std::span<typename A::Value> datt, std::span<typename A::Value> dv,
+                                         std::span<const typename A::Value> dout,
+                                         std::span<const typename A::Value> att, std::span<const typename A::Value> v,
+                                         AttnShape s, const Ctx<A>& ctx) {
+  using V = typename A::Value;
+  using detail::at3, detail::at4;
+  const auto C = static_cast<std::ptrdiff_t>(s.C()), T = static_cast<std::ptrdiff_t>(s.T);
+  const auto hs = static_cast<std::size_t>(s.hs);
+  // att (B, NH, T, T) causal part, v and dout (B, T, NH·hs), cast on entry
+  std::vector<V> ac(att.size(), V(0)), vc(v.size()), gc(dout.size());
+  for (std::int64_t r = 0; r < s.heads() * s.T; ++r)
+    for (std::int64_t j = 0; j <= r % s.T; ++j) {
+      const auto e = static_cast<std::size_t>(r * s.T + j);
+      ac[e] = store_cast(ctx, Tensor::Att, e, att[e]);
+    }
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    vc[i] = store_cast(ctx, Tensor::V, i, v[i]);
+    gc[i] = store_cast(ctx, Tensor::Dout, i, dout[i]);
+  }
+  const auto accumulate = [&](std::span<V> grad, Tensor t, std::size_t e, auto&& dot) {
+    Steps<A> st(ctx, t, e);
+    const V r = dot(st);
+    const V old = st.store(grad[e]);
+    grad[e] = st.store(st.add(old, r));
+  };
+  for (std::int64_t b = 0; b < s.B; ++b)
+    for (std::int64_t h = 0; h < s.NH; ++h)
+      for (std::int64_t t = 0; t < s.T; ++t)
+        for (std::int64_t j = 0; j <= t; ++j)
+          accumulate(datt, Tensor::Datt, at4(s, b, h, t, j), [&](Steps<A>& st) {
+            return st.dot(&gc[at3(s, b, t, h, 0)], 1, &vc[at3(s, b, j, h, 0)], 1, hs);
+          });
+  for (std::int64_t b = 0; b < s.B; ++b)
+    for (std::int64_t j = 0; j < s.T; ++j)
+      for (std::int64_t h = 0; h < s.NH; ++h)
+        for (std::int64_t d = 0; d < s.hs; ++d)
+          accumulate(dv, Tensor::Dv, at3(s, b, j, h, d), [&](Steps<A>& st) {
+            return st.dot(&ac[at4(s, b, h, j, j)], T, &gc[at3(s, b, j, h, d)], C, static_cast<std::size_t>(s.T - j));
+          });
+}
+
+/// attn_values_backward_data_reference head by head: the datt dots as GEMMs (detail::causal_dots), dv's causal
+/// sums as one GEMM with per-row k-ranges, the adds into the gradients on row spans.
 template <class A>
 void attn_values_backward_data(std::span<typename A::Value> datt, std::span<typename A::Value> dv,
                                std::span<const typename A::Value> dout, std::span<const typename A::Value> att,
@@ -460,8 +626,8 @@ void attn_values_backward_data(std::span<typename A::Value> datt, std::span<type
     const std::span<V> raw = detail::scratch<V, Slot::Raw>(std::max(T, hs) * T);
     // datt[t, j] += dout[t,:]·v[j,:] for j ≤ t
     detail::causal_dots(ctx, s, b, h, std::span<const V>(dh), std::span<const V>(vh), raw, Tensor::Datt,
-                        [&](std::size_t t, std::size_t e0, std::span<V> g) {
-                          detail::add_into(ctx, datt.subspan(e0, t + 1), std::span<const V>(g), Tensor::Datt, e0);
+                        [&](std::size_t t, std::size_t e0, std::span<V> g, SlotSeq& Da) {
+                          detail::add_into(ctx, datt.subspan(e0, t + 1), std::span<const V>(g), Da);
                         });
     // raw[j·hs + d] = Σ_{t ≥ j} att[t,j]·dout[t,d]
     if (batched)
@@ -470,13 +636,15 @@ void attn_values_backward_data(std::span<typename A::Value> datt, std::span<type
     for (std::size_t j = 0; j < T; ++j) {
       const std::size_t e0 = detail::at3(s, b, static_cast<std::int64_t>(j), h, 0);
       const std::span<V> g(raw.data() + j * hs, hs);
+      SlotSeq Dv(Tensor::Dv, e0);
+      const auto k_dot = Dv.next();
       if (batched) {
-        ctx.compute_array(g, [&](std::size_t d) { return key(Tensor::Dv, e0 + d, 0); });
+        ctx.compute_array(g, k_dot);
       } else {
         for (std::size_t d = 0; d < hs; ++d)
-          g[d] = ctx.dot(ah.data() + j * T + j, s.T, dh.data() + j * hs + d, s.hs, T - j, key(Tensor::Dv, e0 + d, 0));
+          g[d] = ctx.dot(ah.data() + j * T + j, s.T, dh.data() + j * hs + d, s.hs, T - j, k_dot(d));
       }
-      detail::add_into(ctx, dv.subspan(e0, hs), std::span<const V>(g), Tensor::Dv, e0);
+      detail::add_into(ctx, dv.subspan(e0, hs), std::span<const V>(g), Dv);
     }
   });
 }

@@ -45,6 +45,18 @@ void Ctx<Emulated>::gemm(std::size_t M, std::size_t N, std::size_t K, numerics::
                  omp_in_parallel() ? 1 : 0, exec_.kernels, exec_.pack_cache);
 }
 
+double Ctx<Emulated>::gemm_element(const double* x, std::ptrdiff_t incx, const double* y, std::ptrdiff_t incy,
+                                  std::size_t K, bool accumulate, double c, Key r, std::size_t index) const {
+  // A 1×1 GEMM of row i (A stored transposed, K×1 with ld incx) and column j (K×1 with ld incy) on the stream
+  // numerics::gemm gives C_ij of the whole GEMM: sub_stream(bits_, r) advanced by i·N + j.
+  const numerics::StochasticBits b = sub_stream(bits_, r);
+  double out = c;
+  numerics::gemm(prec_.accumulate, 1, 1, K, {x, static_cast<std::size_t>(incx), true},
+                 {y, static_cast<std::size_t>(incy), false}, &out, 1, accumulate, {b.seed, b.stream + index}, nullptr, 1,
+                 exec_.kernels, nullptr);
+  return out;
+}
+
 bool Ctx<Emulated>::rows_fast(const numerics::RowBatch& rows, std::span<double> out) const {
   const numerics::Accumulation& a = prec_.accumulate;
   if (!fast_paths() || a.rounding == numerics::Rounding::Stochastic || !numerics::row_kernel_name(a, exec_.kernels))

@@ -244,6 +244,13 @@ class Ctx<Emulated> {
   void gemm_in(std::size_t M, std::size_t N, std::size_t K, std::span<const double> a, bool a_transposed, Tensor ta,
                std::span<const double> b, bool b_transposed, Tensor tb, double* C, std::size_t ldc, bool accumulate,
                Key r) const;
+  /// C_ij of gemm(M, N, K, A, B, C, ldc, accumulate, r) alone, index = i·N + j: Σ_k x[k·incx]·y[k·incy] (row i
+  /// of A, column j of B) under the accumulation, c (the current C_ij) entering the accumulator first when
+  /// `accumulate`, with the stochastic stream that GEMM gives C_ij (numerics::gemm: sub_stream(bits, r) advanced by
+  /// the index); left in the accumulator format. The per-element form of a GEMM, for op references
+  /// (ops/matmul.hpp) and their tests: bit for bit C_ij of the whole GEMM, in every mode.
+  double gemm_element(const double* x, std::ptrdiff_t incx, const double* y, std::ptrdiff_t incy, std::size_t K,
+                      bool accumulate, double c, Key r, std::size_t index) const;
   /// True when gemm() gives every C_ij the bits dot() gives before its conversion to compute, so that ops may
   /// batch their dots into GEMMs (the SIMD kernels). Holds whenever the accumulation does not round
   /// stochastically: numerics::gemm and numerics::dot then run the same reduction per element (or a kernel
@@ -498,6 +505,14 @@ class Ctx<Reference> {
         for (std::size_t k = 0; k < K; ++k) s += A(i, k) * B(k, j);
         C[i * ldc + j] = s;
       }
+  }
+  /// Same contract as Ctx<Emulated>::gemm_element.
+  Ref gemm_element(const Ref* x, std::ptrdiff_t incx, const Ref* y, std::ptrdiff_t incy, std::size_t K,
+                   bool accumulate, const Ref& c, Key, std::size_t) const {
+    Ref s = accumulate ? c : Ref(0);
+    for (std::size_t k = 0; k < K; ++k)
+      s += x[static_cast<std::ptrdiff_t>(k) * incx] * y[static_cast<std::ptrdiff_t>(k) * incy];
+    return s;
   }
   /// Same contract as Ctx<Emulated>::gemm_in (the casts are exact here).
   void gemm_in(std::size_t M, std::size_t N, std::size_t K, std::span<const Ref> a, bool a_transposed, Tensor,

@@ -19,6 +19,7 @@
 #include "ops/backend.hpp"
 #include "ops/shape.hpp"
 #include "ops/span_arith.hpp"
+#include "ops/steps.hpp"
 
 namespace roundoff::ops {
 
@@ -62,12 +63,50 @@ inline std::optional<HeadGroups> head_groups(std::span<const int> head_map, std:
   return g;
 }
 
+namespace detail {
+/// kv_reduce_backward_reference's token row n.
+template <class A>
+void kv_reduce_row(std::int64_t n, std::span<typename A::Value> dkv, std::span<const typename A::Value> dfull,
+                   std::span<const int> head_map, std::int64_t kv_heads, std::int64_t hs, const Ctx<A>& ctx) {
+  using V = typename A::Value;
+  const auto NH = static_cast<std::int64_t>(head_map.size());
+  std::vector<V> terms;
+  terms.reserve(static_cast<std::size_t>(NH));
+  for (std::int64_t j = 0; j < kv_heads; ++j)
+    for (std::int64_t i = 0; i < hs; ++i) {
+      terms.clear();
+      for (std::int64_t h = 0; h < NH; ++h)
+        if (head_map[static_cast<std::size_t>(h)] == j) {
+          const auto f = static_cast<std::size_t>((n * NH + h) * hs + i);
+          terms.push_back(store_cast(ctx, Tensor::Dy, f, dfull[f]));
+        }
+      const auto e = static_cast<std::size_t>((n * kv_heads + j) * hs + i);
+      Steps<A> dx(ctx, Tensor::Dx, e);
+      const V s = dx.sum(terms.data(), 1, terms.size());
+      const V old = dx.store(dkv[e]);
+      dkv[e] = dx.store(dx.add(old, s));
+    }
+}
+}  // namespace detail
+
 /// dkv (rows, NKV·hs) += Σ over the query heads of each KV head of dfull (rows, NH·hs). Policy pass
-/// BackwardData of the caller's entry. When every KV head's query heads form arithmetic progressions of one
+/// BackwardData of the caller's entry. The reference (ops/steps.hpp): g = store(dfull) [Dy] (the entry cast, by
+/// store: store_cast); per element e = (n, j, i) of dkv, on Dx at e: s = Σ_{h : head_map[h] = j} g[n, h, i] (sum,
+/// h ascending), old = store(dkv), dkv = store(old + s).
+template <class A>
+void kv_reduce_backward_reference(std::span<typename A::Value> dkv, std::span<const typename A::Value> dfull,
+                                  std::span<const int> head_map, std::int64_t kv_heads, std::int64_t hs,
+                                  const Ctx<A>& ctx) {
+  const auto NH = static_cast<std::int64_t>(head_map.size());
+  const std::int64_t rows = static_cast<std::int64_t>(dfull.size()) / (NH * hs);
+  for (std::int64_t n = 0; n < rows; ++n) detail::kv_reduce_row(n, dkv, dfull, head_map, kv_heads, hs, ctx);
+}
+
+/// kv_reduce_backward_reference, unit by unit. When every KV head's query heads form arithmetic progressions of one
 /// length and stride (head_groups: the block and the cyclic maps), row by row on the span forms: dfull's row cast
-/// with store_array (in() with its keys), the sums as ctx.dot_rows (each output its own sum, bit for bit the
-/// per-reduction ctx.sum), then in(dkv) + s and the store as store_array / arith_array with the same keys as the
-/// per-element definition below (the oracle: always with the fast paths off).
+/// with store_array, the sums as ctx.dot_rows (each output its own sum, bit for bit the per-reduction ctx.sum),
+/// then store(dkv) + s and the store as store_array / arith_array; otherwise (or with the fast paths off) the
+/// reference's rows.
 template <class A>
 void kv_reduce_backward(std::span<typename A::Value> dkv, std::span<const typename A::Value> dfull,
                         std::span<const int> head_map, std::int64_t kv_heads, std::int64_t hs, const Ctx<A>& ctx,
@@ -86,37 +125,24 @@ void kv_reduce_backward(std::span<typename A::Value> dkv, std::span<const typena
       sum.resize(kv);
       len.assign(static_cast<std::size_t>(hs), static_cast<std::size_t>(groups->group));
       const auto o = static_cast<std::size_t>(n) * full, e0 = static_cast<std::size_t>(n) * kv;
-      ctx.store_array(dfull.subspan(o, full), std::span<V>(x), [o](std::size_t i) { return key(Tensor::Dy, o + i, 0); });
+      SlotSeq Dx(Tensor::Dx, e0);
+      const auto k_sum = Dx.next(), k_in = Dx.next(), k_add = Dx.next(), k_store = Dx.next();
+      ctx.store_array(dfull.subspan(o, full), std::span<V>(x), SlotSeq(Tensor::Dy, o).next());
       for (std::int64_t j = 0; j < kv_heads; ++j) {
-        const auto ej = e0 + static_cast<std::size_t>(j * hs);
+        const auto ej = static_cast<std::size_t>(j * hs);
         ctx.dot_rows(numerics::BasicRowBatch<V>{len, x.data() + groups->first[static_cast<std::size_t>(j)] * hs, 1,
                                                groups->stride * hs},
-                     std::span<V>(sums.data() + static_cast<std::size_t>(j * hs), static_cast<std::size_t>(hs)),
-                     [ej](std::size_t i) { return key(Tensor::Dx, ej + i, 0); });
+                     std::span<V>(sums.data() + ej, static_cast<std::size_t>(hs)),
+                     [&](std::size_t i) { return k_sum(ej + i); });
       }
       const std::span<V> out = dkv.subspan(e0, kv);
-      ctx.store_array(std::span<const V>(out), std::span<V>(in), [e0](std::size_t i) { return key(Tensor::Dx, e0 + i, 1); });
-      arith_array(ctx, ArithOp::Add, cspan(in), cspan(sums), std::span<V>(sum),
-                  [e0](std::size_t i) { return key(Tensor::Dx, e0 + i, 2); });
-      ctx.store_array(cspan(sum), out, [e0](std::size_t i) { return key(Tensor::Dx, e0 + i, 3); });
+      ctx.store_array(std::span<const V>(out), std::span<V>(in), k_in);  // the cast, by store (store_cast)
+      arith_array(ctx, ArithOp::Add, cspan(in), cspan(sums), std::span<V>(sum), k_add);
+      ctx.store_array(cspan(sum), out, k_store);
     });
     return;
   }
-  for_units(rows, sel, [&](std::int64_t n) {
-    std::vector<V> terms;
-    terms.reserve(static_cast<std::size_t>(NH));
-    for (std::int64_t j = 0; j < kv_heads; ++j)
-      for (std::int64_t i = 0; i < hs; ++i) {
-        terms.clear();
-        for (std::int64_t h = 0; h < NH; ++h)
-          if (head_map[static_cast<std::size_t>(h)] == j)
-            terms.push_back(ctx.in(dfull[static_cast<std::size_t>((n * NH + h) * hs + i)],
-                                   key(Tensor::Dy, (n * NH + h) * hs + i, 0)));
-        const auto e = static_cast<std::size_t>((n * kv_heads + j) * hs + i);
-        const V s = ctx.sum(terms.data(), 1, terms.size(), key(Tensor::Dx, e, 0));
-        dkv[e] = ctx.store(ctx.add(ctx.in(dkv[e], key(Tensor::Dx, e, 1)), s, key(Tensor::Dx, e, 2)), key(Tensor::Dx, e, 3));
-      }
-  });
+  for_units(rows, sel, [&](std::int64_t n) { detail::kv_reduce_row(n, dkv, dfull, head_map, kv_heads, hs, ctx); });
 }
 
 }  // namespace roundoff::ops

@@ -39,12 +39,15 @@
 /// Unit (Select): a head (b, h), like attn_values_forward. One evaluation order per unit (s ascending), so
 /// the result does not depend on the thread count.
 ///
-/// Stochastic-rounding keys (distinct per rounding), score element e = ((b·NH + h)·T + t)·T + s: sm: the cast
-/// (Preatt, e, 0), p's subtraction and exp (Att, e, 0–1), α's (Att, e, 2–3), lse (Lse, row, 0–2); the ℓ context:
-/// ℓ·α (Att, e, 0), ℓ + p (Att, e, 1); av: the cast of p (Att, e, 0), v's entry cast (V, ·, 0), y = o/ℓ and its
-/// store (Out, (b, t, h, d), 0–1); the o context: o·α (RunningSum, e·hs + d, 0), the adds into o of the run of
-/// steps starting at score element e (Att, e, 0). The ℓ and o contexts draw from their own streams
-/// sub_stream(sm.bits(), key(RunningSum, 0, 0)) and sub_stream(av.bits(), key(RunningSum, 0, 0)).
+/// Stochastic-rounding slots (ops/steps.hpp: each context counts its own, per tensor element, in this order), score
+/// element e = ((b·NH + h)·T + t)·T + s: sm: the cast [Preatt at e], then on Att at e p's subtraction and exp, α's
+/// subtraction and exp (taken up front in that order: α is computed first when the max grows), and on Lse at the
+/// row: log ℓ, m + log ℓ, the store; the ℓ context, on Att at e: ℓ·α, ℓ + p; av: the cast of p [Att at e], v's entry
+/// cast [V], and on Out at (b, t, h, d): y = o/ℓ, its store; the o context: o·α [RunningSum at e·hs + d], the adds
+/// into o of the run of steps starting at score element e [Att at e: one GEMM keyed by that slot]. The ℓ and o
+/// contexts draw from their own streams, keyed by the first slot of RunningSum's element 0 in the sm and av streams.
+/// The function is one scalar body, its own reference (the GEMM of a run is part of the definition: under a
+/// stochastic accumulation its draws are the GEMM's).
 #include <algorithm>
 #include <span>
 #include <vector>
@@ -52,6 +55,7 @@
 #include "ops/attention.hpp"
 #include "ops/backend.hpp"
 #include "ops/shape.hpp"
+#include "ops/steps.hpp"
 
 namespace roundoff::ops {
 
@@ -82,8 +86,9 @@ void online_attention_forward(std::span<typename A::Value> y, std::span<typename
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
   const std::vector<V> vs = detail::cast_in(v, av, Tensor::V);
-  const Ctx<A> acc_l(detail::running_sum_precision(sm.precision()), sub_stream(sm.bits(), key(Tensor::RunningSum, 0, 0)));
-  const Ctx<A> acc_o(detail::running_sum_precision(av.precision()), sub_stream(av.bits(), key(Tensor::RunningSum, 0, 0)));
+  const Key k_running = SlotSeq(Tensor::RunningSum).next()(0);  // the streams of the ℓ and o contexts
+  const Ctx<A> acc_l(detail::running_sum_precision(sm.precision()), sub_stream(sm.bits(), k_running));
+  const Ctx<A> acc_o(detail::running_sum_precision(av.precision()), sub_stream(av.bits(), k_running));
   const V zero = acc_o.c(0.0);
   const auto hs = static_cast<std::size_t>(s.hs);
   const auto ldv = static_cast<std::size_t>(s.C());
@@ -93,7 +98,7 @@ void online_attention_forward(std::span<typename A::Value> y, std::span<typename
     const std::int64_t b = u / s.NH, h = u % s.NH;
     for (std::int64_t t = 0; t < s.T; ++t) {
       const std::size_t e0 = detail::at4(s, b, h, t, 0);
-      V m = sm.in(preatt[e0], key(Tensor::Preatt, e0, 0));
+      V m = in_cast(sm, Tensor::Preatt, e0, preatt[e0]);
       V l = zero;
       std::fill(o.begin(), o.end(), zero);
       pv.clear();
@@ -101,33 +106,38 @@ void online_attention_forward(std::span<typename A::Value> y, std::span<typename
       // o ← o + Σ_{s in run} p_s·v_s, sequentially from o's current value.
       auto flush = [&]() {
         if (pv.empty()) return;
+        Steps<A> first(acc_o, Tensor::Att, e0 + static_cast<std::size_t>(run));  // the run's first score element
         acc_o.gemm(1, hs, pv.size(), M{pv.data(), pv.size()}, M{vs.data() + detail::at3(s, b, run, h, 0), ldv},
-                   o.data(), hs, true, key(Tensor::Att, e0 + static_cast<std::size_t>(run), 0));
+                   o.data(), hs, true, first.next());
         pv.clear();
       };
       for (std::int64_t j = 0; j <= t; ++j) {
         const std::size_t e = e0 + static_cast<std::size_t>(j);
-        const V x = j == 0 ? m : sm.in(preatt[e], key(Tensor::Preatt, e, 0));
+        Steps<A> att(sm, Tensor::Att, e), lsum(acc_l, Tensor::Att, e);
+        const Key k_p_sub = att.next(), k_p_exp = att.next(), k_a_sub = att.next(), k_a_exp = att.next();
+        const Key k_l_mul = lsum.next(), k_l_add = lsum.next();
+        const V x = j == 0 ? m : in_cast(sm, Tensor::Preatt, e, preatt[e]);
         if (x > m) {
           flush();
-          const V alpha = sm.exp(sm.sub(m, x, key(Tensor::Att, e, 2)), key(Tensor::Att, e, 3));
-          l = acc_l.mul(l, alpha, key(Tensor::Att, e, 0));
-          for (std::size_t d = 0; d < hs; ++d) o[d] = acc_o.mul(o[d], alpha, key(Tensor::RunningSum, e * hs + d, 0));
+          const V alpha = sm.exp(sm.sub(m, x, k_a_sub), k_a_exp);
+          l = acc_l.mul(l, alpha, k_l_mul);
+          for (std::size_t d = 0; d < hs; ++d) o[d] = Steps<A>(acc_o, Tensor::RunningSum, e * hs + d).mul(o[d], alpha);
           m = x;
           run = j;
         }
-        const V p = sm.exp(sm.sub(x, m, key(Tensor::Att, e, 0)), key(Tensor::Att, e, 1));
-        l = acc_l.add(l, p, key(Tensor::Att, e, 1));
-        pv.push_back(av.in(p, key(Tensor::Att, e, 0)));
+        const V p = sm.exp(sm.sub(x, m, k_p_sub), k_p_exp);
+        l = acc_l.add(l, p, k_l_add);
+        pv.push_back(in_cast(av, Tensor::Att, e, p));
       }
       flush();
       for (std::size_t d = 0; d < hs; ++d) {
         const std::size_t ey = detail::at3(s, b, t, h, static_cast<std::int64_t>(d));
-        y[ey] = av.store(av.div(o[d], l, key(Tensor::Out, ey, 0)), key(Tensor::Out, ey, 1));
+        Steps<A> out(av, Tensor::Out, ey);
+        y[ey] = out.store(out.div(o[d], l));
       }
       const auto row = static_cast<std::size_t>(u * s.T + t);
-      lse[row] = sm.store(sm.add(m, sm.log(l, key(Tensor::Lse, row, 0)), key(Tensor::Lse, row, 1)),
-                          key(Tensor::Lse, row, 2));
+      Steps<A> ls(sm, Tensor::Lse, row);
+      lse[row] = ls.store(ls.add(m, ls.log(l)));
     }
   });
 }
@@ -136,7 +146,8 @@ void online_attention_forward(std::span<typename A::Value> y, std::span<typename
 /// the saved log-sum-exp (FlashAttention's backward), for attn_values_backward_data and softmax_backward_data.
 /// Rounding contract: preatt and lse rounded to storage on entry; the subtraction and the exp one rounding to
 /// compute each; att stored. The Runner runs it under the Softmax backward-data entry (it is part of the
-/// backward pass). Unit (Select): a query row (b, h, t), like softmax_forward. Overwrites att.
+/// backward pass). Unit (Select): a query row (b, h, t), like softmax_forward. Overwrites att. Slots (one scalar
+/// body, its own reference): the casts [Lse at the row, Preatt at e]; on Att at e: the subtraction, exp, store.
 template <class A>
 void softmax_from_lse(std::span<typename A::Value> att, std::span<const typename A::Value> preatt,
                       std::span<const typename A::Value> lse, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
@@ -145,14 +156,16 @@ void softmax_from_lse(std::span<typename A::Value> att, std::span<const typename
     const std::int64_t t = row % s.T;
     const auto r = static_cast<std::size_t>(row);
     const auto o = static_cast<std::size_t>(row * s.T);
-    const V L = ctx.in(lse[r], key(Tensor::Lse, r, 0));
+    const V L = in_cast(ctx, Tensor::Lse, r, lse[r]);
     for (std::size_t j = 0; j < static_cast<std::size_t>(s.T); ++j) {
       const std::size_t e = o + j;
-      att[e] = j <= static_cast<std::size_t>(t)
-                   ? ctx.store(ctx.exp(ctx.sub(ctx.in(preatt[e], key(Tensor::Preatt, e, 0)), L, key(Tensor::Att, e, 0)),
-                                       key(Tensor::Att, e, 1)),
-                               key(Tensor::Att, e, 2))
-                   : V(0);
+      if (j > static_cast<std::size_t>(t)) {
+        att[e] = V(0);
+        continue;
+      }
+      const V x = in_cast(ctx, Tensor::Preatt, e, preatt[e]);
+      Steps<A> a(ctx, Tensor::Att, e);
+      att[e] = a.store(a.exp(a.sub(x, L)));
     }
   });
 }

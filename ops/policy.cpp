@@ -8,6 +8,7 @@
 #include <functional>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -315,6 +316,21 @@ Policy nvfp4_recipe() {
   return p;
 }
 
+/// The fp8 recipes' linear layers: every pass of the Projection group's GEMMs reads the fp8 operands x, W and dy and
+/// accumulates under `fwd_acc` (Pass::Forward) or `bwd_acc` (both backward passes).
+void fp8_projections(Policy& p, const Fp8Operand& x, const Fp8Operand& w, const Fp8Operand& dy, std::string_view fwd_acc,
+                     std::string_view bwd_acc) {
+  for (OpKind k : kAllOps)
+    if (group_of(k) == OpGroup::Projection)
+      for (Pass ps : kAllPasses) {
+        OpPrecision& e = p.at(k, ps);
+        e.quant.fp8[index_of(GemmRole::X)] = x;
+        e.quant.fp8[index_of(GemmRole::W)] = w;
+        e.quant.fp8[index_of(GemmRole::Dy)] = dy;
+        e.accumulate = numerics::parse_accumulation(ps == Pass::Forward ? fwd_acc : bwd_acc);
+      }
+}
+
 /// Transformer Engine's per-tensor fp8 recipes (issue 44, docs/policy.md "FP8 training recipes"): h100-amp-bf16 with
 /// the linear layers' GEMMs (the Projection group, every pass) reading per-tensor scaled fp8 operands: x and W in E4M3,
 /// dy in E5M2 (TE's Format.HYBRID); fprop without promotion (TE's _2X_ACC_FPROP = False: cuBLAS fast accumulation),
@@ -324,16 +340,7 @@ Policy nvfp4_recipe() {
 Policy te_fp8(const Fp8Scaling& scaling) {
   Policy p = amp_layout(fmts::bf16, 1.0, numerics::parse_accumulation("tc-h100-bf16"));
   const Fp8Operand e4m3{Fp8Elem::E4M3, 0, 0}, e5m2{Fp8Elem::E5M2, 0, 0};
-  for (OpKind k : kAllOps)
-    if (group_of(k) == OpGroup::Projection)
-      for (Pass ps : kAllPasses) {
-        OpPrecision& e = p.at(k, ps);
-        e.quant.fp8[index_of(GemmRole::X)] = e4m3;
-        e.quant.fp8[index_of(GemmRole::W)] = e4m3;
-        e.quant.fp8[index_of(GemmRole::Dy)] = e5m2;
-        e.accumulate = numerics::parse_accumulation(ps == Pass::Forward ? "tc-h100-fp8"
-                                                                        : "tc-h100-fp8-e5m2,promote=128:fp32");
-      }
+  fp8_projections(p, e4m3, e4m3, e5m2, "tc-h100-fp8", "tc-h100-fp8-e5m2,promote=128:fp32");
   p.set_fp8_scaling(scaling);
   return p;
 }
@@ -348,15 +355,8 @@ Policy deepseek_fp8(bool promote) {
   // Zero-padded last blocks (DeepGEMM pads K to a multiple of 128): the same as exact blocks where 128 divides the
   // dimension, and T1's SwiGLU hidden size (352) runs.
   const Fp8Operand tile{Fp8Elem::E4M3, 1, 128, true}, block{Fp8Elem::E4M3, 128, 128, true};
-  for (OpKind k : kAllOps)
-    if (group_of(k) == OpGroup::Projection)
-      for (Pass ps : kAllPasses) {
-        OpPrecision& e = p.at(k, ps);
-        e.quant.fp8[index_of(GemmRole::X)] = tile;
-        e.quant.fp8[index_of(GemmRole::W)] = block;
-        e.quant.fp8[index_of(GemmRole::Dy)] = tile;
-        e.accumulate = numerics::parse_accumulation(promote ? "tc-h100-fp8,promote=128:fp32" : "tc-h100-fp8");
-      }
+  const char* acc = promote ? "tc-h100-fp8,promote=128:fp32" : "tc-h100-fp8";
+  fp8_projections(p, tile, block, tile, acc, acc);
   return p;
 }
 
