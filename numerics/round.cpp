@@ -175,7 +175,12 @@ double round_to(const RoundingPlan& plan, Rounding mode, double x, std::uint64_t
           const std::uint64_t m = (mag & ((std::uint64_t{1} << 52) - 1)) | (std::uint64_t{1} << 52);
           const std::uint64_t q = sh == 64 ? 0 : m >> sh;
           const std::uint64_t frac64 = sh == 64 ? m : (m & ((std::uint64_t{1} << sh) - 1)) << (64 - sh);
-          y = std::ldexp(static_cast<double>(q + (draw < frac64 ? 1 : 0)), qexp);
+          const auto up = static_cast<double>(q + (draw < frac64 ? 1 : 0));  // < 2^54: exact
+          // up·2^qexp, exact either way (a normal power of two times an integer >= 1 stays normal); the
+          // multiplication saves ldexp's call on the common path
+          y = qexp >= -1022 && qexp <= 1023
+                  ? up * std::bit_cast<double>(static_cast<std::uint64_t>(qexp + 1023) << 52)
+                  : std::ldexp(up, qexp);
         }  // else: x is a format value (exact), and its fraction 0 never rounds up
         if (y > plan.max_finite) return overflow_value(plan, mode, neg);
         return neg ? -y : y;

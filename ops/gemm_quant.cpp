@@ -73,11 +73,12 @@ void rht_rows(std::span<double> v, std::size_t K, std::uint64_t seed) {
   for (std::size_t b = 0; b + kRhtSize <= v.size(); b += kRhtSize) {  // runs never straddle rows: K % 16 == 0
     (void)K;
     for (std::size_t i = 0; i < kRhtSize; ++i) in[i] = v[b + i];
-    for (std::size_t j = 0; j < kRhtSize; ++j) {
-      double s = 0;
-      for (std::size_t i = 0; i < kRhtSize; ++i) s += in[i] * q[i * kRhtSize + j];
-      v[b + j] = static_cast<double>(static_cast<float>(s));  // nearest-even to fp32
-    }
+    // s_j = Σ_i in_i·Q_ij in i order from 0, for the 16 j side by side (each s_j sees the same additions in the
+    // same order as one j at a time; the j loop is the one the compiler can vectorise)
+    std::array<double, kRhtSize> s{};
+    for (std::size_t i = 0; i < kRhtSize; ++i)
+      for (std::size_t j = 0; j < kRhtSize; ++j) s[j] += in[i] * q[i * kRhtSize + j];
+    for (std::size_t j = 0; j < kRhtSize; ++j) v[b + j] = static_cast<double>(static_cast<float>(s[j]));  // RN fp32
   }
 }
 
