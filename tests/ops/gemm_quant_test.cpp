@@ -374,8 +374,8 @@ TEST(GemmQuant, KeptWeightQuantizationHasTheBitsAndIsDroppedWhenWChanges) {
   for (const bool tiles : {false, true}) {
     const OpPrecision p = tiles ? quantized_entry("nvfp4", "nvfp4-16x16", "nvfp4")
                                 : quantized_entry("mxfp8-e4m3", "mxfp8-e4m3", "mxfp8-e5m2");
-    const std::size_t N = 32, I = 64, O = 48;
-    const MatmulShape s{32, 64, 48};
+    const std::size_t N = 32, I = 64, O = 96;
+    const MatmulShape s{32, 64, 96};
     const std::vector<double> x = test::randn(N * I, 1.0, fmts::fp32, 81), dy = test::randn(N * O, 1e-3, fmts::fp32, 82);
     std::vector<double> w = test::randn(O * I, 0.1, fmts::fp32, 83);
     numerics::kernels::PackCache cache;
