@@ -1,5 +1,6 @@
 // Bit-exact SIMD GEMM kernels (see gemm_kernels.hpp for the contract and the exactness argument).
 #include "numerics/gemm_kernels.hpp"
+#include "numerics/pack_cache_derived.hpp"
 
 // GCC 12's AVX-512 intrinsics build their pass-through operands from _mm512_undefined_*(), which
 // -Wmaybe-uninitialized reports once inlined (a known false positive of the header).
@@ -15,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -493,6 +495,17 @@ struct PackCache::Impl {
   std::vector<std::shared_ptr<const PackedB>> entries;
   std::size_t bytes = 0;
   std::uint64_t hits = 0, misses = 0;
+  /// Derived operands (find_derived): made from [data, data + n) under `version`.
+  struct Derived {
+    const double* data;
+    std::size_t n;
+    std::uint64_t version;
+    std::string tag;
+    std::shared_ptr<const std::vector<double>> values;
+  };
+  std::vector<Derived> derived;
+  std::size_t derived_bytes = 0;
+  std::uint64_t derived_hits = 0;
 
   /// Drops the entries made from inside [data, data + n) (under any version).
   void drop_range(const double* data, std::size_t n) {
@@ -501,6 +514,17 @@ struct PackCache::Impl {
       if (inside) bytes -= e->floats * sizeof(float);
       return inside;
     });
+    std::erase_if(derived, [&](const Derived& d) {
+      const bool inside = d.data >= data && d.data < data + n;
+      if (inside) derived_bytes -= d.values->size() * sizeof(double);
+      return inside;
+    });
+  }
+  /// The version of the registered range holding [data, data + n), if any.
+  std::optional<std::uint64_t> version_of(const double* data, std::size_t n) const {
+    for (const ImmutableRange& r : ranges)
+      if (data >= r.data && data + n <= r.data + r.n) return r.version;
+    return std::nullopt;
   }
 };
 
@@ -773,6 +797,46 @@ PackCacheStats PackCache::stats() const {
   Impl& pc = *impl_;
   const std::lock_guard<std::mutex> lock(pc.mutex);
   return {pc.ranges.size(), pc.entries.size(), pc.bytes, pc.hits, pc.misses};
+}
+
+DerivedStats derived_stats(const PackCache& cache) {
+  PackCache::Impl& pc = cache.impl();
+  const std::lock_guard<std::mutex> lock(pc.mutex);
+  return {pc.derived.size(), pc.derived_bytes, pc.derived_hits};
+}
+
+namespace {
+/// The derived operands' capacity (A512's quantized weights, both layouts: ≈ 180 MB).
+constexpr std::size_t kDerivedBytes = std::size_t{512} << 20;
+}  // namespace
+
+std::shared_ptr<const std::vector<double>> find_derived(const PackCache& cache, const double* data, std::size_t n,
+                                                        const std::string& tag) {
+  PackCache::Impl& pc = cache.impl();
+  const std::lock_guard<std::mutex> lock(pc.mutex);
+  const std::optional<std::uint64_t> version = pc.version_of(data, n);
+  if (!version) return nullptr;
+  for (const PackCache::Impl::Derived& d : pc.derived)
+    if (d.data == data && d.n == n && d.version == *version && d.tag == tag) {
+      ++pc.derived_hits;
+      return d.values;
+    }
+  return nullptr;
+}
+
+void store_derived(PackCache& cache, const double* data, std::size_t n, std::string tag, std::vector<double> values) {
+  PackCache::Impl& pc = cache.impl();
+  const std::lock_guard<std::mutex> lock(pc.mutex);
+  const std::optional<std::uint64_t> version = pc.version_of(data, n);
+  const std::size_t b = values.size() * sizeof(double);
+  if (!version || pc.derived_bytes + b > kDerivedBytes) return;
+  std::erase_if(pc.derived, [&](const PackCache::Impl::Derived& d) {  // an older version's entry of the same key
+    const bool same = d.data == data && d.n == n && d.tag == tag;
+    if (same) pc.derived_bytes -= d.values->size() * sizeof(double);
+    return same;
+  });
+  pc.derived.push_back({data, n, *version, std::move(tag), std::make_shared<const std::vector<double>>(std::move(values))});
+  pc.derived_bytes += b;
 }
 
 const char* kernel_name(const Accumulation& a, const KernelOptions& opts) {

@@ -158,6 +158,35 @@ double round_to(const RoundingPlan& plan, Rounding mode, double x, std::uint64_t
     if (y > plan.max_finite) return overflow_value(plan, mode, neg);
     return neg ? -y : y;
   }
+  if (mode == Rounding::Stochastic) {
+    // round_parts's stochastic rounding of a normal double x = m·2^(E-52) (m < 2^53, leading bit E) whose
+    // quantum 2^qexp lies at most 64 bits above its last bit (sh = qexp − (E − 52) <= 64), in 64-bit integers:
+    // q = ⌊m / 2^sh⌋, and frac64 = (m mod 2^sh)·2^(64−sh) is round_parts's frac64 with nothing below it
+    // (frac_rest false), so up iff draw < frac64; the result and its overflow as round_parts computes them.
+    const int ef = static_cast<int>((bits >> 52) & 0x7FF);
+    if (ef != 0 && ef != 0x7FF) {
+      const int E = ef - 1023;
+      const int qexp = E >= plan.format.emin ? E - plan.format.precision + 1 : plan.qexp_min;
+      const int sh = qexp - (E - 52);
+      if (sh <= 64) {
+        const bool neg = bits >> 63;
+        double y = std::bit_cast<double>(mag);
+        if (sh > 0) {
+          const std::uint64_t m = (mag & ((std::uint64_t{1} << 52) - 1)) | (std::uint64_t{1} << 52);
+          const std::uint64_t q = sh == 64 ? 0 : m >> sh;
+          const std::uint64_t frac64 = sh == 64 ? m : (m & ((std::uint64_t{1} << sh) - 1)) << (64 - sh);
+          const auto up = static_cast<double>(q + (draw < frac64 ? 1 : 0));  // < 2^54: exact
+          // up·2^qexp, exact either way (a normal power of two times an integer >= 1 stays normal); the
+          // multiplication saves ldexp's call on the common path
+          y = qexp >= -1022 && qexp <= 1023
+                  ? up * std::bit_cast<double>(static_cast<std::uint64_t>(qexp + 1023) << 52)
+                  : std::ldexp(up, qexp);
+        }  // else: x is a format value (exact), and its fraction 0 never rounds up
+        if (y > plan.max_finite) return overflow_value(plan, mode, neg);
+        return neg ? -y : y;
+      }
+    }
+  }
   if (!std::isfinite(x)) return special_value(plan, x);
   if (x == 0) return x;
   std::uint64_t m;

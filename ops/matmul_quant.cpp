@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "numerics/pack_cache_derived.hpp"
 
 namespace roundoff::ops {
 
@@ -101,6 +104,47 @@ std::span<const double> one_operand(const Ctx<Emulated>& ctx, Pass pass, const O
   return out;
 }
 
+/// The key of a weight operand's cast and quantization in the pack cache's derived operands (numerics/pack_cache_derived.hpp),
+/// or "" when it cannot be kept: the result must be a function of W's values and of what the key names alone, so
+/// not with stochastic draws (the entry cast's or the elements'), scaled fp8 (its scales are state), or the fast
+/// paths off (the oracle runs everything afresh). It names the entry cast (storage format, mode, daz, NaN rule), the
+/// block quantization (format, RHT and its seed) and the layout: the shape and the contraction axis, except for a
+/// format quantized in the storage layout without the RHT, which ignores the axis (fwd and bwd-data share it).
+std::string weight_cache_key(const Ctx<Emulated>& ctx, const OperandSpec& o) {
+  const OpPrecision& p = ctx.precision();
+  const GemmQuant& q = p.quant;
+  if (o.role != GemmRole::W || !ctx.fast_paths() || ctx.exec().pack_cache == nullptr ||
+      p.rounding == numerics::Rounding::Stochastic || q.stochastic[index_of(o.role)] || q.fp8_of(o.role).on())
+    return "";
+  const std::optional<numerics::BlockFormat>& f = q.of(o.role);
+  const bool any_axis = f && !q.rht && quantized_in_storage_layout(*f);
+  return "quant-w " + std::to_string(o.rows) + "x" + std::to_string(o.cols) +
+         (any_axis ? " storage" : o.k_is_cols ? " k=cols" : " k=rows") + " " + (f ? f->name : "-") +
+         (q.rht ? " rht " + std::to_string(q.rht_seed) : "") + " cast " + numerics::name_of(p.storage) + " " +
+         std::to_string(static_cast<int>(p.rounding)) + " daz " + std::to_string(static_cast<int>(p.daz)) + " nan " +
+         std::to_string(static_cast<int>(p.nan));
+}
+
+/// one_operand, with a weight's result kept in the pack cache while the model's promise that W does not change
+/// holds (a registered immutable range, numerics/gemm_kernels.hpp): the micro-steps of an update and the
+/// evaluations then cast and quantize each weight once per key. The kept values are those one_operand computed,
+/// so the bits are the same.
+std::span<const double> one_operand_cached(const Ctx<Emulated>& ctx, Pass pass, const OperandSpec& o,
+                                           std::span<const double> v, std::size_t slot, const Fp8Slots* fp8,
+                                           OperandScales* sc) {
+  const std::string tag = weight_cache_key(ctx, o);
+  if (tag.empty()) return one_operand(ctx, pass, o, v, slot, fp8, sc);
+  numerics::kernels::PackCache& cache = *ctx.exec().pack_cache;
+  const std::span<double> out = scratch_buffer<double>(v.size(), slot);
+  if (const auto kept = numerics::kernels::find_derived(cache, v.data(), v.size(), tag); kept && kept->size() == v.size()) {
+    std::copy(kept->begin(), kept->end(), out.begin());
+    return out;
+  }
+  const std::span<const double> r = one_operand(ctx, pass, o, v, slot, fp8, sc);
+  numerics::kernels::store_derived(cache, v.data(), v.size(), tag, std::vector<double>(r.begin(), r.end()));
+  return r;
+}
+
 }  // namespace
 
 QuantOperands quantized_operands(const Ctx<Emulated>& ctx, Pass pass, MatmulShape s, std::span<const double> a,
@@ -125,8 +169,8 @@ QuantOperands quantized_operands(const Ctx<Emulated>& ctx, Pass pass, MatmulShap
   r.exact = exact_fp8(ctx.precision(), oa.role, ob.role);
   if (r.exact) r.kb = static_cast<std::size_t>(ctx.precision().accumulate.promote_every);
   // The entry casts take slots 0 and 1 and are consumed before the next cast reuses them.
-  r.a = one_operand(ctx, pass, oa, a, 2, fp8, r.exact ? &r.sa : nullptr);
-  r.b = one_operand(ctx, pass, ob, b, 3, fp8, r.exact ? &r.sb : nullptr);
+  r.a = one_operand_cached(ctx, pass, oa, a, 2, fp8, r.exact ? &r.sa : nullptr);
+  r.b = one_operand_cached(ctx, pass, ob, b, 3, fp8, r.exact ? &r.sb : nullptr);
   return r;
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <random>
 #include <span>
 #include <vector>
 
@@ -165,5 +166,64 @@ TEST(Stochastic, ArrayRoundingIsIdenticalForOneAndTwoThreadsAndAnySplit) {
     ASSERT_EQ(std::bit_cast<std::uint32_t>(f1[i]), std::bit_cast<std::uint32_t>(f2[i])) << i;
     ASSERT_EQ(static_cast<double>(f1[i]), round_to(plan, Rounding::Stochastic, static_cast<double>(srcf[i]), bits.draw(i)))
         << i;
+  }
+}
+
+namespace {
+
+/// The definition of stochastic rounding, round_parts on x's exact parts (round_to's integer path for normal doubles
+/// must give exactly its bits).
+double sr_definition(const RoundingPlan& plan, double x, std::uint64_t draw) {
+  std::uint64_t m;
+  int e;
+  split_double(x, m, e);
+  return round_parts(plan, Rounding::Stochastic, ExactParts{std::signbit(x), m, e, false}, draw);
+}
+
+/// The least draw at which x is no longer rounded up (the definition is monotone: up iff draw < threshold), or 2^64
+/// when x rounds up at every draw (as the u128 2^64).
+unsigned __int128 up_threshold(const RoundingPlan& plan, double x) {
+  const double up = sr_definition(plan, x, 0);
+  if (sr_definition(plan, x, ~std::uint64_t{0}) == up) return static_cast<unsigned __int128>(1) << 64;
+  std::uint64_t lo = 0, hi = ~std::uint64_t{0};  // up at lo, not at hi
+  while (hi - lo > 1) {
+    const std::uint64_t mid = lo + (hi - lo) / 2;
+    (sr_definition(plan, x, mid) == up ? lo : hi) = mid;
+  }
+  return hi;
+}
+
+}  // namespace
+
+// round_to's stochastic path for normal doubles (64-bit integer arithmetic instead of round_parts' 128-bit
+// normalisation) against round_parts itself, bit for bit: random values over every binade of each format (subnormal,
+// normal, beyond max), values with short fractions, and the draws at, just below and just above each value's
+// threshold as well as random ones. Would fail if the fast path's quantum, fraction or overflow differed.
+TEST(Stochastic, RoundToEqualsRoundPartsBitForBitAtEveryThreshold) {
+  const Format nosub{5, -4, 4, false, Specials::Ieee, false};
+  const Format list[] = {formats::e2m1, formats::e3m2, formats::e2m3, formats::e4m3, formats::e5m2,
+                            formats::fp16, formats::bf16, formats::fp32, nosub};
+  std::mt19937_64 rng(2026);
+  for (const Format& f : list) {
+    const RoundingPlan plan(f);
+    std::vector<double> xs;
+    for (int e = f.emin - f.precision - 14; e <= f.emax + 3; ++e)
+      for (int i = 0; i < 24; ++i) {
+        const double m = 1.0 + static_cast<double>(rng() >> 11) * 0x1p-53;  // [1, 2), 52 random fraction bits
+        xs.push_back(std::ldexp(m, e));
+        xs.push_back(-std::ldexp(1.0 + static_cast<double>(rng() % 64) / 64.0, e));  // a short fraction
+      }
+    xs.push_back(plan.max_finite);
+    xs.push_back(-plan.min_normal);
+    for (const double x : xs) {
+      const unsigned __int128 t = up_threshold(plan, x);
+      std::vector<std::uint64_t> draws{0, ~std::uint64_t{0}, rng(), rng(), std::uint64_t{1} << 63};
+      for (const unsigned __int128 d : {t - 1, t, t + 1})
+        if (d <= ~std::uint64_t{0}) draws.push_back(static_cast<std::uint64_t>(d));
+      for (const std::uint64_t d : draws) {
+        const double want = sr_definition(plan, x, d), got = round_to(plan, Rounding::Stochastic, x, d);
+        ASSERT_TRUE(same_value(got, want)) << name_of(f) << " x " << x << " draw " << d << ": " << got << " != " << want;
+      }
+    }
   }
 }

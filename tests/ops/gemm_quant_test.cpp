@@ -15,6 +15,9 @@
 
 #include "numerics/accumulate.hpp"
 #include "numerics/block_format.hpp"
+#include "numerics/pack_cache_derived.hpp"
+#include "numerics/round.hpp"
+#include "numerics/scale_format.hpp"
 #include "ops/gemm_quant.hpp"
 #include "ops/matmul.hpp"
 #include "ops/policy.hpp"
@@ -294,6 +297,134 @@ TEST(GemmQuant, StochasticElementsAreTheLibrarysDownOrUpValues) {
       if (sr[i] != rn[i]) ++differ;
     }
     EXPECT_GT(differ, 0u) << name;  // stochastic rounding does change some elements
+  }
+}
+
+/// Stochastic quantization written out (gemm_quant.hpp step 4): the nearest-even quantization's scales, then each
+/// element x_i rounded stochastically by round_parts (the definition, not round_to) with draw
+/// bits.draw(key(tensor, element_of(i), kQuantSlot)) — MX: x/X; nvfp4: fp32(fp32(x)·enc), enc = fp32(1 /
+/// (fp32(s_dec) · fp32(1/s_enc))) capped at FLT_MAX — its code numerics::element_code, decoded to fp32.
+std::vector<double> sr_written_out(const BlockFormat& f, const std::vector<double>& v, std::size_t K,
+                                   numerics::StochasticBits bits, Tensor t, const std::vector<std::size_t>& element_of) {
+  numerics::BlockCodes q = numerics::quantize(f, v, K);
+  const numerics::RoundingPlan elem(f.element.fp);
+  const auto k = static_cast<std::size_t>(f.block_size);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::size_t j = i / k;
+    double x = 0;
+    if (f.rule == numerics::ScaleRule::Nvfp4) {
+      const auto s_dec = static_cast<float>(numerics::scale_value(f.scale, q.scales[j]));
+      float enc = 1.0f / (s_dec * (1.0f / q.tensor_scale));
+      if (std::isinf(enc)) enc = std::numeric_limits<float>::max();
+      x = static_cast<double>(static_cast<float>(v[i]) * enc);
+    } else {
+      const double sv = numerics::scale_value(f.scale, q.scales[j]);
+      if (std::isnan(sv)) continue;
+      x = v[i] / sv;
+    }
+    std::uint64_t m = 0;
+    int e = 0;
+    if (x != 0) numerics::split_double(x, m, e);
+    const std::uint64_t draw = bits.draw(key(t, element_of[i], kQuantSlot).bits);
+    const double p = numerics::round_parts(elem, numerics::Rounding::Stochastic,
+                                           numerics::ExactParts{std::signbit(x), m, e, false}, draw);
+    q.codes[i] = static_cast<std::uint8_t>(numerics::element_code(f.element, p));
+  }
+  return numerics::dequantize(f, q.codes, q.scales, q.tensor_scale, fmts::fp32, q.biases, K);
+}
+
+/// quantize_operand with stochastic elements, K along the columns and along the rows (the transposed layout, whose
+/// draws are keyed by the element's index in the operand as given), equals the written-out chain bit for bit.
+TEST(GemmQuant, StochasticOperandsEqualTheWrittenOutChain) {
+  for (const char* name : {"mxfp8-e4m3", "mxfp8-e5m2", "mxfp6-e2m3", "mxfp6-e3m2", "mxfp4", "mxfp4:nv-ceil", "nvfp4"}) {
+    const BlockFormat f = parse_block_format(name);
+    const std::size_t R = 64, C = 96;  // both multiples of 32 (and 16)
+    std::vector<double> v = test::randn(R * C, 1.0, fmts::bf16, 71);
+    v[5] = 0.0;
+    v[6] = -0.0;
+    v[7] = 1e-30;  // far below every element's quantum
+    const numerics::StochasticBits bits{11, 13};
+    const QuantDraws d{bits, nullptr, static_cast<std::uint8_t>(Tensor::Dy)};
+    // K = the columns: element i is position i
+    std::vector<std::size_t> ident(R * C);
+    for (std::size_t i = 0; i < ident.size(); ++i) ident[i] = i;
+    std::vector<double> got(R * C);
+    quantize_operand(f, v, R, C, true, false, 0, &d, got, "t");
+    const std::vector<double> want = sr_written_out(f, v, C, bits, Tensor::Dy, ident);
+    for (std::size_t i = 0; i < got.size(); ++i)
+      ASSERT_TRUE(got[i] == want[i] && std::signbit(got[i]) == std::signbit(want[i])) << name << " cols " << i;
+    // K = the rows: quantize vᵀ (C × R) along its rows; position c·R + r is element r·C + c
+    std::vector<std::size_t> of(R * C);
+    for (std::size_t c = 0; c < C; ++c)
+      for (std::size_t r = 0; r < R; ++r) of[c * R + r] = r * C + c;
+    quantize_operand(f, v, R, C, false, false, 0, &d, got, "t");
+    const std::vector<double> want_t = transpose(sr_written_out(f, transpose(v, R, C), R, bits, Tensor::Dy, of), C, R);
+    for (std::size_t i = 0; i < got.size(); ++i)
+      ASSERT_TRUE(got[i] == want_t[i] && std::signbit(got[i]) == std::signbit(want_t[i])) << name << " rows " << i;
+  }
+}
+
+// ---- the kept weight quantization (pack cache, derived operands) -------------------------------------------
+
+/// While W is registered immutable with the Ctx's pack cache, its cast and quantization are kept and reused (a hit per
+/// later call) with the same bits as a Ctx without a cache; a new version (the weights changed) is quantized afresh
+/// (a cache that kept the old quantization would give the old product); nothing is kept for an unregistered W or
+/// with stochastic draws. nvfp4's 16×16 weight tiles are one entry for fwd and bwd-data (the storage layout).
+TEST(GemmQuant, KeptWeightQuantizationHasTheBitsAndIsDroppedWhenWChanges) {
+  for (const bool tiles : {false, true}) {
+    const OpPrecision p = tiles ? quantized_entry("nvfp4", "nvfp4-16x16", "nvfp4")
+                                : quantized_entry("mxfp8-e4m3", "mxfp8-e4m3", "mxfp8-e5m2");
+    const std::size_t N = 32, I = 64, O = 96;
+    const MatmulShape s{32, 64, 96};
+    const std::vector<double> x = test::randn(N * I, 1.0, fmts::fp32, 81), dy = test::randn(N * O, 1e-3, fmts::fp32, 82);
+    std::vector<double> w = test::randn(O * I, 0.1, fmts::fp32, 83);
+    numerics::kernels::PackCache cache;
+    ExecOptions with;
+    with.pack_cache = &cache;
+    const Ctx<Emulated> cached(p, {}, with), plain(p, {});
+    const auto fwd = [&](const Ctx<Emulated>& c) {
+      std::vector<double> y(N * O, 0.0);
+      matmul_forward<Emulated>(y, x, w, s, c);
+      return y;
+    };
+    const auto bwd = [&](const Ctx<Emulated>& c) {
+      std::vector<double> dx(N * I, 0.0);
+      matmul_backward_data<Emulated>(dx, dy, w, s, c);
+      return dx;
+    };
+    // unregistered: computed, nothing kept
+    EXPECT_EQ(fwd(cached), fwd(plain));
+    EXPECT_EQ(numerics::kernels::derived_stats(cache).entries, 0u);
+    cache.register_immutable(w.data(), w.size(), 1);
+    const std::vector<double> y1 = fwd(plain), dx1 = bwd(plain);
+    EXPECT_EQ(fwd(cached), y1);
+    EXPECT_EQ(numerics::kernels::derived_stats(cache).entries, 1u);
+    EXPECT_EQ(fwd(cached), y1);
+    EXPECT_EQ(bwd(cached), dx1);
+    EXPECT_EQ(bwd(cached), dx1);
+    EXPECT_EQ(numerics::kernels::derived_stats(cache).entries, tiles ? 1u : 2u);
+    EXPECT_EQ(numerics::kernels::derived_stats(cache).hits, tiles ? 3u : 2u);
+    // the weights change (an optimiser update): the model registers a new version
+    for (double& v : w) v = numerics::round_to(fmts::fp32, numerics::Rounding::NearestEven, v * 1.5 + 1e-3);
+    cache.register_immutable(w.data(), w.size(), 2);
+    const std::vector<double> y2 = fwd(plain), dx2 = bwd(plain);
+    ASSERT_NE(y2, y1);
+    ASSERT_NE(dx2, dx1);
+    EXPECT_EQ(fwd(cached), y2);
+    EXPECT_EQ(bwd(cached), dx2);
+    EXPECT_EQ(fwd(cached), y2);
+    // unregistered again: everything dropped, nothing kept
+    cache.unregister_immutable(w.data());
+    EXPECT_EQ(numerics::kernels::derived_stats(cache).entries, 0u);
+    EXPECT_EQ(fwd(cached), y2);
+    EXPECT_EQ(numerics::kernels::derived_stats(cache).entries, 0u);
+    // stochastic entry casts: never kept
+    cache.register_immutable(w.data(), w.size(), 3);
+    OpPrecision sr = p;
+    sr.rounding = numerics::Rounding::Stochastic;
+    const Ctx<Emulated> sr_cached(sr, {1, 2}, with), sr_plain(sr, {1, 2});
+    EXPECT_EQ(fwd(sr_cached), fwd(sr_plain));
+    EXPECT_EQ(numerics::kernels::derived_stats(cache).entries, 0u);
   }
 }
 
