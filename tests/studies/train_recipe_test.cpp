@@ -13,6 +13,7 @@
 #include "studies/train/checkpoint.hpp"
 #include "studies/train/config.hpp"
 #include "studies/train/loss_scaler.hpp"
+#include "studies/train/model.hpp"
 #include "studies/train/optimizer.hpp"
 #include "studies/train/params.hpp"
 
@@ -392,9 +393,21 @@ TEST(ParamStorage, PresetsChooseTheMomentsStorage) {
     const bool wide = storage_kind_for(p.storage_for(ops::TensorRole::AdamM)) == StorageKind::Binary64 ||
                       storage_kind_for(p.storage_for(ops::TensorRole::AdamV)) == StorageKind::Binary64;
     EXPECT_EQ(model.moments_storage(), wide ? StorageKind::Binary64 : StorageKind::Binary32) << name;
-    if (name == "fp64") EXPECT_EQ(model.moments_storage(), StorageKind::Binary64);
-    if (name == "fp32" || name == "ane-fp16" || name == "ane-guide" || name == "pure-bf16")
+    if (name == "fp64") {
+      EXPECT_EQ(model.moments_storage(), StorageKind::Binary64);
+    }
+    if (name == "fp32" || name == "ane-fp16" || name == "ane-guide" || name == "pure-bf16") {
       EXPECT_EQ(model.moments_storage(), StorageKind::Binary32) << name;
+    }
+  }
+  // One moment wider than binary32 makes both binary64; narrower formats keep binary32.
+  for (const char* spec : {"fp32,adam-v=fp64", "ane-fp16,adam-m=fp64", "fp32,adam-m=p25:emin-126:emax127", "fp32,adam-m=p24:emin-126:emax128"}) {
+    const Transformer model(c, ResidualScale::None, ops::Policy::parse(spec), 1);
+    EXPECT_EQ(model.moments_storage(), StorageKind::Binary64) << spec;
+  }
+  for (const char* spec : {"fp32,adam-m=bf16,adam-v=fp16", "fp64,adam-m=fp32,adam-v=tf32"}) {
+    const Transformer model(c, ResidualScale::None, ops::Policy::parse(spec), 1);
+    EXPECT_EQ(model.moments_storage(), StorageKind::Binary32) << spec;
   }
 }
 
