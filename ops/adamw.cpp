@@ -46,6 +46,15 @@ ROUNDOFF_ADAMW_AVX2 inline __m256 load_b32(const double* p, unsigned& exact) {
   return _mm256_set_m128(fhi, flo);
 }
 
+/// Loads 8 binary32 values (exact: nothing to clear).
+ROUNDOFF_ADAMW_AVX2 inline __m256 load_b32(const float* p, unsigned&) { return _mm256_loadu_ps(p); }
+
+/// Stores the lanes of x whose bit is set in `lanes` to p[0, 8).
+ROUNDOFF_ADAMW_AVX2 inline void store_lanes(float* p, __m256 x, unsigned lanes) {
+  const __m256i bit = _mm256_set_epi32(128, 64, 32, 16, 8, 4, 2, 1);
+  _mm256_maskstore_ps(p, _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(static_cast<int>(lanes)), bit), bit), x);
+}
+
 /// Stores the lanes of x (as binary64) whose bit is set in `lanes` to p[0, 8).
 ROUNDOFF_ADAMW_AVX2 inline void store_lanes(double* p, __m256 x, unsigned lanes) {
   const __m256i bit = _mm256_set_epi64x(8, 4, 2, 1);
@@ -65,8 +74,12 @@ bool adamw_binary32_supported(const numerics::KernelOptions& opts) {
   return cpu && opts.isa_limit >= numerics::kernels::Isa::Avx2;
 }
 
-ROUNDOFF_ADAMW_AVX2 void adamw_binary32(double* w, double* m, double* v, const double* g, std::size_t n,
-                                        const AdamWBinary32& c, std::uint8_t* bad) {
+namespace {
+
+/// adamw_binary32 on moments stored as M (double or float).
+template <class M>
+ROUNDOFF_ADAMW_AVX2 void adamw_binary32_on(double* w, M* m, M* v, const double* g, std::size_t n, const AdamWBinary32& c,
+                                           std::uint8_t* bad) {
   const __m256 b1 = _mm256_set1_ps(c.b1), b2 = _mm256_set1_ps(c.b2), ob1 = _mm256_set1_ps(c.ob1),
                ob2 = _mm256_set1_ps(c.ob2), c1 = _mm256_set1_ps(c.c1), c2 = _mm256_set1_ps(c.c2),
                eps = _mm256_set1_ps(c.eps), wd = _mm256_set1_ps(c.wd), lr = _mm256_set1_ps(c.lr),
@@ -97,8 +110,26 @@ ROUNDOFF_ADAMW_AVX2 void adamw_binary32(double* w, double* m, double* v, const d
   if (i < n) bad[i / 8] = static_cast<std::uint8_t>((1u << (n - i)) - 1);  // a ragged group: the scalar path
 }
 
+}  // namespace
+
+ROUNDOFF_ADAMW_AVX2 void adamw_binary32(double* w, double* m, double* v, const double* g, std::size_t n,
+                                        const AdamWBinary32& c, std::uint8_t* bad) {
+  adamw_binary32_on(w, m, v, g, n, c, bad);
+}
+
+ROUNDOFF_ADAMW_AVX2 void adamw_binary32(double* w, float* m, float* v, const double* g, std::size_t n,
+                                        const AdamWBinary32& c, std::uint8_t* bad) {
+  adamw_binary32_on(w, m, v, g, n, c, bad);
+}
+
 }  // namespace detail
 
 ROUNDOFF_ADAMW_DECL(, Emulated)
 ROUNDOFF_ADAMW_DECL(, Reference)
+
+void adamw_update(std::span<double> w, std::span<float> m, std::span<float> v, std::span<const double> g,
+                  std::span<double> weights, const AdamWConfig& cfg, std::int64_t t, const AdamWFormats& f,
+                  const Ctx<Emulated>& ctx, Select sel) {
+  detail::adamw_update_stored<Emulated, float>(w, m, v, g, weights, cfg, t, f, ctx, sel);
+}
 }  // namespace roundoff::ops

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <span>
 #include <type_traits>
+#include <vector>
 
 #include "ops/backend.hpp"
 #include "ops/steps.hpp"
@@ -62,6 +63,10 @@ bool adamw_binary32_supported(const numerics::KernelOptions& opts);
 /// recomputes on the scalar path.
 void adamw_binary32(double* w, double* m, double* v, const double* g, std::size_t n, const AdamWBinary32& c,
                     std::uint8_t* bad);
+/// adamw_binary32 on binary32 moments m, v (the same operations: a binary32 moment is read as the kernel reads
+/// an exact binary64 one, and the moments it stores are the binary32 results it would have stored widened).
+void adamw_binary32(double* w, float* m, float* v, const double* g, std::size_t n, const AdamWBinary32& c,
+                    std::uint8_t* bad);
 
 /// AdamW's constants in compute (Ctx::c): β1, β2, 1−β1, 1−β2, 1−β1^t, 1−β2^t, ε, λ, lr, grad_scale.
 template <class V>
@@ -88,9 +93,12 @@ inline constexpr unsigned kAdamWUpdateSlots = 20;
 
 /// The update of parameter e, every rounding on W at e in the order below (ops/steps.hpp); the working copy when
 /// `weights` is non-empty. Returns the slots the update took before the copy (kAdamWUpdateSlots).
-template <class A>
-unsigned adamw_element(std::size_t e, std::span<typename A::Value> w, std::span<typename A::Value> m,
-                       std::span<typename A::Value> v, std::span<const typename A::Value> g,
+/// M: the moments' storage, A::Value or (Emulated) float when the AdamM and AdamV roles hold only binary32
+/// values: a moment is read widened (exact) and stored narrowed, which is exact too since every stored moment
+/// is a value of its role's format.
+template <class A, class M = typename A::Value>
+unsigned adamw_element(std::size_t e, std::span<typename A::Value> w, std::span<std::type_identity_t<M>> m,
+                       std::span<std::type_identity_t<M>> v, std::span<const typename A::Value> g,
                        std::span<typename A::Value> weights, bool unscale,
                        const AdamWConstants<typename A::Value>& k, const AdamWFormats& f, const Ctx<A>& ctx) {
   using V = typename A::Value;
@@ -98,11 +106,11 @@ unsigned adamw_element(std::size_t e, std::span<typename A::Value> w, std::span<
   V gi = g[e];
   if (unscale) gi = p.mul(gi, k.gs);
   else p.skip();
-  const V bm = p.mul(k.b1, m[e]);
+  const V bm = p.mul(k.b1, static_cast<V>(m[e]));
   const V og = p.mul(k.ob1, gi);
   const V mi = p.store_to(f.m, p.add(bm, og));
   const V g2 = p.mul(gi, gi);
-  const V bv = p.mul(k.b2, v[e]);
+  const V bv = p.mul(k.b2, static_cast<V>(v[e]));
   const V og2 = p.mul(k.ob2, g2);
   const V vi = p.store_to(f.v, p.add(bv, og2));
   const V mhat = p.div(mi, k.c1);
@@ -111,8 +119,8 @@ unsigned adamw_element(std::size_t e, std::span<typename A::Value> w, std::span<
   const V ratio = p.div(mhat, den);
   const V decay = p.mul(k.wd, w[e]);
   const V step = p.add(ratio, decay);
-  m[e] = mi;
-  v[e] = vi;
+  m[e] = static_cast<M>(mi);
+  v[e] = static_cast<M>(vi);
   w[e] = p.store_to(f.master, p.sub(w[e], p.mul(k.lr, step)));
   const unsigned taken = p.taken();
   if (!weights.empty()) weights[e] = p.store_to(f.weight, w[e]);
@@ -131,6 +139,44 @@ void adamw_update_reference(std::span<typename A::Value> w, std::span<typename A
     detail::adamw_element(e, w, m, v, g, weights, cfg.grad_scale != 1.0, k, f, ctx);
 }
 
+namespace detail {
+/// adamw_update with the moments stored as M (adamw_element).
+template <class A, class M>
+void adamw_update_stored(std::span<typename A::Value> w, std::span<M> m, std::span<M> v,
+                         std::span<const typename A::Value> g, std::span<typename A::Value> weights,
+                         const AdamWConfig& cfg, std::int64_t t, const AdamWFormats& f, const Ctx<A>& ctx, Select sel) {
+  const auto k = adamw_constants(cfg, t, ctx);
+  const auto update = [&](std::int64_t i) {
+    adamw_element<A, M>(static_cast<std::size_t>(i), w, m, v, g, weights, cfg.grad_scale != 1.0, k, f, ctx);
+  };
+  if constexpr (std::is_same_v<A, Emulated>) {
+    const numerics::Format& fp32 = numerics::formats::fp32;
+    if (sel.empty() && ctx.fast_paths() && ctx.binary32_compute() && f.master.format == fp32 && f.m.format == fp32 &&
+        f.v.format == fp32 && adamw_binary32_supported(ctx.exec().kernels)) {
+      const auto b32 = [](double x) { return static_cast<float>(x); };  // exact: compute-format constants
+      const AdamWBinary32 c32{b32(k.b1),  b32(k.b2), b32(k.ob1), b32(k.ob2), b32(k.c1),
+                              b32(k.c2),  b32(k.eps), b32(k.wd), b32(k.lr), b32(k.gs),
+                              cfg.grad_scale != 1.0, ctx.precision().ftz != Ftz::Off,
+                              ctx.precision().ftz == Ftz::All};
+      const std::size_t n = w.size(), B = kAdamWBlock;
+      for_units(static_cast<std::int64_t>((n + B - 1) / B), {}, [&](std::int64_t b) {
+        const std::size_t lo = static_cast<std::size_t>(b) * B, len = std::min(B, n - lo);
+        std::uint8_t bad[kAdamWBlock / 8];
+        adamw_binary32(w.data() + lo, m.data() + lo, v.data() + lo, g.data() + lo, len, c32, bad);
+        for (std::size_t j = 0; j < (len + 7) / 8; ++j)
+          for (unsigned l = bad[j]; l != 0; l &= l - 1)
+            update(static_cast<std::int64_t>(lo + 8 * j + static_cast<std::size_t>(__builtin_ctz(l))));
+        if (!weights.empty())
+          ctx.store_to_array(f.weight, std::span<const double>(w.subspan(lo, len)), weights.subspan(lo, len),
+                             SlotSeq(Tensor::W, lo, 1, kAdamWUpdateSlots).next());  // the copy's slot
+      });
+      return;
+    }
+  }
+  for_units(static_cast<std::int64_t>(w.size()), sel, update);
+}
+}  // namespace detail
+
 /// Updates w (master), m, v (n) in place from g (n) at step t ≥ 1; writes the working copy `weights` (n)
 /// when it is non-empty: adamw_update_reference, element by element or (fast path) by blocks.
 ///
@@ -142,36 +188,15 @@ template <class A>
 void adamw_update(std::span<typename A::Value> w, std::span<typename A::Value> m, std::span<typename A::Value> v,
                   std::span<const typename A::Value> g, std::span<typename A::Value> weights, const AdamWConfig& cfg,
                   std::int64_t t, const AdamWFormats& f, const Ctx<A>& ctx, Select sel = {}) {
-  const auto k = detail::adamw_constants(cfg, t, ctx);
-  const auto update = [&](std::int64_t i) {
-    detail::adamw_element(static_cast<std::size_t>(i), w, m, v, g, weights, cfg.grad_scale != 1.0, k, f, ctx);
-  };
-  if constexpr (std::is_same_v<A, Emulated>) {
-    const numerics::Format& fp32 = numerics::formats::fp32;
-    if (sel.empty() && ctx.fast_paths() && ctx.binary32_compute() && f.master.format == fp32 && f.m.format == fp32 &&
-        f.v.format == fp32 && detail::adamw_binary32_supported(ctx.exec().kernels)) {
-      const auto b32 = [](double x) { return static_cast<float>(x); };  // exact: compute-format constants
-      const detail::AdamWBinary32 c32{b32(k.b1),  b32(k.b2), b32(k.ob1), b32(k.ob2), b32(k.c1),
-                                      b32(k.c2),  b32(k.eps), b32(k.wd), b32(k.lr), b32(k.gs),
-                                      cfg.grad_scale != 1.0, ctx.precision().ftz != Ftz::Off,
-                                      ctx.precision().ftz == Ftz::All};
-      const std::size_t n = w.size(), B = detail::kAdamWBlock;
-      for_units(static_cast<std::int64_t>((n + B - 1) / B), {}, [&](std::int64_t b) {
-        const std::size_t lo = static_cast<std::size_t>(b) * B, len = std::min(B, n - lo);
-        std::uint8_t bad[detail::kAdamWBlock / 8];
-        detail::adamw_binary32(w.data() + lo, m.data() + lo, v.data() + lo, g.data() + lo, len, c32, bad);
-        for (std::size_t j = 0; j < (len + 7) / 8; ++j)
-          for (unsigned l = bad[j]; l != 0; l &= l - 1)
-            update(static_cast<std::int64_t>(lo + 8 * j + static_cast<std::size_t>(__builtin_ctz(l))));
-        if (!weights.empty())
-          ctx.store_to_array(f.weight, std::span<const double>(w.subspan(lo, len)), weights.subspan(lo, len),
-                             SlotSeq(Tensor::W, lo, 1, detail::kAdamWUpdateSlots).next());  // the copy's slot
-      });
-      return;
-    }
-  }
-  for_units(static_cast<std::int64_t>(w.size()), sel, update);
+  detail::adamw_update_stored<A, typename A::Value>(w, m, v, g, weights, cfg, t, f, ctx, sel);
 }
+
+/// adamw_update with binary32 moments m, v (the trainer's storage when the AdamM and AdamV roles hold only
+/// binary32 values, studies/train/param_store.hpp): the same bits as the binary64 moments would get, widened.
+/// Precondition: every m[i], v[i] a value of its role's format (then each store is exact).
+void adamw_update(std::span<double> w, std::span<float> m, std::span<float> v, std::span<const double> g,
+                  std::span<double> weights, const AdamWConfig& cfg, std::int64_t t, const AdamWFormats& f,
+                  const Ctx<Emulated>& ctx, Select sel = {});
 
 #define ROUNDOFF_ADAMW_DECL(EXTERN, A)                                                                        \
   EXTERN template void adamw_update<A>(std::span<A::Value>, std::span<A::Value>, std::span<A::Value>,          \

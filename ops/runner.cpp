@@ -487,4 +487,26 @@ void Runner::adamw_update(Site s, Span w, Span m, Span v, CSpan g, Span weights,
       });
 }
 
+void Runner::adamw_update(Site s, Span w, std::span<float> m, std::span<float> v, CSpan g, Span weights,
+                          const AdamWConfig& cfg, std::int64_t t) {
+  const AdamWFormats f(policy_);
+  const numerics::Format fm = policy_.storage_for(TensorRole::MasterWeight);
+  const auto n = static_cast<std::int64_t>(w.size());
+  // With the shadow on, the moments before the update (the reference runs after the emulated call), widened.
+  std::vector<Ref> m_before, v_before;
+  if (tape_ != nullptr) {
+    m_before.assign(m.begin(), m.end());
+    v_before.assign(v.begin(), v.end());
+  }
+  run(s, Pass::Forward, n, {{"w", w, rows(1), false, &fm}}, [&](const auto& c, auto& io) {
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(c)>, Ctx<Emulated>>) {
+      ops::adamw_update(io.out(w), m, v, io.in(g), io.optional(weights), cfg, t, f, c, io.sel());
+    } else {
+      std::vector<Ref> mr = m_before, vr = v_before;
+      ops::adamw_update(io.out(w), std::span<Ref>(mr), std::span<Ref>(vr), io.in(g), io.optional(weights), cfg, t, f,
+                        c, io.sel());
+    }
+  });
+}
+
 }  // namespace roundoff::ops

@@ -156,6 +156,11 @@ class Runner {
                                    RowShape sh);
   /// AdamW on one parameter tensor (formats from the policy's tensor roles); t is the 1-based update count.
   void adamw_update(Site s, Span w, Span m, Span v, CSpan g, Span weights, const AdamWConfig& cfg, std::int64_t t);
+  /// adamw_update with binary32 moments (the policy's AdamM and AdamV roles hold only binary32 values): the same
+  /// bits. Under the shadow, the reference reads the moments widened and records w only (m and v are no outputs),
+  /// under the site's tensor name (the binary64 call's record of w is "<tensor>.w").
+  void adamw_update(Site s, Span w, std::span<float> m, std::span<float> v, CSpan g, Span weights,
+                    const AdamWConfig& cfg, std::int64_t t);
 
   /// Global error: an emulated tensor against the same tensor of a full-reference model run.
   void record_global(Site s, Pass pass, CSpan emulated, std::span<const Ref> reference);

@@ -225,18 +225,19 @@ void add_train_command(CLI::App& app) {
     spec.policy = ops::load_policy(a.precision, &policy_source);
     tr::TrainOptions& o = spec.options;
     o.config = build_config(a, *cmd);
-    {  // a lower bound, in floating point (no overflow): master weights, AdamW m and v, gradients, 8 bytes each
+    {  // a lower bound, in floating point (no overflow): master weights and gradients at 8 bytes each, AdamW m and v
+       // at 4 (binary32 storage, every policy whose moments fit it; 8 under fp64)
       const tr::ModelConfig& c = o.config;
       const double d = c.d, kv = static_cast<double>(c.kv_count()) / c.heads;
       const double params = c.layers * (2 * d + d * d * (2 + 2 * kv) + 3 * d * c.hidden) +
                             static_cast<double>(c.tokens()) * d * (c.tie_embeddings ? 1 : 2) + d;
       char count[32];
       std::snprintf(count, sizeof count, "%.3g", params);
-      studies::require_memory(params * 4 * 8,
+      studies::require_memory(params * (8 + 4 + 4 + 8),
                               "train: " + c.name + " (d " + std::to_string(c.d) + ", layers " +
                                   std::to_string(c.layers) + ")",
-                              std::string(count) + " parameters: master weights, AdamW moments and gradients at 8 "
-                                                   "bytes each",
+                              std::string(count) + " parameters: master weights and gradients at 8 bytes each, "
+                                                   "AdamW moments at 4 or more",
                               "valid: a smaller --d or --layers");
     }
     auto given = [&](const char* name) { return cmd->count(name) > 0; };

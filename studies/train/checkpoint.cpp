@@ -103,6 +103,17 @@ struct PayloadWriter {
       put(bytes_of(a.data() + at, n * sizeof(double)));
     }
   }
+  /// A store as binary64, whatever its kind (binary32 widened chunk by chunk).
+  void put_array(const ParamStore& a) {
+    if (a.kind() == StorageKind::Binary64) return put_array(a.binary64());
+    put_u64(a.size());
+    std::vector<double> chunk(std::min(kChunk / sizeof(double), a.size()));
+    for (std::size_t at = 0; at < a.size(); at += chunk.size()) {
+      const std::size_t n = std::min(chunk.size(), a.size() - at);
+      a.read(at, std::span(chunk).first(n));
+      put(bytes_of(chunk.data(), n * sizeof(double)));
+    }
+  }
 };
 
 /// The payload's bytes, read from the file and hashed; `left` bounds every length read from the file.
@@ -111,6 +122,8 @@ struct PayloadReader {
   const std::filesystem::path& path;
   std::uint64_t left;
   data::Sha256 sha;
+  /// The first value store() could not hold (reported after the digest check, so a damaged file is named as such).
+  std::string unfit;
   [[noreturn]] void fail(const std::string& why) const {
     throw std::runtime_error("checkpoint " + path.string() + " is corrupt: " + why +
                              "; refusing to use it (delete it or choose another --out)");
@@ -136,12 +149,32 @@ struct PayloadReader {
     }
     return a;
   }
+  /// An array into a store of kind `kind`, chunk by chunk; a value the store cannot hold exactly is refused.
+  ParamStore store(StorageKind kind, const char* what) {
+    if (kind == StorageKind::Binary64) return ParamStore(array());
+    const std::uint64_t n = u64("array");
+    if (n > left / sizeof(double)) fail("truncated array");
+    ParamStore a(kind, n);
+    std::vector<double> chunk(std::min<std::size_t>(kChunk / sizeof(double), n));
+    for (std::size_t at = 0; at < n; at += chunk.size()) {
+      const std::size_t k = std::min<std::size_t>(chunk.size(), n - at);
+      get(reinterpret_cast<char*>(chunk.data()), k * sizeof(double), "array");
+      if (!unfit.empty()) continue;  // refused already: read on for the digest
+      try {
+        a.write(at, std::span<const double>(chunk).first(k));
+      } catch (const std::invalid_argument& e) {
+        unfit = "checkpoint " + path.string() + " does not fit this run's storage: AdamW " + what + " " + e.what() +
+                " (the run's policy stores its moments so); refusing to use it";
+      }
+    }
+    return a;
+  }
 };
 
 }  // namespace
 
 void save_checkpoint(const std::filesystem::path& path, const nlohmann::json& meta, std::span<const double> master,
-                     std::span<const double> m, std::span<const double> v) {
+                     const ParamStore& m, const ParamStore& v) {
   AtomicFile file(path);
   file.write(kMagic);
   // Line 2 holds the payload's digest: a placeholder now, the digest once the payload is written.
@@ -161,7 +194,7 @@ void save_checkpoint(const std::filesystem::path& path, const Checkpoint& ck) {
   save_checkpoint(path, ck.meta, ck.master, ck.m, ck.v);
 }
 
-Checkpoint load_checkpoint(const std::filesystem::path& path) {
+Checkpoint load_checkpoint(const std::filesystem::path& path, StorageKind moments) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot open checkpoint " + path.string());
   std::error_code size_error;
@@ -170,7 +203,7 @@ Checkpoint load_checkpoint(const std::filesystem::path& path) {
   const std::size_t header_size = kMagic.size() + kShaTag.size() + kHexDigits + 1;
   std::string header(std::min<std::uintmax_t>(size, header_size), '\0');
   in.read(header.data(), static_cast<std::streamsize>(header.size()));
-  PayloadReader r{in, path, size - header.size(), {}};
+  PayloadReader r{in, path, size - header.size(), {}, {}};
   if (header.compare(0, kMagic.size(), kMagic) != 0) {
     // Another version of this format is named as such; anything else is not a checkpoint.
     if (header.compare(0, kMagicPrefix.size(), kMagicPrefix) == 0) {
@@ -190,11 +223,12 @@ Checkpoint load_checkpoint(const std::filesystem::path& path) {
   r.get(text.data(), n, "meta");
   Checkpoint ck;
   ck.master = r.array();
-  ck.m = r.array();
-  ck.v = r.array();
+  ck.m = r.store(moments, "m");
+  ck.v = r.store(moments, "v");
   if (r.left != 0) r.fail("trailing bytes");
   const std::string actual = r.sha.hex();
   if (actual != expected) r.fail("sha256 mismatch (file says " + expected + ", content is " + actual + ")");
+  if (!r.unfit.empty()) throw std::runtime_error(r.unfit);
   try {
     ck.meta = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {

@@ -825,9 +825,14 @@ void Transformer::record_global(std::int64_t step, const Batch& b, std::span<con
   runner_.enable_shadow(nullptr);
 }
 
-void Transformer::update_tensor(ParamTensor tensor, std::span<double> master, std::span<double> m,
-                                std::span<double> v, std::span<const double> grads, const Recipe& recipe, double lr,
-                                std::int64_t t, double coef) {
+StorageKind Transformer::moments_storage() const {
+  const std::array formats{policy().storage_for(ops::TensorRole::AdamM), policy().storage_for(ops::TensorRole::AdamV)};
+  return storage_kind_for(formats);
+}
+
+void Transformer::update_tensor(ParamTensor tensor, std::span<double> master, ParamStore& m, ParamStore& v,
+                                std::span<const double> grads, const Recipe& recipe, double lr, std::int64_t t,
+                                double coef) {
   unregister_weights();  // the masters change (and with them any working copy): no pack of them stays valid
   const std::size_t off = lay_.offset_of(tensor), n = lay_.size_of(tensor);
   ops::AdamWConfig cfg;
@@ -837,8 +842,17 @@ void Transformer::update_tensor(ParamTensor tensor, std::span<double> master, st
   cfg.eps = recipe.eps;
   cfg.weight_decay = is_decayed(tensor, recipe.decay_embedding) ? recipe.weight_decay : 0.0;
   cfg.grad_scale = coef;
-  runner_.adamw_update({OpKind::AdamW, -1, name_of(tensor)}, master.subspan(off, n), m.subspan(off, n),
-                       v.subspan(off, n), grads.subspan(off, n), {}, cfg, t);
+  const ops::Site site{OpKind::AdamW, -1, name_of(tensor)};
+  switch (moments_storage()) {
+    case StorageKind::Binary32:
+      runner_.adamw_update(site, master.subspan(off, n), m.binary32().subspan(off, n), v.binary32().subspan(off, n),
+                           grads.subspan(off, n), {}, cfg, t);
+      return;
+    case StorageKind::Binary64:
+      runner_.adamw_update(site, master.subspan(off, n), m.binary64().subspan(off, n), v.binary64().subspan(off, n),
+                           grads.subspan(off, n), {}, cfg, t);
+      return;
+  }
 }
 
 }  // namespace roundoff::studies::train

@@ -63,9 +63,11 @@ class Transformer final : public Model {
   double loss_and_grad_accumulate(const Batch& b, std::span<const double> master, double loss_scale,
                                   std::span<double> grads, std::span<double> total, bool first,
                                   StepTelemetry& telemetry) override;
-  void update_tensor(ParamTensor tensor, std::span<double> master, std::span<double> m, std::span<double> v,
+  void update_tensor(ParamTensor tensor, std::span<double> master, ParamStore& m, ParamStore& v,
                      std::span<const double> grads, const Recipe& recipe, double lr, std::int64_t t,
                      double coef) override;
+  /// storage_kind_for the policy's AdamM and AdamV role formats.
+  StorageKind moments_storage() const override;
   /// Op calls per (op, pass) (ops::Runner), plus the output scans as phases: "model: output checks" (the
   /// non-finite and collapsed-row scans of every step) and "model: range telemetry" (the detailed steps'
   /// range events and stream statistics); and the model's work outside the ops: "model: buffer growth" (the

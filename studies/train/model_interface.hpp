@@ -10,6 +10,7 @@
 #include "ops/fp8_scaling.hpp"
 #include "ops/profile.hpp"
 #include "studies/train/config.hpp"
+#include "studies/train/param_store.hpp"
 #include "studies/train/params.hpp"
 #include "studies/train/run_log.hpp"
 
@@ -56,14 +57,18 @@ class Model {
   /// count, coef = clip multiplier, weight decay on is_decayed() tensors only. An update of every tensor is
   /// update_tensor over kAllParamTensors in order (apply_update), so a caller may look at each tensor
   /// between them (the trainer's stagnation telemetry) without copying all of the masters.
-  virtual void update_tensor(ParamTensor tensor, std::span<double> master, std::span<double> m, std::span<double> v,
+  /// m and v are stored as moments_storage() says (the caller made them so).
+  virtual void update_tensor(ParamTensor tensor, std::span<double> master, ParamStore& m, ParamStore& v,
                              std::span<const double> grads, const Recipe& recipe, double lr, std::int64_t t,
                              double coef) = 0;
   /// update_tensor of every tensor, in kAllParamTensors order.
-  void apply_update(std::span<double> master, std::span<double> m, std::span<double> v, std::span<const double> grads,
+  void apply_update(std::span<double> master, ParamStore& m, ParamStore& v, std::span<const double> grads,
                     const Recipe& recipe, double lr, std::int64_t t, double coef) {
     for (const ParamTensor tensor : kAllParamTensors) update_tensor(tensor, master, m, v, grads, recipe, lr, t, coef);
   }
+  /// The storage of the AdamW moments m and v under this model's precision: Binary32 when every value the
+  /// update can store in them is a binary32 value (storage_kind_for of the moments' formats), else Binary64.
+  virtual StorageKind moments_storage() const = 0;
   /// The model's per-tensor fp8 scaling state (ops/fp8_scaling.hpp), which a checkpoint saves; nullptr: none.
   virtual ops::Fp8ScalingState* fp8_state() { return nullptr; }
   /// Adds the time of every op call of this model to `profile` (nullptr: off). Timing only, no bit changes.

@@ -192,7 +192,7 @@ void Trainer::start() {
     throw std::runtime_error("--resume: no checkpoint at " + ckpt.string());
   if (!opts_.resume && have_out) refuse_other_runs_results();
   if (opts_.resume) {
-    Checkpoint ck = load_checkpoint(ckpt);
+    Checkpoint ck = load_checkpoint(ckpt, own_.moments_storage());
     const auto& meta = ck.meta;
     if (const std::string diff = first_difference(meta.at("identity"), identity(), ""); !diff.empty())
       throw std::runtime_error("checkpoint " + ckpt.string() + " belongs to a different run: " + diff);
@@ -234,8 +234,8 @@ void Trainer::start() {
                                                    {"command", nullptr}}});
   } else {
     master_ = init_params(opts_.config, opts_.recipe, residual_rule(opts_.residual, opts_.config.layers), opts_.seed);
-    m_.assign(layout_.total, 0.0);
-    v_.assign(layout_.total, 0.0);
+    m_ = ParamStore(own_.moments_storage(), layout_.total);
+    v_ = ParamStore(own_.moments_storage(), layout_.total);
     log_.curve(0, "loss_scale", scaler_.scale());
   }
   grads_.assign(layout_.total, 0.0);

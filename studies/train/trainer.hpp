@@ -24,6 +24,7 @@
 #include "studies/train/config.hpp"
 #include "studies/train/loss_scaler.hpp"
 #include "studies/train/model_interface.hpp"
+#include "studies/train/param_store.hpp"
 #include "studies/train/params.hpp"
 #include "studies/train/run_log.hpp"
 
@@ -171,7 +172,9 @@ class Trainer {
   std::ostream* progress_;
   ShadowHook shadow_;
   ParamLayout layout_;
-  std::vector<double> master_, m_, v_, grads_;
+  std::vector<double> master_, grads_;
+  /// The AdamW moments, stored as own_.moments_storage() says (binary32 under every preset but fp64).
+  ParamStore m_, v_;
   /// The micro-step gradients when accum > 1; with accum 1, the fp32 pass's gradients of the underflow
   /// telemetry (allocated at the first detailed step).
   std::vector<double> micro_grads_;

@@ -76,10 +76,17 @@ class NativeModel final : public Model {
   }
 
   /// AdamW in the form of ops::adamw_update (see the file comment for T = double).
-  void update_tensor(ParamTensor tensor, std::span<double> master, std::span<double> m, std::span<double> v,
+  /// The moments: binary32 for T = float (its own format), binary64 for T = double (the oracle's plain arithmetic
+  /// reads and writes them as doubles).
+  StorageKind moments_storage() const override {
+    return std::is_same_v<T, float> ? StorageKind::Binary32 : StorageKind::Binary64;
+  }
+
+  void update_tensor(ParamTensor tensor, std::span<double> master, ParamStore& m_store, ParamStore& v_store,
                      std::span<const double> grads, const Recipe& recipe, double lr, std::int64_t t,
                      double coef) override {
     if constexpr (std::is_same_v<T, float>) {
+      const std::span<float> m = m_store.binary32(), v = v_store.binary32();
       const float b1 = static_cast<float>(recipe.beta1), b2 = static_cast<float>(recipe.beta2);
       const float ob1 = static_cast<float>(1.0 - recipe.beta1), ob2 = static_cast<float>(1.0 - recipe.beta2);
       const float c1 = static_cast<float>(1.0 - std::pow(recipe.beta1, static_cast<double>(t)));
@@ -99,7 +106,8 @@ class NativeModel final : public Model {
         master[e] = w;
       }
     } else {
-      adamw_update(tensor, master, m, v, grads, lay_, recipe, lr, t, coef, AdamFormats{});
+      adamw_update(tensor, master, m_store.binary64(), v_store.binary64(), grads, lay_, recipe, lr, t, coef,
+                   AdamFormats{});
     }
   }
 

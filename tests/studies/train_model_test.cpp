@@ -119,11 +119,14 @@ void fp32_step_check(ResidualScale rs, const ModelConfig& c = small_config(12, 5
     for (std::size_t k = off; k < off + n; ++k) nonzero += g[k] != 0.0;
   }
   EXPECT_GT(nonzero, w.size() / 2) << name_of(rs);
-  std::vector<double> wm = w, m(w.size(), 0.0), v(w.size(), 0.0);
-  std::vector<double> wt = w, mt(w.size(), 0.0), vt(w.size(), 0.0);
+  std::vector<double> wm = w, wt = w;
+  ParamStore ms(model.moments_storage(), w.size()), vs(model.moments_storage(), w.size());
+  ParamStore mts(twin.moments_storage(), w.size()), vts(twin.moments_storage(), w.size());
   const double lr = 1e-3, coef = 0.75;
-  model.apply_update(wm, m, v, g, r, lr, 1, coef);
-  twin.apply_update(wt, mt, vt, g_twin, r, lr, 1, coef);
+  model.apply_update(wm, ms, vs, g, r, lr, 1, coef);
+  twin.apply_update(wt, mts, vts, g_twin, r, lr, 1, coef);
+  const std::vector<double> m = ms.to_binary64(), v = vs.to_binary64(), mt = mts.to_binary64(),
+                            vt = vts.to_binary64();
   for (const ParamTensor t : kAllParamTensors) {
     const std::size_t off = lay.offset_of(t), n = lay.size_of(t);
     std::string what;

@@ -13,6 +13,7 @@
 #include "studies/train/checkpoint.hpp"
 #include "studies/train/config.hpp"
 #include "studies/train/loss_scaler.hpp"
+#include "studies/train/model.hpp"
 #include "studies/train/optimizer.hpp"
 #include "studies/train/params.hpp"
 
@@ -223,15 +224,23 @@ TEST(TrainCheckpoint, RoundTripsAndRefusesCorruption) {
   Checkpoint ck;
   ck.meta = {{"step", 12}, {"x", 0.1}};
   ck.master = {1.0, -2.5, 0x1p-30};
-  ck.m = {0.0, 1e-8, 3.0};
-  ck.v = {5.0, 6.0, 7.0};
+  ck.m = ParamStore(std::vector<double>{0.0, 1e-8, 3.0});
+  ck.v = ParamStore(std::vector<double>{5.0, 6.0, 7.0});
   const auto path = dir / "checkpoint.bin";
   save_checkpoint(path, ck);
   const Checkpoint back = load_checkpoint(path);
   EXPECT_EQ(back.meta, ck.meta);
   EXPECT_EQ(back.master, ck.master);
-  EXPECT_EQ(back.m, ck.m);
-  EXPECT_EQ(back.v, ck.v);
+  EXPECT_EQ(back.m.to_binary64(), ck.m.to_binary64());
+  EXPECT_EQ(back.v.to_binary64(), ck.v.to_binary64());
+  // 1e-8 is no binary32 value: a run whose moments are binary32 refuses this file, naming the value.
+  try {
+    load_checkpoint(path, StorageKind::Binary32);
+    FAIL() << "a binary64 moment was narrowed into binary32 storage";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("AdamW m"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("element 1"), std::string::npos) << e.what();
+  }
   // Flip one payload byte: refused, with a message naming the file and the checksum.
   std::string bytes;
   {
@@ -269,10 +278,13 @@ TEST(TrainCheckpoint, StreamedFileIsTheDocumentedLayout) {
   ck.meta = {{"step", 3}, {"name", "layout"}};
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> u(-1.0, 1.0);
-  for (auto* a : {&ck.master, &ck.m, &ck.v}) {
+  std::vector<double> m, v;
+  for (auto* a : {&ck.master, &m, &v}) {
     a->resize((std::size_t{1} << 20) + 3);  // 8 MiB + 24 bytes
     for (double& x : *a) x = u(rng);
   }
+  ck.m = ParamStore(m);
+  ck.v = ParamStore(v);
   const auto path = dir / "checkpoint.bin";
   save_checkpoint(path, ck);
   std::string payload;
@@ -280,7 +292,7 @@ TEST(TrainCheckpoint, StreamedFileIsTheDocumentedLayout) {
   const std::string meta = ck.meta.dump();
   put_u64(meta.size());
   payload += meta;
-  for (const auto* a : {&ck.master, &ck.m, &ck.v}) {
+  for (const auto* a : {&ck.master, &m, &v}) {
     put_u64(a->size());
     payload.append(reinterpret_cast<const char*>(a->data()), a->size() * sizeof(double));
   }
@@ -294,9 +306,109 @@ TEST(TrainCheckpoint, StreamedFileIsTheDocumentedLayout) {
                                  << " bytes)";
   const Checkpoint back = load_checkpoint(path);
   EXPECT_EQ(back.meta, ck.meta);
-  EXPECT_TRUE(back.master == ck.master && back.m == ck.m && back.v == ck.v);
+  EXPECT_TRUE(back.master == ck.master && back.m.to_binary64() == m && back.v.to_binary64() == v);
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 1) << "the temporary file is left behind";
   std::filesystem::remove_all(dir);
+}
+
+/// Binary32 moments are written as the binary64 values they are, so the file is byte for byte the one a binary64
+/// store of the same values writes (checkpoints of either storage load in either), and they read back exactly,
+/// over arrays longer than the 8 MiB pieces.
+TEST(TrainCheckpoint, Binary32MomentsWriteTheBinary64File) {
+  const auto dir = std::filesystem::temp_directory_path() / "roundoff_ckpt_b32_test";
+  std::filesystem::remove_all(dir);
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  const std::size_t n = (std::size_t{1} << 20) + 5;
+  std::vector<double> master(n), m(n), v(n);
+  for (auto* a : {&m, &v})
+    for (double& x : *a) x = static_cast<double>(static_cast<float>(u(rng)));  // binary32 values
+  for (double& x : master) x = u(rng);
+  m[3] = -0.0;
+  m[4] = 0x1p-149;  // the least binary32 subnormal
+  v[5] = std::numeric_limits<double>::infinity();
+  Checkpoint wide, narrow;
+  wide.meta = narrow.meta = {{"step", 1}};
+  wide.master = narrow.master = master;
+  wide.m = ParamStore(m);
+  wide.v = ParamStore(v);
+  narrow.m = ParamStore(StorageKind::Binary32, n);
+  narrow.v = ParamStore(StorageKind::Binary32, n);
+  narrow.m.write(0, m);
+  narrow.v.write(0, v);
+  ASSERT_EQ(narrow.m.bytes(), n * sizeof(float));
+  const auto a = dir / "a" / "checkpoint.bin", b = dir / "b" / "checkpoint.bin";
+  save_checkpoint(a, wide);
+  save_checkpoint(b, narrow);
+  const auto bytes = [](const std::filesystem::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_TRUE(bytes(a) == bytes(b)) << "binary32 moments wrote another file than binary64 ones";
+  for (const auto& path : {a, b}) {
+    const Checkpoint back = load_checkpoint(path, StorageKind::Binary32);
+    EXPECT_EQ(back.m.kind(), StorageKind::Binary32);
+    const std::vector<double> bm = back.m.to_binary64(), bv = back.v.to_binary64();
+    EXPECT_EQ(std::memcmp(bm.data(), m.data(), n * sizeof(double)), 0);
+    EXPECT_EQ(std::memcmp(bv.data(), v.data(), n * sizeof(double)), 0);
+    EXPECT_EQ(back.master, master);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+/// The storage choice: binary32 for every format whose values are all binary32 values, binary64 for any wider one.
+TEST(ParamStorage, KindFollowsTheFormat) {
+  namespace f = numerics::formats;
+  for (const numerics::Format& fmt : {f::fp32, f::tf32, f::bf16, f::fp16, f::e4m3, f::e5m2, f::e3m2, f::e2m3, f::e2m1})
+    EXPECT_EQ(storage_kind_for(fmt), StorageKind::Binary32) << fmt.precision << " " << fmt.emin << " " << fmt.emax;
+  EXPECT_EQ(storage_kind_for(f::fp64), StorageKind::Binary64);
+  EXPECT_EQ(storage_kind_for(numerics::Format{25, -126, 127}), StorageKind::Binary64);  // one more bit
+  EXPECT_EQ(storage_kind_for(numerics::Format{24, -126, 128}), StorageKind::Binary64);  // one more binade up
+  EXPECT_EQ(storage_kind_for(numerics::Format{24, -127, 127}), StorageKind::Binary64);  // subnormal 2^-150
+  EXPECT_EQ(storage_kind_for(numerics::Format{24, -127, 127, false}), StorageKind::Binary64);  // ulp 2^-150
+  EXPECT_EQ(storage_kind_for(numerics::Format{8, -141, 127}), StorageKind::Binary32);   // least value 2^-148
+  EXPECT_EQ(storage_kind_for(numerics::Format{8, -142, 127}), StorageKind::Binary32);   // 2^-149
+  EXPECT_EQ(storage_kind_for(numerics::Format{8, -143, 127}), StorageKind::Binary64);   // 2^-150
+  const std::array mixed{f::fp16, f::fp64};
+  EXPECT_EQ(storage_kind_for(mixed), StorageKind::Binary64);
+  // A value written and read back is the same binary64 value; one binary32 cannot hold is refused.
+  ParamStore s(StorageKind::Binary32, 4);
+  const std::array<double, 4> vals{0x1.fffffep127, -0x1p-149, -0.0, 0.1f};
+  s.write(0, vals);
+  for (std::size_t i = 0; i < vals.size(); ++i)
+    EXPECT_EQ(std::bit_cast<std::uint64_t>(s.at(i)), std::bit_cast<std::uint64_t>(vals[i])) << i;
+  EXPECT_THROW(s.write(0, std::array{0.1}), std::invalid_argument);
+  EXPECT_THROW(s.write(0, std::array{0x1p-150}), std::invalid_argument);
+  EXPECT_THROW(s.write(0, std::array{0x1p128}), std::invalid_argument);
+  EXPECT_THROW((void)s.binary64(), std::logic_error);
+}
+
+/// The presets choose the moments' storage from their AdamM / AdamV roles: binary32 for every preset but fp64
+/// (whose moments are binary64 values), and binary64 for a policy whose moments are set wider than binary32.
+TEST(ParamStorage, PresetsChooseTheMomentsStorage) {
+  const ModelConfig c = config_by_name("T0");
+  for (const std::string& name : ops::Policy::preset_names()) {
+    const Transformer model(c, ResidualScale::None, ops::Policy::preset(name), 1);
+    const auto& p = model.policy();
+    const bool wide = storage_kind_for(p.storage_for(ops::TensorRole::AdamM)) == StorageKind::Binary64 ||
+                      storage_kind_for(p.storage_for(ops::TensorRole::AdamV)) == StorageKind::Binary64;
+    EXPECT_EQ(model.moments_storage(), wide ? StorageKind::Binary64 : StorageKind::Binary32) << name;
+    if (name == "fp64") {
+      EXPECT_EQ(model.moments_storage(), StorageKind::Binary64);
+    }
+    if (name == "fp32" || name == "ane-fp16" || name == "ane-guide" || name == "pure-bf16") {
+      EXPECT_EQ(model.moments_storage(), StorageKind::Binary32) << name;
+    }
+  }
+  // One moment wider than binary32 makes both binary64; narrower formats keep binary32.
+  for (const char* spec : {"fp32,adam-v=fp64", "ane-fp16,adam-m=fp64", "fp32,adam-m=p25:emin-126:emax127", "fp32,adam-m=p24:emin-126:emax128"}) {
+    const Transformer model(c, ResidualScale::None, ops::Policy::parse(spec), 1);
+    EXPECT_EQ(model.moments_storage(), StorageKind::Binary64) << spec;
+  }
+  for (const char* spec : {"fp32,adam-m=bf16,adam-v=fp16", "fp64,adam-m=fp32,adam-v=tf32"}) {
+    const Transformer model(c, ResidualScale::None, ops::Policy::parse(spec), 1);
+    EXPECT_EQ(model.moments_storage(), StorageKind::Binary32) << spec;
+  }
 }
 
 /// A checkpoint of another format version is refused with a message naming its version and the one read.

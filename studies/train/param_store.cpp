@@ -1,0 +1,110 @@
+// Typed storage of parameter-sized state.
+#include "studies/train/param_store.hpp"
+
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
+namespace roundoff::studies::train {
+
+std::string_view name_of(StorageKind k) {
+  switch (k) {
+    case StorageKind::Binary32: return "binary32";
+    case StorageKind::Binary64: return "binary64";
+  }
+  return "?";
+}
+
+StorageKind storage_kind_for(const numerics::Format& f) {
+  const numerics::Format& b32 = numerics::formats::fp32;
+  const bool fits = f.precision <= b32.precision && f.emax <= b32.emax &&
+                    f.emin - (f.precision - 1) >= b32.emin - (b32.precision - 1);
+  return fits ? StorageKind::Binary32 : StorageKind::Binary64;
+}
+
+StorageKind storage_kind_for(std::span<const numerics::Format> formats) {
+  for (const numerics::Format& f : formats)
+    if (storage_kind_for(f) == StorageKind::Binary64) return StorageKind::Binary64;
+  return StorageKind::Binary32;
+}
+
+ParamStore::ParamStore(StorageKind kind, std::size_t n) {
+  switch (kind) {
+    case StorageKind::Binary32: data_ = std::vector<float>(n, 0.0f); return;
+    case StorageKind::Binary64: data_ = std::vector<double>(n, 0.0); return;
+  }
+}
+
+std::size_t ParamStore::size() const {
+  return std::visit([](const auto& d) { return d.size(); }, data_);
+}
+
+std::size_t ParamStore::bytes() const {
+  return std::visit([](const auto& d) { return d.size() * sizeof(d[0]); }, data_);
+}
+
+namespace {
+[[noreturn]] void wrong_kind(StorageKind have, StorageKind want) {
+  throw std::logic_error("ParamStore: " + std::string(name_of(have)) + " storage read as " +
+                         std::string(name_of(want)));
+}
+}  // namespace
+
+std::span<float> ParamStore::binary32() {
+  if (auto* d = std::get_if<std::vector<float>>(&data_)) return *d;
+  wrong_kind(kind(), StorageKind::Binary32);
+}
+std::span<const float> ParamStore::binary32() const {
+  if (const auto* d = std::get_if<std::vector<float>>(&data_)) return *d;
+  wrong_kind(kind(), StorageKind::Binary32);
+}
+std::span<double> ParamStore::binary64() {
+  if (auto* d = std::get_if<std::vector<double>>(&data_)) return *d;
+  wrong_kind(kind(), StorageKind::Binary64);
+}
+std::span<const double> ParamStore::binary64() const {
+  if (const auto* d = std::get_if<std::vector<double>>(&data_)) return *d;
+  wrong_kind(kind(), StorageKind::Binary64);
+}
+
+double ParamStore::at(std::size_t i) const {
+  return std::visit([i](const auto& d) { return static_cast<double>(d.at(i)); }, data_);
+}
+
+void ParamStore::read(std::size_t offset, std::span<double> out) const {
+  std::visit(
+      [&](const auto& d) {
+        if (offset > d.size() || out.size() > d.size() - offset) throw std::out_of_range("ParamStore::read");
+        for (std::size_t k = 0; k < out.size(); ++k) out[k] = static_cast<double>(d[offset + k]);
+      },
+      data_);
+}
+
+void ParamStore::write(std::size_t offset, std::span<const double> values) {
+  std::visit(
+      [&](auto& d) {
+        using T = std::decay_t<decltype(d[0])>;
+        if (offset > d.size() || values.size() > d.size() - offset) throw std::out_of_range("ParamStore::write");
+        for (std::size_t k = 0; k < values.size(); ++k) {
+          const double x = values[k];
+          const T t = static_cast<T>(x);
+          if (static_cast<double>(t) != x && !std::isnan(x)) {
+            std::ostringstream msg;
+            msg.precision(17);
+            msg << "value " << x << " at element " << offset + k << " is not exactly a " << name_of(kind())
+                << " value; this state is stored in " << name_of(kind());
+            throw std::invalid_argument(msg.str());
+          }
+          d[offset + k] = t;
+        }
+      },
+      data_);
+}
+
+std::vector<double> ParamStore::to_binary64() const {
+  std::vector<double> out(size());
+  read(0, out);
+  return out;
+}
+
+}  // namespace roundoff::studies::train
