@@ -144,6 +144,16 @@ void causal_dots(const Ctx<A>& ctx, const AttnShape& s, std::int64_t b, std::int
     }
   }
 }
+/// The scalar references' gradient accumulation: grad[e] ← store(store(grad[e]) + dot(st)), the dot taking the first
+/// slots of element e's Steps and the cast, add and store the next three (add_into's order, per element).
+template <class A, class Dot>
+void accumulate_ref(const Ctx<A>& ctx, std::span<typename A::Value> grad, Tensor t, std::size_t e, Dot&& dot) {
+  using V = typename A::Value;
+  Steps<A> st(ctx, t, e);
+  const V r = dot(st);
+  const V old = st.store(grad[e]);
+  grad[e] = st.store(st.add(old, r));
+}
 }  // namespace detail
 
 /// preatt[b,h,t,s] = (q[b,t,h,:]·k[b,s,h,:])·(1/√hs) for s ≤ t, else 0. The reference, per score element
@@ -233,10 +243,7 @@ void attn_scores_backward_data_reference(std::span<typename A::Value> dq, std::s
       ds[e] = p.mul(g, scale);
     }
   const auto accumulate = [&](std::span<V> grad, Tensor t, std::size_t e, auto&& dot) {
-    Steps<A> st(ctx, t, e);
-    const V r = dot(st);
-    const V old = st.store(grad[e]);
-    grad[e] = st.store(st.add(old, r));
+    detail::accumulate_ref(ctx, grad, t, e, dot);
   };
   for (std::int64_t b = 0; b < s.B; ++b)
     for (std::int64_t t = 0; t < s.T; ++t)
@@ -586,10 +593,7 @@ void attn_values_backward_data_reference(std::span<typename A::Value> datt, std:
     gc[i] = store_cast(ctx, Tensor::Dout, i, dout[i]);
   }
   const auto accumulate = [&](std::span<V> grad, Tensor t, std::size_t e, auto&& dot) {
-    Steps<A> st(ctx, t, e);
-    const V r = dot(st);
-    const V old = st.store(grad[e]);
-    grad[e] = st.store(st.add(old, r));
+    detail::accumulate_ref(ctx, grad, t, e, dot);
   };
   for (std::int64_t b = 0; b < s.B; ++b)
     for (std::int64_t h = 0; h < s.NH; ++h)

@@ -16,6 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/telemetry_rows.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -26,7 +28,7 @@ struct Outcome {
 };
 
 /// Runs `roundoff ARGS` in `cwd` (under a 60 s timeout) and collects its exit status and output.
-Outcome roundoff(const std::string& args, const fs::path& cwd = fs::temp_directory_path()) {
+Outcome run_roundoff(const std::string& args, const fs::path& cwd = fs::temp_directory_path()) {
   const std::string cmd = "cd '" + cwd.string() + "' && timeout 60 " + ROUNDOFF_EXE + " " + args + " 2>&1";
   Outcome o;
   FILE* p = popen(cmd.c_str(), "r");
@@ -57,9 +59,9 @@ void expect_refused(const Outcome& o, const std::string& must_contain, const std
 }
 
 TEST(Cli, EmptyOutIsRefused) {
-  expect_refused(roundoff(kTiny + "--steps 1 --out ''"), "--out must name a directory", "train --out ''");
-  expect_refused(roundoff("op-error --op rmsnorm --out ''"), "--out must name a directory", "op-error --out ''");
-  expect_refused(roundoff("accumulate --quick --out ''"), "--out must name a directory", "accumulate --out ''");
+  expect_refused(run_roundoff(kTiny + "--steps 1 --out ''"), "--out must name a directory", "train --out ''");
+  expect_refused(run_roundoff("op-error --op rmsnorm --out ''"), "--out must name a directory", "op-error --out ''");
+  expect_refused(run_roundoff("accumulate --quick --out ''"), "--out must name a directory", "accumulate --out ''");
 }
 
 TEST(Cli, UncheckedNumbersAreRefused) {
@@ -75,12 +77,12 @@ TEST(Cli, UncheckedNumbersAreRefused) {
                {"--steps", "abc"},        {"--eval-tokens", "1.5"}};
   for (const auto& c : cases) {
     const std::string what = std::string(c.flag) + " " + c.value;
-    expect_refused(roundoff(kTiny + "--steps 1 " + what + " --out '" + (d / "run").string() + "'"), c.flag, what);
+    expect_refused(run_roundoff(kTiny + "--steps 1 " + what + " --out '" + (d / "run").string() + "'"), c.flag, what);
     EXPECT_FALSE(fs::exists(d / "run" / "summary.json")) << what;
   }
-  expect_refused(roundoff("round --seed 99999999999999999999999 -f fp16 0.1"), "--seed", "round --seed 1e23");
-  expect_refused(roundoff("accumulate --trials 0 --out '" + (d / "acc").string() + "'"), "--trials", "--trials 0");
-  const Outcome abc = roundoff("accumulate --trials abc --out '" + (d / "acc").string() + "'");
+  expect_refused(run_roundoff("round --seed 99999999999999999999999 -f fp16 0.1"), "--seed", "round --seed 1e23");
+  expect_refused(run_roundoff("accumulate --trials 0 --out '" + (d / "acc").string() + "'"), "--trials", "--trials 0");
+  const Outcome abc = run_roundoff("accumulate --trials abc --out '" + (d / "acc").string() + "'");
   expect_refused(abc, "--trials: must be an integer in 1..", "--trials abc");
   EXPECT_LT(abc.output.size(), 300u) << abc.output;  // not a 309-digit range
 }
@@ -88,33 +90,33 @@ TEST(Cli, UncheckedNumbersAreRefused) {
 TEST(Cli, DotListsWithEmptyFieldsOrNoValuesAreRefused) {
   const fs::path d = scratch("dot");
   { std::ofstream(d / "empty.txt"); }
-  expect_refused(roundoff("dot --x ''"), "holds no values", "--x ''");
-  expect_refused(roundoff("dot --x ,"), "empty value", "--x ,");
-  expect_refused(roundoff("dot --x 1,,2"), "empty value", "--x 1,,2");
-  expect_refused(roundoff("dot --x 1,2,"), "empty value", "--x 1,2,");
-  expect_refused(roundoff("dot --x '@" + d.string() + "'"), "is a directory", "--x @DIR");
-  expect_refused(roundoff("dot --x '@" + (d / "empty.txt").string() + "'"), "holds no values", "--x @empty");
-  const Outcome ok = roundoff("dot --x '1, 2 3'");  // comma-space and spaces are separators
+  expect_refused(run_roundoff("dot --x ''"), "holds no values", "--x ''");
+  expect_refused(run_roundoff("dot --x ,"), "empty value", "--x ,");
+  expect_refused(run_roundoff("dot --x 1,,2"), "empty value", "--x 1,,2");
+  expect_refused(run_roundoff("dot --x 1,2,"), "empty value", "--x 1,2,");
+  expect_refused(run_roundoff("dot --x '@" + d.string() + "'"), "is a directory", "--x @DIR");
+  expect_refused(run_roundoff("dot --x '@" + (d / "empty.txt").string() + "'"), "holds no values", "--x @empty");
+  const Outcome ok = run_roundoff("dot --x '1, 2 3'");  // comma-space and spaces are separators
   EXPECT_EQ(ok.status, 0) << ok.output;
   EXPECT_NE(ok.output.find("sum of 3 fp16 values"), std::string::npos) << ok.output;
 }
 
 TEST(Cli, OperandsMustBeValuesOfTheFormat) {
-  expect_refused(roundoff("arith -f e4m3 add inf 1"), "has no infinities", "e4m3 inf");
-  expect_refused(roundoff("dot --inputs e4m3 --x inf,1"), "has no infinities", "dot e4m3 inf");
-  expect_refused(roundoff("arith -f p5:emin-6:emax7:nospecials add inf 1"), "has no infinities", "nospecials inf");
-  expect_refused(roundoff("arith -f p5:emin-6:emax7:nospecials add nan 1"), "has no NaN", "nospecials nan");
-  expect_refused(roundoff("arith -f fp16 add 1e999 1"), "not representable", "fp16 1e999");
-  const Outcome ok = roundoff("arith -f fp16 add inf 1");
+  expect_refused(run_roundoff("arith -f e4m3 add inf 1"), "has no infinities", "e4m3 inf");
+  expect_refused(run_roundoff("dot --inputs e4m3 --x inf,1"), "has no infinities", "dot e4m3 inf");
+  expect_refused(run_roundoff("arith -f p5:emin-6:emax7:nospecials add inf 1"), "has no infinities", "nospecials inf");
+  expect_refused(run_roundoff("arith -f p5:emin-6:emax7:nospecials add nan 1"), "has no NaN", "nospecials nan");
+  expect_refused(run_roundoff("arith -f fp16 add 1e999 1"), "not representable", "fp16 1e999");
+  const Outcome ok = run_roundoff("arith -f fp16 add inf 1");
   EXPECT_EQ(ok.status, 0) << ok.output;
-  const Outcome nan = roundoff("arith -f e4m3 add nan 1");
+  const Outcome nan = run_roundoff("arith -f e4m3 add nan 1");
   EXPECT_EQ(nan.status, 0) << nan.output;
 }
 
 TEST(Cli, NegativeSpecialsSayHowToPassThem) {
-  expect_refused(roundoff("round -f fp16 -inf"), "after --", "round -inf");
-  expect_refused(roundoff("arith add inf -inf"), "after --", "arith add inf -inf");
-  const Outcome ok = roundoff("round -f fp16 -- -inf");
+  expect_refused(run_roundoff("round -f fp16 -inf"), "after --", "round -inf");
+  expect_refused(run_roundoff("arith add inf -inf"), "after --", "arith add inf -inf");
+  const Outcome ok = run_roundoff("round -f fp16 -- -inf");
   EXPECT_EQ(ok.status, 0) << ok.output;
   EXPECT_NE(ok.output.find("-inf -> -inf"), std::string::npos) << ok.output;
 }
@@ -125,28 +127,28 @@ TEST(Cli, PolicyPresetsWinOverFilesAndOddFilesAreRefused) {
   { std::ofstream(d / "empty.policy") << "# nothing but a comment\n\n"; }
   fs::create_directories(d / "dir.policy");
   ASSERT_EQ(::mkfifo((d / "fifo.policy").c_str(), 0644), 0);
-  const Outcome preset = roundoff("policy show fp32", d);
+  const Outcome preset = run_roundoff("policy show fp32", d);
   EXPECT_EQ(preset.status, 0) << preset.output;
   EXPECT_EQ(preset.output, "fp32\n");
-  const Outcome file = roundoff("policy show @fp32", d);
+  const Outcome file = run_roundoff("policy show @fp32", d);
   EXPECT_EQ(file.status, 0) << file.output;
   EXPECT_NE(file.output.find("read file fp32"), std::string::npos) << file.output;
   EXPECT_NE(file.output.find("ane-fp16\n"), std::string::npos) << file.output;
-  expect_refused(roundoff("policy show /dev/zero", d), "not a regular file", "/dev/zero");
-  expect_refused(roundoff("policy show fifo.policy", d), "not a regular file", "FIFO");
-  expect_refused(roundoff("policy show dir.policy", d), "is a directory", "directory");
-  expect_refused(roundoff("policy show empty.policy", d), "holds no policy items", "empty file");
-  expect_refused(roundoff("policy show missing.policy", d), "neither a policy preset", "missing file");
-  expect_refused(roundoff("policy show @missing.policy", d), "does not exist", "@missing file");
+  expect_refused(run_roundoff("policy show /dev/zero", d), "not a regular file", "/dev/zero");
+  expect_refused(run_roundoff("policy show fifo.policy", d), "not a regular file", "FIFO");
+  expect_refused(run_roundoff("policy show dir.policy", d), "is a directory", "directory");
+  expect_refused(run_roundoff("policy show empty.policy", d), "holds no policy items", "empty file");
+  expect_refused(run_roundoff("policy show missing.policy", d), "neither a policy preset", "missing file");
+  expect_refused(run_roundoff("policy show @missing.policy", d), "does not exist", "@missing file");
 }
 
 TEST(Cli, SummaryCommandHoldsTheWholeArgumentList) {
   const fs::path d = scratch("command");
-  const Outcome o = roundoff(kTiny + "--steps 2 --seed 5 --lr 0.002 --precision @fp32 --out '" + (d / "run").string() +
+  const Outcome o = run_roundoff(kTiny + "--steps 2 --seed 5 --lr 0.002 --precision @fp32 --out '" + (d / "run").string() +
                              "'");
   // --precision @fp32 names a file that does not exist: refused, nothing written.
   expect_refused(o, "does not exist", "@fp32 without a file");
-  const Outcome ok = roundoff(kTiny + "--steps 2 --seed 5 --lr 0.002 --out '" + (d / "run").string() + "'");
+  const Outcome ok = run_roundoff(kTiny + "--steps 2 --seed 5 --lr 0.002 --out '" + (d / "run").string() + "'");
   ASSERT_EQ(ok.status, 0) << ok.output;
   EXPECT_NE(ok.output.find("(from spec)"), std::string::npos) << ok.output;
   std::ifstream in(d / "run" / "summary.json");
@@ -159,8 +161,8 @@ TEST(Cli, SummaryCommandHoldsTheWholeArgumentList) {
 TEST(Cli, ResumeMismatchNamesTheField) {
   const fs::path d = scratch("resume");
   const std::string out = " --out '" + (d / "run").string() + "'";
-  ASSERT_EQ(roundoff(kTiny + "--steps 3 --stop-after 1" + out).status, 0);
-  const Outcome o = roundoff(kTiny + "--steps 3 --lr 0.002 --resume" + out);
+  ASSERT_EQ(run_roundoff(kTiny + "--steps 3 --stop-after 1" + out).status, 0);
+  const Outcome o = run_roundoff(kTiny + "--steps 3 --lr 0.002 --resume" + out);
   expect_refused(o, "recipe.lr: checkpoint 0.001, this run 0.002", "resume with another --lr");
   EXPECT_EQ(o.output.find("\"config\""), std::string::npos) << "dumps the whole identity:\n" << o.output;
 }
@@ -168,7 +170,7 @@ TEST(Cli, ResumeMismatchNamesTheField) {
 TEST(Cli, DivergedRunIsNotComplete) {
   const fs::path d = scratch("diverged");
   // lr 1e300 rounds to inf in fp32: the first update turns the masters non-finite and the run stops at step 0.
-  const Outcome o = roundoff(kTiny + "--steps 4 --warmup 0 --lr 1e300 --out '" + (d / "run").string() + "'");
+  const Outcome o = run_roundoff(kTiny + "--steps 4 --warmup 0 --lr 1e300 --out '" + (d / "run").string() + "'");
   ASSERT_EQ(o.status, 0) << o.output;
   std::ifstream in(d / "run" / "summary.json");
   const nlohmann::json s = nlohmann::json::parse(in);
@@ -183,32 +185,32 @@ TEST(Cli, DivergedRunIsNotComplete) {
 
 TEST(Cli, KjvCorpusErrorsNameTheFix) {
   const fs::path d = scratch("kjv");
-  expect_refused(roundoff("data prepare --corpus bible"), "unknown --corpus 'bible' (valid: brown, kjv, children)",
+  expect_refused(run_roundoff("data prepare --corpus bible"), "unknown --corpus 'bible' (valid: brown, kjv, children)",
                  "data prepare --corpus bible");
-  expect_refused(roundoff("data prepare --corpus brown --out " + (d / "b").string()), "needs --package",
+  expect_refused(run_roundoff("data prepare --corpus brown --out " + (d / "b").string()), "needs --package",
                  "data prepare --corpus brown without --package");
-  const Outcome missing = roundoff("data prepare --corpus kjv --data-file " + (d / "absent.data").string() +
+  const Outcome missing = run_roundoff("data prepare --corpus kjv --data-file " + (d / "absent.data").string() +
                                    " --out " + (d / "kjv").string());
   expect_refused(missing, "apt-get install bible-kjv-text=4.38", "data prepare --corpus kjv, no data file");
   EXPECT_FALSE(fs::exists(d / "kjv"));
   // train --corpus kjv before the KJV is prepared: the error names the KJV's own command.
   ::setenv("ROUNDOFF_DATA", d.c_str(), 1);
-  const Outcome train = roundoff(kTiny + "--steps 1 --corpus kjv --out " + (d / "run").string());
+  const Outcome train = run_roundoff(kTiny + "--steps 1 --corpus kjv --out " + (d / "run").string());
   ::unsetenv("ROUNDOFF_DATA");
   expect_refused(train, "./scripts/fetch-corpus --corpus kjv", "train --corpus kjv unprepared");
 }
 
 TEST(Cli, ChildrenCorpusErrorsNameTheFix) {
   const fs::path d = scratch("children");
-  expect_refused(roundoff("data prepare --corpus children --out " + (d / "c").string()), "needs --package",
+  expect_refused(run_roundoff("data prepare --corpus children --out " + (d / "c").string()), "needs --package",
                  "data prepare --corpus children without --package");
-  const Outcome missing = roundoff("data prepare --corpus children --package " + (d / "absent").string() +
+  const Outcome missing = run_roundoff("data prepare --corpus children --package " + (d / "absent").string() +
                                    " --out " + (d / "children").string());
   expect_refused(missing, "./scripts/fetch-corpus --corpus children", "data prepare --corpus children, no package");
   EXPECT_FALSE(fs::exists(d / "children"));
   // train --corpus children before it is prepared: the error names its own command.
   ::setenv("ROUNDOFF_DATA", d.c_str(), 1);
-  const Outcome train = roundoff(kTiny + "--steps 1 --corpus children --out " + (d / "run").string());
+  const Outcome train = run_roundoff(kTiny + "--steps 1 --corpus children --out " + (d / "run").string());
   ::unsetenv("ROUNDOFF_DATA");
   expect_refused(train, "./scripts/fetch-corpus --corpus children", "train --corpus children unprepared");
 }
@@ -218,21 +220,21 @@ TEST(Cli, TensorcoreFitNamesWhatIsWrongWithItsInput) {
   {
     std::ofstream(d / "junk.bin") << "not a probe dump";
   }
-  expect_refused(roundoff("tensorcore-fit " + (d / "junk.bin").string()), "not a probe dump (no RTCPROBE header)",
+  expect_refused(run_roundoff("tensorcore-fit " + (d / "junk.bin").string()), "not a probe dump (no RTCPROBE header)",
                  "tensorcore-fit on a text file");
   const std::string wg = std::string(ROUNDOFF_SOURCE_DIR) + "/notebooks-data/tensorcore-h200-wgmma/wg-f16-k16-imp0.bin";
-  expect_refused(roundoff("tensorcore-fit " + wg), "name the models to score with --model",
+  expect_refused(run_roundoff("tensorcore-fit " + wg), "name the models to score with --model",
                  "tensorcore-fit on a wgmma dump without --model");
-  expect_refused(roundoff("tensorcore-fit " + wg + " --model 'tc-h100,group=x'"), "--model 'tc-h100,group=x'",
+  expect_refused(run_roundoff("tensorcore-fit " + wg + " --model 'tc-h100,group=x'"), "--model 'tc-h100,group=x'",
                  "tensorcore-fit with a bad model");
-  const Outcome ok = roundoff("tensorcore-fit " + wg + " --model tc-h100");
+  const Outcome ok = run_roundoff("tensorcore-fit " + wg + " --model tc-h100");
   EXPECT_EQ(ok.status, 0) << ok.output;
   EXPECT_NE(ok.output.find("0 of 32768 wrong"), std::string::npos) << ok.output;
 }
 
 TEST(Cli, EvalCheckpointReproducesTheRunsEvaluationAndRefusesAMismatch) {
   const fs::path d = scratch("evalck");
-  const Outcome run = roundoff(kTiny + "--steps 2 --precision pure-fp16 --out " + (d / "run").string());
+  const Outcome run = run_roundoff(kTiny + "--steps 2 --precision pure-fp16 --out " + (d / "run").string());
   ASSERT_EQ(run.status, 0) << run.output;
   nlohmann::json s;
   {
@@ -241,7 +243,7 @@ TEST(Cli, EvalCheckpointReproducesTheRunsEvaluationAndRefusesAMismatch) {
   }
   const std::string ck = (d / "run" / "checkpoint.bin").string();
   auto eval = [&](const std::string& precision, const std::string& out) {
-    const Outcome o = roundoff(kTiny + "--steps 2 --precision " + precision + " --eval-checkpoint " + ck + " --out " +
+    const Outcome o = run_roundoff(kTiny + "--steps 2 --precision " + precision + " --eval-checkpoint " + ck + " --out " +
                                (d / out).string());
     EXPECT_EQ(o.status, 0) << o.output;
     std::ifstream in(d / out / "eval.json");
@@ -257,26 +259,16 @@ TEST(Cli, EvalCheckpointReproducesTheRunsEvaluationAndRefusesAMismatch) {
   EXPECT_EQ(f32["val_loss"].get<double>(), s["val_loss_fp32"].get<double>());
   EXPECT_NE(f32["val_loss"].get<double>(), own["val_loss"].get<double>());
   // Another model shape, or --resume, is refused with the reason.
-  expect_refused(roundoff("train --config custom --d 16 --layers 1 --heads 2 --seq 8 --batch 1 --eval-tokens 64 "
+  expect_refused(run_roundoff("train --config custom --d 16 --layers 1 --heads 2 --seq 8 --batch 1 --eval-tokens 64 "
                           "--progress-every 0 --eval-checkpoint " + ck + " --out " + (d / "bad").string()),
                  "parameters; the model of this config has", "--eval-checkpoint on another shape");
-  expect_refused(roundoff(kTiny + "--eval-checkpoint " + ck + " --resume --out " + (d / "run").string()),
+  expect_refused(run_roundoff(kTiny + "--eval-checkpoint " + ck + " --resume --out " + (d / "run").string()),
                  "cannot --resume", "--eval-checkpoint with --resume");
 }
 
 namespace {
 
-/// The shadow rows (shadow_* and global_* metrics) of telemetry.csv at `step`, header excluded.
-std::vector<std::string> shadow_rows(const fs::path& telemetry, std::int64_t step) {
-  std::ifstream in(telemetry);
-  std::vector<std::string> rows;
-  const std::string prefix = std::to_string(step) + ",";
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(prefix, 0) == 0 &&
-        (line.find(",shadow_") != std::string::npos || line.find(",global_") != std::string::npos))
-      rows.push_back(line);
-  return rows;
-}
+using roundoff::test::shadow_rows;
 
 }  // namespace
 
@@ -285,12 +277,12 @@ TEST(Cli, ShadowCheckpointGivesTheRunsShadowRowsAtItsStep) {
   // A run that shadows at step 2, and the same run stopped after 2 updates (the same schedule, so the same
   // weights at step 2): attributing the stopped run's checkpoint must give the first run's rows bit for bit.
   const std::string run = kTiny + "--steps 3 --precision pure-fp16 --shadow-units 2 ";
-  const Outcome full = roundoff(run + "--shadow-every 2 --out " + (d / "full").string());
+  const Outcome full = run_roundoff(run + "--shadow-every 2 --out " + (d / "full").string());
   ASSERT_EQ(full.status, 0) << full.output;
-  const Outcome part = roundoff(run + "--stop-after 2 --out " + (d / "part").string());
+  const Outcome part = run_roundoff(run + "--stop-after 2 --out " + (d / "part").string());
   ASSERT_EQ(part.status, 0) << part.output;
   const std::string ck = (d / "part" / "checkpoint.bin").string();
-  const Outcome sh = roundoff(run + "--shadow-checkpoint " + ck + " --out " + (d / "sh").string());
+  const Outcome sh = run_roundoff(run + "--shadow-checkpoint " + ck + " --out " + (d / "sh").string());
   ASSERT_EQ(sh.status, 0) << sh.output;
   const std::vector<std::string> expected = shadow_rows(d / "full" / "telemetry.csv", 2);
   ASSERT_GT(expected.size(), 20u);
@@ -304,16 +296,16 @@ TEST(Cli, ShadowCheckpointGivesTheRunsShadowRowsAtItsStep) {
   EXPECT_EQ(j["checkpoint_policy"], "pure-fp16");
   EXPECT_EQ(j["shadow_units"], 2);
   // Under another policy the rows differ (fp32's local errors are in fp32 ulps of other outputs).
-  const Outcome f32 = roundoff(kTiny + "--steps 3 --precision fp32 --shadow-units 2 --shadow-checkpoint " + ck +
+  const Outcome f32 = run_roundoff(kTiny + "--steps 3 --precision fp32 --shadow-units 2 --shadow-checkpoint " + ck +
                                " --out " + (d / "f32").string());
   ASSERT_EQ(f32.status, 0) << f32.output;
   EXPECT_NE(shadow_rows(d / "f32" / "telemetry.csv", 2), expected);
-  expect_refused(roundoff(run + "--shadow-checkpoint " + ck + " --resume --out " + (d / "part").string()),
+  expect_refused(run_roundoff(run + "--shadow-checkpoint " + ck + " --resume --out " + (d / "part").string()),
                  "cannot --resume", "--shadow-checkpoint with --resume");
-  expect_refused(roundoff(run + "--shadow-checkpoint " + ck + " --eval-checkpoint " + ck + " --out " +
+  expect_refused(run_roundoff(run + "--shadow-checkpoint " + ck + " --eval-checkpoint " + ck + " --out " +
                           (d / "both").string()),
                  "excludes", "--shadow-checkpoint with --eval-checkpoint");
-  expect_refused(roundoff("train --config custom --d 16 --layers 1 --heads 2 --seq 8 --batch 1 --eval-tokens 64 "
+  expect_refused(run_roundoff("train --config custom --d 16 --layers 1 --heads 2 --seq 8 --batch 1 --eval-tokens 64 "
                           "--progress-every 0 --shadow-checkpoint " + ck + " --out " + (d / "bad").string()),
                  "parameters; the model of this config has", "--shadow-checkpoint on another shape");
 }
@@ -326,18 +318,18 @@ TEST(Cli, TensorcoreFitNeverOverwritesItsSourceDumpAndRefusesFifosAndShortFiles)
   fs::copy_file(src, d / "tc-f16-f32.bin");
   const auto size = fs::file_size(d / "tc-f16-f32.bin");
   // Item 7: --trim-dir naming the dump's own directory would replace the dump (a GPU is needed to regenerate it).
-  expect_refused(roundoff("tensorcore-fit tc-f16-f32.bin --trim 5 --trim-dir .", d), "would overwrite the source dump",
+  expect_refused(run_roundoff("tensorcore-fit tc-f16-f32.bin --trim 5 --trim-dir .", d), "would overwrite the source dump",
                  "--trim-dir onto the source");
-  expect_refused(roundoff("tensorcore-fit " + (d / "tc-f16-f32.bin").string() + " --trim 5 --trim-dir " + d.string()),
+  expect_refused(run_roundoff("tensorcore-fit " + (d / "tc-f16-f32.bin").string() + " --trim 5 --trim-dir " + d.string()),
                  "would overwrite the source dump", "--trim-dir onto the source (absolute)");
   EXPECT_EQ(fs::file_size(d / "tc-f16-f32.bin"), size);
-  const Outcome ok = roundoff("tensorcore-fit tc-f16-f32.bin --trim 5 --trim-dir small", d);
+  const Outcome ok = run_roundoff("tensorcore-fit tc-f16-f32.bin --trim 5 --trim-dir small", d);
   EXPECT_EQ(ok.status, 0) << ok.output;
   EXPECT_LT(fs::file_size(d / "small" / "tc-f16-f32.bin"), size);
   EXPECT_EQ(fs::file_size(d / "tc-f16-f32.bin"), size);
   // Item 12: a FIFO would block the reader forever.
   ASSERT_EQ(::mkfifo((d / "fifo").c_str(), 0644), 0);
-  expect_refused(roundoff("tensorcore-fit fifo", d), "not a regular file", "tensorcore-fit on a FIFO");
+  expect_refused(run_roundoff("tensorcore-fit fifo", d), "not a regular file", "tensorcore-fit on a FIFO");
   // Item 13: a header claiming more tiles than the file holds is refused before anything is allocated.
   {
     std::ifstream in(d / "tc-f16-f32.bin", std::ios::binary);
@@ -346,7 +338,7 @@ TEST(Cli, TensorcoreFitNeverOverwritesItsSourceDumpAndRefusesFifosAndShortFiles)
     for (int i = 0; i < 4; ++i) bytes[16 + static_cast<std::size_t>(i)] = '\xff';  // head[2], the tile count
     std::ofstream(d / "huge.bin", std::ios::binary) << bytes;
   }
-  const Outcome huge = roundoff("tensorcore-fit huge.bin", d);
+  const Outcome huge = run_roundoff("tensorcore-fit huge.bin", d);
   expect_refused(huge, "truncated (header says 4294967295 tiles", "a dump claiming 2^32-1 tiles");
   EXPECT_EQ(huge.output.find("bad_alloc"), std::string::npos) << huge.output;
 }
@@ -369,27 +361,27 @@ std::string slurp(const fs::path& p) {
 
 TEST(Cli, EvalTokensBelowOneWindowIsRefused) {  // issue 43 item 1
   const fs::path d = scratch("evaltokens");
-  expect_refused(roundoff(kTinyShape + "--steps 1 --eval-tokens 7 --out " + (d / "run").string()),
+  expect_refused(run_roundoff(kTinyShape + "--steps 1 --eval-tokens 7 --out " + (d / "run").string()),
                  "--eval-tokens 7 is shorter than one evaluation window of --seq 8", "--eval-tokens below --seq");
   EXPECT_FALSE(fs::exists(d / "run" / "summary.json"));
-  const Outcome ok = roundoff(kTinyShape + "--steps 1 --eval-tokens 8 --out " + (d / "ok").string());
+  const Outcome ok = run_roundoff(kTinyShape + "--steps 1 --eval-tokens 8 --out " + (d / "ok").string());
   ASSERT_EQ(ok.status, 0) << ok.output;
   EXPECT_EQ(read_json(d / "ok" / "summary.json").at("val_tokens").get<int>(), 8);
 }
 
 TEST(Cli, EvalCheckpointRefusesAnotherModelWithTheSameParameterCount) {  // issue 43 item 2
   const fs::path d = scratch("evalmodel");
-  ASSERT_EQ(roundoff(kTiny + "--steps 2 --out " + (d / "run").string()).status, 0);
+  ASSERT_EQ(run_roundoff(kTiny + "--steps 2 --out " + (d / "run").string()).status, 0);
   const std::string ck = (d / "run" / "checkpoint.bin").string();
   // --heads 4 has exactly the parameters of --heads 2 (no GQA): the same numbers read as another model.
-  expect_refused(roundoff("train --config custom --d 8 --layers 1 --heads 4 --seq 8 --batch 1 --eval-tokens 64 "
+  expect_refused(run_roundoff("train --config custom --d 8 --layers 1 --heads 4 --seq 8 --batch 1 --eval-tokens 64 "
                           "--progress-every 0 --eval-checkpoint " + ck + " --out " + (d / "heads").string()),
                  "config.heads 2, this command 4", "--eval-checkpoint with another head count");
-  expect_refused(roundoff(kTiny + "--residual-scale inv-sqrt-2L --eval-checkpoint " + ck + " --out " +
+  expect_refused(run_roundoff(kTiny + "--residual-scale inv-sqrt-2L --eval-checkpoint " + ck + " --out " +
                           (d / "res").string()),
                  "residual_scale \"none\", this command \"inv-sqrt-2L\"", "--eval-checkpoint with another residual");
   EXPECT_FALSE(fs::exists(d / "heads" / "eval.json"));
-  const Outcome ok = roundoff(kTiny + "--precision pure-fp16 --eval-checkpoint " + ck + " --out " + (d / "ok").string());
+  const Outcome ok = run_roundoff(kTiny + "--precision pure-fp16 --eval-checkpoint " + ck + " --out " + (d / "ok").string());
   ASSERT_EQ(ok.status, 0) << ok.output;
   const nlohmann::json e = read_json(d / "ok" / "eval.json");  // the evaluation's own config is recorded
   EXPECT_EQ(e.at("config").at("heads"), 2);
@@ -399,15 +391,15 @@ TEST(Cli, EvalCheckpointRefusesAnotherModelWithTheSameParameterCount) {  // issu
 
 TEST(Cli, GqaMismatchDefectOnAModelWithoutGqaIsRefused) {  // issue 43 item 4
   const fs::path d = scratch("gqadefect");
-  expect_refused(roundoff(kTiny + "--steps 1 --defect gqa-mismatch --out " + (d / "mha").string()),
+  expect_refused(run_roundoff(kTiny + "--steps 1 --defect gqa-mismatch --out " + (d / "mha").string()),
                  "--defect gqa-mismatch changes nothing", "gqa-mismatch with kv-heads = heads");
-  expect_refused(roundoff("train --config T0 --steps 1 --defect gqa-mismatch --out " + (d / "t0").string()),
+  expect_refused(run_roundoff("train --config T0 --steps 1 --defect gqa-mismatch --out " + (d / "t0").string()),
                  "--defect gqa-mismatch changes nothing", "gqa-mismatch on T0");
-  expect_refused(roundoff("train --config custom --d 8 --layers 1 --heads 4 --kv-heads 1 --seq 8 --batch 1 "
+  expect_refused(run_roundoff("train --config custom --d 8 --layers 1 --heads 4 --kv-heads 1 --seq 8 --batch 1 "
                           "--eval-tokens 64 --progress-every 0 --steps 1 --defect gqa-mismatch --out " +
                           (d / "kv1").string()),
                  "--defect gqa-mismatch changes nothing", "gqa-mismatch with kv-heads 1");
-  const Outcome ok = roundoff("train --config custom --d 8 --layers 1 --heads 4 --kv-heads 2 --seq 8 --batch 1 "
+  const Outcome ok = run_roundoff("train --config custom --d 8 --layers 1 --heads 4 --kv-heads 2 --seq 8 --batch 1 "
                               "--eval-tokens 64 --progress-every 0 --steps 1 --defect gqa-mismatch --out " +
                               (d / "gqa").string());
   EXPECT_EQ(ok.status, 0) << ok.output;
@@ -432,27 +424,27 @@ TEST(Cli, ResumeRefusesAnotherCorpusWithTheSameSourceLabel) {  // issue 43 item 
   }
   { std::ofstream(d / "c2" / "manifest.json", std::ios::trunc) << m.dump(2); }
   const std::string out = " --out " + (d / "run").string();
-  const Outcome first = roundoff(kTiny + "--steps 3 --stop-after 1 --corpus " + (d / "c1").string() + out);
+  const Outcome first = run_roundoff(kTiny + "--steps 3 --stop-after 1 --corpus " + (d / "c1").string() + out);
   ASSERT_EQ(first.status, 0) << first.output;
-  expect_refused(roundoff(kTiny + "--steps 3 --resume --corpus " + (d / "c2").string() + out),
+  expect_refused(run_roundoff(kTiny + "--steps 3 --resume --corpus " + (d / "c2").string() + out),
                  "was trained on another corpus: data_sha256.val", "--resume on another corpus, same label");
-  const Outcome same = roundoff(kTiny + "--steps 3 --resume --corpus " + (d / "c1").string() + out);
+  const Outcome same = run_roundoff(kTiny + "--steps 3 --resume --corpus " + (d / "c1").string() + out);
   EXPECT_EQ(same.status, 0) << same.output;
 }
 
 TEST(Cli, ShadowCheckpointNeverReplacesARunsTelemetry) {  // issue 43 item 8
   const fs::path d = scratch("shadowout");
   const std::string run = kTiny + "--steps 2 --precision pure-fp16 --shadow-units 2 ";
-  ASSERT_EQ(roundoff(run + "--out " + (d / "run").string()).status, 0);
+  ASSERT_EQ(run_roundoff(run + "--out " + (d / "run").string()).status, 0);
   const std::string telemetry = slurp(d / "run" / "telemetry.csv");
-  expect_refused(roundoff(run + "--shadow-checkpoint " + (d / "run" / "checkpoint.bin").string() + " --out " +
+  expect_refused(run_roundoff(run + "--shadow-checkpoint " + (d / "run" / "checkpoint.bin").string() + " --out " +
                           (d / "run").string()),
                  "holds a training run", "--shadow-checkpoint into the run's own --out");
   EXPECT_EQ(slurp(d / "run" / "telemetry.csv"), telemetry);
   EXPECT_FALSE(fs::exists(d / "run" / "shadow.json"));
   // Into its own directory, again and again: fine.
   for (int i = 0; i < 2; ++i) {
-    const Outcome ok = roundoff(run + "--shadow-checkpoint " + (d / "run" / "checkpoint.bin").string() + " --out " +
+    const Outcome ok = run_roundoff(run + "--shadow-checkpoint " + (d / "run" / "checkpoint.bin").string() + " --out " +
                                 (d / "sh").string());
     EXPECT_EQ(ok.status, 0) << ok.output;
   }
@@ -461,15 +453,15 @@ TEST(Cli, ShadowCheckpointNeverReplacesARunsTelemetry) {  // issue 43 item 8
 TEST(Cli, AnotherRunNeverOverwritesAnOldSummaryWhenTheCheckpointIsGone) {  // issue 43 item 11
   const fs::path d = scratch("overwrite");
   const std::string out = " --out " + (d / "run").string();
-  ASSERT_EQ(roundoff(kTiny + "--steps 2" + out).status, 0);
+  ASSERT_EQ(run_roundoff(kTiny + "--steps 2" + out).status, 0);
   fs::remove(d / "run" / "checkpoint.bin");
   const std::string summary = slurp(d / "run" / "summary.json"), curves = slurp(d / "run" / "curves.csv");
-  expect_refused(roundoff(kTiny + "--steps 2 --lr 0.002" + out),
+  expect_refused(run_roundoff(kTiny + "--steps 2 --lr 0.002" + out),
                  "holds the results of another run (recipe.lr: that run 0.001, this run 0.002)",
                  "another config into an --out with a summary and no checkpoint");
   EXPECT_EQ(slurp(d / "run" / "summary.json"), summary);
   EXPECT_EQ(slurp(d / "run" / "curves.csv"), curves);
-  const Outcome again = roundoff(kTiny + "--steps 2" + out);  // the same run again recomputes the same results
+  const Outcome again = run_roundoff(kTiny + "--steps 2" + out);  // the same run again recomputes the same results
   EXPECT_EQ(again.status, 0) << again.output;
 }
 
@@ -493,7 +485,7 @@ std::vector<std::string> csv_fields(const std::string& line) {
 
 TEST(Cli, OpErrorReportsNonFiniteOutputsInsteadOfAPerfectZero) {  // issue 43 item 3
   const fs::path d = scratch("opnan");
-  const Outcome o = roundoff("op-error --op rmsnorm --precision pure-fp16 --sigma 1,60000 --rows 4 --out " + d.string());
+  const Outcome o = run_roundoff("op-error --op rmsnorm --precision pure-fp16 --sigma 1,60000 --rows 4 --out " + d.string());
   ASSERT_EQ(o.status, 0) << o.output;
   EXPECT_NE(o.output.find("outputs are not finite"), std::string::npos) << o.output;
   std::ifstream in(d / "rmsnorm.csv");
@@ -515,88 +507,88 @@ TEST(Cli, OpErrorReportsNonFiniteOutputsInsteadOfAPerfectZero) {  // issue 43 it
   }
   EXPECT_GT(all_nan_rows, 0) << "sigma 6e4 overflows pure-fp16's RMSNorm";
   // A LUT whose range the compute format cannot hold gives NaN for every output: refused when parsed.
-  expect_refused(roundoff("policy show 'ane-fp16,silu.approx=ane-lut:33:-1e308:1e308'"),
+  expect_refused(run_roundoff("policy show 'ane-fp16,silu.approx=ane-lut:33:-1e308:1e308'"),
                  "overflows the compute format fp16", "a LUT range beyond fp16");
-  const Outcome ok = roundoff("policy show 'ane-fp16,silu.approx=ane-lut:33:-8:8'");
+  const Outcome ok = run_roundoff("policy show 'ane-fp16,silu.approx=ane-lut:33:-8:8'");
   EXPECT_EQ(ok.status, 0) << ok.output;
 }
 
 TEST(Cli, WorkThatCannotFitInMemoryIsRefusedWithItsSize) {  // issue 43 item 15
   const fs::path d = scratch("memory");
-  const Outcome t = roundoff("train --config custom --d 100000 --heads 2 --steps 1 --out " + (d / "t").string());
+  const Outcome t = run_roundoff("train --config custom --d 100000 --heads 2 --steps 1 --out " + (d / "t").string());
   expect_refused(t, "needs at least", "train --d 100000");
   EXPECT_NE(t.output.find("valid: a smaller --d or --layers"), std::string::npos) << t.output;
   EXPECT_EQ(t.output.find("bad_alloc"), std::string::npos) << t.output;
-  const Outcome o = roundoff("op-error --op matmul --shape in=100000000 --out " + (d / "o").string());
+  const Outcome o = run_roundoff("op-error --op matmul --shape in=100000000 --out " + (d / "o").string());
   expect_refused(o, "needs at least", "op-error --shape in=100000000");
   EXPECT_EQ(o.output.find("bad_alloc"), std::string::npos) << o.output;
   // Item 17: a shape key given twice is refused, not "last one wins".
-  expect_refused(roundoff("op-error --op rmsnorm --shape d=3,d=5 --out " + (d / "s").string()), "given twice",
+  expect_refused(run_roundoff("op-error --op rmsnorm --shape d=3,d=5 --out " + (d / "s").string()), "given twice",
                  "--shape d=3,d=5");
 }
 
 TEST(Cli, OperandsBeforeAndAfterTheMarkAreAllRead) {  // issue 43 item 16
-  const Outcome r = roundoff("round -f fp16 0.1 -- -0 -1");
+  const Outcome r = run_roundoff("round -f fp16 0.1 -- -0 -1");
   ASSERT_EQ(r.status, 0) << r.output;
   for (const char* want : {"0.1 -> 0x1.998p-4", "-0 -> -0x0p+0", "-1 -> -0x1p+0"})
     EXPECT_NE(r.output.find(want), std::string::npos) << r.output;
-  const Outcome a = roundoff("arith add 1 -- -inf");
+  const Outcome a = run_roundoff("arith add 1 -- -inf");
   ASSERT_EQ(a.status, 0) << a.output;
   EXPECT_NE(a.output.find("add 1 -inf -> -inf"), std::string::npos) << a.output;
-  const Outcome f = roundoff("arith --format fp32 add -- 1 -2");  // an option's value stays with its option
+  const Outcome f = run_roundoff("arith --format fp32 add -- 1 -2");  // an option's value stays with its option
   ASSERT_EQ(f.status, 0) << f.output;
   EXPECT_NE(f.output.find("bits 0xbf800000"), std::string::npos) << f.output;
   // a flag takes no value: the option after it keeps its own (a flag once swallowed --seed, and 5 moved past --)
-  const Outcome g = roundoff("arith -m stochastic --json --seed 5 add -- 1 -2");
+  const Outcome g = run_roundoff("arith -m stochastic --json --seed 5 add -- 1 -2");
   ASSERT_EQ(g.status, 0) << g.output;
   EXPECT_NE(g.output.find("\"result\":\"-0x1p+0\""), std::string::npos) << g.output;
-  const Outcome h = roundoff("round -m stochastic --json --seed 11 0.1 -- -inf");
+  const Outcome h = run_roundoff("round -m stochastic --json --seed 11 0.1 -- -inf");
   ASSERT_EQ(h.status, 0) << h.output;
   EXPECT_NE(h.output.find("\"result\":\"-inf\""), std::string::npos) << h.output;
 }
 
 TEST(Cli, RoundAndArithEdgesSayWhatHappened) {  // issue 43 item 6
-  const Outcome tiny = roundoff("round 1e-999999");
+  const Outcome tiny = run_roundoff("round 1e-999999");
   ASSERT_EQ(tiny.status, 0) << tiny.output;
   EXPECT_EQ(tiny.output.find("error 0 ulp"), std::string::npos) << "an inexact result:\n" << tiny.output;
   EXPECT_NE(tiny.output.find("error < 1e-300 ulp"), std::string::npos) << tiny.output;
-  const Outcome below = roundoff("round -m up 0x1p-4294967296 -- -0x1p-4294967296");
+  const Outcome below = run_roundoff("round -m up 0x1p-4294967296 -- -0x1p-4294967296");
   ASSERT_EQ(below.status, 0) << below.output;  // as 0x1p18446744073709551616 is accepted (an overflow)
   EXPECT_NE(below.output.find("0x1p-4294967296 -> 0x1p-24"), std::string::npos) << below.output;
   EXPECT_NE(below.output.find("-0x1p-4294967296 -> -0x0p+0"), std::string::npos) << below.output;
   EXPECT_EQ(below.output.find("error 0 ulp"), std::string::npos) << "both are inexact:\n" << below.output;
-  expect_refused(roundoff("arith -f p5:emin-6:emax7:nospecials div 0 0"), "cannot encode", "nospecials 0/0");
-  expect_refused(roundoff("round -f p5:emin-6:emax7:nospecials nan"), "cannot encode", "nospecials round nan");
-  const Outcome sat = roundoff("arith -f p5:emin-6:emax7:nospecials div 1 0");  // saturates: a value
+  expect_refused(run_roundoff("arith -f p5:emin-6:emax7:nospecials div 0 0"), "cannot encode", "nospecials 0/0");
+  expect_refused(run_roundoff("round -f p5:emin-6:emax7:nospecials nan"), "cannot encode", "nospecials round nan");
+  const Outcome sat = run_roundoff("arith -f p5:emin-6:emax7:nospecials div 1 0");  // saturates: a value
   EXPECT_EQ(sat.status, 0) << sat.output;
 }
 
 TEST(Cli, RepeatedOrConflictingKeysAreRefused) {  // issue 43 item 17
-  expect_refused(roundoff("round -f p11:emin-14:emax15:emax16 1"), "repeats or contradicts an earlier emax",
+  expect_refused(run_roundoff("round -f p11:emin-14:emax15:emax16 1"), "repeats or contradicts an earlier emax",
                  "emax twice");
-  expect_refused(roundoff("round -f fp16:nanonly:nospecials 1"), "repeats or contradicts", "nanonly and nospecials");
-  expect_refused(roundoff("dot --accumulation 'acc=fp16,acc=fp32' --x 1,2"), "repeats or contradicts an earlier acc",
+  expect_refused(run_roundoff("round -f fp16:nanonly:nospecials 1"), "repeats or contradicts", "nanonly and nospecials");
+  expect_refused(run_roundoff("dot --accumulation 'acc=fp16,acc=fp32' --x 1,2"), "repeats or contradicts an earlier acc",
                  "acc twice");
-  expect_refused(roundoff("dot --accumulation 'fp32-seq,fused,unfused' --x 1,2"), "at most one of fused, unfused",
+  expect_refused(run_roundoff("dot --accumulation 'fp32-seq,fused,unfused' --x 1,2"), "at most one of fused, unfused",
                  "fused and unfused");
-  const Outcome ok = roundoff("dot --accumulation 'fp32-seq,unfused' --x 1,2");  // a preset then a key: fine
+  const Outcome ok = run_roundoff("dot --accumulation 'fp32-seq,unfused' --x 1,2");  // a preset then a key: fine
   EXPECT_EQ(ok.status, 0) << ok.output;
-  const Outcome custom = roundoff("round -f p11:emin-14:emax15:nosub 1");
+  const Outcome custom = run_roundoff("round -f p11:emin-14:emax15:nosub 1");
   EXPECT_EQ(custom.status, 0) << custom.output;
 }
 
 TEST(Cli, CorpusAndCheckpointMessagesSayWhatIsMeant) {  // issue 43 item 19
   const fs::path d = scratch("item19");
   std::ofstream(d / "afile") << "x";
-  expect_refused(roundoff(kTiny + "--steps 1 --corpus '' --out " + (d / "r1").string()),
+  expect_refused(run_roundoff(kTiny + "--steps 1 --corpus '' --out " + (d / "r1").string()),
                  "--corpus must name a corpus", "--corpus ''");
-  const Outcome afile = roundoff(kTiny + "--steps 1 --corpus " + (d / "afile").string() + " --out " +
+  const Outcome afile = run_roundoff(kTiny + "--steps 1 --corpus " + (d / "afile").string() + " --out " +
                                  (d / "r2").string());
   expect_refused(afile, "is not a directory", "--corpus afile");
   EXPECT_EQ(afile.output.find("fetch-corpus"), std::string::npos) << "a user's file, not Brown:\n" << afile.output;
   // --eval-checkpoint trains nothing: its header does not announce 200 updates.
-  ASSERT_EQ(roundoff(kTiny + "--steps 2 --out " + (d / "run").string()).status, 0);
-  const Outcome ev = roundoff(kTiny + "--eval-checkpoint " + (d / "run" / "checkpoint.bin").string() + " --out " +
+  ASSERT_EQ(run_roundoff(kTiny + "--steps 2 --out " + (d / "run").string()).status, 0);
+  const Outcome ev = run_roundoff(kTiny + "--eval-checkpoint " + (d / "run" / "checkpoint.bin").string() + " --out " +
                               (d / "ev").string());
   ASSERT_EQ(ev.status, 0) << ev.output;
   EXPECT_EQ(ev.output.find("200 updates"), std::string::npos) << ev.output;
@@ -608,7 +600,7 @@ TEST(Cli, CorpusAndCheckpointMessagesSayWhatIsMeant) {  // issue 43 item 19
   m["splits"]["val"]["sha256"] = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
   m["splits"]["val"]["bytes"] = 0;
   { std::ofstream(d / "emptyval" / "manifest.json", std::ios::trunc) << m.dump(2); }
-  const Outcome info = roundoff("data info --dir " + (d / "emptyval").string());
+  const Outcome info = run_roundoff("data info --dir " + (d / "emptyval").string());
   ASSERT_EQ(info.status, 0) << info.output;
   EXPECT_EQ(info.output.find("1.0000"), std::string::npos) << info.output;
 }
@@ -643,7 +635,7 @@ TEST(Cli, QuantizeWritesAnNpzAndReportsTheError) {  // issue 41
   x[0] = 7.5f, x[1] = 1.2f, x[2] = -0.3f, x[3] = 0.25f;  // the mxfp4 example of python/roundoff/blocks.py
   x[32] = 1.0f;
   write_npy_f32(d / "x.npy", 2, 32, x);
-  const Outcome ok = roundoff("quantize --format mxfp4 x.npy --out q.npz", d);
+  const Outcome ok = run_roundoff("quantize --format mxfp4 x.npy --out q.npz", d);
   ASSERT_EQ(ok.status, 0) << ok.output;
   const nlohmann::json j = nlohmann::json::parse(ok.output);
   EXPECT_EQ(j["format"], "mxfp4");
@@ -661,20 +653,20 @@ TEST(Cli, QuantizeWritesAnNpzAndReportsTheError) {  // issue 41
   const auto codes_data = z.find('\n', z.find("\x93NUMPY", codes_at)) + 1;
   EXPECT_EQ(z.substr(codes_data, 4), std::string("\x07\x02\x09\x00", 4));
   // Rerunning onto its own output is fine; nothing else is overwritten.
-  EXPECT_EQ(roundoff("quantize --format mxfp4 x.npy --out q.npz", d).status, 0);
+  EXPECT_EQ(run_roundoff("quantize --format mxfp4 x.npy --out q.npz", d).status, 0);
   std::ofstream(d / "mine.npz") << "a user's file";
-  expect_refused(roundoff("quantize --format mxfp4 x.npy --out mine.npz", d), "not written by roundoff quantize",
+  expect_refused(run_roundoff("quantize --format mxfp4 x.npy --out mine.npz", d), "not written by roundoff quantize",
                  "--out onto a user's file");
   EXPECT_EQ(slurp(d / "mine.npz"), "a user's file");
-  expect_refused(roundoff("quantize --format mxfp4 x.npy --out x.npy", d), "is the input file", "--out onto the input");
-  const Outcome n = roundoff("quantize --format nvfp4 x.npy --out n.npz", d);
+  expect_refused(run_roundoff("quantize --format mxfp4 x.npy --out x.npy", d), "is the input file", "--out onto the input");
+  const Outcome n = run_roundoff("quantize --format nvfp4 x.npy --out n.npz", d);
   EXPECT_EQ(n.status, 0) << n.output;
   EXPECT_NE(slurp(d / "n.npz").find("tensor_scale.npy"), std::string::npos);
   // --rule is the same as NAME:RULE; MLX affine writes biases.
-  const Outcome r = roundoff("quantize --format mxfp4 --rule nv-ceil x.npy --out r.npz", d);
+  const Outcome r = run_roundoff("quantize --format mxfp4 --rule nv-ceil x.npy --out r.npz", d);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(nlohmann::json::parse(r.output)["format"], "mxfp4:nv-ceil");
-  const Outcome m = roundoff("quantize --format mlx-int4-g32-bf16 x.npy --out m.npz", d);
+  const Outcome m = run_roundoff("quantize --format mlx-int4-g32-bf16 x.npy --out m.npz", d);
   ASSERT_EQ(m.status, 0) << m.output;
   EXPECT_EQ(nlohmann::json::parse(m.output)["format"], "mlx-int4-g32-bf16");
   EXPECT_NE(slurp(d / "m.npz").find("biases.npy"), std::string::npos);
@@ -686,7 +678,7 @@ TEST(Cli, QuantizeNf4DqAndPaletteWriteTheirMembersAndRefuseInOneLine) {  // issu
   std::vector<float> x(4 * 64);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(static_cast<int>(i % 13) - 6) / 4.0f;
   write_npy_f32(d / "x.npy", 4, 64, x);
-  const Outcome dq = roundoff("quantize -f nf4-dq x.npy -o dq.npz", d);
+  const Outcome dq = run_roundoff("quantize -f nf4-dq x.npy -o dq.npz", d);
   ASSERT_EQ(dq.status, 0) << dq.output;
   EXPECT_EQ(nlohmann::json::parse(dq.output)["format"], "nf4-dq");
   const std::string z = slurp(d / "dq.npz");
@@ -695,7 +687,7 @@ TEST(Cli, QuantizeNf4DqAndPaletteWriteTheirMembersAndRefuseInOneLine) {  // issu
   // A LUT of 4 entries, unsorted: x = k/4 - 1.5 .. 1.5; entries -1, 0, 1, 0.5; ties (0.25, 0.75, -0.5) go to the
   // lowest index.
   write_npy_f32(d / "lut.npy", 4, 0, {-1.0f, 0.0f, 1.0f, 0.5f});
-  const Outcome p = roundoff("quantize -f palette --lut lut.npy x.npy -o p.npz", d);
+  const Outcome p = run_roundoff("quantize -f palette --lut lut.npy x.npy -o p.npz", d);
   ASSERT_EQ(p.status, 0) << p.output;
   const nlohmann::json j = nlohmann::json::parse(p.output);
   EXPECT_EQ(j["lut_entries"], 4);
@@ -705,13 +697,13 @@ TEST(Cli, QuantizeNf4DqAndPaletteWriteTheirMembersAndRefuseInOneLine) {  // issu
   // x[0..7] = -1.5, -1.25, -1, -0.75, -0.5, -0.25, 0, 0.25 -> 0, 0, 0, 0, 0 (tie -1/0: index 0), 1, 1, 1 (tie 0/0.5)
   EXPECT_EQ(pz.substr(codes_data, 8), std::string("\x00\x00\x00\x00\x00\x01\x01\x01", 8));
   EXPECT_NE(pz.find("lut.npy"), std::string::npos);
-  expect_refused(roundoff("quantize -f palette x.npy -o p.npz", d), "needs --lut", "palette without a LUT");
-  expect_refused(roundoff("quantize -f palette --axis 0 --lut lut.npy x.npy -o p.npz", d), "--axis does not apply",
+  expect_refused(run_roundoff("quantize -f palette x.npy -o p.npz", d), "needs --lut", "palette without a LUT");
+  expect_refused(run_roundoff("quantize -f palette --axis 0 --lut lut.npy x.npy -o p.npz", d), "--axis does not apply",
                  "palette with --axis");
-  expect_refused(roundoff("quantize -f mxfp4 --lut lut.npy x.npy -o p.npz", d), "--lut applies to --format palette",
+  expect_refused(run_roundoff("quantize -f mxfp4 --lut lut.npy x.npy -o p.npz", d), "--lut applies to --format palette",
                  "--lut with a block format");
   write_npy_f32(d / "lut3.npy", 3, 4, std::vector<float>(12, 1.0f));
-  expect_refused(roundoff("quantize -f palette --lut lut3.npy x.npy -o p.npz", d), "3 LUTs do not split axis 0",
+  expect_refused(run_roundoff("quantize -f palette --lut lut3.npy x.npy -o p.npz", d), "3 LUTs do not split axis 0",
                  "3 LUT groups for 4 rows");
 }
 
@@ -746,13 +738,13 @@ TEST(Cli, QuantizeRefusesWhatItCannotRead) {  // issue 41
                {"-f mxfp4 ok.npy -o ''", "--out must name a file"},
                {"-f mxfp4 ok.npy -o dir.npy", "is not a regular file"}};
   for (const auto& c : cases) {
-    const Outcome o = roundoff(std::string("quantize ") + c.args, d);
+    const Outcome o = run_roundoff(std::string("quantize ") + c.args, d);
     expect_refused(o, c.says, c.args);
     EXPECT_EQ(std::count(o.output.begin(), o.output.end(), '\n'), 1) << c.args << ":\n" << o.output;
     EXPECT_NE(o.output.find("valid"), std::string::npos) << c.args << ":\n" << o.output;
   }
   EXPECT_FALSE(fs::exists(d / "q.npz"));
-  const Outcome help = roundoff("quantize --help", d);
+  const Outcome help = run_roundoff("quantize --help", d);
   EXPECT_EQ(help.status, 0);
   EXPECT_NE(help.output.find("Examples:"), std::string::npos);
 }
@@ -793,7 +785,7 @@ TEST(Cli, GemmComputesWritesAndComparesBits) {  // issue 40
   write_npy(d / "a.npy", 2, 3, "<f2", raw(std::vector<std::uint16_t>{0x3e00, 0xc000, 0x3400, 0x4200, 0x3c00, 0x3800}));
   write_npy(d / "b.npy", 3, 2, "<f4", raw(std::vector<float>{1, 2, 0.5f, -1, 4, 8}));
   write_npy(d / "c.npy", 2, 2, "<f8", raw(std::vector<double>{0.125, 0, 0, -100}));
-  const Outcome o = roundoff("gemm a.npy b.npy --c c.npy --inputs fp16 --accumulation fp32-seq --out d.npy --json", d);
+  const Outcome o = run_roundoff("gemm a.npy b.npy --c c.npy --inputs fp16 --accumulation fp32-seq --out d.npy --json", d);
   ASSERT_EQ(o.status, 0) << o.output;
   const nlohmann::json j = nlohmann::json::parse(o.output);
   EXPECT_EQ(j["m"], 2);
@@ -810,11 +802,11 @@ TEST(Cli, GemmComputesWritesAndComparesBits) {  // issue 40
   // --expect: equal bits exit 0; one element 1 ulp off exits 1 and is described.
   write_npy(d / "e.npy", 2, 2, "<f4", raw(std::vector<float>{1.625f, 7, 5.5f, -91}));
   write_npy(d / "e1.npy", 2, 2, "<f4", raw(std::vector<float>{1.625f, 7, std::nextafter(5.5f, 9.0f), -91}));
-  const Outcome same = roundoff("gemm a.npy b.npy --c c.npy --inputs fp16 --accumulation fp32-seq --out d2.npy "
+  const Outcome same = run_roundoff("gemm a.npy b.npy --c c.npy --inputs fp16 --accumulation fp32-seq --out d2.npy "
                                 "--expect e.npy --json", d);
   ASSERT_EQ(same.status, 0) << same.output;
   EXPECT_EQ(nlohmann::json::parse(same.output)["expect"]["differing_elements"], 0);
-  const Outcome off = roundoff("gemm a.npy b.npy --c c.npy --inputs fp16 --accumulation fp32-seq --out d3.npy "
+  const Outcome off = run_roundoff("gemm a.npy b.npy --c c.npy --inputs fp16 --accumulation fp32-seq --out d3.npy "
                                "--expect e1.npy --json", d);
   EXPECT_EQ(off.status, 1) << off.output;
   const nlohmann::json e = nlohmann::json::parse(off.output.substr(0, off.output.find('\n')));
@@ -829,18 +821,18 @@ TEST(Cli, GemmComputesWritesAndComparesBits) {  // issue 40
   write_npy(d / "ones.npy", 4, 1, "<f4", raw(std::vector<float>{1, 1, 1, 1}));
   for (const auto& [spec, want] : {std::pair<std::string, double>{"fp32-seq", 1.0}, {"fp32-seq,splitk=2", 1 + 0x1p-23}}) {
     const std::string name = spec == "fp32-seq" ? "s1.npy" : "s2.npy";
-    ASSERT_EQ(roundoff("gemm x.npy ones.npy --inputs fp32 --accumulation " + spec + " --out " + name, d).status, 0);
+    ASSERT_EQ(run_roundoff("gemm x.npy ones.npy --inputs fp32 --accumulation " + spec + " --out " + name, d).status, 0);
     EXPECT_EQ(read_npy_values(d / name), std::vector<double>{want}) << spec;
   }
   // A result format wider than binary32 is written as float64.
-  const Outcome wide = roundoff("gemm x.npy ones.npy --inputs fp32 --accumulation fp64-seq --out w.npy --json", d);
+  const Outcome wide = run_roundoff("gemm x.npy ones.npy --inputs fp32 --accumulation fp64-seq --out w.npy --json", d);
   ASSERT_EQ(wide.status, 0) << wide.output;
   EXPECT_EQ(nlohmann::json::parse(wide.output)["out_dtype"], "float64");
   EXPECT_EQ(read_npy_values(d / "w.npy", &descr), std::vector<double>{1 + 0x1.8p-23});
   EXPECT_EQ(descr, "<f8");
   // --like cublas-h100 --splitk 2 with fp16 inputs is tc-h100,splitk=2:64: K = 4 is one chunk, one 4-product
   // adder step that keeps 1 + 3·2^-24 and truncates it to binary32: 1 + 2^-23. The summary names the model.
-  const Outcome text = roundoff("gemm x.npy ones.npy --inputs fp16 --like cublas-h100 --splitk 2 --out t.npy", d);
+  const Outcome text = run_roundoff("gemm x.npy ones.npy --inputs fp16 --like cublas-h100 --splitk 2 --out t.npy", d);
   ASSERT_EQ(text.status, 0) << text.output;
   EXPECT_NE(text.output.find("splitk=2:64:nearest-even"), std::string::npos) << text.output;
   EXPECT_NE(text.output.find("wrote t.npy (float32"), std::string::npos) << text.output;
@@ -878,14 +870,14 @@ TEST(Cli, GemmRefusesBadInputInOneLine) {  // issue 40
       {"ok.npy ok.npy --inputs fp16 --accumulation tc-h100 -o '' ", "--out must name a file"},
   };
   for (const auto& c : cases) {
-    const Outcome o = roundoff(std::string("gemm ") + c.args, d);
+    const Outcome o = run_roundoff(std::string("gemm ") + c.args, d);
     expect_refused(o, c.says, c.args);
     EXPECT_EQ(o.status, 2) << c.args;
     EXPECT_EQ(std::count(o.output.begin(), o.output.end(), '\n'), 1) << c.args << ":\n" << o.output;
   }
   EXPECT_FALSE(fs::exists(d / "d.npy"));
   EXPECT_EQ(slurp(d / "mine.npy"), "a user's file");
-  const Outcome help = roundoff("gemm --help", d);
+  const Outcome help = run_roundoff("gemm --help", d);
   EXPECT_EQ(help.status, 0);
   EXPECT_NE(help.output.find("Examples:"), std::string::npos);
 }
@@ -911,7 +903,7 @@ TEST(Cli, TrainT0WithGeluFfn) {
   std::vector<double> last;
   for (const char* ffn : {"gelu", "gelu-tanh"}) {
     const fs::path run = d / ffn;
-    const Outcome o = roundoff("train --config T0 --ffn " + std::string(ffn) +
+    const Outcome o = run_roundoff("train --config T0 --ffn " + std::string(ffn) +
                                " --steps 10 --warmup 4 --lr 0.003 --eval-tokens 128 --shadow-every 5 "
                                "--progress-every 0 --out " + run.string());
     ASSERT_EQ(o.status, 0) << o.output;
@@ -924,9 +916,9 @@ TEST(Cli, TrainT0WithGeluFfn) {
     last.push_back(l.back());
   }
   EXPECT_NE(last[0], last[1]) << "--ffn gelu and gelu-tanh trained the same model";
-  const Outcome sw = roundoff(kTiny + "--steps 1 --out " + (d / "swiglu").string());
+  const Outcome sw = run_roundoff(kTiny + "--steps 1 --out " + (d / "swiglu").string());
   ASSERT_EQ(sw.status, 0) << sw.output;
   EXPECT_FALSE(read_json(d / "swiglu" / "summary.json").at("config").contains("ffn"));
-  expect_refused(roundoff(kTiny + "--steps 1 --ffn relu --out " + (d / "relu").string()),
+  expect_refused(run_roundoff(kTiny + "--steps 1 --ffn relu --out " + (d / "relu").string()),
                  "unknown --ffn 'relu' (valid: swiglu, gelu, gelu-tanh)", "--ffn relu");
 }

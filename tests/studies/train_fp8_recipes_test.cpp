@@ -13,6 +13,7 @@
 #include "studies/train/checkpoint.hpp"
 #include "studies/train/session.hpp"
 #include "tests/studies/train_test_util.hpp"
+#include "tests/support/telemetry_rows.hpp"
 
 namespace roundoff::studies::train {
 namespace {
@@ -75,17 +76,7 @@ SessionSpec checkpoint_spec(const ModelConfig& c, const std::string& policy, con
   return spec;
 }
 
-/// The shadow rows (shadow_* and global_* metrics) of telemetry.csv at `step`.
-std::vector<std::string> shadow_rows(const std::filesystem::path& telemetry, std::int64_t step) {
-  std::ifstream in(telemetry);
-  std::vector<std::string> rows;
-  const std::string prefix = std::to_string(step) + ",";
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(prefix, 0) == 0 &&
-        (line.find(",shadow_") != std::string::npos || line.find(",global_") != std::string::npos))
-      rows.push_back(line);
-  return rows;
-}
+using roundoff::test::shadow_rows;
 
 TEST(TrainFp8Recipes, EvalCheckpointCastsWithTheCheckpointsScales) {
   const ModelConfig c = small_config(32, 16, 2);
