@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "numerics/arith.hpp"
+#include "numerics/round.hpp"
 #include "tests/support/exhaustive.hpp"
 #include "tests/support/mpfr_oracle.hpp"
 
@@ -182,9 +183,9 @@ double sr_definition(const RoundingPlan& plan, double x, std::uint64_t draw) {
 
 /// The least draw at which x is no longer rounded up (the definition is monotone: up iff draw < threshold), or 2^64
 /// when x rounds up at every draw (as the u128 2^64).
-unsigned __int128 up_threshold(const RoundingPlan& plan, double x) {
+u128 up_threshold(const RoundingPlan& plan, double x) {
   const double up = sr_definition(plan, x, 0);
-  if (sr_definition(plan, x, ~std::uint64_t{0}) == up) return static_cast<unsigned __int128>(1) << 64;
+  if (sr_definition(plan, x, ~std::uint64_t{0}) == up) return static_cast<u128>(1) << 64;
   std::uint64_t lo = 0, hi = ~std::uint64_t{0};  // up at lo, not at hi
   while (hi - lo > 1) {
     const std::uint64_t mid = lo + (hi - lo) / 2;
@@ -216,9 +217,9 @@ TEST(Stochastic, RoundToEqualsRoundPartsBitForBitAtEveryThreshold) {
     xs.push_back(plan.max_finite);
     xs.push_back(-plan.min_normal);
     for (const double x : xs) {
-      const unsigned __int128 t = up_threshold(plan, x);
+      const u128 t = up_threshold(plan, x);
       std::vector<std::uint64_t> draws{0, ~std::uint64_t{0}, rng(), rng(), std::uint64_t{1} << 63};
-      for (const unsigned __int128 d : {t - 1, t, t + 1})
+      for (const u128 d : {t - 1, t, t + 1})
         if (d <= ~std::uint64_t{0}) draws.push_back(static_cast<std::uint64_t>(d));
       for (const std::uint64_t d : draws) {
         const double want = sr_definition(plan, x, d), got = round_to(plan, Rounding::Stochastic, x, d);
