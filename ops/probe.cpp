@@ -14,7 +14,7 @@ namespace {
 
 struct Accum {
   std::vector<double> ulps;
-  double err2 = 0, ref2 = 0, max_rel = 0, dot_ratio = -1;
+  double err2 = 0, ref2 = 0, cross = 0, max_rel = 0, dot_ratio = -1;
   std::int64_t underflow = 0;
   void add(double y, double r, double diff, const numerics::Format& f) {
     if (!std::isfinite(y) || !std::isfinite(r)) return;
@@ -22,6 +22,7 @@ struct Accum {
     ulps.push_back(u);
     err2 += diff * diff;
     ref2 += r * r;
+    cross += diff * r;
     if (r != 0) max_rel = std::max(max_rel, std::fabs(diff / r));
     if (r != 0 && y == 0) ++underflow;
   }
@@ -37,6 +38,7 @@ struct Accum {
     }
     s.max_rel = max_rel;
     s.norm_rel = ref2 > 0 ? std::sqrt(err2 / ref2) : (err2 > 0 ? INFINITY : 0.0);
+    s.signed_rel = ref2 > 0 ? cross / ref2 : 0.0;
     if (dot_ratio >= 0) s.dot_ratio = dot_ratio;
     s.underflow = underflow;
     return s;

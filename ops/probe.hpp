@@ -29,6 +29,10 @@ struct ErrorStats {
   std::int64_t above_1ulp = 0;
   double max_rel = 0;
   double norm_rel = 0;
+  /// The error's signed component along the reference, relative: Σ(y−r)·r / Σr² (0 when Σr² = 0). Negative when
+  /// the output is shrunk toward zero (e.g. small values flushed), positive when inflated; |signed_rel| ≤ norm_rel
+  /// (Cauchy–Schwarz). Unbiased rounding (stochastic) keeps it near 0 where nearest rounding may not.
+  double signed_rel = 0;
   double dot_ratio = std::numeric_limits<double>::quiet_NaN();  ///< NaN when not a dot-product output
   std::int64_t underflow = 0;
 };

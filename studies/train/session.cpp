@@ -169,6 +169,7 @@ void log_shadow(const ops::Tape& tape, std::int64_t step, RunLog& log) {
     put("p95_ulp", r.error.p95_ulp);
     put("max_ulp", r.error.max_ulp);
     put("norm_rel", r.error.norm_rel);
+    put("signed_rel", r.error.signed_rel);
     put("underflow", static_cast<double>(r.error.underflow));
     if (r.range.inf + r.range.nan > 0) put("nonfinite", static_cast<double>(r.range.inf + r.range.nan));
   }

@@ -70,7 +70,7 @@ nlohmann::json shadow_checkpoint(const SessionSpec& spec, const TrainData& data,
 
 /// Runs (or resumes) the training described by `spec` on `data`; progress lines go to `progress`
 /// (may be null). Returns the summary written to DIR/summary.json. Shadow records land in the run's
-/// telemetry (op = <op>, pass, tensor, metric ∈ {median_ulp, p95_ulp, max_ulp, norm_rel, underflow}).
+/// telemetry (op = <op>, pass, tensor, metric ∈ {median_ulp, p95_ulp, max_ulp, norm_rel, signed_rel, underflow}).
 nlohmann::json run_session(SessionSpec spec, const TrainData& data, std::ostream* progress);
 
 }  // namespace roundoff::studies::train
