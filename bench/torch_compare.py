@@ -42,7 +42,7 @@ CONFIGS = {
 def roundoff_step_ms(binary, config, policy, steps, threads, keep):
     with tempfile.TemporaryDirectory(prefix="roundoff_torch_compare_") as out:
         cmd = [binary, "train", *CONFIGS[config], "--precision", policy, "--steps", str(steps), "--threads",
-               str(threads), "--telemetry-every", "0", "--progress-every", "0", "--eval-tokens", "64", "--profile",
+               str(threads), "--telemetry-every", "0", "--progress-every", "0", "--eval-tokens", "256", "--profile",
                "--out", os.path.join(out, "run")]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         with open(os.path.join(out, "run", "profile.csv")) as f:
