@@ -534,19 +534,29 @@ struct PackCache::Impl {
   std::size_t derived_bytes = 0;
   std::uint64_t derived_hits = 0;
 
-  /// Drops the entries made from inside [data, data + n) (under any version).
-  void drop_range(const double* data, std::size_t n) {
-    std::erase_if(entries, [&](const std::shared_ptr<const PackedB>& e) {
-      const bool inside = e->key.data >= data && e->key.data < data + n;
-      if (inside) bytes -= e->floats * sizeof(float);
-      return inside;
-    });
-    std::erase_if(derived, [&](const Derived& d) {
-      const bool inside = d.data >= data && d.data < data + n;
-      if (inside) derived_bytes -= d.values->size() * sizeof(double);
-      return inside;
-    });
+  /// Panel buffers of dropped entries, kept for the next entries of the same size (a trainer re-registers its
+  /// weights every update and packs the same shapes again): a fresh buffer would be zeroed and page-faulted in on
+  /// every update. Every element of a buffer is written by pack_b before it is read (the layout's zero padding
+  /// included), so a reused buffer gives the bits of a fresh one. At most kPackCacheBytes in all.
+  std::vector<std::pair<std::unique_ptr<float[]>, std::size_t>> spare;
+  std::size_t spare_bytes = 0;
+
+  /// A buffer of `floats` floats: a spare one of exactly that size, or a new one.
+  std::unique_ptr<float[]> take_panels(std::size_t floats) {
+    for (std::size_t i = 0; i < spare.size(); ++i)
+      if (spare[i].second == floats) {
+        std::unique_ptr<float[]> p = std::move(spare[i].first);
+        spare.erase(spare.begin() + static_cast<std::ptrdiff_t>(i));
+        spare_bytes -= floats * sizeof(float);
+        return p;
+      }
+    return std::unique_ptr<float[]>(new float[floats]);
   }
+
+  /// Drops the entries made from inside [data, data + n) (under any version). An entry no call holds any more
+  /// (only the cache owns it, which the mutex held here makes certain: calls take entries under it) gives its
+  /// panels to `spare`.
+  void drop_range(const double* data, std::size_t n);
   /// The version of the registered range holding [data, data + n), if any.
   std::optional<std::uint64_t> version_of(const double* data, std::size_t n) const {
     for (const ImmutableRange& r : ranges)
@@ -602,7 +612,7 @@ std::pair<std::shared_ptr<const PackedB>, std::shared_ptr<PackedB>> cache_lookup
     if (pc.bytes + floats * sizeof(float) > kPackCacheBytes) return {};
     auto fresh = std::make_shared<PackedB>();
     fresh->key = key;
-    fresh->panels.reset(new float[floats]);
+    fresh->panels = pc.take_panels(floats);
     fresh->floats = floats;
     pc.bytes += floats * sizeof(float);  // reserved now, released if it is not inserted
     return {nullptr, std::move(fresh)};
@@ -791,6 +801,26 @@ Isa detected_isa() {
     return __builtin_cpu_supports("avx512fp16") ? Isa::Avx512Fp16 : Isa::Avx512;
   }();
   return isa;
+}
+
+void PackCache::Impl::drop_range(const double* data, std::size_t n) {
+  std::erase_if(entries, [&](std::shared_ptr<const PackedB>& e) {
+    const bool inside = e->key.data >= data && e->key.data < data + n;
+    if (!inside) return false;
+    bytes -= e->floats * sizeof(float);
+    if (e.use_count() == 1 && spare_bytes + e->floats * sizeof(float) <= kPackCacheBytes) {
+      // Sole owner: the entry was made non-const by cache_lookup (make_shared<PackedB>), so its panels may move.
+      auto& owned = const_cast<PackedB&>(*e);
+      spare_bytes += owned.floats * sizeof(float);
+      spare.emplace_back(std::move(owned.panels), owned.floats);
+    }
+    return true;
+  });
+  std::erase_if(derived, [&](const Derived& d) {
+    const bool inside = d.data >= data && d.data < data + n;
+    if (inside) derived_bytes -= d.values->size() * sizeof(double);
+    return inside;
+  });
 }
 
 PackCache::PackCache() : impl_(std::make_unique<Impl>()) {}
