@@ -6,7 +6,12 @@ roundoff: `roundoff train --profile` for --steps steps (the first is dropped as 
 the model's shapes are read back from its summary.json. PyTorch: the same Llama-family decoder (RMSNorm
 pre-norm, RoPE, causal softmax attention, SwiGLU, untied classifier, mean cross-entropy, AdamW) in fp32 on
 random tokens of the same vocabulary (speed does not depend on the data), timed step by step after two
-warm-up steps. Prints one line per policy with both medians and the ratio roundoff / PyTorch fp32.
+warm-up steps. Prints one line per policy with both medians and the ratio roundoff / PyTorch fp32, for wall time
+and for process CPU time (user + system, all threads; roundoff: its profile's step-cpu-median row, PyTorch:
+time.process_time() around each step in this process). On a shared machine whose other processes hold the cores,
+wall time measures the load, not the code; CPU time does not count the waiting, but both sides still share the
+caches with the other processes, which inflates both. With --threads 1 the two CPU times compare like for like;
+with more threads CPU time is the sum over threads (work, not latency).
 
   /usr/bin/python3 bench/torch_compare.py --config T1 --threads 1
   /usr/bin/python3 bench/torch_compare.py --config W512 --threads 1 --steps 3   # d 512, 4 layers, 8 heads, seq 128, batch 4, BPE-1024
@@ -37,7 +42,7 @@ CONFIGS = {
 def roundoff_step_ms(binary, config, policy, steps, threads, keep):
     with tempfile.TemporaryDirectory(prefix="roundoff_torch_compare_") as out:
         cmd = [binary, "train", *CONFIGS[config], "--precision", policy, "--steps", str(steps), "--threads",
-               str(threads), "--telemetry-every", "0", "--progress-every", "0", "--eval-tokens", "64", "--profile",
+               str(threads), "--telemetry-every", "0", "--progress-every", "0", "--eval-tokens", "256", "--profile",
                "--out", os.path.join(out, "run")]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         with open(os.path.join(out, "run", "profile.csv")) as f:
@@ -47,7 +52,9 @@ def roundoff_step_ms(binary, config, policy, steps, threads, keep):
         if keep:
             os.makedirs(keep, exist_ok=True)
             shutil.copyfile(os.path.join(out, "run", "profile.csv"), os.path.join(keep, f"{config}-{policy}.csv"))
-        return float(rows.get("step-median", rows["step"])["ms_per_step"]), shape
+        wall = float(rows.get("step-median", rows["step"])["ms_per_step"])
+        cpu = float(rows["step-cpu-median"]["ms_per_step"]) if "step-cpu-median" in rows else float("nan")
+        return (wall, cpu), shape
 
 
 def torch_step_ms(shape, steps, threads):
@@ -97,11 +104,11 @@ def torch_step_ms(shape, steps, threads):
         return F.cross_entropy(logits.view(-1, V), tgt.view(-1))
 
     opt = torch.optim.AdamW(params.values(), lr=1e-3, weight_decay=0.1)
-    times = []
+    times, cpu_times = [], []
     for s in range(steps + 2):
         tok = torch.randint(0, V, (B, T))
         tgt = torch.randint(0, V, (B, T))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(tok, tgt)
         loss.backward()
@@ -109,11 +116,12 @@ def torch_step_ms(shape, steps, threads):
         opt.step()
         if s >= 2:
             times.append(time.perf_counter() - t0)
+            cpu_times.append(time.process_time() - c0)
     # Debian's torch calls the libblas.so.3 alternative: name the library actually mapped into this process.
     with open("/proc/self/maps") as f:
         libs = {os.path.basename(line.split()[-1]) for line in f if "blas" in line.lower()}
     blas = ", ".join(sorted(libs)) or "no BLAS library mapped"
-    return 1e3 * statistics.median(times), torch.__version__, blas
+    return (1e3 * statistics.median(times), 1e3 * statistics.median(cpu_times)), torch.__version__, blas
 
 
 def main():
@@ -130,12 +138,16 @@ def main():
     shape = None
     for pol in a.policies.split(","):
         results[pol], shape = roundoff_step_ms(a.roundoff, a.config, pol, a.steps, a.threads, a.keep)
-    torch_ms, version, blas = torch_step_ms(shape, 3 * a.steps, a.threads)
+    load_before = os.getloadavg()[0]
+    (torch_ms, torch_cpu), version, blas = torch_step_ms(shape, 3 * a.steps, a.threads)
     print(f"config {a.config} {json.dumps(shape, sort_keys=True)}, threads {a.threads}, torch {version} ({blas}), "
-          f"load average {os.getloadavg()[0]:.1f}")
-    print(f"{'policy':<16}{'roundoff ms':>14}{'torch fp32 ms':>16}{'ratio':>8}")
-    for pol, ms in results.items():
-        print(f"{pol:<16}{ms:>14.1f}{torch_ms:>16.1f}{ms / torch_ms:>8.2f}")
+          f"roundoff {os.path.realpath(a.roundoff)}, load average {load_before:.1f} (before torch) "
+          f"{os.getloadavg()[0]:.1f} (after)")
+    print(f"{'policy':<16}{'roundoff wall ms':>18}{'torch fp32 wall ms':>20}{'ratio':>8}"
+          f"{'roundoff CPU ms':>17}{'torch fp32 CPU ms':>19}{'ratio':>8}")
+    for pol, (ms, cpu) in results.items():
+        print(f"{pol:<16}{ms:>18.1f}{torch_ms:>20.1f}{ms / torch_ms:>8.2f}"
+              f"{cpu:>17.1f}{torch_cpu:>19.1f}{cpu / torch_cpu:>8.2f}")
     return 0
 
 

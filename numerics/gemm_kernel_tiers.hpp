@@ -70,8 +70,10 @@ inline constexpr std::size_t kCols = 16, kAneCols = 8;
 /// Classifies n contiguous doubles as the AVX-512 pack_run does, returning 0 (no kernel: not a binary32 value,
 /// or, for inputs without `any_binary32`, more than 12 significant bits or a finite nonzero |x| outside
 /// [2^-63, 2^63)) or 1 (handled); whether the values are fp16 values is not computed (only the AVX512-FP16
-/// kernel needs it). Writes the binary32 values to f32 where not null, NaNs replaced by the quiet NaN.
-int pack_run(const double* src, std::size_t n, bool inputs, bool any_binary32, float* f32);
+/// kernel needs it). Writes the binary32 values to f32 where not null, NaNs replaced by the quiet NaN. `rounds`:
+/// the conversion to binary32 (nearest even, default MXCSR) is the operand's entry cast, so a value need not be
+/// a binary32 value already (see the AVX-512 pack_run).
+int pack_run(const double* src, std::size_t n, bool inputs, bool any_binary32, float* f32, bool rounds = false);
 
 /// dst[i] = src[i] as binary64 (exact), i < n.
 void widen(const float* src, double* dst, std::size_t n);

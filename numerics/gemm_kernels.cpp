@@ -25,6 +25,7 @@
 #include "numerics/arith.hpp"
 #include "numerics/gemm_binary64.hpp"
 #include "numerics/gemm_kernel_tiers.hpp"
+#include "numerics/round_span.hpp"
 
 namespace roundoff::numerics::kernels {
 namespace {
@@ -181,8 +182,11 @@ ROUNDOFF_AVX512FP16 void tile_ph_rows(std::size_t rows, const std::uint32_t* Ap,
 /// value, 1 = binary32, 2 = fp16 value. Writes the values, where the pointers are not null, as binary32 (NaNs
 /// replaced by the quiet NaN, see round_bf16_rne), as fp16 bits, and as fp16 bits twice per 32-bit word
 /// (fp16 outputs are meaningful only when the result is 2).
+/// `rounds`: the conversion binary64 → binary32 (nearest even under the default MXCSR) is the operand's entry
+/// cast to binary32 (pack_to, plain_binary32_cast), so a value need not be a binary32 value already: the
+/// exactness test is skipped and the other tests apply to the rounded value, as they would to the cast value.
 ROUNDOFF_AVX512 int pack_run(const double* src, std::size_t n, bool inputs, bool any_binary32, float* f32,
-                             std::uint16_t* h16, std::uint32_t* h32) {
+                             std::uint16_t* h16, std::uint32_t* h32, bool rounds = false) {
   __mmask16 bad = 0, not_half = 0;
   for (std::size_t i = 0; i < n; i += 16) {
     const std::size_t len = std::min<std::size_t>(16, n - i);
@@ -195,7 +199,7 @@ ROUNDOFF_AVX512 int pack_run(const double* src, std::size_t n, bool inputs, bool
     const __mmask8 exhi = _mm512_cmp_pd_mask(_mm512_cvtps_pd(fhi), hi, _CMP_EQ_UQ);
     const auto exact = static_cast<__mmask16>(exlo | (static_cast<unsigned>(exhi) << 8));
     const __m512 f = _mm512_insertf32x8(_mm512_castps256_ps512(flo), fhi, 1);
-    __mmask16 ok = exact;
+    __mmask16 ok = rounds ? valid : exact;
     if (inputs && !any_binary32) {
       const __m512i fi = _mm512_castps_si512(f);
       const __m512i e = _mm512_and_si512(_mm512_srli_epi32(fi, 23), _mm512_set1_epi32(0xFF));
@@ -335,10 +339,33 @@ struct Dest {
   std::uint32_t* h32 = nullptr;
 };
 
+/// True when the cast is round_to(fp32, NearestEven) alone (no flush, no NaN rule) under the default MXCSR:
+/// numerics::round_array then takes the hardware conversions binary64 → binary32 → binary64 itself (NaN lanes by
+/// round_to, which pack_run replaces by the quiet NaN either way; numerics/round_span.hpp), so the cast followed by
+/// pack_run's conversion to binary32 gives the bits and the class of pack_run's conversion of the uncast value with
+/// `rounds` (the cast value is a binary32 value, so its exactness test always passes).
+bool plain_binary32_cast(const OperandCast& c) {
+  return c.plan->format == formats::fp32 && c.mode == Rounding::NearestEven && !c.flush && !c.nan_to_inf &&
+         default_mxcsr();
+}
+
 /// Classifies and converts n contiguous source values (pack_run) into d. Stride 1 writes in place; a larger stride
 /// packs into per-thread scratch first and scatters from it (a transposed operand is read along its stored rows).
 int pack_to(const Packed& pk, const double* src, std::size_t n, Dest d, std::size_t stride,
             const OperandCast* cast) {
+  // Binary32 panels only (a NaN's fp16 bits could depend on the payload that the cast leaves).
+  if (cast != nullptr && d.h16 == nullptr && d.h32 == nullptr && plain_binary32_cast(*cast)) {
+    if (stride == 1)
+      return pk.avx2 ? avx2::pack_run(src, n, true, pk.any_binary32, d.f32, true)
+                     : pack_run(src, n, true, pk.any_binary32, d.f32, nullptr, nullptr, true);
+    thread_local Reusable<float> f32c;
+    float* t = f32c.get(n);
+    const int w = pk.avx2 ? avx2::pack_run(src, n, true, pk.any_binary32, t, true)
+                          : pack_run(src, n, true, pk.any_binary32, t, nullptr, nullptr, true);
+    if (d.f32)
+      for (std::size_t i = 0; i < n; ++i) d.f32[i * stride] = t[i];
+    return w;
+  }
   if (cast != nullptr) {  // the run cast in per-thread scratch (in L1), then packed from there
     thread_local Reusable<double> cast_buf;
     double* r = cast_buf.get(n);
@@ -507,19 +534,29 @@ struct PackCache::Impl {
   std::size_t derived_bytes = 0;
   std::uint64_t derived_hits = 0;
 
-  /// Drops the entries made from inside [data, data + n) (under any version).
-  void drop_range(const double* data, std::size_t n) {
-    std::erase_if(entries, [&](const std::shared_ptr<const PackedB>& e) {
-      const bool inside = e->key.data >= data && e->key.data < data + n;
-      if (inside) bytes -= e->floats * sizeof(float);
-      return inside;
-    });
-    std::erase_if(derived, [&](const Derived& d) {
-      const bool inside = d.data >= data && d.data < data + n;
-      if (inside) derived_bytes -= d.values->size() * sizeof(double);
-      return inside;
-    });
+  /// Panel buffers of dropped entries, kept for the next entries of the same size (a trainer re-registers its
+  /// weights every update and packs the same shapes again): a fresh buffer would be zeroed and page-faulted in on
+  /// every update. Every element of a buffer is written by pack_b before it is read (the layout's zero padding
+  /// included), so a reused buffer gives the bits of a fresh one. At most kPackCacheBytes in all.
+  std::vector<std::pair<std::unique_ptr<float[]>, std::size_t>> spare;
+  std::size_t spare_bytes = 0;
+
+  /// A buffer of `floats` floats: a spare one of exactly that size, or a new one.
+  std::unique_ptr<float[]> take_panels(std::size_t floats) {
+    for (std::size_t i = 0; i < spare.size(); ++i)
+      if (spare[i].second == floats) {
+        std::unique_ptr<float[]> p = std::move(spare[i].first);
+        spare.erase(spare.begin() + static_cast<std::ptrdiff_t>(i));
+        spare_bytes -= floats * sizeof(float);
+        return p;
+      }
+    return std::unique_ptr<float[]>(new float[floats]);
   }
+
+  /// Drops the entries made from inside [data, data + n) (under any version). An entry no call holds any more
+  /// (only the cache owns it, which the mutex held here makes certain: calls take entries under it) gives its
+  /// panels to `spare`.
+  void drop_range(const double* data, std::size_t n);
   /// The version of the registered range holding [data, data + n), if any.
   std::optional<std::uint64_t> version_of(const double* data, std::size_t n) const {
     for (const ImmutableRange& r : ranges)
@@ -575,7 +612,7 @@ std::pair<std::shared_ptr<const PackedB>, std::shared_ptr<PackedB>> cache_lookup
     if (pc.bytes + floats * sizeof(float) > kPackCacheBytes) return {};
     auto fresh = std::make_shared<PackedB>();
     fresh->key = key;
-    fresh->panels.reset(new float[floats]);
+    fresh->panels = pc.take_panels(floats);
     fresh->floats = floats;
     pc.bytes += floats * sizeof(float);  // reserved now, released if it is not inserted
     return {nullptr, std::move(fresh)};
@@ -764,6 +801,26 @@ Isa detected_isa() {
     return __builtin_cpu_supports("avx512fp16") ? Isa::Avx512Fp16 : Isa::Avx512;
   }();
   return isa;
+}
+
+void PackCache::Impl::drop_range(const double* data, std::size_t n) {
+  std::erase_if(entries, [&](std::shared_ptr<const PackedB>& e) {
+    const bool inside = e->key.data >= data && e->key.data < data + n;
+    if (!inside) return false;
+    bytes -= e->floats * sizeof(float);
+    if (e.use_count() == 1 && spare_bytes + e->floats * sizeof(float) <= kPackCacheBytes) {
+      // Sole owner: the entry was made non-const by cache_lookup (make_shared<PackedB>), so its panels may move.
+      auto& owned = const_cast<PackedB&>(*e);
+      spare_bytes += owned.floats * sizeof(float);
+      spare.emplace_back(std::move(owned.panels), owned.floats);
+    }
+    return true;
+  });
+  std::erase_if(derived, [&](const Derived& d) {
+    const bool inside = d.data >= data && d.data < data + n;
+    if (inside) derived_bytes -= d.values->size() * sizeof(double);
+    return inside;
+  });
 }
 
 PackCache::PackCache() : impl_(std::make_unique<Impl>()) {}

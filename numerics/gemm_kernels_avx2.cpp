@@ -40,11 +40,12 @@ std::size_t rows_for(std::size_t left, Acc acc, std::size_t block) {
 }
 std::size_t ane_rows_for(std::size_t left) { return std::min<std::size_t>(left, 4); }
 
-/// The class of one value (see pack_run) and its binary32 value (NaN: the quiet NaN).
-int classify(double x, bool inputs, bool any_binary32, float& out) {
+/// The class of one value (see pack_run) and its binary32 value (NaN: the quiet NaN); `rounds`: x is cast by
+/// the conversion (no exactness check).
+int classify(double x, bool inputs, bool any_binary32, bool rounds, float& out) {
   const auto f = static_cast<float>(x);
   out = std::isnan(x) ? std::numeric_limits<float>::quiet_NaN() : f;
-  if (!std::isnan(x) && static_cast<double>(f) != x) return 0;
+  if (!rounds && !std::isnan(x) && static_cast<double>(f) != x) return 0;
   if (!inputs || any_binary32) return 1;
   const auto u = std::bit_cast<std::uint32_t>(f);
   const std::uint32_t e = (u >> 23) & 0xFFu;
@@ -90,7 +91,8 @@ ROUNDOFF_AVX2 __attribute__((always_inline)) inline __m256 mac(__m256 a, __m256 
 
 }  // namespace
 
-ROUNDOFF_AVX2 int pack_run(const double* src, std::size_t n, bool inputs, bool any_binary32, float* f32) {
+ROUNDOFF_AVX2 int pack_run(const double* src, std::size_t n, bool inputs, bool any_binary32, float* f32,
+                           bool rounds) {
   const bool check_inputs = inputs && !any_binary32;
   int bad = 0;
   std::size_t i = 0;
@@ -101,7 +103,7 @@ ROUNDOFF_AVX2 int pack_run(const double* src, std::size_t n, bool inputs, bool a
     const int exact = _mm256_movemask_pd(_mm256_cmp_pd(_mm256_cvtps_pd(flo), lo, _CMP_EQ_UQ)) |
                       (_mm256_movemask_pd(_mm256_cmp_pd(_mm256_cvtps_pd(fhi), hi, _CMP_EQ_UQ)) << 4);
     const __m256 f = _mm256_set_m128(fhi, flo);
-    int ok = exact;
+    int ok = rounds ? 0xFF : exact;
     if (check_inputs) {
       const __m256i fi = _mm256_castps_si256(f);
       const __m256i e = _mm256_and_si256(_mm256_srli_epi32(fi, 23), _mm256_set1_epi32(0xFF));
@@ -123,7 +125,7 @@ ROUNDOFF_AVX2 int pack_run(const double* src, std::size_t n, bool inputs, bool a
   }
   for (; i < n; ++i) {
     float f;
-    if (classify(src[i], inputs, any_binary32, f) == 0) bad = 1;
+    if (classify(src[i], inputs, any_binary32, rounds, f) == 0) bad = 1;
     if (f32) f32[i] = f;
   }
   return bad ? 0 : 1;

@@ -199,11 +199,6 @@ __attribute__((target("avx512f"))) void op_loop(const RoundingPlan& plan, const 
   }
 }
 
-/// True when the SSE/AVX control register holds the default state: every exception masked (bits 7–12),
-/// round to nearest even (bits 13–14 zero), no flush-to-zero (bit 15) and no denormals-are-zero (bit 6).
-/// The binary32 conversion path relies on it; another state falls back to the integer path.
-bool default_mxcsr() { return (_mm_getcsr() & 0xFFC0u) == 0x1F80u; }
-
 bool cpu_has_avx512f() {
   static const bool ok = [] {
     __builtin_cpu_init();
@@ -213,6 +208,8 @@ bool cpu_has_avx512f() {
 }
 
 }  // namespace
+
+bool default_mxcsr() { return (_mm_getcsr() & 0xFFC0u) == 0x1F80u; }
 
 bool round_doubles_avx512_supported() { return cpu_has_avx512f(); }
 

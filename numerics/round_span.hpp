@@ -48,6 +48,12 @@ bool round_doubles_avx2(const RoundingPlan& plan, Rounding mode, std::span<const
 /// True when the running CPU supports round_doubles_avx2.
 bool round_doubles_avx2_supported();
 
+/// True when the SSE/AVX control register holds the default state: every exception masked (bits 7–12),
+/// round to nearest even (bits 13–14 zero), no flush-to-zero (bit 15) and no denormals-are-zero (bit 6).
+/// The binary32 conversion paths (here and in the GEMM kernels' cast-in-pack) rely on it; another state falls
+/// back to the integer path.
+bool default_mxcsr();
+
 /// True when every x[i] is finite (not ±inf, not NaN): 8 lanes at a time with AVX-512F, 4 with AVX2, a portable
 /// loop on the exponent bits otherwise (opts.isa() caps the tier). The answer does not depend on the path.
 bool all_finite(std::span<const double> x, const KernelOptions& opts = {});

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <ostream>
 #include <vector>
 
@@ -40,12 +41,25 @@ std::vector<Row> rows_of(const std::array<double, kOpCount * kPassCount>& second
 
 }  // namespace
 
-double Profile::median_step_seconds() const {
-  if (step_times_.empty()) return 0;
-  std::vector<double> t = step_times_;
+namespace {
+
+double median_of(std::vector<double> t) {
+  if (t.empty()) return 0;
   std::sort(t.begin(), t.end());
   const std::size_t n = t.size();
   return n % 2 == 1 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+}  // namespace
+
+double Profile::median_step_seconds() const { return median_of(step_times_); }
+
+double Profile::median_step_cpu_seconds() const { return median_of(step_cpu_times_); }
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 double Profile::outside_seconds(const std::string& name) const {
@@ -61,8 +75,10 @@ std::int64_t Profile::outside_units(const std::string& name) const {
 void Profile::print(std::ostream& os) const {
   const double n = static_cast<double>(std::max<std::int64_t>(1, steps_));
   char line[160];
-  std::snprintf(line, sizeof line, "profile: %lld steps, %.1f ms per step (mean), %.1f ms (median)\n",
-                static_cast<long long>(steps_), 1e3 * step_seconds_ / n, 1e3 * median_step_seconds());
+  std::snprintf(line, sizeof line,
+                "profile: %lld steps, %.1f ms per step (mean), %.1f ms (median), process CPU %.1f ms (median)\n",
+                static_cast<long long>(steps_), 1e3 * step_seconds_ / n, 1e3 * median_step_seconds(),
+                1e3 * median_step_cpu_seconds());
   os << line;
   std::snprintf(line, sizeof line, "  %-28s %-11s %9s %12s %7s\n", "op", "pass", "calls/step", "ms/step", "%");
   os << line;
@@ -92,6 +108,8 @@ void Profile::write_csv(std::ostream& os) const {
   os << "op,pass,calls_per_step,ms_per_step,percent\n";
   os << (numerics::CsvRow() << "step" << "" << 1 << 1e3 * step_seconds_ / n << 100).str() << '\n';
   os << (numerics::CsvRow() << "step-median" << "" << 1 << 1e3 * median_step_seconds() << "").str() << '\n';
+  os << (numerics::CsvRow() << "step-cpu-median" << "" << 1 << 1e3 * median_step_cpu_seconds() << "").str()
+     << '\n';
   for (const Row& r : rows_of(seconds_, calls_, phases_, step_seconds_)) {
     numerics::CsvRow row;
     row << r.op << r.pass;

@@ -35,14 +35,19 @@ class Profile {
     o.seconds += seconds;
     o.units += units;
   }
-  /// One whole step took `seconds` (the table's denominator).
-  void add_step(double seconds) {
+  /// One whole step took `seconds` of wall time (the table's denominator) and `cpu_seconds` of the process's
+  /// CPU time (all its threads, user + system; see process_cpu_seconds).
+  void add_step(double seconds, double cpu_seconds) {
     step_seconds_ += seconds;
     step_times_.push_back(seconds);
+    step_cpu_times_.push_back(cpu_seconds);
     ++steps_;
   }
   /// Median wall time of one step (0 before any step).
   double median_step_seconds() const;
+  /// Median process CPU time of one step (0 before any step). On a shared machine this is the figure that
+  /// other processes' load does not stretch (cache sharing still does).
+  double median_step_cpu_seconds() const;
 
   double seconds(OpKind op, Pass pass) const { return seconds_[index_of(op) * kPassCount + index_of(pass)]; }
   std::int64_t calls(OpKind op, Pass pass) const { return calls_[index_of(op) * kPassCount + index_of(pass)]; }
@@ -58,7 +63,8 @@ class Profile {
   /// outside the steps: seconds, units and ms per unit.
   void print(std::ostream& os) const;
   /// The same rows as CSV: op,pass,calls_per_step,ms_per_step,percent; the first rows are the mean step
-  /// (op "step") and the median step (op "step-median"). The work outside the steps follows with pass
+  /// (op "step"), the median step (op "step-median", wall time) and the median step's process CPU time (op
+  /// "step-cpu-median"). The work outside the steps follows with pass
   /// "outside": calls_per_step holds its units (e.g. windows), ms_per_step the ms per unit, percent is empty.
   void write_csv(std::ostream& os) const;
 
@@ -73,6 +79,7 @@ class Profile {
   std::map<std::string, Outside> outside_;
   double step_seconds_ = 0;
   std::vector<double> step_times_;
+  std::vector<double> step_cpu_times_;
   std::int64_t steps_ = 0;
 };
 
@@ -80,6 +87,9 @@ class Profile {
 inline double seconds_since(Profile::Clock::time_point t0) {
   return std::chrono::duration<double>(Profile::Clock::now() - t0).count();
 }
+
+/// CPU time consumed so far by this process, all threads, user + system (CLOCK_PROCESS_CPUTIME_ID).
+double process_cpu_seconds();
 
 /// Runs f(), timed as the phase `name` of `profile` (just runs it when `profile` is null).
 template <class F>

@@ -59,7 +59,8 @@ void rmsnorm_forward(std::span<typename A::Value> y, std::span<typename A::Value
                      double eps, const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
   const std::int64_t C = s.cols;
-  std::vector<V> xs(x.size()), ws(w.size());
+  // The entry casts in scratch_buffer slots 0 and 1 (no allocation, zeroing and page faults per call).
+  const std::span<V> xs = scratch_buffer<V>(x.size(), 0), ws = scratch_buffer<V>(w.size(), 1);
   ctx.in_array(x, xs, Tensor::X);
   ctx.in_array(w, ws, Tensor::W);
   const V n = ctx.c(static_cast<double>(C)), e = ctx.c(eps);
@@ -138,7 +139,10 @@ void rmsnorm_backward_data(std::span<typename A::Value> dx, std::span<const type
                            std::span<const typename A::Value> rstd, RowShape s, const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
   const std::int64_t C = s.cols;
-  std::vector<V> xs(x.size()), ws(w.size()), dys(dy.size()), g(dy.size());
+  // The entry casts and g in scratch_buffer slots 0–3 (every element read is written first: the casts whole, g on
+  // each row the loops below read).
+  const std::span<V> xs = scratch_buffer<V>(x.size(), 0), ws = scratch_buffer<V>(w.size(), 1),
+                     dys = scratch_buffer<V>(dy.size(), 2), g = scratch_buffer<V>(dy.size(), 3);
   ctx.in_array(x, xs, Tensor::X);
   ctx.in_array(w, ws, Tensor::W);
   ctx.in_array(dy, dys, Tensor::Dy);
@@ -223,7 +227,8 @@ void rmsnorm_backward_weight(std::span<typename A::Value> dw, std::span<const ty
                              RowShape s, const Ctx<A>& ctx, Select sel = {}) {
   using V = typename A::Value;
   const std::int64_t C = s.cols;
-  std::vector<V> xhat(x.size()), dys(dy.size());
+  // xhat (every row written below) and the cast of dy in scratch_buffer slots 0 and 1.
+  const std::span<V> xhat = scratch_buffer<V>(x.size(), 0), dys = scratch_buffer<V>(dy.size(), 1);
   ctx.in_array(dy, dys, Tensor::Dy);
   SlotSeq Row(Tensor::Row), Column(Tensor::Column), Dw(Tensor::Dw);
   const auto k_rstd = Row.next(), k_col = Column.next();

@@ -37,6 +37,11 @@ template <class V>
 std::span<const V> cspan(const std::vector<V>& v) {
   return {v.data(), v.size()};
 }
+/// A span as a read-only span.
+template <class V>
+std::span<const V> cspan(std::span<V> v) {
+  return {v.data(), v.size()};
+}
 
 enum class ArithOp : std::uint8_t { Add, Sub, Mul, Div };
 

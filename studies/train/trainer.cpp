@@ -281,6 +281,7 @@ void Trainer::step() {
   tel.log = &log_;
   tel.detailed = opts_.telemetry_every > 0 && s % opts_.telemetry_every == 0;
   const auto t_step = ops::Profile::Clock::now();
+  const double cpu_step = profile_ != nullptr ? ops::process_cpu_seconds() : 0.0;
   if (shadow_ && opts_.shadow_every > 0 && s % opts_.shadow_every == 0)
     ops::timed_phase(profile_, "trainer: shadow attribution", [&] { shadow_(s, master_, scale, log_); });
 
@@ -303,7 +304,7 @@ void Trainer::step() {
   last_train_loss_ = loss;
   step_ = s + 1;
   own_.set_profile(nullptr);
-  if (profile_ != nullptr) profile_->add_step(ops::seconds_since(t_step));
+  if (profile_ != nullptr) profile_->add_step(ops::seconds_since(t_step), ops::process_cpu_seconds() - cpu_step);
 
   evaluate_and_save_if_due();
   print_progress(loss, lr);

@@ -8,7 +8,9 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "numerics/accumulate.hpp"
@@ -216,6 +218,86 @@ TEST(GemmPackCache, EachCacheServesOnlyItsOwner) {
   EXPECT_FALSE(k::gemm_fast(a, p.M, p.N, p.K, ConstMatrix{A.data(), p.K}, ConstMatrix{buf.data(), p.ldb, p.bt},
                             C.data(), p.N, false, nullptr, 2, nullptr, nullptr, KernelOptions{false}, &owner));
   EXPECT_EQ(owner.stats().hits, 1u);
+}
+
+TEST(GemmPackCache, APlainBinary32CastIsTheConversionInThePack) {
+  // A cast to binary32 (nearest even, no flush, no NaN rule) is done by the pack's own conversion (pack_to,
+  // plain_binary32_cast), without a cast copy: the product equals the product of operands rounded beforehand by
+  // round_to, on A and B, A and B transposed or not, on every kernel tier, for the fused fp32 accumulator (any
+  // binary32 inputs) and the fp16 accumulator (inputs checked on the rounded values); operands off the binary32
+  // grid, binary32 ties, values that overflow to ±inf or round to ±max, binary32 subnormals, NaNs with payloads.
+  if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX2 or AVX-512";
+  const RoundingPlan single(formats::fp32);
+  const k::OperandCast cast{&single, Rounding::NearestEven, false};
+  std::mt19937_64 rng(29);
+  std::normal_distribution<double> g;
+  const double fmax = static_cast<double>(std::numeric_limits<float>::max());
+  const double specials[] = {0x1p-140 * 3.3, -0x1p-149 * 0.75, 0x1p-126 * (1 - 0x1p-30),  // subnormal range
+                             1.0 + 0x1p-24, 1.0 + 3 * 0x1p-24, -(1.0 + 0x1p-24),           // ties to even
+                             fmax + 0x1p103, fmax + 0x1p104, -fmax * (1 + 0x1p-26),       // below / at / over
+                             1e39, std::bit_cast<double>(0x7FF0000000012345ULL),          // the halfway point
+                             std::bit_cast<double>(0xFFF8000000000ABCULL), -0.0, 0.0,
+                             std::numeric_limits<double>::infinity()};
+  // wide: doubles with 53-bit significands (a few specials); narrow: fp16 values nudged off the binary32 grid by
+  // less than half its quantum (the cast gives the fp16 value back, so the fp16 kernel accepts them)
+  auto wide = [&](std::size_t n, bool with_specials) {
+    std::vector<double> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = g(rng);
+    if (with_specials)
+      for (std::size_t i = 0; i < std::size(specials); ++i) v[(7 * i + 3) % n] = specials[i];
+    return v;
+  };
+  auto narrow = [&](std::size_t n) {
+    std::vector<double> v(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const double h = round_to(RoundingPlan(formats::fp16), Rounding::NearestEven, g(rng));
+      v[i] = h + std::ldexp(h, -30);
+    }
+    return v;
+  };
+  auto rounded = [&](std::vector<double> v) {
+    for (double& x : v) x = round_to(single, Rounding::NearestEven, x);
+    return v;
+  };
+  const std::size_t M = 13, N = 37, K = 41;
+  const k::Isa detected = k::detected_isa();
+  for (const char* acc : {"fp32-seq", "fp16-seq"}) {
+    const Accumulation a = parse_accumulation(acc);
+    const bool fp16 = std::string(acc) == "fp16-seq";
+    for (const bool specials_on : {false, true}) {
+      if (fp16 && specials_on) continue;  // > 12 significant bits: the fp16 kernel declines them
+      const std::vector<double> A = fp16 ? narrow(M * K) : wide(M * K, specials_on);
+      const std::vector<double> B = fp16 ? narrow(K * N) : wide(K * N, specials_on);
+      const std::vector<double> Ar = rounded(A), Br = rounded(B);
+      for (const k::Isa isa : {k::Isa::Avx512, k::Isa::Avx2}) {
+        if (detected < isa) continue;
+        const KernelOptions opts{true, isa};
+        for (const bool at : {false, true})
+          for (const bool bt : {false, true}) {
+            // the same values read as stored: A (M×K) or its transpose, B (K×N) or its transpose
+            auto stored = [](const std::vector<double>& v, std::size_t rows, std::size_t cols, bool t) {
+              if (!t) return v;
+              std::vector<double> s(v.size());
+              for (std::size_t r = 0; r < rows; ++r)
+                for (std::size_t c = 0; c < cols; ++c) s[c * rows + r] = v[r * cols + c];
+              return s;
+            };
+            const auto As = stored(A, M, K, at), Bs = stored(B, K, N, bt);
+            const auto Ars = stored(Ar, M, K, at), Brs = stored(Br, K, N, bt);
+            auto run = [&](const std::vector<double>& Av, const std::vector<double>& Bv, const k::OperandCast* c) {
+              std::vector<double> C(M * N, 7.0);
+              EXPECT_TRUE(k::gemm_fast(a, M, N, K, ConstMatrix{Av.data(), at ? M : K, at},
+                                       ConstMatrix{Bv.data(), bt ? K : N, bt}, C.data(), N, false, nullptr, 2, c, c,
+                                       opts));
+              return C;
+            };
+            const std::string what = std::string(acc) + (specials_on ? " specials" : "") + " isa " +
+                                     k::name_of(isa) + (at ? " At" : "") + (bt ? " Bt" : "");
+            expect_same(run(As, Bs, &cast), run(Ars, Brs, nullptr), what.c_str());
+          }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -58,6 +58,8 @@ TEST(TrainProfile, CountsEveryOpCallAndChangesNoBit) {
   EXPECT_NE(table.str().find("model: gradient rounding"), std::string::npos);
   EXPECT_EQ(csv.str().rfind("op,pass,calls_per_step,ms_per_step,percent\nstep,,1,", 0), 0u);
   EXPECT_NE(csv.str().find("\nmatmul,fwd,14,"), std::string::npos);
+  EXPECT_NE(csv.str().find("\nstep-cpu-median,,1,"), std::string::npos);
+  EXPECT_GT(prof.median_step_cpu_seconds(), 0);
 }
 
 TEST(TrainProfile, TimesEachEvaluationWithItsWindows) {
