@@ -467,8 +467,16 @@ void Trainer::make_room_for(Model& next) {
 }
 
 void Trainer::weights_changed() {
-  own_.weights_changed();
-  if (&fp32_ != &own_) fp32_.weights_changed();
+  // With one micro-step per update nothing derived from the weights is read twice before they change (the
+  // forward's and the backward's GEMMs pack W in two layouts, once each), so no promise is made: the GEMM pack
+  // cache then holds nothing (up to 512 MiB at E11). Evaluations promise for their own batches (evaluate()).
+  // Accumulated updates promise, and their micro-steps reuse the packs.
+  const bool reuse = opts_.recipe.accum > 1;
+  for (Model* m : {&own_, &fp32_}) {
+    if (m == &fp32_ && &fp32_ == &own_) break;
+    if (reuse) m->weights_changed();
+    else m->release_weights();
+  }
 }
 
 void Trainer::log_stagnation(std::int64_t s, ParamTensor t) {
@@ -512,7 +520,12 @@ std::string weights_sha256(const ParamStore& master) {
 EvalLoss Trainer::evaluate(Model& m, const EvalSet& set, const char* name) {
   const auto t0 = ops::Profile::Clock::now();
   make_room_for(m);
+  // The batches reuse the working copy and the packed weights; with one micro-step per update the promise ends
+  // with the evaluation (weights_changed()).
+  const bool promised = opts_.recipe.accum > 1;
+  if (!promised) m.weights_changed();
   const EvalLoss r = evaluate_loss(m, set, master_);
+  if (!promised) m.release_weights();
   if (profile_ != nullptr) {
     std::int64_t windows = 0;
     for (const Batch& b : set.batches) windows += b.batch;
