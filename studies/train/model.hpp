@@ -68,7 +68,9 @@ class Transformer final : public Model {
                      double coef) override;
   /// storage_kind_for the policy's AdamM and AdamV role formats.
   StorageKind moments_storage() const override;
-  /// storage_kind_for the policy's MasterWeight role format.
+  /// storage_kind_for the policy's MasterWeight role format when the model holds a working copy anyway (the Weight
+  /// role does not hold every master value: bf16 or fp16 weights over fp32 masters), else Binary64: the ops then
+  /// read the binary64 masters directly, with no copy (fp32, ane-fp16, ane-guide).
   StorageKind master_storage() const override;
   /// storage_kind_for the formats a gradient value is stored in: the storage of every op pass that writes a weight
   /// gradient (Matmul, Classifier, RmsNorm and Embedding backward-weight: each op stores its sums in its entry's

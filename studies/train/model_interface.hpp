@@ -69,9 +69,9 @@ class Model {
   /// The storage of the AdamW moments m and v under this model's precision: Binary32 when every value the
   /// update can store in them is a binary32 value (storage_kind_for of the moments' formats), else Binary64.
   virtual StorageKind moments_storage() const = 0;
-  /// The storage of the master weights under this model's precision: Binary32 when every master value is a
-  /// binary32 value (storage_kind_for the MasterWeight role: the update stores its masters in that format, and
-  /// the initial weights are binary32 values), else Binary64. This default: Binary64.
+  /// The storage of the master weights under this model's precision: Binary32 may be chosen only when every
+  /// master value is a binary32 value (storage_kind_for the MasterWeight role: the update stores its masters in
+  /// that format, and the initial weights are binary32 values), else Binary64. This default: Binary64.
   virtual StorageKind master_storage() const { return StorageKind::Binary64; }
   /// The storage of the weight gradients (a micro-step's, and the update's sum when accum > 1): Binary32 when every
   /// value a gradient pass, the accumulation and the unscaling store in them is a binary32 value, else Binary64.

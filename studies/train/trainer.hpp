@@ -169,7 +169,9 @@ class Trainer {
   /// never hold one at once (Model::drop_derived; the fp32 twin needs one only then). Nothing with binary64 masters.
   void make_room_for(Model& next);
   /// Tells both models their weights changed (Model::weights_changed): master_ was set or updated; it
-  /// changes nowhere else, so the models may reuse their working copies until the next call.
+  /// changes nowhere else, so the models may reuse their working copies until the next call. With one
+  /// micro-step per update nothing is reused before the next update, so it withdraws the promise instead
+  /// (Model::release_weights: the GEMM pack cache holds nothing); evaluate() promises for its batches.
   void weights_changed();
 
   TrainOptions opts_;
