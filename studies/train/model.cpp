@@ -814,6 +814,12 @@ void Transformer::drop_derived() {
   derived_version_ = 0;
   derived_from_ = nullptr;
   derived_size_ = 0;
+  // The pass buffers too (E11: ≈ 0.3 GiB forward, 0.1 GiB backward), sized again by the next pass as on a first one.
+  std::vector<LayerActs>().swap(acts_);
+  bw_ = BackwardBuffers{};
+  for (std::vector<double>* v : {&x_, &x_final_, &xf_, &rf_, &logits_, &probs_, &losses_})
+    std::vector<double>().swap(*v);
+  fwd_B_ = fwd_T_ = bwd_B_ = bwd_T_ = -1;
 }
 
 void Transformer::register_weights(std::span<const double> w) {

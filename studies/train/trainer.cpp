@@ -462,7 +462,9 @@ void Trainer::log_gradient_underflow(std::int64_t s, const Batch& batch, int acc
 }
 
 void Trainer::make_room_for(Model& next) {
-  if (&own_ == &fp32_ || master_.kind() == StorageKind::Binary64) return;
+  // The other model's working copy, packs and pass buffers are dead until it runs again (and then rebuilt with the
+  // same values): freed, so that the evaluation or the underflow pass adds only its own model's.
+  if (&own_ == &fp32_) return;
   (&next == &own_ ? fp32_ : own_).drop_derived();
 }
 
@@ -520,12 +522,12 @@ std::string weights_sha256(const ParamStore& master) {
 EvalLoss Trainer::evaluate(Model& m, const EvalSet& set, const char* name) {
   const auto t0 = ops::Profile::Clock::now();
   make_room_for(m);
-  // The batches reuse the working copy and the packed weights; with one micro-step per update the promise ends
-  // with the evaluation (weights_changed()).
-  const bool promised = opts_.recipe.accum > 1;
-  if (!promised) m.weights_changed();
+  // Several batches reuse the working copy and the packed weights; with one micro-step per update the promise
+  // ends with the evaluation (weights_changed()). One batch reads them once: no promise, no packs held.
+  const bool promise = opts_.recipe.accum == 1 && set.batches.size() > 1;
+  if (promise) m.weights_changed();
   const EvalLoss r = evaluate_loss(m, set, master_);
-  if (!promised) m.release_weights();
+  if (promise) m.release_weights();
   if (profile_ != nullptr) {
     std::int64_t windows = 0;
     for (const Batch& b : set.batches) windows += b.batch;
