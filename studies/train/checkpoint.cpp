@@ -173,8 +173,11 @@ struct PayloadReader {
 
 }  // namespace
 
-void save_checkpoint(const std::filesystem::path& path, const nlohmann::json& meta, std::span<const double> master,
-                     const ParamStore& m, const ParamStore& v) {
+namespace {
+
+template <class Master>
+void write_checkpoint(const std::filesystem::path& path, const nlohmann::json& meta, const Master& master,
+                      const ParamStore& m, const ParamStore& v) {
   AtomicFile file(path);
   file.write(kMagic);
   // Line 2 holds the payload's digest: a placeholder now, the digest once the payload is written.
@@ -188,6 +191,18 @@ void save_checkpoint(const std::filesystem::path& path, const nlohmann::json& me
   out.put_array(v);
   file.write_at(kMagic.size() + kShaTag.size(), out.sha.hex());
   file.commit();
+}
+
+}  // namespace
+
+void save_checkpoint(const std::filesystem::path& path, const nlohmann::json& meta, std::span<const double> master,
+                     const ParamStore& m, const ParamStore& v) {
+  write_checkpoint(path, meta, master, m, v);
+}
+
+void save_checkpoint(const std::filesystem::path& path, const nlohmann::json& meta, const ParamStore& master,
+                     const ParamStore& m, const ParamStore& v) {
+  write_checkpoint(path, meta, master, m, v);
 }
 
 void save_checkpoint(const std::filesystem::path& path, const Checkpoint& ck) {

@@ -36,6 +36,9 @@ struct Checkpoint {
 /// Writes a checkpoint of `meta` and the three arrays atomically to `path`, streaming the arrays.
 void save_checkpoint(const std::filesystem::path& path, const nlohmann::json& meta, std::span<const double> master,
                      const ParamStore& m, const ParamStore& v);
+/// The same with stored masters (written as binary64 whatever their kind: the same file bytes).
+void save_checkpoint(const std::filesystem::path& path, const nlohmann::json& meta, const ParamStore& master,
+                     const ParamStore& m, const ParamStore& v);
 /// save_checkpoint of ck's fields.
 void save_checkpoint(const std::filesystem::path& path, const Checkpoint& ck);
 /// Reads and verifies a checkpoint; throws std::runtime_error ("checkpoint <path> is corrupt: …") if the

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 
 #include "numerics/round.hpp"
 #include "numerics/round_span.hpp"
@@ -387,20 +388,53 @@ void Transformer::ffn_forward(int l, LayerActs& L, const BlockParams<const doubl
   }
 }
 
+Transformer::Slot Transformer::grad_slot(ParamTensor t, int l) const {
+  const std::size_t n = lay_.layer_size(t);
+  return {lay_.offset_of(t) + n * static_cast<std::size_t>(l), n};
+}
+
+template <class F>
+void Transformer::with_grad(const GradOut& g, Slot at, F&& op) {
+  if (g.store == nullptr) return op(g.binary64.subspan(at.off, at.n));
+  const std::span<double> dw = g.store->view(at.off, at.n, *g.scratch);
+  op(dw);
+  g.store->store_from(at.off, dw);
+}
+
 void Transformer::backward(const Batch& bt, std::span<const double> master, double loss_scale, std::span<double> grads,
+                           StepTelemetry* tel, GradSink sink) {
+  backward(bt, master, loss_scale, GradOut{grads}, tel, sink);
+}
+
+Transformer::GradOut Transformer::grad_out(ParamStore& grads) {
+  if (grads.kind() == StorageKind::Binary64) return GradOut{grads.binary64()};
+  return GradOut{{}, &grads, nullptr};
+}
+
+void Transformer::backward(const Batch& bt, std::span<const double> master, double loss_scale, const GradOut& grads,
                            StepTelemetry* tel, GradSink sink) {
   const Dims dims = dims_of(bt);
   allocate_backward(dims);
   const std::int64_t N = dims.N, C = dims.C, H = dims.H, V = dims.V, KVD = dims.KVD;
   const ParamViews<const double> p(master, lay_);
-  const bool cleared = grads.data() == cleared_grads_ && grads.size() == cleared_size_;
+  const void* key = grads.store != nullptr ? static_cast<const void*>(grads.store->binary32().data())
+                                           : static_cast<const void*>(grads.binary64.data());
+  const std::size_t size = grads.store != nullptr ? grads.store->size() : grads.binary64.size();
+  const bool cleared = key == cleared_grads_ && size == cleared_size_;
   cleared_grads_ = nullptr;
-  if (!cleared) ops::timed_phase(profile_, kGradZeroing, [&] { std::fill(grads.begin(), grads.end(), 0.0); });
-  const ParamViews<double> d(grads, lay_);
+  if (!cleared)
+    ops::timed_phase(profile_, kGradZeroing, [&] {
+      if (grads.store != nullptr) grads.store->zero();
+      else std::fill(grads.binary64.begin(), grads.binary64.end(), 0.0);
+    });
+  // Binary32 gradients: each weight-gradient op writes its slice through this binary64 scratch (with_grad).
+  std::vector<double> scratch;
+  GradOut g = grads;
+  if (g.store != nullptr && g.scratch == nullptr) g.scratch = &scratch;
   // Tied embeddings: the classifier reads wte, and its weight gradient is added into wte's before the
   // embedding's scatter-add (two gradients summed, one update).
   const std::span<const double> wcls = c_.tie_embeddings ? p.wte : p.wcls;
-  const std::span<double> dwcls = c_.tie_embeddings ? d.wte : d.wcls;
+  const Slot dwcls = grad_slot(c_.tie_embeddings ? ParamTensor::Embedding : ParamTensor::Classifier, 0);
   const ops::RowShape rows = dims.rows();
   const ops::AttnShape ash = dims.attn(), kv_ash = dims.kv_attn();
   // Op outputs go through observe() as in forward(); the checks written out below are the ones the Runner
@@ -415,39 +449,44 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
                                       loss_scale / static_cast<double>(N), {N, V});
   const Span dxf = zeros(b.dxf);
   runner_.matmul_backward_data({OpKind::Classifier, -1, "dx", ops::Observe::Outputs, "logits"}, dxf, dlogits, wcls, {N, C, V});
-  runner_.matmul_backward_weight({OpKind::Classifier, -1, "wcls", ops::Observe::Outputs, "logits"}, dwcls, dlogits, xf_, {N, C, V});
+  with_grad(g, dwcls, [&](Span dw) {
+    runner_.matmul_backward_weight({OpKind::Classifier, -1, "wcls", ops::Observe::Outputs, "logits"}, dw, dlogits, xf_,
+                                   {N, C, V});
+  });
   zeros(b.dx);
   std::vector<double>& dx = b.dx;
   // dx (N, C), dlnfw (C) through the final norm
   norm_backward_data({OpKind::RmsNorm, -1, "lnf"}, dx, dxf, x_final_, p.lnfw, rf_, rows);
-  runner_.rmsnorm_backward_weight({OpKind::RmsNorm, -1, "lnfw"}, d.lnfw, dxf, x_final_, rf_, rows);
+  with_grad(g, grad_slot(ParamTensor::FinalNorm, 0), [&](Span dw) {
+    runner_.rmsnorm_backward_weight({OpKind::RmsNorm, -1, "lnfw"}, dw, dxf, x_final_, rf_, rows);
+  });
   check(tel, OpKind::RmsNorm, Pass::BackwardData, -1, "lnf", dx);
 
   for (int l = c_.layers - 1; l >= 0; --l) {
     LayerActs& L = acts_[static_cast<std::size_t>(l)];
     const BlockParams<const double> w = block_params(p, l);
-    const BlockParams<double> dw = block_params(d, l);
     // --- feed-forward half: x_out = x_mid + β·f ---
     // dpre2 (N, C) = dx
     const CSpan dpre2 = norm_out_backward(tel, {OpKind::RmsNorm, l, "post2"}, "ln2w", b.dpre2, dx, L.pre2, w.ln2w,
-                                          L.rp2, dw.ln2w, rows);
+                                          L.rp2, g, grad_slot(ParamTensor::FfnNorm, l), rows);
     // dxm, df (N, C) = dpre2, β·dpre2; dz (N, H) = df · W2; dW2 (C, H) += dfᵀ · z
     const Span dxm = zeros(b.dxm), df = zeros(b.df);
     runner_.residual_backward_data({OpKind::ResidualFfn, l, "dx"}, dxm, df, dpre2, rule_.branch, rows);
     const Span dz = zeros(b.dz);
     runner_.matmul_backward_data({OpKind::Matmul, l, "dz", ops::Observe::Outputs, "w2"}, dz, df, w.w2, {N, H, C});
-    runner_.matmul_backward_weight({OpKind::Matmul, l, "w2"}, dw.w2, df, L.z, {N, H, C});
+    with_grad(g, grad_slot(ParamTensor::W2, l),
+              [&](Span dw) { runner_.matmul_backward_weight({OpKind::Matmul, l, "w2"}, dw, df, L.z, {N, H, C}); });
     // dh2 (N, C) through z = silu(h2·W1ᵀ) ⊙ (h2·W3ᵀ); dW1, dW3
     const Span dh2 = zeros(b.dh2);
-    ffn_backward(l, L, w, dw, dz, dh2, dims);
+    ffn_backward(l, L, w, g, dz, dh2, dims);
     // dxm (N, C) += dh2 through h2 = rmsnorm(x_mid) ⊙ ln2w; dln2w
     norm_in_backward(tel, {OpKind::RmsNorm, l, "ln2"}, "ln2w", OpKind::ResidualFfn, dxm, dh2, L.x_mid, w.ln2w, L.r2,
-                     dw.ln2w, rows);
+                     g, grad_slot(ParamTensor::FfnNorm, l), rows);
     check(tel, OpKind::RmsNorm, Pass::BackwardData, l, "dx_mid", dxm);
     // --- attention half: x_mid = x_in + β·o ---
     // dpre1 (N, C) = dxm
     const CSpan dpre1 = norm_out_backward(tel, {OpKind::RmsNorm, l, "post1"}, "ln1w", b.dpre1, dxm, L.pre1, w.ln1w,
-                                          L.rp1, dw.ln1w, rows);
+                                          L.rp1, g, grad_slot(ParamTensor::AttnNorm, l), rows);
     // dxi, dout (N, C) = dpre1, β·dpre1; dy (N, C) = dout · Wo; dWo (C, C) += doutᵀ · y
     const Span dxi = zeros(b.dxi), dout = zeros(b.dout);
     runner_.residual_backward_data({OpKind::ResidualAttn, l, "dx", ops::Observe::Off}, dxi, dout, dpre1, rule_.branch,
@@ -456,7 +495,9 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
     check(tel, OpKind::ResidualAttn, Pass::BackwardData, l, "dout", dout);
     const Span dy = zeros(b.dy);
     runner_.matmul_backward_data({OpKind::Matmul, l, "dy", ops::Observe::Outputs, "o"}, dy, dout, w.wo, {N, C, C});
-    runner_.matmul_backward_weight({OpKind::Matmul, l, "wo", ops::Observe::Off, "o"}, dw.wo, dout, L.y, {N, C, C});
+    with_grad(g, grad_slot(ParamTensor::Wo, l), [&](Span dw) {
+      runner_.matmul_backward_weight({OpKind::Matmul, l, "wo", ops::Observe::Off, "o"}, dw, dout, L.y, {N, C, C});
+    });
     // kt, vt (B, T, NH·hs) and att (B, NH, T, T) as the attention backward reads them
     const AttnOperands a = attention_operands(tel, l, L, dims);
     // datt (B, NH, T, T), dvt (N, C) through y = att·vt; dpreatt through the softmax; dqr, dkrt (N, C)
@@ -474,33 +515,47 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
     runner_.matmul_backward_data({OpKind::Matmul, l, "dh1", ops::Observe::Off, "q"}, dh1, dq, w.wq, {N, C, C});
     runner_.matmul_backward_data({OpKind::Matmul, l, "dh1", ops::Observe::Off, "k"}, dh1, dk, w.wk, {N, C, KVD});
     runner_.matmul_backward_data({OpKind::Matmul, l, "dh1", ops::Observe::Outputs, "v"}, dh1, dv, w.wv, {N, C, KVD});
-    runner_.matmul_backward_weight({OpKind::Matmul, l, "wq", ops::Observe::Outputs, "q"}, dw.wq, dq, L.h1, {N, C, C});
-    runner_.matmul_backward_weight({OpKind::Matmul, l, "wk", ops::Observe::Outputs, "k"}, dw.wk, dk, L.h1, {N, C, KVD});
-    runner_.matmul_backward_weight({OpKind::Matmul, l, "wv", ops::Observe::Outputs, "v"}, dw.wv, dv, L.h1, {N, C, KVD});
+    with_grad(g, grad_slot(ParamTensor::Wq, l), [&](Span dw) {
+      runner_.matmul_backward_weight({OpKind::Matmul, l, "wq", ops::Observe::Outputs, "q"}, dw, dq, L.h1, {N, C, C});
+    });
+    with_grad(g, grad_slot(ParamTensor::Wk, l), [&](Span dw) {
+      runner_.matmul_backward_weight({OpKind::Matmul, l, "wk", ops::Observe::Outputs, "k"}, dw, dk, L.h1, {N, C, KVD});
+    });
+    with_grad(g, grad_slot(ParamTensor::Wv, l), [&](Span dw) {
+      runner_.matmul_backward_weight({OpKind::Matmul, l, "wv", ops::Observe::Outputs, "v"}, dw, dv, L.h1, {N, C, KVD});
+    });
     // dxi (N, C) += dh1 through h1 = rmsnorm(x_in) ⊙ ln1w; dln1w
     norm_in_backward(tel, {OpKind::RmsNorm, l, "ln1"}, "ln1w", OpKind::ResidualAttn, dxi, dh1, L.x_in, w.ln1w, L.r1,
-                     dw.ln1w, rows);
+                     g, grad_slot(ParamTensor::AttnNorm, l), rows);
     check(tel, OpKind::RmsNorm, Pass::BackwardData, l, "dx_in", dxi);
     std::swap(b.dx, b.dxi);  // dx ← dxi (the buffers trade places; dxi is zeroed before its next use)
   }
   // dwte (V, C) += dx scattered to the input tokens' rows
-  runner_.embedding_backward_weight({OpKind::Embedding, -1, "wte"}, d.wte, dx, bt.inputs, rows);
-  finish_gradients(grads, tel, sink);
+  with_grad(g, grad_slot(ParamTensor::Embedding, 0), [&](Span dw) {
+    runner_.embedding_backward_weight({OpKind::Embedding, -1, "wte"}, dw, dx, bt.inputs, rows);
+  });
+  if (g.store != nullptr) {
+    std::vector<double>().swap(scratch);  // freed before the gradient pass
+    finish_gradients(*g.store, tel, sink);
+  } else {
+    finish_gradients(g.binary64, tel, sink);
+  }
 }
 
 Transformer::CSpan Transformer::norm_out_backward(StepTelemetry* tel, ops::Site s, std::string_view weight,
                                                   std::vector<double>& buffer, CSpan dy, CSpan pre, CSpan w,
-                                                  CSpan rstd, Span dw, ops::RowShape rows) {
+                                                  CSpan rstd, const GradOut& g, Slot dw, ops::RowShape rows) {
   if (!rule_.post_norm) return dy;  // Pre-Norm: y = pre
   const Span dpre = zeros(buffer);
   norm_backward_data(s, dpre, dy, pre, w, rstd, rows);
   check(tel, OpKind::RmsNorm, Pass::BackwardData, s.layer, s.tensor, dpre);
-  runner_.rmsnorm_backward_weight({OpKind::RmsNorm, s.layer, weight}, dw, dy, pre, rstd, rows);
+  with_grad(g, dw, [&](Span d) { runner_.rmsnorm_backward_weight({OpKind::RmsNorm, s.layer, weight}, d, dy, pre, rstd, rows); });
   return dpre;
 }
 
 void Transformer::norm_in_backward(StepTelemetry* tel, ops::Site s, std::string_view weight, OpKind residual, Span dx,
-                                   CSpan dh, CSpan x, CSpan w, CSpan rstd, Span dw, ops::RowShape rows) {
+                                   CSpan dh, CSpan x, CSpan w, CSpan rstd, const GradOut& g, Slot dw,
+                                   ops::RowShape rows) {
   if (rule_.post_norm) {
     // h = x: the two uses of x meet in a residual-stream gradient sum (dx += dh), under the residual's entry.
     const Span scratch = zeros(bw_.scratch);
@@ -509,11 +564,11 @@ void Transformer::norm_in_backward(StepTelemetry* tel, ops::Site s, std::string_
     return;
   }
   norm_backward_data(s, dx, dh, x, w, rstd, rows);
-  runner_.rmsnorm_backward_weight({OpKind::RmsNorm, s.layer, weight}, dw, dh, x, rstd, rows);
+  with_grad(g, dw, [&](Span d) { runner_.rmsnorm_backward_weight({OpKind::RmsNorm, s.layer, weight}, d, dh, x, rstd, rows); });
 }
 
-void Transformer::ffn_backward(int l, const LayerActs& L, const BlockParams<const double>& w,
-                               const BlockParams<double>& dw, CSpan dz, Span dh2, const Dims& d) {
+void Transformer::ffn_backward(int l, const LayerActs& L, const BlockParams<const double>& w, const GradOut& g,
+                               CSpan dz, Span dh2, const Dims& d) {
   const ops::MatmulShape up{d.N, d.C, d.H};
   const ops::RowShape hid = d.hidden();
   BackwardBuffers& b = bw_;
@@ -525,8 +580,10 @@ void Transformer::ffn_backward(int l, const LayerActs& L, const BlockParams<cons
       runner_.silu_backward_data({OpKind::Silu, l, "dg"}, dg, da, L.g, hid);
       runner_.matmul_backward_data({OpKind::Matmul, l, "dh2", ops::Observe::Off, "w1"}, dh2, dg, w.w1, up);
       runner_.matmul_backward_data({OpKind::Matmul, l, "dh2", ops::Observe::Outputs, "w3"}, dh2, du, w.w3, up);
-      runner_.matmul_backward_weight({OpKind::Matmul, l, "w1"}, dw.w1, dg, L.h2, up);
-      runner_.matmul_backward_weight({OpKind::Matmul, l, "w3"}, dw.w3, du, L.h2, up);
+      with_grad(g, grad_slot(ParamTensor::W1, l),
+                [&](Span dw) { runner_.matmul_backward_weight({OpKind::Matmul, l, "w1"}, dw, dg, L.h2, up); });
+      with_grad(g, grad_slot(ParamTensor::W3, l),
+                [&](Span dw) { runner_.matmul_backward_weight({OpKind::Matmul, l, "w3"}, dw, du, L.h2, up); });
       return;
     }
     case Ffn::Gelu:
@@ -535,7 +592,8 @@ void Transformer::ffn_backward(int l, const LayerActs& L, const BlockParams<cons
       const Span dg = zeros(b.dg);
       runner_.gelu_backward_data({OpKind::Gelu, l, "dg"}, dg, dz, L.g, hid, *gelu_form(c_.ffn));
       runner_.matmul_backward_data({OpKind::Matmul, l, "dh2", ops::Observe::Outputs, "w1"}, dh2, dg, w.w1, up);
-      runner_.matmul_backward_weight({OpKind::Matmul, l, "w1"}, dw.w1, dg, L.h2, up);
+      with_grad(g, grad_slot(ParamTensor::W1, l),
+                [&](Span dw) { runner_.matmul_backward_weight({OpKind::Matmul, l, "w1"}, dw, dg, L.h2, up); });
       return;
     }
   }
@@ -621,11 +679,94 @@ void Transformer::finish_gradients(std::span<double> grads, StepTelemetry* tel, 
   }
 }
 
+void Transformer::finish_gradients(ParamStore& grads, StepTelemetry* tel, GradSink sink) {
+  // finish_gradients on binary32 gradients: each range widened piece by piece, then the same roundings, scan and
+  // accumulation as the binary64 version (elementwise, so the same bits), stored back narrowed (exact: the
+  // gradient role, fp32 and the values written are binary32 by grads_storage()).
+  const numerics::Format& gf = runner_.policy().storage_for(ops::TensorRole::Gradient);
+  const bool round = !(gf == numerics::formats::fp64), accumulate = sink.accumulates();
+  if (!round && !accumulate) return;
+  if (accumulate && (sink.total_store == nullptr || sink.total_store->kind() != StorageKind::Binary32))
+    throw std::logic_error("finish_gradients: binary32 gradients need a binary32 total");
+  const numerics::RoundingPlan plan(gf);
+  const std::span<float> g32 = grads.binary32();
+  const std::span<float> t32 = accumulate ? sink.total_store->binary32() : std::span<float>{};
+  ops::timed_phase(profile_, accumulate ? kGradRoundingAccumulate : kGradRounding, [&] {
+    for (const ParamTensor t : kAllParamTensors) {
+      const std::size_t off = lay_.offset_of(t), n = lay_.size_of(t);
+      bool ok = true;
+      constexpr std::size_t kRange = std::size_t{1} << 15;
+      const auto ranges = static_cast<std::int64_t>((n + kRange - 1) / kRange);
+#pragma omp parallel for schedule(static) reduction(&& : ok)
+      for (std::int64_t r = 0; r < ranges; ++r) {
+        constexpr std::size_t kPiece = 2048;
+        std::array<double, kPiece> gp, tp;
+        const std::size_t b = static_cast<std::size_t>(r) * kRange, e = std::min(n, b + kRange);
+        for (std::size_t at = off + b; at < off + e; at += kPiece) {
+          const std::size_t k = std::min(kPiece, off + e - at);
+          const std::span<double> part(gp.data(), k);
+          for (std::size_t i = 0; i < k; ++i) part[i] = static_cast<double>(g32[at + i]);
+          if (round) {
+            numerics::round_array(plan, numerics::Rounding::NearestEven, part, part);
+            ok = ok && numerics::all_finite(part);
+          }
+          if (accumulate) {
+            const std::span<double> total(tp.data(), k);
+            for (std::size_t i = 0; i < k; ++i) total[i] = static_cast<double>(t32[at + i]);
+            accumulate_and_clear(total, part, sink.first);
+            for (std::size_t i = 0; i < k; ++i) t32[at + i] = static_cast<float>(total[i]);  // fp32 sums: exact
+            std::fill(g32.begin() + static_cast<std::ptrdiff_t>(at), g32.begin() + static_cast<std::ptrdiff_t>(at + k),
+                      0.0f);
+          } else {
+            for (std::size_t i = 0; i < k; ++i) g32[at + i] = static_cast<float>(part[i]);  // gf values: exact
+          }
+        }
+      }
+      // Unaccumulated, the scan only names a tensor when no op named one before (as the binary64 version).
+      const bool finite = accumulate ? ok : (tel == nullptr || !tel->first_nonfinite_op.empty() || ok);
+      if (round && !finite && tel != nullptr && tel->first_nonfinite_op.empty())
+        tel->first_nonfinite_op = "grads-role rounding(" + std::string(name_of(t)) + ")";
+    }
+  });
+  if (accumulate) {
+    cleared_grads_ = g32.data();
+    cleared_size_ = g32.size();
+  }
+}
+
+bool Transformer::derived_current(const void* data, std::size_t n) const {
+  return weights_version_ != 0 && weights_version_ == derived_version_ && data == derived_from_ && n == derived_size_;
+}
+
+std::span<const double> Transformer::working_weights(const ParamStore& master) {
+  if (master.kind() == StorageKind::Binary64) return working_weights(master.binary64());
+  const std::span<const float> m32 = master.binary32();
+  if (derived_current(m32.data(), m32.size())) return weights_;
+  derived_version_ = weights_version_;
+  derived_from_ = m32.data();
+  derived_size_ = m32.size();
+  derived_identity_ = false;
+  // Widened piece by piece and rounded in place: round_array is elementwise, so these are the bits it gives on the
+  // binary64 masters (the same values).
+  const numerics::Format& wf = runner_.policy().storage_for(ops::TensorRole::Weight);
+  const numerics::RoundingPlan plan(wf);
+  const bool round = !(wf == numerics::formats::fp64);
+  weights_.resize(m32.size());
+  constexpr std::size_t kPiece = std::size_t{1} << 16;
+  for (std::size_t at = 0; at < m32.size(); at += kPiece) {
+    const std::size_t n = std::min(kPiece, m32.size() - at);
+    const std::span<double> part = std::span(weights_).subspan(at, n);
+    for (std::size_t i = 0; i < n; ++i) part[i] = static_cast<double>(m32[at + i]);
+    if (round) numerics::round_array(plan, numerics::Rounding::NearestEven, part, part);
+  }
+  register_weights(weights_);
+  return weights_;
+}
+
 std::span<const double> Transformer::working_weights(std::span<const double> master) {
   const numerics::Format& wf = runner_.policy().storage_for(ops::TensorRole::Weight);
   if (wf == numerics::formats::fp64) return master;
-  if (weights_version_ != 0 && weights_version_ == derived_version_ && master.data() == derived_from_ &&
-      master.size() == derived_size_)
+  if (derived_current(master.data(), master.size()))
     return derived_identity_ ? master : std::span<const double>(weights_);
   derived_version_ = weights_version_;
   derived_from_ = master.data();
@@ -667,6 +808,20 @@ void Transformer::release_weights() {
   weights_version_ = 0;
 }
 
+void Transformer::drop_derived() {
+  unregister_weights();
+  std::vector<double>().swap(weights_);
+  derived_version_ = 0;
+  derived_from_ = nullptr;
+  derived_size_ = 0;
+  // The pass buffers too (E11: ≈ 0.3 GiB forward, 0.1 GiB backward), sized again by the next pass as on a first one.
+  std::vector<LayerActs>().swap(acts_);
+  bw_ = BackwardBuffers{};
+  for (std::vector<double>* v : {&x_, &x_final_, &xf_, &rf_, &logits_, &probs_, &losses_})
+    std::vector<double>().swap(*v);
+  fwd_B_ = fwd_T_ = bwd_B_ = bwd_T_ = -1;
+}
+
 void Transformer::register_weights(std::span<const double> w) {
   if (weights_version_ == 0) return;  // no promise from the caller: the weights may change between calls
   if (registered_ != nullptr && registered_ != w.data()) unregister_weights();
@@ -699,7 +854,7 @@ double Transformer::loss_and_grad(const Batch& b, std::span<const double> master
   // them, so one update after both is the same): evaluation and shadow passes read the scales only.
   runner_.set_fp8_recording(true);
   forward(b, w, &telemetry);
-  backward(b, w, loss_scale, grads, &telemetry);
+  backward(b, w, loss_scale, grads, &telemetry, GradSink{});
   runner_.set_fp8_recording(false);
   runner_.fp8_update();
   return mean_loss_;
@@ -719,6 +874,50 @@ double Transformer::loss_and_grad_accumulate(const Batch& b, std::span<const dou
   return mean_loss_;
 }
 
+double Transformer::total_loss_stored(const Batch& b, const ParamStore& master) {
+  current_step_ = -1;
+  runner_.set_step(-1);
+  forward(b, working_weights(master), nullptr);
+  double total = 0;
+  for (const double l : losses_) total += l;
+  return total;
+}
+
+double Transformer::loss_and_grad_stored(const Batch& b, const ParamStore& master, double loss_scale,
+                                         ParamStore& grads, StepTelemetry& telemetry) {
+  if (grads.kind() == StorageKind::Binary32 && grads_storage() != StorageKind::Binary32)
+    throw std::logic_error("loss_and_grad: binary32 gradients under a policy that needs binary64 ones");
+  current_step_ = telemetry.step;
+  runner_.set_step(telemetry.step);
+  const std::span<const double> w = working_weights(master);
+  runner_.set_fp8_recording(true);
+  forward(b, w, &telemetry);
+  backward(b, w, loss_scale, grad_out(grads), &telemetry, GradSink{});
+  runner_.set_fp8_recording(false);
+  runner_.fp8_update();
+  return mean_loss_;
+}
+
+double Transformer::loss_and_grad_accumulate_stored(const Batch& b, const ParamStore& master, double loss_scale,
+                                                    ParamStore& grads, ParamStore& total, bool first,
+                                                    StepTelemetry& telemetry) {
+  if (grads.kind() != total.kind() ||
+      (grads.kind() == StorageKind::Binary32 && grads_storage() != StorageKind::Binary32))
+    throw std::logic_error("loss_and_grad_accumulate: gradient stores of another kind than the policy's");
+  current_step_ = telemetry.step;
+  runner_.set_step(telemetry.step);
+  const std::span<const double> w = working_weights(master);
+  runner_.set_fp8_recording(true);
+  forward(b, w, &telemetry);
+  GradSink sink{{}, first};
+  if (total.kind() == StorageKind::Binary64) sink.total = total.binary64();
+  else sink.total_store = &total;
+  backward(b, w, loss_scale, grad_out(grads), &telemetry, sink);
+  runner_.set_fp8_recording(false);
+  runner_.fp8_update();
+  return mean_loss_;
+}
+
 void Transformer::shadow(std::int64_t step, const Batch& b, std::span<const double> master, double loss_scale,
                          ops::Tape& tape, std::int64_t units, Transformer* reference) {
   ops::Sampling sampling;
@@ -732,7 +931,7 @@ void Transformer::shadow(std::int64_t step, const Batch& b, std::span<const doub
   runner_.set_step(step);
   const std::span<const double> w = working_weights(master);
   forward(b, w, &tel);
-  backward(b, w, loss_scale, grads, &tel);
+  backward(b, w, loss_scale, grads, &tel, GradSink{});
   runner_.enable_shadow(nullptr);
   if (reference != nullptr) record_global(step, b, master, loss_scale, grads, *reference, tape);
 }
@@ -767,7 +966,7 @@ void Transformer::global_error(std::int64_t step, const Batch& b, std::span<cons
   runner_.set_step(step);
   const std::span<const double> w = working_weights(master);
   forward(b, w, nullptr);
-  backward(b, w, loss_scale, grads, nullptr);
+  backward(b, w, loss_scale, grads, nullptr, GradSink{});
   record_global(step, b, master, loss_scale, grads, reference, tape);
 }
 
@@ -777,7 +976,7 @@ void Transformer::record_global(std::int64_t step, const Batch& b, std::span<con
   reference.current_step_ = -2;
   reference.runner_.set_step(step);
   reference.forward(b, master, nullptr);
-  reference.backward(b, master, loss_scale, g_ref, nullptr);
+  reference.backward(b, master, loss_scale, g_ref, nullptr, GradSink{});
   struct ActSite {
     std::vector<double> LayerActs::*member;
     OpKind op;
@@ -830,11 +1029,65 @@ StorageKind Transformer::moments_storage() const {
   return storage_kind_for(formats);
 }
 
+namespace {
+
+/// True when every finite value of `narrow` is a value of `wide` (more or equal precision and range, and a least
+/// positive value no larger): rounding such values to `wide` changes none of them.
+bool holds_values_of(const numerics::Format& wide, const numerics::Format& narrow) {
+  const auto least = [](const numerics::Format& f) { return f.emin - (f.subnormals ? f.precision - 1 : 0); };
+  return wide.precision >= narrow.precision && wide.emax >= narrow.emax && wide.emin <= narrow.emin &&
+         least(wide) <= least(narrow);
+}
+
+}  // namespace
+
+StorageKind Transformer::master_storage() const {
+  // Binary32 masters only where the model holds a working copy anyway. When the Weight role holds every master
+  // value (fp32 masters read as fp32 weights: fp32, ane-fp16, ane-guide; or fp64 weights), the working copy is the
+  // masters themselves and no copy is held (working_weights); binary32 masters would then need a widened binary64
+  // copy for the ops to read (E11: 496 MB to save 248). The choice changes no bit either way.
+  const numerics::Format& mf = policy().storage_for(ops::TensorRole::MasterWeight);
+  if (holds_values_of(policy().storage_for(ops::TensorRole::Weight), mf)) return StorageKind::Binary64;
+  return storage_kind_for(mf);
+}
+
+StorageKind Transformer::grads_storage() const {
+  const ops::Policy& p = policy();
+  const numerics::Format& gf = p.storage_for(ops::TensorRole::Gradient);
+  const std::array formats{p.at(OpKind::Matmul, Pass::BackwardWeight).storage,
+                           p.at(OpKind::Classifier, Pass::BackwardWeight).storage,
+                           p.at(OpKind::RmsNorm, Pass::BackwardWeight).storage,
+                           p.at(OpKind::Embedding, Pass::BackwardWeight).storage,
+                           gf,
+                           update_format(gf),
+                           numerics::formats::fp32};
+  return storage_kind_for(formats);
+}
+
 void Transformer::update_tensor(ParamTensor tensor, std::span<double> master, ParamStore& m, ParamStore& v,
                                 std::span<const double> grads, const Recipe& recipe, double lr, std::int64_t t,
                                 double coef) {
-  unregister_weights();  // the masters change (and with them any working copy): no pack of them stays valid
   const std::size_t off = lay_.offset_of(tensor), n = lay_.size_of(tensor);
+  update_slice(tensor, master.subspan(off, n), m, v, off, grads.subspan(off, n), recipe, lr, t, coef);
+}
+
+void Transformer::update_tensor_stored(ParamTensor tensor, ParamStore& master, ParamStore& m, ParamStore& v,
+                                       const ParamStore& grads, const Recipe& recipe, double lr, std::int64_t t,
+                                       double coef) {
+  // Binary32 masters and gradients: this tensor's elements widened into binary64 slices (the largest tensor at
+  // most), the masters stored back narrowed: exact, the update stores them in the MasterWeight role's format.
+  const std::size_t off = lay_.offset_of(tensor), n = lay_.size_of(tensor);
+  std::vector<double> w_slice, g_slice;
+  const std::span<double> w = master.view(off, n, w_slice);
+  update_slice(tensor, w, m, v, off, grads.view(off, n, g_slice), recipe, lr, t, coef);
+  master.store_from(off, w);
+}
+
+void Transformer::update_slice(ParamTensor tensor, std::span<double> w, ParamStore& m, ParamStore& v, std::size_t off,
+                               std::span<const double> g, const Recipe& recipe, double lr, std::int64_t t,
+                               double coef) {
+  unregister_weights();  // the masters change (and with them any working copy): no pack of them stays valid
+  const std::size_t n = w.size();
   ops::AdamWConfig cfg;
   cfg.lr = lr;
   cfg.beta1 = recipe.beta1;
@@ -845,12 +1098,10 @@ void Transformer::update_tensor(ParamTensor tensor, std::span<double> master, Pa
   const ops::Site site{OpKind::AdamW, -1, name_of(tensor)};
   switch (moments_storage()) {
     case StorageKind::Binary32:
-      runner_.adamw_update(site, master.subspan(off, n), m.binary32().subspan(off, n), v.binary32().subspan(off, n),
-                           grads.subspan(off, n), {}, cfg, t);
+      runner_.adamw_update(site, w, m.binary32().subspan(off, n), v.binary32().subspan(off, n), g, {}, cfg, t);
       return;
     case StorageKind::Binary64:
-      runner_.adamw_update(site, master.subspan(off, n), m.binary64().subspan(off, n), v.binary64().subspan(off, n),
-                           grads.subspan(off, n), {}, cfg, t);
+      runner_.adamw_update(site, w, m.binary64().subspan(off, n), v.binary64().subspan(off, n), g, {}, cfg, t);
       return;
   }
 }

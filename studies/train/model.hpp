@@ -68,6 +68,29 @@ class Transformer final : public Model {
                      double coef) override;
   /// storage_kind_for the policy's AdamM and AdamV role formats.
   StorageKind moments_storage() const override;
+  /// storage_kind_for the policy's MasterWeight role format when the model holds a working copy anyway (the Weight
+  /// role does not hold every master value: bf16 or fp16 weights over fp32 masters), else Binary64: the ops then
+  /// read the binary64 masters directly, with no copy (fp32, ane-fp16, ane-guide).
+  StorageKind master_storage() const override;
+  /// storage_kind_for the formats a gradient value is stored in: the storage of every op pass that writes a weight
+  /// gradient (Matmul, Classifier, RmsNorm and Embedding backward-weight: each op stores its sums in its entry's
+  /// storage format), the Gradient role (finish_gradients rounds to it), the update format (unscale_gradients) and
+  /// fp32 (accumulate_gradients).
+  StorageKind grads_storage() const override;
+  // The stored entry points: the working copy derived from binary32 masters directly (no binary64 copy of the
+  // masters), binary32 gradients written op by op through one binary64 slice (GradOut), and AdamW on binary32
+  // masters and gradients through one tensor's binary64 slices.
+  double total_loss_stored(const Batch& b, const ParamStore& master) override;
+  double loss_and_grad_stored(const Batch& b, const ParamStore& master, double loss_scale, ParamStore& grads,
+                              StepTelemetry& telemetry) override;
+  double loss_and_grad_accumulate_stored(const Batch& b, const ParamStore& master, double loss_scale,
+                                         ParamStore& grads, ParamStore& total, bool first,
+                                         StepTelemetry& telemetry) override;
+  void update_tensor_stored(ParamTensor tensor, ParamStore& master, ParamStore& m, ParamStore& v,
+                            const ParamStore& grads, const Recipe& recipe, double lr, std::int64_t t,
+                            double coef) override;
+  /// Frees the working copy and unregisters its packs; the next call derives them again.
+  void drop_derived() override;
   /// Op calls per (op, pass) (ops::Runner), plus the output scans as phases: "model: output checks" (the
   /// non-finite and collapsed-row scans of every step) and "model: range telemetry" (the detailed steps'
   /// range events and stream statistics); and the model's work outside the ops: "model: buffer growth" (the
@@ -154,6 +177,17 @@ class Transformer final : public Model {
   void allocate_backward(const Dims& d);
   using Span = std::span<double>;
   using CSpan = std::span<const double>;
+  /// The weight gradients a backward pass writes: binary64 ones in place (`binary64`), or a Binary32 ParamStore
+  /// (`store`) written through `scratch`, one op's slice at a time.
+  struct GradOut {
+    std::span<double> binary64;
+    ParamStore* store = nullptr;
+    std::vector<double>* scratch = nullptr;
+  };
+  /// Elements [off, off + n) of the gradients: one tensor (of one layer).
+  struct Slot {
+    std::size_t off, n;
+  };
   /// One block's part of the per-layer parameter tensors (T = const double: the weights; double: their gradients).
   template <class T>
   struct BlockParams {
@@ -182,14 +216,14 @@ class Transformer final : public Model {
   // Their backward steps.
   /// Backward of norm_out: dpre = dy (Pre-Norm), or through the post-norm into `buffer` (checked) with dw += ....
   CSpan norm_out_backward(StepTelemetry* tel, ops::Site s, std::string_view weight, std::vector<double>& buffer,
-                          CSpan dy, CSpan pre, CSpan w, CSpan rstd, Span dw, ops::RowShape rows);
+                          CSpan dy, CSpan pre, CSpan w, CSpan rstd, const GradOut& g, Slot dw, ops::RowShape rows);
   /// Backward of norm_in, adding into dx: through the norm (dw += ...), or dx += dh as a residual-stream gradient
   /// sum under `residual`'s bwd-data entry (Post-Norm, checked).
   void norm_in_backward(StepTelemetry* tel, ops::Site s, std::string_view weight, ops::OpKind residual, Span dx,
-                        CSpan dh, CSpan x, CSpan w, CSpan rstd, Span dw, ops::RowShape rows);
+                        CSpan dh, CSpan x, CSpan w, CSpan rstd, const GradOut& g, Slot dw, ops::RowShape rows);
   /// dh2 (N, C) += through ffn_forward's z, given dz (N, H); dW1 (and dW3) += ....
-  void ffn_backward(int l, const LayerActs& L, const BlockParams<const double>& w, const BlockParams<double>& dw,
-                    CSpan dz, Span dh2, const Dims& d);
+  void ffn_backward(int l, const LayerActs& L, const BlockParams<const double>& w, const GradOut& g, CSpan dz,
+                    Span dh2, const Dims& d);
   /// What the attention backward of block l reads: K, V (B, T, NH·hs) and att (B, NH, T, T).
   struct AttnOperands {
     CSpan kt, vt, att;
@@ -206,18 +240,42 @@ class Transformer final : public Model {
   /// The working weights: `master` rounded to the `weights` role format (master itself for fp64, and
   /// whenever that rounding changes no master value: then no copy is held).
   std::span<const double> working_weights(std::span<const double> master);
+  /// The same from stored masters: a Binary64 store as above; binary32 masters widened and rounded into the copy
+  /// (always held: the ops read binary64).
+  std::span<const double> working_weights(const ParamStore& master);
+  /// Whether working_weights may return what it derived last from the `n` values at `data` (the promise holds).
+  bool derived_current(const void* data, std::size_t n) const;
+  /// Layer l's slice of t (l = 0 for the tensors outside the blocks).
+  Slot grad_slot(ParamTensor t, int l) const;
+  /// op(dw) with dw the gradient elements of `at`: a span of g.binary64 itself, or g.scratch widened from the store
+  /// and narrowed back into it after op (exact: every value a weight-gradient op stores is a value of its
+  /// storage format, which grads_storage() found binary32).
+  template <class F>
+  void with_grad(const GradOut& g, Slot at, F&& op);
+  /// One AdamW update of tensor `tensor` (its elements w, g; its moments at offset `off` of m, v).
+  void update_slice(ParamTensor tensor, std::span<double> w, ParamStore& m, ParamStore& v, std::size_t off,
+                    std::span<const double> g, const Recipe& recipe, double lr, std::int64_t t, double coef);
   void forward(const Batch& b, std::span<const double> master, StepTelemetry* tel);
   /// Where backward's gradient pass leaves the weight gradients: in `grads`, rounded to the gradient role
-  /// (total empty), or summed into `total` by accumulate_and_clear and `grads` cleared.
+  /// (no total), or summed into `total` by accumulate_and_clear and `grads` cleared. The total is binary64
+  /// (`total`) when the gradients are, else a store of their kind (`total_store`).
   struct GradSink {
     std::span<double> total;
     bool first;
+    ParamStore* total_store = nullptr;
+    bool accumulates() const { return !total.empty() || total_store != nullptr; }
   };
   void backward(const Batch& b, std::span<const double> master, double loss_scale, std::span<double> grads,
-                StepTelemetry* tel, GradSink sink = {});
+                StepTelemetry* tel, GradSink sink);
+  void backward(const Batch& b, std::span<const double> master, double loss_scale, const GradOut& grads,
+                StepTelemetry* tel, GradSink sink);
   /// The gradient pass at the end of backward: each tensor's gradients rounded to the gradient role (unless it
   /// is fp64), scanned for non-finite values (naming the first tensor), then summed into sink.total and cleared.
   void finish_gradients(std::span<double> grads, StepTelemetry* tel, GradSink sink);
+  /// The same on binary32 gradients (and a binary32 total), range by range through binary64 pieces.
+  void finish_gradients(ParamStore& grads, StepTelemetry* tel, GradSink sink);
+  /// The backward's GradOut over stored gradients (binary64 ones in place).
+  GradOut grad_out(ParamStore& grads);
   /// The Runner's observer during forward() and backward(): the injection hook (forward outputs), then check().
   void observe(StepTelemetry* tel, const ops::Observation& o);
   /// Scans y for non-finite values (names the first op) and, at detailed steps, logs its range events.
@@ -277,11 +335,11 @@ class Transformer final : public Model {
   /// weights_changed's promise (the current version, 0: none; versions_: the last one handed out), and what
   /// working_weights derived last: for which version of which buffer, and whether that was the masters themselves.
   std::uint64_t weights_version_ = 0, versions_ = 0, derived_version_ = 0;
-  const double* derived_from_ = nullptr;
+  const void* derived_from_ = nullptr;
   std::size_t derived_size_ = 0;
   bool derived_identity_ = false;
   /// A gradient buffer finish_gradients left all +0 (the next backward into it need not zero it); null: none.
-  const double* cleared_grads_ = nullptr;
+  const void* cleared_grads_ = nullptr;
   std::size_t cleared_size_ = 0;
   /// The working weights registered immutable with the GEMM pack cache under weights_version_ (null: none).
   const double* registered_ = nullptr;

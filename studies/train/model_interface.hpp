@@ -69,6 +69,33 @@ class Model {
   /// The storage of the AdamW moments m and v under this model's precision: Binary32 when every value the
   /// update can store in them is a binary32 value (storage_kind_for of the moments' formats), else Binary64.
   virtual StorageKind moments_storage() const = 0;
+  /// The storage of the master weights under this model's precision: Binary32 may be chosen only when every
+  /// master value is a binary32 value (storage_kind_for the MasterWeight role: the update stores its masters in
+  /// that format, and the initial weights are binary32 values), else Binary64. This default: Binary64.
+  virtual StorageKind master_storage() const { return StorageKind::Binary64; }
+  /// The storage of the weight gradients (a micro-step's, and the update's sum when accum > 1): Binary32 when every
+  /// value a gradient pass, the accumulation and the unscaling store in them is a binary32 value, else Binary64.
+  /// This default: Binary64.
+  virtual StorageKind grads_storage() const { return StorageKind::Binary64; }
+
+  // The trainer's entry points, on masters and gradients stored as master_storage() and grads_storage() say: the
+  // same results as the span versions on the widened values. These defaults run the span versions, directly on
+  // Binary64 stores and on widened copies otherwise (a model whose storage is binary32 overrides them to hold no
+  // such copy).
+  virtual double total_loss_stored(const Batch& b, const ParamStore& master);
+  virtual double loss_and_grad_stored(const Batch& b, const ParamStore& master, double loss_scale, ParamStore& grads,
+                                      StepTelemetry& telemetry);
+  virtual double loss_and_grad_accumulate_stored(const Batch& b, const ParamStore& master, double loss_scale,
+                                                 ParamStore& grads, ParamStore& total, bool first,
+                                                 StepTelemetry& telemetry);
+  virtual void update_tensor_stored(ParamTensor tensor, ParamStore& master, ParamStore& m, ParamStore& v,
+                                    const ParamStore& grads, const Recipe& recipe, double lr, std::int64_t t,
+                                    double coef);
+  /// Frees what the model derived from the weights (a working copy, packed operands) without withdrawing a promise
+  /// of weights_changed(): the next call derives it again, with the same values. The trainer calls it on one model
+  /// before it runs the other, so the two never hold a derived copy at once.
+  virtual void drop_derived() {}
+
   /// The model's per-tensor fp8 scaling state (ops/fp8_scaling.hpp), which a checkpoint saves; nullptr: none.
   virtual ops::Fp8ScalingState* fp8_state() { return nullptr; }
   /// Adds the time of every op call of this model to `profile` (nullptr: off). Timing only, no bit changes.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <stdexcept>
 
 #include "numerics/round.hpp"
 
@@ -112,6 +113,50 @@ void accumulate_and_clear(std::span<double> total, std::span<double> micro, bool
 double global_norm(std::span<const double> grads, const numerics::Format& f) {
   double sum = 0;
   for (const double g : grads) sum += g * g;
+  return Rounder(f)(std::sqrt(sum));
+}
+
+bool unscale_gradients(ParamStore& grads, double scale, int accum, const numerics::Format& f) {
+  if (grads.kind() == StorageKind::Binary64) return unscale_gradients(grads.binary64(), scale, accum, f);
+  // The binary64 version's arithmetic on each widened value; the result (a value of f, binary32) stored back.
+  const std::span<float> g = grads.binary32();
+  const Rounder to_f(f);
+  if (accum > 1) {
+    const double gsc = to_f(1.0 / (static_cast<double>(accum) * scale));
+    return for_each_element(g.size(), [&](std::size_t i) {
+      const double x = to_f(static_cast<double>(g[i]) * gsc);
+      g[i] = static_cast<float>(x);
+      return std::isfinite(x);
+    });
+  }
+  const double inv = 1.0 / scale;
+  int exponent = 0;
+  const bool exact_inverse = std::frexp(scale, &exponent) == 0.5;
+  return for_each_element(g.size(), [&](std::size_t i) {
+    const double w = static_cast<double>(g[i]);
+    const double x = to_f(exact_inverse ? w * inv : w / scale);
+    g[i] = static_cast<float>(x);
+    return std::isfinite(x);
+  });
+}
+
+void accumulate_gradients(ParamStore& total, const ParamStore& micro, bool first) {
+  if (total.kind() != micro.kind()) throw std::logic_error("accumulate_gradients: stores of two kinds");
+  if (total.kind() == StorageKind::Binary64) return accumulate_gradients(total.binary64(), micro.binary64(), first);
+  const std::span<float> t = total.binary32();
+  const std::span<const float> m = micro.binary32();
+  const numerics::RoundingPlan fp32(numerics::formats::fp32);
+  (void)for_each_element(t.size(), [&](std::size_t i) {
+    const double w = static_cast<double>(m[i]);
+    t[i] = static_cast<float>(to_fp32(fp32, first ? w : static_cast<double>(t[i]) + w));
+    return true;
+  });
+}
+
+double global_norm(const ParamStore& grads, const numerics::Format& f) {
+  if (grads.kind() == StorageKind::Binary64) return global_norm(grads.binary64(), f);
+  double sum = 0;
+  for (const float g : grads.binary32()) sum += static_cast<double>(g) * static_cast<double>(g);
   return Rounder(f)(std::sqrt(sum));
 }
 

@@ -14,6 +14,7 @@
 
 #include "numerics/format.hpp"
 #include "studies/train/config.hpp"
+#include "studies/train/param_store.hpp"
 #include "studies/train/params.hpp"
 
 namespace roundoff::studies::train {
@@ -41,6 +42,13 @@ void accumulate_and_clear(std::span<double> total, std::span<double> micro, bool
 
 /// ‖g‖₂: squares and sum in binary64, sequentially in buffer order, the square root rounded to f once.
 double global_norm(std::span<const double> grads, const numerics::Format& f = numerics::formats::fp32);
+
+/// unscale_gradients, accumulate_gradients and global_norm on stored gradients: the same results as on the
+/// widened values. A Binary32 store takes its results back narrowed, which is exact when its kind was chosen so
+/// (Model::grads_storage(): f and fp32 among the formats); micro and total of one kind.
+bool unscale_gradients(ParamStore& grads, double scale, int accum, const numerics::Format& f);
+void accumulate_gradients(ParamStore& total, const ParamStore& micro, bool first);
+double global_norm(const ParamStore& grads, const numerics::Format& f);
 
 /// Clip multiplier in f: min(1, fl_f(max_norm / fl_f(norm + 1e-6))); 1 when max_norm ≤ 0.
 double clip_coefficient(double norm, double max_norm, const numerics::Format& f = numerics::formats::fp32);

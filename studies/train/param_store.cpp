@@ -1,6 +1,7 @@
 // Typed storage of parameter-sized state.
 #include "studies/train/param_store.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -105,6 +106,42 @@ std::vector<double> ParamStore::to_binary64() const {
   std::vector<double> out(size());
   read(0, out);
   return out;
+}
+
+void ParamStore::zero() {
+  std::visit([](auto& d) { std::fill(d.begin(), d.end(), 0); }, data_);
+}
+
+bool ParamStore::all_finite() const {
+  return std::visit(
+      [](const auto& d) {
+        bool ok = true;
+        for (const auto x : d) ok &= std::isfinite(x);
+        return ok;
+      },
+      data_);
+}
+
+std::span<double> ParamStore::view(std::size_t offset, std::size_t n, std::vector<double>& scratch) {
+  if (auto* d = std::get_if<std::vector<double>>(&data_)) return std::span<double>(*d).subspan(offset, n);
+  scratch.resize(n);
+  read(offset, scratch);
+  return scratch;
+}
+
+std::span<const double> ParamStore::view(std::size_t offset, std::size_t n, std::vector<double>& scratch) const {
+  if (const auto* d = std::get_if<std::vector<double>>(&data_)) return std::span<const double>(*d).subspan(offset, n);
+  scratch.resize(n);
+  read(offset, scratch);
+  return scratch;
+}
+
+void ParamStore::store_from(std::size_t offset, std::span<const double> written) {
+  if (kind() == StorageKind::Binary64) {
+    if (written.data() != binary64().data() + offset) throw std::logic_error("ParamStore::store_from: not its view");
+    return;
+  }
+  write(offset, written);
 }
 
 }  // namespace roundoff::studies::train

@@ -1,7 +1,7 @@
 #pragma once
 /// \file param_store.hpp
-/// Typed storage of a parameter-sized state vector (the AdamW moments): binary32 when every value the policy can
-/// write into it is a binary32 value, binary64 otherwise. The kind is chosen once, from the formats of the roles
+/// Typed storage of a parameter-sized state vector (the master weights, the gradients, the AdamW moments): binary32
+/// when every value the policy can write into it is a binary32 value, binary64 otherwise. The kind is chosen once, from the formats of the roles
 /// that write the vector (storage_kind_for), when the vector is made; code that runs on the elements takes the
 /// span of its kind (binary32() or binary64()), so no inner loop checks it. A value read from binary32 storage is
 /// widened to binary64 exactly, and one written to it is exact by the choice, so the storage changes no bit of
@@ -59,6 +59,17 @@ class ParamStore {
   void write(std::size_t offset, std::span<const double> values);
   /// All elements widened to binary64 (a copy: tests and small tools, not the training loop).
   std::vector<double> to_binary64() const;
+  /// Every element +0.
+  void zero();
+  /// True when every element is finite.
+  bool all_finite() const;
+  /// Elements [offset, offset + n) as a binary64 span: the store's own elements when it is Binary64, else
+  /// `scratch` resized to n and holding them widened. Pair with store_from when the span was written.
+  std::span<double> view(std::size_t offset, std::size_t n, std::vector<double>& scratch);
+  std::span<const double> view(std::size_t offset, std::size_t n, std::vector<double>& scratch) const;
+  /// After writing a span from view(offset, n, ...): a Binary32 store takes its values back (write(), so a value
+  /// that is not binary32 throws std::invalid_argument); nothing to do for Binary64, whose view is the store.
+  void store_from(std::size_t offset, std::span<const double> written);
 
  private:
   std::variant<std::vector<float>, std::vector<double>> data_{std::vector<double>{}};

@@ -11,6 +11,7 @@
 #include <map>
 #include <ostream>
 #include <stdexcept>
+#include <utility>
 
 #include "numerics/round_span.hpp"
 #include "studies/common/provenance.hpp"
@@ -204,7 +205,14 @@ void Trainer::start() {
         throw std::runtime_error("checkpoint " + ckpt.string() + " was trained on another corpus: " + diff);
     if (ck.master.size() != layout_.total)
       throw std::runtime_error("checkpoint " + ckpt.string() + " has the wrong number of parameters");
-    master_ = std::move(ck.master);
+    master_ = ParamStore(own_.master_storage(), layout_.total);
+    try {
+      master_.write(0, ck.master);
+    } catch (const std::invalid_argument& e) {
+      throw std::runtime_error("checkpoint " + ckpt.string() + " does not fit this run's storage: master weights " +
+                               e.what() + " (the run's policy stores its masters so); refusing to use it");
+    }
+    std::vector<double>().swap(ck.master);
     m_ = std::move(ck.m);
     v_ = std::move(ck.v);
     step_ = meta.at("step").get<std::int64_t>();
@@ -233,13 +241,16 @@ void Trainer::start() {
                                                    {"build_flags", nullptr},
                                                    {"command", nullptr}}});
   } else {
-    master_ = init_params(opts_.config, opts_.recipe, residual_rule(opts_.residual, opts_.config.layers), opts_.seed);
+    master_ = ParamStore(own_.master_storage(), layout_.total);
+    // The initial weights are binary32 values (init_params rounds them to fp32), so any storage holds them.
+    master_.write(0, init_params(opts_.config, opts_.recipe, residual_rule(opts_.residual, opts_.config.layers),
+                                 opts_.seed));
     m_ = ParamStore(own_.moments_storage(), layout_.total);
     v_ = ParamStore(own_.moments_storage(), layout_.total);
     log_.curve(0, "loss_scale", scaler_.scale());
   }
-  grads_.assign(layout_.total, 0.0);
-  if (opts_.recipe.accum > 1) micro_grads_.assign(layout_.total, 0.0);
+  grads_ = ParamStore(own_.grads_storage(), layout_.total);
+  if (opts_.recipe.accum > 1) micro_grads_ = ParamStore(own_.grads_storage(), layout_.total);
   weights_changed();
   started_at_ = step_;
   wall_start_ = now_seconds();
@@ -283,7 +294,10 @@ void Trainer::step() {
   const auto t_step = ops::Profile::Clock::now();
   const double cpu_step = profile_ != nullptr ? ops::process_cpu_seconds() : 0.0;
   if (shadow_ && opts_.shadow_every > 0 && s % opts_.shadow_every == 0)
-    ops::timed_phase(profile_, "trainer: shadow attribution", [&] { shadow_(s, master_, scale, log_); });
+    ops::timed_phase(profile_, "trainer: shadow attribution", [&] {
+      std::vector<double> copy;
+      shadow_(s, std::as_const(master_).view(0, master_.size(), copy), scale, log_);
+    });
 
   own_.set_profile(profile_);
   const double loss = micro_steps(s, scale, tel);
@@ -326,8 +340,8 @@ double Trainer::micro_steps(std::int64_t s, double scale, StepTelemetry& tel) {
     // (loss_and_grad_accumulate), except when the underflow telemetry must read them first.
     const bool fused = accum > 1 && !tel.detailed;
     const double micro_loss =
-        fused ? own_.loss_and_grad_accumulate(batch, master_, scale, micro_grads_, grads_, j == 0, tel)
-              : own_.loss_and_grad(batch, master_, scale, accum == 1 ? grads_ : micro_grads_, tel);
+        fused ? own_.loss_and_grad_accumulate_stored(batch, master_, scale, micro_grads_, grads_, j == 0, tel)
+              : own_.loss_and_grad_stored(batch, master_, scale, accum == 1 ? grads_ : micro_grads_, tel);
     if (tel.detailed)
       ops::timed_phase(profile_, "trainer: underflow telemetry",
                        [&] { log_gradient_underflow(s, batch, accum, scale); });
@@ -372,16 +386,18 @@ void Trainer::update(std::int64_t s, const StepTelemetry& tel, double lr) {
   // Tensor by tensor, so the stagnation telemetry holds one tensor's weights from before its update, not
   // a copy of all of them (the same updates in the same order as one whole update).
   for (const ParamTensor t : kAllParamTensors) {
-    const auto range = std::span<const double>(master_).subspan(layout_.offset_of(t), layout_.size_of(t));
     if (tel.detailed)
-      ops::timed_phase(profile_, "trainer: stagnation telemetry", [&] { before_.assign(range.begin(), range.end()); });
-    own_.update_tensor(t, master_, m_, v_, grads_, opts_.recipe, lr, adam_t_, coef);
+      ops::timed_phase(profile_, "trainer: stagnation telemetry", [&] {
+        before_.resize(layout_.size_of(t));
+        master_.read(layout_.offset_of(t), before_);
+      });
+    own_.update_tensor_stored(t, master_, m_, v_, grads_, opts_.recipe, lr, adam_t_, coef);
     if (tel.detailed) ops::timed_phase(profile_, "trainer: stagnation telemetry", [&] { log_stagnation(s, t); });
   }
   weights_changed();
   log_.curve(s, "grad_norm", norm);
   log_.curve(s, "lr", lr);
-  if (!numerics::all_finite(master_)) {
+  if (!master_.all_finite()) {
     diverged_ = true;
     if (!first_nonfinite_step_) {
       first_nonfinite_step_ = s;
@@ -420,38 +436,56 @@ void Trainer::log_gradient_underflow(std::int64_t s, const Batch& batch, int acc
   // The own micro-step's gradients are in grads_ (accum 1) or micro_grads_ (accum > 1, where grads_ is dead
   // at the first micro-step: accumulate_gradients overwrites it next). The fp32 pass writes into the other
   // buffer, so no third parameter-sized vector is held.
-  const std::span<const double> own = accum == 1 ? grads_ : micro_grads_;
-  std::span<const double> g32 = own;
+  const ParamStore& own = accum == 1 ? grads_ : micro_grads_;
+  const ParamStore* g32 = &own;
   // When the fp32 model is the own model (its policy is fp32's: deterministic, no step-keyed rounding), the
   // fp32 pass at loss scale 1 would repeat the own pass bit for bit: its gradients are the own ones.
   if (&fp32_ != &own_ || loss_scale != 1.0) {
-    if (accum == 1 && micro_grads_.size() != layout_.total) micro_grads_.assign(layout_.total, 0.0);
-    const std::span<double> out = accum == 1 ? micro_grads_ : grads_;
+    if (accum == 1 && micro_grads_.size() != layout_.total) micro_grads_ = ParamStore(grads_.kind(), layout_.total);
+    ParamStore& out = accum == 1 ? micro_grads_ : grads_;
     StepTelemetry quiet;
     quiet.step = s;
     fp32_.set_profile(nullptr);  // the phase times this pass; its op calls are not the step's
-    fp32_.loss_and_grad(batch, master_, 1.0, out, quiet);
+    make_room_for(fp32_);
+    fp32_.loss_and_grad_stored(batch, master_, 1.0, out, quiet);
+    make_room_for(own_);
     if (&fp32_ == &own_) own_.set_profile(profile_);
-    g32 = out;
+    g32 = &out;
   }
+  std::vector<double> own_t, ref_t;
   for (const ParamTensor t : kAllParamTensors) {
     const std::size_t off = layout_.offset_of(t), n = layout_.size_of(t);
-    const MaskedCount c = count_underflow(own.subspan(off, n), g32.subspan(off, n));
+    const MaskedCount c = count_underflow(own.view(off, n, own_t), g32->view(off, n, ref_t));
     if (c.selected > 0)
       log_.telemetry(s, -1, "grad", "bwd-weight", name_of(t), "underflow_fraction",
                      static_cast<double>(c.hits) / static_cast<double>(c.selected));
   }
 }
 
+void Trainer::make_room_for(Model& next) {
+  // The other model's working copy, packs and pass buffers are dead until it runs again (and then rebuilt with the
+  // same values): freed, so that the evaluation or the underflow pass adds only its own model's.
+  if (&own_ == &fp32_) return;
+  (&next == &own_ ? fp32_ : own_).drop_derived();
+}
+
 void Trainer::weights_changed() {
-  own_.weights_changed();
-  if (&fp32_ != &own_) fp32_.weights_changed();
+  // With one micro-step per update nothing derived from the weights is read twice before they change (the
+  // forward's and the backward's GEMMs pack W in two layouts, once each), so no promise is made: the GEMM pack
+  // cache then holds nothing (up to 512 MiB at E11). Evaluations promise for their own batches (evaluate()).
+  // Accumulated updates promise, and their micro-steps reuse the packs.
+  const bool reuse = opts_.recipe.accum > 1;
+  for (Model* m : {&own_, &fp32_}) {
+    if (m == &fp32_ && &fp32_ == &own_) break;
+    if (reuse) m->weights_changed();
+    else m->release_weights();
+  }
 }
 
 void Trainer::log_stagnation(std::int64_t s, ParamTensor t) {
   const std::size_t off = layout_.offset_of(t), n = layout_.size_of(t);
-  const MaskedCount c = count_stagnation(std::span<const double>(grads_).subspan(off, n),
-                                         std::span<const double>(master_).subspan(off, n), before_);
+  std::vector<double> g, after;
+  const MaskedCount c = count_stagnation(grads_.view(off, n, g), std::as_const(master_).view(off, n, after), before_);
   if (c.selected > 0)
     log_.telemetry(s, -1, "adamw", "fwd", name_of(t), "stagnation_fraction",
                    static_cast<double>(c.hits) / static_cast<double>(c.selected));
@@ -463,14 +497,38 @@ EvalLoss evaluate_loss(Model& m, const EvalSet& set, std::span<const double> mas
   return {total / static_cast<double>(set.tokens), total / (std::log(2.0) * static_cast<double>(set.bytes))};
 }
 
+EvalLoss evaluate_loss(Model& m, const EvalSet& set, const ParamStore& master) {
+  double total = 0;
+  for (const Batch& b : set.batches) total += m.total_loss_stored(b, master);
+  return {total / static_cast<double>(set.tokens), total / (std::log(2.0) * static_cast<double>(set.bytes))};
+}
+
 std::string weights_sha256(std::span<const double> master) {
   return data::sha256_hex(
       std::string_view(reinterpret_cast<const char*>(master.data()), master.size() * sizeof(double)));
 }
 
+std::string weights_sha256(const ParamStore& master) {
+  if (master.kind() == StorageKind::Binary64) return weights_sha256(master.binary64());
+  data::Sha256 sha;
+  std::vector<double> piece(std::min<std::size_t>(master.size(), std::size_t{1} << 16));
+  for (std::size_t at = 0; at < master.size(); at += piece.size()) {
+    const std::size_t n = std::min(piece.size(), master.size() - at);
+    master.read(at, std::span(piece).first(n));
+    sha.update(std::string_view(reinterpret_cast<const char*>(piece.data()), n * sizeof(double)));
+  }
+  return sha.hex();
+}
+
 EvalLoss Trainer::evaluate(Model& m, const EvalSet& set, const char* name) {
   const auto t0 = ops::Profile::Clock::now();
+  make_room_for(m);
+  // Several batches reuse the working copy and the packed weights; with one micro-step per update the promise
+  // ends with the evaluation (weights_changed()). One batch reads them once: no promise, no packs held.
+  const bool promise = opts_.recipe.accum == 1 && set.batches.size() > 1;
+  if (promise) m.weights_changed();
   const EvalLoss r = evaluate_loss(m, set, master_);
+  if (promise) m.release_weights();
   if (profile_ != nullptr) {
     std::int64_t windows = 0;
     for (const Batch& b : set.batches) windows += b.batch;

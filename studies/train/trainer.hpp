@@ -44,8 +44,11 @@ struct EvalLoss {
 };
 /// `m` with weights `master` on every batch of `set`, in order.
 EvalLoss evaluate_loss(Model& m, const EvalSet& set, std::span<const double> master);
+EvalLoss evaluate_loss(Model& m, const EvalSet& set, const ParamStore& master);
 /// sha256 of master weights as little-endian binary64 in buffer order (a run's summary "weights_sha256").
 std::string weights_sha256(std::span<const double> master);
+/// The same of stored masters, widened (the same digest as of their binary64 values).
+std::string weights_sha256(const ParamStore& master);
 
 /// Everything the loop reads from the data: train tokens, eval sets and where they came from.
 struct TrainData {
@@ -119,7 +122,8 @@ class Trainer {
   /// start(); while (!done()) step(); finish() — returns the summary (partial if stopped early).
   nlohmann::json run();
 
-  std::span<const double> master() const { return master_; }
+  /// The master weights, stored as own.master_storage() says.
+  const ParamStore& master() const { return master_; }
   std::int64_t steps_completed() const { return step_; }
   const RunLog& log() const { return log_; }
   /// sha256 of the master weights as little-endian binary64 in buffer order.
@@ -161,8 +165,13 @@ class Trainer {
   void log_stagnation(std::int64_t step, ParamTensor t);
   void save();
   nlohmann::json identity() const;
+  /// Before model `next` runs: with binary32 masters, the other model frees its working copy, so that the two
+  /// never hold one at once (Model::drop_derived; the fp32 twin needs one only then). Nothing with binary64 masters.
+  void make_room_for(Model& next);
   /// Tells both models their weights changed (Model::weights_changed): master_ was set or updated; it
-  /// changes nowhere else, so the models may reuse their working copies until the next call.
+  /// changes nowhere else, so the models may reuse their working copies until the next call. With one
+  /// micro-step per update nothing is reused before the next update, so it withdraws the promise instead
+  /// (Model::release_weights: the GEMM pack cache holds nothing); evaluate() promises for its batches.
   void weights_changed();
 
   TrainOptions opts_;
@@ -172,12 +181,14 @@ class Trainer {
   std::ostream* progress_;
   ShadowHook shadow_;
   ParamLayout layout_;
-  std::vector<double> master_, grads_;
+  /// The master weights and the update's gradients, stored as own_.master_storage() and own_.grads_storage() say
+  /// (binary32 under every preset but fp64).
+  ParamStore master_, grads_;
   /// The AdamW moments, stored as own_.moments_storage() says (binary32 under every preset but fp64).
   ParamStore m_, v_;
   /// The micro-step gradients when accum > 1; with accum 1, the fp32 pass's gradients of the underflow
-  /// telemetry (allocated at the first detailed step).
-  std::vector<double> micro_grads_;
+  /// telemetry (allocated at the first detailed step). Stored as grads_.
+  ParamStore micro_grads_;
   std::vector<double> before_;  ///< one tensor's master weights before its update (stagnation telemetry)
   std::deque<double> micro_losses_;  ///< the last kAutoAneWindow micro-step training losses
   LossScaler scaler_;

@@ -1,0 +1,252 @@
+// Binary32 storage of the master weights and the gradients (studies/train/param_store.hpp): which policies choose
+// it, and that training through it gives the bits, curves, telemetry and checkpoint bytes of binary64 storage.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "ops/policy.hpp"
+#include "studies/train/model.hpp"
+#include "studies/train/optimizer.hpp"
+#include "studies/train/trainer.hpp"
+#include "tests/studies/train_test_util.hpp"
+
+namespace roundoff::studies::train {
+namespace {
+
+using ops::OpKind;
+using ops::Pass;
+using ops::TensorRole;
+
+/// The storage kinds the trainer's masters and gradients must have under `p`, computed here from the formats
+/// (independently of the model): binary32 only when every format that stores into them fits binary32; the masters
+/// only when the model holds a working copy anyway (the weights format lacks some master value), since otherwise
+/// the ops read the binary64 masters themselves.
+StorageKind expected_master(const ops::Policy& p) {
+  const numerics::Format& m = p.storage_for(TensorRole::MasterWeight);
+  const numerics::Format& w = p.storage_for(TensorRole::Weight);
+  const int least_m = m.emin - (m.subnormals ? m.precision - 1 : 0), least_w = w.emin - (w.subnormals ? w.precision - 1 : 0);
+  const bool copy = w.precision < m.precision || w.emax < m.emax || w.emin > m.emin || least_w > least_m;
+  return copy ? storage_kind_for(m) : StorageKind::Binary64;
+}
+StorageKind expected_grads(const ops::Policy& p) {
+  const numerics::Format& gf = p.storage_for(TensorRole::Gradient);
+  for (const numerics::Format& f :
+       {p.at(OpKind::Matmul, Pass::BackwardWeight).storage, p.at(OpKind::Classifier, Pass::BackwardWeight).storage,
+        p.at(OpKind::RmsNorm, Pass::BackwardWeight).storage, p.at(OpKind::Embedding, Pass::BackwardWeight).storage, gf,
+        update_format(gf)})
+    if (storage_kind_for(f) == StorageKind::Binary64) return StorageKind::Binary64;
+  return StorageKind::Binary32;
+}
+
+TEST(TrainStorage, PresetsChooseMasterAndGradientStorage) {
+  const ModelConfig c = config_by_name("T0");
+  for (const std::string& name : ops::Policy::preset_names()) {
+    const Transformer model(c, ResidualScale::None, ops::Policy::preset(name), 1);
+    EXPECT_EQ(model.master_storage(), expected_master(model.policy())) << name;
+    EXPECT_EQ(model.grads_storage(), expected_grads(model.policy())) << name;
+  }
+  for (const char* name : {"fp32", "ane-fp16", "ane-guide", "pure-bf16", "pure-fp16"}) {
+    const Transformer model(c, ResidualScale::None, ops::Policy::preset(name), 1);
+    EXPECT_EQ(model.grads_storage(), StorageKind::Binary32) << name;
+    // fp32 weights read the fp32 masters directly (binary64, no copy); bf16 and fp16 weights are a copy anyway.
+    const bool copy = std::string(name).starts_with("pure-");
+    EXPECT_EQ(model.master_storage(), copy ? StorageKind::Binary32 : StorageKind::Binary64) << name;
+  }
+  // fp64 trains on binary64 masters and gradients end to end: both stay binary64.
+  const Transformer fp64(c, ResidualScale::None, ops::Policy::preset("fp64"), 1);
+  EXPECT_EQ(fp64.master_storage(), StorageKind::Binary64);
+  EXPECT_EQ(fp64.grads_storage(), StorageKind::Binary64);
+}
+
+TEST(TrainStorage, AWiderFormatKeepsBinary64) {
+  const ModelConfig c = config_by_name("T0");
+  struct Case {
+    const char* spec;
+    StorageKind master, grads;
+  };
+  const auto b32 = StorageKind::Binary32, b64 = StorageKind::Binary64;
+  for (const Case& k : std::array<Case, 12>{{
+           {"fp32,weights=bf16", b32, b32},                     // a bf16 copy of binary32 masters
+           {"pure-bf16,master=fp64", b64, b32},                 // masters wider than binary32
+           {"pure-fp16,master=p25:emin-126:emax127", b64, b32},  // one bit more than binary32
+           {"ane-fp16,master=fp64", b64, b32},
+           {"fp32,grads=fp64", b64, b64},                       // and the update format with it
+           {"pure-bf16,grads=p24:emin-126:emax128", b32, b64},  // one binade more
+           {"pure-bf16,matmul.bwd-weight.storage=fp64", b32, b64},  // dW stored wider before the gradient rounding
+           {"fp32,classifier.bwd-weight.storage=fp64", b64, b64},
+           {"fp32,rmsnorm.bwd-weight.storage=fp64", b64, b64},
+           {"fp32,embedding.bwd-weight.storage=fp64", b64, b64},
+           {"fp64,master=fp32,grads=fp32,all.bwd-weight.storage=fp32", b64, b32},  // fp64 weights read the masters
+           {"fp64,weights=bf16,master=fp32,grads=fp32,all.bwd-weight.storage=fp32", b32, b32},
+       }}) {
+    const Transformer model(c, ResidualScale::None, ops::Policy::parse(k.spec), 1);
+    EXPECT_EQ(model.master_storage(), k.master) << k.spec;
+    EXPECT_EQ(model.grads_storage(), k.grads) << k.spec;
+  }
+}
+
+/// Runs `inner` but reports the storage kinds it is given: Binary64 gives the trainer's storage before binary32
+/// masters and gradients (the Model defaults then run inner's span versions on binary64 stores, the code path of
+/// that trainer); Binary32 forces binary32 stores on any policy.
+class StorageAs final : public Model {
+ public:
+  StorageAs(Transformer& inner, StorageKind master, StorageKind grads) : m_(inner), master_(master), grads_(grads) {}
+  double total_loss(const Batch& b, std::span<const double> w) override { return m_.total_loss(b, w); }
+  double loss_and_grad(const Batch& b, std::span<const double> w, double s, std::span<double> g,
+                       StepTelemetry& t) override {
+    return m_.loss_and_grad(b, w, s, g, t);
+  }
+  double loss_and_grad_accumulate(const Batch& b, std::span<const double> w, double s, std::span<double> g,
+                                  std::span<double> total, bool first, StepTelemetry& t) override {
+    return m_.loss_and_grad_accumulate(b, w, s, g, total, first, t);
+  }
+  void update_tensor(ParamTensor tensor, std::span<double> w, ParamStore& m, ParamStore& v, std::span<const double> g,
+                     const Recipe& r, double lr, std::int64_t t, double coef) override {
+    m_.update_tensor(tensor, w, m, v, g, r, lr, t, coef);
+  }
+  StorageKind moments_storage() const override { return m_.moments_storage(); }
+  StorageKind master_storage() const override { return master_; }
+  StorageKind grads_storage() const override { return grads_; }
+  ops::Fp8ScalingState* fp8_state() override { return m_.fp8_state(); }
+  void set_profile(ops::Profile* p) override { m_.set_profile(p); }
+  void weights_changed() override { m_.weights_changed(); }
+  void release_weights() override { m_.release_weights(); }
+  void drop_derived() override { m_.drop_derived(); }
+
+ private:
+  Transformer& m_;
+  StorageKind master_, grads_;
+};
+
+/// A repetitive byte corpus.
+TrainData synthetic_data(const ModelConfig& c) {
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "the quick brown fox jumps over the lazy dog. ";
+  TrainData d;
+  for (const unsigned char ch : text) d.train.push_back(ch);
+  const std::vector<std::int32_t> val(d.train.begin(), d.train.begin() + 300);
+  auto one = [](std::int32_t) -> std::int64_t { return 1; };
+  d.val = make_eval_set(val, c.seq, c.batch, 0, one);
+  d.test = make_eval_set(val, c.seq, c.batch, 0, one);
+  d.source = "synthetic";
+  d.tokenizer = "bytes";
+  return d;
+}
+
+std::string file_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+/// What a run leaves: its weights' digest and its files.
+struct RunResult {
+  std::string sha, checkpoint, curves, telemetry, events;
+};
+
+enum class Force { None, Binary64, Binary32 };
+
+/// `steps` updates of `policy` on c (accum `accum`, telemetry and evaluation every 2 updates), the own model as it
+/// is or with its storage forced; stop_after > 0 stops there and resumes.
+RunResult train(const ModelConfig& c, const std::string& policy, int accum, Force force, const std::string& name,
+                std::int64_t stop_after = 0) {
+  omp_set_num_threads(1);
+  const ops::Policy p = ops::Policy::parse(policy);
+  const TrainData data = synthetic_data(c);
+  TrainOptions o;
+  o.config = c;
+  o.recipe.lr = 3e-3;
+  o.recipe.warmup = 2;
+  o.recipe.accum = accum;
+  o.policy = p.canonical();
+  o.update_format = update_format(p.storage_for(TensorRole::Gradient));
+  o.steps = 5;
+  o.seed = 7;
+  o.eval_every = 2;
+  o.telemetry_every = 2;
+  o.progress_every = 0;
+  o.loss_scale = LossScaleSpec::parse("dynamic:1024,2,0.5,4");
+  o.out = testing::fresh_dir("storage_" + name);
+  const auto run = [&](std::int64_t stop, bool resume) {
+    o.stop_after = stop;
+    o.resume = resume;
+    Transformer own(c, ResidualScale::None, p, o.seed), twin(c, ResidualScale::None, ops::Policy::preset("fp32"), o.seed);
+    const StorageKind kind = force == Force::Binary32 ? StorageKind::Binary32 : StorageKind::Binary64;
+    StorageAs forced(own, kind, kind);
+    Model& m = force == Force::None ? static_cast<Model&>(own) : forced;
+    Trainer t(o, m, twin, data, nullptr);
+    (void)t.run();
+    return t.weights_sha256();
+  };
+  RunResult r;
+  if (stop_after > 0) (void)run(stop_after, false);
+  r.sha = run(0, stop_after > 0);
+  r.checkpoint = file_text(o.out / "checkpoint.bin");
+  r.curves = file_text(o.out / "curves.csv");
+  r.telemetry = file_text(o.out / "telemetry.csv");
+  r.events = file_text(o.out / "events.csv");
+  std::filesystem::remove_all(o.out);
+  return r;
+}
+
+void expect_same(const RunResult& a, const RunResult& b, const std::string& what) {
+  EXPECT_EQ(a.sha, b.sha) << what;
+  EXPECT_TRUE(a.checkpoint == b.checkpoint) << what << ": checkpoint bytes differ";
+  EXPECT_EQ(a.curves, b.curves) << what;
+  EXPECT_EQ(a.telemetry, b.telemetry) << what;
+  EXPECT_EQ(a.events, b.events) << what;
+}
+
+/// Binary32 masters and gradients against the binary64 storage of the same runs: every policy that fits binary32,
+/// tied and untied embeddings, one micro-step and accumulated updates (the fused accumulation, and at the detailed
+/// steps the separate one with the underflow telemetry's fp32 pass), evaluations and the stagnation telemetry.
+TEST(TrainStorage, Binary32MastersAndGradientsGiveTheBinary64Bits) {
+  ModelConfig c = testing::small_config(16, 8, 2);
+  for (const bool tied : {false, true}) {
+    c.tie_embeddings = tied;
+    for (const char* policy : {"fp32", "ane-fp16", "ane-guide", "pure-bf16", "pure-fp16", "fp32,weights=bf16",
+                               "pure-bf16,all.rounding=stochastic", "ane-guide,all.ftz=all"}) {
+      const Transformer probe(c, ResidualScale::None, ops::Policy::parse(policy), 1);
+      ASSERT_EQ(probe.grads_storage(), StorageKind::Binary32) << policy;
+      if (std::string(policy).find("bf16") != std::string::npos || std::string(policy).starts_with("pure-")) {
+        ASSERT_EQ(probe.master_storage(), StorageKind::Binary32) << policy;
+      }
+      for (const int accum : {1, 3}) {
+        const std::string what = std::string(policy) + (tied ? " tied" : " untied") + " accum " + std::to_string(accum);
+        const RunResult b32 = train(c, policy, accum, Force::None, "b32");
+        const RunResult b64 = train(c, policy, accum, Force::Binary64, "b64");
+        expect_same(b32, b64, what);
+      }
+    }
+  }
+}
+
+/// With binary32 storage, 2 updates, a checkpoint and a resume give the uninterrupted run's bits and files.
+TEST(TrainStorage, ResumeThroughBinary32StorageEqualsUninterrupted) {
+  ModelConfig c = testing::small_config(16, 8, 2);
+  c.tie_embeddings = true;
+  for (const char* policy : {"ane-fp16", "pure-bf16,all.rounding=stochastic", "fp32,weights=bf16"}) {
+    const RunResult whole = train(c, policy, 2, Force::None, "whole");
+    const RunResult parts = train(c, policy, 2, Force::None, "parts", 2);
+    EXPECT_EQ(whole.sha, parts.sha) << policy;
+    EXPECT_EQ(whole.curves, parts.curves) << policy;
+  }
+}
+
+/// fp64 needs binary64 masters and gradients: forced into binary32 storage, its first gradient that is no binary32
+/// value is refused (the stores never round), so the choice above is what keeps its bits.
+TEST(TrainStorage, Fp64ForcedIntoBinary32IsRefused) {
+  const ModelConfig c = testing::small_config(16, 8, 2);
+  EXPECT_THROW((void)train(c, "fp64", 1, Force::Binary32, "forced"), std::invalid_argument);
+  // Its own choice, binary64, trains.
+  EXPECT_NO_THROW((void)train(c, "fp64", 1, Force::None, "fp64"));
+}
+
+}  // namespace
+}  // namespace roundoff::studies::train
