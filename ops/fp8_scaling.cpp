@@ -225,12 +225,18 @@ void Fp8ScalingState::assign(std::map<std::string, Fp8TensorState> t) {
 }
 
 void count_fp8_cast(std::span<const double> v, Fp8Elem e, float factor, bool divide, Fp8CastCounts& c) {
-  const float mx = fp8_max(e);
+  // Saturated: nearest-even with an unbounded exponent would give more than fp8_max, i.e. |y| is past the midpoint
+  // between fp8_max and the next value of that wider format: E4M3 448 = 1.110b·2^8, next 480, midpoint 464, which
+  // ties to 448 (even); E5M2 57344 = 1.11b·2^15, next 65536, midpoint 61440, which ties to 65536 (even). A |y| just
+  // above fp8_max (a scale's rounding puts amax at 448.00003) rounds to fp8_max anyway and is not counted.
+  const bool e4m3 = e == Fp8Elem::E4M3;
+  const float mid = e4m3 ? 464.0f : 61440.0f;
   for (const double x : v) {
     ++c.elements;
     if (std::isnan(x)) continue;
     const float y = divide ? static_cast<float>(x) / factor : static_cast<float>(x) * factor;
-    if (std::fabs(y) > mx) ++c.saturated;
+    const float a = std::fabs(y);
+    if (e4m3 ? a > mid : a >= mid) ++c.saturated;
     else if (x != 0 && std::isfinite(x) && fp8_cast(e, y) == 0.0f) ++c.underflowed;
   }
 }

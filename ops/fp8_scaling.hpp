@@ -145,9 +145,10 @@ class Fp8ScalingState {
 };
 
 /// What the casts of one tensor did to its elements (issue 44 item 4: the per-tensor statistics of the recipes):
-/// `elements` cast, how many `saturated` (|y| > fp8_max for y = fp32(fp32(v)·scale) per tensor or fp32(fp32(v)/s)
-/// per block, ±inf included: the cast gives ±fp8_max) and how many `underflowed` (v nonzero and finite, its code
-/// 0). A NaN element counts in `elements` only. Counting changes no bit of the cast.
+/// `elements` cast, how many `saturated` (y = fp32(fp32(v)·scale) per tensor or fp32(fp32(v)/s) per block rounds,
+/// nearest-even with an unbounded exponent, to more than fp8_max, ±inf included: the saturating cast clamps it; a y
+/// a rounding above fp8_max that rounds to fp8_max anyway is not counted) and how many `underflowed` (v nonzero and
+/// finite, its code 0). A NaN element counts in `elements` only. Counting changes no bit of the cast.
 struct Fp8CastCounts {
   std::uint64_t elements = 0;
   std::uint64_t saturated = 0;

@@ -287,20 +287,25 @@ TEST(Fp8Scaling, OperandBlocksAndRefusals) {
 }
 
 TEST(Fp8Scaling, CastCountsSaturationAndUnderflow) {
-  // Per tensor, scale 1, E4M3 (max 448, smallest subnormal 2^-9): 500, -1000, +inf and 448.5 (above 448, rounds
-  // to it) saturate; 2^-10 (the tie between 0 and 2^-9, to even: 0) and 1e-30 underflow; 0 and NaN are neither;
-  // 448 and 0.6·2^-9 (rounds up to 2^-9) are neither.
+  // Per tensor, scale 1, E4M3 (max 448, next 480 with a wider exponent, midpoint 464; smallest subnormal 2^-9):
+  // 500, -1000 and +inf saturate; 448.5 and 464 (the tie, to even: 448) round to 448 and do not; 2^-10 (the tie
+  // between 0 and 2^-9, to even: 0) and 1e-30 underflow; 0, NaN, 448 and 0.6·2^-9 (rounds up to 2^-9) are neither.
   const double inf = std::numeric_limits<double>::infinity();
   const std::vector<double> x{500, -1000, inf, 448.5, std::ldexp(1.0, -10), 1e-30, 0, std::nan(""), 448,
-                              0.6 * std::ldexp(1.0, -9)};
+                              0.6 * std::ldexp(1.0, -9), 464};
   Fp8CastCounts c;
   count_fp8_cast(x, Fp8Elem::E4M3, 1.0f, false, c);
-  EXPECT_EQ(c, (Fp8CastCounts{10, 4, 2}));
+  EXPECT_EQ(c, (Fp8CastCounts{11, 3, 2}));
+  for (double y : {448.5, 464.0, 464.0001}) EXPECT_EQ(fp8_cast(Fp8Elem::E4M3, static_cast<float>(y)), 448.0f);
+  // E5M2 (max 57344, next 65536, midpoint 61440 ties to 65536): 61440 saturates, 61439 does not.
+  Fp8CastCounts c5;
+  count_fp8_cast(std::vector<double>{61440, 61439, 57344, 1e9}, Fp8Elem::E5M2, 1.0f, false, c5);
+  EXPECT_EQ(c5, (Fp8CastCounts{4, 2, 0}));
   // The scale multiplies first: at 2^-4 only +inf saturates (-1000 → -62.5), and 2^-10, 1e-30 and 0.6·2^-9 (now
   // below 2^-10, half the smallest subnormal) underflow.
   Fp8CastCounts c2;
   count_fp8_cast(x, Fp8Elem::E4M3, 0.0625f, false, c2);
-  EXPECT_EQ(c2, (Fp8CastCounts{10, 1, 3}));
+  EXPECT_EQ(c2, (Fp8CastCounts{11, 1, 3}));
   // Per block (divide by s): s = 1000/448; 1e-6/s underflows, 1000/s = 448 does not saturate.
   Fp8CastCounts cb;
   const float s = block_scale(1000.0f, Fp8Elem::E4M3);
