@@ -352,9 +352,10 @@ TEST(Fp8Scaling, RunnerCountsPerTensorOnlyWhenRecordingAndCounting) {
       continue;
     }
     const auto& k = run.fp8_counts();
-    ASSERT_EQ(k.size(), 2u);
+    ASSERT_EQ(k.size(), 3u);  // the entry's three scaled roles; the forward casts no dy (the trainer logs none)
     EXPECT_EQ(k.at("L0.matmul.q.x"), (Fp8CastCounts{8, 2, 1}));
     EXPECT_EQ(k.at("L0.matmul.q.w"), (Fp8CastCounts{12, 0, 1}));
+    EXPECT_EQ(k.at("L0.matmul.q.dy"), Fp8CastCounts{});
     run.clear_fp8_counts();
     run.set_fp8_recording(false);  // an evaluation pass counts nothing
     std::vector<double> y(6);
