@@ -224,9 +224,26 @@ void Fp8ScalingState::assign(std::map<std::string, Fp8TensorState> t) {
   tensors_ = std::move(t);
 }
 
+void count_fp8_cast(std::span<const double> v, Fp8Elem e, float factor, bool divide, Fp8CastCounts& c) {
+  // Saturated: nearest-even with an unbounded exponent would give more than fp8_max, i.e. |y| is past the midpoint
+  // between fp8_max and the next value of that wider format: E4M3 448 = 1.110b·2^8, next 480, midpoint 464, which
+  // ties to 448 (even); E5M2 57344 = 1.11b·2^15, next 65536, midpoint 61440, which ties to 65536 (even). A |y| just
+  // above fp8_max (a scale's rounding puts amax at 448.00003) rounds to fp8_max anyway and is not counted.
+  const bool e4m3 = e == Fp8Elem::E4M3;
+  const float mid = e4m3 ? 464.0f : 61440.0f;
+  for (const double x : v) {
+    ++c.elements;
+    if (std::isnan(x)) continue;
+    const float y = divide ? static_cast<float>(x) / factor : static_cast<float>(x) * factor;
+    const float a = std::fabs(y);
+    if (e4m3 ? a > mid : a >= mid) ++c.saturated;
+    else if (x != 0 && std::isfinite(x) && fp8_cast(e, y) == 0.0f) ++c.underflowed;
+  }
+}
+
 void quantize_fp8_operand(const Fp8Operand& o, std::span<double> v, std::size_t rows, std::size_t cols,
                           const Fp8Scaling& cfg, Fp8TensorState* state, bool record, const std::string& where,
-                          Fp8Codes* codes) {
+                          Fp8Codes* codes, Fp8CastCounts* counts) {
   if (!o.on()) return;
   if (o.per_tensor()) {
     const float amax = tensor_amax(v);
@@ -242,6 +259,7 @@ void quantize_fp8_operand(const Fp8Operand& o, std::span<double> v, std::size_t 
         break;
     }
     if (codes != nullptr) codes->tensor_inv = scale_inverse(scale);
+    if (counts != nullptr) count_fp8_cast(v, o.elem, scale, false, *counts);
     return quantize_per_tensor(v, o.elem, scale, codes != nullptr);
   }
   const auto br = static_cast<std::size_t>(o.block_rows), bc = static_cast<std::size_t>(o.block_cols);
@@ -252,7 +270,7 @@ void quantize_fp8_operand(const Fp8Operand& o, std::span<double> v, std::size_t 
                                 (br == 1 ? "the contraction axis (" + std::to_string(cols) + ")"
                                          : "both dimensions (" + std::to_string(rows) + ", " + std::to_string(cols) + ")") +
                                 " (or " + to_string(o) + ":pad for a zero-padded last block)");
-  std::vector<double> block;
+  std::vector<double> block, before;
   if (codes != nullptr) {
     codes->block.clear();
     codes->block_grid_cols = (cols + bc - 1) / bc;
@@ -263,8 +281,13 @@ void quantize_fp8_operand(const Fp8Operand& o, std::span<double> v, std::size_t 
       block.resize(nr * nc);
       for (std::size_t i = 0; i < nr; ++i)
         for (std::size_t j = 0; j < nc; ++j) block[i * nc + j] = v[(r0 + i) * cols + c0 + j];
+      if (counts != nullptr) before = block;
       const float sc = quantize_block(block, o.elem, codes != nullptr);
       if (codes != nullptr) codes->block.push_back(sc);
+      if (counts != nullptr) {
+        if (std::isnan(sc)) counts->elements += before.size();  // a non-finite block: NaN, neither share
+        else count_fp8_cast(before, o.elem, sc, true, *counts);
+      }
       for (std::size_t i = 0; i < nr; ++i)
         for (std::size_t j = 0; j < nc; ++j) v[(r0 + i) * cols + c0 + j] = block[i * nc + j];
     }

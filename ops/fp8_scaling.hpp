@@ -144,12 +144,29 @@ class Fp8ScalingState {
   std::map<std::string, Fp8TensorState> tensors_;
 };
 
+/// What the casts of one tensor did to its elements (issue 44 item 4: the per-tensor statistics of the recipes):
+/// `elements` cast, how many `saturated` (y = fp32(fp32(v)·scale) per tensor or fp32(fp32(v)/s) per block rounds,
+/// nearest-even with an unbounded exponent, to more than fp8_max, ±inf included: the saturating cast clamps it; a y
+/// a rounding above fp8_max that rounds to fp8_max anyway is not counted) and how many `underflowed` (v nonzero and
+/// finite, its code 0). A NaN element counts in `elements` only. Counting changes no bit of the cast.
+struct Fp8CastCounts {
+  std::uint64_t elements = 0;
+  std::uint64_t saturated = 0;
+  std::uint64_t underflowed = 0;
+  friend bool operator==(const Fp8CastCounts&, const Fp8CastCounts&) = default;
+};
+/// Adds to c what casting v (the values before the cast) to e with the scaled value y_i = fp32(fp32(v_i) · mul)
+/// (per tensor: mul = scale) or fp32(fp32(v_i) / div) (per block: div = s; `divide`) does (Fp8CastCounts).
+void count_fp8_cast(std::span<const double> v, Fp8Elem e, float factor, bool divide, Fp8CastCounts& c);
+
 /// What one GEMM call's operands read of the state: per role (x, w, dy) the tensor's state (nullptr: none), whether
-/// the call records its amax into it, and the scaling configuration.
+/// the call records its amax into it, and the scaling configuration; `counts` (nullptr: none): where each role's
+/// casts add their Fp8CastCounts (the trainer's telemetry steps).
 struct Fp8Slots {
   std::array<Fp8TensorState*, 3> tensor{};
   bool record = false;
   Fp8Scaling cfg{};
+  std::array<Fp8CastCounts*, 3> counts{};
 };
 
 /// Where quantize_fp8_operand leaves the fp8 codes instead of the decoded values (the exact GEMM of matmul_quant):
@@ -167,8 +184,9 @@ struct Fp8Codes {
 /// when `record`, folds the amax into history[0]; current scaling ignores it. Throws std::invalid_argument (one line,
 /// prefixed by `where`) when a block does not divide the axis, or for delayed scaling without a state.
 /// `codes`: when given, v ← the codes and their scales there (Fp8Codes) instead of the decoded values.
+/// `counts`: when given, the cast's Fp8CastCounts are added there (the same v either way).
 void quantize_fp8_operand(const Fp8Operand& o, std::span<double> v, std::size_t rows, std::size_t cols,
                           const Fp8Scaling& cfg, Fp8TensorState* state, bool record, const std::string& where,
-                          Fp8Codes* codes = nullptr);
+                          Fp8Codes* codes = nullptr, Fp8CastCounts* counts = nullptr);
 
 }  // namespace roundoff::ops

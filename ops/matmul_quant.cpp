@@ -50,16 +50,17 @@ void fp8_operand(const Fp8Operand& f, std::span<double> out, const OperandSpec& 
   const Fp8Scaling cfg = fp8 != nullptr ? fp8->cfg : Fp8Scaling{};
   Fp8TensorState* state = fp8 != nullptr ? fp8->tensor[index_of(o.role)] : nullptr;
   const bool record = fp8 != nullptr && fp8->record;
+  Fp8CastCounts* counts = fp8 != nullptr ? fp8->counts[index_of(o.role)] : nullptr;
   Fp8Codes codes;
   Fp8Codes* c = sc != nullptr ? &codes : nullptr;
   const std::size_t K = o.k_is_cols ? o.cols : o.rows, outer = o.k_is_cols ? o.rows : o.cols;
   if (f.per_tensor() || f.block_rows > 1 || o.k_is_cols) {
-    quantize_fp8_operand(f, out, o.rows, o.cols, cfg, state, record, where, c);
+    quantize_fp8_operand(f, out, o.rows, o.cols, cfg, state, record, where, c, counts);
   } else {
     std::vector<double> t(out.size());  // K along the rows: quantize the transpose (cols × rows, K last)
     for (std::size_t r = 0; r < o.rows; ++r)
       for (std::size_t col = 0; col < o.cols; ++col) t[col * o.rows + r] = out[r * o.cols + col];
-    quantize_fp8_operand(f, t, o.cols, o.rows, cfg, state, record, where, c);
+    quantize_fp8_operand(f, t, o.cols, o.rows, cfg, state, record, where, c, counts);
     for (std::size_t r = 0; r < o.rows; ++r)
       for (std::size_t col = 0; col < o.cols; ++col) out[r * o.cols + col] = t[col * o.rows + r];
   }

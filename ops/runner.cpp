@@ -1,5 +1,7 @@
 #include "ops/runner.hpp"
 
+#include <algorithm>
+
 #include "ops/activation.hpp"
 #include "ops/attention.hpp"
 #include "ops/cross_entropy.hpp"
@@ -287,7 +289,12 @@ void Runner::rmsnorm_backward_weight(Site s, Span dw, CSpan dy, CSpan x, CSpan r
 
 const Fp8Slots* Runner::fp8_slots(const Site& s, Pass pass) {
   const OpPrecision& e = policy_.at(s.op, pass);
-  if (!e.quant.per_tensor_fp8() || policy_.block_keep().keeps(s.layer, layers_)) return nullptr;
+  const bool counting = fp8_count_ && fp8_record_;
+  const bool any_fp8 = std::ranges::any_of(kAllGemmRoles, [&](GemmRole r) { return e.quant.fp8_of(r).on(); });
+  // Without per-tensor fp8 a call needs no slots, except to count its block casts (the slots' other fields are
+  // read by per-tensor casts only, so handing them to a block-only call changes no bit).
+  if (!(e.quant.per_tensor_fp8() || (counting && any_fp8)) || policy_.block_keep().keeps(s.layer, layers_))
+    return nullptr;
   const std::string base = "L" + std::to_string(s.layer) + "." + std::string(name_of(s.op)) + "." +
                            std::string(s.module.empty() ? s.tensor : s.module) + ".";
   slots_ = Fp8Slots{};
@@ -296,6 +303,7 @@ const Fp8Slots* Runner::fp8_slots(const Site& s, Pass pass) {
   for (GemmRole r : kAllGemmRoles) {
     const Fp8Operand& f = e.quant.fp8_of(r);
     if (f.on() && f.per_tensor()) slots_.tensor[index_of(r)] = &fp8_.tensor(base + std::string(name_of(r)), f.elem);
+    if (f.on() && counting) slots_.counts[index_of(r)] = &fp8_counts_[base + std::string(name_of(r))];
   }
   return &slots_;
 }

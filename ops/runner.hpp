@@ -22,8 +22,10 @@
 /// reads as a list of Runner calls.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "ops/adamw.hpp"
@@ -111,6 +113,12 @@ class Runner {
   bool fp8_recording() const { return fp8_record_; }
   /// The end of a recorded forward+backward: every tensor's delayed-scaling update (Fp8ScalingState::update).
   void fp8_update() { fp8_.update(); }
+  /// Whether recorded GEMM calls (fp8_recording()) count what their scaled fp8 casts saturate and flush to zero
+  /// (Fp8CastCounts), per tensor, keyed as fp8_state() ("L<layer>.<op>.<module>.<role>"; block casts too). Off by
+  /// default; the trainer turns it on for its telemetry steps. Counting changes no bit.
+  void set_fp8_counting(bool on) { fp8_count_ = on; }
+  const std::map<std::string, Fp8CastCounts>& fp8_counts() const { return fp8_counts_; }
+  void clear_fp8_counts() { fp8_counts_.clear(); }
   /// The model's number of transformer blocks, for block_keep()'s "last L" (0, the default: no layer counts as
   /// one of the last).
   void set_layer_count(int layers) { layers_ = layers; }
@@ -197,6 +205,8 @@ class Runner {
   std::uint64_t seed_;
   Fp8ScalingState fp8_;
   bool fp8_record_ = false;
+  bool fp8_count_ = false;
+  std::map<std::string, Fp8CastCounts> fp8_counts_;
   Fp8Slots slots_{};
   std::unique_ptr<numerics::kernels::PackCache> pack_cache_;  ///< owned here: stable when the Runner moves
   ExecOptions exec_;

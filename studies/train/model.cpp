@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <stdexcept>
 
@@ -21,6 +22,23 @@ using ops::OpKind;
 using ops::Pass;
 
 namespace {
+
+/// The telemetry rows of a step's fp8 cast counts (ops::Runner::fp8_counts, keyed "L<layer>.<op>.<module>.<role>"):
+/// per tensor `fp8_saturated_share` and `fp8_underflow_share` (of the elements cast, over every cast of the tensor
+/// in the step: x and W are cast in two passes each, dy in two, with the same scale under delayed scaling), under
+/// op <op>, tensor "<module>.<role>" and the pass that casts the tensor first (x, w: fwd; dy: bwd-data).
+void log_fp8_cast_shares(RunLog& log, std::int64_t step, const std::map<std::string, ops::Fp8CastCounts>& counts) {
+  for (const auto& [key, c] : counts) {
+    if (c.elements == 0) continue;
+    const std::size_t a = key.find('.'), b = key.find('.', a + 1), r = key.rfind('.');
+    const int layer = std::stoi(key.substr(1, a - 1));
+    const std::string op = key.substr(a + 1, b - a - 1), tensor = key.substr(b + 1), role = key.substr(r + 1);
+    const std::string_view pass = name_of(role == "dy" ? ops::Pass::BackwardData : ops::Pass::Forward);
+    const auto n = static_cast<double>(c.elements);
+    log.telemetry(step, layer, op, pass, tensor, "fp8_saturated_share", static_cast<double>(c.saturated) / n);
+    log.telemetry(step, layer, op, pass, tensor, "fp8_underflow_share", static_cast<double>(c.underflowed) / n);
+  }
+}
 
 /// The GELU form of a GELU feed-forward (--ffn gelu | gelu-tanh); none for SwiGLU.
 std::optional<ops::GeluForm> gelu_form(Ffn f) {
@@ -853,9 +871,17 @@ double Transformer::loss_and_grad(const Batch& b, std::span<const double> master
   // the scales (Transformer Engine: at the end of the forward and of the backward; every tensor is read by one of
   // them, so one update after both is the same): evaluation and shadow passes read the scales only.
   runner_.set_fp8_recording(true);
+  // A telemetry step also counts what the fp8 casts saturate and flush to zero (changes no bit).
+  const bool count = telemetry.detailed && telemetry.log != nullptr;
+  runner_.set_fp8_counting(count);
   forward(b, w, &telemetry);
   backward(b, w, loss_scale, grads, &telemetry, GradSink{});
   runner_.set_fp8_recording(false);
+  if (count) {
+    runner_.set_fp8_counting(false);
+    log_fp8_cast_shares(*telemetry.log, telemetry.step, runner_.fp8_counts());
+    runner_.clear_fp8_counts();
+  }
   runner_.fp8_update();
   return mean_loss_;
 }

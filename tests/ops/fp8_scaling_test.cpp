@@ -19,6 +19,7 @@
 #include "ops/fp8_scaling.hpp"
 #include "ops/matmul.hpp"
 #include "ops/policy.hpp"
+#include "ops/runner.hpp"
 
 namespace roundoff::ops {
 namespace {
@@ -283,6 +284,85 @@ TEST(Fp8Scaling, OperandBlocksAndRefusals) {
     std::vector<double> x{1.0};
     quantize_fp8_operand(parse_fp8_operand("e4m3"), x, 1, 1, d, nullptr, false, "t");
   }, "valid here: fp8-scaling=current");
+}
+
+TEST(Fp8Scaling, CastCountsSaturationAndUnderflow) {
+  // Per tensor, scale 1, E4M3 (max 448, next 480 with a wider exponent, midpoint 464; smallest subnormal 2^-9):
+  // 500, -1000 and +inf saturate; 448.5 and 464 (the tie, to even: 448) round to 448 and do not; 2^-10 (the tie
+  // between 0 and 2^-9, to even: 0) and 1e-30 underflow; 0, NaN, 448 and 0.6·2^-9 (rounds up to 2^-9) are neither.
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> x{500, -1000, inf, 448.5, std::ldexp(1.0, -10), 1e-30, 0, std::nan(""), 448,
+                              0.6 * std::ldexp(1.0, -9), 464};
+  Fp8CastCounts c;
+  count_fp8_cast(x, Fp8Elem::E4M3, 1.0f, false, c);
+  EXPECT_EQ(c, (Fp8CastCounts{11, 3, 2}));
+  for (double y : {448.5, 464.0, 464.0001}) EXPECT_EQ(fp8_cast(Fp8Elem::E4M3, static_cast<float>(y)), 448.0f);
+  // E5M2 (max 57344, next 65536, midpoint 61440 ties to 65536): 61440 saturates, 61439 does not.
+  Fp8CastCounts c5;
+  count_fp8_cast(std::vector<double>{61440, 61439, 57344, 1e9}, Fp8Elem::E5M2, 1.0f, false, c5);
+  EXPECT_EQ(c5, (Fp8CastCounts{4, 2, 0}));
+  // The scale multiplies first: at 2^-4 only +inf saturates (-1000 → -62.5), and 2^-10, 1e-30 and 0.6·2^-9 (now
+  // below 2^-10, half the smallest subnormal) underflow.
+  Fp8CastCounts c2;
+  count_fp8_cast(x, Fp8Elem::E4M3, 0.0625f, false, c2);
+  EXPECT_EQ(c2, (Fp8CastCounts{11, 1, 3}));
+  // Per block (divide by s): s = 1000/448; 1e-6/s underflows, 1000/s = 448 does not saturate.
+  Fp8CastCounts cb;
+  const float s = block_scale(1000.0f, Fp8Elem::E4M3);
+  count_fp8_cast(std::vector<double>{1000, 1e-6, 0, 3}, Fp8Elem::E4M3, s, true, cb);
+  EXPECT_EQ(cb, (Fp8CastCounts{4, 0, 1}));
+
+  // quantize_fp8_operand adds the same counts and leaves the same values as without counting.
+  const std::vector<double> v{1000, 1, std::ldexp(1.0, -11), 0, -600, 3};  // delayed, initial scale 1: 2 saturate
+  Fp8ScalingState st(parse_fp8_scaling("delayed:4"));
+  for (bool count : {false, true}) {
+    std::vector<double> y = v;
+    Fp8CastCounts k;
+    Fp8TensorState& t = st.tensor("t", Fp8Elem::E4M3);
+    quantize_fp8_operand(parse_fp8_operand("e4m3"), y, 1, 6, st.config(), &t, false, "t", nullptr,
+                         count ? &k : nullptr);
+    std::vector<double> want = v;
+    quantize_per_tensor(want, Fp8Elem::E4M3, 1.0f);
+    EXPECT_EQ(y, want);
+    EXPECT_EQ(k, count ? (Fp8CastCounts{6, 2, 1}) : Fp8CastCounts{});
+  }
+  // Blocks of 1×4 (the second ragged under :pad): {1000, 1e-6, 0, 3} as above, {1e-7, NaN}: a non-finite block
+  // counts its elements only.
+  std::vector<double> b{1000, 1e-6, 0, 3, 1e-7, std::nan("")};
+  Fp8CastCounts kb;
+  quantize_fp8_operand(parse_fp8_operand("e4m3:1x4:pad"), b, 1, 6, {}, nullptr, false, "t", nullptr, &kb);
+  EXPECT_EQ(kb, (Fp8CastCounts{6, 0, 1}));
+}
+
+TEST(Fp8Scaling, RunnerCountsPerTensorOnlyWhenRecordingAndCounting) {
+  // te-fp8-delayed, first step (every scale 1): x has 2 saturating and 1 underflowing element of 8, W none of 6
+  // saturating and 1 underflowing; the output is the same with counting on and off.
+  const MatmulShape sh{2, 4, 3};
+  const std::vector<double> x{1000, 1, 2, std::ldexp(1.0, -12), -700, 0.5, 0.25, 0};
+  const std::vector<double> w{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, std::ldexp(1.0, -13)};
+  std::vector<double> ys[2];
+  for (int count = 0; count < 2; ++count) {
+    Runner run(Policy::parse("te-fp8-delayed"));
+    run.set_fp8_recording(true);
+    run.set_fp8_counting(count == 1);
+    ys[count].assign(6, 0.0);
+    run.matmul_forward({OpKind::Matmul, 0, "q"}, ys[count], x, w, sh);
+    if (count == 0) {
+      EXPECT_TRUE(run.fp8_counts().empty());
+      continue;
+    }
+    const auto& k = run.fp8_counts();
+    ASSERT_EQ(k.size(), 3u);  // the entry's three scaled roles; the forward casts no dy (the trainer logs none)
+    EXPECT_EQ(k.at("L0.matmul.q.x"), (Fp8CastCounts{8, 2, 1}));
+    EXPECT_EQ(k.at("L0.matmul.q.w"), (Fp8CastCounts{12, 0, 1}));
+    EXPECT_EQ(k.at("L0.matmul.q.dy"), Fp8CastCounts{});
+    run.clear_fp8_counts();
+    run.set_fp8_recording(false);  // an evaluation pass counts nothing
+    std::vector<double> y(6);
+    run.matmul_forward({OpKind::Matmul, 0, "q"}, y, x, w, sh);
+    EXPECT_TRUE(run.fp8_counts().empty());
+  }
+  EXPECT_EQ(ys[0], ys[1]);
 }
 
 /// x (n × K) and W (m × K), bf16 values, a few columns scaled apart so that blocks differ.

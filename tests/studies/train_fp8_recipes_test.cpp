@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -127,6 +129,44 @@ TEST(TrainFp8Recipes, ShadowCheckpointGivesTheRunsShadowRowsUnderDelayedScaling)
   const std::vector<std::string> expected = shadow_rows(full / "telemetry.csv", 2);
   ASSERT_GT(expected.size(), 20u);
   EXPECT_EQ(shadow_rows(sh / "telemetry.csv", 2), expected);
+}
+
+/// The fp8 cast share rows of telemetry.csv: (step, metric) -> count of rows, and every value in [0, 1].
+std::map<std::pair<std::int64_t, std::string>, int> share_rows(const std::filesystem::path& telemetry) {
+  std::ifstream in(telemetry);
+  std::map<std::pair<std::int64_t, std::string>, int> n;
+  for (std::string line; std::getline(in, line);) {
+    for (const std::string m : {"fp8_saturated_share", "fp8_underflow_share"}) {
+      const auto at = line.find("," + m + ",");
+      if (at == std::string::npos) continue;
+      const double v = std::stod(line.substr(at + m.size() + 2));
+      EXPECT_TRUE(v >= 0 && v <= 1) << line;
+      ++n[{std::stoll(line.substr(0, line.find(','))), m}];
+    }
+  }
+  return n;
+}
+
+TEST(TrainFp8Recipes, TelemetryStepsRecordCastSharesPerTensorAndChangeNoBit) {
+  // Every scaled tensor (2 layers × q k v o w1 w3 w2 × x, w, dy) gets its saturation and underflow shares at each
+  // telemetry step, per tensor (TE) and per block (DeepSeek) alike; a run with them has the weights of one without.
+  const ModelConfig c = small_config(32, 16, 2);
+  for (const std::string& policy : {std::string("te-fp8-delayed,fp8-scaling=delayed:4:max:0"), kDeepseekSmall}) {
+    const auto on = fresh_dir("fp8_shares_on");
+    const auto a = testing::train_run(c, policy, on, 3, [](TrainOptions& o) { o.telemetry_every = 2; });
+    const auto b = testing::train_run(c, policy, fresh_dir("fp8_shares_off"), 3,
+                                      [](TrainOptions& o) { o.telemetry_every = 0; });
+    EXPECT_EQ(a["weights_sha256"], b["weights_sha256"]) << policy;
+    const auto n = share_rows(on / "telemetry.csv");
+    for (std::int64_t step : {0, 2})
+      for (const std::string m : {"fp8_saturated_share", "fp8_underflow_share"})
+        EXPECT_EQ(n.count({step, m}) ? n.at({step, m}) : 0, 2 * 7 * 3) << policy << " step " << step << " " << m;
+    EXPECT_FALSE(n.count({1, "fp8_saturated_share"})) << policy;
+  }
+  // A policy without scaled fp8 has no such rows.
+  const auto none = fresh_dir("fp8_shares_none");
+  testing::train_run(c, "amp-bf16", none, 1, [](TrainOptions& o) { o.telemetry_every = 1; });
+  EXPECT_TRUE(share_rows(none / "telemetry.csv").empty());
 }
 
 }  // namespace
