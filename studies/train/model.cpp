@@ -862,11 +862,8 @@ double Transformer::total_loss(const Batch& b, std::span<const double> master) {
   return total;
 }
 
-double Transformer::loss_and_grad(const Batch& b, std::span<const double> master, double loss_scale,
-                                  std::span<double> grads, StepTelemetry& telemetry) {
-  current_step_ = telemetry.step;
-  runner_.set_step(telemetry.step);
-  const std::span<const double> w = working_weights(master);
+double Transformer::training_pass(const Batch& b, std::span<const double> w, double loss_scale, const GradOut& grads,
+                                  StepTelemetry& telemetry, GradSink sink) {
   // A training forward+backward folds its fp8 operands' amaxes into the delayed-scaling histories, then updates
   // the scales (Transformer Engine: at the end of the forward and of the backward; every tensor is read by one of
   // them, so one update after both is the same): evaluation and shadow passes read the scales only.
@@ -875,7 +872,7 @@ double Transformer::loss_and_grad(const Batch& b, std::span<const double> master
   const bool count = telemetry.detailed && telemetry.log != nullptr;
   runner_.set_fp8_counting(count);
   forward(b, w, &telemetry);
-  backward(b, w, loss_scale, grads, &telemetry, GradSink{});
+  backward(b, w, loss_scale, grads, &telemetry, sink);
   runner_.set_fp8_recording(false);
   if (count) {
     runner_.set_fp8_counting(false);
@@ -886,18 +883,21 @@ double Transformer::loss_and_grad(const Batch& b, std::span<const double> master
   return mean_loss_;
 }
 
+double Transformer::loss_and_grad(const Batch& b, std::span<const double> master, double loss_scale,
+                                  std::span<double> grads, StepTelemetry& telemetry) {
+  current_step_ = telemetry.step;
+  runner_.set_step(telemetry.step);
+  const std::span<const double> w = working_weights(master);
+  return training_pass(b, w, loss_scale, GradOut{grads}, telemetry, GradSink{});
+}
+
 double Transformer::loss_and_grad_accumulate(const Batch& b, std::span<const double> master, double loss_scale,
                                              std::span<double> grads, std::span<double> total, bool first,
                                              StepTelemetry& telemetry) {
   current_step_ = telemetry.step;
   runner_.set_step(telemetry.step);
   const std::span<const double> w = working_weights(master);
-  runner_.set_fp8_recording(true);
-  forward(b, w, &telemetry);
-  backward(b, w, loss_scale, grads, &telemetry, GradSink{total, first});
-  runner_.set_fp8_recording(false);
-  runner_.fp8_update();
-  return mean_loss_;
+  return training_pass(b, w, loss_scale, GradOut{grads}, telemetry, GradSink{total, first});
 }
 
 double Transformer::total_loss_stored(const Batch& b, const ParamStore& master) {
@@ -916,12 +916,7 @@ double Transformer::loss_and_grad_stored(const Batch& b, const ParamStore& maste
   current_step_ = telemetry.step;
   runner_.set_step(telemetry.step);
   const std::span<const double> w = working_weights(master);
-  runner_.set_fp8_recording(true);
-  forward(b, w, &telemetry);
-  backward(b, w, loss_scale, grad_out(grads), &telemetry, GradSink{});
-  runner_.set_fp8_recording(false);
-  runner_.fp8_update();
-  return mean_loss_;
+  return training_pass(b, w, loss_scale, grad_out(grads), telemetry, GradSink{});
 }
 
 double Transformer::loss_and_grad_accumulate_stored(const Batch& b, const ParamStore& master, double loss_scale,
@@ -933,15 +928,10 @@ double Transformer::loss_and_grad_accumulate_stored(const Batch& b, const ParamS
   current_step_ = telemetry.step;
   runner_.set_step(telemetry.step);
   const std::span<const double> w = working_weights(master);
-  runner_.set_fp8_recording(true);
-  forward(b, w, &telemetry);
   GradSink sink{{}, first};
   if (total.kind() == StorageKind::Binary64) sink.total = total.binary64();
   else sink.total_store = &total;
-  backward(b, w, loss_scale, grad_out(grads), &telemetry, sink);
-  runner_.set_fp8_recording(false);
-  runner_.fp8_update();
-  return mean_loss_;
+  return training_pass(b, w, loss_scale, grad_out(grads), telemetry, sink);
 }
 
 void Transformer::shadow(std::int64_t step, const Batch& b, std::span<const double> master, double loss_scale,

@@ -265,6 +265,10 @@ class Transformer final : public Model {
     ParamStore* total_store = nullptr;
     bool accumulates() const { return !total.empty() || total_store != nullptr; }
   };
+  /// One training forward+backward on the working weights w (every loss_and_grad* form): records the fp8 amaxes,
+  /// counts the fp8 casts' saturation and underflow at telemetry steps, updates the delayed scales.
+  double training_pass(const Batch& b, std::span<const double> w, double loss_scale, const GradOut& grads,
+                       StepTelemetry& telemetry, GradSink sink);
   void backward(const Batch& b, std::span<const double> master, double loss_scale, std::span<double> grads,
                 StepTelemetry* tel, GradSink sink);
   void backward(const Batch& b, std::span<const double> master, double loss_scale, const GradOut& grads,
