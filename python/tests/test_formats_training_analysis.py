@@ -207,3 +207,40 @@ def test_attribution_top_op_and_contrast_increase(tmp_path):
            for r in _read(out / "attribution_detail.csv")}
     wk = det[("nvfp4-no-rht", "shadow_norm_rel", "matmul", "bwd-weight", "1", "wk")]
     assert wk["runs"] == "2" and float(wk["mean"]) == pytest.approx((0.3 + 0.6) / 2)
+
+
+def test_signed_table_only_with_signed_telemetry_and_its_share_along(tmp_path):
+    seeds = (1, 2)
+    offs = {"fp32": (0, 0), "nvfp4": (0.05, 0.05)}
+    p = tmp_path / "runs.csv"
+    _write_runs(p, [(a, s, FP32[s] + o[s - 1]) for a, o in offs.items() for s in seeds])
+    runs = tmp_path / "runs"
+    for arm in offs:
+        for s in seeds:
+            v = {(0, "matmul", "bwd-weight", "w1", "shadow_norm_rel"): [0.2, 0.2],
+                 (0, "softmax", "fwd", "p", "shadow_norm_rel"): [1e-7, 1e-7]}
+            _write_telemetry(runs / f"arm-{arm}_seed-{s}" / "telemetry.csv", v)
+    out = tmp_path / "out"
+    A.main(["--runs", str(p), "--runs-dir", str(runs), "--out", str(out)])
+    assert not (out / "attribution_signed.csv").exists()  # no signed rows: the registered outputs only
+    assert "signed" not in (out / "summary.md").read_text()
+    for arm in offs:
+        for s in seeds:
+            v = {(0, "matmul", "bwd-weight", "w1", "shadow_norm_rel"): [0.2, 0.2],
+                 # nvfp4 seed 1 shrinks by 0.1 (along = -0.5), seed 2 by 0.2 (along = -1); fp32 unbiased
+                 (0, "matmul", "bwd-weight", "w1", "shadow_signed_rel"):
+                     [-0.1 * s, -0.1 * s] if arm == "nvfp4" else [1e-3, -1e-3],
+                 (0, "softmax", "fwd", "p", "shadow_norm_rel"): [1e-7, 1e-7],
+                 (0, "softmax", "fwd", "p", "shadow_signed_rel"): [-1e-8, -1e-8]}
+            _write_telemetry(runs / f"arm-{arm}_seed-{s}" / "telemetry.csv", v)
+    A.main(["--runs", str(p), "--runs-dir", str(runs), "--out", str(out)])
+    rows = {(r["arm"], r["metric"], r["op"], r["pass"]): r for r in _read(out / "attribution_signed.csv")}
+    r = rows[("nvfp4", "shadow_signed_rel", "matmul", "bwd-weight")]
+    assert r["rank"] == "1" and r["runs"] == "2"
+    assert float(r["mean"]) == pytest.approx(-0.15)
+    assert float(r["norm_mean"]) == pytest.approx(0.2)
+    assert float(r["along"]) == pytest.approx(-0.75)
+    r = rows[("fp32", "shadow_signed_rel", "matmul", "bwd-weight")]
+    assert float(r["mean"]) == pytest.approx(0.0, abs=1e-12)
+    assert rows[("fp32", "shadow_signed_rel", "softmax", "fwd")]["rank"] == "1"  # |-1e-8| > |0|
+    assert "| nvfp4 | matmul bwd-weight | -0.15 | 0.2 | -0.750 |" in (out / "summary.md").read_text()

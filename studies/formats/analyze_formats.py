@@ -21,6 +21,12 @@ policy, ...) and each run's telemetry.csv (the MPFR shadow's rows), and writes t
 - attribution_contrasts.csv  per contrast and attribution metric, the three (op, pass) whose mean error grew most
                     from the reference arm to the arm (arm - ref): the op whose error explains the gap;
 - attribution_detail.csv  the same means per (op, pass, layer, tensor): which projection, which block;
+- attribution_signed.csv  descriptive, outside the registered analysis, written only when the runs' telemetry has
+                    the shadow's signed error (A512 onwards; docs/trainer.md): per arm, signed metric
+                    (shadow_signed_rel = sum (y - r) r / sum r^2 of the op's own rounding, global_signed_rel the
+                    same against the fp64 twin) and (op, pass), the mean as for attribution.csv, the matching
+                    normwise mean, and `along` = signed / normwise (in [-1, 1]: near -1 the error is a shrinkage
+                    toward zero, a bias; near 0 it is orthogonal to the exact output, as unbiased noise is);
 - summary.md        the primary metric's arms, contrasts and claims and the attribution's first ranks as Markdown.
 
 Statistics: paired by seed (every arm of a seed starts from the same weights and sees the same batches); the 95 %
@@ -56,6 +62,7 @@ PRIMARY = "val_loss_fp32"
 MARGIN_PCT = 0.5   # X = 0.5 % of the fp32 arm's mean loss (registered; docs/studies/formats-training.md)
 LENIENT_PCT = 2.0  # reported beside it
 ATTR_METRICS = ["shadow_norm_rel", "global_norm_rel"]
+SIGNED_METRICS = {"shadow_signed_rel": "shadow_norm_rel", "global_signed_rel": "global_norm_rel"}
 
 
 # ---------------------------------------------------------------- Student's t quantile (no scipy)
@@ -172,9 +179,9 @@ def usable(r: dict, metric: str) -> bool:
     return not r["diverged"] and math.isfinite(r[metric])
 
 
-def read_attribution(runs: list[dict], runs_dir: str | None) -> tuple[dict, dict]:
+def read_attribution(runs: list[dict], runs_dir: str | None, metrics=ATTR_METRICS) -> tuple[dict, dict]:
     """(arm, metric, op, pass) -> list of per-run means (one per run with telemetry), and the same per
-    (arm, metric, op, pass, layer, tensor)."""
+    (arm, metric, op, pass, layer, tensor), for the telemetry metrics named in `metrics`."""
     out: dict = {}
     detail: dict = {}
     if not runs_dir:
@@ -187,7 +194,7 @@ def read_attribution(runs: list[dict], runs_dir: str | None) -> tuple[dict, dict
         acc_d: dict = {}
         with open(p, newline="") as f:
             for t in csv.DictReader(f):
-                if t["metric"] not in ATTR_METRICS:
+                if t["metric"] not in metrics:
                     continue
                 v = _float(t["value"])
                 if math.isfinite(v):
@@ -329,6 +336,24 @@ def analyse(runs: list[dict], attribution: dict, detail: dict | None = None) -> 
     return tables
 
 
+def signed_table(signed: dict, attribution: dict) -> list[dict]:
+    """attribution_signed.csv: per arm, signed metric and (op, pass), the mean signed error (per run over steps,
+    layers and tensors, then over runs), the normwise mean of the same runs' attribution, and their ratio."""
+    rows = []
+    for a in ARMS:
+        for sm, nm in SIGNED_METRICS.items():
+            keys = sorted(((op, ps) for (a2, m2, op, ps) in signed if a2 == a and m2 == sm),
+                          key=lambda k: -abs(float(np.mean(signed[(a, sm, *k)]))))
+            for i, (op, ps) in enumerate(keys):
+                v = float(np.mean(signed[(a, sm, op, ps)]))
+                n = attribution.get((a, nm, op, ps))
+                nv = float(np.mean(n)) if n else float("nan")
+                rows.append({"arm": a, "metric": sm, "op": op, "pass": ps, "runs": len(signed[(a, sm, op, ps)]),
+                             "mean": v, "norm_mean": nv, "along": v / nv if nv > 0 else float("nan"),
+                             "rank": i + 1})
+    return rows
+
+
 def _fmt(v):
     if isinstance(v, float):
         return "nan" if math.isnan(v) else repr(v)
@@ -388,6 +413,14 @@ def markdown(tables: dict) -> str:
         if r["metric"] == "shadow_norm_rel" and r["rank"] == 1:
             out.append(f"| {r['arm']} − {r['ref']} | {r['op']} {r['pass']} | {r['arm_value']:.3g} | "
                        f"{r['ref_value']:.3g} | {r['increase']:+.3g} |")
+    if tables.get("attribution_signed"):
+        out += ["", "Descriptive (not registered): the shadow's signed local error of each arm's three largest "
+                "(op, pass), and its share along the exact output (−1: shrinkage toward zero).", "",
+                "| arm | op, pass | mean shadow_signed_rel | mean shadow_norm_rel | along |", "|---|---|---:|---:|---:|"]
+        for r in tables["attribution_signed"]:
+            if r["metric"] == "shadow_signed_rel" and r["rank"] <= 3:
+                out.append(f"| {r['arm']} | {r['op']} {r['pass']} | {r['mean']:+.3g} | {r['norm_mean']:.3g} | "
+                           f"{_num(r['along'], 3)} |")
     return "\n".join(out) + "\n"
 
 
@@ -402,7 +435,11 @@ def main(argv=None) -> int:
             print(f"analyze_formats: --runs {p}: no such file", file=sys.stderr)
             return 2
     runs = read_runs(a.runs)
-    tables = analyse(runs, *read_attribution(runs, a.runs_dir))
+    attribution, detail = read_attribution(runs, a.runs_dir)
+    tables = analyse(runs, attribution, detail)
+    signed = signed_table(read_attribution(runs, a.runs_dir, tuple(SIGNED_METRICS))[0], attribution)
+    if signed:  # only where the telemetry has it: the T1 tables stay as they were
+        tables["attribution_signed"] = signed
     write_tables(tables, a.out)
     tmp = os.path.join(a.out, f"summary.md.roundoff-tmp.{os.getpid()}")
     with open(tmp, "w") as f:
