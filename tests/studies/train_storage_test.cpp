@@ -4,10 +4,12 @@
 #include <omp.h>
 
 #include <array>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "ops/policy.hpp"
 #include "studies/train/model.hpp"
@@ -236,6 +238,53 @@ TEST(TrainStorage, ResumeThroughBinary32StorageEqualsUninterrupted) {
     const RunResult parts = train(c, policy, 2, Force::None, "parts", 2);
     EXPECT_EQ(whole.sha, parts.sha) << policy;
     EXPECT_EQ(whole.curves, parts.curves) << policy;
+  }
+}
+
+/// An accumulated update's micro-steps summed straight into a binary32 total (no micro-step store: the trainer's
+/// path since 2026-11-30) against the same micro-steps through a binary32 micro-step store and finish_gradients:
+/// the same total bit for bit, the same losses, and the same first non-finite tensor named when a loss scale
+/// overflows the gradients (fp32 ops with fp16 gradients at 2^30: the ops' outputs stay finite, the rounding to the
+/// gradient role overflows in several tensors; the first in kAllParamTensors order is named, whatever order the
+/// backward finishes them in).
+TEST(TrainStorage, DirectAccumulationEqualsTheMicroStepStore) {
+  ModelConfig c = testing::small_config(16, 8, 2);
+  const TrainData data = synthetic_data(c);
+  for (const bool tied : {true, false}) {
+    c.tie_embeddings = tied;
+    for (const char* policy : {"ane-fp16", "pure-bf16,all.rounding=stochastic", "fp32,grads=fp16"}) {
+      for (const double scale : {1024.0, 0x1p30}) {
+        const ops::Policy p = ops::Policy::parse(policy);
+        Transformer direct(c, ResidualScale::None, p, 3), stored(c, ResidualScale::None, p, 3);
+        ASSERT_EQ(direct.grads_storage(), StorageKind::Binary32) << policy;
+        const std::vector<double> init = init_params(c, Recipe{}, residual_rule(ResidualScale::None, c.layers), 3);
+        ParamStore master(direct.master_storage(), init.size());
+        master.write(0, init);
+        ParamStore total_d(StorageKind::Binary32, init.size()), total_s(StorageKind::Binary32, init.size());
+        ParamStore micro(StorageKind::Binary32, init.size()), none;
+        for (int j = 0; j < 3; ++j) {
+          const Batch b = train_batch(data.train, c.seq, c.batch, 5, j);
+          StepTelemetry td, ts;
+          td.step = ts.step = j;
+          const double ld = direct.loss_and_grad_accumulate_stored(b, master, scale, none, total_d, j == 0, td);
+          const double ls = stored.loss_and_grad_accumulate_stored(b, master, scale, micro, total_s, j == 0, ts);
+          const std::string what = std::string(policy) + (tied ? " tied" : " untied") + " scale " +
+                                   std::to_string(scale) + " micro-step " + std::to_string(j);
+          EXPECT_EQ(ld, ls) << what;
+          EXPECT_EQ(td.first_nonfinite_op, ts.first_nonfinite_op) << what;
+          if (scale > 1e6 && std::string(policy) == "fp32,grads=fp16") {
+            EXPECT_TRUE(td.first_nonfinite_op.starts_with("grads-role rounding(")) << what << ": "
+                                                                                   << td.first_nonfinite_op;
+          }
+          const std::span<const float> a = std::as_const(total_d).binary32(), e = std::as_const(total_s).binary32();
+          ASSERT_EQ(a.size(), e.size());
+          std::size_t differ = 0;
+          for (std::size_t i = 0; i < a.size(); ++i)
+            differ += std::memcmp(&a[i], &e[i], sizeof(float)) != 0;
+          EXPECT_EQ(differ, 0u) << what;
+        }
+      }
+    }
   }
 }
 
