@@ -157,7 +157,8 @@ enum class Force { None, Binary64, Binary32 };
 /// `steps` updates of `policy` on c (accum `accum`, telemetry and evaluation every 2 updates), the own model as it
 /// is or with its storage forced; stop_after > 0 stops there and resumes.
 RunResult train(const ModelConfig& c, const std::string& policy, int accum, Force force, const std::string& name,
-                std::int64_t stop_after = 0) {
+                std::int64_t stop_after = 0,
+                std::size_t pack_cache_bytes = numerics::kernels::PackCache::kDefaultCapacity) {
   omp_set_num_threads(1);
   const ops::Policy p = ops::Policy::parse(policy);
   const TrainData data = synthetic_data(c);
@@ -178,7 +179,10 @@ RunResult train(const ModelConfig& c, const std::string& policy, int accum, Forc
   const auto run = [&](std::int64_t stop, bool resume) {
     o.stop_after = stop;
     o.resume = resume;
-    Transformer own(c, ResidualScale::None, p, o.seed), twin(c, ResidualScale::None, ops::Policy::preset("fp32"), o.seed);
+    ops::ExecOptions exec;
+    exec.pack_cache_bytes = pack_cache_bytes;
+    Transformer own(c, ResidualScale::None, p, o.seed, exec),
+        twin(c, ResidualScale::None, ops::Policy::preset("fp32"), o.seed, exec);
     const StorageKind kind = force == Force::Binary32 ? StorageKind::Binary32 : StorageKind::Binary64;
     StorageAs forced(own, kind, kind);
     Model& m = force == Force::None ? static_cast<Model&>(own) : forced;
@@ -284,6 +288,20 @@ TEST(TrainStorage, DirectAccumulationEqualsTheMicroStepStore) {
           EXPECT_EQ(differ, 0u) << what;
         }
       }
+    }
+  }
+}
+
+/// The pack cache's capacity (--pack-cache-mib) trades memory for repacking only: none, a few panels (some
+/// packs cached, the rest packed afresh at every micro-step) and the default give the same run.
+TEST(TrainStorage, PackCacheCapacityChangesNoBit) {
+  ModelConfig c = testing::small_config(16, 8, 2);
+  c.tie_embeddings = true;
+  for (const char* policy : {"fp32", "ane-fp16"}) {
+    const RunResult whole = train(c, policy, 3, Force::None, "cache_default");
+    for (const std::size_t bytes : {std::size_t{0}, std::size_t{4096}}) {
+      const RunResult capped = train(c, policy, 3, Force::None, "cache_" + std::to_string(bytes), 0, bytes);
+      expect_same(whole, capped, std::string(policy) + " pack cache " + std::to_string(bytes) + " bytes");
     }
   }
 }
