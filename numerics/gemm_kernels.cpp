@@ -517,7 +517,10 @@ struct ImmutableRange {
 
 /// The registry and the cache, behind one mutex (looked up once per gemm_fast call, outside its parallel region).
 struct PackCache::Impl {
+  explicit Impl(std::size_t capacity_bytes) : capacity(capacity_bytes) {}
   std::mutex mutex;
+  /// The most bytes of binary32 panels held, in entries and in spare buffers each (PackCache's constructor).
+  std::size_t capacity;
   std::vector<ImmutableRange> ranges;
   std::vector<std::shared_ptr<const PackedB>> entries;
   std::size_t bytes = 0;
@@ -537,7 +540,7 @@ struct PackCache::Impl {
   /// Panel buffers of dropped entries, kept for the next entries of the same size (a trainer re-registers its
   /// weights every update and packs the same shapes again): a fresh buffer would be zeroed and page-faulted in on
   /// every update. Every element of a buffer is written by pack_b before it is read (the layout's zero padding
-  /// included), so a reused buffer gives the bits of a fresh one. At most kPackCacheBytes in all.
+  /// included), so a reused buffer gives the bits of a fresh one. At most `capacity` bytes in all.
   std::vector<std::pair<std::unique_ptr<float[]>, std::size_t>> spare;
   std::size_t spare_bytes = 0;
 
@@ -572,11 +575,6 @@ std::size_t b_extent(ConstMatrix B, std::size_t K, std::size_t N) {
   return B.transposed ? (N - 1) * B.ld + K : (K - 1) * B.ld + N;
 }
 
-/// The cache's capacity: E11's own-precision weights (matmul and classifier B operands of the forward and
-/// bwd-data GEMMs, ≈ 500 MB of binary32 panels) fit; a pack that would exceed it is not cached (no eviction, so
-/// nothing is packed into fresh memory twice).
-constexpr std::size_t kPackCacheBytes = std::size_t{512} << 20;
-
 /// For a B inside a registered range: the cached pack of the same key (a hit), or a fresh entry to pack into and
 /// insert afterwards (a miss with room left); both null for any other B.
 std::pair<std::shared_ptr<const PackedB>, std::shared_ptr<PackedB>> cache_lookup(PackCache::Impl& pc, ConstMatrix B,
@@ -609,7 +607,7 @@ std::pair<std::shared_ptr<const PackedB>, std::shared_ptr<PackedB>> cache_lookup
       }
     ++pc.misses;
     const std::size_t floats = pk.panels * pk.K * kPanel;
-    if (pc.bytes + floats * sizeof(float) > kPackCacheBytes) return {};
+    if (pc.bytes + floats * sizeof(float) > pc.capacity) return {};
     auto fresh = std::make_shared<PackedB>();
     fresh->key = key;
     fresh->panels = pc.take_panels(floats);
@@ -808,7 +806,7 @@ void PackCache::Impl::drop_range(const double* data, std::size_t n) {
     const bool inside = e->key.data >= data && e->key.data < data + n;
     if (!inside) return false;
     bytes -= e->floats * sizeof(float);
-    if (e.use_count() == 1 && spare_bytes + e->floats * sizeof(float) <= kPackCacheBytes) {
+    if (e.use_count() == 1 && spare_bytes + e->floats * sizeof(float) <= capacity) {
       // Sole owner: the entry was made non-const by cache_lookup (make_shared<PackedB>), so its panels may move.
       auto& owned = const_cast<PackedB&>(*e);
       spare_bytes += owned.floats * sizeof(float);
@@ -823,8 +821,18 @@ void PackCache::Impl::drop_range(const double* data, std::size_t n) {
   });
 }
 
-PackCache::PackCache() : impl_(std::make_unique<Impl>()) {}
+PackCache::PackCache(std::size_t capacity_bytes) : impl_(std::make_unique<Impl>(capacity_bytes)) {}
 PackCache::~PackCache() = default;
+
+void PackCache::set_capacity(std::size_t capacity_bytes) {
+  const std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->capacity = capacity_bytes;
+}
+
+std::size_t PackCache::capacity() const {
+  const std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->capacity;
+}
 
 void PackCache::register_immutable(const double* data, std::size_t n, std::uint64_t version) {
   Impl& pc = *impl_;

@@ -81,7 +81,8 @@ void cast_values(const OperandCast& c, std::span<const double> src, std::span<do
 /// plan under the same version: the packing is a function of those and of the values alone, so the product is
 /// the same bits as packing afresh. The trainer's model registers its working weights once per update (an
 /// update's micro-steps and the own-precision evaluation then pack each weight matrix once). Unregistered memory
-/// is never cached. The cache holds at most 512 MiB of binary32 panels; a pack beyond that is not cached. Not
+/// is never cached. The cache holds at most its capacity (512 MiB by default) of binary32 panels; a pack beyond
+/// that is not cached. Not
 /// used for the native fp16 kernel's packing (AVX512-FP16). Thread-safe (one mutex, taken once per call).
 struct PackCacheStats {
   std::size_t ranges, entries, bytes;
@@ -89,7 +90,13 @@ struct PackCacheStats {
 };
 class PackCache {
  public:
-  PackCache();
+  /// The default capacity: E11's own-precision weights (matmul and classifier B operands of the forward and
+  /// bwd-data GEMMs, ≈ 500 MB of binary32 panels) fit.
+  static constexpr std::size_t kDefaultCapacity = std::size_t{512} << 20;
+  /// capacity_bytes: the most bytes of packed panels the cache holds (and, apart, of spare panel buffers kept for
+  /// reuse); a pack that would exceed it is not cached (no eviction, so nothing is packed into fresh memory twice).
+  /// Only speed and memory depend on it, never a bit of a product. 0: nothing is cached.
+  explicit PackCache(std::size_t capacity_bytes = kDefaultCapacity);
   ~PackCache();
   PackCache(const PackCache&) = delete;
   PackCache& operator=(const PackCache&) = delete;
@@ -97,6 +104,9 @@ class PackCache {
   void register_immutable(const double* data, std::size_t n, std::uint64_t version);
   void unregister_immutable(const double* data);
   PackCacheStats stats() const;
+  /// The capacity of later insertions (entries already held stay until their range is dropped).
+  void set_capacity(std::size_t capacity_bytes);
+  std::size_t capacity() const;
 
   struct Impl;  ///< the registry and the entries (gemm_kernels.cpp)
   Impl& impl() const { return *impl_; }

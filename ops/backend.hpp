@@ -117,6 +117,9 @@ struct ExecOptions {
   numerics::KernelOptions kernels{};
   /// The B-operand pack cache of the GEMMs (not owned; nullptr: none). The Runner points it at its own.
   numerics::kernels::PackCache* pack_cache = nullptr;
+  /// The capacity of the Runner's own pack cache (numerics::kernels::PackCache; memory against repacking, never
+  /// a bit).
+  std::size_t pack_cache_bytes = numerics::kernels::PackCache::kDefaultCapacity;
   /// Test hook (not owned; nullptr: record nothing): see KeyLog.
   KeyLog* key_log = nullptr;
 };

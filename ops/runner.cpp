@@ -134,13 +134,16 @@ struct ReferenceArgs {
 
 Runner::Runner(const Policy& policy, std::uint64_t seed, const ExecOptions& exec)
     : policy_(policy), seed_(seed), fp8_(policy.fp8_scaling()),
-      pack_cache_(std::make_unique<numerics::kernels::PackCache>()) {
+      pack_cache_(std::make_unique<numerics::kernels::PackCache>(exec.pack_cache_bytes)) {
   set_exec(exec);
 }
 
 void Runner::set_exec(const ExecOptions& exec) {
   exec_ = exec;
-  if (exec_.pack_cache == nullptr) exec_.pack_cache = pack_cache_.get();
+  if (exec_.pack_cache == nullptr) {
+    exec_.pack_cache = pack_cache_.get();
+    if (pack_cache_->capacity() != exec_.pack_cache_bytes) pack_cache_->set_capacity(exec_.pack_cache_bytes);
+  }
   ctx_.clear();
   ctx_.reserve(kOpCount * kPassCount);
   ctx_kept_.clear();

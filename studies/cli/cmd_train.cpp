@@ -32,6 +32,7 @@ struct TrainArgs {
   std::uint64_t seed = 1;
   double lr = 1e-3, clip = 1.0, weight_decay = 0.1;
   int threads = 1;
+  std::int64_t pack_cache_mib = 512;
   std::string out, corpus;
   bool resume = false, profile = false, check = false;
 };
@@ -208,6 +209,11 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "OpenMP threads (results do not depend on it)")
       ->capture_default_str()
       ->check(thread_count());
+  cmd->add_option("--pack-cache-mib", args->pack_cache_mib,
+                  "MiB of packed GEMM weight panels kept between an update's micro-steps (memory against repacking; "
+                  "no bit depends on it; 0: none)")
+      ->capture_default_str()
+      ->check(integer_in(0, std::int64_t{1} << 20));
   cmd->add_option("--corpus", args->corpus, "prepared corpus: brown, kjv or children (under $ROUNDOFF_DATA), or a directory (default: brown, else the excerpt)");
   cmd->add_option("--out", args->out, "results directory")->required();
   cmd->add_flag("--resume", args->resume, "continue from DIR/checkpoint.bin");
@@ -288,6 +294,7 @@ void add_train_command(CLI::App& app) {
     spec.eval_tokens = a.eval_tokens;
     spec.shadow_units = a.shadow_units;
     spec.profile = a.profile;
+    spec.exec.pack_cache_bytes = static_cast<std::size_t>(a.pack_cache_mib) << 20;
     if (given("--corpus") && a.corpus.empty())
       throw CliError("train: --corpus must name a corpus (brown, kjv, children) or a directory (got an empty string)");
     if (!a.corpus.empty()) spec.corpus_dir = a.corpus;

@@ -90,6 +90,29 @@ constexpr const char* kGradRoundingAccumulate = "model: gradient rounding + accu
 constexpr const char* kGradZeroing = "model: gradient zeroing";
 constexpr const char* kBufferGrowth = "model: buffer growth";
 
+/// Binary32 gradients are finished in pieces of this many values (binary64 copies on the stack).
+constexpr std::size_t kGradPiece = 2048;
+
+/// One piece of a micro-step's gradients, `part` (binary64 values), finished into the binary32 total `total`
+/// (part.size() ≤ kGradPiece elements): rounded to the gradient role `plan` (when `round`), scanned, then
+/// summed by accumulate_and_clear (first: total = part) and stored back narrowed (exact: fp32 sums); part is left
+/// +0. Returns false when the rounded part holds a non-finite value. finish_gradients and finish_slice both finish
+/// through it, so an accumulated update has the same bits with or without a micro-step store.
+bool finish_piece(const numerics::RoundingPlan& plan, bool round, std::span<double> part, std::span<float> total,
+                  bool first) {
+  bool ok = true;
+  if (round) {
+    numerics::round_array(plan, numerics::Rounding::NearestEven, part, part);
+    ok = numerics::all_finite(part);
+  }
+  std::array<double, kGradPiece> tp;
+  const std::span<double> t(tp.data(), part.size());
+  for (std::size_t i = 0; i < part.size(); ++i) t[i] = static_cast<double>(total[i]);
+  accumulate_and_clear(t, part, first);
+  for (std::size_t i = 0; i < part.size(); ++i) total[i] = static_cast<float>(t[i]);  // fp32 sums: exact
+  return ok;
+}
+
 /// Installs an observer on the Runner for one pass; the previous one comes back when the pass ends.
 class ObserverScope {
  public:
@@ -412,7 +435,26 @@ Transformer::Slot Transformer::grad_slot(ParamTensor t, int l) const {
 }
 
 template <class F>
-void Transformer::with_grad(const GradOut& g, Slot at, F&& op) {
+void Transformer::with_grad(const GradOut& g, Slot at, F&& op, bool last) {
+  if (g.direct != nullptr) {
+    DirectSink& d = *g.direct;
+    const bool continued = d.pending_off == at.off;
+    std::vector<double>& buf = continued ? d.pending : *g.scratch;
+    if (!continued) buf.assign(at.n, 0.0);
+    const std::span<double> dw(buf.data(), at.n);
+    op(dw);
+    if (!last) {
+      if (!continued) std::swap(d.pending, buf);  // the scratch serves the next slices meanwhile
+      d.pending_off = at.off;
+      return;
+    }
+    finish_slice(d, at, dw);
+    if (continued) {
+      std::vector<double>().swap(d.pending);
+      d.pending_off = static_cast<std::size_t>(-1);
+    }
+    return;
+  }
   if (g.store == nullptr) return op(g.binary64.subspan(at.off, at.n));
   const std::span<double> dw = g.store->view(at.off, at.n, *g.scratch);
   op(dw);
@@ -438,7 +480,7 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
   const void* key = grads.store != nullptr ? static_cast<const void*>(grads.store->binary32().data())
                                            : static_cast<const void*>(grads.binary64.data());
   const std::size_t size = grads.store != nullptr ? grads.store->size() : grads.binary64.size();
-  const bool cleared = key == cleared_grads_ && size == cleared_size_;
+  const bool cleared = grads.direct != nullptr || (key == cleared_grads_ && size == cleared_size_);
   cleared_grads_ = nullptr;
   if (!cleared)
     ops::timed_phase(profile_, kGradZeroing, [&] {
@@ -448,7 +490,7 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
   // Binary32 gradients: each weight-gradient op writes its slice through this binary64 scratch (with_grad).
   std::vector<double> scratch;
   GradOut g = grads;
-  if (g.store != nullptr && g.scratch == nullptr) g.scratch = &scratch;
+  if ((g.store != nullptr || g.direct != nullptr) && g.scratch == nullptr) g.scratch = &scratch;
   // Tied embeddings: the classifier reads wte, and its weight gradient is added into wte's before the
   // embedding's scatter-add (two gradients summed, one update).
   const std::span<const double> wcls = c_.tie_embeddings ? p.wte : p.wcls;
@@ -467,10 +509,13 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
                                       loss_scale / static_cast<double>(N), {N, V});
   const Span dxf = zeros(b.dxf);
   runner_.matmul_backward_data({OpKind::Classifier, -1, "dx", ops::Observe::Outputs, "logits"}, dxf, dlogits, wcls, {N, C, V});
-  with_grad(g, dwcls, [&](Span dw) {
-    runner_.matmul_backward_weight({OpKind::Classifier, -1, "wcls", ops::Observe::Outputs, "logits"}, dw, dlogits, xf_,
-                                   {N, C, V});
-  });
+  with_grad(
+      g, dwcls,
+      [&](Span dw) {
+        runner_.matmul_backward_weight({OpKind::Classifier, -1, "wcls", ops::Observe::Outputs, "logits"}, dw,
+                                       dlogits, xf_, {N, C, V});
+      },
+      /*last=*/!c_.tie_embeddings);  // tied: the embedding's scatter-add below adds into the same slice
   zeros(b.dx);
   std::vector<double>& dx = b.dx;
   // dx (N, C), dlnfw (C) through the final norm
@@ -552,7 +597,10 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
   with_grad(g, grad_slot(ParamTensor::Embedding, 0), [&](Span dw) {
     runner_.embedding_backward_weight({OpKind::Embedding, -1, "wte"}, dw, dx, bt.inputs, rows);
   });
-  if (g.store != nullptr) {
+  if (g.direct != nullptr) {
+    std::vector<double>().swap(scratch);
+    finish_direct(*g.direct, tel);
+  } else if (g.store != nullptr) {
     std::vector<double>().swap(scratch);  // freed before the gradient pass
     finish_gradients(*g.store, tel, sink);
   } else {
@@ -717,25 +765,21 @@ void Transformer::finish_gradients(ParamStore& grads, StepTelemetry* tel, GradSi
       const auto ranges = static_cast<std::int64_t>((n + kRange - 1) / kRange);
 #pragma omp parallel for schedule(static) reduction(&& : ok)
       for (std::int64_t r = 0; r < ranges; ++r) {
-        constexpr std::size_t kPiece = 2048;
-        std::array<double, kPiece> gp, tp;
+        std::array<double, kGradPiece> gp;
         const std::size_t b = static_cast<std::size_t>(r) * kRange, e = std::min(n, b + kRange);
-        for (std::size_t at = off + b; at < off + e; at += kPiece) {
-          const std::size_t k = std::min(kPiece, off + e - at);
+        for (std::size_t at = off + b; at < off + e; at += kGradPiece) {
+          const std::size_t k = std::min(kGradPiece, off + e - at);
           const std::span<double> part(gp.data(), k);
           for (std::size_t i = 0; i < k; ++i) part[i] = static_cast<double>(g32[at + i]);
-          if (round) {
-            numerics::round_array(plan, numerics::Rounding::NearestEven, part, part);
-            ok = ok && numerics::all_finite(part);
-          }
           if (accumulate) {
-            const std::span<double> total(tp.data(), k);
-            for (std::size_t i = 0; i < k; ++i) total[i] = static_cast<double>(t32[at + i]);
-            accumulate_and_clear(total, part, sink.first);
-            for (std::size_t i = 0; i < k; ++i) t32[at + i] = static_cast<float>(total[i]);  // fp32 sums: exact
+            ok = finish_piece(plan, round, part, t32.subspan(at, k), sink.first) && ok;
             std::fill(g32.begin() + static_cast<std::ptrdiff_t>(at), g32.begin() + static_cast<std::ptrdiff_t>(at + k),
                       0.0f);
           } else {
+            if (round) {
+              numerics::round_array(plan, numerics::Rounding::NearestEven, part, part);
+              ok = ok && numerics::all_finite(part);
+            }
             for (std::size_t i = 0; i < k; ++i) g32[at + i] = static_cast<float>(part[i]);  // gf values: exact
           }
         }
@@ -750,6 +794,63 @@ void Transformer::finish_gradients(ParamStore& grads, StepTelemetry* tel, GradSi
     cleared_grads_ = g32.data();
     cleared_size_ = g32.size();
   }
+}
+
+void Transformer::finish_slice(DirectSink& d, Slot at, std::span<double> part) {
+  const numerics::Format& gf = runner_.policy().storage_for(ops::TensorRole::Gradient);
+  const bool round = !(gf == numerics::formats::fp64);
+  const numerics::RoundingPlan plan(gf);
+  const std::span<float> t32 = d.total->binary32().subspan(at.off, at.n);
+  bool ok = true, exact = true;
+  ops::timed_phase(profile_, kGradRoundingAccumulate, [&] {
+    constexpr std::size_t kRange = std::size_t{1} << 15;
+    const auto ranges = static_cast<std::int64_t>((at.n + kRange - 1) / kRange);
+#pragma omp parallel for schedule(static) reduction(&& : ok, exact)
+    for (std::int64_t r = 0; r < ranges; ++r) {
+      const std::size_t b = static_cast<std::size_t>(r) * kRange, e = std::min(at.n, b + kRange);
+      for (std::size_t i = b; i < e; i += kGradPiece) {
+        const std::size_t k = std::min(kGradPiece, e - i);
+        const std::span<double> piece = part.subspan(i, k);
+        // The store's narrowing check (ParamStore::write): every value a weight-gradient op writes is binary32.
+        for (const double v : piece) exact = exact && (std::isnan(v) || static_cast<double>(static_cast<float>(v)) == v);
+        ok = finish_piece(plan, round, piece, t32.subspan(i, k), d.first) && ok;
+      }
+    }
+  });
+  if (!exact)
+    throw std::logic_error("Transformer: a weight gradient that is not a binary32 value under binary32 gradient "
+                           "storage");
+  if (!ok)
+    for (const ParamTensor t : kAllParamTensors)
+      if (at.off >= lay_.offset_of(t) && at.off < lay_.offset_of(t) + lay_.size_of(t)) d.nonfinite.push_back(t);
+  d.finished.push_back(at);
+}
+
+void Transformer::finish_direct(DirectSink& d, StepTelemetry* tel) {
+  if (d.pending_off != static_cast<std::size_t>(-1))
+    throw std::logic_error("Transformer: a gradient slice was left pending by its last writer");
+  std::sort(d.finished.begin(), d.finished.end(), [](Slot a, Slot b) { return a.off < b.off; });
+  const std::vector<Slot> done = std::move(d.finished);
+  d.finished.clear();
+  std::size_t at = 0;
+  std::vector<double> zeros;
+  const auto finish_zeros = [&](std::size_t end) {  // elements no op wrote: +0, as in a cleared store
+    if (end <= at) return;
+    zeros.assign(end - at, 0.0);
+    finish_slice(d, {at, end - at}, zeros);
+  };
+  for (const Slot s : done) {
+    if (s.off < at) throw std::logic_error("Transformer: a gradient slice was finished twice");
+    finish_zeros(s.off);
+    at = s.off + s.n;
+  }
+  finish_zeros(d.total->size());
+  if (tel != nullptr && tel->first_nonfinite_op.empty())
+    for (const ParamTensor t : kAllParamTensors)
+      if (std::find(d.nonfinite.begin(), d.nonfinite.end(), t) != d.nonfinite.end()) {
+        tel->first_nonfinite_op = "grads-role rounding(" + std::string(name_of(t)) + ")";
+        break;
+      }
 }
 
 bool Transformer::derived_current(const void* data, std::size_t n) const {
@@ -922,12 +1023,23 @@ double Transformer::loss_and_grad_stored(const Batch& b, const ParamStore& maste
 double Transformer::loss_and_grad_accumulate_stored(const Batch& b, const ParamStore& master, double loss_scale,
                                                     ParamStore& grads, ParamStore& total, bool first,
                                                     StepTelemetry& telemetry) {
-  if (grads.kind() != total.kind() ||
-      (grads.kind() == StorageKind::Binary32 && grads_storage() != StorageKind::Binary32))
+  const bool direct_sum = grads.size() == 0;  // no micro-step store
+  if (direct_sum && total.kind() != StorageKind::Binary32)  // binary64 gradients: through a temporary store
+    return Model::loss_and_grad_accumulate_stored(b, master, loss_scale, grads, total, first, telemetry);
+  if ((!direct_sum && grads.kind() != total.kind()) ||
+      (total.kind() == StorageKind::Binary32 && grads_storage() != StorageKind::Binary32))
     throw std::logic_error("loss_and_grad_accumulate: gradient stores of another kind than the policy's");
   current_step_ = telemetry.step;
   runner_.set_step(telemetry.step);
   const std::span<const double> w = working_weights(master);
+  if (direct_sum) {  // each slice summed into the binary32 total as it completes (DirectSink)
+    DirectSink direct;
+    direct.total = &total;
+    direct.first = first;
+    GradOut out;
+    out.direct = &direct;
+    return training_pass(b, w, loss_scale, out, telemetry, GradSink{});
+  }
   GradSink sink{{}, first};
   if (total.kind() == StorageKind::Binary64) sink.total = total.binary64();
   else sink.total_store = &total;

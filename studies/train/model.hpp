@@ -177,16 +177,30 @@ class Transformer final : public Model {
   void allocate_backward(const Dims& d);
   using Span = std::span<double>;
   using CSpan = std::span<const double>;
-  /// The weight gradients a backward pass writes: binary64 ones in place (`binary64`), or a Binary32 ParamStore
-  /// (`store`) written through `scratch`, one op's slice at a time.
+  /// Elements [off, off + n) of the gradients: one tensor (of one layer).
+  struct Slot {
+    std::size_t off, n;
+  };
+  /// A micro-step of an accumulated update with binary32 gradients summed straight into the update's binary32
+  /// total (loss_and_grad_accumulate_stored without a micro-step store): each slice's gradient is finished —
+  /// rounded to the gradient role, scanned, summed into the total by the same elementwise operations as
+  /// finish_gradients — as soon as its last writer ran, so no parameter-sized micro-step vector is held.
+  struct DirectSink {
+    ParamStore* total = nullptr;
+    bool first = true;
+    std::vector<double> pending;  ///< a slice between its writers (the tied wte: classifier, then embedding)
+    std::size_t pending_off = static_cast<std::size_t>(-1);
+    std::vector<Slot> finished;            ///< every finished slice (each element once: checked at the end)
+    std::vector<ParamTensor> nonfinite;    ///< tensors whose rounded gradients held a non-finite value
+  };
+  /// The weight gradients a backward pass writes: binary64 ones in place (`binary64`), a Binary32 ParamStore
+  /// (`store`) written through `scratch` one op's slice at a time, or (`direct`) no store: each slice through
+  /// `scratch` into the DirectSink's total.
   struct GradOut {
     std::span<double> binary64;
     ParamStore* store = nullptr;
     std::vector<double>* scratch = nullptr;
-  };
-  /// Elements [off, off + n) of the gradients: one tensor (of one layer).
-  struct Slot {
-    std::size_t off, n;
+    DirectSink* direct = nullptr;
   };
   /// One block's part of the per-layer parameter tensors (T = const double: the weights; double: their gradients).
   template <class T>
@@ -249,9 +263,18 @@ class Transformer final : public Model {
   Slot grad_slot(ParamTensor t, int l) const;
   /// op(dw) with dw the gradient elements of `at`: a span of g.binary64 itself, or g.scratch widened from the store
   /// and narrowed back into it after op (exact: every value a weight-gradient op stores is a value of its
-  /// storage format, which grads_storage() found binary32).
+  /// storage format, which grads_storage() found binary32). Direct (g.direct): dw starts at +0 (or holds the
+  /// slice's earlier writers' sum), and after op the slice is finished (finish_slice) unless `last` is false (a
+  /// later op writes into the same slice: it is kept pending until then).
   template <class F>
-  void with_grad(const GradOut& g, Slot at, F&& op);
+  void with_grad(const GradOut& g, Slot at, F&& op, bool last = true);
+  /// A direct micro-step's slice `at`, complete in `part` (binary64 values of binary32): rounded to the gradient
+  /// role, scanned, summed into d.total (accumulate_and_clear), as finish_gradients does range by range.
+  void finish_slice(DirectSink& d, Slot at, std::span<double> part);
+  /// The end of a direct backward: every gradient element no op wrote is finished as +0 (as a cleared store's
+  /// would be), each element finished once (else std::logic_error), then the first non-finite tensor named
+  /// in kAllParamTensors order, as finish_gradients names it.
+  void finish_direct(DirectSink& d, StepTelemetry* tel);
   /// One AdamW update of tensor `tensor` (its elements w, g; its moments at offset `off` of m, v).
   void update_slice(ParamTensor tensor, std::span<double> w, ParamStore& m, ParamStore& v, std::size_t off,
                     std::span<const double> g, const Recipe& recipe, double lr, std::int64_t t, double coef);

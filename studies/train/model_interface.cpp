@@ -41,6 +41,10 @@ double Model::loss_and_grad_stored(const Batch& b, const ParamStore& master, dou
 double Model::loss_and_grad_accumulate_stored(const Batch& b, const ParamStore& master, double loss_scale,
                                               ParamStore& grads, ParamStore& total, bool first,
                                               StepTelemetry& telemetry) {
+  if (grads.size() == 0 && total.size() != 0) {
+    ParamStore micro(total.kind(), total.size());
+    return loss_and_grad_accumulate_stored(b, master, loss_scale, micro, total, first, telemetry);
+  }
   std::vector<double> w, g, t;
   const std::span<double> gs = widened(grads, g), ts = widened(total, t);
   const double loss = loss_and_grad_accumulate(b, widened(master, w), loss_scale, gs, ts, first, telemetry);

@@ -85,6 +85,8 @@ class Model {
   virtual double total_loss_stored(const Batch& b, const ParamStore& master);
   virtual double loss_and_grad_stored(const Batch& b, const ParamStore& master, double loss_scale, ParamStore& grads,
                                       StepTelemetry& telemetry);
+  /// `grads` may be an empty store (size 0): the micro-step's gradients then need no store of their own (Transformer
+  /// with binary32 gradients sums each slice into `total` as it completes; this default uses a temporary store).
   virtual double loss_and_grad_accumulate_stored(const Batch& b, const ParamStore& master, double loss_scale,
                                                  ParamStore& grads, ParamStore& total, bool first,
                                                  StepTelemetry& telemetry);

@@ -250,7 +250,10 @@ void Trainer::start() {
     log_.curve(0, "loss_scale", scaler_.scale());
   }
   grads_ = ParamStore(own_.grads_storage(), layout_.total);
-  if (opts_.recipe.accum > 1) micro_grads_ = ParamStore(own_.grads_storage(), layout_.total);
+  // Binary32 gradients of an accumulated update are summed into grads_ slice by slice as the backward completes
+  // them (no micro-step store: Transformer's DirectSink); binary64 ones go through micro_grads_.
+  if (opts_.recipe.accum > 1 && own_.grads_storage() == StorageKind::Binary64)
+    micro_grads_ = ParamStore(own_.grads_storage(), layout_.total);
   weights_changed();
   started_at_ = step_;
   wall_start_ = now_seconds();
@@ -339,14 +342,19 @@ double Trainer::micro_steps(std::int64_t s, double scale, StepTelemetry& tel) {
     // A micro-step of an accumulated update sums its gradients into grads_ in the model's gradient pass
     // (loss_and_grad_accumulate), except when the underflow telemetry must read them first.
     const bool fused = accum > 1 && !tel.detailed;
+    // Unfused with accum > 1 is the first micro-step (a telemetry step's), whose sum is its own gradient:
+    // without a micro-step store it is written into grads_ directly.
+    const bool into_total = gradients_in_total();
+    ParamStore no_store;
     const double micro_loss =
-        fused ? own_.loss_and_grad_accumulate_stored(batch, master_, scale, micro_grads_, grads_, j == 0, tel)
-              : own_.loss_and_grad_stored(batch, master_, scale, accum == 1 ? grads_ : micro_grads_, tel);
+        fused ? own_.loss_and_grad_accumulate_stored(batch, master_, scale, into_total ? no_store : micro_grads_,
+                                                     grads_, j == 0, tel)
+              : own_.loss_and_grad_stored(batch, master_, scale, into_total ? grads_ : micro_grads_, tel);
     if (tel.detailed)
       ops::timed_phase(profile_, "trainer: underflow telemetry",
-                       [&] { log_gradient_underflow(s, batch, accum, scale); });
+                       [&] { log_gradient_underflow(s, batch, scale); });
     tel.detailed = detailed;
-    if (accum > 1 && !fused)
+    if (accum > 1 && !fused && !into_total)
       ops::timed_phase(profile_, "trainer: accumulate", [&] { accumulate_gradients(grads_, micro_grads_, j == 0); });
     loss += micro_loss;
     micro_losses_.push_back(micro_loss);
@@ -432,17 +440,19 @@ void Trainer::print_progress(double loss, double lr) const {
   *progress_ << line << std::flush;
 }
 
-void Trainer::log_gradient_underflow(std::int64_t s, const Batch& batch, int accum, double loss_scale) {
-  // The own micro-step's gradients are in grads_ (accum 1) or micro_grads_ (accum > 1, where grads_ is dead
-  // at the first micro-step: accumulate_gradients overwrites it next). The fp32 pass writes into the other
-  // buffer, so no third parameter-sized vector is held.
-  const ParamStore& own = accum == 1 ? grads_ : micro_grads_;
+void Trainer::log_gradient_underflow(std::int64_t s, const Batch& batch, double loss_scale) {
+  // The own micro-step's gradients are in grads_ (gradients_in_total) or micro_grads_ (binary64 gradients with
+  // accum > 1, where grads_ is dead at the first micro-step: accumulate_gradients overwrites it next). The fp32
+  // pass writes into the other buffer.
+  // Without a micro-step store (binary32 gradients, accum > 1) the first micro-step's gradients are in grads_.
+  const bool in_grads = gradients_in_total();
+  const ParamStore& own = in_grads ? grads_ : micro_grads_;
   const ParamStore* g32 = &own;
   // When the fp32 model is the own model (its policy is fp32's: deterministic, no step-keyed rounding), the
   // fp32 pass at loss scale 1 would repeat the own pass bit for bit: its gradients are the own ones.
   if (&fp32_ != &own_ || loss_scale != 1.0) {
-    if (accum == 1 && micro_grads_.size() != layout_.total) micro_grads_ = ParamStore(grads_.kind(), layout_.total);
-    ParamStore& out = accum == 1 ? micro_grads_ : grads_;
+    if (in_grads && micro_grads_.size() != layout_.total) micro_grads_ = ParamStore(grads_.kind(), layout_.total);
+    ParamStore& out = in_grads ? micro_grads_ : grads_;
     StepTelemetry quiet;
     quiet.step = s;
     fp32_.set_profile(nullptr);  // the phase times this pass; its op calls are not the step's
@@ -460,6 +470,10 @@ void Trainer::log_gradient_underflow(std::int64_t s, const Batch& batch, int acc
       log_.telemetry(s, -1, "grad", "bwd-weight", name_of(t), "underflow_fraction",
                      static_cast<double>(c.hits) / static_cast<double>(c.selected));
   }
+}
+
+bool Trainer::gradients_in_total() const {
+  return opts_.recipe.accum == 1 || own_.grads_storage() == StorageKind::Binary32;
 }
 
 void Trainer::make_room_for(Model& next) {

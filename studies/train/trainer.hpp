@@ -159,7 +159,7 @@ class Trainer {
   /// gradients) but not in an fp32 pass over the same batch and weights (STUDY_PROTOCOL §4.4 "gradient
   /// underflow fraction").
   /// `loss_scale`: the scale of the own pass.
-  void log_gradient_underflow(std::int64_t step, const Batch& batch, int accum, double loss_scale);
+  void log_gradient_underflow(std::int64_t step, const Batch& batch, double loss_scale);
   /// Tensor t: fraction of elements with a non-zero gradient whose master weight did not change (before_:
   /// t's weights before its update).
   void log_stagnation(std::int64_t step, ParamTensor t);
@@ -188,7 +188,10 @@ class Trainer {
   ParamStore m_, v_;
   /// The micro-step gradients when accum > 1; with accum 1, the fp32 pass's gradients of the underflow
   /// telemetry (allocated at the first detailed step). Stored as grads_.
-  ParamStore micro_grads_;
+  ParamStore micro_grads_;  ///< binary64 gradients of an accumulated update's micro-step; else the underflow pass's
+  /// True when a micro-step's gradients go straight into grads_: one micro-step per update, or binary32 gradients
+  /// (summed slice by slice as the backward completes them); else through micro_grads_.
+  bool gradients_in_total() const;
   std::vector<double> before_;  ///< one tensor's master weights before its update (stagnation telemetry)
   std::deque<double> micro_losses_;  ///< the last kAutoAneWindow micro-step training losses
   LossScaler scaler_;

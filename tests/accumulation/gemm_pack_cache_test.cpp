@@ -105,6 +105,44 @@ TEST(GemmPackCache, ReusedPacksGiveTheBitsOfFreshOnes) {
   EXPECT_EQ(cache.stats().ranges, 0u);
 }
 
+/// A cache's capacity bounds what it holds: a pack larger than what is left is not cached (its product is packed
+/// afresh every call, the same bits), capacity 0 caches nothing, and set_capacity applies to later insertions.
+TEST(GemmPackCache, CapacityBoundsTheEntriesAndChangesNoBit) {
+  if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX2 or AVX-512";
+  std::mt19937_64 rng(8);
+  const Accumulation a = parse_accumulation("fp32-seq");
+  const Product small{19, 16, 45, true, 0, 45}, large{19, 131, 45, true, 0, 45};
+  const std::vector<double> buf = random_values(rng, formats::fp32, 131 * 45, Regime::Normal);
+  const std::vector<double> A = random_values(rng, formats::fp32, 19 * 45, Regime::Normal);
+  const KernelOptions opts{true, k::detected_isa()};
+  k::PackCache reference;
+  const std::vector<double> want_small = product(&reference, opts, a, A, buf, small, nullptr);
+  const std::vector<double> want_large = product(&reference, opts, a, A, buf, large, nullptr);
+  // The small pack's bytes: what a default cache holds after caching it alone.
+  k::PackCache probe;
+  probe.register_immutable(buf.data(), buf.size(), 1);
+  (void)product(&probe, opts, a, A, buf, small, nullptr);
+  const std::size_t small_bytes = probe.stats().bytes;
+  ASSERT_GT(small_bytes, 0u);
+  EXPECT_EQ(probe.capacity(), k::PackCache::kDefaultCapacity);
+  for (const std::size_t capacity : {std::size_t{0}, small_bytes}) {
+    k::PackCache cache(capacity);
+    EXPECT_EQ(cache.capacity(), capacity);
+    cache.register_immutable(buf.data(), buf.size(), 1);
+    for (int call = 0; call < 2; ++call) {
+      expect_same(product(&cache, opts, a, A, buf, small, nullptr), want_small, "small");
+      expect_same(product(&cache, opts, a, A, buf, large, nullptr), want_large, "large");  // never fits
+    }
+    const k::PackCacheStats s = cache.stats();
+    EXPECT_EQ(s.entries, capacity == 0 ? 0u : 1u) << capacity;
+    EXPECT_LE(s.bytes, capacity);
+    EXPECT_EQ(s.hits, capacity == 0 ? 0u : 1u) << capacity;
+    cache.set_capacity(k::PackCache::kDefaultCapacity);  // later insertions: the large pack now fits
+    expect_same(product(&cache, opts, a, A, buf, large, nullptr), want_large, "large, capacity raised");
+    EXPECT_EQ(cache.stats().entries, capacity == 0 ? 1u : 2u) << capacity;
+  }
+}
+
 TEST(GemmPackCache, AFlushingCastZeroesSubnormalsAndIsItsOwnPack) {
   // OperandCast::flush (daz in the cast format): every operand value that rounds to a subnormal of the cast format
   // is read as the zero of its sign, on A and B, on every kernel tier; the product equals the unflushed cast's

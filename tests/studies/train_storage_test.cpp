@@ -4,10 +4,12 @@
 #include <omp.h>
 
 #include <array>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "ops/policy.hpp"
 #include "studies/train/model.hpp"
@@ -155,7 +157,8 @@ enum class Force { None, Binary64, Binary32 };
 /// `steps` updates of `policy` on c (accum `accum`, telemetry and evaluation every 2 updates), the own model as it
 /// is or with its storage forced; stop_after > 0 stops there and resumes.
 RunResult train(const ModelConfig& c, const std::string& policy, int accum, Force force, const std::string& name,
-                std::int64_t stop_after = 0) {
+                std::int64_t stop_after = 0,
+                std::size_t pack_cache_bytes = numerics::kernels::PackCache::kDefaultCapacity) {
   omp_set_num_threads(1);
   const ops::Policy p = ops::Policy::parse(policy);
   const TrainData data = synthetic_data(c);
@@ -176,7 +179,10 @@ RunResult train(const ModelConfig& c, const std::string& policy, int accum, Forc
   const auto run = [&](std::int64_t stop, bool resume) {
     o.stop_after = stop;
     o.resume = resume;
-    Transformer own(c, ResidualScale::None, p, o.seed), twin(c, ResidualScale::None, ops::Policy::preset("fp32"), o.seed);
+    ops::ExecOptions exec;
+    exec.pack_cache_bytes = pack_cache_bytes;
+    Transformer own(c, ResidualScale::None, p, o.seed, exec),
+        twin(c, ResidualScale::None, ops::Policy::preset("fp32"), o.seed, exec);
     const StorageKind kind = force == Force::Binary32 ? StorageKind::Binary32 : StorageKind::Binary64;
     StorageAs forced(own, kind, kind);
     Model& m = force == Force::None ? static_cast<Model&>(own) : forced;
@@ -236,6 +242,67 @@ TEST(TrainStorage, ResumeThroughBinary32StorageEqualsUninterrupted) {
     const RunResult parts = train(c, policy, 2, Force::None, "parts", 2);
     EXPECT_EQ(whole.sha, parts.sha) << policy;
     EXPECT_EQ(whole.curves, parts.curves) << policy;
+  }
+}
+
+/// An accumulated update's micro-steps summed straight into a binary32 total (no micro-step store: the trainer's
+/// path since 2026-11-30) against the same micro-steps through a binary32 micro-step store and finish_gradients:
+/// the same total bit for bit, the same losses, and the same first non-finite tensor named when a loss scale
+/// overflows the gradients (fp32 ops with fp16 gradients at 2^30: the ops' outputs stay finite, the rounding to the
+/// gradient role overflows in several tensors; the first in kAllParamTensors order is named, whatever order the
+/// backward finishes them in).
+TEST(TrainStorage, DirectAccumulationEqualsTheMicroStepStore) {
+  ModelConfig c = testing::small_config(16, 8, 2);
+  const TrainData data = synthetic_data(c);
+  for (const bool tied : {true, false}) {
+    c.tie_embeddings = tied;
+    for (const char* policy : {"ane-fp16", "pure-bf16,all.rounding=stochastic", "fp32,grads=fp16"}) {
+      for (const double scale : {1024.0, 0x1p30}) {
+        const ops::Policy p = ops::Policy::parse(policy);
+        Transformer direct(c, ResidualScale::None, p, 3), stored(c, ResidualScale::None, p, 3);
+        ASSERT_EQ(direct.grads_storage(), StorageKind::Binary32) << policy;
+        const std::vector<double> init = init_params(c, Recipe{}, residual_rule(ResidualScale::None, c.layers), 3);
+        ParamStore master(direct.master_storage(), init.size());
+        master.write(0, init);
+        ParamStore total_d(StorageKind::Binary32, init.size()), total_s(StorageKind::Binary32, init.size());
+        ParamStore micro(StorageKind::Binary32, init.size()), none;
+        for (int j = 0; j < 3; ++j) {
+          const Batch b = train_batch(data.train, c.seq, c.batch, 5, j);
+          StepTelemetry td, ts;
+          td.step = ts.step = j;
+          const double ld = direct.loss_and_grad_accumulate_stored(b, master, scale, none, total_d, j == 0, td);
+          const double ls = stored.loss_and_grad_accumulate_stored(b, master, scale, micro, total_s, j == 0, ts);
+          const std::string what = std::string(policy) + (tied ? " tied" : " untied") + " scale " +
+                                   std::to_string(scale) + " micro-step " + std::to_string(j);
+          EXPECT_EQ(ld, ls) << what;
+          EXPECT_EQ(td.first_nonfinite_op, ts.first_nonfinite_op) << what;
+          if (scale > 1e6 && std::string(policy) == "fp32,grads=fp16") {
+            EXPECT_TRUE(td.first_nonfinite_op.starts_with("grads-role rounding(")) << what << ": "
+                                                                                   << td.first_nonfinite_op;
+          }
+          const std::span<const float> a = std::as_const(total_d).binary32(), e = std::as_const(total_s).binary32();
+          ASSERT_EQ(a.size(), e.size());
+          std::size_t differ = 0;
+          for (std::size_t i = 0; i < a.size(); ++i)
+            differ += std::memcmp(&a[i], &e[i], sizeof(float)) != 0;
+          EXPECT_EQ(differ, 0u) << what;
+        }
+      }
+    }
+  }
+}
+
+/// The pack cache's capacity (--pack-cache-mib) trades memory for repacking only: none, a few panels (some
+/// packs cached, the rest packed afresh at every micro-step) and the default give the same run.
+TEST(TrainStorage, PackCacheCapacityChangesNoBit) {
+  ModelConfig c = testing::small_config(16, 8, 2);
+  c.tie_embeddings = true;
+  for (const char* policy : {"fp32", "ane-fp16"}) {
+    const RunResult whole = train(c, policy, 3, Force::None, "cache_default");
+    for (const std::size_t bytes : {std::size_t{0}, std::size_t{4096}}) {
+      const RunResult capped = train(c, policy, 3, Force::None, "cache_" + std::to_string(bytes), 0, bytes);
+      expect_same(whole, capped, std::string(policy) + " pack cache " + std::to_string(bytes) + " bytes");
+    }
   }
 }
 
