@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "numerics/binary32_values.hpp"
 #include "numerics/gemm_kernels.hpp"
 
 namespace roundoff::ops {
@@ -11,6 +12,14 @@ namespace roundoff::ops {
 namespace {
 /// Values per chunk of the span roundings that make several passes (4 KiB of doubles: they stay in L1).
 constexpr std::size_t kResultChunk = 512;
+
+/// True when every binary32 value, ±inf included, is a value of f (at least 24 bits, binary32's exponent range,
+/// subnormals, IEEE specials, no saturation), so that round_to(f, mode, v) returns every binary32 v unchanged.
+bool holds_binary32(const numerics::Format& f) {
+  const numerics::Format& b32 = numerics::formats::fp32;
+  return f.precision >= b32.precision && f.emin <= b32.emin && f.emax >= b32.emax && f.subnormals &&
+         f.specials == numerics::Specials::Ieee && !f.saturate;
+}
 }  // namespace
 
 
@@ -105,8 +114,15 @@ void Ctx<Emulated>::in_array(std::span<const double> src, std::span<double> dst,
 }
 
 void Ctx<Emulated>::round_results(std::span<double> x) const {
+  // A chunk of binary32 values (NaN excluded; a binary32 accumulator's results, e.g. the fp32 policy's GEMMs) is
+  // left as it is when compute and storage both hold every binary32 value and nothing else acts on a value: the
+  // roundings to either format return it (round_to of a value of the format, in every mode), the flushes are off,
+  // there is no saturation, and the NaN rule touches only NaNs. Any other chunk takes the passes below.
+  const bool binary32_identity = holds_binary32(compute_.format) && holds_binary32(storage_.format) && !ftz_all_ &&
+                                 !ftz_out_ && !(prec_.saturate > 0);
   for (std::size_t c = 0; c < x.size(); c += kResultChunk) {
     const std::span<double> part = x.subspan(c, std::min(kResultChunk, x.size() - c));
+    if (binary32_identity && numerics::all_binary32(part, exec_.kernels)) continue;
     round_computed(part);
     round_stored(storage_, part, part, ftz_out_);
   }

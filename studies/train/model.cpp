@@ -444,12 +444,14 @@ void Transformer::with_grad(const GradOut& g, Slot at, F&& op, bool last) {
     const std::span<double> dw(buf.data(), at.n);
     op(dw);
     if (!last) {
-      if (!continued) std::swap(d.pending, buf);  // the scratch serves the next slices meanwhile
+      // The slice waits in `pending` (taking the scratch's buffer); the scratch serves the next slices meanwhile.
+      if (!continued) std::swap(d.pending, buf);
       d.pending_off = at.off;
       return;
     }
     finish_slice(d, at, dw);
-    if (continued) {
+    if (continued) {  // the kept scratch takes its (larger) buffer back; the one it used meanwhile is freed
+      std::swap(*g.scratch, d.pending);
       std::vector<double>().swap(d.pending);
       d.pending_off = static_cast<std::size_t>(-1);
     }
@@ -487,10 +489,9 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
       if (grads.store != nullptr) grads.store->zero();
       else std::fill(grads.binary64.begin(), grads.binary64.end(), 0.0);
     });
-  // Binary32 gradients: each weight-gradient op writes its slice through this binary64 scratch (with_grad).
-  std::vector<double> scratch;
+  // Binary32 gradients: each weight-gradient op writes its slice through the binary64 slice_ (with_grad).
   GradOut g = grads;
-  if ((g.store != nullptr || g.direct != nullptr) && g.scratch == nullptr) g.scratch = &scratch;
+  if ((g.store != nullptr || g.direct != nullptr) && g.scratch == nullptr) g.scratch = &slice_;
   // Tied embeddings: the classifier reads wte, and its weight gradient is added into wte's before the
   // embedding's scatter-add (two gradients summed, one update).
   const std::span<const double> wcls = c_.tie_embeddings ? p.wte : p.wcls;
@@ -598,10 +599,8 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
     runner_.embedding_backward_weight({OpKind::Embedding, -1, "wte"}, dw, dx, bt.inputs, rows);
   });
   if (g.direct != nullptr) {
-    std::vector<double>().swap(scratch);
     finish_direct(*g.direct, tel);
   } else if (g.store != nullptr) {
-    std::vector<double>().swap(scratch);  // freed before the gradient pass
     finish_gradients(*g.store, tel, sink);
   } else {
     finish_gradients(g.binary64, tel, sink);
@@ -939,6 +938,7 @@ void Transformer::drop_derived() {
   for (std::vector<double>* v : {&x_, &x_final_, &xf_, &rf_, &logits_, &probs_, &losses_})
     std::vector<double>().swap(*v);
   fwd_B_ = fwd_T_ = bwd_B_ = bwd_T_ = -1;
+  std::vector<double>().swap(slice_);
 }
 
 void Transformer::register_weights(std::span<const double> w) {
@@ -1203,11 +1203,12 @@ void Transformer::update_tensor_stored(ParamTensor tensor, ParamStore& master, P
                                        const ParamStore& grads, const Recipe& recipe, double lr, std::int64_t t,
                                        double coef) {
   // Binary32 masters and gradients: this tensor's elements widened into binary64 slices (the largest tensor at
-  // most), the masters stored back narrowed: exact, the update stores them in the MasterWeight role's format.
+  // most; the gradients' into the kept slice_), the masters stored back narrowed: exact, the update stores them in
+  // the MasterWeight role's format.
   const std::size_t off = lay_.offset_of(tensor), n = lay_.size_of(tensor);
-  std::vector<double> w_slice, g_slice;
+  std::vector<double> w_slice;
   const std::span<double> w = master.view(off, n, w_slice);
-  update_slice(tensor, w, m, v, off, grads.view(off, n, g_slice), recipe, lr, t, coef);
+  update_slice(tensor, w, m, v, off, grads.view(off, n, slice_), recipe, lr, t, coef);
   master.store_from(off, w);
 }
 

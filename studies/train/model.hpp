@@ -359,6 +359,12 @@ class Transformer final : public Model {
   /// The (B, T) the forward and the backward buffers are sized for (-1: none yet).
   std::int64_t fwd_B_ = -1, fwd_T_ = -1, bwd_B_ = -1, bwd_T_ = -1;
   std::vector<double> weights_;  ///< working_weights' copy (empty when the masters are read directly)
+  /// One tensor's binary64 slice of binary32 gradients: written by the backward's weight-gradient ops (with_grad)
+  /// and read by AdamW (update_tensor_stored: a tensor over all its layers). Kept between steps at the largest size
+  /// met (E11, A512: the tied wte, which the backward reaches at its first weight gradient anyway), so no step
+  /// allocates, zero-fills and faults it in afresh; freed by drop_derived. Every element read is written first
+  /// (ParamStore::view widens the slice into it).
+  std::vector<double> slice_;
   /// weights_changed's promise (the current version, 0: none; versions_: the last one handed out), and what
   /// working_weights derived last: for which version of which buffer, and whether that was the masters themselves.
   std::uint64_t weights_version_ = 0, versions_ = 0, derived_version_ = 0;

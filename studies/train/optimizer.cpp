@@ -40,13 +40,17 @@ struct Rounder {
   }
 };
 
+/// True when every binary32 value, ±inf included, is a value of f (so fl_f returns it unchanged).
+bool holds_binary32(const numerics::Format& f) {
+  const numerics::Format& fp32 = numerics::formats::fp32;
+  return f.precision >= fp32.precision && f.emin <= fp32.emin && f.emax >= fp32.emax && f.subnormals &&
+         f.specials == numerics::Specials::Ieee && !f.saturate;
+}
+
 }  // namespace
 
 numerics::Format update_format(const numerics::Format& grads) {
-  const numerics::Format& fp32 = numerics::formats::fp32;
-  const bool holds_fp32 = grads.precision >= fp32.precision && grads.emin <= fp32.emin && grads.emax >= fp32.emax &&
-                          grads.subnormals && grads.specials == numerics::Specials::Ieee && !grads.saturate;
-  return holds_fp32 ? grads : fp32;
+  return holds_binary32(grads) ? grads : numerics::formats::fp32;
 }
 
 /// Runs f(i) for every i in [0, n), ranges of elements split over the threads (elementwise work only: no
@@ -120,6 +124,12 @@ bool unscale_gradients(ParamStore& grads, double scale, int accum, const numeric
   if (grads.kind() == StorageKind::Binary64) return unscale_gradients(grads.binary64(), scale, accum, f);
   // The binary64 version's arithmetic on each widened value; the result (a value of f, binary32) stored back.
   const std::span<float> g = grads.binary32();
+  // Unscaled gradients when nothing is scaled (scale 1, one micro-step: the fp32 and bf16 presets without a loss
+  // scale): x = fl_f(w·1) = fl_f(w) is w itself for every finite binary32 w when f holds every binary32 value
+  // (update_format's choice), so the stored gradients stay as they are and only the finiteness is asked. A store
+  // holding ±inf or NaN takes the general loop below (fl_f of a NaN may change its bits), so the results are
+  // those of the loop in every case.
+  if (accum == 1 && scale == 1.0 && holds_binary32(f) && grads.all_finite()) return true;
   const Rounder to_f(f);
   if (accum > 1) {
     const double gsc = to_f(1.0 / (static_cast<double>(accum) * scale));

@@ -5,6 +5,9 @@
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
+#include <type_traits>
+
+#include "numerics/binary32_values.hpp"
 
 namespace roundoff::studies::train {
 
@@ -86,6 +89,13 @@ void ParamStore::write(std::size_t offset, std::span<const double> values) {
       [&](auto& d) {
         using T = std::decay_t<decltype(d[0])>;
         if (offset > d.size() || values.size() > d.size() - offset) throw std::out_of_range("ParamStore::write");
+        if constexpr (std::is_same_v<T, float>) {
+          // Every value a binary32 value (NaN excluded): each conversion is exact, no value to name.
+          if (numerics::all_binary32(values)) {
+            for (std::size_t k = 0; k < values.size(); ++k) d[offset + k] = static_cast<float>(values[k]);
+            return;
+          }
+        }
         for (std::size_t k = 0; k < values.size(); ++k) {
           const double x = values[k];
           const T t = static_cast<T>(x);
@@ -124,16 +134,18 @@ bool ParamStore::all_finite() const {
 
 std::span<double> ParamStore::view(std::size_t offset, std::size_t n, std::vector<double>& scratch) {
   if (auto* d = std::get_if<std::vector<double>>(&data_)) return std::span<double>(*d).subspan(offset, n);
-  scratch.resize(n);
-  read(offset, scratch);
-  return scratch;
+  if (scratch.size() < n) scratch.resize(n);
+  const std::span<double> out(scratch.data(), n);
+  read(offset, out);
+  return out;
 }
 
 std::span<const double> ParamStore::view(std::size_t offset, std::size_t n, std::vector<double>& scratch) const {
   if (const auto* d = std::get_if<std::vector<double>>(&data_)) return std::span<const double>(*d).subspan(offset, n);
-  scratch.resize(n);
-  read(offset, scratch);
-  return scratch;
+  if (scratch.size() < n) scratch.resize(n);
+  const std::span<double> out(scratch.data(), n);
+  read(offset, out);
+  return out;
 }
 
 void ParamStore::store_from(std::size_t offset, std::span<const double> written) {

@@ -63,8 +63,10 @@ class ParamStore {
   void zero();
   /// True when every element is finite.
   bool all_finite() const;
-  /// Elements [offset, offset + n) as a binary64 span: the store's own elements when it is Binary64, else
-  /// `scratch` resized to n and holding them widened. Pair with store_from when the span was written.
+  /// Elements [offset, offset + n) as a binary64 span: the store's own elements when it is Binary64, else the
+  /// first n elements of `scratch` holding them widened (`scratch` grown to n when smaller, never shrunk, so a
+  /// buffer kept across calls is neither reallocated nor zero-filled again). Pair with store_from when the span
+  /// was written.
   std::span<double> view(std::size_t offset, std::size_t n, std::vector<double>& scratch);
   std::span<const double> view(std::size_t offset, std::size_t n, std::vector<double>& scratch) const;
   /// After writing a span from view(offset, n, ...): a Binary32 store takes its values back (write(), so a value

@@ -66,6 +66,50 @@ TEST(SpanOps, ArrayFormsEqualThePerElementCalls) {
   }
 }
 
+/// result_array on binary32 values (a binary32 accumulator's results): chunks of 512 values that are all binary32
+/// values are left as they are when compute and storage hold every binary32 value with no flush or saturation
+/// (Ctx::round_results); the results must equal the per-element store(to_compute(x)) in every policy of the list
+/// plus fp64 (compute and storage binary64), on every ISA tier of the test, with chunks that are all binary32
+/// (normals, subnormals, ±0, ±inf, values beyond fp16's range) and chunks where one value is a NaN with a payload,
+/// a value off the binary32 grid or a binary64 subnormal, and a ragged last chunk.
+TEST(SpanOps, ResultArrayOfBinary32ValuesEqualsThePerElementCalls) {
+  std::vector<std::string> specs = policies();
+  specs.push_back("fp64");
+  std::mt19937_64 rng(19);
+  std::uniform_int_distribution<int> e(-149, 127);
+  std::uniform_real_distribution<double> m(1.0, 2.0);
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> x(4 * 512 + 77);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<double>(static_cast<float>((i % 2 ? -1 : 1) * std::ldexp(m(rng), e(rng) / (i % 3 == 0 ? 8 : 1))));
+  for (const std::size_t c : {std::size_t{0}, std::size_t{512}, std::size_t{1024}, std::size_t{1536}, std::size_t{2048}}) {
+    x[c + 1] = 0x1p-149;
+    x[c + 2] = -0.0;
+    x[c + 3] = inf;
+    x[c + 4] = 0x1.fffffep127;
+    x[c + 5] = 70000.0;     // beyond fp16's largest finite value
+    x[c + 6] = 0x1p-130;    // a binary32 subnormal
+  }
+  x[512 + 300] = std::bit_cast<double>(std::uint64_t{0x7ff8000000012345});  // a NaN with a payload
+  x[1024 + 17] = 0x1.0000000000001p0;                                         // off the binary32 grid
+  x[2048 + 70] = std::numeric_limits<double>::denorm_min();                   // a binary64 subnormal
+  namespace k = numerics::kernels;
+  for (const k::Isa isa : ::roundoff::test::isa_tiers(true))
+    for (const std::string& spec : specs) {
+      const Policy pol = load_policy(spec);
+      for (OpKind op : {OpKind::Matmul, OpKind::Classifier}) {
+        const Ctx<Emulated> c(pol.at(op, Pass::Forward), {3, 9}, ::roundoff::test::exec_for(true, ::roundoff::test::kernels_at(isa)));
+        const auto ka = [](std::size_t i) { return key(Tensor::Y, i, 3); };
+        const auto kb = [](std::size_t i) { return key(Tensor::Y, i, 5); };
+        std::vector<double> res = x, res1(x.size());
+        c.result_array(res, ka, kb);
+        for (std::size_t i = 0; i < x.size(); ++i) res1[i] = c.store(c.to_compute(x[i], ka(i)), kb(i));
+        expect_same(res, res1, "result_array " + spec + " " + std::string(name_of(op)) + " isa " +
+                                   std::to_string(static_cast<int>(isa)), true);
+      }
+    }
+}
+
 /// ex on the definition's path when its fast paths are off (both()'s oracle arm): the GEMM kernels switched off
 /// too, so every output is numerics::gemm's generic per-element dot of the materialised casts.
 ExecOptions on_definition_when_oracle(ExecOptions ex) {

@@ -218,6 +218,48 @@ TEST(TrainOptimizer, UnscaleClipAndNorm) {
   EXPECT_FALSE(unscale_gradients(over, 1.0));
 }
 
+/// unscale_gradients on binary32 stored gradients at scale 1 and one micro-step (the fp32 presets without a loss
+/// scale) returns early when every gradient is finite (fl_f(w) = w for a binary32 w, f holding binary32); the
+/// results must be those of the binary64 version on the widened values in every case: finite values over the whole
+/// binary32 range (subnormals, ±0, the largest), then the same with +inf, −inf, a NaN with a payload, for fp32 and
+/// for a wider update format (fp64), and a scale of 1 with two micro-steps (no early return: 1/2 is applied).
+TEST(TrainOptimizer, UnscaleAtScaleOneOfBinary32GradientsEqualsTheBinary64Version) {
+  std::mt19937_64 rng(5);
+  std::uniform_int_distribution<int> e(-149, 127);
+  std::uniform_real_distribution<double> m(1.0, 2.0);
+  std::vector<double> base;
+  for (int i = 0; i < 5000; ++i) base.push_back(static_cast<double>(static_cast<float>((i % 2 ? -1 : 1) * std::ldexp(m(rng), e(rng)))));
+  for (const double v : {0.0, -0.0, 0x1p-149, -0x1p-149, 0x1.fffffcp-127, 0x1.fffffep127, -0x1.fffffep127}) base.push_back(v);
+  const double inf = std::numeric_limits<double>::infinity();
+  const double payload_nan = std::bit_cast<double>(std::uint64_t{0x7ff8000000012345});
+  auto same = [](double a, double b) {
+    return std::bit_cast<std::uint64_t>(a) == std::bit_cast<std::uint64_t>(b) || (std::isnan(a) && std::isnan(b));
+  };
+  for (const numerics::Format& f : {numerics::formats::fp32, numerics::formats::fp64})
+    for (const int accum : {1, 2})
+      for (int special = 0; special < 4; ++special) {
+        std::vector<double> x = base;
+        if (special == 1) x[1234] = inf;
+        if (special == 2) x[4321] = -inf;
+        if (special == 3) x[2500] = payload_nan;
+        ParamStore store(StorageKind::Binary32, x.size());
+        store.write(0, x);
+        std::vector<double> want = x;
+        const bool want_finite = unscale_gradients(std::span<double>(want), 1.0, accum, f);
+        const bool finite = unscale_gradients(store, 1.0, accum, f);
+        const std::string what = std::string(f == numerics::formats::fp32 ? "fp32" : "fp64") + " accum " +
+                                 std::to_string(accum) + " special " + std::to_string(special);
+        EXPECT_EQ(finite, want_finite) << what;
+        EXPECT_EQ(finite, special == 0) << what;
+        const std::vector<double> got = store.to_binary64();
+        for (std::size_t i = 0; i < x.size(); ++i)
+          ASSERT_TRUE(same(got[i], static_cast<double>(static_cast<float>(want[i]))))
+              << what << " element " << i << std::hexfloat << ": " << got[i] << " against " << want[i];
+        if (accum == 1 && special == 0)
+          for (std::size_t i = 0; i < x.size(); ++i) ASSERT_TRUE(same(got[i], x[i])) << what << " element " << i;
+      }
+}
+
 TEST(TrainCheckpoint, RoundTripsAndRefusesCorruption) {
   const auto dir = std::filesystem::temp_directory_path() / "roundoff_ckpt_test";
   std::filesystem::remove_all(dir);

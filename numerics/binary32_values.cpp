@@ -1,0 +1,63 @@
+// Whether a binary64 array holds binary32 values only (numerics/binary32_values.hpp).
+#include "numerics/binary32_values.hpp"
+
+#include <immintrin.h>
+
+#include <cstddef>
+
+#include "numerics/round_span.hpp"
+
+namespace roundoff::numerics {
+namespace {
+
+/// One value: the round trip through binary32 is exact and the value is no NaN (NaN != NaN).
+bool is_binary32(double v) { return static_cast<double>(static_cast<float>(v)) == v; }
+
+__attribute__((target("avx512f"))) bool all_binary32_avx512(const double* x, std::size_t n) {
+  constexpr std::size_t kBlock = 256;  // an early exit per block, no branch per vector
+  for (std::size_t at = 0; at < n; at += kBlock) {
+    const std::size_t end = n - at < kBlock ? n : at + kBlock;
+    __mmask8 bad = 0;
+    for (std::size_t i = at; i < end; i += 8) {
+      const std::size_t left = end - i;
+      const __mmask8 live = left >= 8 ? static_cast<__mmask8>(0xFF) : static_cast<__mmask8>((1u << left) - 1);
+      const __m512d v = _mm512_maskz_loadu_pd(live, x + i);
+      const __m512d r = _mm512_cvtps_pd(_mm512_cvtpd_ps(v));
+      bad |= static_cast<__mmask8>(live & ~_mm512_cmp_pd_mask(r, v, _CMP_EQ_OQ));  // NaN: unordered, not equal
+    }
+    if (bad != 0) return false;
+  }
+  return true;
+}
+
+__attribute__((target("avx2"))) bool all_binary32_avx2(const double* x, std::size_t n) {
+  constexpr std::size_t kBlock = 256;
+  std::size_t i = 0;
+  for (std::size_t at = 0; at + 4 <= n; at += kBlock) {
+    const std::size_t end = n - at < kBlock ? n : at + kBlock;
+    __m256d ok = _mm256_castsi256_pd(_mm256_set1_epi64x(-1));
+    for (i = at; i + 4 <= end; i += 4) {
+      const __m256d v = _mm256_loadu_pd(x + i);
+      ok = _mm256_and_pd(ok, _mm256_cmp_pd(_mm256_cvtps_pd(_mm256_cvtpd_ps(v)), v, _CMP_EQ_OQ));
+    }
+    if (_mm256_movemask_pd(ok) != 0xF) return false;
+  }
+  for (; i < n; ++i)
+    if (!is_binary32(x[i])) return false;
+  return true;
+}
+
+}  // namespace
+
+bool all_binary32(std::span<const double> x, const KernelOptions& opts) {
+  if (!default_mxcsr()) return false;
+  if (round_doubles_avx512_supported() && opts.isa_limit >= kernels::Isa::Avx512)
+    return all_binary32_avx512(x.data(), x.size());
+  if (round_doubles_avx2_supported() && opts.isa_limit >= kernels::Isa::Avx2)
+    return all_binary32_avx2(x.data(), x.size());
+  for (const double v : x)
+    if (!is_binary32(v)) return false;
+  return true;
+}
+
+}  // namespace roundoff::numerics
