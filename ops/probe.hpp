@@ -53,8 +53,8 @@ RangeEvents range_events(std::span<const double> y, const numerics::Format& stor
 
 /// The shadow's error of a GEMM against the exact product of its quantized operands (ops/quant_shadow.hpp): the
 /// statistics of every compared element, and the normwise error ‖y_u − r_u‖₂ / ‖r_u‖₂ of each sampled unit u (an
-/// output row) summarised by its median, 95th percentile (numerics::quantile_sorted, linear interpolation) and
-/// maximum over the units.
+/// output row) summarised by its median, 95th percentile and maximum over the units (numerics::quantile_sorted:
+/// nearest rank, so with 19 units or fewer the 95th percentile is the maximum).
 struct AccError {
   ErrorStats error;
   std::int64_t units = 0;
