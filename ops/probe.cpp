@@ -74,6 +74,22 @@ ErrorStats compare(std::span<const double> y, std::span<const double> r, const n
   return a.finish();
 }
 
+AccError compare_units(std::span<const double> y, std::span<const Ref> r, std::size_t width,
+                       const numerics::Format& storage) {
+  AccError a;
+  a.error = compare(y, r, storage);
+  if (width == 0 || y.empty()) return a;
+  std::vector<double> unit;
+  for (std::size_t u0 = 0; u0 < y.size(); u0 += width)
+    unit.push_back(compare(y.subspan(u0, width), r.subspan(u0, width), storage).norm_rel);
+  std::sort(unit.begin(), unit.end());
+  a.units = static_cast<std::int64_t>(unit.size());
+  a.unit_median = numerics::quantile_sorted(unit, 0.5);
+  a.unit_p95 = numerics::quantile_sorted(unit, 0.95);
+  a.unit_max = unit.back();
+  return a;
+}
+
 RangeEvents range_events(std::span<const double> y, const numerics::Format& storage) {
   RangeEvents ev;
   const double tiny = numerics::min_normal(storage);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -50,6 +51,19 @@ ErrorStats compare(std::span<const double> y, std::span<const Ref> r, const nume
 ErrorStats compare(std::span<const double> y, std::span<const double> r, const numerics::Format& storage);
 RangeEvents range_events(std::span<const double> y, const numerics::Format& storage);
 
+/// The shadow's error of a GEMM against the exact product of its quantized operands (ops/quant_shadow.hpp): the
+/// statistics of every compared element, and the normwise error ‖y_u − r_u‖₂ / ‖r_u‖₂ of each sampled unit u (an
+/// output row) summarised by its median, 95th percentile and maximum over the units (numerics::quantile_sorted:
+/// nearest rank, so with 19 units or fewer the 95th percentile is the maximum).
+struct AccError {
+  ErrorStats error;
+  std::int64_t units = 0;
+  double unit_median = 0, unit_p95 = 0, unit_max = 0;
+};
+/// y and r: the compared elements, `width` per unit, unit after unit (y.size() == r.size(), a multiple of width).
+AccError compare_units(std::span<const double> y, std::span<const Ref> r, std::size_t width,
+                       const numerics::Format& storage);
+
 enum class RecordKind : std::uint8_t { Local, Global };
 std::string_view name_of(RecordKind k);
 
@@ -63,6 +77,9 @@ struct OpRecord {
   RecordKind kind = RecordKind::Local;
   ErrorStats error;
   RangeEvents range;
+  /// Local records of GEMMs with quantized operands only: the error against the product of those operands
+  /// (ops/quant_shadow.hpp); `error` stays the error against the unquantized operands' product.
+  std::optional<AccError> acc = std::nullopt;
 };
 
 /// Which op calls the shadow checks, and how much of each.

@@ -7,6 +7,7 @@
 #include "ops/cross_entropy.hpp"
 #include "ops/embedding.hpp"
 #include "ops/matmul.hpp"
+#include "ops/quant_shadow.hpp"
 #include "ops/online_attention.hpp"
 #include "ops/residual.hpp"
 #include "ops/rmsnorm.hpp"
@@ -177,7 +178,7 @@ const Ctx<Emulated>& Runner::context(OpKind op, Pass pass, int layer) {
 }
 
 template <class Call>
-void Runner::run(Site s, Pass pass, std::int64_t n_units, Outputs outs, Call&& call) {
+void Runner::run(Site s, Pass pass, std::int64_t n_units, Outputs outs, Call&& call, const AccReference& acc) {
   const std::size_t idx = index_of(s.op) * kPassCount + index_of(pass);
   const Ctx<Emulated>& c = context(s.op, pass, s.layer);
   const std::int64_t n = calls_[idx]++;
@@ -197,6 +198,9 @@ void Runner::run(Site s, Pass pass, std::int64_t n_units, Outputs outs, Call&& c
   const OpPrecision& prec = policy_.at(s.op, pass);
   if (shadow) {
     const std::vector<std::int64_t> sel = spaced_units(n_units, sampling_.units);
+    // The quantized operands' product first, while refs still holds every output's value before the call.
+    std::optional<std::vector<Ref>> acc_ref;
+    if (acc) acc_ref = acc(c, sel, refs.front());
     const Ctx<Reference> rc(prec, {}, c.exec());
     ReferenceArgs reference{outs, refs, before, false, Select(sel)};
     call(rc, reference);
@@ -223,6 +227,11 @@ void Runner::run(Site s, Pass pass, std::int64_t n_units, Outputs outs, Call&& c
       r.error = compare(o.data, refs[i], f, el, o.dot ? std::span<const Ref>(absr[i]) : std::span<const Ref>(),
                         numerics::unit_roundoff(prec.accumulate.format));
       r.range = range_events(o.data, f);
+      if (i == 0 && acc_ref) {
+        std::vector<double> y(el.size());
+        for (std::size_t e = 0; e < el.size(); ++e) y[e] = o.data[el[e]];
+        r.acc = compare_units(y, *acc_ref, el.size() / std::max<std::size_t>(sel.size(), 1), f);
+      }
       tape_->add(std::move(r));
       ++i;
     }
@@ -316,6 +325,8 @@ void Runner::matmul_forward(Site s, Span y, CSpan x, CSpan w, MatmulShape sh) {
     const Fp8Slots* fp8 = fp8_slots(s, Pass::Forward);
     run(s, Pass::Forward, sh.n, {{"y", y, rows(sh.out), true}}, [&](const auto& c, auto& io) {
       ops::matmul_forward(io.out(y), io.in(x), io.in(w), sh, c, io.sel(), fp8);
+    }, [&](const Ctx<Emulated>& c, std::span<const std::int64_t> units, std::span<const Ref> before) {
+      return quantized_gemm_reference(c, Pass::Forward, sh, x, w, fp8, units, before);
     });
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(site_text(s) + ": " + e.what());
@@ -327,6 +338,8 @@ void Runner::matmul_backward_data(Site s, Span dx, CSpan dy, CSpan w, MatmulShap
     const Fp8Slots* fp8 = fp8_slots(s, Pass::BackwardData);
     run(s, Pass::BackwardData, sh.n, {{"dx", dx, rows(sh.in), true}}, [&](const auto& c, auto& io) {
       ops::matmul_backward_data(io.out(dx), io.in(dy), io.in(w), sh, c, io.sel(), fp8);
+    }, [&](const Ctx<Emulated>& c, std::span<const std::int64_t> units, std::span<const Ref> before) {
+      return quantized_gemm_reference(c, Pass::BackwardData, sh, dy, w, fp8, units, before);
     });
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(site_text(s) + ": " + e.what());
@@ -338,6 +351,8 @@ void Runner::matmul_backward_weight(Site s, Span dw, CSpan dy, CSpan x, MatmulSh
     const Fp8Slots* fp8 = fp8_slots(s, Pass::BackwardWeight);
     run(s, Pass::BackwardWeight, sh.out, {{"dw", dw, rows(sh.in), true}}, [&](const auto& c, auto& io) {
       ops::matmul_backward_weight(io.out(dw), io.in(dy), io.in(x), sh, c, io.sel(), fp8);
+    }, [&](const Ctx<Emulated>& c, std::span<const std::int64_t> units, std::span<const Ref> before) {
+      return quantized_gemm_reference(c, Pass::BackwardWeight, sh, dy, x, fp8, units, before);
     });
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(site_text(s) + ": " + e.what());

@@ -24,9 +24,11 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ops/adamw.hpp"
 #include "ops/backend.hpp"
@@ -195,8 +197,14 @@ class Runner {
   /// io's arguments, run once with the emulated context on the caller's spans (io.out(y) = y, io.in(x) = x,
   /// io.sel() = all units) and, when the shadow samples the call, again with a Reference context on the lifted
   /// inputs, the reference outputs and the sampled units (and a third time on |inputs| for dot outputs).
+  /// `acc` (GEMM calls): the exact product of the call's quantized operands for the sampled units
+  /// (ops/quant_shadow.hpp), given the emulated context, the units and the first output's values before the call;
+  /// nullopt when the call quantizes nothing. When it gives one, the first output's record gets OpRecord::acc.
+  using AccReference = std::function<std::optional<std::vector<Ref>>(
+      const Ctx<Emulated>&, std::span<const std::int64_t>, std::span<const Ref>)>;
   template <class Call>
-  void run(Site s, Pass pass, std::int64_t n_units, std::initializer_list<Output> outs, Call&& call);
+  void run(Site s, Pass pass, std::int64_t n_units, std::initializer_list<Output> outs, Call&& call,
+           const AccReference& acc = {});
 
   /// The fp8 state slots of a GEMM call at site s under (op, pass) (nullptr when the entry has no per-tensor fp8).
   const Fp8Slots* fp8_slots(const Site& s, Pass pass);

@@ -172,6 +172,15 @@ void log_shadow(const ops::Tape& tape, std::int64_t step, RunLog& log) {
     put("signed_rel", r.error.signed_rel);
     put("underflow", static_cast<double>(r.error.underflow));
     if (r.range.inf + r.range.nan > 0) put("nonfinite", static_cast<double>(r.range.inf + r.range.nan));
+    if (r.acc) {  // GEMMs with quantized operands: against the product of those operands (ops/quant_shadow.hpp)
+      put("acc_norm_rel", r.acc->error.norm_rel);
+      put("acc_signed_rel", r.acc->error.signed_rel);
+      put("acc_max_ulp", r.acc->error.max_ulp);
+      put("acc_units", static_cast<double>(r.acc->units));
+      put("acc_unit_median", r.acc->unit_median);
+      put("acc_unit_p95", r.acc->unit_p95);
+      put("acc_unit_max", r.acc->unit_max);
+    }
   }
 }
 
