@@ -135,6 +135,14 @@ float tensor_amax(std::span<const double> v) {
 
 float scaled_max(Fp8Elem e, int margin) { return fp8_max(e) * std::ldexp(1.0f, -margin); }
 
+int rescale_exponent(double amax, Fp8Elem e) {
+  if (!(amax > 0) || !std::isfinite(amax)) return 0;
+  const double top = fp8_max(e);
+  int k = std::ilogb(top) - std::ilogb(amax);
+  if (std::ldexp(amax, k) > top) --k;
+  return k;
+}
+
 float current_scale(float amax, float smax) {
   if (std::isinf(amax) || amax == 0.0f || std::isnan(amax)) return 1.0f;
   float s = smax / amax;

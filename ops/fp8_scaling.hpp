@@ -109,6 +109,11 @@ float fp8_cast(Fp8Elem e, float x);
 void quantize_per_tensor(std::span<double> v, Fp8Elem e, float scale, bool codes_only = false);
 /// DeepSeek's block scale s = fp32(max(amax, fp32(1e-4)) / fp8_max).
 float block_scale(float amax, Fp8Elem e);
+/// The power of two that brings a decoded operand vector into the fp8 element's range (the fp8-rescale field of
+/// ops/gemm_quant.hpp, docs/policy.md): for amax = max |v_i| over its finite elements, the largest integer k with
+/// amax · 2^k <= fp8_max(e) (448 for E4M3), computed exactly as k = ilogb(fp8_max) − ilogb(amax), less 1 when
+/// amax · 2^k > fp8_max; k = 0 when amax is 0 (no finite nonzero element) or not finite. e must not be Off.
+int rescale_exponent(double amax, Fp8Elem e);
 /// One block: v ← fp32(fp8(fp32(fp32(v_i) / s)) · s); a non-finite element makes the block NaN. With `codes_only`
 /// v ← the fp8 values q_i instead (NaN for a non-finite block); returns s (NaN for a non-finite block).
 float quantize_block(std::span<double> v, Fp8Elem e, bool codes_only = false);

@@ -48,7 +48,8 @@ bool operator==(const GemmQuant& a, const GemmQuant& b) {
     if (a.format[i].has_value() != b.format[i].has_value()) return false;
     if (a.format[i] && a.format[i]->name != b.format[i]->name) return false;
   }
-  return a.stochastic == b.stochastic && a.rht == b.rht && a.rht_seed == b.rht_seed && a.fp8 == b.fp8;
+  return a.stochastic == b.stochastic && a.rht == b.rht && a.rht_seed == b.rht_seed && a.fp8 == b.fp8 &&
+         a.rescale == b.rescale;
 }
 
 std::array<double, kRhtSize> rht_signs(std::uint64_t seed) {

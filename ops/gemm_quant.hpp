@@ -84,6 +84,12 @@ struct GemmQuant {
   /// other). Their GEMM is ops/matmul_quant.hpp's exact model (codes, scales applied as the hardware does) or the
   /// decoded model below.
   std::array<Fp8Operand, kGemmRoleCount> fp8{};
+  /// fp8-rescale (issue 44, docs/studies/fp8-recipes.md amendment 2): Off, or the fp8 element into whose range the
+  /// decoded model (ops/matmul_quant.hpp) scales its operands by powers of two before the GEMM: each row i of A by
+  /// 2^a_i and each column j of B by 2^b_j (rescale_exponent of the row's / column's finite amax), C_ij by
+  /// 2^(a_i + b_j) when the GEMM adds into C, and the result C_ij by 2^−(a_i + b_j) after it. No effect in the exact
+  /// model (its codes are in range) nor on a pass without quantized operands.
+  Fp8Elem rescale = Fp8Elem::Off;
 
   /// Anything to do for an operand (a format, or the RHT)?
   bool active() const;

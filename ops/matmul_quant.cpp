@@ -169,6 +169,7 @@ QuantOperands quantized_operands(const Ctx<Emulated>& ctx, Pass pass, MatmulShap
   QuantOperands r;
   r.exact = exact_fp8(ctx.precision(), oa.role, ob.role);
   if (r.exact) r.kb = static_cast<std::size_t>(ctx.precision().accumulate.promote_every);
+  else r.rescale = ctx.precision().quant.rescale;
   // The entry casts take slots 0 and 1 and are consumed before the next cast reuses them.
   r.a = one_operand_cached(ctx, pass, oa, a, 2, fp8, r.exact ? &r.sa : nullptr);
   r.b = one_operand_cached(ctx, pass, ob, b, 3, fp8, r.exact ? &r.sb : nullptr);
@@ -178,6 +179,7 @@ QuantOperands quantized_operands(const Ctx<Emulated>& ctx, Pass pass, MatmulShap
 void quant_gemm(const Ctx<Emulated>& ctx, const QuantOperands& q, std::size_t M, std::size_t N, std::size_t K,
                 numerics::ConstMatrix A, numerics::ConstMatrix B, double* C, std::size_t ldc, bool accumulate, Key r,
                 std::size_t a_outer0) {
+  if (!q.exact && q.rescale != Fp8Elem::Off) return rescaled_gemm(ctx, q.rescale, M, N, K, A, B, C, ldc, accumulate, r);
   if (!q.exact) return ctx.gemm(M, N, K, A, B, C, ldc, accumulate, r);
   const numerics::Accumulation& acc = ctx.precision().accumulate;
   std::vector<double> P(M * N);
@@ -210,6 +212,35 @@ void quant_gemm(const Ctx<Emulated>& ctx, const QuantOperands& q, std::size_t M,
       const double d = D[i * N + j];
       c = accumulate ? static_cast<double>(static_cast<float>(c + d)) : d;
     }
+}
+
+void rescaled_gemm(const Ctx<Emulated>& ctx, Fp8Elem e, std::size_t M, std::size_t N, std::size_t K,
+                   numerics::ConstMatrix A, numerics::ConstMatrix B, double* C, std::size_t ldc, bool accumulate,
+                   Key r) {
+  const auto finite_amax = [](double m, double v) { return std::isfinite(v) ? std::max(m, std::fabs(v)) : m; };
+  std::vector<int> ea(M), eb(N);
+  for (std::size_t i = 0; i < M; ++i) {
+    double m = 0;
+    for (std::size_t k = 0; k < K; ++k) m = finite_amax(m, A(i, k));
+    ea[i] = rescale_exponent(m, e);
+  }
+  for (std::size_t j = 0; j < N; ++j) {
+    double m = 0;
+    for (std::size_t k = 0; k < K; ++k) m = finite_amax(m, B(k, j));
+    eb[j] = rescale_exponent(m, e);
+  }
+  std::vector<double> As(M * K), Bs(K * N), Cs(M * N, 0.0);  // A' (M × K), B' (K × N), C' (M × N), row-major
+  for (std::size_t i = 0; i < M; ++i)
+    for (std::size_t k = 0; k < K; ++k) As[i * K + k] = std::ldexp(A(i, k), ea[i]);
+  for (std::size_t k = 0; k < K; ++k)
+    for (std::size_t j = 0; j < N; ++j) Bs[k * N + j] = std::ldexp(B(k, j), eb[j]);
+  if (accumulate)
+    for (std::size_t i = 0; i < M; ++i)
+      for (std::size_t j = 0; j < N; ++j) Cs[i * N + j] = std::ldexp(C[i * ldc + j], ea[i] + eb[j]);
+  ctx.gemm(M, N, K, numerics::ConstMatrix{As.data(), K}, numerics::ConstMatrix{Bs.data(), N}, Cs.data(), N, accumulate,
+           r);
+  for (std::size_t i = 0; i < M; ++i)
+    for (std::size_t j = 0; j < N; ++j) C[i * ldc + j] = std::ldexp(Cs[i * N + j], -(ea[i] + eb[j]));
 }
 
 }  // namespace roundoff::ops

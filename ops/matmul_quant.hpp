@@ -18,11 +18,15 @@
 ///           value once in fp32: C = fp32(C + D). The epilogue's exact operation order in cuBLAS is not measured.
 ///   decoded otherwise (e.g. deepseek-fp8-nopromote, where no promotion exists to apply block scales at): the
 ///           operands are the decoded fp32 values and the GEMM is the entry's ordinary one (as for every block format).
+///           With the entry's fp8-rescale = ELEM (GemmQuant::rescale; deepseek-fp8-nopromote-rescaled), rescaled_gemm:
+///           the decoded operands are first scaled by powers of two into ELEM's range, row by row of A and column by
+///           column of B, and the result scaled back (see rescaled_gemm).
 #include <span>
 #include <vector>
 
 #include "numerics/accumulate.hpp"
 #include "ops/backend.hpp"
+#include "ops/fp8_scaling.hpp"
 #include "ops/shape.hpp"
 
 namespace roundoff::ops {
@@ -47,6 +51,7 @@ struct QuantOperands {
   bool exact = false;
   OperandScales sa, sb;
   std::size_t kb = 0;  ///< exact per-block model: the block length along the contraction axis
+  Fp8Elem rescale = Fp8Elem::Off;  ///< decoded model: the entry's fp8-rescale (Off: the operands as decoded)
 };
 /// `fp8`: the per-tensor fp8 state of the call's operands (ops/fp8_scaling.hpp; nullptr: none, which delayed
 /// scaling refuses).
@@ -59,5 +64,24 @@ QuantOperands quantized_operands(const Ctx<Emulated>& ctx, Pass pass, MatmulShap
 void quant_gemm(const Ctx<Emulated>& ctx, const QuantOperands& q, std::size_t M, std::size_t N, std::size_t K,
                 numerics::ConstMatrix A, numerics::ConstMatrix B, double* C, std::size_t ldc, bool accumulate, Key r,
                 std::size_t a_outer0 = 0);
+
+/// The decoded model with fp8-rescale = e (e not Off): C (M × N, ldc) = A (M×K) · B (K×N) [+ C when accumulate] as
+///   a_i = rescale_exponent(max over k of |A_ik| finite, e)   for every row i of A (0 when the row has no finite
+///                                                             nonzero element: all zeros, NaN or ±inf)
+///   b_j = rescale_exponent(max over k of |B_kj| finite, e)   for every column j of B
+///   A'_ik = A_ik · 2^a_i,  B'_kj = B_kj · 2^b_j,  C'_ij = C_ij · 2^(a_i + b_j)   (binary64, exact)
+///   C'  ← ctx.gemm(A', B' [+ C'])   (the entry's Accumulation, e.g. tc-h100-fp8; keyed by r)
+///   C_ij = C'_ij · 2^−(a_i + b_j)   (binary64, exact)
+/// Each C_ij is one dot product of row i of A and column j of B, so scaling them by 2^a_i and 2^b_j scales its every
+/// product by 2^(a_i + b_j); with C'_ij so scaled too, the tensor-core model's result is exactly 2^(a_i + b_j) times
+/// what it would give unscaled wherever neither evaluation meets the model's absolute limits (a nonzero factor below
+/// its input emin, whose exponent it clamps, or a sum outside the accumulator's range). The choice brings each row's
+/// and column's largest magnitude into [fp8_max/2, fp8_max], as a real fp8 GEMM's codes are; multiplying every
+/// element of A (or B) by 2^j, in range, gives bit-identical A' (B') and the result times 2^j exactly (the
+/// property tests/ops/fp8_scaling_test.cpp checks). NaN and ±inf elements are scaled like the rest (they stay NaN,
+/// ±inf) and propagate as in the unscaled model. Non-finite C_ij likewise.
+void rescaled_gemm(const Ctx<Emulated>& ctx, Fp8Elem e, std::size_t M, std::size_t N, std::size_t K,
+                   numerics::ConstMatrix A, numerics::ConstMatrix B, double* C, std::size_t ldc, bool accumulate,
+                   Key r);
 
 }  // namespace roundoff::ops

@@ -349,14 +349,20 @@ Policy te_fp8(const Fp8Scaling& scaling) {
 /// in 1×128 tiles along the contraction axis, weights in 128×128 blocks, fp32 scales (ops/fp8_scaling.hpp), every
 /// pass of the linear layers' GEMMs under tc-h100-fp8 promoted into fp32 every 128 products (the promotion interval
 /// is the block size). Embedding, output head (classifier), norms, attention core and optimizer stay as in
-/// h100-amp-bf16 (DeepSeek keeps them in bf16/fp32); `promote` = false gives the nopromote variant.
-Policy deepseek_fp8(bool promote) {
+/// h100-amp-bf16 (DeepSeek keeps them in bf16/fp32); `promote` = false gives the nopromote variant, whose GEMM is the
+/// decoded model; `rescale` (nopromote only) scales its decoded operands by powers of two into E4M3's range first
+/// (fp8-rescale=e4m3: docs/studies/fp8-recipes.md, amendment 2).
+Policy deepseek_fp8(bool promote, bool rescale = false) {
   Policy p = amp_layout(fmts::bf16, 1.0, numerics::parse_accumulation("tc-h100-bf16"));
   // Zero-padded last blocks (DeepGEMM pads K to a multiple of 128): the same as exact blocks where 128 divides the
   // dimension, and T1's SwiGLU hidden size (352) runs.
   const Fp8Operand tile{Fp8Elem::E4M3, 1, 128, true}, block{Fp8Elem::E4M3, 128, 128, true};
   const char* acc = promote ? "tc-h100-fp8,promote=128:fp32" : "tc-h100-fp8";
   fp8_projections(p, tile, block, tile, acc, acc);
+  if (rescale)
+    for (OpKind k : kAllOps)
+      if (group_of(k) == OpGroup::Projection)
+        for (Pass ps : kAllPasses) p.at(k, ps).quant.rescale = Fp8Elem::E4M3;
   return p;
 }
 
@@ -434,6 +440,8 @@ const std::vector<PresetEntry>& presets() {
     t.push_back({"te-fp8-current", [] { return te_fp8(Fp8Scaling{}); }});
     t.push_back({"deepseek-fp8", [] { return deepseek_fp8(true); }});
     t.push_back({"deepseek-fp8-nopromote", [] { return deepseek_fp8(false); }});
+    // Amendment 2 of docs/studies/fp8-recipes.md, last so that no earlier policy's canonical text changes.
+    t.push_back({"deepseek-fp8-nopromote-rescaled", [] { return deepseek_fp8(false, true); }});
     return t;
   }();
   return table;
@@ -480,17 +488,17 @@ namespace {
 /// parses (it sets block-x, block-w and block-dy at once) and is not in kAllFields.
 enum class Field : std::uint8_t {
   Storage, Compute, Rounding, Acc, Approx, Saturate, Nan, Ftz, Daz, BlockX, BlockW, BlockDy, BlockSr, Rht, Block,
-  Fp8X, Fp8W, Fp8Dy, Fp8
+  Fp8X, Fp8W, Fp8Dy, Fp8, Fp8Rescale
 };
-constexpr std::array<Field, 17> kAllFields{Field::Storage, Field::Compute,  Field::Rounding, Field::Acc,
+constexpr std::array<Field, 18> kAllFields{Field::Storage, Field::Compute,  Field::Rounding, Field::Acc,
                                            Field::Approx,  Field::Saturate, Field::Nan,      Field::Ftz,
                                            Field::Daz,     Field::BlockX,   Field::BlockW,   Field::BlockDy,
                                            Field::BlockSr, Field::Rht,      Field::Fp8X,     Field::Fp8W,
-                                           Field::Fp8Dy};
-constexpr std::array<std::string_view, 19> kFieldNames{"storage", "compute",  "rounding", "acc",   "approx",
+                                           Field::Fp8Dy,   Field::Fp8Rescale};
+constexpr std::array<std::string_view, 20> kFieldNames{"storage", "compute",  "rounding", "acc",   "approx",
                                                        "saturate", "nan",     "ftz",      "daz",   "block-x",
                                                        "block-w",  "block-dy", "block-sr", "rht",  "block",
-                                                       "fp8-x",    "fp8-w",    "fp8-dy",   "fp8"};
+                                                       "fp8-x",    "fp8-w",    "fp8-dy",   "fp8",  "fp8-rescale"};
 /// A field of GemmQuant (GEMM ops only).
 bool is_quant_field(Field f) {
   switch (f) {
@@ -503,7 +511,8 @@ bool is_quant_field(Field f) {
     case Field::Fp8X:
     case Field::Fp8W:
     case Field::Fp8Dy:
-    case Field::Fp8: return true;
+    case Field::Fp8:
+    case Field::Fp8Rescale: return true;
     case Field::Storage:
     case Field::Compute:
     case Field::Rounding:
@@ -544,7 +553,8 @@ bool in_prec(Field f) {
     case Field::Fp8X:
     case Field::Fp8W:
     case Field::Fp8Dy:
-    case Field::Fp8: return false;
+    case Field::Fp8:
+    case Field::Fp8Rescale: return false;
   }
   return false;
 }
@@ -613,6 +623,7 @@ std::string field_text(const OpPrecision& p, Field f) {
     case Field::Fp8X:
     case Field::Fp8W:
     case Field::Fp8Dy: return to_string(p.quant.fp8_of(role_of(f)));
+    case Field::Fp8Rescale: return std::string(name_of(p.quant.rescale));
     case Field::Block:
     case Field::Fp8: break;
   }
@@ -641,6 +652,7 @@ bool field_equal(const OpPrecision& a, const OpPrecision& b, Field f) {
     case Field::Fp8X:
     case Field::Fp8W:
     case Field::Fp8Dy: return a.quant.fp8_of(role_of(f)) == b.quant.fp8_of(role_of(f));
+    case Field::Fp8Rescale: return a.quant.rescale == b.quant.rescale;
     case Field::Block:
     case Field::Fp8: break;
   }
@@ -898,6 +910,13 @@ void parse_rht(std::size_t index, const std::string& token, const std::string& t
   fail(index, token, "unknown rht value '" + text + "'; " + kValid);
 }
 
+/// off | e4m3 | e5m2 (the fp8 element into whose range the decoded model scales its operands).
+Fp8Elem parse_rescale(std::size_t index, const std::string& token, const std::string& text) {
+  for (Fp8Elem e : {Fp8Elem::Off, Fp8Elem::E4M3, Fp8Elem::E5M2})
+    if (name_of(e) == text) return e;
+  fail(index, token, "unknown fp8-rescale value '" + text + "'; valid: off, e4m3, e5m2");
+}
+
 void apply_field(std::size_t index, const std::string& token, Field f, const std::string& text, OpPrecision& v) {
   switch (f) {
     case Field::Storage: v.storage = guarded(index, token, [&] { return numerics::parse_format(text); }); return;
@@ -945,6 +964,7 @@ void apply_field(std::size_t index, const std::string& token, Field f, const std
       }
       return;
     }
+    case Field::Fp8Rescale: v.quant.rescale = parse_rescale(index, token, text); return;
   }
 }
 

@@ -171,6 +171,7 @@ class Policy {
   /// fp64 fp32 ane-fp16 ane-fp16-acc32 ane-guide ane-matmul-only amp-fp16 amp-bf16 pure-fp16 pure-bf16
   /// h100-amp-fp16 h100-amp-bf16 a100-amp-fp16 a100-amp-bf16 ane-guide-m1 ane-guide-ftz ane-fp16-ftz mxfp8 mxfp6
   /// mxfp4 nvfp4 int4-g32 nf4 te-fp8-delayed te-fp8-current deepseek-fp8 deepseek-fp8-nopromote
+  /// deepseek-fp8-nopromote-rescaled
   static const std::vector<std::string>& preset_names();
 
   friend bool operator==(const Policy&, const Policy&) = default;

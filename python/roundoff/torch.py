@@ -77,7 +77,7 @@ class Precision:
 
 
 # The policy fields that quantize a GEMM's operands (ops::GemmQuant); Precision.from_policy refuses them.
-_QUANT_FIELDS = {"block-x", "block-w", "block-dy", "block-sr", "rht", "fp8-x", "fp8-w", "fp8-dy"}
+_QUANT_FIELDS = {"block-x", "block-w", "block-dy", "block-sr", "rht", "fp8-x", "fp8-w", "fp8-dy", "fp8-rescale"}
 
 
 class _Streams:

@@ -1,6 +1,7 @@
 """studies/fp8/analyze_fp8.py (the fp8-recipes study's registered analysis, docs/studies/fp8-recipes.md) on
 synthetic tables: the paired intervals by hand, each registered claim's three verdicts (confirmed, refuted,
-undetermined), diverged runs, one seed, the largest gap's attribution and the fp8 casts' shares."""
+undetermined), amendment 2's P' and R(DS-NOPROMOTE-R), diverged runs, one seed, the largest gap's attribution (over
+the seven registered arms) and the fp8 casts' shares."""
 from __future__ import annotations
 
 import csv
@@ -84,7 +85,11 @@ def test_contrasts_and_each_verdict(tmp_path):
     assert cl["P"]["verdict"] == "confirmed" and cl["P"]["reason"] == "interval above 0"
     assert float(cl["P"]["mean"]) == pytest.approx(0.006)
     assert cl["D"]["verdict"] == "undetermined"  # sd 0.0255 of the paired differences: half-width 0.063
-    assert set(cl) == {"R(TE-DELAYED)", "R(TE-CURRENT)", "R(DS)", "R(DS-NOPROMOTE)", "R(MXFP8)", "R(NVFP4)", "D", "P"}
+    assert set(cl) == {"R(TE-DELAYED)", "R(TE-CURRENT)", "R(DS)", "R(DS-NOPROMOTE)", "R(MXFP8)", "R(NVFP4)", "D", "P",
+                       "R(DS-NOPROMOTE-R)", "P'"}
+    # Amendment 2's arm has no runs in this table: its claims are there, undetermined with n = 0.
+    assert cl["P'"]["verdict"] == "undetermined" and cl["P'"]["n"] == "0"
+    assert cl["R(DS-NOPROMOTE-R)"]["verdict"] == "undetermined"
     order = [r["arm"] for r in _read(out / "ordering.csv") if r["metric"] == "val_loss_fp32"]
     assert order[0] == "BF16" and order[-1] == "NVFP4" and len(order) == 7
     md = (out / "summary.md").read_text()
@@ -195,3 +200,47 @@ def test_largest_gap_attribution_and_cast_shares(tmp_path):
     assert float(x["max"]) == pytest.approx(0.03) and float(x["step0_mean"]) == pytest.approx(0.015)
     assert not any(r["arm"] == "BF16" for r in _read(out / "cast_shares.csv"))
     assert "| TE-DELAYED | fp8_underflow_share | dy | 1 | 0.45 | 1 | 0.75 |" in (out / "summary.md").read_text()
+
+
+def test_amendment_two_rescaled_arm(tmp_path):
+    # P' = DS-NOPROMOTE-R - DS judged as P; R(DS-NOPROMOTE-R) as every R(A). DS is BF16 + (0.004, 0.005, 0.006).
+    off = dict(OFFSETS)
+    off["DS-NOPROMOTE-R"] = (0.0070, 0.0085, 0.0100)   # +0.0035 +- 0.0012 over DS, above 0: P' confirmed
+    out = tmp_path / "out"
+    A.main(["--runs", str(_table(tmp_path, off)), "--out", str(out)])
+    cl = _claims(out)
+    assert cl["P'"]["verdict"] == "confirmed" and cl["P'"]["reason"] == "interval above 0"
+    assert cl["P'"]["arm"] == "DS-NOPROMOTE-R" and cl["P'"]["ref"] == "DS"
+    assert float(cl["P'"]["mean"]) == pytest.approx(0.0035)
+    assert float(cl["P'"]["ci_high"]) == pytest.approx(0.0035 + T2 * 0.0005 / math.sqrt(3))
+    assert cl["R(DS-NOPROMOTE-R)"]["verdict"] == "confirmed"   # 0.0085 +- 0.0037: inside X = 0.0235
+    assert cl["P"]["verdict"] == "confirmed"                  # the registered P is judged as before
+    con = {(r["arm"], r["ref"], r["metric"]): r for r in _read(out / "contrasts.csv")}
+    d = con[("DS-NOPROMOTE", "DS-NOPROMOTE-R", "val_loss_fp32")]     # descriptive: what the flush costs
+    assert float(d["mean"]) == pytest.approx(0.011 - 0.0085)
+    assert "| P' DeepSeek's promotion buys loss" in (out / "summary.md").read_text()
+    off["DS-NOPROMOTE-R"] = (0.0041, 0.0049, 0.0061)   # about DS: P' refuted (not needed at this K)
+    out2 = tmp_path / "out2"
+    A.main(["--runs", str(_table(tmp_path, off)), "--out", str(out2)])
+    assert _claims(out2)["P'"]["verdict"] == "refuted" and "not needed" in _claims(out2)["P'"]["reason"]
+    off["DS-NOPROMOTE-R"] = (-0.02, 0.03, 0.0)         # holds 0, leaves X: P' and R undetermined
+    out3 = tmp_path / "out3"
+    A.main(["--runs", str(_table(tmp_path, off)), "--out", str(out3)])
+    assert _claims(out3)["P'"]["verdict"] == "undetermined"
+    assert _claims(out3)["R(DS-NOPROMOTE-R)"]["verdict"] == "undetermined"
+    off["DS-NOPROMOTE-R"] = (0.30, 0.31, 0.32)         # the largest gap, but not a registered arm
+    out4 = tmp_path / "out4"
+    A.main(["--runs", str(_table(tmp_path, off)), "--out", str(out4)])
+    cl = _claims(out4)
+    assert cl["R(DS-NOPROMOTE-R)"]["verdict"] == "refuted" and cl["P'"]["verdict"] == "confirmed"
+    order = [r["arm"] for r in _read(out4 / "ordering.csv") if r["metric"] == "val_loss_fp32"]
+    assert order[-1] == "DS-NOPROMOTE-R" and len(order) == 8
+
+
+def test_amendment_two_diverged_rescaled_run(tmp_path):
+    extra = [("DS-NOPROMOTE-R", 1, 4.71), ("DS-NOPROMOTE-R", 2, float("nan"), True), ("DS-NOPROMOTE-R", 3, 4.69)]
+    out = tmp_path / "out"
+    A.main(["--runs", str(_table(tmp_path, extra=extra)), "--out", str(out)])
+    cl = _claims(out)
+    assert cl["R(DS-NOPROMOTE-R)"]["verdict"] == "refuted"
+    assert cl["P'"]["verdict"] == "confirmed" and "diverged" in cl["P'"]["reason"]

@@ -7,10 +7,13 @@ run's telemetry.csv (the MPFR shadow's rows and the fp8 casts' share rows), and 
                     (the margin X is 0.5 % of the BF16 arm's mean loss; 2 % beside it);
 - claims.csv        the registered claims: R(A) "A matches bf16" for each recipe and format, D "delayed scaling
                     costs nothing against current scaling", P "DeepSeek's promotion buys loss at this model's K";
-                    each confirmed / refuted / undetermined, with the rule and the reason;
+                    amendment 2's P' (the same with DS-NOPROMOTE-R, the unpromoted GEMM on operands rescaled by
+                    powers of two into E4M3's range) and R(DS-NOPROMOTE-R); each confirmed / refuted /
+                    undetermined, with the rule and the reason;
 - attribution.csv, attribution_top.csv, attribution_contrasts.csv, attribution_detail.csv  as formats-training's;
-- attribution_largest_gap.csv  the arm with the largest mean gap to BF16 and the three (op, pass) whose mean local
-                    error grew most from BF16 to it (descriptive);
+- attribution_largest_gap.csv  the arm with the largest mean gap to BF16 among the seven registered arms (the
+                    amendment's arm is not a candidate: registered before it) and the three (op, pass) whose mean
+                    local error grew most from BF16 to it (descriptive);
 - cast_shares.csv   per arm, share metric (fp8_saturated_share, fp8_underflow_share) and tensor (layer, op, module.role):
                     the mean over the run's telemetry steps, then over seeds; the largest value at any step; the
                     mean at the first telemetry step (step 0: under delayed scaling every scale is still 1);
@@ -40,14 +43,18 @@ _spec = importlib.util.spec_from_file_location(
 F = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(F)
 
-ARMS = ["BF16", "TE-DELAYED", "TE-CURRENT", "DS", "DS-NOPROMOTE", "MXFP8", "NVFP4"]
+REGISTERED_ARMS = ["BF16", "TE-DELAYED", "TE-CURRENT", "DS", "DS-NOPROMOTE", "MXFP8", "NVFP4"]
+# Amendment 2 (docs/studies/fp8-recipes.md): deepseek-fp8-nopromote-rescaled, the faithful "no promotion" arm.
+AMENDMENT_ARMS = ["DS-NOPROMOTE-R"]
+ARMS = REGISTERED_ARMS + AMENDMENT_ARMS
 REFERENCE = "BF16"
 RECIPES = [a for a in ARMS if a != REFERENCE]
 # Registered contrasts: every arm against BF16, delayed against current scaling, DeepSeek without promotion against
-# with; descriptive beside them: the two recipes against each other and the block formats against DS.
+# with (P; amendment 2's P' with the rescaled arm); descriptive beside them: the two recipes against each other, the
+# block formats against DS, and the two unpromoted arms against each other (what the flush of amendment 1 costs).
 CONTRASTS = ([(a, REFERENCE) for a in RECIPES]
              + [("TE-DELAYED", "TE-CURRENT"), ("DS-NOPROMOTE", "DS"), ("DS", "TE-CURRENT"), ("MXFP8", "DS"),
-                ("NVFP4", "DS")])
+                ("NVFP4", "DS"), ("DS-NOPROMOTE-R", "DS"), ("DS-NOPROMOTE", "DS-NOPROMOTE-R")])
 METRICS = F.METRICS
 PRIMARY = F.PRIMARY
 MARGIN_PCT = 0.5   # X = 0.5 % of the BF16 arm's mean loss (registered; docs/studies/fp8-recipes.md)
@@ -221,6 +228,10 @@ def analyse(runs: list[dict], attribution: dict, detail: dict | None = None, sha
     claim("P", "DeepSeek's promotion buys loss at this model's K", "DS-NOPROMOTE", "DS",
           "confirmed if the 95 % interval of DS-NOPROMOTE - DS lies above 0 or DS-NOPROMOTE diverged where DS did "
           "not; refuted if it lies inside [-X, X] or below 0; else undetermined", _verdict_needed)
+    claim("P'", "DeepSeek's promotion buys loss at this model's K (operands rescaled into range, amendment 2)",
+          "DS-NOPROMOTE-R", "DS",
+          "confirmed if the 95 % interval of DS-NOPROMOTE-R - DS lies above 0 or DS-NOPROMOTE-R diverged where DS "
+          "did not; refuted if it lies inside [-X, X] or below 0; else undetermined", _verdict_needed)
 
     # Attribution (formats-training's tables, on this study's arms and contrasts).
     means = {k: float(np.mean(v)) for k, v in attribution.items()}
@@ -247,7 +258,8 @@ def analyse(runs: list[dict], attribution: dict, detail: dict | None = None, sha
                 tables["attribution_contrasts"].append({"arm": a, "ref": ref, "metric": am, "rank": i + 1, "op": op,
                                                         "pass": ps, "arm_value": va, "ref_value": vr,
                                                         "increase": va - vr})
-    gaps = [c for c in tables["contrasts"] if c["ref"] == REFERENCE and c["metric"] == m and c["n"] > 0]
+    gaps = [c for c in tables["contrasts"]
+            if c["ref"] == REFERENCE and c["metric"] == m and c["n"] > 0 and c["arm"] in REGISTERED_ARMS]
     if gaps:
         big = max(gaps, key=lambda c: c["mean"])
         for am in ATTR_METRICS:

@@ -2,8 +2,13 @@
 // and DeepSeek-V3's block scales against written-out definitions on adversarial tensors (amax 0, amax at a binade
 // edge, ±inf and NaN, an amax history longer than the run), the fp8 casts exhaustively over every bf16 input, the
 // policy text of the recipes, and the refusals (history length 0, negative margin, a block that does not divide).
+// The decoded model's fp8-rescale (deepseek-fp8-nopromote-rescaled; docs/studies/fp8-recipes.md amendment 2): the power
+// of two by search, the rescaled GEMM against its written-out definition on adversarial operands (amax 0, a binade
+// edge, NaN and ±inf, decoded values of 1e-6 against the 14-bit accumulator's error bound from the model's
+// definition), exact power-of-two scaling of its result, and its policy text and refusals.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cfloat>
 #include <cmath>
@@ -15,6 +20,7 @@
 #include <vector>
 
 #include "numerics/accumulate.hpp"
+#include "numerics/exact_dot.hpp"
 #include "numerics/round.hpp"
 #include "ops/fp8_scaling.hpp"
 #include "ops/matmul.hpp"
@@ -479,6 +485,359 @@ TEST(Fp8Scaling, RecipesParsePrintAndRoundTrip) {
   const Policy s = Policy::parse("deepseek-fp8");
   EXPECT_EQ(to_string(s.at(OpKind::Matmul, Pass::BackwardWeight).quant.fp8_of(GemmRole::W)), "e4m3:128x128:pad");
   EXPECT_EQ(to_string(s.at(OpKind::Matmul, Pass::BackwardWeight).quant.fp8_of(GemmRole::X)), "e4m3:1x128:pad");
+}
+
+// ---- fp8-rescale: the decoded model on operands scaled by powers of two into E4M3's range -------------------------
+
+/// The largest k with amax·2^k <= top, by search from k = 0 (one binade at a time): the written-out definition of
+/// rescale_exponent (0 for amax 0 or non-finite).
+int rescale_by_search(double amax, double top) {
+  if (!(amax > 0) || !std::isfinite(amax)) return 0;
+  int k = 0;
+  while (std::ldexp(amax, k) > top) --k;
+  while (std::ldexp(amax, k + 1) <= top) ++k;
+  return k;
+}
+
+TEST(Fp8Scaling, RescaleExponentOnAdversarialAmax) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double bad : {0.0, -0.0, inf, -inf, std::nan("")}) EXPECT_EQ(rescale_exponent(bad, Fp8Elem::E4M3), 0) << bad;
+  EXPECT_EQ(rescale_exponent(448.0, Fp8Elem::E4M3), 0);
+  EXPECT_EQ(rescale_exponent(224.0, Fp8Elem::E4M3), 1);   // 448 exactly
+  EXPECT_EQ(rescale_exponent(256.0, Fp8Elem::E4M3), 0);   // 512 would be above
+  EXPECT_EQ(rescale_exponent(57344.0, Fp8Elem::E5M2), 0);
+  EXPECT_EQ(rescale_exponent(1e-6, Fp8Elem::E4M3), 28);   // 1e-6 · 2^28 = 268.4; · 2^29 = 536.9
+  for (Fp8Elem e : {Fp8Elem::E4M3, Fp8Elem::E5M2}) {
+    const double top = fp8_max(e);
+    // Every binade edge 2^b and the values one ulp either side, fp8_max·2^b and its neighbours, from subnormal
+    // binary64 to the top of binary32's range.
+    for (int b = -1074; b <= 130; ++b) {
+      for (double c : {std::ldexp(1.0, b), std::ldexp(top, b)}) {
+        if (c == 0 || !std::isfinite(c)) continue;
+        for (double a : {c, std::nextafter(c, 0.0), std::nextafter(c, inf)}) {
+          if (!(a > 0)) continue;
+          const int k = rescale_exponent(a, e);
+          ASSERT_EQ(k, rescale_by_search(a, top)) << a;
+          ASSERT_LE(std::ldexp(a, k), top);
+          ASSERT_GT(std::ldexp(a, k + 1), top);
+        }
+      }
+    }
+  }
+}
+
+namespace rescaled {
+
+constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+/// The backward-weight entry of deepseek-fp8-nopromote-rescaled (tc-h100-fp8, fp8-rescale=e4m3).
+OpPrecision entry(const char* spec = "deepseek-fp8-nopromote-rescaled") {
+  return Policy::parse(spec).at(OpKind::Matmul, Pass::BackwardWeight);
+}
+
+/// C (M×N) (+)= A (M×K) · B (K×N) by the written-out definition of the rescaled GEMM: a_i, b_j by search over the
+/// finite amax of each row of A / column of B, the scaled row and column and C'_ij = C_ij·2^(a_i+b_j), the
+/// tc-h100-fp8 model on them (numerics::gemm of that one 1×1 product, from C'_ij when accumulating), and the
+/// result times 2^−(a_i+b_j).
+std::vector<double> written_out(const std::vector<double>& A, const std::vector<double>& B, std::vector<double> C,
+                                std::size_t M, std::size_t N, std::size_t K, bool accumulate) {
+  const numerics::Accumulation acc = numerics::parse_accumulation("tc-h100-fp8");
+  for (std::size_t i = 0; i < M; ++i)
+    for (std::size_t j = 0; j < N; ++j) {
+      double ma = 0, mb = 0;
+      for (std::size_t k = 0; k < K; ++k) {
+        if (std::isfinite(A[i * K + k])) ma = std::max(ma, std::fabs(A[i * K + k]));
+        if (std::isfinite(B[k * N + j])) mb = std::max(mb, std::fabs(B[k * N + j]));
+      }
+      const int a = rescale_by_search(ma, 448.0), b = rescale_by_search(mb, 448.0);
+      std::vector<double> row(K), col(K);
+      for (std::size_t k = 0; k < K; ++k) {
+        row[k] = A[i * K + k] * std::ldexp(1.0, a);
+        col[k] = B[k * N + j] * std::ldexp(1.0, b);
+      }
+      double c = accumulate ? C[i * N + j] * std::ldexp(1.0, a + b) : 0.0;
+      numerics::gemm(acc, 1, 1, K, numerics::ConstMatrix{row.data(), K}, numerics::ConstMatrix{col.data(), 1}, &c, 1,
+                     accumulate);
+      C[i * N + j] = c * std::ldexp(1.0, -(a + b));
+    }
+  return C;
+}
+
+/// rescaled_gemm under the preset's entry, A given transposed or not (the op's layouts).
+std::vector<double> run(const OpPrecision& p, const std::vector<double>& A, const std::vector<double>& B,
+                        std::vector<double> C, std::size_t M, std::size_t N, std::size_t K, bool accumulate,
+                        bool a_transposed = false) {
+  const Ctx<Emulated> ctx(p);
+  std::vector<double> At = A;
+  if (a_transposed)
+    for (std::size_t i = 0; i < M; ++i)
+      for (std::size_t k = 0; k < K; ++k) At[k * M + i] = A[i * K + k];
+  const numerics::ConstMatrix a = a_transposed ? numerics::ConstMatrix{At.data(), M, true}
+                                               : numerics::ConstMatrix{A.data(), K};
+  rescaled_gemm(ctx, p.quant.rescale, M, N, K, a, numerics::ConstMatrix{B.data(), N}, C.data(), N, accumulate, Key{});
+  return C;
+}
+
+bool same(double a, double b) { return (std::isnan(a) && std::isnan(b)) || (a == b && std::signbit(a) == std::signbit(b)); }
+
+/// Decoded DeepSeek 1×128 blocks (along each row) of the values v (rows × K).
+std::vector<double> decoded_rows(std::vector<double> v, std::size_t rows, std::size_t K) {
+  for (double& x : v) x = static_cast<float>(x);
+  quantize_fp8_operand(parse_fp8_operand("e4m3:1x128:pad"), v, rows, K, {}, nullptr, false, "test");
+  return v;
+}
+
+/// The error bound of the tc-h100-fp8 model (numerics/accumulate.hpp: groups of g = 32 terms and the running sum
+/// aligned on the largest anchor E — a product's anchor the sum of its factors' exponents, each clamped below at the
+/// input emin −6; the sum's its leading bit — every addend truncated to a multiple of 2^(E−13); the aligned sum
+/// truncated to 14 bits, binary32's range) for Σ x_k·y_k from the exact start c: per step j, with σ the bound on
+/// |s_{j−1}| (|c| + the |terms| so far + the error so far), G the step's Σ|t_k| and Â the largest 2^anchor of its
+/// products, error_j < n_j·2^−13·max(σ, Â) (alignment; n_j addends) + 2^−13·(σ + G) (the truncation to 14 bits)
+/// + 2^−139 (its subnormal spacing). The bound is evaluated in binary64 and widened by 2^−40 for that evaluation.
+double model_bound(const std::vector<double>& x, const std::vector<double>& y, double c) {
+  const double u = std::ldexp(1.0, -13);
+  double err = 0, seen = std::fabs(c);
+  for (std::size_t k0 = 0; k0 < x.size(); k0 += 32) {
+    double G = 0, Ahat = 0, n = c != 0 || k0 > 0 ? 1 : 0;
+    for (std::size_t k = k0; k < std::min(x.size(), k0 + 32); ++k) {
+      if (x[k] == 0 || y[k] == 0) continue;
+      G += std::fabs(x[k] * y[k]);
+      Ahat = std::max(Ahat, std::ldexp(1.0, std::max(std::ilogb(x[k]), -6) + std::max(std::ilogb(y[k]), -6)));
+      n += 1;
+    }
+    const double sigma = seen + err;
+    err += n * u * std::max(sigma, Ahat) + u * (sigma + G) + std::ldexp(1.0, -139);
+    seen += G;
+  }
+  return err * (1 + std::ldexp(1.0, -40));
+}
+
+}  // namespace rescaled
+
+TEST(Fp8Scaling, RescaledGemmWrittenOut) {
+  using namespace rescaled;
+  const OpPrecision p = entry();
+  ASSERT_EQ(p.quant.rescale, Fp8Elem::E4M3);
+  // A (6 × 64) decoded from DeepSeek blocks, then made adversarial row by row: row 0 zeros (amax 0), row 1 with
+  // amax 448·2^−20 exactly (a binade edge of the choice: a = 20), row 2 one binary64 ulp above it (a = 19), row 3
+  // with a NaN, row 4 with −inf beside finite values, row 5 of decoded values ~1e-6. B (64 × 5) by column: column 0
+  // zeros, column 1 around 2^4, column 2 with a NaN, column 3 with +inf, column 4 ~1e-6. C nonzero (beta = 1).
+  const std::size_t M = 6, K = 64, N = 5;
+  std::mt19937_64 g(7);
+  std::normal_distribution<double> d(0.0, 1.0);
+  std::vector<double> A(M * K), B(K * N), C(M * N);
+  for (std::size_t e = 0; e < A.size(); ++e) A[e] = d(g) * (e / K == 5 ? 1e-6 : e / K == 1 || e / K == 2 ? 1e-4 : 1.0);
+  for (std::size_t e = 0; e < B.size(); ++e) B[e] = d(g) * (e % N == 4 ? 1e-6 : e % N == 1 ? 16.0 : 1.0);
+  for (double& v : C) v = static_cast<float>(d(g) * 1e-3);
+  A = decoded_rows(A, M, K);
+  std::vector<double> Bt(N * K);  // B's columns decoded as 1×128 blocks along K, as the op's x in bwd-weight
+  for (std::size_t j = 0; j < N; ++j)
+    for (std::size_t k = 0; k < K; ++k) Bt[j * K + k] = B[k * N + j];
+  Bt = decoded_rows(Bt, N, K);
+  for (std::size_t j = 0; j < N; ++j)
+    for (std::size_t k = 0; k < K; ++k) B[k * N + j] = Bt[j * K + k];
+  for (std::size_t k = 0; k < K; ++k) {
+    A[0 * K + k] = 0.0;
+    A[1 * K + k] = std::fmin(std::fabs(A[1 * K + k]), 1e-4) * (k % 2 ? 1 : -1);
+    A[2 * K + k] = A[1 * K + k];
+    B[k * N + 0] = 0.0;
+  }
+  A[1 * K + 3] = std::ldexp(448.0, -20);                       // 4.27e-4: the row's amax
+  A[2 * K + 3] = std::nextafter(std::ldexp(448.0, -20), kInf);
+  A[3 * K + 10] = kNan;
+  A[4 * K + 20] = -kInf;
+  B[5 * N + 2] = kNan;
+  B[9 * N + 3] = kInf;
+  EXPECT_EQ(rescale_exponent(std::ldexp(448.0, -20), Fp8Elem::E4M3), 20);
+  EXPECT_EQ(rescale_exponent(A[2 * K + 3], Fp8Elem::E4M3), 19);
+  for (bool accumulate : {false, true})
+    for (bool at : {false, true}) {
+      const std::vector<double> got = run(p, A, B, C, M, N, K, accumulate, at);
+      const std::vector<double> want = written_out(A, B, C, M, N, K, accumulate);
+      for (std::size_t e = 0; e < M * N; ++e)
+        EXPECT_TRUE(same(got[e], want[e])) << "element " << e << " accumulate " << accumulate << ": " << got[e]
+                                           << " vs " << want[e];
+    }
+  // The adversarial rows and columns do what they say: with finite columns the zero row gives C through the 14-bit
+  // accumulator (C truncated to 14 bits: the adder's step normalises the running sum even with no product), and so
+  // does the zero column; NaN propagates (0·NaN is NaN: a NaN column is NaN even in the zero row); −inf and +inf
+  // give ±inf or NaN.
+  const std::vector<double> got = run(p, A, B, C, M, N, K, true);
+  const auto trunc14 = [](double v) {
+    return numerics::round_to(numerics::Format{14, -126, 127}, numerics::Rounding::TowardZero, v);
+  };
+  for (std::size_t j : {0u, 1u, 4u}) EXPECT_EQ(got[0 * N + j], trunc14(C[0 * N + j])) << j;
+  for (std::size_t i : {0u, 1u, 2u, 5u}) EXPECT_EQ(got[i * N + 0], trunc14(C[i * N + 0])) << i;
+  for (std::size_t j = 0; j < N; ++j) EXPECT_TRUE(std::isnan(got[3 * N + j])) << j;
+  for (std::size_t i = 0; i < M; ++i) EXPECT_TRUE(std::isnan(got[i * N + 2])) << i;
+  EXPECT_TRUE(std::isinf(got[4 * N + 1]));
+  EXPECT_TRUE(std::isinf(got[1 * N + 3]) || std::isnan(got[1 * N + 3]));
+}
+
+TEST(Fp8Scaling, RescaledGemmKeepsSmallDecodedOperandsWithinTheAccumulatorsBound) {
+  using namespace rescaled;
+  // T1's weight-gradient GEMM in miniature: K = 256 tokens, dy decoded from 1×128 DeepSeek blocks of values ~1e-6
+  // (A: 4 output features × 256 tokens, the pass's dyᵀ), x ~ N(0, 1) decoded likewise (B: 256 tokens × 6 in-features).
+  // Against the same fp8 operands summed exactly: the rescaled arm stays within the 14-bit accumulator's bound for
+  // every element; the unrescaled deepseek-fp8-nopromote model flushes (its error exceeds that bound).
+  const std::size_t M = 4, K = 256, N = 6;
+  std::mt19937_64 g(11);
+  std::normal_distribution<double> d(0.0, 1.0);
+  for (bool positive : {false, true}) {
+    std::vector<double> A(M * K), Bt(N * K);
+    for (double& v : A) v = (positive ? std::fabs(d(g)) : d(g)) * 1e-6;
+    for (double& v : Bt) v = positive ? std::fabs(d(g)) : d(g);
+    A = decoded_rows(A, M, K);
+    Bt = decoded_rows(Bt, N, K);
+    std::vector<double> B(K * N);
+    for (std::size_t j = 0; j < N; ++j)
+      for (std::size_t k = 0; k < K; ++k) B[k * N + j] = Bt[j * K + k];
+    const std::vector<double> zero(M * N, 0.0);
+    const std::vector<double> rescaled = run(entry(), A, B, zero, M, N, K, false);
+    std::vector<double> plain = zero;  // deepseek-fp8-nopromote's decoded model: the same GEMM, unscaled
+    const Ctx<Emulated> ctx(entry("deepseek-fp8-nopromote"));
+    ctx.gemm(M, N, K, numerics::ConstMatrix{A.data(), K}, numerics::ConstMatrix{B.data(), N}, plain.data(), N, false,
+             Key{});
+    int plain_beyond = 0;
+    for (std::size_t i = 0; i < M; ++i)
+      for (std::size_t j = 0; j < N; ++j) {
+        const numerics::ExactSum exact = numerics::exact_dot(&A[i * K], 1, &B[j], static_cast<std::ptrdiff_t>(N), K);
+        const numerics::ExactSum abs = numerics::exact_abs_dot(&A[i * K], 1, &B[j], static_cast<std::ptrdiff_t>(N), K);
+        // The bound on the operands the model sees (row i · 2^a, column j · 2^b), scaled back.
+        double ma = 0, mb = 0;
+        std::vector<double> row(K), col(K);
+        for (std::size_t k = 0; k < K; ++k) {
+          ma = std::max(ma, std::fabs(A[i * K + k]));
+          mb = std::max(mb, std::fabs(B[k * N + j]));
+        }
+        const int a = rescale_by_search(ma, 448.0), b = rescale_by_search(mb, 448.0);
+        for (std::size_t k = 0; k < K; ++k) {
+          row[k] = std::ldexp(A[i * K + k], a);
+          col[k] = std::ldexp(B[k * N + j], b);
+        }
+        const double bound = std::ldexp(model_bound(row, col, 0.0), -(a + b));
+        EXPECT_LE(std::fabs(numerics::signed_error(exact, rescaled[i * N + j])), bound) << i << "," << j;
+        EXPECT_LT(bound, 0.04 * abs.to_double()) << "the bound is informative";  // about 34·8·2^−13 of Σ|t|
+        plain_beyond += std::fabs(numerics::signed_error(exact, plain[i * N + j])) > bound;
+        if (positive) {  // every product positive: the flush loses most of the sum
+          EXPECT_GT(std::fabs(numerics::signed_error(exact, plain[i * N + j])), 0.5 * exact.to_double()) << i << "," << j;
+        }
+      }
+    if (positive) {
+      EXPECT_EQ(plain_beyond, static_cast<int>(M * N));
+    }
+  }
+}
+
+TEST(Fp8Scaling, RescaledGemmScalesExactlyByPowersOfTwo) {
+  using namespace rescaled;
+  // The property the arm rests on: A·2^j (or B·2^j, and C·2^j with it) gives the result times 2^j exactly, for j
+  // far beyond where the unscaled model stops commuting (which the last check shows).
+  const std::size_t M = 3, K = 160, N = 4;
+  std::mt19937_64 g(5);
+  std::normal_distribution<double> d(0.0, 1.0);
+  std::vector<double> A(M * K), B(K * N), C(M * N);
+  for (std::size_t e = 0; e < A.size(); ++e) A[e] = static_cast<float>(d(g) * std::ldexp(1.0, static_cast<int>(e % 7)));
+  for (double& v : B) v = static_cast<float>(d(g));
+  for (double& v : C) v = static_cast<float>(d(g));
+  A = decoded_rows(A, M, K);
+  const OpPrecision p = entry();
+  for (bool accumulate : {false, true}) {
+    const std::vector<double> base = run(p, A, B, C, M, N, K, accumulate);
+    for (int j : {-60, -20, -7, -1, 1, 3, 30}) {
+      std::vector<double> As = A, Bs = B, Cs = C;
+      for (double& v : As) v = std::ldexp(v, j);
+      for (double& v : Bs) v = std::ldexp(v, j);
+      for (double& v : Cs) v = std::ldexp(v, j);
+      const std::vector<double> ra = run(p, As, B, Cs, M, N, K, accumulate);
+      const std::vector<double> rb = run(p, A, Bs, Cs, M, N, K, accumulate);
+      Cs = C;
+      for (double& v : Cs) v = std::ldexp(v, 2 * j);
+      const std::vector<double> rab = run(p, As, Bs, Cs, M, N, K, accumulate);
+      for (std::size_t e = 0; e < M * N; ++e) {
+        EXPECT_EQ(ra[e], std::ldexp(base[e], j)) << j << " " << e;
+        EXPECT_EQ(rb[e], std::ldexp(base[e], j)) << j << " " << e;
+        EXPECT_EQ(rab[e], std::ldexp(base[e], 2 * j)) << j << " " << e;
+      }
+    }
+  }
+  // The unscaled model does not commute at j = −20 (products below its input range): the check above can fail.
+  const Ctx<Emulated> plain(entry("deepseek-fp8-nopromote"));
+  std::vector<double> r0(M * N, 0.0), r1(M * N, 0.0), As = A;
+  for (double& v : As) v = std::ldexp(v, -20);
+  plain.gemm(M, N, K, numerics::ConstMatrix{A.data(), K}, numerics::ConstMatrix{B.data(), N}, r0.data(), N, false, Key{});
+  plain.gemm(M, N, K, numerics::ConstMatrix{As.data(), K}, numerics::ConstMatrix{B.data(), N}, r1.data(), N, false, Key{});
+  int differ = 0;
+  for (std::size_t e = 0; e < M * N; ++e) differ += r1[e] != std::ldexp(r0[e], -20);
+  EXPECT_GT(differ, 0);
+}
+
+TEST(Fp8Scaling, RescaledPresetInTheLinearLayer) {
+  // deepseek-fp8-nopromote-rescaled in the op (every pass): the operands' quantization is deepseek-fp8-nopromote's,
+  // the GEMM rescaled_gemm. dy·2^j with every block's amax above DeepSeek's 1e-4 clamp gives codes equal and decoded
+  // values times 2^j, so dW (rounded to fp32, stored bf16, in range) is exactly 2^j times; a one-row call (Select)
+  // gives the whole GEMM's row.
+  const std::size_t n = 256, in = 64, out = 16;
+  const MatmulShape s{static_cast<std::int64_t>(n), static_cast<std::int64_t>(in), static_cast<std::int64_t>(out)};
+  std::mt19937_64 g(3);
+  std::normal_distribution<double> d(0.0, 1.0);
+  std::vector<double> x(n * in), dy(n * out);
+  for (double& v : x) v = numerics::round_to(numerics::formats::bf16, numerics::Rounding::NearestEven, d(g));
+  for (double& v : dy) v = numerics::round_to(numerics::formats::bf16, numerics::Rounding::NearestEven, d(g) / 64);
+  const Policy p = Policy::parse("deepseek-fp8-nopromote-rescaled,matmul.fp8-x=e4m3:1x64,matmul.fp8-dy=e4m3:1x64");
+  const Ctx<Emulated> ctx(p.at(OpKind::Matmul, Pass::BackwardWeight));
+  const auto dw_of = [&](const std::vector<double>& g_dy, Select sel = {}) {
+    std::vector<double> dw(out * in, 0.0);
+    matmul_backward_weight<Emulated>(dw, g_dy, x, s, ctx, sel);
+    return dw;
+  };
+  const std::vector<double> base = dw_of(dy);
+  for (int j : {-5, -1, 2, 6}) {
+    std::vector<double> dys = dy;
+    for (double& v : dys) v = std::ldexp(v, j);
+    const std::vector<double> r = dw_of(dys);
+    for (std::size_t e = 0; e < r.size(); ++e) ASSERT_EQ(r[e], std::ldexp(base[e], j)) << j << " " << e;
+  }
+  const std::vector<std::int64_t> rows{5};
+  const std::vector<double> one = dw_of(dy, Select(rows));
+  for (std::size_t c = 0; c < in; ++c) EXPECT_EQ(one[5 * in + c], base[5 * in + c]) << c;
+}
+
+TEST(Fp8Scaling, RescalePolicyTextAndRefusals) {
+  const Policy r = Policy::parse("deepseek-fp8-nopromote-rescaled");
+  EXPECT_EQ(r.canonical(), "deepseek-fp8-nopromote-rescaled");
+  EXPECT_EQ(Policy::parse("deepseek-fp8-nopromote,matmul.fp8-rescale=e4m3").canonical(),
+            "deepseek-fp8-nopromote-rescaled");
+  EXPECT_EQ(Policy::parse("deepseek-fp8-nopromote-rescaled,matmul.fp8-rescale=off").canonical(),
+            "deepseek-fp8-nopromote");
+  for (OpKind k : kAllOps)
+    for (Pass ps : kAllPasses) {
+      const bool projection = group_of(k) == OpGroup::Projection;
+      EXPECT_EQ(r.at(k, ps).quant.rescale, projection ? Fp8Elem::E4M3 : Fp8Elem::Off);
+      // Everything else is deepseek-fp8-nopromote's.
+      OpPrecision e = r.at(k, ps);
+      e.quant.rescale = Fp8Elem::Off;
+      EXPECT_EQ(e, Policy::parse("deepseek-fp8-nopromote").at(k, ps));
+    }
+  EXPECT_EQ(Policy::parse("deepseek-fp8-nopromote").at(OpKind::Matmul, Pass::Forward).quant.rescale, Fp8Elem::Off);
+  for (const char* spec : {"deepseek-fp8-nopromote-rescaled,matmul.bwd-weight.fp8-rescale=e5m2",
+                           "te-fp8-current,matmul.fwd.fp8-rescale=e4m3"})
+    EXPECT_EQ(Policy::parse(Policy::parse(spec).canonical()), Policy::parse(spec)) << spec;
+  const auto one_line = [](const char* spec, const std::string& needle) {
+    try {
+      Policy::parse(spec);
+      ADD_FAILURE() << "not refused: " << spec;
+    } catch (const std::invalid_argument& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+      EXPECT_NE(m.find(needle), std::string::npos) << m;
+    }
+  };
+  one_line("deepseek-fp8-nopromote,matmul.fp8-rescale=e4m4", "unknown fp8-rescale value 'e4m4'; valid: off, e4m3, e5m2");
+  one_line("deepseek-fp8-nopromote,matmul.fp8-rescale=", "empty value");
+  one_line("fp32,softmax.fp8-rescale=e4m3", "block quantization applies to the GEMM ops");
+  one_line("deepseek-fp8-nopromote-rescaled,matmul.fp8-rescales=e4m3", "fp8-rescale");
 }
 
 }  // namespace

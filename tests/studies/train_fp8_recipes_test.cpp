@@ -1,4 +1,5 @@
-// The fp8 training recipes (issue 44, ops/fp8_scaling.hpp) in the trainer: the same weights for one and two threads,
+// The fp8 training recipes (issue 44, ops/fp8_scaling.hpp) in the trainer: the same weights for one and two threads
+// (deepseek-fp8-nopromote-rescaled among them),
 // and a run killed after 4 of 6 steps and resumed from its checkpoint (which carries the delayed-scaling amax
 // histories) equal to the uninterrupted run; --eval-checkpoint and --shadow-checkpoint of a delayed-scaling run cast with
 // the checkpoint's scales. Each run in a directory of its own (ctest runs tests in parallel).
@@ -28,12 +29,18 @@ using testing::small_config;
 const std::string kDeepseekSmall =
     "deepseek-fp8,matmul.fp8-x=e4m3:1x16,matmul.fp8-w=e4m3:16x16,matmul.fp8-dy=e4m3:1x16,"
     "matmul.acc=[tc-h100-fp8,promote=16:fp32]";
+/// deepseek-fp8-nopromote-rescaled with 16-wide blocks (amendment 2 of docs/studies/fp8-recipes.md): the decoded
+/// model with its operands rescaled by powers of two (ops/matmul_quant.hpp, rescaled_gemm).
+const std::string kDeepseekRescaledSmall =
+    "deepseek-fp8-nopromote-rescaled,matmul.fp8-x=e4m3:1x16,matmul.fp8-w=e4m3:16x16,matmul.fp8-dy=e4m3:1x16";
 
 
 TEST(TrainFp8Recipes, SameWeightsForOneAndTwoThreads) {
   const ModelConfig c = small_config(32, 16, 2);
-  // The per-tensor state (delayed) and the exact per-block GEMM; two steps (two threads spin on a loaded machine).
-  for (const std::string& policy : {std::string("te-fp8-delayed,fp8-scaling=delayed:4:max:0"), kDeepseekSmall}) {
+  // The per-tensor state (delayed), the exact per-block GEMM and the rescaled decoded GEMM; two steps (two threads
+  // spin on a loaded machine).
+  for (const std::string& policy :
+       {std::string("te-fp8-delayed,fp8-scaling=delayed:4:max:0"), kDeepseekSmall, kDeepseekRescaledSmall}) {
     const auto a = testing::train_run(c, policy, fresh_dir("fp8_threads_1"), 2);
     const auto b = testing::train_run(c, policy, fresh_dir("fp8_threads_2"), 2,
                                       [](TrainOptions&) { omp_set_num_threads(2); });
