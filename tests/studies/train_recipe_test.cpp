@@ -255,8 +255,9 @@ TEST(TrainOptimizer, UnscaleAtScaleOneOfBinary32GradientsEqualsTheBinary64Versio
         for (std::size_t i = 0; i < x.size(); ++i)
           ASSERT_TRUE(same(got[i], static_cast<double>(static_cast<float>(want[i]))))
               << what << " element " << i << std::hexfloat << ": " << got[i] << " against " << want[i];
-        if (accum == 1 && special == 0)
+        if (accum == 1 && special == 0) {
           for (std::size_t i = 0; i < x.size(); ++i) ASSERT_TRUE(same(got[i], x[i])) << what << " element " << i;
+        }
       }
 }
 
