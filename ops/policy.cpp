@@ -1100,9 +1100,10 @@ std::string to_string(const OpPrecision& p) {
 std::string extras_text(const OpPrecision& p) {
   const OpPrecision d{};
   std::string s;
-  for (Field f : {Field::Approx, Field::Saturate, Field::Nan, Field::Ftz, Field::Daz, Field::BlockX, Field::BlockW,
-                  Field::BlockDy, Field::BlockSr, Field::Rht, Field::Fp8X, Field::Fp8W, Field::Fp8Dy})
-    if (!field_equal(p, d, f))
+  // Every field but PREC's four (storage, compute, rounding, acc), in kAllFields' order, so that a new field is
+  // listed without a second edit here (fp8-rescale was once missing from a hand-written list).
+  for (Field f : kAllFields)
+    if (f != Field::Storage && f != Field::Compute && f != Field::Rounding && f != Field::Acc && !field_equal(p, d, f))
       s += (s.empty() ? "" : " ") + std::string(kFieldNames[static_cast<std::size_t>(f)]) + "=" + field_text(p, f);
   return s;
 }

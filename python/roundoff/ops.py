@@ -222,7 +222,16 @@ class Runner:
         self._r.set_fp8_state(conv)
 
     def records(self) -> list:
-        """The shadow's records so far, one dict per output tensor per sampled call."""
+        """The shadow's records so far, one dict per output tensor per sampled call.
+
+        Keys: step, layer, op, pass, tensor, kind, count, median_ulp, p95_ulp, max_ulp, above_1ulp, max_rel,
+        norm_rel, signed_rel (the error's component along the reference, relative; negative = shrunk toward 0),
+        dot_ratio, underflow, and the output's range events (elements, inf, nan, subnormal, zero, max_abs). ``acc``
+        is None except for GEMMs whose operands the policy quantizes (MX, NVFP4, scaled fp8): then a dict of the
+        same statistics (count … signed_rel) and units, unit_median, unit_p95, unit_max (per output row) against
+        the exact product of the *quantized* operands, i.e. the accumulation and output rounding alone, while the
+        top-level statistics stay against the unquantized operands' product.
+        """
         return self._r.records()
 
     def clear_records(self) -> None:

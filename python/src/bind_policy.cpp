@@ -25,6 +25,7 @@ py::dict record_dict(const OpRecord& r) {
   d["above_1ulp"] = r.error.above_1ulp;
   d["max_rel"] = r.error.max_rel;
   d["norm_rel"] = r.error.norm_rel;
+  d["signed_rel"] = r.error.signed_rel;
   d["dot_ratio"] = r.error.dot_ratio;
   d["underflow"] = r.error.underflow;
   d["elements"] = r.range.elements;
@@ -33,6 +34,23 @@ py::dict record_dict(const OpRecord& r) {
   d["subnormal"] = r.range.subnormal;
   d["zero"] = r.range.zero;
   d["max_abs"] = r.range.max_abs;
+  if (r.acc) {  // GEMMs with quantized operands: the error against the product of the operands they consumed
+    py::dict a;
+    a["count"] = r.acc->error.count;
+    a["median_ulp"] = r.acc->error.median_ulp;
+    a["p95_ulp"] = r.acc->error.p95_ulp;
+    a["max_ulp"] = r.acc->error.max_ulp;
+    a["max_rel"] = r.acc->error.max_rel;
+    a["norm_rel"] = r.acc->error.norm_rel;
+    a["signed_rel"] = r.acc->error.signed_rel;
+    a["units"] = r.acc->units;
+    a["unit_median"] = r.acc->unit_median;
+    a["unit_p95"] = r.acc->unit_p95;
+    a["unit_max"] = r.acc->unit_max;
+    d["acc"] = a;
+  } else {
+    d["acc"] = py::none();
+  }
   return d;
 }
 

@@ -138,3 +138,32 @@ def test_op_error_matches_cli(cli, tmp_path):
             assert int(c[key]) == r[key], (r["pass"], key)
         for key in ("median_ulp", "p95_ulp", "max_ulp", "norm_rel"):
             assert math.isclose(float(c[key]), r[key], rel_tol=1e-9, abs_tol=1e-300), (r["pass"], key)
+
+
+def test_runner_records_the_accumulation_error_of_quantized_gemms():
+    # mxfp8: x and w stored in bf16, then quantized to MX E4M3 blocks of 32 along K; fp32-seq accumulation, bf16 out.
+    rng = np.random.default_rng(4)
+    x, w = rng.standard_normal((8, 64)), rng.standard_normal((16, 64)) / 8
+    run = roundoff.Runner("mxfp8", shadow=True)
+    y = run.matmul_forward(x, w)
+    rec = run.records()[0]
+    acc = rec["acc"]
+    assert acc is not None and acc["count"] == y.size and acc["units"] == 8
+    # The written-out reference: the product of the decoded operands, exact in binary64 here (E4M3 significands of
+    # 4 bits, 64 products of 8 bits within a few binades), against the op's output.
+    xq = roundoff.quantize(roundoff.round(x, "bf16"), "mxfp8-e4m3").values
+    wq = roundoff.quantize(roundoff.round(w, "bf16"), "mxfp8-e4m3").values
+    r = xq @ wq.T
+    want = np.linalg.norm(y - r) / np.linalg.norm(r)
+    assert math.isclose(acc["norm_rel"], want, rel_tol=1e-9), (acc["norm_rel"], want)
+    assert math.isclose(acc["signed_rel"], float(((y - r) * r).sum() / (r * r).sum()), rel_tol=1e-9, abs_tol=1e-15)
+    # Only the fp32 accumulation and the bf16 output rounding are left: at most u_bf16 = 2^-8 (+ K·2^-24) normwise,
+    # while the top-level error, against the unquantized operands' product, carries the E4M3 quantization too.
+    assert 0 < acc["norm_rel"] <= 2.0**-8 + 64 * 2.0**-24
+    assert rec["norm_rel"] > acc["norm_rel"]
+    assert set(acc) >= {"median_ulp", "p95_ulp", "max_ulp", "max_rel", "unit_median", "unit_p95", "unit_max"}
+    assert acc["unit_median"] <= acc["unit_p95"] <= acc["unit_max"]
+    # An unquantized GEMM has no such record.
+    plain = roundoff.Runner("ane-fp16", shadow=True)
+    plain.matmul_forward(x, w)
+    assert plain.records()[0]["acc"] is None and "signed_rel" in plain.records()[0]

@@ -3,6 +3,8 @@
 
   promoted     deepseek-fp8                       (tc-h100-fp8, promote=128:fp32: the exact per-block model)
   unpromoted   deepseek-fp8-nopromote             (the whole K in the 14-bit accumulator, decoded operands)
+  rescaled     deepseek-fp8-nopromote-rescaled    (the same with the decoded operands scaled by powers of two into
+                                                   E4M3's range: no flush of small decoded values; amendment 2)
   exact        deepseek-fp8,matmul.acc=fp64-seq   (the same fp8 operands summed in binary64: quantization alone)
   bf16         h100-amp-bf16                      (no fp8)
 
@@ -27,8 +29,11 @@ import subprocess
 import sys
 
 POLICIES = [("promoted", "deepseek-fp8"), ("unpromoted", "deepseek-fp8-nopromote"),
+            ("rescaled", "deepseek-fp8-nopromote-rescaled"),
             ("exact", "deepseek-fp8,matmul.acc=fp64-seq"), ("bf16", "h100-amp-bf16")]
 DIFFS = [("unpromoted", "promoted", "what the promotion buys at this model's K"),
+         ("rescaled", "promoted", "the same without amendment 1's flush (the faithful unpromoted GEMM)"),
+         ("unpromoted", "rescaled", "the flush of small decoded values alone"),
          ("promoted", "exact", "accumulation error left after promotion"),
          ("exact", "bf16", "the fp8 quantization of the forward GEMMs (no accumulation error)")]
 

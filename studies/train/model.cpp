@@ -954,7 +954,8 @@ void Transformer::unregister_weights() {
   registered_ = nullptr;
 }
 
-double Transformer::total_loss(const Batch& b, std::span<const double> master) {
+template <class Master>
+double Transformer::total_loss_of(const Batch& b, const Master& master) {
   current_step_ = -1;
   runner_.set_step(-1);
   forward(b, working_weights(master), nullptr);
@@ -962,6 +963,8 @@ double Transformer::total_loss(const Batch& b, std::span<const double> master) {
   for (const double l : losses_) total += l;
   return total;
 }
+
+double Transformer::total_loss(const Batch& b, std::span<const double> master) { return total_loss_of(b, master); }
 
 double Transformer::training_pass(const Batch& b, std::span<const double> w, double loss_scale, const GradOut& grads,
                                   StepTelemetry& telemetry, GradSink sink) {
@@ -1001,14 +1004,7 @@ double Transformer::loss_and_grad_accumulate(const Batch& b, std::span<const dou
   return training_pass(b, w, loss_scale, GradOut{grads}, telemetry, GradSink{total, first});
 }
 
-double Transformer::total_loss_stored(const Batch& b, const ParamStore& master) {
-  current_step_ = -1;
-  runner_.set_step(-1);
-  forward(b, working_weights(master), nullptr);
-  double total = 0;
-  for (const double l : losses_) total += l;
-  return total;
-}
+double Transformer::total_loss_stored(const Batch& b, const ParamStore& master) { return total_loss_of(b, master); }
 
 double Transformer::loss_and_grad_stored(const Batch& b, const ParamStore& master, double loss_scale,
                                          ParamStore& grads, StepTelemetry& telemetry) {

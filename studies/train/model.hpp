@@ -251,6 +251,10 @@ class Transformer final : public Model {
   /// The detailed steps' max |x| and rms of the stream after block `layer`.
   void stream_statistics(StepTelemetry* tel, int layer, CSpan x);
 
+  /// The summed loss of an evaluation forward on b (step −1) from `master` (binary64 span or ParamStore): the body of
+  /// total_loss and total_loss_stored.
+  template <class Master>
+  double total_loss_of(const Batch& b, const Master& master);
   /// The working weights: `master` rounded to the `weights` role format (master itself for fp64, and
   /// whenever that rounding changes no master value: then no copy is held).
   std::span<const double> working_weights(std::span<const double> master);

@@ -151,6 +151,11 @@ TEST(Policy, AneFieldsParsePrintAndRoundTrip) {
   EXPECT_EQ(extras_text(p.at(OpKind::Silu, Pass::Forward)), "approx=ane-lut nan=ane-inf");
   EXPECT_EQ(extras_text(p.at(OpKind::Matmul, Pass::Forward)), "saturate=32768 nan=ane-inf");
   EXPECT_EQ(extras_text(uniform(fmts::fp32)), "");
+  // Every non-PREC field is listed, fp8-rescale included (it was once left out of the table).
+  EXPECT_EQ(extras_text(Policy::preset("deepseek-fp8-nopromote-rescaled").at(OpKind::Matmul, Pass::BackwardData)),
+            "fp8-x=e4m3:1x128:pad fp8-w=e4m3:128x128:pad fp8-dy=e4m3:1x128:pad fp8-rescale=e4m3");
+  EXPECT_EQ(extras_text(Policy::preset("deepseek-fp8-nopromote").at(OpKind::Matmul, Pass::BackwardData)),
+            "fp8-x=e4m3:1x128:pad fp8-w=e4m3:128x128:pad fp8-dy=e4m3:1x128:pad");
 }
 
 TEST(Policy, PureAndAmpLayouts) {

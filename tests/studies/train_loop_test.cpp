@@ -17,23 +17,9 @@ namespace roundoff::studies::train {
 namespace {
 
 using testing::NativeModel;
+using testing::synthetic_data;
 
 ModelConfig tiny_config() { return testing::small_config(16, 8, 2); }
-
-/// A repetitive byte corpus, tokenised as bytes.
-TrainData synthetic_data(const ModelConfig& c) {
-  std::string text;
-  for (int i = 0; i < 200; ++i) text += "the quick brown fox jumps over the lazy dog. ";
-  TrainData d;
-  for (const unsigned char ch : text) d.train.push_back(ch);
-  std::vector<std::int32_t> val(d.train.begin(), d.train.begin() + 300);
-  auto one = [](std::int32_t) -> std::int64_t { return 1; };
-  d.val = make_eval_set(val, c.seq, c.batch, 0, one);
-  d.test = make_eval_set(val, c.seq, c.batch, 0, one);
-  d.source = "synthetic";
-  d.tokenizer = "bytes";
-  return d;
-}
 
 std::filesystem::path fresh_dir(const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() / ("roundoff_train_" + name);

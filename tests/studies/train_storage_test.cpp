@@ -20,6 +20,8 @@
 namespace roundoff::studies::train {
 namespace {
 
+using testing::synthetic_data;
+
 using ops::OpKind;
 using ops::Pass;
 using ops::TensorRole;
@@ -124,21 +126,6 @@ class StorageAs final : public Model {
   Transformer& m_;
   StorageKind master_, grads_;
 };
-
-/// A repetitive byte corpus.
-TrainData synthetic_data(const ModelConfig& c) {
-  std::string text;
-  for (int i = 0; i < 200; ++i) text += "the quick brown fox jumps over the lazy dog. ";
-  TrainData d;
-  for (const unsigned char ch : text) d.train.push_back(ch);
-  const std::vector<std::int32_t> val(d.train.begin(), d.train.begin() + 300);
-  auto one = [](std::int32_t) -> std::int64_t { return 1; };
-  d.val = make_eval_set(val, c.seq, c.batch, 0, one);
-  d.test = make_eval_set(val, c.seq, c.batch, 0, one);
-  d.source = "synthetic";
-  d.tokenizer = "bytes";
-  return d;
-}
 
 std::string file_text(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);

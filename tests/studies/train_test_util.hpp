@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "ops/policy.hpp"
 #include "studies/data/corpus.hpp"
@@ -39,6 +40,22 @@ inline const TrainData& excerpt_data(const ModelConfig& c) {
   auto it = cache.find(key);
   if (it == cache.end()) it = cache.emplace(key, load_train_data(c, data::excerpt_dir(), 1024)).first;
   return it->second;
+}
+
+/// A repetitive byte corpus ("the quick brown fox ..." 200 times), tokenised as bytes; val and test are its first
+/// 300 bytes in c's window shape, every token weighted 1.
+inline TrainData synthetic_data(const ModelConfig& c) {
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "the quick brown fox jumps over the lazy dog. ";
+  TrainData d;
+  for (const unsigned char ch : text) d.train.push_back(ch);
+  const std::vector<std::int32_t> val(d.train.begin(), d.train.begin() + 300);
+  auto one = [](std::int32_t) -> std::int64_t { return 1; };
+  d.val = make_eval_set(val, c.seq, c.batch, 0, one);
+  d.test = make_eval_set(val, c.seq, c.batch, 0, one);
+  d.source = "synthetic";
+  d.tokenizer = "bytes";
+  return d;
 }
 
 /// An empty directory under the temp dir, unique to `name`.
