@@ -53,6 +53,14 @@ std::optional<std::string> validate(const Format& f);
 /// Throws std::invalid_argument with the reason when the format is invalid.
 void check_valid(const Format& f);
 
+/// True when every value of f (±inf and NaN aside, which binary32 has too) is a binary32 value: at most 24
+/// significand bits, the largest binade at most binary32's (2^127), and the smallest quantum, 2^(emin − p + 1),
+/// at least binary32's smallest subnormal 2^-149. Then a tensor of f can be stored in binary32 and widened back
+/// to the same binary64 value (issue 45, typed storage).
+constexpr bool fits_binary32(const Format& f) {
+  return f.precision <= 24 && f.emax <= 127 && f.emin - f.precision + 1 >= -149;
+}
+
 /// u = 2^-p, the unit roundoff of round-to-nearest.
 constexpr double unit_roundoff(const Format& f) {
   double u = 1.0;

@@ -33,10 +33,12 @@ void silu_forward_reference(std::span<typename A::Value> y, std::span<const type
   }
 }
 
-/// silu_forward_reference row by row on the span forms (ops/span_arith.hpp, Ctx::sigmoid_array).
-template <class A>
-void silu_forward(std::span<typename A::Value> y, std::span<const typename A::Value> x, RowShape s, const Ctx<A>& ctx,
-                  Select sel = {}) {
+/// silu_forward_reference row by row on the span forms (ops/span_arith.hpp, Ctx::sigmoid_array). T, the tensors'
+/// element type: A::Value, or float for tensors in binary32 storage (Emulated only; Ctx::binary32_storage), whose
+/// loads widen and stores narrow exactly, so that the values are those of the binary64 tensors (every *_io below).
+template <class A, class T>
+void silu_forward_io(std::span<T> y, std::span<const T> x, RowShape s, const Ctx<A>& ctx,
+                  Select sel) {
   using V = typename A::Value;
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
@@ -52,6 +54,12 @@ void silu_forward(std::span<typename A::Value> y, std::span<const typename A::Va
     arith_array(ctx, ArithOp::Mul, cspan(xs), cspan(sg), std::span<V>(p), k_mul);
     ctx.store_array(cspan(p), y.subspan(e0, n), k_store);
   });
+}
+
+template <class A>
+void silu_forward(std::span<typename A::Value> y, std::span<const typename A::Value> x, RowShape s, const Ctx<A>& ctx,
+                  Select sel = {}) {
+  silu_forward_io<A, typename A::Value>(y, x, s, ctx, sel);
 }
 
 /// dx += dy·σ(x)·(1 + x·(1 − σ(x))), all (rows, cols). Pass BackwardData. The reference: per element e,
@@ -78,9 +86,9 @@ void silu_backward_data_reference(std::span<typename A::Value> dx, std::span<con
 }
 
 /// silu_backward_data_reference row by row on the span forms.
-template <class A>
-void silu_backward_data(std::span<typename A::Value> dx, std::span<const typename A::Value> dy,
-                        std::span<const typename A::Value> x, RowShape s, const Ctx<A>& ctx, Select sel = {}) {
+template <class A, class T>
+void silu_backward_data_io(std::span<T> dx, std::span<const T> dy,
+                        std::span<const T> x, RowShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
@@ -103,10 +111,16 @@ void silu_backward_data(std::span<typename A::Value> dx, std::span<const typenam
     ctx.store_array(dy.subspan(e0, n), a, k_dy);
     arith_array(ctx, ArithOp::Mul, cspan(a), cspan(sg), std::span<V>(b), k_p);
     arith_array(ctx, ArithOp::Mul, cspan(b), cspan(t), std::span<V>(a), k_q);
-    ctx.store_array(std::span<const V>(dx.subspan(e0, n)), b, k_in);
+    ctx.store_array(std::span<const T>(dx.subspan(e0, n)), b, k_in);
     arith_array(ctx, ArithOp::Add, cspan(b), cspan(a), std::span<V>(t), k_sum);
     ctx.store_array(cspan(t), dx.subspan(e0, n), k_store);
   });
+}
+
+template <class A>
+void silu_backward_data(std::span<typename A::Value> dx, std::span<const typename A::Value> dy,
+                        std::span<const typename A::Value> x, RowShape s, const Ctx<A>& ctx, Select sel = {}) {
+  silu_backward_data_io<A, typename A::Value>(dx, dy, x, s, ctx, sel);
 }
 
 /// h = a ⊙ u (a = silu(gate)), all (rows, cols). The reference: per element e, a = store(a) [X], u = store(u) [X2],
@@ -124,9 +138,9 @@ void swiglu_forward_reference(std::span<typename A::Value> h, std::span<const ty
 }
 
 /// swiglu_forward_reference row by row on the span forms (the entry casts through store_array, as store_cast).
-template <class A>
-void swiglu_forward(std::span<typename A::Value> h, std::span<const typename A::Value> a,
-                    std::span<const typename A::Value> u, RowShape s, const Ctx<A>& ctx, Select sel = {}) {
+template <class A, class T>
+void swiglu_forward_io(std::span<T> h, std::span<const T> a,
+                    std::span<const T> u, RowShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
@@ -142,6 +156,12 @@ void swiglu_forward(std::span<typename A::Value> h, std::span<const typename A::
     arith_array(ctx, ArithOp::Mul, cspan(as), cspan(us), std::span<V>(p), k_mul);
     ctx.store_array(cspan(p), h.subspan(e0, n), k_store);
   });
+}
+
+template <class A>
+void swiglu_forward(std::span<typename A::Value> h, std::span<const typename A::Value> a,
+                    std::span<const typename A::Value> u, RowShape s, const Ctx<A>& ctx, Select sel = {}) {
+  swiglu_forward_io<A, typename A::Value>(h, a, u, s, ctx, sel);
 }
 
 /// da += dh ⊙ u, du += dh ⊙ a, all (rows, cols). Pass BackwardData. The reference: per element e,
@@ -165,10 +185,10 @@ void swiglu_backward_data_reference(std::span<typename A::Value> da, std::span<t
 }
 
 /// swiglu_backward_data_reference row by row on the span forms, as swiglu_forward.
-template <class A>
-void swiglu_backward_data(std::span<typename A::Value> da, std::span<typename A::Value> du,
-                          std::span<const typename A::Value> dh, std::span<const typename A::Value> a,
-                          std::span<const typename A::Value> u, RowShape s, const Ctx<A>& ctx, Select sel = {}) {
+template <class A, class T>
+void swiglu_backward_data_io(std::span<T> da, std::span<T> du,
+                          std::span<const T> dh, std::span<const T> a,
+                          std::span<const T> u, RowShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
@@ -184,17 +204,24 @@ void swiglu_backward_data(std::span<typename A::Value> da, std::span<typename A:
     ctx.store_array(dh.subspan(e0, n), g, k_g);
     // da = store(in(da) + g·in(u))
     ctx.store_array(u.subspan(e0, n), x, k_u);
-    ctx.store_array(std::span<const V>(da.subspan(e0, n)), d, k_da_in);
+    ctx.store_array(std::span<const T>(da.subspan(e0, n)), d, k_da_in);
     arith_array(ctx, ArithOp::Mul, cspan(g), cspan(x), std::span<V>(p), k_da_mul);
     arith_array(ctx, ArithOp::Add, cspan(d), cspan(p), std::span<V>(x), k_da_add);
     ctx.store_array(cspan(x), da.subspan(e0, n), k_da_store);
     // du = store(in(du) + g·in(a))
     ctx.store_array(a.subspan(e0, n), x, k_a);
-    ctx.store_array(std::span<const V>(du.subspan(e0, n)), d, k_du_in);
+    ctx.store_array(std::span<const T>(du.subspan(e0, n)), d, k_du_in);
     arith_array(ctx, ArithOp::Mul, cspan(g), cspan(x), std::span<V>(p), k_du_mul);
     arith_array(ctx, ArithOp::Add, cspan(d), cspan(p), std::span<V>(x), k_du_add);
     ctx.store_array(cspan(x), du.subspan(e0, n), k_du_store);
   });
+}
+
+template <class A>
+void swiglu_backward_data(std::span<typename A::Value> da, std::span<typename A::Value> du,
+                          std::span<const typename A::Value> dh, std::span<const typename A::Value> a,
+                          std::span<const typename A::Value> u, RowShape s, const Ctx<A>& ctx, Select sel = {}) {
+  swiglu_backward_data_io<A, typename A::Value>(da, du, dh, a, u, s, ctx, sel);
 }
 
 #define ROUNDOFF_ACTIVATION_DECL(EXTERN, A)                                                                        \
@@ -209,5 +236,15 @@ void swiglu_backward_data(std::span<typename A::Value> da, std::span<typename A:
                                                std::span<const A::Value>, RowShape, const Ctx<A>&, Select);
 ROUNDOFF_ACTIVATION_DECL(extern, Emulated)
 ROUNDOFF_ACTIVATION_DECL(extern, Reference)
+
+// The span bodies on tensors in binary32 storage (issue 45, typed storage): the same values as the binary64 forms,
+// each stored value narrowed exactly (the entry's storage format must fit binary32: Ctx::binary32_storage).
+void silu_forward(std::span<float> y, std::span<const float> x, RowShape s, const Ctx<Emulated>& ctx, Select sel = {});
+void silu_backward_data(std::span<float> dx, std::span<const float> dy, std::span<const float> x, RowShape s,
+                        const Ctx<Emulated>& ctx, Select sel = {});
+void swiglu_forward(std::span<float> h, std::span<const float> a, std::span<const float> u, RowShape s,
+                    const Ctx<Emulated>& ctx, Select sel = {});
+void swiglu_backward_data(std::span<float> da, std::span<float> du, std::span<const float> dh, std::span<const float> a,
+                          std::span<const float> u, RowShape s, const Ctx<Emulated>& ctx, Select sel = {});
 
 }  // namespace roundoff::ops

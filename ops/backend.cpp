@@ -3,6 +3,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 #include "numerics/binary32_values.hpp"
 #include "numerics/gemm_kernels.hpp"
@@ -140,6 +142,11 @@ void Ctx<Emulated>::round_stored(const numerics::RoundingPlan& p, std::span<cons
     if (nan_inf)
       for (double& v : part) v = nan_rule(v);
   }
+}
+
+void Ctx<Emulated>::throw_not_binary32() const {
+  throw std::logic_error("ops: a store into binary32 storage under storage format " +
+                         numerics::name_of(storage_.format) + ", which does not fit binary32");
 }
 
 void Ctx<Emulated>::round_computed(std::span<double> x) const {

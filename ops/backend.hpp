@@ -30,6 +30,8 @@
 /// pass under stochastic rounding with a KeyLog and checks that the keys of each call are distinct.
 #include <boost/multiprecision/mpfr.hpp>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -317,6 +319,38 @@ class Ctx<Emulated> {
     if (span_fast()) return round_stored(p, src, dst, ftz_out_);
     for (std::size_t i = 0; i < src.size(); ++i) dst[i] = store_to(p, src[i], kf(i));
   }
+  // Binary32 storage (issue 45, typed storage; docs/design.md "Typed storage"): a tensor whose storage format
+  // fits binary32 (numerics::fits_binary32) may live in `float`s. Every value of the format is then a binary32
+  // value, so widening a stored float gives exactly the binary64 value the binary64 tensor holds, and the op
+  // computes on the same values; only the loads and stores change.
+
+  /// Whether this entry's storage format fits binary32, so that its outputs may be stored in floats.
+  bool binary32_storage() const { return numerics::fits_binary32(storage_.format); }
+  /// Throws std::logic_error unless binary32_storage(): for op entry points taking binary32 tensors, before any
+  /// parallel region (the check inside store_array below then cannot fire).
+  void require_binary32_storage() const {
+    if (!binary32_storage()) throw_not_binary32();
+  }
+  /// dst[i] = store(src[i], kf(i)) for src held in binary32 storage (each float widened exactly first).
+  template <class KeyFn>
+  void store_array(std::span<const float> src, std::span<double> dst, KeyFn&& kf) const {
+    for (std::size_t i = 0; i < src.size(); ++i) dst[i] = static_cast<double>(src[i]);
+    store_to_array(storage_, std::span<const double>(dst.data(), src.size()), dst, kf);
+  }
+  /// dst[i] = store(src[i], kf(i)) into binary32 storage: the value store() gives, which is a binary32 value when
+  /// binary32_storage() (std::logic_error otherwise: the narrowing would round a second time). Chunks of
+  /// kStoreChunk values are stored in binary64 on the stack, then narrowed (exactly).
+  template <class KeyFn>
+  void store_array(std::span<const double> src, std::span<float> dst, KeyFn&& kf) const {
+    if (!binary32_storage()) throw_not_binary32();
+    std::array<double, kStoreChunk> part;
+    for (std::size_t c = 0; c < src.size(); c += kStoreChunk) {
+      const std::size_t n = std::min(kStoreChunk, src.size() - c);
+      store_to_array(storage_, src.subspan(c, n), std::span<double>(part.data(), n),
+                     [&](std::size_t j) { return kf(c + j); });
+      for (std::size_t j = 0; j < n; ++j) dst[c + j] = static_cast<float>(part[j]);
+    }
+  }
   /// x[i] ← store(to_compute(x[i], kc(i)), ks(i)): reduction results (e.g. a GEMM's outputs, left in the
   /// accumulator format) converted to compute, saturated, then stored.
   template <class KC, class KS>
@@ -402,6 +436,8 @@ class Ctx<Emulated> {
   bool rows_fast(const numerics::RowBatch& rows, std::span<double> out) const;
   /// dst = nan_rule(round(p, src)) in a deterministic mode, through numerics::round_array; with `flush`, each
   /// value flushed in p's format between the two (daz for entry casts, ftz out/all for stores).
+  static constexpr std::size_t kStoreChunk = 256;
+  [[noreturn]] void throw_not_binary32() const;
   void round_stored(const numerics::RoundingPlan& p, std::span<const double> src, std::span<double> dst,
                     bool flush) const;
   /// x = to_compute(x) in a deterministic mode: round_array to compute, ftz all's flush, then the saturation.

@@ -111,3 +111,41 @@ TEST(Format, OcpSixAndFourBitElementFormats) {
   EXPECT_EQ(name_of(Format{4, 0, 2, true, Specials::None, false}), "e2m3");
   EXPECT_EQ(name_of(parse_format("p3:emin-2:emax4:nospecials")), "e3m2");
 }
+
+// fits_binary32 (typed storage): true exactly when every value of the format is a binary32 value. Every encoding of
+// the small formats (and fp16, bf16) checked by narrowing to float and widening back; the edges of the predicate
+// (p = 24 / 25, the smallest quantum 2^-149 / 2^-150, emax 127 / 128) against values that do or do not survive.
+TEST(Format, FitsBinary32ExactlyWhenEveryValueIsABinary32Value) {
+  for (const Format f : {formats::fp16, formats::bf16, formats::e4m3, formats::e5m2, formats::e3m2, formats::e2m3,
+                         formats::e2m1}) {
+    EXPECT_TRUE(fits_binary32(f)) << name_of(f);
+    const auto enc = encoding_of(f);
+    ASSERT_TRUE(enc.has_value()) << name_of(f);
+    for (std::uint64_t b = 0; b < (std::uint64_t{1} << enc->total_bits()); ++b) {
+      const double v = from_bits(f, b);
+      if (std::isnan(v)) continue;
+      EXPECT_EQ(static_cast<double>(static_cast<float>(v)), v) << name_of(f) << " bits " << b;
+    }
+  }
+  EXPECT_TRUE(fits_binary32(formats::fp32));
+  EXPECT_TRUE(fits_binary32(formats::tf32));
+  EXPECT_FALSE(fits_binary32(formats::fp64));
+  // p = 25: 1 + 2^-24 is a value of the format and not of binary32.
+  const Format p25{25, -126, 127};
+  EXPECT_FALSE(fits_binary32(p25));
+  EXPECT_NE(static_cast<double>(static_cast<float>(1 + 0x1p-24)), 1 + 0x1p-24);
+  // Smallest quantum 2^(emin - p + 1): -149 fits (binary32's smallest subnormal), -150 does not.
+  const Format q149{11, -139, 15}, q150{11, -140, 15};
+  EXPECT_TRUE(fits_binary32(q149));
+  EXPECT_FALSE(fits_binary32(q150));
+  EXPECT_EQ(static_cast<double>(static_cast<float>(min_positive(q149))), min_positive(q149));
+  EXPECT_NE(static_cast<double>(static_cast<float>(min_positive(q150))), min_positive(q150));
+  // Without subnormals the quantum of the lowest binade still counts: (1 + 2^-10)·2^emin.
+  const Format nosub{11, -140, 15, false};
+  EXPECT_FALSE(fits_binary32(nosub));
+  EXPECT_NE(static_cast<double>(static_cast<float>((1 + 0x1p-10) * 0x1p-140)), (1 + 0x1p-10) * 0x1p-140);
+  // emax 128: 2^128 is finite there and overflows binary32.
+  const Format e128{8, -126, 128};
+  EXPECT_FALSE(fits_binary32(e128));
+  EXPECT_TRUE(std::isinf(static_cast<float>(0x1p128)));
+}

@@ -1,0 +1,142 @@
+// Typed storage (issue 45, docs/design.md "Typed storage"): the ops' span bodies on tensors in binary32 storage give,
+// widened, exactly the binary64 bodies' outputs, NaN encodings included, under every span policy whose entry's storage
+// fits binary32 (stochastic, directed, saturating, NaN→inf and flush-to-zero variants among them), the four input
+// regimes, fast paths on and off; a store into binary32 under a storage format that does not fit it is refused.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ops/activation.hpp"
+#include "ops/policy.hpp"
+#include "tests/ops/ops_test_util.hpp"
+
+namespace roundoff::ops {
+namespace {
+
+using test::expect_same;
+using test::inputs;
+using test::kRegimes;
+using test::Regime;
+using test::to_float;
+using E = Emulated;
+using Vec = std::vector<double>;
+using FVec = std::vector<float>;
+
+Vec widen(const FVec& v) { return {v.begin(), v.end()}; }
+
+constexpr RowShape kRows{5, 37};
+constexpr auto kN = static_cast<std::size_t>(kRows.rows * kRows.cols);
+
+/// One op and pass, run on binary64 tensors (f32 false) or on the same values in binary32 storage (true); the
+/// outputs as binary64.
+struct IoCase {
+  std::string name;
+  OpKind op;
+  Pass pass;
+  std::function<std::vector<Vec>(const Ctx<E>&, bool, Regime)> run;
+};
+
+std::vector<IoCase> cases() {
+  std::vector<IoCase> c;
+  c.push_back({"silu.fwd", OpKind::Silu, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto x = inputs(kN, rg, ctx.precision().storage, 501);
+                 if (!f32) {
+                   Vec y(kN, 7.0);
+                   silu_forward<E>(y, x, kRows, ctx);
+                   return std::vector<Vec>{y};
+                 }
+                 FVec y(kN, 7.0f);
+                 const FVec xf = to_float(x);
+                 silu_forward(y, xf, kRows, ctx);
+                 return std::vector<Vec>{widen(y)};
+               }});
+  c.push_back({"silu.bwd-data", OpKind::Silu, Pass::BackwardData, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto x = inputs(kN, rg, f, 502), dy = inputs(kN, rg, f, 503);
+                 Vec dx = inputs(kN, Regime::Normal, f, 504);
+                 if (!f32) {
+                   silu_backward_data<E>(dx, dy, x, kRows, ctx);
+                   return std::vector<Vec>{dx};
+                 }
+                 FVec dxf = to_float(dx);
+                 const FVec xf = to_float(x), dyf = to_float(dy);
+                 silu_backward_data(dxf, dyf, xf, kRows, ctx);
+                 return std::vector<Vec>{widen(dxf)};
+               }});
+  c.push_back({"swiglu.fwd", OpKind::SwiGlu, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto a = inputs(kN, rg, f, 301), u = inputs(kN, rg, f, 302);
+                 if (!f32) {
+                   Vec h(kN, 7.0);
+                   swiglu_forward<E>(h, a, u, kRows, ctx);
+                   return std::vector<Vec>{h};
+                 }
+                 FVec h(kN, 7.0f);
+                 const FVec af = to_float(a), uf = to_float(u);
+                 swiglu_forward(h, af, uf, kRows, ctx);
+                 return std::vector<Vec>{widen(h)};
+               }});
+  c.push_back({"swiglu.bwd-data", OpKind::SwiGlu, Pass::BackwardData, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto dh = inputs(kN, rg, f, 303), a = inputs(kN, rg, f, 304), u = inputs(kN, rg, f, 305);
+                 Vec da = inputs(kN, Regime::Normal, f, 306), du = inputs(kN, Regime::Normal, f, 307);
+                 if (!f32) {
+                   swiglu_backward_data<E>(da, du, dh, a, u, kRows, ctx);
+                   return std::vector<Vec>{da, du};
+                 }
+                 FVec daf = to_float(da), duf = to_float(du);
+                 const FVec dhf = to_float(dh), af = to_float(a), uf = to_float(u);
+                 swiglu_backward_data(daf, duf, dhf, af, uf, kRows, ctx);
+                 return std::vector<Vec>{widen(daf), widen(duf)};
+               }});
+  return c;
+}
+
+void PrintTo(const IoCase& c, std::ostream* os) { *os << c.name; }
+
+class TypedStorage : public ::testing::TestWithParam<IoCase> {};
+
+TEST_P(TypedStorage, Binary32TensorsGiveTheBinary64TensorsValues) {
+  const IoCase& oc = GetParam();
+  int compared = 0;
+  for (const std::string& spec : test::span_policies()) {
+    const Policy pol = load_policy(spec);
+    const Ctx<E> c(pol.at(oc.op, oc.pass), {6, 1 + static_cast<std::uint64_t>(oc.pass)});
+    if (!c.binary32_storage()) continue;  // fp64: stays binary64 (refusal below)
+    ++compared;
+    for (Regime rg : kRegimes)
+      for (const bool fast : {true, false}) {
+        const Ctx<E> ctx = test::on(c, ::roundoff::test::exec_for(fast, {}));
+        const std::string what = oc.name + " " + spec + " regime " + std::to_string(static_cast<int>(rg)) +
+                                 (fast ? " fast" : " per-element");
+        const auto want = oc.run(ctx, false, rg);
+        const auto got = oc.run(ctx, true, rg);
+        ASSERT_EQ(got.size(), want.size());
+        for (std::size_t i = 0; i < got.size(); ++i)
+          expect_same(got[i], want[i], what + " out " + std::to_string(i), true);
+      }
+  }
+  EXPECT_GE(compared, 20) << oc.name << ": too few policies with binary32 storage";
+}
+
+TEST_P(TypedStorage, RefusesBinary32StorageOfAFormatBeyondIt) {
+  const IoCase& oc = GetParam();
+  const Ctx<E> c(Policy::preset("fp64").at(oc.op, oc.pass));
+  ASSERT_FALSE(c.binary32_storage());
+  EXPECT_THROW(oc.run(c, true, Regime::Normal), std::logic_error) << oc.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, TypedStorage, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<IoCase>& i) {
+                           std::string n = i.param.name;
+                           for (char& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace roundoff::ops
