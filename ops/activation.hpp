@@ -37,8 +37,7 @@ void silu_forward_reference(std::span<typename A::Value> y, std::span<const type
 /// element type: A::Value, or float for tensors in binary32 storage (Emulated only; Ctx::binary32_storage), whose
 /// loads widen and stores narrow exactly, so that the values are those of the binary64 tensors (every *_io below).
 template <class A, class T>
-void silu_forward_io(std::span<T> y, std::span<const T> x, RowShape s, const Ctx<A>& ctx,
-                  Select sel) {
+void silu_forward_io(std::span<T> y, std::span<const T> x, RowShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
@@ -87,8 +86,8 @@ void silu_backward_data_reference(std::span<typename A::Value> dx, std::span<con
 
 /// silu_backward_data_reference row by row on the span forms.
 template <class A, class T>
-void silu_backward_data_io(std::span<T> dx, std::span<const T> dy,
-                        std::span<const T> x, RowShape s, const Ctx<A>& ctx, Select sel) {
+void silu_backward_data_io(std::span<T> dx, std::span<const T> dy, std::span<const T> x, RowShape s, const Ctx<A>& ctx,
+                           Select sel) {
   using V = typename A::Value;
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
@@ -139,8 +138,8 @@ void swiglu_forward_reference(std::span<typename A::Value> h, std::span<const ty
 
 /// swiglu_forward_reference row by row on the span forms (the entry casts through store_array, as store_cast).
 template <class A, class T>
-void swiglu_forward_io(std::span<T> h, std::span<const T> a,
-                    std::span<const T> u, RowShape s, const Ctx<A>& ctx, Select sel) {
+void swiglu_forward_io(std::span<T> h, std::span<const T> a, std::span<const T> u, RowShape s, const Ctx<A>& ctx,
+                       Select sel) {
   using V = typename A::Value;
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
@@ -186,9 +185,8 @@ void swiglu_backward_data_reference(std::span<typename A::Value> da, std::span<t
 
 /// swiglu_backward_data_reference row by row on the span forms, as swiglu_forward.
 template <class A, class T>
-void swiglu_backward_data_io(std::span<T> da, std::span<T> du,
-                          std::span<const T> dh, std::span<const T> a,
-                          std::span<const T> u, RowShape s, const Ctx<A>& ctx, Select sel) {
+void swiglu_backward_data_io(std::span<T> da, std::span<T> du, std::span<const T> dh, std::span<const T> a,
+                             std::span<const T> u, RowShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);

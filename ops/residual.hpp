@@ -40,10 +40,9 @@ void residual_forward_reference(std::span<typename A::Value> out, std::span<cons
 }
 
 /// residual_forward_reference row by row on the span forms (ops/span_arith.hpp). out may alias x.
-template <class A>
-void residual_forward(std::span<typename A::Value> out, std::span<const typename A::Value> x,
-                      std::span<const typename A::Value> f, double alpha, RowShape s, const Ctx<A>& ctx,
-                      Select sel = {}) {
+template <class A, class T>
+void residual_forward_io(std::span<T> out, std::span<const T> x, std::span<const T> f, double alpha, RowShape s,
+                         const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   const V a = ctx.c(alpha);
   for_units(s.rows, sel, [&](std::int64_t r) {
@@ -65,6 +64,13 @@ void residual_forward(std::span<typename A::Value> out, std::span<const typename
     arith_array(ctx, ArithOp::Add, cspan(xs), cspan(fs), std::span<V>(t), k_add);
     ctx.store_array(cspan(t), out.subspan(e0, n), k_store);
   });
+}
+
+template <class A>
+void residual_forward(std::span<typename A::Value> out, std::span<const typename A::Value> x,
+                      std::span<const typename A::Value> f, double alpha, RowShape s, const Ctx<A>& ctx,
+                      Select sel = {}) {
+  residual_forward_io<A, typename A::Value>(out, x, f, alpha, s, ctx, sel);
 }
 
 /// dx += dout, df += α·dout, all (rows, cols). Pass BackwardData. The reference: per element e, g = store(dout)
@@ -90,10 +96,9 @@ void residual_backward_data_reference(std::span<typename A::Value> dx, std::span
 }
 
 /// residual_backward_data_reference row by row on the span forms, as residual_forward.
-template <class A>
-void residual_backward_data(std::span<typename A::Value> dx, std::span<typename A::Value> df,
-                            std::span<const typename A::Value> dout, double alpha, RowShape s, const Ctx<A>& ctx,
-                            Select sel = {}) {
+template <class A, class T>
+void residual_backward_data_io(std::span<T> dx, std::span<T> df, std::span<const T> dout, double alpha, RowShape s,
+                               const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   const V a = ctx.c(alpha);
   for_units(s.rows, sel, [&](std::int64_t r) {
@@ -108,7 +113,7 @@ void residual_backward_data(std::span<typename A::Value> dx, std::span<typename 
     t.resize(n);
     gf.resize(n);
     ctx.store_array(dout.subspan(e0, n), g, k_g);
-    ctx.store_array(std::span<const V>(dx.subspan(e0, n)), d, k_dx_in);
+    ctx.store_array(std::span<const T>(dx.subspan(e0, n)), d, k_dx_in);
     arith_array(ctx, ArithOp::Add, cspan(d), cspan(g), std::span<V>(t), k_dx_add);
     ctx.store_array(cspan(t), dx.subspan(e0, n), k_dx_store);
     if (alpha != 1.0) {
@@ -117,10 +122,17 @@ void residual_backward_data(std::span<typename A::Value> dx, std::span<typename 
     } else {
       gf = g;
     }
-    ctx.store_array(std::span<const V>(df.subspan(e0, n)), d, k_df_in);
+    ctx.store_array(std::span<const T>(df.subspan(e0, n)), d, k_df_in);
     arith_array(ctx, ArithOp::Add, cspan(d), cspan(gf), std::span<V>(t), k_df_add);
     ctx.store_array(cspan(t), df.subspan(e0, n), k_df_store);
   });
+}
+
+template <class A>
+void residual_backward_data(std::span<typename A::Value> dx, std::span<typename A::Value> df,
+                            std::span<const typename A::Value> dout, double alpha, RowShape s, const Ctx<A>& ctx,
+                            Select sel = {}) {
+  residual_backward_data_io<A, typename A::Value>(dx, df, dout, alpha, s, ctx, sel);
 }
 
 #define ROUNDOFF_RESIDUAL_DECL(EXTERN, A)                                                                       \
@@ -131,5 +143,11 @@ void residual_backward_data(std::span<typename A::Value> dx, std::span<typename 
                                                  Select);
 ROUNDOFF_RESIDUAL_DECL(extern, Emulated)
 ROUNDOFF_RESIDUAL_DECL(extern, Reference)
+
+// The span bodies on tensors in binary32 storage (issue 45, typed storage; ops/activation.hpp).
+void residual_forward(std::span<float> out, std::span<const float> x, std::span<const float> f, double alpha,
+                      RowShape s, const Ctx<Emulated>& ctx, Select sel = {});
+void residual_backward_data(std::span<float> dx, std::span<float> df, std::span<const float> dout, double alpha,
+                            RowShape s, const Ctx<Emulated>& ctx, Select sel = {});
 
 }  // namespace roundoff::ops

@@ -12,6 +12,7 @@
 
 #include "ops/activation.hpp"
 #include "ops/policy.hpp"
+#include "ops/residual.hpp"
 #include "tests/ops/ops_test_util.hpp"
 
 namespace roundoff::ops {
@@ -93,6 +94,37 @@ std::vector<IoCase> cases() {
                  swiglu_backward_data(daf, duf, dhf, af, uf, kRows, ctx);
                  return std::vector<Vec>{widen(daf), widen(duf)};
                }});
+  for (const double alpha : {1.0, 0.35355339059327373}) {  // β = 1 skips the scaling slot; 1/√8 takes it
+    const std::string tag = alpha == 1.0 ? "" : "_beta";
+    c.push_back({"residual.fwd" + tag, OpKind::ResidualFfn, Pass::Forward,
+                 [alpha](const Ctx<E>& ctx, bool f32, Regime rg) {
+                   const auto& f = ctx.precision().storage;
+                   const auto x = inputs(kN, rg, f, 401), br = inputs(kN, rg, f, 402);
+                   if (!f32) {
+                     Vec out(kN, 7.0);
+                     residual_forward<E>(out, x, br, alpha, kRows, ctx);
+                     return std::vector<Vec>{out};
+                   }
+                   FVec out = to_float(x);  // out aliases x, as the model's stream update does
+                   const FVec bf = to_float(br);
+                   residual_forward(out, out, bf, alpha, kRows, ctx);
+                   return std::vector<Vec>{widen(out)};
+                 }});
+    c.push_back({"residual.bwd-data" + tag, OpKind::ResidualFfn, Pass::BackwardData,
+                 [alpha](const Ctx<E>& ctx, bool f32, Regime rg) {
+                   const auto& f = ctx.precision().storage;
+                   const auto dout = inputs(kN, rg, f, 403);
+                   Vec dx = inputs(kN, Regime::Normal, f, 404), df = inputs(kN, Regime::Normal, f, 405);
+                   if (!f32) {
+                     residual_backward_data<E>(dx, df, dout, alpha, kRows, ctx);
+                     return std::vector<Vec>{dx, df};
+                   }
+                   FVec dxf = to_float(dx), dff = to_float(df);
+                   const FVec doutf = to_float(dout);
+                   residual_backward_data(dxf, dff, doutf, alpha, kRows, ctx);
+                   return std::vector<Vec>{widen(dxf), widen(dff)};
+                 }});
+  }
   return c;
 }
 
