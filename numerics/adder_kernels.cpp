@@ -90,11 +90,15 @@ bool operand_ok(double x) {
   return m >= 0x1p-400 && m <= 0x1p400 && (std::bit_cast<std::uint64_t>(x) & ((std::uint64_t{1} << 27) - 1)) == 0;
 }
 
-/// The ExponentSum anchor of an operand the kernels take: 2^max(e(x), emin), 0 for a zero.
+/// The ExponentSum anchor of an operand the kernels take: 2^max(e(x), emin), 0 for a zero. A power of two in
+/// binary64's normal range (every operand's own: 2^-400 <= |x| <= 2^400) is built from its encoding, which is the
+/// value ldexp(1, n) returns; ldexp for any other n.
 double anchor_of(double x, int emin) {
   if (x == 0) return 0.0;
   const int e = static_cast<int>((std::bit_cast<std::uint64_t>(x) >> 52) & 0x7FF) - 1023;
-  return std::ldexp(1.0, std::max(e, emin));
+  const int n = std::max(e, emin);
+  if (n >= -1022 && n <= 1023) return std::bit_cast<double>(static_cast<std::uint64_t>(n + 1023) << 52);
+  return std::ldexp(1.0, n);
 }
 
 bool initial_ok(double c, bool promoted) {
