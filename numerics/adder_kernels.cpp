@@ -154,30 +154,6 @@ inline void pack_one(double y, double* v, double* ev, Found& f, bool exp_sum, in
   if (exp_sum) *ev = anchor_of(y, emin);
 }
 
-/// Packs rows [i0, i1) of A over all K terms, as pack_a_row does row by row (the same values; what a row found is
-/// the worst of its elements, in any order); a transposed A (stored K × M) is read a k at a time across the rows,
-/// along its storage rows.
-void pack_a_rows(Packs& pk, const ConstMatrix& A, std::size_t K, std::size_t i0, std::size_t i1, bool exp_sum,
-                 int emin) {
-  if (!A.transposed) {
-    for (std::size_t i = i0; i < i1; ++i) pack_a_row(pk, A, K, i, 0, K, exp_sum, emin);
-    return;
-  }
-  Found f[kPanel];
-  for (std::size_t b0 = i0; b0 < i1; b0 += kPanel) {
-    const std::size_t nb = std::min(kPanel, i1 - b0);
-    std::fill(f, f + kPanel, Found::Operands);
-    for (std::size_t k = 0; k < K; ++k) {
-      const double* src = A.data + k * A.ld + b0;
-      for (std::size_t r = 0; r < nb; ++r) {
-        const std::size_t at = (b0 + r) * K + k;
-        pack_one(src[r], pk.a.data() + at, exp_sum ? pk.ea.data() + at : nullptr, f[r], exp_sum, emin);
-      }
-    }
-    for (std::size_t r = 0; r < nb; ++r) pk.row[b0 + r] = f[r];
-  }
-}
-
 /// Packs panel p of B over the terms [k0, k1). Each column's elements are packed as they are read: a transposed B
 /// (stored N × K) column by column along its storage rows, a row-major B a row of the panel at a time; the same
 /// values either way (what a column found is the worst of its elements, in any order).
@@ -234,6 +210,7 @@ std::optional<std::vector<Redo>> outputs_to_redo(const Packs& pk, std::size_t M,
   }
   if (2 * (bad_rows * N + bad_cols * M) > M * N) return std::nullopt;
   std::vector<Redo> redo;
+  if (!accumulate && bad_rows == 0 && bad_cols == 0) return redo;  // every C_ij starts at 0: the loop finds nothing
   for (std::size_t i = 0; i < M; ++i)
     for (std::size_t j = 0; j < N; ++j) {
       const double c = accumulate ? C[i * ldc + j] : 0.0;
@@ -308,12 +285,9 @@ bool gemm_adder(const Accumulation& a, std::size_t M, std::size_t N, std::size_t
 #pragma omp parallel num_threads(nt) reduction(+ : overflows)
   {
     const auto rows = static_cast<std::ptrdiff_t>(M), panels = static_cast<std::ptrdiff_t>(pk.panels);
-    const std::ptrdiff_t row_blocks = (rows + static_cast<std::ptrdiff_t>(kPanel) - 1) / static_cast<std::ptrdiff_t>(kPanel);
 #pragma omp for schedule(static) nowait
-    for (std::ptrdiff_t ib = 0; ib < row_blocks; ++ib) {
-      const std::size_t i0 = static_cast<std::size_t>(ib) * kPanel;
-      pack_a_rows(pk, A, K, i0, std::min(M, i0 + kPanel), pl.exp_sum, emin);
-    }
+    for (std::ptrdiff_t i = 0; i < rows; ++i)
+      pack_a_row(pk, A, K, static_cast<std::size_t>(i), 0, K, pl.exp_sum, emin);
 #pragma omp for schedule(static)
     for (std::ptrdiff_t p = 0; p < panels; ++p)
       pack_b_panel(pk, B, N, K, static_cast<std::size_t>(p), 0, K, pl.exp_sum, emin);
