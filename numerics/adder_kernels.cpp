@@ -225,7 +225,8 @@ std::optional<std::vector<Redo>> outputs_to_redo(const Packs& pk, std::size_t M,
 int max_rows(Isa isa) { return isa == Isa::Avx2 ? adder_lanes::avx2::kMaxRows : adder_lanes::avx512::kMaxRows; }
 
 /// Rows i0..i0+R−1 (one k-range [k0, k1)) of panel p: initial sums from C when has_init, results to C; the
-/// overflows of the outputs the generic path does not recompute (outputs_to_redo) are added to *overflows.
+/// overflows of the outputs the generic path does not recompute (outputs_to_redo) are added to *overflows, unless
+/// overflows is null (no caller asked for statistics: nothing is counted, the results are the same).
 void tile(const AdderPlan& pl, Isa isa, const Packs& pk, std::size_t K, std::size_t N, int R, std::size_t i0,
           std::size_t p, std::size_t k0, std::size_t k1, bool has_init, double* C, std::size_t ldc,
           std::int64_t* overflows) {
@@ -242,8 +243,9 @@ void tile(const AdderPlan& pl, Isa isa, const Packs& pk, std::size_t K, std::siz
     for (std::size_t l = 0; l < kPanel; ++l) {
       const std::size_t e = static_cast<std::size_t>(r) * kPanel + l;
       st[e] = has_init && l < jn ? C[i * ldc + j0 + l] : 0.0;
-      counted[e] = l < jn && pk.row[i] != Found::NonFinite && pk.col[j0 + l] != Found::NonFinite &&
-                   std::isfinite(st[e]);
+      if (overflows != nullptr)
+        counted[e] = l < jn && pk.row[i] != Found::NonFinite && pk.col[j0 + l] != Found::NonFinite &&
+                     std::isfinite(st[e]);
     }
   }
   const double* b = pk.b.data() + p * K * kPanel;
@@ -254,7 +256,7 @@ void tile(const AdderPlan& pl, Isa isa, const Packs& pk, std::size_t K, std::siz
     for (std::size_t l = 0; l < jn; ++l) {
       const std::size_t e = static_cast<std::size_t>(r) * kPanel + l;
       C[(i0 + static_cast<std::size_t>(r)) * ldc + j0 + l] = st[e];
-      if (counted[e]) *overflows += counts[e];
+      if (overflows != nullptr && counted[e]) *overflows += counts[e];
     }
 }
 
@@ -300,7 +302,7 @@ bool gemm_adder(const Accumulation& a, std::size_t M, std::size_t N, std::size_t
         for (std::size_t p = 0; p < pk.panels; ++p)
           for (std::size_t i = i_begin; i < i_end; i += R) {
             const int r = static_cast<int>(std::min(R, i_end - i));
-            tile(pl, isa, pk, K, N, r, i, p, 0, K, accumulate, C, ldc, &overflows);
+            tile(pl, isa, pk, K, N, r, i, p, 0, K, accumulate, C, ldc, stats != nullptr ? &overflows : nullptr);
           }
       }
     }
@@ -345,12 +347,11 @@ bool gemm_ranged_adder(const Accumulation& a, std::size_t M, std::size_t N, std:
   const auto redo = outputs_to_redo(pk, M, N, C, ldc, false, false);
   if (!redo) return false;
   const auto R = static_cast<std::size_t>(max_rows(isa));
-  std::int64_t overflows = 0;  // gemm_ranged reports no statistics
   for (std::size_t i = 0; i < M;) {
     std::size_t g = 1;  // consecutive rows with the same range run together
     while (g < R && i + g < M && rows[i + g].lo == rows[i].lo && rows[i + g].hi == rows[i].hi) ++g;
     for (std::size_t p = 0; p < pk.panels; ++p)
-      tile(pl, isa, pk, K, N, static_cast<int>(g), i, p, rows[i].lo, rows[i].hi, false, C, ldc, &overflows);
+      tile(pl, isa, pk, K, N, static_cast<int>(g), i, p, rows[i].lo, rows[i].hi, false, C, ldc, nullptr);  // no statistics
     i += g;
   }
   // Outputs that read an inf or NaN: numerics::dot of their range, which is what gemm_ranged defines them as.
