@@ -1,4 +1,5 @@
 #include "ops/backend.hpp"
+#include "ops/weight_cast.hpp"
 
 #include <omp.h>
 
@@ -25,13 +26,8 @@ bool holds_binary32(const numerics::Format& f) {
          f.specials == numerics::Specials::Ieee && !f.saturate;
 }
 
-/// entry_cast(ctx, x, t, slot), with a weight's cast kept in the pack cache's derived operands
-/// (numerics/pack_cache_derived.hpp) while the model's promise that W does not change holds: the GEMMs that take no
-/// cast in their packing (the multi-term adder kernels of the tc-* accumulations) then cast each weight once per
-/// update and layout-free tag instead of in every micro-step's forward and backward-data call. The kept values are
-/// those entry_cast computed from the same doubles, and the tag names everything else the cast reads (storage
-/// format, mode, daz, NaN rule), so the bits are the same. Not with stochastic casts (their draws are keyed by the
-/// call) or the fast paths off (the oracle runs everything afresh); `kept` holds the kept values for the caller.
+}  // namespace
+
 std::span<const double> weight_entry_cast(const Ctx<Emulated>& ctx, std::span<const double> x, Tensor t,
                                           std::size_t slot, std::shared_ptr<const std::vector<double>>& kept) {
   const OpPrecision& p = ctx.precision();
@@ -49,8 +45,6 @@ std::span<const double> weight_entry_cast(const Ctx<Emulated>& ctx, std::span<co
     numerics::kernels::store_derived(*cache, x.data(), x.size(), tag, std::vector<double>(r.begin(), r.end()));
   return r;
 }
-}  // namespace
-
 
 numerics::StochasticBits Ctx<Emulated>::reduction_stream(Key r) const {
   const numerics::StochasticBits b = sub_stream(bits_, r);

@@ -481,6 +481,26 @@ TEST(GemmQuant, KeptWeightEntryCastHasTheBitsAndIsDroppedWhenWChanges) {
   EXPECT_EQ(numerics::kernels::derived_stats(cache).entries, 0u);
   EXPECT_EQ(fwd(fc), y2);
   EXPECT_EQ(numerics::kernels::derived_stats(cache).entries, 0u);
+  // Scaled fp8 operands (te-fp8-current, ops/matmul_quant.cpp): the weight's cast kept, its fp8 quantization afresh.
+  const Policy te = Policy::preset("te-fp8-current");
+  const OpPrecision tf = te.at(OpKind::Matmul, Pass::Forward), tb = te.at(OpKind::Matmul, Pass::BackwardData);
+  ASSERT_TRUE(tf.quant.fp8_of(GemmRole::W).on());
+  numerics::kernels::PackCache cache8;
+  ExecOptions with8;
+  with8.pack_cache = &cache8;
+  const Ctx<Emulated> tfc(tf, {}, with8), tfp(tf, {}), tbc(tb, {}, with8), tbp(tb, {});
+  cache8.register_immutable(w.data(), w.size(), 1);
+  const std::vector<double> y8 = fwd(tfp), dx8 = bwd(tbp);
+  EXPECT_EQ(fwd(tfc), y8);
+  EXPECT_EQ(fwd(tfc), y8);
+  EXPECT_EQ(bwd(tbc), dx8);
+  EXPECT_EQ(numerics::kernels::derived_stats(cache8).entries, 1u);
+  EXPECT_EQ(numerics::kernels::derived_stats(cache8).hits, 2u);
+  for (double& v : w) v = numerics::round_to(fmts::fp32, numerics::Rounding::NearestEven, v * 0.75 - 1e-3);
+  cache8.register_immutable(w.data(), w.size(), 2);
+  const std::vector<double> y9 = fwd(tfp);
+  ASSERT_NE(y9, y8);
+  EXPECT_EQ(fwd(tfc), y9);
 }
 
 TEST(GemmQuant, StochasticIsUnbiasedOnAverage) {
