@@ -32,7 +32,8 @@ std::span<const double> weight_entry_cast(const Ctx<Emulated>& ctx, std::span<co
                                           std::size_t slot, std::shared_ptr<const std::vector<double>>& kept) {
   const OpPrecision& p = ctx.precision();
   numerics::kernels::PackCache* cache = ctx.exec().pack_cache;
-  if (t != Tensor::W || !ctx.fast_paths() || cache == nullptr || p.rounding == numerics::Rounding::Stochastic)
+  if (t != Tensor::W || p.accumulate.adder.group == 0 || !ctx.fast_paths() || cache == nullptr ||
+      p.rounding == numerics::Rounding::Stochastic)
     return entry_cast(ctx, x, t, slot);
   const std::string tag = "cast-w " + numerics::name_of(p.storage) + " " + std::to_string(static_cast<int>(p.rounding)) +
                           " daz " + std::to_string(static_cast<int>(p.daz)) + " nan " +

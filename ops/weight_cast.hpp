@@ -7,9 +7,10 @@
 /// scaled fp8 operands (ops/matmul_quant.cpp) then cast each weight once per update instead of in every micro-step's
 /// forward and backward-data call. The kept values are those entry_cast computed from the same doubles, and the tag
 /// names everything else the cast reads (storage format, mode, daz, NaN rule; not the layout, which the cast does
-/// not read), so the bits are the same. Anything else — another tensor, stochastic casts (their draws are keyed by
-/// the call), the fast paths off (the oracle runs everything afresh), no pack cache, an unregistered range — is
-/// entry_cast itself. `kept` holds the kept values for the caller while it reads the returned span.
+/// not read), so the bits are the same. Anything else — another tensor, an accumulation without the multi-term
+/// adder (its GEMMs cast in their packing, or run a path this does not speed up: keeping would only cost memory),
+/// stochastic casts (their draws are keyed by the call), the fast paths off (the oracle runs everything afresh), no
+/// pack cache, an unregistered range — is entry_cast itself. `kept` holds the kept values for the caller while it reads the returned span.
 #include <cstddef>
 #include <memory>
 #include <span>
