@@ -90,11 +90,15 @@ bool operand_ok(double x) {
   return m >= 0x1p-400 && m <= 0x1p400 && (std::bit_cast<std::uint64_t>(x) & ((std::uint64_t{1} << 27) - 1)) == 0;
 }
 
-/// The ExponentSum anchor of an operand the kernels take: 2^max(e(x), emin), 0 for a zero.
+/// The ExponentSum anchor of an operand the kernels take: 2^max(e(x), emin), 0 for a zero. A power of two in
+/// binary64's normal range (every operand's own: 2^-400 <= |x| <= 2^400) is built from its encoding, which is the
+/// value ldexp(1, n) returns; ldexp for any other n.
 double anchor_of(double x, int emin) {
   if (x == 0) return 0.0;
   const int e = static_cast<int>((std::bit_cast<std::uint64_t>(x) >> 52) & 0x7FF) - 1023;
-  return std::ldexp(1.0, std::max(e, emin));
+  const int n = std::max(e, emin);
+  if (n >= -1022 && n <= 1023) return std::bit_cast<double>(static_cast<std::uint64_t>(n + 1023) << 52);
+  return std::ldexp(1.0, n);
 }
 
 bool initial_ok(double c, bool promoted) {
@@ -139,25 +143,41 @@ void pack_a_row(Packs& pk, const ConstMatrix& A, std::size_t K, std::size_t i, s
   pk.row[i] = f;
 }
 
-/// Packs panel p of B over the terms [k0, k1).
+/// Packs element y of a row or column: its packed value (0 for anything the kernels do not take), its anchor, and
+/// what it is folded into f.
+inline void pack_one(double y, double* v, double* ev, Found& f, bool exp_sum, int emin) {
+  if (const Found c = classify(y); c != Found::Operands) {
+    f = worse(f, c);
+    y = 0.0;
+  }
+  *v = y;
+  if (exp_sum) *ev = anchor_of(y, emin);
+}
+
+/// Packs panel p of B over the terms [k0, k1). Each column's elements are packed as they are read: a transposed B
+/// (stored N × K) column by column along its storage rows, a row-major B a row of the panel at a time; the same
+/// values either way (what a column found is the worst of its elements, in any order).
 void pack_b_panel(Packs& pk, const ConstMatrix& B, std::size_t N, std::size_t K, std::size_t p, std::size_t k0,
                   std::size_t k1, bool exp_sum, int emin) {
   double* bv = pk.b.data() + p * K * kPanel;
   double* ev = exp_sum ? pk.eb.data() + p * K * kPanel : nullptr;
-  for (std::size_t l = 0; l < kPanel; ++l) {
-    const std::size_t j = p * kPanel + l;
-    Found f = Found::Operands;
+  const std::size_t j0 = p * kPanel, nj = j0 < N ? std::min(kPanel, N - j0) : 0;
+  Found f[kPanel];
+  std::fill(f, f + kPanel, Found::Operands);
+  if (B.transposed) {
+    for (std::size_t l = 0; l < kPanel; ++l)
+      for (std::size_t k = k0; k < k1; ++k)
+        pack_one(l < nj ? B(k, j0 + l) : 0.0, bv + k * kPanel + l, exp_sum ? ev + k * kPanel + l : nullptr, f[l],
+                 exp_sum, emin);
+  } else {
     for (std::size_t k = k0; k < k1; ++k) {
-      double y = j < N ? B(k, j) : 0.0;
-      if (const Found c = classify(y); c != Found::Operands) {
-        f = worse(f, c);
-        y = 0.0;
-      }
-      bv[k * kPanel + l] = y;
-      if (exp_sum) ev[k * kPanel + l] = anchor_of(y, emin);
+      const double* src = B.data + k * B.ld + j0;
+      for (std::size_t l = 0; l < kPanel; ++l)
+        pack_one(l < nj ? src[l] : 0.0, bv + k * kPanel + l, exp_sum ? ev + k * kPanel + l : nullptr, f[l], exp_sum,
+                 emin);
     }
-    if (j < N) pk.col[j] = f;
   }
+  for (std::size_t l = 0; l < nj; ++l) pk.col[j0 + l] = f[l];
 }
 
 void resize(Packs& pk, std::size_t M, std::size_t N, std::size_t K, bool exp_sum) {
@@ -190,6 +210,7 @@ std::optional<std::vector<Redo>> outputs_to_redo(const Packs& pk, std::size_t M,
   }
   if (2 * (bad_rows * N + bad_cols * M) > M * N) return std::nullopt;
   std::vector<Redo> redo;
+  if (!accumulate && bad_rows == 0 && bad_cols == 0) return redo;  // every C_ij starts at 0: the loop finds nothing
   for (std::size_t i = 0; i < M; ++i)
     for (std::size_t j = 0; j < N; ++j) {
       const double c = accumulate ? C[i * ldc + j] : 0.0;
@@ -204,7 +225,8 @@ std::optional<std::vector<Redo>> outputs_to_redo(const Packs& pk, std::size_t M,
 int max_rows(Isa isa) { return isa == Isa::Avx2 ? adder_lanes::avx2::kMaxRows : adder_lanes::avx512::kMaxRows; }
 
 /// Rows i0..i0+R−1 (one k-range [k0, k1)) of panel p: initial sums from C when has_init, results to C; the
-/// overflows of the outputs the generic path does not recompute (outputs_to_redo) are added to *overflows.
+/// overflows of the outputs the generic path does not recompute (outputs_to_redo) are added to *overflows, unless
+/// overflows is null (no caller asked for statistics: nothing is counted, the results are the same).
 void tile(const AdderPlan& pl, Isa isa, const Packs& pk, std::size_t K, std::size_t N, int R, std::size_t i0,
           std::size_t p, std::size_t k0, std::size_t k1, bool has_init, double* C, std::size_t ldc,
           std::int64_t* overflows) {
@@ -221,8 +243,9 @@ void tile(const AdderPlan& pl, Isa isa, const Packs& pk, std::size_t K, std::siz
     for (std::size_t l = 0; l < kPanel; ++l) {
       const std::size_t e = static_cast<std::size_t>(r) * kPanel + l;
       st[e] = has_init && l < jn ? C[i * ldc + j0 + l] : 0.0;
-      counted[e] = l < jn && pk.row[i] != Found::NonFinite && pk.col[j0 + l] != Found::NonFinite &&
-                   std::isfinite(st[e]);
+      if (overflows != nullptr)
+        counted[e] = l < jn && pk.row[i] != Found::NonFinite && pk.col[j0 + l] != Found::NonFinite &&
+                     std::isfinite(st[e]);
     }
   }
   const double* b = pk.b.data() + p * K * kPanel;
@@ -233,7 +256,7 @@ void tile(const AdderPlan& pl, Isa isa, const Packs& pk, std::size_t K, std::siz
     for (std::size_t l = 0; l < jn; ++l) {
       const std::size_t e = static_cast<std::size_t>(r) * kPanel + l;
       C[(i0 + static_cast<std::size_t>(r)) * ldc + j0 + l] = st[e];
-      if (counted[e]) *overflows += counts[e];
+      if (overflows != nullptr && counted[e]) *overflows += counts[e];
     }
 }
 
@@ -279,7 +302,7 @@ bool gemm_adder(const Accumulation& a, std::size_t M, std::size_t N, std::size_t
         for (std::size_t p = 0; p < pk.panels; ++p)
           for (std::size_t i = i_begin; i < i_end; i += R) {
             const int r = static_cast<int>(std::min(R, i_end - i));
-            tile(pl, isa, pk, K, N, r, i, p, 0, K, accumulate, C, ldc, &overflows);
+            tile(pl, isa, pk, K, N, r, i, p, 0, K, accumulate, C, ldc, stats != nullptr ? &overflows : nullptr);
           }
       }
     }
@@ -324,12 +347,11 @@ bool gemm_ranged_adder(const Accumulation& a, std::size_t M, std::size_t N, std:
   const auto redo = outputs_to_redo(pk, M, N, C, ldc, false, false);
   if (!redo) return false;
   const auto R = static_cast<std::size_t>(max_rows(isa));
-  std::int64_t overflows = 0;  // gemm_ranged reports no statistics
   for (std::size_t i = 0; i < M;) {
     std::size_t g = 1;  // consecutive rows with the same range run together
     while (g < R && i + g < M && rows[i + g].lo == rows[i].lo && rows[i + g].hi == rows[i].hi) ++g;
     for (std::size_t p = 0; p < pk.panels; ++p)
-      tile(pl, isa, pk, K, N, static_cast<int>(g), i, p, rows[i].lo, rows[i].hi, false, C, ldc, &overflows);
+      tile(pl, isa, pk, K, N, static_cast<int>(g), i, p, rows[i].lo, rows[i].hi, false, C, ldc, nullptr);  // no statistics
     i += g;
   }
   // Outputs that read an inf or NaN: numerics::dot of their range, which is what gemm_ranged defines them as.

@@ -904,6 +904,12 @@ void store_derived(PackCache& cache, const double* data, std::size_t n, std::str
   pc.derived_bytes += b;
 }
 
+bool holds_immutable(const PackCache& cache, const double* data, std::size_t n) {
+  PackCache::Impl& pc = cache.impl();
+  const std::lock_guard<std::mutex> lock(pc.mutex);
+  return pc.version_of(data, n).has_value();
+}
+
 const char* kernel_name(const Accumulation& a, const KernelOptions& opts) {
   if (a.adder.group != 0) return adder_kernel_name(a, opts.isa());  // numerics/adder_kernels.hpp
   if (binary64_chain(a)) return binary64_kernel_name(a, opts);       // numerics/gemm_binary64.hpp

@@ -25,6 +25,9 @@ namespace roundoff::numerics::kernels {
 std::shared_ptr<const std::vector<double>> find_derived(const PackCache& cache, const double* data, std::size_t n,
                                                         const std::string& tag);
 void store_derived(PackCache& cache, const double* data, std::size_t n, std::string tag, std::vector<double> values);
+/// True when [data, data + n) lies in a registered immutable range, i.e. when store_derived would keep values made
+/// from it (capacity permitting): a caller checks it before copying values it might not keep.
+bool holds_immutable(const PackCache& cache, const double* data, std::size_t n);
 
 struct DerivedStats {
   std::size_t entries = 0, bytes = 0;

@@ -1,13 +1,17 @@
 #include "ops/backend.hpp"
+#include "ops/weight_cast.hpp"
 
 #include <omp.h>
 
 #include <algorithm>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "numerics/binary32_values.hpp"
 #include "numerics/gemm_kernels.hpp"
+#include "numerics/pack_cache_derived.hpp"
 
 namespace roundoff::ops {
 
@@ -22,8 +26,27 @@ bool holds_binary32(const numerics::Format& f) {
   return f.precision >= b32.precision && f.emin <= b32.emin && f.emax >= b32.emax && f.subnormals &&
          f.specials == numerics::Specials::Ieee && !f.saturate;
 }
+
 }  // namespace
 
+std::span<const double> weight_entry_cast(const Ctx<Emulated>& ctx, std::span<const double> x, Tensor t,
+                                          std::size_t slot, std::shared_ptr<const std::vector<double>>& kept) {
+  const OpPrecision& p = ctx.precision();
+  numerics::kernels::PackCache* cache = ctx.exec().pack_cache;
+  if (t != Tensor::W || p.accumulate.adder.group == 0 || !ctx.fast_paths() || cache == nullptr ||
+      p.rounding == numerics::Rounding::Stochastic)
+    return entry_cast(ctx, x, t, slot);
+  const std::string tag = "cast-w " + numerics::name_of(p.storage) + " " + std::to_string(static_cast<int>(p.rounding)) +
+                          " daz " + std::to_string(static_cast<int>(p.daz)) + " nan " +
+                          std::to_string(static_cast<int>(p.nan));
+  kept = numerics::kernels::find_derived(*cache, x.data(), x.size(), tag);
+  if (kept && kept->size() == x.size()) return std::span<const double>(*kept);
+  kept.reset();
+  const std::span<const double> r = entry_cast(ctx, x, t, slot);
+  if (numerics::kernels::holds_immutable(*cache, x.data(), x.size()))
+    numerics::kernels::store_derived(*cache, x.data(), x.size(), tag, std::vector<double>(r.begin(), r.end()));
+  return r;
+}
 
 numerics::StochasticBits Ctx<Emulated>::reduction_stream(Key r) const {
   const numerics::StochasticBits b = sub_stream(bits_, r);
@@ -103,7 +126,9 @@ void Ctx<Emulated>::gemm_in(std::size_t M, std::size_t N, std::size_t K, std::sp
                                      omp_in_parallel() ? 1 : 0, &cast, &cast, exec_.kernels, exec_.pack_cache))
       return;
   }
-  const std::span<const double> as = entry_cast(*this, a, ta, 0), bs = entry_cast(*this, b, tb, 1);
+  std::shared_ptr<const std::vector<double>> kept_a, kept_b;  // hold kept casts for the call
+  const std::span<const double> as = weight_entry_cast(*this, a, ta, 0, kept_a),
+                                bs = weight_entry_cast(*this, b, tb, 1, kept_b);
   gemm(M, N, K, {as.data(), lda, a_transposed}, {bs.data(), ldb, b_transposed}, C, ldc, accumulate, r);
 }
 

@@ -18,6 +18,22 @@ namespace {
 constexpr numerics::Format kE4m3Sat{4, -6, 8, true, numerics::Specials::NanOnly, true};
 constexpr numerics::Format kE5m2Sat{3, -14, 15, true, numerics::Specials::Ieee, true};
 
+/// Values per chunk of the span casts (4 KiB of doubles each: they stay in L1).
+constexpr std::size_t kCastChunk = 512;
+
+const numerics::Format& cast_format(Fp8Elem e) { return e == Fp8Elem::E4M3 ? kE4m3Sat : kE5m2Sat; }
+
+/// q[i] = fp8_cast(e, y[i]) for i < n, where every y[i] is a binary32 value held exactly as a double; `plan` is
+/// RoundingPlan(cast_format(e)). Argument: for a finite y, fp8_cast returns float(round_to(cast_format(e),
+/// NearestEven, y)), and round_to(Format, ...) is round_to(RoundingPlan(Format), ...); round_array's contract
+/// (numerics/round.hpp) is dst[i] = round_to(plan, mode, src[i]) bit for bit, so the finite lanes agree; the
+/// non-finite lanes (±inf saturate, NaN kept) are fp8_cast itself. n <= kCastChunk.
+void fp8_cast_chunk(Fp8Elem e, const numerics::RoundingPlan& plan, const double* y, double* q, std::size_t n) {
+  numerics::round_array(plan, numerics::Rounding::NearestEven, std::span<const double>(y, n), std::span<double>(q, n));
+  for (std::size_t i = 0; i < n; ++i)
+    if (!std::isfinite(y[i])) q[i] = static_cast<double>(fp8_cast(e, static_cast<float>(y[i])));
+}
+
 constexpr const char* kOperandValid = "valid: off, e4m3, e5m2, ELEM:1xB (1×B blocks along the contraction axis), "
                                       "ELEM:BxB (B×B tiles), B in 1..65536, either with :pad for a ragged last block (e.g. e4m3:1x128, "
                                       "e4m3:128x128:pad)";
@@ -172,15 +188,23 @@ float fp8_cast(Fp8Elem e, float x) {
   if (std::isnan(x)) return x;
   const float top = fp8_max(e);
   if (std::isinf(x)) return x > 0 ? top : -top;
-  const numerics::Format& f = e == Fp8Elem::E4M3 ? kE4m3Sat : kE5m2Sat;
-  return static_cast<float>(numerics::round_to(f, numerics::Rounding::NearestEven, static_cast<double>(x)));
+  return static_cast<float>(numerics::round_to(cast_format(e), numerics::Rounding::NearestEven, static_cast<double>(x)));
 }
 
 void quantize_per_tensor(std::span<double> v, Fp8Elem e, float scale, bool codes_only) {
+  // Element by element: x ← fp8_cast(e, fp32(x) · scale) (· inv). The casts go a chunk at a time through
+  // fp8_cast_chunk (the same values); each y is a binary32 product, held exactly as a double.
   const float inv = scale_inverse(scale);
-  for (double& x : v) {
-    const float q = fp8_cast(e, static_cast<float>(x) * scale);
-    x = codes_only ? static_cast<double>(q) : static_cast<double>(q * inv);
+  const numerics::RoundingPlan plan(cast_format(e));
+  double y[kCastChunk], q[kCastChunk];
+  for (std::size_t c = 0; c < v.size(); c += kCastChunk) {
+    const std::size_t n = std::min(kCastChunk, v.size() - c);
+    for (std::size_t i = 0; i < n; ++i) y[i] = static_cast<double>(static_cast<float>(v[c + i]) * scale);
+    fp8_cast_chunk(e, plan, y, q, n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto qi = static_cast<float>(q[i]);
+      v[c + i] = codes_only ? static_cast<double>(qi) : static_cast<double>(qi * inv);
+    }
   }
 }
 
@@ -199,9 +223,17 @@ float quantize_block(std::span<double> v, Fp8Elem e, bool codes_only) {
     amax = std::fmax(amax, std::fabs(static_cast<float>(x)));
   }
   const float s = block_scale(amax, e);
-  for (double& x : v) {
-    const float q = fp8_cast(e, static_cast<float>(x) / s);
-    x = codes_only ? static_cast<double>(q) : static_cast<double>(q * s);
+  // x ← fp8_cast(e, fp32(x) / s) (· s), the casts a chunk at a time as in quantize_per_tensor.
+  const numerics::RoundingPlan plan(cast_format(e));
+  double y[kCastChunk], q[kCastChunk];
+  for (std::size_t c = 0; c < v.size(); c += kCastChunk) {
+    const std::size_t n = std::min(kCastChunk, v.size() - c);
+    for (std::size_t i = 0; i < n; ++i) y[i] = static_cast<double>(static_cast<float>(v[c + i]) / s);
+    fp8_cast_chunk(e, plan, y, q, n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto qi = static_cast<float>(q[i]);
+      v[c + i] = codes_only ? static_cast<double>(qi) : static_cast<double>(qi * s);
+    }
   }
   return s;
 }
@@ -239,13 +271,16 @@ void count_fp8_cast(std::span<const double> v, Fp8Elem e, float factor, bool div
   // above fp8_max (a scale's rounding puts amax at 448.00003) rounds to fp8_max anyway and is not counted.
   const bool e4m3 = e == Fp8Elem::E4M3;
   const float mid = e4m3 ? 464.0f : 61440.0f;
+  // Underflow needs |y| below the smallest normal (2^-6, 2^-14): rounding is monotone and that normal is a value of
+  // the format, so a larger |y| never rounds to 0 and its cast is skipped.
+  const float min_normal = e4m3 ? 0x1p-6f : 0x1p-14f;
   for (const double x : v) {
     ++c.elements;
     if (std::isnan(x)) continue;
     const float y = divide ? static_cast<float>(x) / factor : static_cast<float>(x) * factor;
     const float a = std::fabs(y);
     if (e4m3 ? a > mid : a >= mid) ++c.saturated;
-    else if (x != 0 && std::isfinite(x) && fp8_cast(e, y) == 0.0f) ++c.underflowed;
+    else if (x != 0 && std::isfinite(x) && a < min_normal && fp8_cast(e, y) == 0.0f) ++c.underflowed;
   }
 }
 

@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "numerics/pack_cache_derived.hpp"
+#include "ops/weight_cast.hpp"
 
 namespace roundoff::ops {
 
@@ -85,7 +87,11 @@ std::span<const double> one_operand(const Ctx<Emulated>& ctx, Pass pass, const O
                                     std::span<const double> v, std::size_t slot, const Fp8Slots* fp8,
                                     OperandScales* sc) {
   const GemmQuant& q = ctx.precision().quant;
-  const std::span<const double> cast = entry_cast(ctx, v, o.tensor, slot - 2);
+  // A scaled fp8 weight is quantized afresh on every call (its scales are state, weight_cache_key), but its entry
+  // cast is kept (ops/weight_cast.hpp); the block formats keep the whole quantized result instead.
+  std::shared_ptr<const std::vector<double>> kept;
+  const std::span<const double> cast = q.fp8_of(o.role).on() ? weight_entry_cast(ctx, v, o.tensor, slot - 2, kept)
+                                                             : entry_cast(ctx, v, o.tensor, slot - 2);
   const std::span<double> out = scratch_buffer<double>(v.size(), slot);
   const std::string where =
       std::string(name_of(pass)) + " operand " + std::string(name_of(o.role)) + " (" + o.rows_name + " " +

@@ -235,6 +235,109 @@ TEST(Fp8Scaling, BlockScaleWrittenOut) {
   }
 }
 
+/// Adversarial binary32 inputs of the fp8 casts (as doubles): every fp8 value of both elements and both signs, each
+/// midpoint between neighbours, the binary32 neighbours of both, the subnormal range and its ties, the saturation
+/// edges (464, 480, 61440, 65536 and past them), binary32 subnormals, ±0, ±inf, NaN, and log-uniform random values
+/// of every binade; shuffled, so that chunks mix the lanes the SIMD rounding keeps with those it hands back.
+std::vector<double> cast_inputs() {
+  std::vector<float> f;
+  const auto near = [&f](float x) {
+    for (float y : {x, std::nextafter(x, 0.0f), std::nextafter(x, INFINITY)}) {
+      f.push_back(y);
+      f.push_back(-y);
+    }
+  };
+  for (Fp8Elem e : {Fp8Elem::E4M3, Fp8Elem::E5M2}) {
+    const std::vector<double> v = fp8_values(e);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      near(static_cast<float>(v[i]));
+      if (i + 1 < v.size()) near(static_cast<float>((v[i] + v[i + 1]) / 2));
+    }
+  }
+  for (float x : {464.0f, 480.0f, 61440.0f, 65536.0f, 1e30f, FLT_MAX, FLT_MIN, 0x1p-149f, 0x1p-10f, 0x1p-17f,
+                  0x1p-18f, 0x1p-130f})
+    near(x);
+  for (float x : {INFINITY, -INFINITY, 0.0f, -0.0f, std::numeric_limits<float>::quiet_NaN()}) f.push_back(x);
+  std::mt19937_64 rng(44);
+  std::uniform_real_distribution<double> ex(-150.0, 128.0);
+  for (int i = 0; i < 20000; ++i) {
+    const float x = static_cast<float>(std::exp2(ex(rng)) * (rng() % 2 ? 1.0 : -1.0));
+    f.push_back(x);
+  }
+  std::shuffle(f.begin(), f.end(), rng);
+  return std::vector<double>(f.begin(), f.end());
+}
+
+std::uint64_t bits_of(double x) { return std::bit_cast<std::uint64_t>(x); }
+
+TEST(Fp8Scaling, ChunkedCastsEqualTheElementCastBitForBit) {
+  // quantize_per_tensor and quantize_block cast through round_array a chunk at a time (ops/fp8_scaling.cpp); the
+  // element definition is x ← fp8_cast(e, fp32(x) · scale) (· scale_inv), resp. fp8_cast(e, fp32(x) / s) (· s).
+  // Equal bits everywhere, NaN payloads included, in both element formats, decoded and codes_only, at scales that put
+  // the inputs in the subnormal, normal and saturating ranges, over sizes that end a chunk early, exactly or after it.
+  const std::vector<double> all = cast_inputs();
+  for (Fp8Elem e : {Fp8Elem::E4M3, Fp8Elem::E5M2})
+    for (float scale : {1.0f, 0.37f, 3.5e3f, 0x1p-20f, 1e-30f, FLT_MAX})
+      for (bool codes : {false, true})
+        for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{512}, std::size_t{513}, all.size()}) {
+          std::vector<double> got(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n)), want = got;
+          quantize_per_tensor(got, e, scale, codes);
+          const float inv = scale_inverse(scale);
+          for (double& x : want) {
+            const float q = fp8_cast(e, static_cast<float>(x) * scale);
+            x = codes ? static_cast<double>(q) : static_cast<double>(q * inv);
+          }
+          for (std::size_t i = 0; i < n; ++i)
+            ASSERT_EQ(bits_of(got[i]), bits_of(want[i]))
+                << name_of(e) << " scale " << scale << " codes " << codes << " n " << n << " x " << all[i];
+        }
+  // Blocks: finite inputs only (a non-finite block is all NaN), each block's own scale, in blocks of 1, 128 and
+  // 1500 (three chunks).
+  std::vector<double> finite;
+  for (double x : all)
+    if (std::isfinite(x)) finite.push_back(x);
+  for (Fp8Elem e : {Fp8Elem::E4M3, Fp8Elem::E5M2})
+    for (bool codes : {false, true})
+      for (std::size_t B : {std::size_t{1}, std::size_t{128}, std::size_t{1500}})
+        for (std::size_t b0 = 0; b0 + B <= finite.size(); b0 += B) {
+          std::vector<double> got(finite.begin() + static_cast<std::ptrdiff_t>(b0),
+                                  finite.begin() + static_cast<std::ptrdiff_t>(b0 + B));
+          const std::vector<double> x = got;
+          const float s = quantize_block(got, e, codes);
+          float amax = 0.0f;
+          for (double y : x) amax = std::fmax(amax, std::fabs(static_cast<float>(y)));
+          ASSERT_EQ(s, block_scale(amax, e));
+          for (std::size_t i = 0; i < B; ++i) {
+            const float q = fp8_cast(e, static_cast<float>(x[i]) / s);
+            const double want = codes ? static_cast<double>(q) : static_cast<double>(q * s);
+            ASSERT_EQ(bits_of(got[i]), bits_of(want)) << name_of(e) << " block " << B << " x " << x[i];
+          }
+        }
+}
+
+TEST(Fp8Scaling, CastCountsEqualTheElementCastCounts) {
+  // count_fp8_cast skips the cast of a |y| at or above the smallest normal (it cannot round to 0); the counts equal
+  // those of the definition that casts every element.
+  const std::vector<double> all = cast_inputs();
+  for (Fp8Elem e : {Fp8Elem::E4M3, Fp8Elem::E5M2})
+    for (float factor : {1.0f, 0.37f, 3.5e3f, 0x1p-20f, 1e-30f})
+      for (bool divide : {false, true}) {
+        Fp8CastCounts got, want;
+        count_fp8_cast(all, e, factor, divide, got);
+        const float mid = e == Fp8Elem::E4M3 ? 464.0f : 61440.0f;
+        for (double x : all) {
+          ++want.elements;
+          if (std::isnan(x)) continue;
+          const float y = divide ? static_cast<float>(x) / factor : static_cast<float>(x) * factor;
+          const float a = std::fabs(y);
+          if (e == Fp8Elem::E4M3 ? a > mid : a >= mid) ++want.saturated;
+          else if (x != 0 && std::isfinite(x) && fp8_cast(e, y) == 0.0f) ++want.underflowed;
+        }
+        EXPECT_EQ(got, want) << name_of(e) << " factor " << factor << " divide " << divide;
+        EXPECT_GT(want.underflowed + want.saturated, 0u);
+      }
+}
+
 TEST(Fp8Scaling, OperandBlocksAndRefusals) {
   // 1×4 blocks along a row of 8: each block its own scale; 2×2 tiles of a 2×4 matrix.
   std::vector<double> v{1, 2, 3, 4, 100, 200, 300, 400};

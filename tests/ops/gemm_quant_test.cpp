@@ -15,6 +15,7 @@
 
 #include "numerics/accumulate.hpp"
 #include "numerics/block_format.hpp"
+#include "numerics/gemm_kernels.hpp"
 #include "numerics/pack_cache_derived.hpp"
 #include "numerics/round.hpp"
 #include "numerics/scale_format.hpp"
@@ -426,6 +427,80 @@ TEST(GemmQuant, KeptWeightQuantizationHasTheBitsAndIsDroppedWhenWChanges) {
     EXPECT_EQ(fwd(sr_cached), fwd(sr_plain));
     EXPECT_EQ(numerics::kernels::derived_stats(cache).entries, 0u);
   }
+}
+
+TEST(GemmQuant, KeptWeightEntryCastHasTheBitsAndIsDroppedWhenWChanges) {
+  // The GEMMs without a cast in their packing (the tc-* adder kernels: h100-amp-bf16) keep a registered weight's
+  // entry cast (ops/backend.cpp, weight_entry_cast): the same bits as casting afresh, one entry for the forward and
+  // backward-data layouts, a new version casts again, another storage format never reads the kept cast, nothing is
+  // kept unregistered. W is binary32 noise, so a stale or wrong cast changes the products.
+  const Policy h100 = Policy::preset("h100-amp-bf16"), h100_fp16 = Policy::preset("h100-amp-fp16");
+  const OpPrecision pf = h100.at(OpKind::Matmul, Pass::Forward), pb = h100.at(OpKind::Matmul, Pass::BackwardData);
+  const OpPrecision pf16 = h100_fp16.at(OpKind::Matmul, Pass::Forward);
+  ASSERT_NE(numerics::kernels::kernel_name(pf.accumulate), nullptr);  // the adder kernel runs
+  const std::size_t N = 32, I = 64, O = 96;
+  const MatmulShape s{32, 64, 96};
+  const std::vector<double> x = test::randn(N * I, 1.0, fmts::bf16, 91), dy = test::randn(N * O, 1e-3, fmts::bf16, 92);
+  std::vector<double> w = test::randn(O * I, 0.1, fmts::fp32, 93);
+  numerics::kernels::PackCache cache;
+  ExecOptions with;
+  with.pack_cache = &cache;
+  const Ctx<Emulated> fc(pf, {}, with), fp(pf, {}), bc(pb, {}, with), bp(pb, {}), f16c(pf16, {}, with), f16p(pf16, {});
+  const auto fwd = [&](const Ctx<Emulated>& c) {
+    std::vector<double> y(N * O, 0.0);
+    matmul_forward<Emulated>(y, x, w, s, c);
+    return y;
+  };
+  const auto bwd = [&](const Ctx<Emulated>& c) {
+    std::vector<double> dx(N * I, 0.0);
+    matmul_backward_data<Emulated>(dx, dy, w, s, c);
+    return dx;
+  };
+  EXPECT_EQ(fwd(fc), fwd(fp));  // unregistered: nothing kept
+  EXPECT_EQ(numerics::kernels::derived_stats(cache).entries, 0u);
+  cache.register_immutable(w.data(), w.size(), 1);
+  const std::vector<double> y1 = fwd(fp), dx1 = bwd(bp), h1 = fwd(f16p);
+  EXPECT_EQ(fwd(fc), y1);
+  EXPECT_EQ(numerics::kernels::derived_stats(cache).entries, 1u);
+  EXPECT_EQ(fwd(fc), y1);
+  EXPECT_EQ(bwd(bc), dx1);
+  EXPECT_EQ(bwd(bc), dx1);
+  EXPECT_EQ(numerics::kernels::derived_stats(cache).entries, 1u);
+  EXPECT_EQ(numerics::kernels::derived_stats(cache).hits, 3u);
+  ASSERT_NE(h1, y1);
+  EXPECT_EQ(fwd(f16c), h1);  // fp16 storage: its own cast
+  EXPECT_EQ(numerics::kernels::derived_stats(cache).entries, 2u);
+  // an optimiser update: a new version, cast again
+  for (double& v : w) v = numerics::round_to(fmts::fp32, numerics::Rounding::NearestEven, v * 1.5 + 1e-3);
+  cache.register_immutable(w.data(), w.size(), 2);
+  const std::vector<double> y2 = fwd(fp), dx2 = bwd(bp);
+  ASSERT_NE(y2, y1);
+  EXPECT_EQ(fwd(fc), y2);
+  EXPECT_EQ(bwd(bc), dx2);
+  cache.unregister_immutable(w.data());
+  EXPECT_EQ(numerics::kernels::derived_stats(cache).entries, 0u);
+  EXPECT_EQ(fwd(fc), y2);
+  EXPECT_EQ(numerics::kernels::derived_stats(cache).entries, 0u);
+  // Scaled fp8 operands (te-fp8-current, ops/matmul_quant.cpp): the weight's cast kept, its fp8 quantization afresh.
+  const Policy te = Policy::preset("te-fp8-current");
+  const OpPrecision tf = te.at(OpKind::Matmul, Pass::Forward), tb = te.at(OpKind::Matmul, Pass::BackwardData);
+  ASSERT_TRUE(tf.quant.fp8_of(GemmRole::W).on());
+  numerics::kernels::PackCache cache8;
+  ExecOptions with8;
+  with8.pack_cache = &cache8;
+  const Ctx<Emulated> tfc(tf, {}, with8), tfp(tf, {}), tbc(tb, {}, with8), tbp(tb, {});
+  cache8.register_immutable(w.data(), w.size(), 1);
+  const std::vector<double> y8 = fwd(tfp), dx8 = bwd(tbp);
+  EXPECT_EQ(fwd(tfc), y8);
+  EXPECT_EQ(fwd(tfc), y8);
+  EXPECT_EQ(bwd(tbc), dx8);
+  EXPECT_EQ(numerics::kernels::derived_stats(cache8).entries, 1u);
+  EXPECT_EQ(numerics::kernels::derived_stats(cache8).hits, 2u);
+  for (double& v : w) v = numerics::round_to(fmts::fp32, numerics::Rounding::NearestEven, v * 0.75 - 1e-3);
+  cache8.register_immutable(w.data(), w.size(), 2);
+  const std::vector<double> y9 = fwd(tfp);
+  ASSERT_NE(y9, y8);
+  EXPECT_EQ(fwd(tfc), y9);
 }
 
 TEST(GemmQuant, StochasticIsUnbiasedOnAverage) {
