@@ -367,6 +367,20 @@ TEST(GemmQuant, StochasticOperandsEqualTheWrittenOutChain) {
 
 // ---- the kept weight quantization (pack cache, derived operands) -------------------------------------------
 
+/// y = x·Wᵀ and dx = dy·W of shape s into fresh zeroed outputs (the kept-operand tests compare them across contexts).
+std::vector<double> forward_of(const Ctx<Emulated>& c, const std::vector<double>& x, const std::vector<double>& w,
+                               MatmulShape s) {
+  std::vector<double> y(static_cast<std::size_t>(s.n * s.out), 0.0);
+  matmul_forward<Emulated>(y, x, w, s, c);
+  return y;
+}
+std::vector<double> backward_data_of(const Ctx<Emulated>& c, const std::vector<double>& dy,
+                                     const std::vector<double>& w, MatmulShape s) {
+  std::vector<double> dx(static_cast<std::size_t>(s.n * s.in), 0.0);
+  matmul_backward_data<Emulated>(dx, dy, w, s, c);
+  return dx;
+}
+
 /// While W is registered immutable with the Ctx's pack cache, its cast and quantization are kept and reused (a hit per
 /// later call) with the same bits as a Ctx without a cache; a new version (the weights changed) is quantized afresh
 /// (a cache that kept the old quantization would give the old product); nothing is kept for an unregistered W or
@@ -383,16 +397,8 @@ TEST(GemmQuant, KeptWeightQuantizationHasTheBitsAndIsDroppedWhenWChanges) {
     ExecOptions with;
     with.pack_cache = &cache;
     const Ctx<Emulated> cached(p, {}, with), plain(p, {});
-    const auto fwd = [&](const Ctx<Emulated>& c) {
-      std::vector<double> y(N * O, 0.0);
-      matmul_forward<Emulated>(y, x, w, s, c);
-      return y;
-    };
-    const auto bwd = [&](const Ctx<Emulated>& c) {
-      std::vector<double> dx(N * I, 0.0);
-      matmul_backward_data<Emulated>(dx, dy, w, s, c);
-      return dx;
-    };
+    const auto fwd = [&](const Ctx<Emulated>& c) { return forward_of(c, x, w, s); };
+    const auto bwd = [&](const Ctx<Emulated>& c) { return backward_data_of(c, dy, w, s); };
     // unregistered: computed, nothing kept
     EXPECT_EQ(fwd(cached), fwd(plain));
     EXPECT_EQ(numerics::kernels::derived_stats(cache).entries, 0u);
@@ -446,16 +452,8 @@ TEST(GemmQuant, KeptWeightEntryCastHasTheBitsAndIsDroppedWhenWChanges) {
   ExecOptions with;
   with.pack_cache = &cache;
   const Ctx<Emulated> fc(pf, {}, with), fp(pf, {}), bc(pb, {}, with), bp(pb, {}), f16c(pf16, {}, with), f16p(pf16, {});
-  const auto fwd = [&](const Ctx<Emulated>& c) {
-    std::vector<double> y(N * O, 0.0);
-    matmul_forward<Emulated>(y, x, w, s, c);
-    return y;
-  };
-  const auto bwd = [&](const Ctx<Emulated>& c) {
-    std::vector<double> dx(N * I, 0.0);
-    matmul_backward_data<Emulated>(dx, dy, w, s, c);
-    return dx;
-  };
+  const auto fwd = [&](const Ctx<Emulated>& c) { return forward_of(c, x, w, s); };
+  const auto bwd = [&](const Ctx<Emulated>& c) { return backward_data_of(c, dy, w, s); };
   EXPECT_EQ(fwd(fc), fwd(fp));  // unregistered: nothing kept
   EXPECT_EQ(numerics::kernels::derived_stats(cache).entries, 0u);
   cache.register_immutable(w.data(), w.size(), 1);
