@@ -278,8 +278,14 @@ class Ctx<Emulated> {
     if (span_fast()) return round_computed(x);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = to_compute(x[i], kc(i));
   }
-  /// Tensor t cast on entry as a whole array: dst[i] = in(src[i], key(t, i, 0)).
+  /// Tensor t cast on entry as a whole array: dst[i] = in(src[i], key(t, i, 0)). dst may be src.
   void in_array(std::span<const double> src, std::span<double> dst, Tensor t) const;
+  /// in_array of a tensor held in binary32 storage: each float widened exactly into dst, then cast there.
+  void in_array(std::span<const float> src, std::span<double> dst, Tensor t) const {
+    const std::span<double> d = dst.first(src.size());
+    for (std::size_t i = 0; i < src.size(); ++i) d[i] = static_cast<double>(src[i]);
+    in_array(std::span<const double>(d), d, t);
+  }
   /// Many independent reductions: out[r] = dot(x + r·x_row, x_step, y + r·y_row, y_step, rows.length[r], kf(r))
   /// (sum(x + r·x_row, x_step, length, kf(r)) when rows.y is null) for every r, bit for bit. When fast_paths() is on
   /// and the accumulation does not round stochastically (its streams are then never drawn), the reductions run

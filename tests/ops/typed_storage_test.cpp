@@ -13,6 +13,7 @@
 #include "ops/activation.hpp"
 #include "ops/policy.hpp"
 #include "ops/residual.hpp"
+#include "ops/rmsnorm.hpp"
 #include "tests/ops/ops_test_util.hpp"
 
 namespace roundoff::ops {
@@ -93,6 +94,51 @@ std::vector<IoCase> cases() {
                  const FVec dhf = to_float(dh), af = to_float(a), uf = to_float(u);
                  swiglu_backward_data(daf, duf, dhf, af, uf, kRows, ctx);
                  return std::vector<Vec>{widen(daf), widen(duf)};
+               }});
+  // rmsnorm: row-shaped inputs keep two rows in three finite (in_special_block); w stays finite in dx, whose every
+  // row reads all of it.
+  constexpr auto kR = static_cast<std::size_t>(kRows.rows), kC = static_cast<std::size_t>(kRows.cols);
+  c.push_back({"rmsnorm.fwd", OpKind::RmsNorm, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto x = inputs(kN, rg, f, 601, kC), w = inputs(kC, rg, f, 602);
+                 if (!f32) {
+                   Vec y(kN, 7.0), r(kR, 7.0);
+                   rmsnorm_forward<E>(y, r, x, w, kRows, 1e-5, ctx);
+                   return std::vector<Vec>{y, r};
+                 }
+                 FVec y(kN, 7.0f), r(kR, 7.0f);
+                 const FVec xf = to_float(x), wf = to_float(w);
+                 rmsnorm_forward(y, r, xf, wf, kRows, 1e-5, ctx);
+                 return std::vector<Vec>{widen(y), widen(r)};
+               }});
+  c.push_back({"rmsnorm.bwd-data", OpKind::RmsNorm, Pass::BackwardData, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto dy = inputs(kN, rg, f, 603, kC), x = inputs(kN, rg, f, 604, kC), w = inputs(kC, rg, f, 605, kC),
+                            rstd = inputs(kR, Regime::Normal, f, 606);
+                 Vec dx = inputs(kN, Regime::Normal, f, 607);
+                 if (!f32) {
+                   rmsnorm_backward_data<E>(dx, dy, x, w, rstd, kRows, ctx);
+                   return std::vector<Vec>{dx};
+                 }
+                 FVec dxf = to_float(dx);
+                 const FVec dyf = to_float(dy), xf = to_float(x), wf = to_float(w), rf = to_float(rstd);
+                 rmsnorm_backward_data(dxf, dyf, xf, wf, rf, kRows, ctx);
+                 return std::vector<Vec>{widen(dxf)};
+               }});
+  c.push_back({"rmsnorm.bwd-weight", OpKind::RmsNorm, Pass::BackwardWeight,
+               [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto dy = inputs(kN, rg, f, 608, kC), x = inputs(kN, rg, f, 609, kC),
+                            rstd = inputs(kR, Regime::Normal, f, 610);
+                 Vec dw = inputs(kC, Regime::Normal, f, 611);
+                 if (!f32) {
+                   rmsnorm_backward_weight<E>(dw, dy, x, rstd, kRows, ctx);
+                   return std::vector<Vec>{dw};
+                 }
+                 FVec dwf = to_float(dw);
+                 const FVec dyf = to_float(dy), xf = to_float(x), rf = to_float(rstd);
+                 rmsnorm_backward_weight(dwf, dyf, xf, rf, kRows, ctx);
+                 return std::vector<Vec>{widen(dwf)};
                }});
   for (const double alpha : {1.0, 0.35355339059327373}) {  // β = 1 skips the scaling slot; 1/√8 takes it
     const std::string tag = alpha == 1.0 ? "" : "_beta";
