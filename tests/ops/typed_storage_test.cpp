@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <cstdint>
 #include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "ops/activation.hpp"
+#include "ops/cross_entropy.hpp"
 #include "ops/policy.hpp"
 #include "ops/residual.hpp"
 #include "ops/rmsnorm.hpp"
@@ -139,6 +141,35 @@ std::vector<IoCase> cases() {
                  const FVec dyf = to_float(dy), xf = to_float(x), rf = to_float(rstd);
                  rmsnorm_backward_weight(dwf, dyf, xf, rf, kRows, ctx);
                  return std::vector<Vec>{widen(dwf)};
+               }});
+  c.push_back({"cross_entropy.fwd", OpKind::CrossEntropy, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto logits = inputs(kN, rg, ctx.precision().storage, 701, kC);
+                 const std::vector<std::int32_t> targets{0, 36, 5, 17, 2};
+                 Vec losses(kR, 7.0);
+                 if (!f32) {
+                   Vec probs(kN, 7.0);
+                   cross_entropy_forward<E>(losses, probs, logits, targets, kRows, ctx);
+                   return std::vector<Vec>{losses, probs};
+                 }
+                 FVec probs(kN, 7.0f);
+                 const FVec lf = to_float(logits);
+                 cross_entropy_forward(losses, probs, lf, targets, kRows, ctx);
+                 return std::vector<Vec>{losses, widen(probs)};
+               }});
+  c.push_back({"cross_entropy.bwd-data", OpKind::CrossEntropy, Pass::BackwardData,
+               [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto probs = inputs(kN, rg, f, 702, kC);
+                 const std::vector<std::int32_t> targets{3, 0, 36, 11, 20};
+                 Vec dl = inputs(kN, Regime::Normal, f, 703);
+                 if (!f32) {
+                   cross_entropy_backward_data<E>(dl, probs, targets, 256.0, kRows, ctx);
+                   return std::vector<Vec>{dl};
+                 }
+                 FVec dlf = to_float(dl);
+                 const FVec pf = to_float(probs);
+                 cross_entropy_backward_data(dlf, pf, targets, 256.0, kRows, ctx);
+                 return std::vector<Vec>{widen(dlf)};
                }});
   for (const double alpha : {1.0, 0.35355339059327373}) {  // β = 1 skips the scaling slot; 1/√8 takes it
     const std::string tag = alpha == 1.0 ? "" : "_beta";
