@@ -16,6 +16,7 @@
 #include "ops/policy.hpp"
 #include "ops/residual.hpp"
 #include "ops/rmsnorm.hpp"
+#include "ops/rope.hpp"
 #include "tests/ops/ops_test_util.hpp"
 
 namespace roundoff::ops {
@@ -34,6 +35,7 @@ Vec widen(const FVec& v) { return {v.begin(), v.end()}; }
 
 constexpr RowShape kRows{5, 37};
 constexpr auto kN = static_cast<std::size_t>(kRows.rows * kRows.cols);
+constexpr AttnShape kAttn{2, 2, 3, 6};  // B = 2, 2 heads of 6, T = 3
 
 /// One op and pass, run on binary64 tensors (f32 false) or on the same values in binary32 storage (true); the
 /// outputs as binary64.
@@ -170,6 +172,36 @@ std::vector<IoCase> cases() {
                  const FVec pf = to_float(probs);
                  cross_entropy_backward_data(dlf, pf, targets, 256.0, kRows, ctx);
                  return std::vector<Vec>{widen(dlf)};
+               }});
+  // rope (kAttn): rows of 12; the table (T, hs/2) in the same storage.
+  constexpr auto kAN = static_cast<std::size_t>(2 * 3 * 12), kTab = std::size_t{3 * 3};
+  c.push_back({"rope.fwd", OpKind::RopeRotate, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto x = inputs(kAN, rg, f, 801, 12), ct = inputs(kTab, Regime::Normal, f, 802),
+                            st = inputs(kTab, Regime::Normal, f, 803);
+                 if (!f32) {
+                   Vec y(kAN, 7.0);
+                   rope_forward<E>(y, x, ct, st, kAttn, ctx);
+                   return std::vector<Vec>{y};
+                 }
+                 FVec y = to_float(x);  // y aliases x, as the model's in-place rotation
+                 const FVec cf = to_float(ct), sf = to_float(st);
+                 rope_forward(y, y, cf, sf, kAttn, ctx);
+                 return std::vector<Vec>{widen(y)};
+               }});
+  c.push_back({"rope.bwd-data", OpKind::RopeRotate, Pass::BackwardData, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto dy = inputs(kAN, rg, f, 804, 12), ct = inputs(kTab, Regime::Normal, f, 805),
+                            st = inputs(kTab, Regime::Normal, f, 806);
+                 Vec dx = inputs(kAN, Regime::Normal, f, 807);
+                 if (!f32) {
+                   rope_backward_data<E>(dx, dy, ct, st, kAttn, ctx);
+                   return std::vector<Vec>{dx};
+                 }
+                 FVec dxf = to_float(dx);
+                 const FVec dyf = to_float(dy), cf = to_float(ct), sf = to_float(st);
+                 rope_backward_data(dxf, dyf, cf, sf, kAttn, ctx);
+                 return std::vector<Vec>{widen(dxf)};
                }});
   for (const double alpha : {1.0, 0.35355339059327373}) {  // β = 1 skips the scaling slot; 1/√8 takes it
     const std::string tag = alpha == 1.0 ? "" : "_beta";
