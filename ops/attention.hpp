@@ -349,10 +349,10 @@ void softmax_forward_reference(std::span<typename A::Value> att, std::span<const
 }
 
 /// softmax_forward_reference on row spans. Without a Select, a head's T denominators are one ctx.dot_rows (rows in
-/// SIMD lanes, each its own sum).
-template <class A>
-void softmax_forward(std::span<typename A::Value> att, std::span<const typename A::Value> preatt, AttnShape s,
-                     const Ctx<A>& ctx, Select sel = {}) {
+/// SIMD lanes, each its own sum). S, the tensors' element type: A::Value, or float in binary32 storage (Emulated
+/// only; ops/activation.hpp, silu_forward_io).
+template <class A, class S>
+void softmax_forward_io(std::span<S> att, std::span<const S> preatt, AttnShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   const auto T = static_cast<std::size_t>(s.T);
   SlotSeq Row(Tensor::Row);
@@ -388,7 +388,7 @@ void softmax_forward(std::span<typename A::Value> att, std::span<const typename 
     q.resize(n);
     arith_const(ctx, ArithOp::Div, std::span<const V>(ex, n), z, std::span<V>(q), k.div);
     ctx.store_array(cspan(q), att.subspan(o, n), k.store);
-    for (std::size_t j = n; j < T; ++j) att[o + j] = V(0);
+    for (std::size_t j = n; j < T; ++j) att[o + j] = S(0);
   };
   if (sel.empty()) {
     for_units(s.heads(), sel, [&](std::int64_t u) {
@@ -415,6 +415,12 @@ void softmax_forward(std::span<typename A::Value> att, std::span<const typename 
     exps(row, ex.data());
     normalise(row, ex.data(), ctx.sum(ex.data(), 1, n, k_z(static_cast<std::size_t>(row))));
   });
+}
+
+template <class A>
+void softmax_forward(std::span<typename A::Value> att, std::span<const typename A::Value> preatt, AttnShape s,
+                     const Ctx<A>& ctx, Select sel = {}) {
+  softmax_forward_io<A, typename A::Value>(att, preatt, s, ctx, sel);
 }
 
 /// dpreatt += att ⊙ (datt − Σ_j att_j·datt_j) on the causal part. Pass BackwardData. The reference, per query row
@@ -444,9 +450,9 @@ void softmax_backward_data_reference(std::span<typename A::Value> dpreatt, std::
 }
 
 /// softmax_backward_data_reference on row spans. Without a Select, a head's T row dots are one ctx.dot_rows.
-template <class A>
-void softmax_backward_data(std::span<typename A::Value> dpreatt, std::span<const typename A::Value> datt,
-                           std::span<const typename A::Value> att, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+template <class A, class S>
+void softmax_backward_data_io(std::span<S> dpreatt, std::span<const S> datt, std::span<const S> att, AttnShape s,
+                              const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   const auto T = static_cast<std::size_t>(s.T);
   SlotSeq Row(Tensor::Row);
@@ -469,10 +475,10 @@ void softmax_backward_data(std::span<typename A::Value> dpreatt, std::span<const
     v.resize(n);
     gi.resize(n);
     sum.resize(n);
-    const std::span<V> out = dpreatt.subspan(o, n);
+    const std::span<S> out = dpreatt.subspan(o, n);
     arith_const(ctx, ArithOp::Sub, std::span<const V>(g, n), d, std::span<V>(ds), k_u);
     arith_array(ctx, ArithOp::Mul, std::span<const V>(a, n), cspan(ds), std::span<V>(v), k_v);
-    ctx.store_array(std::span<const V>(out), std::span<V>(gi), k_in);  // the cast, by store (store_cast)
+    ctx.store_array(std::span<const S>(out), std::span<V>(gi), k_in);  // the cast, by store (store_cast)
     arith_array(ctx, ArithOp::Add, cspan(gi), cspan(v), std::span<V>(sum), k_add);
     ctx.store_array(cspan(sum), out, k_store);
   };
@@ -504,6 +510,12 @@ void softmax_backward_data(std::span<typename A::Value> dpreatt, std::span<const
     cast(row, a.data(), g.data());
     update(row, a.data(), g.data(), ctx.dot(a.data(), 1, g.data(), 1, n, k_d(static_cast<std::size_t>(row))));
   });
+}
+
+template <class A>
+void softmax_backward_data(std::span<typename A::Value> dpreatt, std::span<const typename A::Value> datt,
+                           std::span<const typename A::Value> att, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+  softmax_backward_data_io<A, typename A::Value>(dpreatt, datt, att, s, ctx, sel);
 }
 
 /// out[b,t,h,:] = Σ_{j ≤ t} att[b,h,t,j]·v[b,j,h,:] (one dot per output element, j ascending). The reference
@@ -670,5 +682,11 @@ void attn_values_backward_data(std::span<typename A::Value> datt, std::span<type
                                                     std::span<const A::Value>, AttnShape, const Ctx<A>&, Select);
 ROUNDOFF_ATTENTION_DECL(extern, Emulated)
 ROUNDOFF_ATTENTION_DECL(extern, Reference)
+
+// The span bodies on tensors in binary32 storage (issue 45, typed storage; ops/activation.hpp).
+void softmax_forward(std::span<float> att, std::span<const float> preatt, AttnShape s, const Ctx<Emulated>& ctx,
+                     Select sel = {});
+void softmax_backward_data(std::span<float> dpreatt, std::span<const float> datt, std::span<const float> att,
+                           AttnShape s, const Ctx<Emulated>& ctx, Select sel = {});
 
 }  // namespace roundoff::ops

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ops/activation.hpp"
+#include "ops/attention.hpp"
 #include "ops/cross_entropy.hpp"
 #include "ops/policy.hpp"
 #include "ops/residual.hpp"
@@ -202,6 +203,33 @@ std::vector<IoCase> cases() {
                  const FVec dyf = to_float(dy), cf = to_float(ct), sf = to_float(st);
                  rope_backward_data(dxf, dyf, cf, sf, kAttn, ctx);
                  return std::vector<Vec>{widen(dxf)};
+               }});
+  // softmax (kAttn): (B·NH·T, T) rows of 3, causal; the specials block keeps two rows in three finite.
+  constexpr auto kAtt = static_cast<std::size_t>(2 * 2 * 3 * 3);
+  c.push_back({"softmax.fwd", OpKind::Softmax, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto pre = inputs(kAtt, rg, ctx.precision().storage, 901, 3);
+                 if (!f32) {
+                   Vec att(kAtt, 7.0);
+                   softmax_forward<E>(att, pre, kAttn, ctx);
+                   return std::vector<Vec>{att};
+                 }
+                 FVec att(kAtt, 7.0f);
+                 const FVec pf = to_float(pre);
+                 softmax_forward(att, pf, kAttn, ctx);
+                 return std::vector<Vec>{widen(att)};
+               }});
+  c.push_back({"softmax.bwd-data", OpKind::Softmax, Pass::BackwardData, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto datt = inputs(kAtt, rg, f, 902, 3), att = inputs(kAtt, rg, f, 903, 3);
+                 Vec dp = inputs(kAtt, Regime::Normal, f, 904);
+                 if (!f32) {
+                   softmax_backward_data<E>(dp, datt, att, kAttn, ctx);
+                   return std::vector<Vec>{dp};
+                 }
+                 FVec dpf = to_float(dp);
+                 const FVec df = to_float(datt), af = to_float(att);
+                 softmax_backward_data(dpf, df, af, kAttn, ctx);
+                 return std::vector<Vec>{widen(dpf)};
                }});
   for (const double alpha : {1.0, 0.35355339059327373}) {  // β = 1 skips the scaling slot; 1/√8 takes it
     const std::string tag = alpha == 1.0 ? "" : "_beta";
