@@ -14,6 +14,7 @@
 #include "ops/activation.hpp"
 #include "ops/attention.hpp"
 #include "ops/cross_entropy.hpp"
+#include "ops/gelu.hpp"
 #include "ops/policy.hpp"
 #include "ops/residual.hpp"
 #include "ops/rmsnorm.hpp"
@@ -231,6 +232,35 @@ std::vector<IoCase> cases() {
                  softmax_backward_data(dpf, df, af, kAttn, ctx);
                  return std::vector<Vec>{widen(dpf)};
                }});
+  for (const GeluForm form : {GeluForm::Erf, GeluForm::Tanh}) {
+    const std::string tag = form == GeluForm::Erf ? "_erf" : "_tanh";
+    c.push_back({"gelu.fwd" + tag, OpKind::Gelu, Pass::Forward, [form](const Ctx<E>& ctx, bool f32, Regime rg) {
+                   const auto x = inputs(kN, rg, ctx.precision().storage, 1001);
+                   if (!f32) {
+                     Vec y(kN, 7.0);
+                     gelu_forward<E>(y, x, kRows, form, ctx);
+                     return std::vector<Vec>{y};
+                   }
+                   FVec y(kN, 7.0f);
+                   const FVec xf = to_float(x);
+                   gelu_forward(y, xf, kRows, form, ctx);
+                   return std::vector<Vec>{widen(y)};
+                 }});
+    c.push_back({"gelu.bwd-data" + tag, OpKind::Gelu, Pass::BackwardData,
+                 [form](const Ctx<E>& ctx, bool f32, Regime rg) {
+                   const auto& f = ctx.precision().storage;
+                   const auto x = inputs(kN, rg, f, 1002), dy = inputs(kN, rg, f, 1003);
+                   Vec dx = inputs(kN, Regime::Normal, f, 1004);
+                   if (!f32) {
+                     gelu_backward_data<E>(dx, dy, x, kRows, form, ctx);
+                     return std::vector<Vec>{dx};
+                   }
+                   FVec dxf = to_float(dx);
+                   const FVec xf = to_float(x), dyf = to_float(dy);
+                   gelu_backward_data(dxf, dyf, xf, kRows, form, ctx);
+                   return std::vector<Vec>{widen(dxf)};
+                 }});
+  }
   for (const double alpha : {1.0, 0.35355339059327373}) {  // β = 1 skips the scaling slot; 1/√8 takes it
     const std::string tag = alpha == 1.0 ? "" : "_beta";
     c.push_back({"residual.fwd" + tag, OpKind::ResidualFfn, Pass::Forward,
