@@ -14,6 +14,7 @@
 #include "ops/activation.hpp"
 #include "ops/attention.hpp"
 #include "ops/cross_entropy.hpp"
+#include "ops/embedding.hpp"
 #include "ops/gelu.hpp"
 #include "ops/policy.hpp"
 #include "ops/residual.hpp"
@@ -231,6 +232,35 @@ std::vector<IoCase> cases() {
                  const FVec df = to_float(datt), af = to_float(att);
                  softmax_backward_data(dpf, df, af, kAttn, ctx);
                  return std::vector<Vec>{widen(dpf)};
+               }});
+  // embedding: 5 tokens (one repeated, so that backward adds twice into a row) of a vocabulary of 4, rows of 37.
+  c.push_back({"embedding.fwd", OpKind::Embedding, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto wte = inputs(4 * kC, rg, ctx.precision().storage, 1101, kC);
+                 const std::vector<std::int32_t> tokens{1, 3, 1, 0, 2};
+                 if (!f32) {
+                   Vec out(kN, 7.0);
+                   embedding_forward<E>(out, tokens, wte, kRows, ctx);
+                   return std::vector<Vec>{out};
+                 }
+                 FVec out(kN, 7.0f);
+                 const FVec wf = to_float(wte);
+                 embedding_forward(out, tokens, wf, kRows, ctx);
+                 return std::vector<Vec>{widen(out)};
+               }});
+  c.push_back({"embedding.bwd-weight", OpKind::Embedding, Pass::BackwardWeight,
+               [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto dout = inputs(kN, rg, f, 1102, kC);
+                 const std::vector<std::int32_t> tokens{1, 3, 1, 0, 2};
+                 Vec dw = inputs(4 * kC, Regime::Normal, f, 1103);
+                 if (!f32) {
+                   embedding_backward_weight<E>(dw, dout, tokens, kRows, ctx);
+                   return std::vector<Vec>{dw};
+                 }
+                 FVec dwf = to_float(dw);
+                 const FVec df = to_float(dout);
+                 embedding_backward_weight(dwf, df, tokens, kRows, ctx);
+                 return std::vector<Vec>{widen(dwf)};
                }});
   for (const GeluForm form : {GeluForm::Erf, GeluForm::Tanh}) {
     const std::string tag = form == GeluForm::Erf ? "_erf" : "_tanh";
