@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <span>
+#include <type_traits>
 
 #include "ops/backend.hpp"
 #include "ops/shape.hpp"
@@ -67,10 +68,10 @@ inline std::span<const numerics::KRange> causal_ranges(std::int64_t T, bool pref
   return v;
 }
 /// Head (b, h) of a (B, T, NH·hs) tensor cast on entry by store (store_cast: the first slot of each element of
-/// tensor t): dst[t·hs + d], T × hs.
-template <class A, Slot slot>
-std::span<typename A::Value> cast_head(const Ctx<A>& ctx, std::span<const typename A::Value> x, const AttnShape& s,
-                                          std::int64_t b, std::int64_t h, Tensor t) {
+/// tensor t): dst[t·hs + d], T × hs. S: x's element type (A::Value, or float in binary32 storage) here and below.
+template <class A, Slot slot, class S>
+std::span<typename A::Value> cast_head(const Ctx<A>& ctx, std::span<const S> x, const AttnShape& s, std::int64_t b,
+                                       std::int64_t h, Tensor t) {
   using V = typename A::Value;
   const auto hs = static_cast<std::size_t>(s.hs);
   const std::span<V> dst = scratch<V, slot>(static_cast<std::size_t>(s.T) * hs);
@@ -83,9 +84,9 @@ std::span<typename A::Value> cast_head(const Ctx<A>& ctx, std::span<const typena
 }
 /// The causal part of head (b, h) of a (B, NH, T, T) tensor cast on entry by store: dst[r·T + j] = store(x[b,h,r,j])
 /// for j ≤ r (store_cast: the first slot of each element of tensor t); 0 above the diagonal (never summed).
-template <class A, Slot slot>
-std::span<typename A::Value> cast_causal(const Ctx<A>& ctx, std::span<const typename A::Value> x,
-                                            const AttnShape& s, std::int64_t b, std::int64_t h, Tensor t) {
+template <class A, Slot slot, class S>
+std::span<typename A::Value> cast_causal(const Ctx<A>& ctx, std::span<const S> x, const AttnShape& s, std::int64_t b,
+                                         std::int64_t h, Tensor t) {
   using V = typename A::Value;
   const auto T = static_cast<std::size_t>(s.T);
   const std::span<V> dst = scratch<V, slot>(T * T);
@@ -99,13 +100,13 @@ std::span<typename A::Value> cast_causal(const Ctx<A>& ctx, std::span<const type
 }
 /// g[i] ← store(store(g[i]) + r[i]) (the add in compute), the next three slots of `seq` (over g's elements) in that
 /// order: a gradient accumulating reduction results r already in compute (the reduction took the slot before).
-template <class A>
-void add_into(const Ctx<A>& ctx, std::span<typename A::Value> g, std::span<const typename A::Value> r, SlotSeq& seq) {
+template <class A, class S>
+void add_into(const Ctx<A>& ctx, std::span<S> g, std::span<const typename A::Value> r, SlotSeq& seq) {
   using V = typename A::Value;
   const auto k_in = seq.next(), k_add = seq.next(), k_store = seq.next();
   const std::span<V> gi = scratch<V, Slot::Y>(g.size());
   const std::span<V> sum = scratch<V, Slot::Tmp>(g.size());
-  ctx.store_array(std::span<const V>(g), std::span<V>(gi), k_in);  // the cast, by store (store_cast)
+  ctx.store_array(std::span<const S>(g), std::span<V>(gi), k_in);  // the cast, by store (store_cast)
   arith_array(ctx, ArithOp::Add, std::span<const V>(gi), r, std::span<V>(sum), k_add);
   ctx.store_array(std::span<const V>(sum), g, k_store);
 }
@@ -189,9 +190,9 @@ void attn_scores_forward_reference(std::span<typename A::Value> preatt, std::spa
 
 /// attn_scores_forward_reference head by head: the dots of a head as GEMMs (detail::causal_dots), the scale and
 /// the store on row spans.
-template <class A>
-void attn_scores_forward(std::span<typename A::Value> preatt, std::span<const typename A::Value> q,
-                         std::span<const typename A::Value> k, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+template <class A, class S>
+void attn_scores_forward_io(std::span<S> preatt, std::span<const S> q, std::span<const S> k, AttnShape s,
+                            const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   using detail::Slot;
   const V scale = ctx.c(1.0 / std::sqrt(static_cast<double>(s.hs)));
@@ -210,9 +211,15 @@ void attn_scores_forward(std::span<typename A::Value> preatt, std::span<const ty
                                       k_mul);
                           ctx.store_array(std::span<const V>(prod.data(), n), preatt.subspan(e0, n), k_store);
                           std::fill(preatt.begin() + static_cast<std::ptrdiff_t>(e0 + n),
-                                    preatt.begin() + static_cast<std::ptrdiff_t>(e0 + T), V(0));
+                                    preatt.begin() + static_cast<std::ptrdiff_t>(e0 + T), S(0));
                         });
   });
+}
+
+template <class A>
+void attn_scores_forward(std::span<typename A::Value> preatt, std::span<const typename A::Value> q,
+                         std::span<const typename A::Value> k, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+  attn_scores_forward_io<A, typename A::Value>(preatt, q, k, s, ctx, sel);
 }
 
 /// dq += (dpreatt/√hs)·k, dk += (dpreatt/√hs)ᵀ·q (causal part). Pass BackwardData. The reference (ops/steps.hpp):
@@ -262,10 +269,9 @@ void attn_scores_backward_data_reference(std::span<typename A::Value> dq, std::s
 
 /// attn_scores_backward_data_reference head by head: the causal sums as GEMMs with per-row k-ranges, the
 /// elementwise steps on row spans.
-template <class A>
-void attn_scores_backward_data(std::span<typename A::Value> dq, std::span<typename A::Value> dk,
-                               std::span<const typename A::Value> dpreatt, std::span<const typename A::Value> q,
-                               std::span<const typename A::Value> k, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+template <class A, class S>
+void attn_scores_backward_data_io(std::span<S> dq, std::span<S> dk, std::span<const S> dpreatt, std::span<const S> q,
+                                  std::span<const S> k, AttnShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
   using detail::Slot;
@@ -316,6 +322,13 @@ void attn_scores_backward_data(std::span<typename A::Value> dq, std::span<typena
       detail::add_into(ctx, dk.subspan(e0, hs), std::span<const V>(gk), Dk);
     }
   });
+}
+
+template <class A>
+void attn_scores_backward_data(std::span<typename A::Value> dq, std::span<typename A::Value> dk,
+                               std::span<const typename A::Value> dpreatt, std::span<const typename A::Value> q,
+                               std::span<const typename A::Value> k, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+  attn_scores_backward_data_io<A, typename A::Value>(dq, dk, dpreatt, q, k, s, ctx, sel);
 }
 
 /// att[b,h,t,:t+1] = softmax(preatt[b,h,t,:t+1]) with max subtraction: m = max_j x_j (exact),
@@ -548,9 +561,9 @@ void attn_values_forward_reference(std::span<typename A::Value> out, std::span<c
 
 /// attn_values_forward_reference head by head: a head's dots as one GEMM with per-row k-ranges, converted and
 /// stored on row spans (result_array).
-template <class A>
-void attn_values_forward(std::span<typename A::Value> out, std::span<const typename A::Value> att,
-                         std::span<const typename A::Value> v, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+template <class A, class S>
+void attn_values_forward_io(std::span<S> out, std::span<const S> att, std::span<const S> v, AttnShape s,
+                            const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
   using detail::Slot;
@@ -560,22 +573,42 @@ void attn_values_forward(std::span<typename A::Value> out, std::span<const typen
     const std::int64_t b = u / s.NH, h = u % s.NH;
     const std::span<V> ah = detail::cast_causal<A, Slot::Head1>(ctx, att, s, b, h, Tensor::Att);
     const std::span<V> vh = detail::cast_head<A, Slot::Head2>(ctx, v, s, b, h, Tensor::V);
-    // out[b,t,h,:] (the head's rows, C apart) = att[t, 0..t]·v[0..t, :]
+    // out[b,t,h,:] (the head's rows, C apart) = att[t, 0..t]·v[0..t, :], computed in place when out is binary64,
+    // else in a binary64 head (rows hs apart) and then narrowed (exactly: values of storage)
+    constexpr bool direct = std::is_same_v<S, V>;
+    V* o = nullptr;
+    std::size_t ld = C;
+    if constexpr (direct) {
+      o = out.data() + detail::at3(s, b, 0, h, 0);
+    } else {
+      o = detail::scratch<V, Slot::Raw>(T * hs).data();
+      ld = hs;
+    }
     if (batched)
-      ctx.gemm_ranged(T, hs, T, M{ah.data(), T}, M{vh.data(), hs}, detail::causal_ranges(s.T, true),
-                      out.data() + detail::at3(s, b, 0, h, 0), C, detail::kBatchedGemm);
+      ctx.gemm_ranged(T, hs, T, M{ah.data(), T}, M{vh.data(), hs}, detail::causal_ranges(s.T, true), o, ld,
+                      detail::kBatchedGemm);
     for (std::size_t t = 0; t < T; ++t) {
       const std::size_t e0 = detail::at3(s, b, static_cast<std::int64_t>(t), h, 0);
+      const std::span<V> row(o + t * ld, hs);
       SlotSeq O(Tensor::Out, e0);
       const auto k_dot = O.next(), k_store = O.next();
       if (batched) {
-        ctx.result_array(out.subspan(e0, hs), k_dot, k_store);
-        continue;
+        ctx.result_array(row, k_dot, k_store);
+      } else {
+        for (std::size_t d = 0; d < hs; ++d)
+          row[d] = ctx.store(ctx.dot(ah.data() + t * T, 1, vh.data() + d, s.hs, t + 1, k_dot(d)), k_store(d));
       }
-      for (std::size_t d = 0; d < hs; ++d)
-        out[e0 + d] = ctx.store(ctx.dot(ah.data() + t * T, 1, vh.data() + d, s.hs, t + 1, k_dot(d)), k_store(d));
+      if constexpr (!direct)
+        std::transform(row.begin(), row.end(), out.begin() + static_cast<std::ptrdiff_t>(e0),
+                       [](const V& x) { return static_cast<S>(x); });
     }
   });
+}
+
+template <class A>
+void attn_values_forward(std::span<typename A::Value> out, std::span<const typename A::Value> att,
+                         std::span<const typename A::Value> v, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+  attn_values_forward_io<A, typename A::Value>(out, att, v, s, ctx, sel);
 }
 
 /// datt[t,j] += dout[t,:]·v[j,:] (j ≤ t), dv[j,:] += Σ_{t ≥ j} att[t,j]·dout[t,:]. Pass BackwardData. The
@@ -625,10 +658,9 @@ void attn_values_backward_data_reference(std::span<typename A::Value> datt, std:
 
 /// attn_values_backward_data_reference head by head: the datt dots as GEMMs (detail::causal_dots), dv's causal
 /// sums as one GEMM with per-row k-ranges, the adds into the gradients on row spans.
-template <class A>
-void attn_values_backward_data(std::span<typename A::Value> datt, std::span<typename A::Value> dv,
-                               std::span<const typename A::Value> dout, std::span<const typename A::Value> att,
-                               std::span<const typename A::Value> v, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+template <class A, class S>
+void attn_values_backward_data_io(std::span<S> datt, std::span<S> dv, std::span<const S> dout, std::span<const S> att,
+                                  std::span<const S> v, AttnShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
   using detail::Slot;
@@ -665,6 +697,13 @@ void attn_values_backward_data(std::span<typename A::Value> datt, std::span<type
   });
 }
 
+template <class A>
+void attn_values_backward_data(std::span<typename A::Value> datt, std::span<typename A::Value> dv,
+                               std::span<const typename A::Value> dout, std::span<const typename A::Value> att,
+                               std::span<const typename A::Value> v, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+  attn_values_backward_data_io<A, typename A::Value>(datt, dv, dout, att, v, s, ctx, sel);
+}
+
 #define ROUNDOFF_ATTENTION_DECL(EXTERN, A)                                                                         \
   EXTERN template void attn_scores_forward<A>(std::span<A::Value>, std::span<const A::Value>,                      \
                                               std::span<const A::Value>, AttnShape, const Ctx<A>&, Select);         \
@@ -682,6 +721,12 @@ void attn_values_backward_data(std::span<typename A::Value> datt, std::span<type
                                                     std::span<const A::Value>, AttnShape, const Ctx<A>&, Select);
 ROUNDOFF_ATTENTION_DECL(extern, Emulated)
 ROUNDOFF_ATTENTION_DECL(extern, Reference)
+
+// The span bodies on tensors in binary32 storage (issue 45, typed storage; ops/activation.hpp).
+void attn_scores_forward(std::span<float> preatt, std::span<const float> q, std::span<const float> k, AttnShape s, const Ctx<Emulated>& ctx, Select sel = {});
+void attn_scores_backward_data(std::span<float> dq, std::span<float> dk, std::span<const float> dpreatt, std::span<const float> q, std::span<const float> k, AttnShape s, const Ctx<Emulated>& ctx, Select sel = {});
+void attn_values_forward(std::span<float> out, std::span<const float> att, std::span<const float> v, AttnShape s, const Ctx<Emulated>& ctx, Select sel = {});
+void attn_values_backward_data(std::span<float> datt, std::span<float> dv, std::span<const float> dout, std::span<const float> att, std::span<const float> v, AttnShape s, const Ctx<Emulated>& ctx, Select sel = {});
 
 // The span bodies on tensors in binary32 storage (issue 45, typed storage; ops/activation.hpp).
 void softmax_forward(std::span<float> att, std::span<const float> preatt, AttnShape s, const Ctx<Emulated>& ctx,

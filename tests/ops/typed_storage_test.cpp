@@ -39,6 +39,7 @@ Vec widen(const FVec& v) { return {v.begin(), v.end()}; }
 constexpr RowShape kRows{5, 37};
 constexpr auto kN = static_cast<std::size_t>(kRows.rows * kRows.cols);
 constexpr AttnShape kAttn{2, 2, 3, 6};  // B = 2, 2 heads of 6, T = 3
+constexpr auto kAtt = static_cast<std::size_t>(2 * 2 * 3 * 3);  // (B, NH, T, T)
 
 /// One op and pass, run on binary64 tensors (f32 false) or on the same values in binary32 storage (true); the
 /// outputs as binary64.
@@ -207,7 +208,6 @@ std::vector<IoCase> cases() {
                  return std::vector<Vec>{widen(dxf)};
                }});
   // softmax (kAttn): (B·NH·T, T) rows of 3, causal; the specials block keeps two rows in three finite.
-  constexpr auto kAtt = static_cast<std::size_t>(2 * 2 * 3 * 3);
   c.push_back({"softmax.fwd", OpKind::Softmax, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
                  const auto pre = inputs(kAtt, rg, ctx.precision().storage, 901, 3);
                  if (!f32) {
@@ -261,6 +261,64 @@ std::vector<IoCase> cases() {
                  const FVec df = to_float(dout);
                  embedding_backward_weight(dwf, df, tokens, kRows, ctx);
                  return std::vector<Vec>{widen(dwf)};
+               }});
+  // attention products (kAttn): q, k, v, dout (B, T, NH·hs) in rows of 12; preatt, att and their gradients
+  // (B, NH, T, T) in rows of 3.
+  c.push_back({"attn_scores.fwd", OpKind::AttnScores, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto q = inputs(kAN, rg, f, 1201, 12), k = inputs(kAN, rg, f, 1202, 12);
+                 if (!f32) {
+                   Vec pre(kAtt, 7.0);
+                   attn_scores_forward<E>(pre, q, k, kAttn, ctx);
+                   return std::vector<Vec>{pre};
+                 }
+                 FVec pre(kAtt, 7.0f);
+                 const FVec qf = to_float(q), kf = to_float(k);
+                 attn_scores_forward(pre, qf, kf, kAttn, ctx);
+                 return std::vector<Vec>{widen(pre)};
+               }});
+  c.push_back({"attn_scores.bwd-data", OpKind::AttnScores, Pass::BackwardData,
+               [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto dpre = inputs(kAtt, rg, f, 1203, 3), q = inputs(kAN, rg, f, 1204, 12),
+                            k = inputs(kAN, rg, f, 1205, 12);
+                 Vec dq = inputs(kAN, Regime::Normal, f, 1206), dk = inputs(kAN, Regime::Normal, f, 1207);
+                 if (!f32) {
+                   attn_scores_backward_data<E>(dq, dk, dpre, q, k, kAttn, ctx);
+                   return std::vector<Vec>{dq, dk};
+                 }
+                 FVec dqf = to_float(dq), dkf = to_float(dk);
+                 const FVec df = to_float(dpre), qf = to_float(q), kf = to_float(k);
+                 attn_scores_backward_data(dqf, dkf, df, qf, kf, kAttn, ctx);
+                 return std::vector<Vec>{widen(dqf), widen(dkf)};
+               }});
+  c.push_back({"attn_values.fwd", OpKind::AttnValues, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto att = inputs(kAtt, rg, f, 1208, 3), v = inputs(kAN, rg, f, 1209, 12);
+                 if (!f32) {
+                   Vec out(kAN, 7.0);
+                   attn_values_forward<E>(out, att, v, kAttn, ctx);
+                   return std::vector<Vec>{out};
+                 }
+                 FVec out(kAN, 7.0f);
+                 const FVec af = to_float(att), vf = to_float(v);
+                 attn_values_forward(out, af, vf, kAttn, ctx);
+                 return std::vector<Vec>{widen(out)};
+               }});
+  c.push_back({"attn_values.bwd-data", OpKind::AttnValues, Pass::BackwardData,
+               [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto dout = inputs(kAN, rg, f, 1210, 12), att = inputs(kAtt, rg, f, 1211, 3),
+                            v = inputs(kAN, rg, f, 1212, 12);
+                 Vec datt = inputs(kAtt, Regime::Normal, f, 1213), dv = inputs(kAN, Regime::Normal, f, 1214);
+                 if (!f32) {
+                   attn_values_backward_data<E>(datt, dv, dout, att, v, kAttn, ctx);
+                   return std::vector<Vec>{datt, dv};
+                 }
+                 FVec dattf = to_float(datt), dvf = to_float(dv);
+                 const FVec df = to_float(dout), af = to_float(att), vf = to_float(v);
+                 attn_values_backward_data(dattf, dvf, df, af, vf, kAttn, ctx);
+                 return std::vector<Vec>{widen(dattf), widen(dvf)};
                }});
   for (const GeluForm form : {GeluForm::Erf, GeluForm::Tanh}) {
     const std::string tag = form == GeluForm::Erf ? "_erf" : "_tanh";
