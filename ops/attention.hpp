@@ -40,6 +40,12 @@ std::vector<V> cast_in(std::span<const V> x, const auto& ctx, Tensor t) {
   ctx.in_array(x, r, t);
   return r;
 }
+/// cast_in of a tensor in binary32 storage: the cast values in binary64.
+inline std::vector<double> cast_in(std::span<const float> x, const Ctx<Emulated>& ctx, Tensor t) {
+  std::vector<double> r(x.size());
+  ctx.in_array(x, r, t);
+  return r;
+}
 /// Key of the batched GEMMs: they run only when the accumulation does not round stochastically
 /// (Ctx::gemm_is_dot), so their stream is never drawn from; each C_ij's conversion takes its dot's key.
 inline constexpr Key kBatchedGemm{};

@@ -16,6 +16,7 @@
 #include "ops/cross_entropy.hpp"
 #include "ops/embedding.hpp"
 #include "ops/gelu.hpp"
+#include "ops/online_attention.hpp"
 #include "ops/policy.hpp"
 #include "ops/residual.hpp"
 #include "ops/rmsnorm.hpp"
@@ -319,6 +320,34 @@ std::vector<IoCase> cases() {
                  const FVec df = to_float(dout), af = to_float(att), vf = to_float(v);
                  attn_values_backward_data(dattf, dvf, df, af, vf, kAttn, ctx);
                  return std::vector<Vec>{widen(dattf), widen(dvf)};
+               }});
+  // online attention (kAttn) under one context for both its softmax and values entries.
+  c.push_back({"online_attention.fwd", OpKind::Softmax, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto pre = inputs(kAtt, rg, f, 1301, 3), v = inputs(kAN, rg, f, 1302, 12);
+                 constexpr auto kL = std::size_t{2 * 2 * 3};
+                 if (!f32) {
+                   Vec y(kAN, 7.0), lse(kL, 7.0);
+                   online_attention_forward<E>(y, lse, pre, v, kAttn, ctx, ctx);
+                   return std::vector<Vec>{y, lse};
+                 }
+                 FVec y(kAN, 7.0f), lse(kL, 7.0f);
+                 const FVec pf = to_float(pre), vf = to_float(v);
+                 online_attention_forward(y, lse, pf, vf, kAttn, ctx, ctx);
+                 return std::vector<Vec>{widen(y), widen(lse)};
+               }});
+  c.push_back({"softmax_from_lse", OpKind::Softmax, Pass::BackwardData, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto pre = inputs(kAtt, rg, f, 1303, 3), lse = inputs(2 * 2 * 3, Regime::Normal, f, 1304);
+                 if (!f32) {
+                   Vec att(kAtt, 7.0);
+                   softmax_from_lse<E>(att, pre, lse, kAttn, ctx);
+                   return std::vector<Vec>{att};
+                 }
+                 FVec att(kAtt, 7.0f);
+                 const FVec pf = to_float(pre), lf = to_float(lse);
+                 softmax_from_lse(att, pf, lf, kAttn, ctx);
+                 return std::vector<Vec>{widen(att)};
                }});
   for (const GeluForm form : {GeluForm::Erf, GeluForm::Tanh}) {
     const std::string tag = form == GeluForm::Erf ? "_erf" : "_tanh";
