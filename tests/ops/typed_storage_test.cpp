@@ -9,6 +9,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/activation.hpp"
@@ -16,6 +17,7 @@
 #include "ops/cross_entropy.hpp"
 #include "ops/embedding.hpp"
 #include "ops/gelu.hpp"
+#include "ops/matmul.hpp"
 #include "ops/online_attention.hpp"
 #include "ops/policy.hpp"
 #include "ops/residual.hpp"
@@ -41,6 +43,7 @@ constexpr RowShape kRows{5, 37};
 constexpr auto kN = static_cast<std::size_t>(kRows.rows * kRows.cols);
 constexpr AttnShape kAttn{2, 2, 3, 6};  // B = 2, 2 heads of 6, T = 3
 constexpr auto kAtt = static_cast<std::size_t>(2 * 2 * 3 * 3);  // (B, NH, T, T)
+constexpr MatmulShape kMm{5, 37, 11};                           // n = kRows.rows, in = kRows.cols
 
 /// One op and pass, run on binary64 tensors (f32 false) or on the same values in binary32 storage (true); the
 /// outputs as binary64.
@@ -49,6 +52,7 @@ struct IoCase {
   OpKind op;
   Pass pass;
   std::function<std::vector<Vec>(const Ctx<E>&, bool, Regime)> run;
+  bool refuses = true;  ///< whether the binary32 form refuses a storage beyond binary32 (false: no binary32 output)
 };
 
 std::vector<IoCase> cases() {
@@ -349,6 +353,48 @@ std::vector<IoCase> cases() {
                  softmax_from_lse(att, pf, lf, kAttn, ctx);
                  return std::vector<Vec>{widen(att)};
                }});
+  // matmul: x (5, 37) · W (11, 37)ᵀ; the weights and dW binary64 (the model's), the activations binary32.
+  constexpr auto kW = std::size_t{11 * 37}, kY = std::size_t{5 * 11};
+  c.push_back({"matmul.fwd", OpKind::Matmul, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto x = inputs(kN, rg, f, 1401, kC), w = inputs(kW, rg, f, 1402, kC);
+                 if (!f32) {
+                   Vec y(kY, 7.0);
+                   matmul_forward<E>(y, x, w, kMm, ctx);
+                   return std::vector<Vec>{y};
+                 }
+                 FVec y(kY, 7.0f);
+                 const FVec xf = to_float(x);
+                 matmul_forward(y, xf, w, kMm, ctx);
+                 return std::vector<Vec>{widen(y)};
+               }});
+  c.push_back({"matmul.bwd-data", OpKind::Matmul, Pass::BackwardData, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto dy = inputs(kY, rg, f, 1403, 11), w = inputs(kW, rg, f, 1404, 37);
+                 Vec dx = inputs(kN, Regime::Normal, f, 1405);
+                 if (!f32) {
+                   matmul_backward_data<E>(dx, dy, w, kMm, ctx);
+                   return std::vector<Vec>{dx};
+                 }
+                 FVec dxf = to_float(dx);
+                 const FVec dyf = to_float(dy);
+                 matmul_backward_data(dxf, dyf, w, kMm, ctx);
+                 return std::vector<Vec>{widen(dxf)};
+               }});
+  c.push_back({"matmul.bwd-weight", OpKind::Matmul, Pass::BackwardWeight,
+               [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto dy = inputs(kY, rg, f, 1406, 1), x = inputs(kN, rg, f, 1407, 1);
+                 Vec dw = inputs(kW, Regime::Normal, f, 1408);
+                 if (!f32) {
+                   matmul_backward_weight<E>(dw, dy, x, kMm, ctx);
+                   return std::vector<Vec>{dw};
+                 }
+                 const FVec dyf = to_float(dy), xf = to_float(x);
+                 matmul_backward_weight(dw, dyf, xf, kMm, ctx);
+                 return std::vector<Vec>{dw};
+               },
+               false});
   for (const GeluForm form : {GeluForm::Erf, GeluForm::Tanh}) {
     const std::string tag = form == GeluForm::Erf ? "_erf" : "_tanh";
     c.push_back({"gelu.fwd" + tag, OpKind::Gelu, Pass::Forward, [form](const Ctx<E>& ctx, bool f32, Regime rg) {
@@ -439,20 +485,32 @@ TEST_P(TypedStorage, Binary32TensorsGiveTheBinary64TensorsValues) {
   EXPECT_GE(compared, 20) << oc.name << ": too few policies with binary32 storage";
 }
 
-TEST_P(TypedStorage, RefusesBinary32StorageOfAFormatBeyondIt) {
+/// The cases whose binary32 form has a binary32 output (matmul's backward-weight writes binary64 dW).
+std::vector<IoCase> refusing_cases() {
+  std::vector<IoCase> r;
+  for (IoCase& c : cases())
+    if (c.refuses) r.push_back(std::move(c));
+  return r;
+}
+
+class TypedStorageRefusal : public ::testing::TestWithParam<IoCase> {};
+
+TEST_P(TypedStorageRefusal, RefusesBinary32StorageOfAFormatBeyondIt) {
   const IoCase& oc = GetParam();
   const Ctx<E> c(Policy::preset("fp64").at(oc.op, oc.pass));
   ASSERT_FALSE(c.binary32_storage());
   EXPECT_THROW(oc.run(c, true, Regime::Normal), std::logic_error) << oc.name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Ops, TypedStorage, ::testing::ValuesIn(cases()),
-                         [](const ::testing::TestParamInfo<IoCase>& i) {
-                           std::string n = i.param.name;
-                           for (char& ch : n)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return n;
-                         });
+std::string case_name(const ::testing::TestParamInfo<IoCase>& i) {
+  std::string n = i.param.name;
+  for (char& ch : n)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, TypedStorage, ::testing::ValuesIn(cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Ops, TypedStorageRefusal, ::testing::ValuesIn(refusing_cases()), case_name);
 
 }  // namespace
 }  // namespace roundoff::ops
