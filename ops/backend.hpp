@@ -281,12 +281,9 @@ class Ctx<Emulated> {
   }
   /// Tensor t cast on entry as a whole array: dst[i] = in(src[i], key(t, i, 0)). dst may be src.
   void in_array(std::span<const double> src, std::span<double> dst, Tensor t) const;
-  /// in_array of a tensor held in binary32 storage: each float widened exactly into dst, then cast there.
-  void in_array(std::span<const float> src, std::span<double> dst, Tensor t) const {
-    const std::span<double> d = dst.first(src.size());
-    for (std::size_t i = 0; i < src.size(); ++i) d[i] = static_cast<double>(src[i]);
-    in_array(std::span<const double>(d), d, t);
-  }
+  /// in_array of a tensor held in binary32 storage: each float widened exactly, then cast (chunks of kStoreChunk
+  /// values widened on the stack, so that the tensor is read once).
+  void in_array(std::span<const float> src, std::span<double> dst, Tensor t) const;
   /// Many independent reductions: out[r] = dot(x + r·x_row, x_step, y + r·y_row, y_step, rows.length[r], kf(r))
   /// (sum(x + r·x_row, x_step, length, kf(r)) when rows.y is null) for every r, bit for bit. When fast_paths() is on
   /// and the accumulation does not round stochastically (its streams are then never drawn), the reductions run
@@ -338,11 +335,17 @@ class Ctx<Emulated> {
   void require_binary32_storage() const {
     if (!binary32_storage()) throw_not_binary32();
   }
-  /// dst[i] = store(src[i], kf(i)) for src held in binary32 storage (each float widened exactly first).
+  /// dst[i] = store(src[i], kf(i)) for src held in binary32 storage (each float widened exactly first, a chunk of
+  /// kStoreChunk values at a time on the stack, so that src is read once).
   template <class KeyFn>
   void store_array(std::span<const float> src, std::span<double> dst, KeyFn&& kf) const {
-    for (std::size_t i = 0; i < src.size(); ++i) dst[i] = static_cast<double>(src[i]);
-    store_to_array(storage_, std::span<const double>(dst.data(), src.size()), dst, kf);
+    std::array<double, kStoreChunk> part;
+    for (std::size_t c = 0; c < src.size(); c += kStoreChunk) {
+      const std::size_t n = std::min(kStoreChunk, src.size() - c);
+      for (std::size_t j = 0; j < n; ++j) part[j] = static_cast<double>(src[c + j]);
+      store_to_array(storage_, std::span<const double>(part.data(), n), dst.subspan(c, n),
+                     [&](std::size_t j) { return kf(c + j); });
+    }
   }
   /// dst[i] = store(src[i], kf(i)) into binary32 storage: the value store() gives, which is a binary32 value when
   /// binary32_storage() (std::logic_error otherwise: the narrowing would round a second time). Chunks of
