@@ -1,7 +1,8 @@
-// Typed storage (issue 45 step 1, docs/design.md "Typed storage"): the elementwise ops' span bodies on binary64
-// tensors against the same bodies on tensors in binary32 storage (same values, bit for bit:
-// tests/ops/typed_storage_test.cpp), at W512's feed-forward shape (512 tokens × 1408), under the fp32 and ane-fp16
-// presets; native baseline in the same run: a plain float SiLU loop (x / (1 + e^-x), libm, no emulation).
+// Typed storage (issue 45 step 1, docs/design.md "Typed storage"): ops' span bodies on binary64 tensors against the
+// same bodies on tensors in binary32 storage (same values, bit for bit: tests/ops/typed_storage_test.cpp), at W512's
+// shapes (the feed-forward's 512 tokens × 1408; RMSNorm 512 × 512; the causal softmax 8 heads × 512²; the up
+// projection's GEMM), under the fp32 and ane-fp16 presets; native baseline in the same run: a plain float SiLU loop
+// (x / (1 + e^-x), libm, no emulation).
 //
 //   build/bench/typed_storage_bench --benchmark_min_time=0.2 --benchmark_repetitions=3
 #include <benchmark/benchmark.h>
@@ -13,7 +14,10 @@
 #include <vector>
 
 #include "ops/activation.hpp"
+#include "ops/attention.hpp"
+#include "ops/matmul.hpp"
 #include "ops/policy.hpp"
+#include "ops/rmsnorm.hpp"
 
 namespace {
 
@@ -22,10 +26,10 @@ using namespace roundoff::ops;
 constexpr RowShape kShape{512, 1408};
 constexpr auto kN = static_cast<std::size_t>(kShape.rows * kShape.cols);
 
-std::vector<double> normal(std::uint64_t seed) {
+std::vector<double> normal(std::uint64_t seed, std::size_t n = kN) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> d(0.0, 1.0);
-  std::vector<double> v(kN);
+  std::vector<double> v(n);
   for (double& x : v) x = static_cast<float>(d(rng));  // binary32 values (and fp16 after the entry cast)
   return v;
 }
@@ -113,6 +117,54 @@ void row_copy(benchmark::State& st) {
   }
   st.SetItemsProcessed(static_cast<std::int64_t>(st.iterations()) * static_cast<std::int64_t>(kN));
 }
+/// RMSNorm forward at W512's model width: (512 tokens, 512).
+template <class T>
+void rmsnorm_fwd(benchmark::State& st, const char* policy) {
+  constexpr RowShape s{512, 512};
+  constexpr auto n = static_cast<std::size_t>(512 * 512);
+  const Ctx<Emulated> ctx = ctx_of(policy, OpKind::RmsNorm, Pass::Forward);
+  const std::vector<double> xd = normal(7, n), wd = normal(8, 512);
+  const std::vector<T> x(xd.begin(), xd.end()), w(wd.begin(), wd.end());
+  std::vector<T> y(n), r(512);
+  for (auto _ : st) {
+    rmsnorm_forward(std::span<T>(y), std::span<T>(r), std::span<const T>(x), std::span<const T>(w), s, 1e-5, ctx);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetItemsProcessed(static_cast<std::int64_t>(st.iterations()) * static_cast<std::int64_t>(n));
+}
+
+/// Causal softmax forward at W512's attention shape: 8 heads, T = 512 (B = 1).
+template <class T>
+void softmax_fwd(benchmark::State& st, const char* policy) {
+  constexpr AttnShape s{1, 8, 512, 64};
+  const auto n = static_cast<std::size_t>(s.att_size());
+  const Ctx<Emulated> ctx = ctx_of(policy, OpKind::Softmax, Pass::Forward);
+  const std::vector<double> pd = normal(9, n);
+  const std::vector<T> pre(pd.begin(), pd.end());
+  std::vector<T> att(n);
+  for (auto _ : st) {
+    softmax_forward(std::span<T>(att), std::span<const T>(pre), s, ctx);
+    benchmark::DoNotOptimize(att.data());
+  }
+  st.SetItemsProcessed(static_cast<std::int64_t>(st.iterations()) * static_cast<std::int64_t>(n));
+}
+
+/// The feed-forward's up projection, y (512, 1408) = x (512, 512) · W (1408, 512)ᵀ, W binary64 in both forms: the
+/// binary32 form widens x and narrows y around the same GEMM (the cost of step 1 before the kernels read binary32).
+template <class T>
+void matmul_fwd(benchmark::State& st, const char* policy) {
+  constexpr MatmulShape s{512, 512, 1408};
+  const Ctx<Emulated> ctx = ctx_of(policy, OpKind::Matmul, Pass::Forward);
+  const std::vector<double> xd = normal(10, 512 * 512), w = normal(11, 1408 * 512);
+  const std::vector<T> x(xd.begin(), xd.end());
+  std::vector<T> y(512 * 1408);
+  for (auto _ : st) {
+    matmul_forward(std::span<T>(y), std::span<const T>(x), std::span<const double>(w), s, ctx);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetItemsProcessed(static_cast<std::int64_t>(st.iterations()) * 512 * 1408);
+}
+
 void entry_cast_b64(benchmark::State& st, const char* p) { entry_cast<double>(st, p); }
 void entry_cast_b32(benchmark::State& st, const char* p) { entry_cast<float>(st, p); }
 
@@ -122,6 +174,12 @@ void swiglu_fwd_b64(benchmark::State& st, const char* p) { swiglu_fwd<double>(st
 void swiglu_fwd_b32(benchmark::State& st, const char* p) { swiglu_fwd<float>(st, p); }
 void silu_bwd_b64(benchmark::State& st, const char* p) { silu_bwd<double>(st, p); }
 void silu_bwd_b32(benchmark::State& st, const char* p) { silu_bwd<float>(st, p); }
+void rmsnorm_fwd_b64(benchmark::State& st, const char* p) { rmsnorm_fwd<double>(st, p); }
+void rmsnorm_fwd_b32(benchmark::State& st, const char* p) { rmsnorm_fwd<float>(st, p); }
+void softmax_fwd_b64(benchmark::State& st, const char* p) { softmax_fwd<double>(st, p); }
+void softmax_fwd_b32(benchmark::State& st, const char* p) { softmax_fwd<float>(st, p); }
+void matmul_fwd_b64(benchmark::State& st, const char* p) { matmul_fwd<double>(st, p); }
+void matmul_fwd_b32(benchmark::State& st, const char* p) { matmul_fwd<float>(st, p); }
 
 }  // namespace
 
@@ -138,4 +196,10 @@ BENCHMARK_CAPTURE(swiglu_fwd_b64, fp32, "fp32")->Name("typed/swiglu-fwd/fp32/bin
 BENCHMARK_CAPTURE(swiglu_fwd_b32, fp32, "fp32")->Name("typed/swiglu-fwd/fp32/binary32");
 BENCHMARK_CAPTURE(silu_bwd_b64, fp32, "fp32")->Name("typed/silu-bwd/fp32/binary64");
 BENCHMARK_CAPTURE(silu_bwd_b32, fp32, "fp32")->Name("typed/silu-bwd/fp32/binary32");
+BENCHMARK_CAPTURE(rmsnorm_fwd_b64, fp32, "fp32")->Name("typed/rmsnorm-fwd/fp32/binary64");
+BENCHMARK_CAPTURE(rmsnorm_fwd_b32, fp32, "fp32")->Name("typed/rmsnorm-fwd/fp32/binary32");
+BENCHMARK_CAPTURE(softmax_fwd_b64, fp32, "fp32")->Name("typed/softmax-fwd/fp32/binary64");
+BENCHMARK_CAPTURE(softmax_fwd_b32, fp32, "fp32")->Name("typed/softmax-fwd/fp32/binary32");
+BENCHMARK_CAPTURE(matmul_fwd_b64, fp32, "fp32")->Name("typed/matmul-fwd/fp32/binary64");
+BENCHMARK_CAPTURE(matmul_fwd_b32, fp32, "fp32")->Name("typed/matmul-fwd/fp32/binary32");
 BENCHMARK_MAIN();

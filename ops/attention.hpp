@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <span>
+#include <type_traits>
 
 #include "ops/backend.hpp"
 #include "ops/shape.hpp"
@@ -36,6 +37,12 @@ namespace detail {
 template <class V>
 std::vector<V> cast_in(std::span<const V> x, const auto& ctx, Tensor t) {
   std::vector<V> r(x.size());
+  ctx.in_array(x, r, t);
+  return r;
+}
+/// cast_in of a tensor in binary32 storage: the cast values in binary64.
+inline std::vector<double> cast_in(std::span<const float> x, const Ctx<Emulated>& ctx, Tensor t) {
+  std::vector<double> r(x.size());
   ctx.in_array(x, r, t);
   return r;
 }
@@ -67,10 +74,10 @@ inline std::span<const numerics::KRange> causal_ranges(std::int64_t T, bool pref
   return v;
 }
 /// Head (b, h) of a (B, T, NH·hs) tensor cast on entry by store (store_cast: the first slot of each element of
-/// tensor t): dst[t·hs + d], T × hs.
-template <class A, Slot slot>
-std::span<typename A::Value> cast_head(const Ctx<A>& ctx, std::span<const typename A::Value> x, const AttnShape& s,
-                                          std::int64_t b, std::int64_t h, Tensor t) {
+/// tensor t): dst[t·hs + d], T × hs. S: x's element type (A::Value, or float in binary32 storage) here and below.
+template <class A, Slot slot, class S>
+std::span<typename A::Value> cast_head(const Ctx<A>& ctx, std::span<const S> x, const AttnShape& s, std::int64_t b,
+                                       std::int64_t h, Tensor t) {
   using V = typename A::Value;
   const auto hs = static_cast<std::size_t>(s.hs);
   const std::span<V> dst = scratch<V, slot>(static_cast<std::size_t>(s.T) * hs);
@@ -83,9 +90,9 @@ std::span<typename A::Value> cast_head(const Ctx<A>& ctx, std::span<const typena
 }
 /// The causal part of head (b, h) of a (B, NH, T, T) tensor cast on entry by store: dst[r·T + j] = store(x[b,h,r,j])
 /// for j ≤ r (store_cast: the first slot of each element of tensor t); 0 above the diagonal (never summed).
-template <class A, Slot slot>
-std::span<typename A::Value> cast_causal(const Ctx<A>& ctx, std::span<const typename A::Value> x,
-                                            const AttnShape& s, std::int64_t b, std::int64_t h, Tensor t) {
+template <class A, Slot slot, class S>
+std::span<typename A::Value> cast_causal(const Ctx<A>& ctx, std::span<const S> x, const AttnShape& s, std::int64_t b,
+                                         std::int64_t h, Tensor t) {
   using V = typename A::Value;
   const auto T = static_cast<std::size_t>(s.T);
   const std::span<V> dst = scratch<V, slot>(T * T);
@@ -99,13 +106,13 @@ std::span<typename A::Value> cast_causal(const Ctx<A>& ctx, std::span<const type
 }
 /// g[i] ← store(store(g[i]) + r[i]) (the add in compute), the next three slots of `seq` (over g's elements) in that
 /// order: a gradient accumulating reduction results r already in compute (the reduction took the slot before).
-template <class A>
-void add_into(const Ctx<A>& ctx, std::span<typename A::Value> g, std::span<const typename A::Value> r, SlotSeq& seq) {
+template <class A, class S>
+void add_into(const Ctx<A>& ctx, std::span<S> g, std::span<const typename A::Value> r, SlotSeq& seq) {
   using V = typename A::Value;
   const auto k_in = seq.next(), k_add = seq.next(), k_store = seq.next();
   const std::span<V> gi = scratch<V, Slot::Y>(g.size());
   const std::span<V> sum = scratch<V, Slot::Tmp>(g.size());
-  ctx.store_array(std::span<const V>(g), std::span<V>(gi), k_in);  // the cast, by store (store_cast)
+  ctx.store_array(std::span<const S>(g), std::span<V>(gi), k_in);  // the cast, by store (store_cast)
   arith_array(ctx, ArithOp::Add, std::span<const V>(gi), r, std::span<V>(sum), k_add);
   ctx.store_array(std::span<const V>(sum), g, k_store);
 }
@@ -189,9 +196,9 @@ void attn_scores_forward_reference(std::span<typename A::Value> preatt, std::spa
 
 /// attn_scores_forward_reference head by head: the dots of a head as GEMMs (detail::causal_dots), the scale and
 /// the store on row spans.
-template <class A>
-void attn_scores_forward(std::span<typename A::Value> preatt, std::span<const typename A::Value> q,
-                         std::span<const typename A::Value> k, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+template <class A, class S>
+void attn_scores_forward_io(std::span<S> preatt, std::span<const S> q, std::span<const S> k, AttnShape s,
+                            const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   using detail::Slot;
   const V scale = ctx.c(1.0 / std::sqrt(static_cast<double>(s.hs)));
@@ -210,9 +217,15 @@ void attn_scores_forward(std::span<typename A::Value> preatt, std::span<const ty
                                       k_mul);
                           ctx.store_array(std::span<const V>(prod.data(), n), preatt.subspan(e0, n), k_store);
                           std::fill(preatt.begin() + static_cast<std::ptrdiff_t>(e0 + n),
-                                    preatt.begin() + static_cast<std::ptrdiff_t>(e0 + T), V(0));
+                                    preatt.begin() + static_cast<std::ptrdiff_t>(e0 + T), S(0));
                         });
   });
+}
+
+template <class A>
+void attn_scores_forward(std::span<typename A::Value> preatt, std::span<const typename A::Value> q,
+                         std::span<const typename A::Value> k, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+  attn_scores_forward_io<A, typename A::Value>(preatt, q, k, s, ctx, sel);
 }
 
 /// dq += (dpreatt/√hs)·k, dk += (dpreatt/√hs)ᵀ·q (causal part). Pass BackwardData. The reference (ops/steps.hpp):
@@ -262,10 +275,9 @@ void attn_scores_backward_data_reference(std::span<typename A::Value> dq, std::s
 
 /// attn_scores_backward_data_reference head by head: the causal sums as GEMMs with per-row k-ranges, the
 /// elementwise steps on row spans.
-template <class A>
-void attn_scores_backward_data(std::span<typename A::Value> dq, std::span<typename A::Value> dk,
-                               std::span<const typename A::Value> dpreatt, std::span<const typename A::Value> q,
-                               std::span<const typename A::Value> k, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+template <class A, class S>
+void attn_scores_backward_data_io(std::span<S> dq, std::span<S> dk, std::span<const S> dpreatt, std::span<const S> q,
+                                  std::span<const S> k, AttnShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
   using detail::Slot;
@@ -318,6 +330,13 @@ void attn_scores_backward_data(std::span<typename A::Value> dq, std::span<typena
   });
 }
 
+template <class A>
+void attn_scores_backward_data(std::span<typename A::Value> dq, std::span<typename A::Value> dk,
+                               std::span<const typename A::Value> dpreatt, std::span<const typename A::Value> q,
+                               std::span<const typename A::Value> k, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+  attn_scores_backward_data_io<A, typename A::Value>(dq, dk, dpreatt, q, k, s, ctx, sel);
+}
+
 /// att[b,h,t,:t+1] = softmax(preatt[b,h,t,:t+1]) with max subtraction: m = max_j x_j (exact),
 /// e_j = exp(x_j − m) (subtraction and exp each one rounding), Z = Σ e_j (Accumulation), att_j = e_j / Z.
 /// The reference, per query row r = (b, h, t) of the (B·NH·T, T) layout, elements e = r·T + j, j ≤ t (ops/steps.hpp):
@@ -349,10 +368,10 @@ void softmax_forward_reference(std::span<typename A::Value> att, std::span<const
 }
 
 /// softmax_forward_reference on row spans. Without a Select, a head's T denominators are one ctx.dot_rows (rows in
-/// SIMD lanes, each its own sum).
-template <class A>
-void softmax_forward(std::span<typename A::Value> att, std::span<const typename A::Value> preatt, AttnShape s,
-                     const Ctx<A>& ctx, Select sel = {}) {
+/// SIMD lanes, each its own sum). S, the tensors' element type: A::Value, or float in binary32 storage (Emulated
+/// only; ops/activation.hpp, silu_forward_io).
+template <class A, class S>
+void softmax_forward_io(std::span<S> att, std::span<const S> preatt, AttnShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   const auto T = static_cast<std::size_t>(s.T);
   SlotSeq Row(Tensor::Row);
@@ -388,7 +407,7 @@ void softmax_forward(std::span<typename A::Value> att, std::span<const typename 
     q.resize(n);
     arith_const(ctx, ArithOp::Div, std::span<const V>(ex, n), z, std::span<V>(q), k.div);
     ctx.store_array(cspan(q), att.subspan(o, n), k.store);
-    for (std::size_t j = n; j < T; ++j) att[o + j] = V(0);
+    for (std::size_t j = n; j < T; ++j) att[o + j] = S(0);
   };
   if (sel.empty()) {
     for_units(s.heads(), sel, [&](std::int64_t u) {
@@ -415,6 +434,12 @@ void softmax_forward(std::span<typename A::Value> att, std::span<const typename 
     exps(row, ex.data());
     normalise(row, ex.data(), ctx.sum(ex.data(), 1, n, k_z(static_cast<std::size_t>(row))));
   });
+}
+
+template <class A>
+void softmax_forward(std::span<typename A::Value> att, std::span<const typename A::Value> preatt, AttnShape s,
+                     const Ctx<A>& ctx, Select sel = {}) {
+  softmax_forward_io<A, typename A::Value>(att, preatt, s, ctx, sel);
 }
 
 /// dpreatt += att ⊙ (datt − Σ_j att_j·datt_j) on the causal part. Pass BackwardData. The reference, per query row
@@ -444,9 +469,9 @@ void softmax_backward_data_reference(std::span<typename A::Value> dpreatt, std::
 }
 
 /// softmax_backward_data_reference on row spans. Without a Select, a head's T row dots are one ctx.dot_rows.
-template <class A>
-void softmax_backward_data(std::span<typename A::Value> dpreatt, std::span<const typename A::Value> datt,
-                           std::span<const typename A::Value> att, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+template <class A, class S>
+void softmax_backward_data_io(std::span<S> dpreatt, std::span<const S> datt, std::span<const S> att, AttnShape s,
+                              const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   const auto T = static_cast<std::size_t>(s.T);
   SlotSeq Row(Tensor::Row);
@@ -469,10 +494,10 @@ void softmax_backward_data(std::span<typename A::Value> dpreatt, std::span<const
     v.resize(n);
     gi.resize(n);
     sum.resize(n);
-    const std::span<V> out = dpreatt.subspan(o, n);
+    const std::span<S> out = dpreatt.subspan(o, n);
     arith_const(ctx, ArithOp::Sub, std::span<const V>(g, n), d, std::span<V>(ds), k_u);
     arith_array(ctx, ArithOp::Mul, std::span<const V>(a, n), cspan(ds), std::span<V>(v), k_v);
-    ctx.store_array(std::span<const V>(out), std::span<V>(gi), k_in);  // the cast, by store (store_cast)
+    ctx.store_array(std::span<const S>(out), std::span<V>(gi), k_in);  // the cast, by store (store_cast)
     arith_array(ctx, ArithOp::Add, cspan(gi), cspan(v), std::span<V>(sum), k_add);
     ctx.store_array(cspan(sum), out, k_store);
   };
@@ -506,6 +531,12 @@ void softmax_backward_data(std::span<typename A::Value> dpreatt, std::span<const
   });
 }
 
+template <class A>
+void softmax_backward_data(std::span<typename A::Value> dpreatt, std::span<const typename A::Value> datt,
+                           std::span<const typename A::Value> att, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+  softmax_backward_data_io<A, typename A::Value>(dpreatt, datt, att, s, ctx, sel);
+}
+
 /// out[b,t,h,:] = Σ_{j ≤ t} att[b,h,t,j]·v[b,j,h,:] (one dot per output element, j ascending). The reference
 /// (ops/steps.hpp): a = store(att) [Att] on the causal part, v = store(v) [V] (the entry casts, by store); per
 /// element e = (b, t, h, d) of out (B, T, NH·hs), on Out at e: r = Σ_{j ≤ t} a[b,h,t,j]·v[b,j,h,d] (dot),
@@ -536,9 +567,9 @@ void attn_values_forward_reference(std::span<typename A::Value> out, std::span<c
 
 /// attn_values_forward_reference head by head: a head's dots as one GEMM with per-row k-ranges, converted and
 /// stored on row spans (result_array).
-template <class A>
-void attn_values_forward(std::span<typename A::Value> out, std::span<const typename A::Value> att,
-                         std::span<const typename A::Value> v, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+template <class A, class S>
+void attn_values_forward_io(std::span<S> out, std::span<const S> att, std::span<const S> v, AttnShape s,
+                            const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
   using detail::Slot;
@@ -548,22 +579,42 @@ void attn_values_forward(std::span<typename A::Value> out, std::span<const typen
     const std::int64_t b = u / s.NH, h = u % s.NH;
     const std::span<V> ah = detail::cast_causal<A, Slot::Head1>(ctx, att, s, b, h, Tensor::Att);
     const std::span<V> vh = detail::cast_head<A, Slot::Head2>(ctx, v, s, b, h, Tensor::V);
-    // out[b,t,h,:] (the head's rows, C apart) = att[t, 0..t]·v[0..t, :]
+    // out[b,t,h,:] (the head's rows, C apart) = att[t, 0..t]·v[0..t, :], computed in place when out is binary64,
+    // else in a binary64 head (rows hs apart) and then narrowed (exactly: values of storage)
+    constexpr bool direct = std::is_same_v<S, V>;
+    V* o = nullptr;
+    std::size_t ld = C;
+    if constexpr (direct) {
+      o = out.data() + detail::at3(s, b, 0, h, 0);
+    } else {
+      o = detail::scratch<V, Slot::Raw>(T * hs).data();
+      ld = hs;
+    }
     if (batched)
-      ctx.gemm_ranged(T, hs, T, M{ah.data(), T}, M{vh.data(), hs}, detail::causal_ranges(s.T, true),
-                      out.data() + detail::at3(s, b, 0, h, 0), C, detail::kBatchedGemm);
+      ctx.gemm_ranged(T, hs, T, M{ah.data(), T}, M{vh.data(), hs}, detail::causal_ranges(s.T, true), o, ld,
+                      detail::kBatchedGemm);
     for (std::size_t t = 0; t < T; ++t) {
       const std::size_t e0 = detail::at3(s, b, static_cast<std::int64_t>(t), h, 0);
+      const std::span<V> row(o + t * ld, hs);
       SlotSeq O(Tensor::Out, e0);
       const auto k_dot = O.next(), k_store = O.next();
       if (batched) {
-        ctx.result_array(out.subspan(e0, hs), k_dot, k_store);
-        continue;
+        ctx.result_array(row, k_dot, k_store);
+      } else {
+        for (std::size_t d = 0; d < hs; ++d)
+          row[d] = ctx.store(ctx.dot(ah.data() + t * T, 1, vh.data() + d, s.hs, t + 1, k_dot(d)), k_store(d));
       }
-      for (std::size_t d = 0; d < hs; ++d)
-        out[e0 + d] = ctx.store(ctx.dot(ah.data() + t * T, 1, vh.data() + d, s.hs, t + 1, k_dot(d)), k_store(d));
+      if constexpr (!direct)
+        std::transform(row.begin(), row.end(), out.begin() + static_cast<std::ptrdiff_t>(e0),
+                       [](const V& x) { return static_cast<S>(x); });
     }
   });
+}
+
+template <class A>
+void attn_values_forward(std::span<typename A::Value> out, std::span<const typename A::Value> att,
+                         std::span<const typename A::Value> v, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+  attn_values_forward_io<A, typename A::Value>(out, att, v, s, ctx, sel);
 }
 
 /// datt[t,j] += dout[t,:]·v[j,:] (j ≤ t), dv[j,:] += Σ_{t ≥ j} att[t,j]·dout[t,:]. Pass BackwardData. The
@@ -613,10 +664,9 @@ void attn_values_backward_data_reference(std::span<typename A::Value> datt, std:
 
 /// attn_values_backward_data_reference head by head: the datt dots as GEMMs (detail::causal_dots), dv's causal
 /// sums as one GEMM with per-row k-ranges, the adds into the gradients on row spans.
-template <class A>
-void attn_values_backward_data(std::span<typename A::Value> datt, std::span<typename A::Value> dv,
-                               std::span<const typename A::Value> dout, std::span<const typename A::Value> att,
-                               std::span<const typename A::Value> v, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+template <class A, class S>
+void attn_values_backward_data_io(std::span<S> datt, std::span<S> dv, std::span<const S> dout, std::span<const S> att,
+                                  std::span<const S> v, AttnShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
   using detail::Slot;
@@ -653,6 +703,13 @@ void attn_values_backward_data(std::span<typename A::Value> datt, std::span<type
   });
 }
 
+template <class A>
+void attn_values_backward_data(std::span<typename A::Value> datt, std::span<typename A::Value> dv,
+                               std::span<const typename A::Value> dout, std::span<const typename A::Value> att,
+                               std::span<const typename A::Value> v, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+  attn_values_backward_data_io<A, typename A::Value>(datt, dv, dout, att, v, s, ctx, sel);
+}
+
 #define ROUNDOFF_ATTENTION_DECL(EXTERN, A)                                                                         \
   EXTERN template void attn_scores_forward<A>(std::span<A::Value>, std::span<const A::Value>,                      \
                                               std::span<const A::Value>, AttnShape, const Ctx<A>&, Select);         \
@@ -670,5 +727,17 @@ void attn_values_backward_data(std::span<typename A::Value> datt, std::span<type
                                                     std::span<const A::Value>, AttnShape, const Ctx<A>&, Select);
 ROUNDOFF_ATTENTION_DECL(extern, Emulated)
 ROUNDOFF_ATTENTION_DECL(extern, Reference)
+
+// The span bodies on tensors in binary32 storage (issue 45, typed storage; ops/activation.hpp).
+void attn_scores_forward(std::span<float> preatt, std::span<const float> q, std::span<const float> k, AttnShape s, const Ctx<Emulated>& ctx, Select sel = {});
+void attn_scores_backward_data(std::span<float> dq, std::span<float> dk, std::span<const float> dpreatt, std::span<const float> q, std::span<const float> k, AttnShape s, const Ctx<Emulated>& ctx, Select sel = {});
+void attn_values_forward(std::span<float> out, std::span<const float> att, std::span<const float> v, AttnShape s, const Ctx<Emulated>& ctx, Select sel = {});
+void attn_values_backward_data(std::span<float> datt, std::span<float> dv, std::span<const float> dout, std::span<const float> att, std::span<const float> v, AttnShape s, const Ctx<Emulated>& ctx, Select sel = {});
+
+// The span bodies on tensors in binary32 storage (issue 45, typed storage; ops/activation.hpp).
+void softmax_forward(std::span<float> att, std::span<const float> preatt, AttnShape s, const Ctx<Emulated>& ctx,
+                     Select sel = {});
+void softmax_backward_data(std::span<float> dpreatt, std::span<const float> datt, std::span<const float> att,
+                           AttnShape s, const Ctx<Emulated>& ctx, Select sel = {});
 
 }  // namespace roundoff::ops

@@ -140,6 +140,19 @@ void Ctx<Emulated>::in_array(std::span<const double> src, std::span<double> dst,
   }
 }
 
+void Ctx<Emulated>::in_array(std::span<const float> src, std::span<double> dst, Tensor t) const {
+  if (mode_ == numerics::Rounding::Stochastic) {
+    for (std::size_t i = 0; i < src.size(); ++i) dst[i] = in(static_cast<double>(src[i]), key(t, i, 0));
+    return;
+  }
+  std::array<double, kStoreChunk> part;
+  for (std::size_t c = 0; c < src.size(); c += kStoreChunk) {
+    const std::size_t n = std::min(kStoreChunk, src.size() - c);
+    for (std::size_t j = 0; j < n; ++j) part[j] = static_cast<double>(src[c + j]);
+    round_stored(storage_, std::span<const double>(part.data(), n), dst.subspan(c, n), daz_);
+  }
+}
+
 void Ctx<Emulated>::round_results(std::span<double> x) const {
   // A chunk of binary32 values (NaN excluded; a binary32 accumulator's results, e.g. the fp32 policy's GEMMs) is
   // left as it is when compute and storage both hold every binary32 value and nothing else acts on a value: the

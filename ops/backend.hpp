@@ -39,6 +39,7 @@
 #include <limits>
 #include <mutex>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -278,8 +279,11 @@ class Ctx<Emulated> {
     if (span_fast()) return round_computed(x);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = to_compute(x[i], kc(i));
   }
-  /// Tensor t cast on entry as a whole array: dst[i] = in(src[i], key(t, i, 0)).
+  /// Tensor t cast on entry as a whole array: dst[i] = in(src[i], key(t, i, 0)). dst may be src.
   void in_array(std::span<const double> src, std::span<double> dst, Tensor t) const;
+  /// in_array of a tensor held in binary32 storage: each float widened exactly, then cast (chunks of kStoreChunk
+  /// values widened on the stack, so that the tensor is read once).
+  void in_array(std::span<const float> src, std::span<double> dst, Tensor t) const;
   /// Many independent reductions: out[r] = dot(x + r·x_row, x_step, y + r·y_row, y_step, rows.length[r], kf(r))
   /// (sum(x + r·x_row, x_step, length, kf(r)) when rows.y is null) for every r, bit for bit. When fast_paths() is on
   /// and the accumulation does not round stochastically (its streams are then never drawn), the reductions run
@@ -331,11 +335,17 @@ class Ctx<Emulated> {
   void require_binary32_storage() const {
     if (!binary32_storage()) throw_not_binary32();
   }
-  /// dst[i] = store(src[i], kf(i)) for src held in binary32 storage (each float widened exactly first).
+  /// dst[i] = store(src[i], kf(i)) for src held in binary32 storage (each float widened exactly first, a chunk of
+  /// kStoreChunk values at a time on the stack, so that src is read once).
   template <class KeyFn>
   void store_array(std::span<const float> src, std::span<double> dst, KeyFn&& kf) const {
-    for (std::size_t i = 0; i < src.size(); ++i) dst[i] = static_cast<double>(src[i]);
-    store_to_array(storage_, std::span<const double>(dst.data(), src.size()), dst, kf);
+    std::array<double, kStoreChunk> part;
+    for (std::size_t c = 0; c < src.size(); c += kStoreChunk) {
+      const std::size_t n = std::min(kStoreChunk, src.size() - c);
+      for (std::size_t j = 0; j < n; ++j) part[j] = static_cast<double>(src[c + j]);
+      store_to_array(storage_, std::span<const double>(part.data(), n), dst.subspan(c, n),
+                     [&](std::size_t j) { return kf(c + j); });
+    }
   }
   /// dst[i] = store(src[i], kf(i)) into binary32 storage: the value store() gives, which is a binary32 value when
   /// binary32_storage() (std::logic_error otherwise: the narrowing would round a second time). Chunks of
@@ -658,7 +668,7 @@ void for_ranges(std::size_t n, F&& f, std::size_t chunk = std::size_t{1} << 15) 
 /// elements (contents unspecified: every element read must be written first). An op called every step would
 /// otherwise allocate, zero and page-fault its temporaries on every call (E11's classifier W cast is 69 MB). An op
 /// takes distinct slots for the buffers it holds at once and calls no other op while holding them.
-inline constexpr std::size_t kScratchSlots = 6;
+inline constexpr std::size_t kScratchSlots = 9;
 template <class V>
 std::span<V> scratch_buffer(std::size_t n, std::size_t slot) {
   thread_local std::vector<V> buffers[kScratchSlots];
@@ -678,6 +688,44 @@ std::span<const typename A::Value> entry_cast(const Ctx<A>& ctx, std::span<const
   const std::span<typename A::Value> r = scratch_buffer<typename A::Value>(x.size(), slot);
   ctx.in_array(x, r, t);
   return r;
+}
+
+/// Typed storage (issue 45) for bodies that compute on binary64 arrays (the GEMM ops, until their kernels read
+/// binary32): slots 6–8 hold binary32 tensors widened for them. kWidenA and kWidenB take operands, kWidenC an output.
+inline constexpr std::size_t kWidenA = 6, kWidenB = 7, kWidenC = 8;
+
+/// x as binary64 values: x itself when S is V, else x widened (exactly) into scratch_buffer slot `slot`.
+template <class V, class S>
+std::span<const V> widened(std::span<const S> x, std::size_t slot) {
+  if constexpr (std::is_same_v<S, V>) {
+    return x;
+  } else {
+    const std::span<V> r = scratch_buffer<V>(x.size(), slot);
+    std::copy(x.begin(), x.end(), r.begin());
+    return r;
+  }
+}
+
+/// An output tensor y as a binary64 array to compute into: y itself when S is V, else scratch_buffer slot `slot`
+/// holding y's values widened when `keep` (an accumulated gradient) or unset (an output written whole). Write it
+/// back with narrow_into.
+template <class V, class S>
+std::span<V> widened_out(std::span<S> y, std::size_t slot, bool keep) {
+  if constexpr (std::is_same_v<S, V>) {
+    return y;
+  } else {
+    const std::span<V> r = scratch_buffer<V>(y.size(), slot);
+    if (keep) std::copy(y.begin(), y.end(), r.begin());
+    return r;
+  }
+}
+
+/// y ← v narrowed, when v is widened_out's scratch (nothing when y is binary64: v is y). Exact when every value of v
+/// is a value of a storage format that fits binary32 (Ctx::binary32_storage, checked by the float entry points).
+template <class V, class S>
+void narrow_into(std::span<const V> v, std::span<S> y) {
+  if constexpr (!std::is_same_v<S, V>)
+    std::transform(v.begin(), v.end(), y.begin(), [](const V& x) { return static_cast<S>(x); });
 }
 
 /// Lifts emulated values exactly to Ref.

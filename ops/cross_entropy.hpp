@@ -57,11 +57,12 @@ void cross_entropy_forward_reference(std::span<typename A::Value> losses, std::s
 }
 
 /// cross_entropy_forward_reference on row spans. Without a Select, rows go in blocks of kRowBlock and each block's
-/// denominators are one ctx.dot_rows (rows in SIMD lanes, each its own sum).
-template <class A>
-void cross_entropy_forward(std::span<typename A::Value> losses, std::span<typename A::Value> probs,
-                           std::span<const typename A::Value> logits, std::span<const std::int32_t> targets,
-                           RowShape s, const Ctx<A>& ctx, Select sel = {}) {
+/// denominators are one ctx.dot_rows (rows in SIMD lanes, each its own sum). T, probs' and logits' element type:
+/// A::Value, or float in binary32 storage (Emulated only; ops/activation.hpp, silu_forward_io); the losses are
+/// compute values and stay binary64.
+template <class A, class T>
+void cross_entropy_forward_io(std::span<typename A::Value> losses, std::span<T> probs, std::span<const T> logits,
+                              std::span<const std::int32_t> targets, RowShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   const auto n = static_cast<std::size_t>(s.cols);
   SlotSeq Row(Tensor::Row);
@@ -125,6 +126,13 @@ void cross_entropy_forward(std::span<typename A::Value> losses, std::span<typena
   });
 }
 
+template <class A>
+void cross_entropy_forward(std::span<typename A::Value> losses, std::span<typename A::Value> probs,
+                           std::span<const typename A::Value> logits, std::span<const std::int32_t> targets,
+                           RowShape s, const Ctx<A>& ctx, Select sel = {}) {
+  cross_entropy_forward_io<A, typename A::Value>(losses, probs, logits, targets, s, ctx, sel);
+}
+
 /// The mean of the per-token losses, summed sequentially in binary64 (Emulated) or MPFR (Reference).
 template <class V>
 V mean_loss(std::span<const V> losses) {
@@ -158,10 +166,10 @@ void cross_entropy_backward_data_reference(std::span<typename A::Value> dlogits,
 }
 
 /// cross_entropy_backward_data_reference on row spans.
-template <class A>
-void cross_entropy_backward_data(std::span<typename A::Value> dlogits, std::span<const typename A::Value> probs,
-                                 std::span<const std::int32_t> targets, double grad_scale, RowShape s,
-                                 const Ctx<A>& ctx, Select sel = {}) {
+template <class A, class T>
+void cross_entropy_backward_data_io(std::span<T> dlogits, std::span<const T> probs,
+                                    std::span<const std::int32_t> targets,
+                                    double grad_scale, RowShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   const auto gs = ctx.c(grad_scale), one = ctx.c(1.0);
   const auto n = static_cast<std::size_t>(s.cols);
@@ -176,14 +184,21 @@ void cross_entropy_backward_data(std::span<typename A::Value> dlogits, std::span
     const auto k_p = Y.next();
     const auto k_target = Dx.next(), k_in = Dx.next(), k_mul = Dx.next(), k_add = Dx.next(), k_store = Dx.next();
     const auto tgt = static_cast<std::size_t>(targets[static_cast<std::size_t>(r)]);
-    const std::span<V> out = dlogits.subspan(o, n);
+    const std::span<T> out = dlogits.subspan(o, n);
     ctx.store_array(probs.subspan(o, n), std::span<V>(p), k_p);
     p[tgt] = ctx.sub(p[tgt], one, k_target(tgt));
     arith_const(ctx, ArithOp::Mul, cspan(p), gs, std::span<V>(pg), k_mul);
-    ctx.store_array(std::span<const V>(out), std::span<V>(di), k_in);  // the cast, by store (store_cast)
+    ctx.store_array(std::span<const T>(out), std::span<V>(di), k_in);  // the cast, by store (store_cast)
     arith_array(ctx, ArithOp::Add, cspan(di), cspan(pg), std::span<V>(sum), k_add);
     ctx.store_array(cspan(sum), out, k_store);
   });
+}
+
+template <class A>
+void cross_entropy_backward_data(std::span<typename A::Value> dlogits, std::span<const typename A::Value> probs,
+                                 std::span<const std::int32_t> targets, double grad_scale, RowShape s,
+                                 const Ctx<A>& ctx, Select sel = {}) {
+  cross_entropy_backward_data_io<A, typename A::Value>(dlogits, probs, targets, grad_scale, s, ctx, sel);
 }
 
 #define ROUNDOFF_CROSS_ENTROPY_DECL(EXTERN, A)                                                                      \
@@ -194,5 +209,13 @@ void cross_entropy_backward_data(std::span<typename A::Value> dlogits, std::span
                                                       const Ctx<A>&, Select);
 ROUNDOFF_CROSS_ENTROPY_DECL(extern, Emulated)
 ROUNDOFF_CROSS_ENTROPY_DECL(extern, Reference)
+
+// The span bodies on tensors in binary32 storage (issue 45, typed storage; ops/activation.hpp).
+void cross_entropy_forward(std::span<double> losses, std::span<float> probs, std::span<const float> logits,
+                           std::span<const std::int32_t> targets, RowShape s, const Ctx<Emulated>& ctx,
+                           Select sel = {});
+void cross_entropy_backward_data(std::span<float> dlogits, std::span<const float> probs,
+                                 std::span<const std::int32_t> targets, double grad_scale, RowShape s,
+                                 const Ctx<Emulated>& ctx, Select sel = {});
 
 }  // namespace roundoff::ops

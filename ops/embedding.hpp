@@ -19,24 +19,30 @@ namespace roundoff::ops {
 
 /// out (N, C) ← wte (vocab, C) rows picked by tokens (N).  s = {N, C}. Per element e = (n, c) of out, on Y at e:
 /// out = store(wte[token_n, c]).
-template <class A>
-void embedding_forward(std::span<typename A::Value> out, std::span<const std::int32_t> tokens,
-                       std::span<const typename A::Value> wte, RowShape s, const Ctx<A>& ctx, Select sel = {}) {
+template <class A, class T>
+void embedding_forward_io(std::span<T> out, std::span<const std::int32_t> tokens, std::span<const T> wte, RowShape s,
+                          const Ctx<A>& ctx, Select sel) {
   for_units(s.rows, sel, [&](std::int64_t n) {
     const std::int64_t t = tokens[static_cast<std::size_t>(n)];
     for (std::int64_t c = 0; c < s.cols; ++c) {
       const auto e = static_cast<std::size_t>(n * s.cols + c);
-      out[e] = Steps<A>(ctx, Tensor::Y, e).store(wte[static_cast<std::size_t>(t * s.cols + c)]);
+      out[e] = static_cast<T>(Steps<A>(ctx, Tensor::Y, e).store(wte[static_cast<std::size_t>(t * s.cols + c)]));
     }
   });
+}
+
+template <class A>
+void embedding_forward(std::span<typename A::Value> out, std::span<const std::int32_t> tokens,
+                       std::span<const typename A::Value> wte, RowShape s, const Ctx<A>& ctx, Select sel = {}) {
+  embedding_forward_io<A, typename A::Value>(out, tokens, wte, s, ctx, sel);
 }
 
 /// dwte (vocab, C) += scatter of dout (N, C) by tokens (N). Policy pass BackwardWeight. Per element d = (n, c) of
 /// dout in order of n (a token seen twice adds twice), keyed by d (not by the row of dwte it adds into): g = in(dout)
 /// [Dy at d]; on Dw at d: dwte[token_n, c] = store(in(dwte[token_n, c]) + g).
-template <class A>
-void embedding_backward_weight(std::span<typename A::Value> dwte, std::span<const typename A::Value> dout,
-                               std::span<const std::int32_t> tokens, RowShape s, const Ctx<A>& ctx, Select sel = {}) {
+template <class A, class T>
+void embedding_backward_weight_io(std::span<T> dwte, std::span<const T> dout, std::span<const std::int32_t> tokens,
+                                  RowShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   for_units(s.cols, sel, [&](std::int64_t c) {
     for (std::int64_t n = 0; n < s.rows; ++n) {
@@ -45,9 +51,15 @@ void embedding_backward_weight(std::span<typename A::Value> dwte, std::span<cons
       Steps<A> dw(ctx, Tensor::Dw, d);
       const V old = dw.in(dwte[e]);
       const V g = in_cast(ctx, Tensor::Dy, d, dout[d]);
-      dwte[e] = dw.store(dw.add(old, g));
+      dwte[e] = static_cast<T>(dw.store(dw.add(old, g)));
     }
   });
+}
+
+template <class A>
+void embedding_backward_weight(std::span<typename A::Value> dwte, std::span<const typename A::Value> dout,
+                               std::span<const std::int32_t> tokens, RowShape s, const Ctx<A>& ctx, Select sel = {}) {
+  embedding_backward_weight_io<A, typename A::Value>(dwte, dout, tokens, s, ctx, sel);
 }
 
 #define ROUNDOFF_EMBEDDING_DECL(EXTERN, A)                                                                  \
@@ -58,5 +70,11 @@ void embedding_backward_weight(std::span<typename A::Value> dwte, std::span<cons
                                                     Select);
 ROUNDOFF_EMBEDDING_DECL(extern, Emulated)
 ROUNDOFF_EMBEDDING_DECL(extern, Reference)
+
+// The span bodies on tensors in binary32 storage (issue 45, typed storage; ops/activation.hpp).
+void embedding_forward(std::span<float> out, std::span<const std::int32_t> tokens, std::span<const float> wte,
+                       RowShape s, const Ctx<Emulated>& ctx, Select sel = {});
+void embedding_backward_weight(std::span<float> dwte, std::span<const float> dout, std::span<const std::int32_t> tokens,
+                               RowShape s, const Ctx<Emulated>& ctx, Select sel = {});
 
 }  // namespace roundoff::ops

@@ -38,9 +38,8 @@ inline constexpr double kGeluCubic = 0.044715;                        // tanh fo
 ///   erf:  x = in(x); t = x·c(1/√2); f = erf(t); g = 1 + f; h = x·g; p = 0.5·h; y = store(p).
 ///   tanh: x = in(x); x2 = x·x; x3 = x2·x; a = c(0.044715)·x3; s = x + a; u = c(√(2/π))·s; t = tanh(u);
 ///         g = 1 + t; h = x·g; p = 0.5·h; y = store(p).
-template <class A>
-void gelu_forward(std::span<typename A::Value> y, std::span<const typename A::Value> x, RowShape s, GeluForm form,
-                  const Ctx<A>& ctx, Select sel = {}) {
+template <class A, class T>
+void gelu_forward_io(std::span<T> y, std::span<const T> x, RowShape s, GeluForm form, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   const V one = ctx.c(1.0), half = ctx.c(0.5);
   for_units(s.rows, sel, [&](std::int64_t r) {
@@ -53,7 +52,7 @@ void gelu_forward(std::span<typename A::Value> y, std::span<const typename A::Va
           const V t = ye.mul(xe, ctx.c(kGeluInvSqrt2));
           const V g = ye.add(one, ye.erf(t));
           const V h = ye.mul(xe, g);
-          y[e] = ye.store(ye.mul(half, h));
+          y[e] = static_cast<T>(ye.store(ye.mul(half, h)));
           break;
         }
         case GeluForm::Tanh: {
@@ -64,12 +63,18 @@ void gelu_forward(std::span<typename A::Value> y, std::span<const typename A::Va
           const V t = ye.tanh(ye.mul(ctx.c(kGeluSqrt2OverPi), sum));
           const V g = ye.add(one, t);
           const V h = ye.mul(xe, g);
-          y[e] = ye.store(ye.mul(half, h));
+          y[e] = static_cast<T>(ye.store(ye.mul(half, h)));
           break;
         }
       }
     }
   });
+}
+
+template <class A>
+void gelu_forward(std::span<typename A::Value> y, std::span<const typename A::Value> x, RowShape s, GeluForm form,
+                  const Ctx<A>& ctx, Select sel = {}) {
+  gelu_forward_io<A, typename A::Value>(y, x, s, form, ctx, sel);
 }
 
 /// dx (rows, cols) += dy (rows, cols) · gelu'(x (rows, cols)). Pass BackwardData. Per element e (x's entry cast
@@ -80,10 +85,9 @@ void gelu_forward(std::span<typename A::Value> y, std::span<const typename A::Va
 ///         g = 1 + t; l = 0.5·g; t2 = t·t; w = 1 − t2; b = c(3·0.044715)·x2; v = 1 + b; kv = c(√(2/π)/2)·v;
 ///         wk = w·kv; xw = x·wk; d = l + xw;
 ///   then: g = in(dy) [Dy]; p = g·d; in(dx); sum = dx + p; dx = store(sum).
-template <class A>
-void gelu_backward_data(std::span<typename A::Value> dx, std::span<const typename A::Value> dy,
-                        std::span<const typename A::Value> x, RowShape s, GeluForm form, const Ctx<A>& ctx,
-                        Select sel = {}) {
+template <class A, class T>
+void gelu_backward_data_io(std::span<T> dx, std::span<const T> dy, std::span<const T> x, RowShape s, GeluForm form,
+                           const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   const V one = ctx.c(1.0), half = ctx.c(0.5);
   for_units(s.rows, sel, [&](std::int64_t r) {
@@ -118,9 +122,16 @@ void gelu_backward_data(std::span<typename A::Value> dx, std::span<const typenam
       }
       const V p = de.mul(in_cast(ctx, Tensor::Dy, e, dy[e]), d);
       const V old = de.in(dx[e]);
-      dx[e] = de.store(de.add(old, p));
+      dx[e] = static_cast<T>(de.store(de.add(old, p)));
     }
   });
+}
+
+template <class A>
+void gelu_backward_data(std::span<typename A::Value> dx, std::span<const typename A::Value> dy,
+                        std::span<const typename A::Value> x, RowShape s, GeluForm form, const Ctx<A>& ctx,
+                        Select sel = {}) {
+  gelu_backward_data_io<A, typename A::Value>(dx, dy, x, s, form, ctx, sel);
 }
 
 #define ROUNDOFF_GELU_DECL(EXTERN, A)                                                                          \
@@ -130,5 +141,11 @@ void gelu_backward_data(std::span<typename A::Value> dx, std::span<const typenam
                                              std::span<const A::Value>, RowShape, GeluForm, const Ctx<A>&, Select);
 ROUNDOFF_GELU_DECL(extern, Emulated)
 ROUNDOFF_GELU_DECL(extern, Reference)
+
+// The span bodies on tensors in binary32 storage (issue 45, typed storage; ops/activation.hpp).
+void gelu_forward(std::span<float> y, std::span<const float> x, RowShape s, GeluForm form, const Ctx<Emulated>& ctx,
+                  Select sel = {});
+void gelu_backward_data(std::span<float> dx, std::span<const float> dy, std::span<const float> x, RowShape s,
+                        GeluForm form, const Ctx<Emulated>& ctx, Select sel = {});
 
 }  // namespace roundoff::ops

@@ -75,13 +75,17 @@ void matmul_forward_reference(std::span<typename A::Value> y, std::span<const ty
 }
 
 /// matmul_forward_reference as one GEMM (cast while packing on the kernels' fast path), converted and stored on row
-/// spans (result_array).
-template <class A>
-void matmul_forward(std::span<typename A::Value> y, std::span<const typename A::Value> x,
-                    std::span<const typename A::Value> w, MatmulShape s, const Ctx<A>& ctx, Select sel = {},
-                    [[maybe_unused]] const Fp8Slots* fp8 = nullptr) {
+/// spans (result_array). T, the activations' element type (x, y; and dy, dx below): A::Value, or float in binary32
+/// storage (Emulated only; the float overloads check Ctx::binary32_storage): widened into binary64 scratch for the
+/// GEMM (slots kWidenA/B/C; ops/backend.hpp) and the outputs narrowed back exactly. The weights and their
+/// gradients stay binary64.
+template <class A, class T>
+void matmul_forward_io(std::span<T> y_out, std::span<const T> x_in, std::span<const typename A::Value> w, MatmulShape s,
+                       const Ctx<A>& ctx, Select sel, [[maybe_unused]] const Fp8Slots* fp8) {
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
+  const std::span<const V> x = widened<V>(x_in, kWidenA);
+  const std::span<V> y = widened_out<V>(y_out, kWidenC, !sel.empty());  // rows not selected keep their values
   const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
   SlotSeq Y(Tensor::Y), Row(Tensor::Row);
   const auto k_compute = Y.next(), k_store = Y.next(), k_gemm = Y.next();  // k_gemm(0) keys the GEMM
@@ -112,6 +116,14 @@ void matmul_forward(std::span<typename A::Value> y, std::span<const typename A::
     ctx.result_array(y.subspan(e0, n), [&](std::size_t j) { return k_compute(e0 + j); },
                      [&](std::size_t j) { return k_store(e0 + j); });
   });
+  narrow_into<V>(std::span<const V>(y), y_out);
+}
+
+template <class A>
+void matmul_forward(std::span<typename A::Value> y, std::span<const typename A::Value> x,
+                    std::span<const typename A::Value> w, MatmulShape s, const Ctx<A>& ctx, Select sel = {},
+                    const Fp8Slots* fp8 = nullptr) {
+  matmul_forward_io<A, typename A::Value>(y, x, w, s, ctx, sel, fp8);
 }
 
 /// dx (n, in) += dy (n, out) · W (out, in): dx[i, j] += Σ_k dy[i, k]·W[k, j]. Policy pass BackwardData. The
@@ -124,13 +136,14 @@ void matmul_backward_data_reference(std::span<typename A::Value> dx, std::span<c
   detail::gemm_pass_reference(dx, dys.data(), s.out, 1, ws.data(), s.in, 1, N, I, O, true, Tensor::Dx, ctx);
 }
 
-/// matmul_backward_data_reference as one beta = 1 GEMM, converted and stored on row spans.
-template <class A>
-void matmul_backward_data(std::span<typename A::Value> dx, std::span<const typename A::Value> dy,
-                          std::span<const typename A::Value> w, MatmulShape s, const Ctx<A>& ctx, Select sel = {},
-                    [[maybe_unused]] const Fp8Slots* fp8 = nullptr) {
+/// matmul_backward_data_reference as one beta = 1 GEMM, converted and stored on row spans (T as matmul_forward_io).
+template <class A, class T>
+void matmul_backward_data_io(std::span<T> dx_out, std::span<const T> dy_in, std::span<const typename A::Value> w,
+                             MatmulShape s, const Ctx<A>& ctx, Select sel, [[maybe_unused]] const Fp8Slots* fp8) {
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
+  const std::span<const V> dy = widened<V>(dy_in, kWidenA);
+  const std::span<V> dx = widened_out<V>(dx_out, kWidenC, true);
   const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
   SlotSeq Dx(Tensor::Dx), Row(Tensor::Row);
   const auto k_compute = Dx.next(), k_store = Dx.next(), k_gemm = Dx.next();  // k_gemm(0) keys the GEMM
@@ -161,6 +174,14 @@ void matmul_backward_data(std::span<typename A::Value> dx, std::span<const typen
     ctx.result_array(dx.subspan(e0, n), [&](std::size_t j) { return k_compute(e0 + j); },
                      [&](std::size_t j) { return k_store(e0 + j); });
   });
+  narrow_into<V>(std::span<const V>(dx), dx_out);
+}
+
+template <class A>
+void matmul_backward_data(std::span<typename A::Value> dx, std::span<const typename A::Value> dy,
+                          std::span<const typename A::Value> w, MatmulShape s, const Ctx<A>& ctx, Select sel = {},
+                          const Fp8Slots* fp8 = nullptr) {
+  matmul_backward_data_io<A, typename A::Value>(dx, dy, w, s, ctx, sel, fp8);
 }
 
 /// dW (out, in) += dyᵀ (out, n) · x (n, in): dW[o, i] += Σ_k dy[k, o]·x[k, i], a reduction over the n tokens.
@@ -173,13 +194,14 @@ void matmul_backward_weight_reference(std::span<typename A::Value> dw, std::span
   detail::gemm_pass_reference(dw, dys.data(), 1, s.out, xs.data(), s.in, 1, O, I, N, true, Tensor::Dw, ctx);
 }
 
-/// matmul_backward_weight_reference as one beta = 1 GEMM, converted and stored on row spans.
-template <class A>
-void matmul_backward_weight(std::span<typename A::Value> dw, std::span<const typename A::Value> dy,
-                            std::span<const typename A::Value> x, MatmulShape s, const Ctx<A>& ctx, Select sel = {},
-                    [[maybe_unused]] const Fp8Slots* fp8 = nullptr) {
+/// matmul_backward_weight_reference as one beta = 1 GEMM, converted and stored on row spans (T as
+/// matmul_forward_io: dy and x; dw binary64).
+template <class A, class T>
+void matmul_backward_weight_io(std::span<typename A::Value> dw, std::span<const T> dy_in, std::span<const T> x_in,
+                               MatmulShape s, const Ctx<A>& ctx, Select sel, [[maybe_unused]] const Fp8Slots* fp8) {
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
+  const std::span<const V> dy = widened<V>(dy_in, kWidenA), x = widened<V>(x_in, kWidenB);
   const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
   SlotSeq Dw(Tensor::Dw), Row(Tensor::Row);
   const auto k_compute = Dw.next(), k_store = Dw.next(), k_gemm = Dw.next();  // k_gemm(0) keys the GEMM
@@ -212,6 +234,13 @@ void matmul_backward_weight(std::span<typename A::Value> dw, std::span<const typ
   });
 }
 
+template <class A>
+void matmul_backward_weight(std::span<typename A::Value> dw, std::span<const typename A::Value> dy,
+                            std::span<const typename A::Value> x, MatmulShape s, const Ctx<A>& ctx, Select sel = {},
+                            const Fp8Slots* fp8 = nullptr) {
+  matmul_backward_weight_io<A, typename A::Value>(dw, dy, x, s, ctx, sel, fp8);
+}
+
 #define ROUNDOFF_MATMUL_DECL(EXTERN, A)                                                                      \
   EXTERN template void matmul_forward<A>(std::span<A::Value>, std::span<const A::Value>,                     \
                                          std::span<const A::Value>, MatmulShape, const Ctx<A>&, Select, \
@@ -224,5 +253,13 @@ void matmul_backward_weight(std::span<typename A::Value> dw, std::span<const typ
                                          const Fp8Slots*);
 ROUNDOFF_MATMUL_DECL(extern, Emulated)
 ROUNDOFF_MATMUL_DECL(extern, Reference)
+
+// The GEMM passes on activations in binary32 storage (issue 45, typed storage); weights and dW binary64.
+void matmul_forward(std::span<float> y, std::span<const float> x, std::span<const double> w, MatmulShape s,
+                    const Ctx<Emulated>& ctx, Select sel = {}, const Fp8Slots* fp8 = nullptr);
+void matmul_backward_data(std::span<float> dx, std::span<const float> dy, std::span<const double> w, MatmulShape s,
+                          const Ctx<Emulated>& ctx, Select sel = {}, const Fp8Slots* fp8 = nullptr);
+void matmul_backward_weight(std::span<double> dw, std::span<const float> dy, std::span<const float> x, MatmulShape s,
+                            const Ctx<Emulated>& ctx, Select sel = {}, const Fp8Slots* fp8 = nullptr);
 
 }  // namespace roundoff::ops

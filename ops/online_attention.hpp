@@ -78,11 +78,11 @@ inline OpPrecision running_sum_precision(const OpPrecision& p) {
 /// `sm` is the Softmax forward context, `av` the AttnValues forward context. Overwrites y and lse.
 /// The adds o ← o + p_s·v_s between two rescales are one GEMM (1 × hs) += (1 × K)·(K × hs) with o as its exact
 /// starting value: under the sequential running-sum accumulation that is the same sequence of roundings as K
-/// separate updates, done in one call per run of steps in which the max does not grow.
-template <class A>
-void online_attention_forward(std::span<typename A::Value> y, std::span<typename A::Value> lse,
-                              std::span<const typename A::Value> preatt, std::span<const typename A::Value> v,
-                              AttnShape s, const Ctx<A>& sm, const Ctx<A>& av, Select sel = {}) {
+/// separate updates, done in one call per run of steps in which the max does not grow. S, the tensors' element
+/// type: A::Value, or float in binary32 storage of both contexts (Emulated only; ops/activation.hpp).
+template <class A, class S>
+void online_attention_forward_io(std::span<S> y, std::span<S> lse, std::span<const S> preatt, std::span<const S> v,
+                                 AttnShape s, const Ctx<A>& sm, const Ctx<A>& av, Select sel) {
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
   const std::vector<V> vs = detail::cast_in(v, av, Tensor::V);
@@ -133,13 +133,20 @@ void online_attention_forward(std::span<typename A::Value> y, std::span<typename
       for (std::size_t d = 0; d < hs; ++d) {
         const std::size_t ey = detail::at3(s, b, t, h, static_cast<std::int64_t>(d));
         Steps<A> out(av, Tensor::Out, ey);
-        y[ey] = out.store(out.div(o[d], l));
+        y[ey] = static_cast<S>(out.store(out.div(o[d], l)));  // exact: a value of storage
       }
       const auto row = static_cast<std::size_t>(u * s.T + t);
       Steps<A> ls(sm, Tensor::Lse, row);
-      lse[row] = ls.store(ls.add(m, ls.log(l)));
+      lse[row] = static_cast<S>(ls.store(ls.add(m, ls.log(l))));
     }
   });
+}
+
+template <class A>
+void online_attention_forward(std::span<typename A::Value> y, std::span<typename A::Value> lse,
+                              std::span<const typename A::Value> preatt, std::span<const typename A::Value> v,
+                              AttnShape s, const Ctx<A>& sm, const Ctx<A>& av, Select sel = {}) {
+  online_attention_forward_io<A, typename A::Value>(y, lse, preatt, v, s, sm, av, sel);
 }
 
 /// att[b,h,t,s] = exp(preatt[b,h,t,s] − lse[b,h,t]) for s ≤ t, else 0: the attention weights recomputed from
@@ -148,9 +155,9 @@ void online_attention_forward(std::span<typename A::Value> y, std::span<typename
 /// compute each; att stored. The Runner runs it under the Softmax backward-data entry (it is part of the
 /// backward pass). Unit (Select): a query row (b, h, t), like softmax_forward. Overwrites att. Slots (one scalar
 /// body, its own reference): the casts [Lse at the row, Preatt at e]; on Att at e: the subtraction, exp, store.
-template <class A>
-void softmax_from_lse(std::span<typename A::Value> att, std::span<const typename A::Value> preatt,
-                      std::span<const typename A::Value> lse, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+template <class A, class S>
+void softmax_from_lse_io(std::span<S> att, std::span<const S> preatt, std::span<const S> lse, AttnShape s,
+                         const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   for_units(s.heads() * s.T, sel, [&](std::int64_t row) {
     const std::int64_t t = row % s.T;
@@ -160,14 +167,20 @@ void softmax_from_lse(std::span<typename A::Value> att, std::span<const typename
     for (std::size_t j = 0; j < static_cast<std::size_t>(s.T); ++j) {
       const std::size_t e = o + j;
       if (j > static_cast<std::size_t>(t)) {
-        att[e] = V(0);
+        att[e] = S(0);
         continue;
       }
       const V x = in_cast(ctx, Tensor::Preatt, e, preatt[e]);
       Steps<A> a(ctx, Tensor::Att, e);
-      att[e] = a.store(a.exp(a.sub(x, L)));
+      att[e] = static_cast<S>(a.store(a.exp(a.sub(x, L))));
     }
   });
+}
+
+template <class A>
+void softmax_from_lse(std::span<typename A::Value> att, std::span<const typename A::Value> preatt,
+                      std::span<const typename A::Value> lse, AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+  softmax_from_lse_io<A, typename A::Value>(att, preatt, lse, s, ctx, sel);
 }
 
 #define ROUNDOFF_ONLINE_ATTENTION_DECL(EXTERN, A)                                                                  \
@@ -178,5 +191,12 @@ void softmax_from_lse(std::span<typename A::Value> att, std::span<const typename
                                            std::span<const A::Value>, AttnShape, const Ctx<A>&, Select);
 ROUNDOFF_ONLINE_ATTENTION_DECL(extern, Emulated)
 ROUNDOFF_ONLINE_ATTENTION_DECL(extern, Reference)
+
+// The span bodies on tensors in binary32 storage (issue 45, typed storage; ops/activation.hpp).
+void online_attention_forward(std::span<float> y, std::span<float> lse, std::span<const float> preatt,
+                              std::span<const float> v, AttnShape s, const Ctx<Emulated>& sm, const Ctx<Emulated>& av,
+                              Select sel = {});
+void softmax_from_lse(std::span<float> att, std::span<const float> preatt, std::span<const float> lse, AttnShape s,
+                      const Ctx<Emulated>& ctx, Select sel = {});
 
 }  // namespace roundoff::ops

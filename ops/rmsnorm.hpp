@@ -52,11 +52,12 @@ void rmsnorm_forward_reference(std::span<typename A::Value> y, std::span<typenam
 }
 
 /// rmsnorm_forward_reference with the row reductions as one ctx.dot_rows (without a Select) and the elementwise
-/// steps on row spans.
-template <class A>
-void rmsnorm_forward(std::span<typename A::Value> y, std::span<typename A::Value> rstd,
-                     std::span<const typename A::Value> x, std::span<const typename A::Value> w, RowShape s,
-                     double eps, const Ctx<A>& ctx, Select sel = {}) {
+/// steps on row spans. T, the tensors' element type: A::Value, or float for tensors in binary32 storage (Emulated
+/// only; the float overloads below check Ctx::binary32_storage first): loads widen and stores narrow exactly, so
+/// the values are the binary64 tensors' (ops/activation.hpp, silu_forward_io).
+template <class A, class T>
+void rmsnorm_forward_io(std::span<T> y, std::span<T> rstd, std::span<const T> x, std::span<const T> w, RowShape s,
+                        double eps, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   const std::int64_t C = s.cols;
   // The entry casts in scratch_buffer slots 0 and 1 (no allocation, zeroing and page faults per call).
@@ -77,7 +78,7 @@ void rmsnorm_forward(std::span<typename A::Value> y, std::span<typename A::Value
     const auto ri = static_cast<std::size_t>(r);
     const V ss = batched ? sums[ri] : ctx.dot(xr, 1, xr, 1, static_cast<std::size_t>(C), k_ss(ri));
     const V inv = ctx.rsqrt(ctx.add(ctx.div(ss, n, k_ms(ri)), e, k_t(ri)), k_inv(ri));
-    rstd[ri] = ctx.store(inv, k_rstd(ri));
+    rstd[ri] = static_cast<T>(ctx.store(inv, k_rstd(ri)));  // exact: a value of storage
     // y_i = store((x_i·r)·w_i) on the row's span
     const auto o = static_cast<std::size_t>(r * C), cn = static_cast<std::size_t>(C);
     SlotSeq Y(Tensor::Y, o);
@@ -89,6 +90,13 @@ void rmsnorm_forward(std::span<typename A::Value> y, std::span<typename A::Value
     arith_array(ctx, ArithOp::Mul, cspan(xr_inv), cspan(ws), std::span<V>(yw), k_mul);
     ctx.store_array(cspan(yw), y.subspan(o, cn), k_store);
   });
+}
+
+template <class A>
+void rmsnorm_forward(std::span<typename A::Value> y, std::span<typename A::Value> rstd,
+                     std::span<const typename A::Value> x, std::span<const typename A::Value> w, RowShape s,
+                     double eps, const Ctx<A>& ctx, Select sel = {}) {
+  rmsnorm_forward_io<A, typename A::Value>(y, rstd, x, w, s, eps, ctx, sel);
 }
 
 /// dx (rows, cols) += ∂L/∂x given dy (rows, cols), x, w (cols), rstd (rows). Policy pass BackwardData.
@@ -133,10 +141,9 @@ void rmsnorm_backward_data_reference(std::span<typename A::Value> dx, std::span<
 
 /// rmsnorm_backward_data_reference with the row reductions as one ctx.dot_rows (without a Select) and the
 /// elementwise steps on row spans.
-template <class A>
-void rmsnorm_backward_data(std::span<typename A::Value> dx, std::span<const typename A::Value> dy,
-                           std::span<const typename A::Value> x, std::span<const typename A::Value> w,
-                           std::span<const typename A::Value> rstd, RowShape s, const Ctx<A>& ctx, Select sel = {}) {
+template <class A, class T>
+void rmsnorm_backward_data_io(std::span<T> dx, std::span<const T> dy, std::span<const T> x, std::span<const T> w,
+                              std::span<const T> rstd, RowShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   const std::int64_t C = s.cols;
   // The entry casts and g in scratch_buffer slots 0–3 (every element read is written first: the casts whole, g on
@@ -181,14 +188,21 @@ void rmsnorm_backward_data(std::span<typename A::Value> dx, std::span<const type
     invs.assign(cn, inv);
     as.assign(cn, a);
     for (std::vector<V>* v : {&rg, &ax, &d, &di, &sum}) v->resize(cn);
-    const std::span<V> out = dx.subspan(o, cn);
+    const std::span<T> out = dx.subspan(o, cn);
     arith_array(ctx, ArithOp::Mul, cspan(invs), std::span<const V>(g.data() + o, cn), std::span<V>(rg), k_rg);
     arith_array(ctx, ArithOp::Mul, cspan(as), std::span<const V>(xs.data() + o, cn), std::span<V>(ax), k_ax);
     arith_array(ctx, ArithOp::Sub, cspan(rg), cspan(ax), std::span<V>(d), k_d);
-    ctx.store_array(std::span<const V>(out), std::span<V>(di), k_in);  // the cast, by store (store_cast)
+    ctx.store_array(std::span<const T>(out), std::span<V>(di), k_in);  // the cast, by store (store_cast)
     arith_array(ctx, ArithOp::Add, cspan(di), cspan(d), std::span<V>(sum), k_sum);
     ctx.store_array(cspan(sum), out, k_store);
   });
+}
+
+template <class A>
+void rmsnorm_backward_data(std::span<typename A::Value> dx, std::span<const typename A::Value> dy,
+                           std::span<const typename A::Value> x, std::span<const typename A::Value> w,
+                           std::span<const typename A::Value> rstd, RowShape s, const Ctx<A>& ctx, Select sel = {}) {
+  rmsnorm_backward_data_io<A, typename A::Value>(dx, dy, x, w, rstd, s, ctx, sel);
 }
 
 /// dw (cols) += Σ_rows dy ⊙ (x·r): xhat = x·rstd (compute), then one dot over rows per column. Pass
@@ -221,10 +235,9 @@ void rmsnorm_backward_weight_reference(std::span<typename A::Value> dw, std::spa
 
 /// rmsnorm_backward_weight_reference with the column reductions as one ctx.dot_rows (without a Select) and the
 /// xhat products on row spans.
-template <class A>
-void rmsnorm_backward_weight(std::span<typename A::Value> dw, std::span<const typename A::Value> dy,
-                             std::span<const typename A::Value> x, std::span<const typename A::Value> rstd,
-                             RowShape s, const Ctx<A>& ctx, Select sel = {}) {
+template <class A, class T>
+void rmsnorm_backward_weight_io(std::span<T> dw, std::span<const T> dy, std::span<const T> x, std::span<const T> rstd,
+                                RowShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   const std::int64_t C = s.cols;
   // xhat (every row written below) and the cast of dy in scratch_buffer slots 0 and 1.
@@ -254,9 +267,16 @@ void rmsnorm_backward_weight(std::span<typename A::Value> dw, std::span<const ty
     const auto ii = static_cast<std::size_t>(i);
     const V d = batched ? sums[ii]
                         : ctx.dot(dys.data() + i, C, xhat.data() + i, C, static_cast<std::size_t>(s.rows), k_col(ii));
-    V& g = dw[ii];
-    g = ctx.store(ctx.add(ctx.in(g, k_dw_in(ii)), d, k_dw_add(ii)), k_dw_store(ii));
+    T& g = dw[ii];
+    g = static_cast<T>(ctx.store(ctx.add(ctx.in(g, k_dw_in(ii)), d, k_dw_add(ii)), k_dw_store(ii)));
   });
+}
+
+template <class A>
+void rmsnorm_backward_weight(std::span<typename A::Value> dw, std::span<const typename A::Value> dy,
+                             std::span<const typename A::Value> x, std::span<const typename A::Value> rstd,
+                             RowShape s, const Ctx<A>& ctx, Select sel = {}) {
+  rmsnorm_backward_weight_io<A, typename A::Value>(dw, dy, x, rstd, s, ctx, sel);
 }
 
 #define ROUNDOFF_RMSNORM_DECL(EXTERN, A)                                                                        \
@@ -270,5 +290,14 @@ void rmsnorm_backward_weight(std::span<typename A::Value> dw, std::span<const ty
                                                   RowShape, const Ctx<A>&, Select);
 ROUNDOFF_RMSNORM_DECL(extern, Emulated)
 ROUNDOFF_RMSNORM_DECL(extern, Reference)
+
+// The span bodies on tensors in binary32 storage (issue 45, typed storage; ops/activation.hpp).
+void rmsnorm_forward(std::span<float> y, std::span<float> rstd, std::span<const float> x, std::span<const float> w,
+                     RowShape s, double eps, const Ctx<Emulated>& ctx, Select sel = {});
+void rmsnorm_backward_data(std::span<float> dx, std::span<const float> dy, std::span<const float> x,
+                           std::span<const float> w, std::span<const float> rstd, RowShape s, const Ctx<Emulated>& ctx,
+                           Select sel = {});
+void rmsnorm_backward_weight(std::span<float> dw, std::span<const float> dy, std::span<const float> x,
+                             std::span<const float> rstd, RowShape s, const Ctx<Emulated>& ctx, Select sel = {});
 
 }  // namespace roundoff::ops

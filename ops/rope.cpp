@@ -41,4 +41,16 @@ void rope_angles(std::span<typename A::Value> cos_t, std::span<typename A::Value
 ROUNDOFF_ROPE_DECL(, Emulated)
 ROUNDOFF_ROPE_DECL(, Reference)
 
+// Binary32 forms: the precondition checked before the rows run.
+void rope_forward(std::span<float> y, std::span<const float> x, std::span<const float> cos_t,
+                  std::span<const float> sin_t, AttnShape s, const Ctx<Emulated>& ctx, Select sel) {
+  ctx.require_binary32_storage();
+  rope_forward_io<Emulated, float>(y, x, cos_t, sin_t, s, ctx, sel);
+}
+void rope_backward_data(std::span<float> dx, std::span<const float> dy, std::span<const float> cos_t,
+                        std::span<const float> sin_t, AttnShape s, const Ctx<Emulated>& ctx, Select sel) {
+  ctx.require_binary32_storage();
+  rope_backward_data_io<Emulated, float>(dx, dy, cos_t, sin_t, s, ctx, sel);
+}
+
 }  // namespace roundoff::ops

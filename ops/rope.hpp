@@ -36,7 +36,9 @@ struct RopeRow {
     for (std::vector<V>* v : {&c, &s, &v0, &v1, &p0, &p1, &r0, &r1}) v->resize(n);
   }
   /// p0, p1 = the table entries of token position t for each pair; r0, r1 = the pair values of src's row at o.
-  void gather(std::span<const V> src, std::span<const V> cos_t, std::span<const V> sin_t, std::int64_t t,
+  /// S: the tensors' element type (V, or float in binary32 storage; each value widened exactly).
+  template <class S>
+  void gather(std::span<const S> src, std::span<const S> cos_t, std::span<const S> sin_t, std::int64_t t,
               std::int64_t H, std::size_t o) {
     for (std::size_t i = 0; i < p0.size(); ++i) {
       const auto ti = static_cast<std::size_t>(t * H) + i % static_cast<std::size_t>(H);
@@ -84,11 +86,11 @@ void rope_forward_reference(std::span<typename A::Value> y, std::span<const type
 /// rope_forward_reference on whole token rows: the casts as store_array (store_cast, keyed per
 /// element), the products and sums as arith_array (ops/span_arith.hpp: one binary64 operation then one rounding
 /// to compute, which is the correctly rounded result for p ≤ 25 under nearest-even; every other mode and format
-/// takes the per-element calls). x may alias y.
-template <class A>
-void rope_forward(std::span<typename A::Value> y, std::span<const typename A::Value> x,
-                  std::span<const typename A::Value> cos_t, std::span<const typename A::Value> sin_t, AttnShape s,
-                  const Ctx<A>& ctx, Select sel = {}) {
+/// takes the per-element calls). x may alias y. T, the tensors' element type (the table's too): A::Value, or float
+/// in binary32 storage (Emulated only; ops/activation.hpp, silu_forward_io).
+template <class A, class T>
+void rope_forward_io(std::span<T> y, std::span<const T> x, std::span<const T> cos_t, std::span<const T> sin_t,
+                     AttnShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   const std::int64_t C = s.C(), H = s.hs / 2;
   const auto P = static_cast<std::size_t>(C / 2);  // pairs per row
@@ -119,10 +121,17 @@ void rope_forward(std::span<typename A::Value> y, std::span<const typename A::Va
     ctx.store_array(cspan(w.r0), w.r0, k_y0_store);
     ctx.store_array(cspan(w.r1), w.r1, k_y1_store);
     for (std::size_t i = 0; i < P; ++i) {
-      y[o + 2 * i] = w.r0[i];
-      y[o + 2 * i + 1] = w.r1[i];
+      y[o + 2 * i] = static_cast<T>(w.r0[i]);  // exact: values of storage (T float: binary32_storage)
+      y[o + 2 * i + 1] = static_cast<T>(w.r1[i]);
     }
   });
+}
+
+template <class A>
+void rope_forward(std::span<typename A::Value> y, std::span<const typename A::Value> x,
+                  std::span<const typename A::Value> cos_t, std::span<const typename A::Value> sin_t, AttnShape s,
+                  const Ctx<A>& ctx, Select sel = {}) {
+  rope_forward_io<A, typename A::Value>(y, x, cos_t, sin_t, s, ctx, sel);
 }
 
 /// dx += Rᵀ·dy: dx_2i += dy_2i·c + dy_2i+1·s, dx_2i+1 += dy_2i+1·c − dy_2i·s. Pass BackwardData. The reference,
@@ -160,10 +169,9 @@ void rope_backward_data_reference(std::span<typename A::Value> dx, std::span<con
 }
 
 /// rope_backward_data_reference on whole token rows, as rope_forward.
-template <class A>
-void rope_backward_data(std::span<typename A::Value> dx, std::span<const typename A::Value> dy,
-                        std::span<const typename A::Value> cos_t, std::span<const typename A::Value> sin_t,
-                        AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+template <class A, class T>
+void rope_backward_data_io(std::span<T> dx, std::span<const T> dy, std::span<const T> cos_t,
+                           std::span<const T> sin_t, AttnShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   const std::int64_t C = s.C(), H = s.hs / 2;
   const auto P = static_cast<std::size_t>(C / 2);
@@ -206,10 +214,17 @@ void rope_backward_data(std::span<typename A::Value> dx, std::span<const typenam
     ctx.store_array(cspan(w.r0), w.r0, k_d0_store);
     ctx.store_array(cspan(w.r1), w.r1, k_d1_store);
     for (std::size_t i = 0; i < P; ++i) {
-      dx[o + 2 * i] = w.r0[i];
-      dx[o + 2 * i + 1] = w.r1[i];
+      dx[o + 2 * i] = static_cast<T>(w.r0[i]);
+      dx[o + 2 * i + 1] = static_cast<T>(w.r1[i]);
     }
   });
+}
+
+template <class A>
+void rope_backward_data(std::span<typename A::Value> dx, std::span<const typename A::Value> dy,
+                        std::span<const typename A::Value> cos_t, std::span<const typename A::Value> sin_t,
+                        AttnShape s, const Ctx<A>& ctx, Select sel = {}) {
+  rope_backward_data_io<A, typename A::Value>(dx, dy, cos_t, sin_t, s, ctx, sel);
 }
 
 #define ROUNDOFF_ROPE_DECL(EXTERN, A)                                                                          \
@@ -223,5 +238,11 @@ void rope_backward_data(std::span<typename A::Value> dx, std::span<const typenam
                                              const Ctx<A>&, Select);
 ROUNDOFF_ROPE_DECL(extern, Emulated)
 ROUNDOFF_ROPE_DECL(extern, Reference)
+
+// The span bodies on tensors in binary32 storage (issue 45, typed storage; ops/activation.hpp).
+void rope_forward(std::span<float> y, std::span<const float> x, std::span<const float> cos_t,
+                  std::span<const float> sin_t, AttnShape s, const Ctx<Emulated>& ctx, Select sel = {});
+void rope_backward_data(std::span<float> dx, std::span<const float> dy, std::span<const float> cos_t,
+                        std::span<const float> sin_t, AttnShape s, const Ctx<Emulated>& ctx, Select sel = {});
 
 }  // namespace roundoff::ops

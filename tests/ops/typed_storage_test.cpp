@@ -5,14 +5,24 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <cstdint>
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/activation.hpp"
+#include "ops/attention.hpp"
+#include "ops/cross_entropy.hpp"
+#include "ops/embedding.hpp"
+#include "ops/gelu.hpp"
+#include "ops/matmul.hpp"
+#include "ops/online_attention.hpp"
 #include "ops/policy.hpp"
 #include "ops/residual.hpp"
+#include "ops/rmsnorm.hpp"
+#include "ops/rope.hpp"
 #include "tests/ops/ops_test_util.hpp"
 
 namespace roundoff::ops {
@@ -31,6 +41,9 @@ Vec widen(const FVec& v) { return {v.begin(), v.end()}; }
 
 constexpr RowShape kRows{5, 37};
 constexpr auto kN = static_cast<std::size_t>(kRows.rows * kRows.cols);
+constexpr AttnShape kAttn{2, 2, 3, 6};  // B = 2, 2 heads of 6, T = 3
+constexpr auto kAtt = static_cast<std::size_t>(2 * 2 * 3 * 3);  // (B, NH, T, T)
+constexpr MatmulShape kMm{5, 37, 11};                           // n = kRows.rows, in = kRows.cols
 
 /// One op and pass, run on binary64 tensors (f32 false) or on the same values in binary32 storage (true); the
 /// outputs as binary64.
@@ -39,6 +52,7 @@ struct IoCase {
   OpKind op;
   Pass pass;
   std::function<std::vector<Vec>(const Ctx<E>&, bool, Regime)> run;
+  bool refuses = true;  ///< whether the binary32 form refuses a storage beyond binary32 (false: no binary32 output)
 };
 
 std::vector<IoCase> cases() {
@@ -94,6 +108,322 @@ std::vector<IoCase> cases() {
                  swiglu_backward_data(daf, duf, dhf, af, uf, kRows, ctx);
                  return std::vector<Vec>{widen(daf), widen(duf)};
                }});
+  // rmsnorm: row-shaped inputs keep two rows in three finite (in_special_block); w stays finite in dx, whose every
+  // row reads all of it.
+  constexpr auto kR = static_cast<std::size_t>(kRows.rows), kC = static_cast<std::size_t>(kRows.cols);
+  c.push_back({"rmsnorm.fwd", OpKind::RmsNorm, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto x = inputs(kN, rg, f, 601, kC), w = inputs(kC, rg, f, 602);
+                 if (!f32) {
+                   Vec y(kN, 7.0), r(kR, 7.0);
+                   rmsnorm_forward<E>(y, r, x, w, kRows, 1e-5, ctx);
+                   return std::vector<Vec>{y, r};
+                 }
+                 FVec y(kN, 7.0f), r(kR, 7.0f);
+                 const FVec xf = to_float(x), wf = to_float(w);
+                 rmsnorm_forward(y, r, xf, wf, kRows, 1e-5, ctx);
+                 return std::vector<Vec>{widen(y), widen(r)};
+               }});
+  c.push_back({"rmsnorm.bwd-data", OpKind::RmsNorm, Pass::BackwardData, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto dy = inputs(kN, rg, f, 603, kC), x = inputs(kN, rg, f, 604, kC), w = inputs(kC, rg, f, 605, kC),
+                            rstd = inputs(kR, Regime::Normal, f, 606);
+                 Vec dx = inputs(kN, Regime::Normal, f, 607);
+                 if (!f32) {
+                   rmsnorm_backward_data<E>(dx, dy, x, w, rstd, kRows, ctx);
+                   return std::vector<Vec>{dx};
+                 }
+                 FVec dxf = to_float(dx);
+                 const FVec dyf = to_float(dy), xf = to_float(x), wf = to_float(w), rf = to_float(rstd);
+                 rmsnorm_backward_data(dxf, dyf, xf, wf, rf, kRows, ctx);
+                 return std::vector<Vec>{widen(dxf)};
+               }});
+  c.push_back({"rmsnorm.bwd-weight", OpKind::RmsNorm, Pass::BackwardWeight,
+               [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto dy = inputs(kN, rg, f, 608, kC), x = inputs(kN, rg, f, 609, kC),
+                            rstd = inputs(kR, Regime::Normal, f, 610);
+                 Vec dw = inputs(kC, Regime::Normal, f, 611);
+                 if (!f32) {
+                   rmsnorm_backward_weight<E>(dw, dy, x, rstd, kRows, ctx);
+                   return std::vector<Vec>{dw};
+                 }
+                 FVec dwf = to_float(dw);
+                 const FVec dyf = to_float(dy), xf = to_float(x), rf = to_float(rstd);
+                 rmsnorm_backward_weight(dwf, dyf, xf, rf, kRows, ctx);
+                 return std::vector<Vec>{widen(dwf)};
+               }});
+  c.push_back({"cross_entropy.fwd", OpKind::CrossEntropy, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto logits = inputs(kN, rg, ctx.precision().storage, 701, kC);
+                 const std::vector<std::int32_t> targets{0, 36, 5, 17, 2};
+                 Vec losses(kR, 7.0);
+                 if (!f32) {
+                   Vec probs(kN, 7.0);
+                   cross_entropy_forward<E>(losses, probs, logits, targets, kRows, ctx);
+                   return std::vector<Vec>{losses, probs};
+                 }
+                 FVec probs(kN, 7.0f);
+                 const FVec lf = to_float(logits);
+                 cross_entropy_forward(losses, probs, lf, targets, kRows, ctx);
+                 return std::vector<Vec>{losses, widen(probs)};
+               }});
+  c.push_back({"cross_entropy.bwd-data", OpKind::CrossEntropy, Pass::BackwardData,
+               [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto probs = inputs(kN, rg, f, 702, kC);
+                 const std::vector<std::int32_t> targets{3, 0, 36, 11, 20};
+                 Vec dl = inputs(kN, Regime::Normal, f, 703);
+                 if (!f32) {
+                   cross_entropy_backward_data<E>(dl, probs, targets, 256.0, kRows, ctx);
+                   return std::vector<Vec>{dl};
+                 }
+                 FVec dlf = to_float(dl);
+                 const FVec pf = to_float(probs);
+                 cross_entropy_backward_data(dlf, pf, targets, 256.0, kRows, ctx);
+                 return std::vector<Vec>{widen(dlf)};
+               }});
+  // rope (kAttn): rows of 12; the table (T, hs/2) in the same storage.
+  constexpr auto kAN = static_cast<std::size_t>(2 * 3 * 12), kTab = std::size_t{3 * 3};
+  c.push_back({"rope.fwd", OpKind::RopeRotate, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto x = inputs(kAN, rg, f, 801, 12), ct = inputs(kTab, Regime::Normal, f, 802),
+                            st = inputs(kTab, Regime::Normal, f, 803);
+                 if (!f32) {
+                   Vec y(kAN, 7.0);
+                   rope_forward<E>(y, x, ct, st, kAttn, ctx);
+                   return std::vector<Vec>{y};
+                 }
+                 FVec y = to_float(x);  // y aliases x, as the model's in-place rotation
+                 const FVec cf = to_float(ct), sf = to_float(st);
+                 rope_forward(y, y, cf, sf, kAttn, ctx);
+                 return std::vector<Vec>{widen(y)};
+               }});
+  c.push_back({"rope.bwd-data", OpKind::RopeRotate, Pass::BackwardData, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto dy = inputs(kAN, rg, f, 804, 12), ct = inputs(kTab, Regime::Normal, f, 805),
+                            st = inputs(kTab, Regime::Normal, f, 806);
+                 Vec dx = inputs(kAN, Regime::Normal, f, 807);
+                 if (!f32) {
+                   rope_backward_data<E>(dx, dy, ct, st, kAttn, ctx);
+                   return std::vector<Vec>{dx};
+                 }
+                 FVec dxf = to_float(dx);
+                 const FVec dyf = to_float(dy), cf = to_float(ct), sf = to_float(st);
+                 rope_backward_data(dxf, dyf, cf, sf, kAttn, ctx);
+                 return std::vector<Vec>{widen(dxf)};
+               }});
+  // softmax (kAttn): (B·NH·T, T) rows of 3, causal; the specials block keeps two rows in three finite.
+  c.push_back({"softmax.fwd", OpKind::Softmax, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto pre = inputs(kAtt, rg, ctx.precision().storage, 901, 3);
+                 if (!f32) {
+                   Vec att(kAtt, 7.0);
+                   softmax_forward<E>(att, pre, kAttn, ctx);
+                   return std::vector<Vec>{att};
+                 }
+                 FVec att(kAtt, 7.0f);
+                 const FVec pf = to_float(pre);
+                 softmax_forward(att, pf, kAttn, ctx);
+                 return std::vector<Vec>{widen(att)};
+               }});
+  c.push_back({"softmax.bwd-data", OpKind::Softmax, Pass::BackwardData, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto datt = inputs(kAtt, rg, f, 902, 3), att = inputs(kAtt, rg, f, 903, 3);
+                 Vec dp = inputs(kAtt, Regime::Normal, f, 904);
+                 if (!f32) {
+                   softmax_backward_data<E>(dp, datt, att, kAttn, ctx);
+                   return std::vector<Vec>{dp};
+                 }
+                 FVec dpf = to_float(dp);
+                 const FVec df = to_float(datt), af = to_float(att);
+                 softmax_backward_data(dpf, df, af, kAttn, ctx);
+                 return std::vector<Vec>{widen(dpf)};
+               }});
+  // embedding: 5 tokens (one repeated, so that backward adds twice into a row) of a vocabulary of 4, rows of 37.
+  c.push_back({"embedding.fwd", OpKind::Embedding, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto wte = inputs(4 * kC, rg, ctx.precision().storage, 1101, kC);
+                 const std::vector<std::int32_t> tokens{1, 3, 1, 0, 2};
+                 if (!f32) {
+                   Vec out(kN, 7.0);
+                   embedding_forward<E>(out, tokens, wte, kRows, ctx);
+                   return std::vector<Vec>{out};
+                 }
+                 FVec out(kN, 7.0f);
+                 const FVec wf = to_float(wte);
+                 embedding_forward(out, tokens, wf, kRows, ctx);
+                 return std::vector<Vec>{widen(out)};
+               }});
+  c.push_back({"embedding.bwd-weight", OpKind::Embedding, Pass::BackwardWeight,
+               [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto dout = inputs(kN, rg, f, 1102, kC);
+                 const std::vector<std::int32_t> tokens{1, 3, 1, 0, 2};
+                 Vec dw = inputs(4 * kC, Regime::Normal, f, 1103);
+                 if (!f32) {
+                   embedding_backward_weight<E>(dw, dout, tokens, kRows, ctx);
+                   return std::vector<Vec>{dw};
+                 }
+                 FVec dwf = to_float(dw);
+                 const FVec df = to_float(dout);
+                 embedding_backward_weight(dwf, df, tokens, kRows, ctx);
+                 return std::vector<Vec>{widen(dwf)};
+               }});
+  // attention products (kAttn): q, k, v, dout (B, T, NH·hs) in rows of 12; preatt, att and their gradients
+  // (B, NH, T, T) in rows of 3.
+  c.push_back({"attn_scores.fwd", OpKind::AttnScores, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto q = inputs(kAN, rg, f, 1201, 12), k = inputs(kAN, rg, f, 1202, 12);
+                 if (!f32) {
+                   Vec pre(kAtt, 7.0);
+                   attn_scores_forward<E>(pre, q, k, kAttn, ctx);
+                   return std::vector<Vec>{pre};
+                 }
+                 FVec pre(kAtt, 7.0f);
+                 const FVec qf = to_float(q), kf = to_float(k);
+                 attn_scores_forward(pre, qf, kf, kAttn, ctx);
+                 return std::vector<Vec>{widen(pre)};
+               }});
+  c.push_back({"attn_scores.bwd-data", OpKind::AttnScores, Pass::BackwardData,
+               [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto dpre = inputs(kAtt, rg, f, 1203, 3), q = inputs(kAN, rg, f, 1204, 12),
+                            k = inputs(kAN, rg, f, 1205, 12);
+                 Vec dq = inputs(kAN, Regime::Normal, f, 1206), dk = inputs(kAN, Regime::Normal, f, 1207);
+                 if (!f32) {
+                   attn_scores_backward_data<E>(dq, dk, dpre, q, k, kAttn, ctx);
+                   return std::vector<Vec>{dq, dk};
+                 }
+                 FVec dqf = to_float(dq), dkf = to_float(dk);
+                 const FVec df = to_float(dpre), qf = to_float(q), kf = to_float(k);
+                 attn_scores_backward_data(dqf, dkf, df, qf, kf, kAttn, ctx);
+                 return std::vector<Vec>{widen(dqf), widen(dkf)};
+               }});
+  c.push_back({"attn_values.fwd", OpKind::AttnValues, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto att = inputs(kAtt, rg, f, 1208, 3), v = inputs(kAN, rg, f, 1209, 12);
+                 if (!f32) {
+                   Vec out(kAN, 7.0);
+                   attn_values_forward<E>(out, att, v, kAttn, ctx);
+                   return std::vector<Vec>{out};
+                 }
+                 FVec out(kAN, 7.0f);
+                 const FVec af = to_float(att), vf = to_float(v);
+                 attn_values_forward(out, af, vf, kAttn, ctx);
+                 return std::vector<Vec>{widen(out)};
+               }});
+  c.push_back({"attn_values.bwd-data", OpKind::AttnValues, Pass::BackwardData,
+               [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto dout = inputs(kAN, rg, f, 1210, 12), att = inputs(kAtt, rg, f, 1211, 3),
+                            v = inputs(kAN, rg, f, 1212, 12);
+                 Vec datt = inputs(kAtt, Regime::Normal, f, 1213), dv = inputs(kAN, Regime::Normal, f, 1214);
+                 if (!f32) {
+                   attn_values_backward_data<E>(datt, dv, dout, att, v, kAttn, ctx);
+                   return std::vector<Vec>{datt, dv};
+                 }
+                 FVec dattf = to_float(datt), dvf = to_float(dv);
+                 const FVec df = to_float(dout), af = to_float(att), vf = to_float(v);
+                 attn_values_backward_data(dattf, dvf, df, af, vf, kAttn, ctx);
+                 return std::vector<Vec>{widen(dattf), widen(dvf)};
+               }});
+  // online attention (kAttn) under one context for both its softmax and values entries.
+  c.push_back({"online_attention.fwd", OpKind::Softmax, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto pre = inputs(kAtt, rg, f, 1301, 3), v = inputs(kAN, rg, f, 1302, 12);
+                 constexpr auto kL = std::size_t{2 * 2 * 3};
+                 if (!f32) {
+                   Vec y(kAN, 7.0), lse(kL, 7.0);
+                   online_attention_forward<E>(y, lse, pre, v, kAttn, ctx, ctx);
+                   return std::vector<Vec>{y, lse};
+                 }
+                 FVec y(kAN, 7.0f), lse(kL, 7.0f);
+                 const FVec pf = to_float(pre), vf = to_float(v);
+                 online_attention_forward(y, lse, pf, vf, kAttn, ctx, ctx);
+                 return std::vector<Vec>{widen(y), widen(lse)};
+               }});
+  c.push_back({"softmax_from_lse", OpKind::Softmax, Pass::BackwardData, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto pre = inputs(kAtt, rg, f, 1303, 3), lse = inputs(2 * 2 * 3, Regime::Normal, f, 1304);
+                 if (!f32) {
+                   Vec att(kAtt, 7.0);
+                   softmax_from_lse<E>(att, pre, lse, kAttn, ctx);
+                   return std::vector<Vec>{att};
+                 }
+                 FVec att(kAtt, 7.0f);
+                 const FVec pf = to_float(pre), lf = to_float(lse);
+                 softmax_from_lse(att, pf, lf, kAttn, ctx);
+                 return std::vector<Vec>{widen(att)};
+               }});
+  // matmul: x (5, 37) · W (11, 37)ᵀ; the weights and dW binary64 (the model's), the activations binary32.
+  constexpr auto kW = std::size_t{11 * 37}, kY = std::size_t{5 * 11};
+  c.push_back({"matmul.fwd", OpKind::Matmul, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto x = inputs(kN, rg, f, 1401, kC), w = inputs(kW, rg, f, 1402, kC);
+                 if (!f32) {
+                   Vec y(kY, 7.0);
+                   matmul_forward<E>(y, x, w, kMm, ctx);
+                   return std::vector<Vec>{y};
+                 }
+                 FVec y(kY, 7.0f);
+                 const FVec xf = to_float(x);
+                 matmul_forward(y, xf, w, kMm, ctx);
+                 return std::vector<Vec>{widen(y)};
+               }});
+  c.push_back({"matmul.bwd-data", OpKind::Matmul, Pass::BackwardData, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto dy = inputs(kY, rg, f, 1403, 11), w = inputs(kW, rg, f, 1404, 37);
+                 Vec dx = inputs(kN, Regime::Normal, f, 1405);
+                 if (!f32) {
+                   matmul_backward_data<E>(dx, dy, w, kMm, ctx);
+                   return std::vector<Vec>{dx};
+                 }
+                 FVec dxf = to_float(dx);
+                 const FVec dyf = to_float(dy);
+                 matmul_backward_data(dxf, dyf, w, kMm, ctx);
+                 return std::vector<Vec>{widen(dxf)};
+               }});
+  c.push_back({"matmul.bwd-weight", OpKind::Matmul, Pass::BackwardWeight,
+               [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto dy = inputs(kY, rg, f, 1406, 1), x = inputs(kN, rg, f, 1407, 1);
+                 Vec dw = inputs(kW, Regime::Normal, f, 1408);
+                 if (!f32) {
+                   matmul_backward_weight<E>(dw, dy, x, kMm, ctx);
+                   return std::vector<Vec>{dw};
+                 }
+                 const FVec dyf = to_float(dy), xf = to_float(x);
+                 matmul_backward_weight(dw, dyf, xf, kMm, ctx);
+                 return std::vector<Vec>{dw};
+               },
+               false});
+  for (const GeluForm form : {GeluForm::Erf, GeluForm::Tanh}) {
+    const std::string tag = form == GeluForm::Erf ? "_erf" : "_tanh";
+    c.push_back({"gelu.fwd" + tag, OpKind::Gelu, Pass::Forward, [form](const Ctx<E>& ctx, bool f32, Regime rg) {
+                   const auto x = inputs(kN, rg, ctx.precision().storage, 1001);
+                   if (!f32) {
+                     Vec y(kN, 7.0);
+                     gelu_forward<E>(y, x, kRows, form, ctx);
+                     return std::vector<Vec>{y};
+                   }
+                   FVec y(kN, 7.0f);
+                   const FVec xf = to_float(x);
+                   gelu_forward(y, xf, kRows, form, ctx);
+                   return std::vector<Vec>{widen(y)};
+                 }});
+    c.push_back({"gelu.bwd-data" + tag, OpKind::Gelu, Pass::BackwardData,
+                 [form](const Ctx<E>& ctx, bool f32, Regime rg) {
+                   const auto& f = ctx.precision().storage;
+                   const auto x = inputs(kN, rg, f, 1002), dy = inputs(kN, rg, f, 1003);
+                   Vec dx = inputs(kN, Regime::Normal, f, 1004);
+                   if (!f32) {
+                     gelu_backward_data<E>(dx, dy, x, kRows, form, ctx);
+                     return std::vector<Vec>{dx};
+                   }
+                   FVec dxf = to_float(dx);
+                   const FVec xf = to_float(x), dyf = to_float(dy);
+                   gelu_backward_data(dxf, dyf, xf, kRows, form, ctx);
+                   return std::vector<Vec>{widen(dxf)};
+                 }});
+  }
   for (const double alpha : {1.0, 0.35355339059327373}) {  // β = 1 skips the scaling slot; 1/√8 takes it
     const std::string tag = alpha == 1.0 ? "" : "_beta";
     c.push_back({"residual.fwd" + tag, OpKind::ResidualFfn, Pass::Forward,
@@ -155,20 +485,32 @@ TEST_P(TypedStorage, Binary32TensorsGiveTheBinary64TensorsValues) {
   EXPECT_GE(compared, 20) << oc.name << ": too few policies with binary32 storage";
 }
 
-TEST_P(TypedStorage, RefusesBinary32StorageOfAFormatBeyondIt) {
+/// The cases whose binary32 form has a binary32 output (matmul's backward-weight writes binary64 dW).
+std::vector<IoCase> refusing_cases() {
+  std::vector<IoCase> r;
+  for (IoCase& c : cases())
+    if (c.refuses) r.push_back(std::move(c));
+  return r;
+}
+
+class TypedStorageRefusal : public ::testing::TestWithParam<IoCase> {};
+
+TEST_P(TypedStorageRefusal, RefusesBinary32StorageOfAFormatBeyondIt) {
   const IoCase& oc = GetParam();
   const Ctx<E> c(Policy::preset("fp64").at(oc.op, oc.pass));
   ASSERT_FALSE(c.binary32_storage());
   EXPECT_THROW(oc.run(c, true, Regime::Normal), std::logic_error) << oc.name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Ops, TypedStorage, ::testing::ValuesIn(cases()),
-                         [](const ::testing::TestParamInfo<IoCase>& i) {
-                           std::string n = i.param.name;
-                           for (char& ch : n)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return n;
-                         });
+std::string case_name(const ::testing::TestParamInfo<IoCase>& i) {
+  std::string n = i.param.name;
+  for (char& ch : n)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, TypedStorage, ::testing::ValuesIn(cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Ops, TypedStorageRefusal, ::testing::ValuesIn(refusing_cases()), case_name);
 
 }  // namespace
 }  // namespace roundoff::ops
