@@ -50,6 +50,42 @@ __attribute__((target("avx2"))) bool all_binary32_avx2(const double* x, std::siz
   return true;
 }
 
+__attribute__((target("avx512f"))) void widen_avx512(const float* src, double* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_pd(dst + i, _mm512_cvtps_pd(_mm256_loadu_ps(src + i)));
+    _mm512_storeu_pd(dst + i + 8, _mm512_cvtps_pd(_mm256_loadu_ps(src + i + 8)));
+  }
+  for (; i < n; ++i) dst[i] = static_cast<double>(src[i]);
+}
+
+__attribute__((target("avx512f"))) void narrow_avx512(const double* src, float* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm256_storeu_ps(dst + i, _mm512_cvtpd_ps(_mm512_loadu_pd(src + i)));
+    _mm256_storeu_ps(dst + i + 8, _mm512_cvtpd_ps(_mm512_loadu_pd(src + i + 8)));
+  }
+  for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+
+__attribute__((target("avx2"))) void widen_avx2(const float* src, double* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_pd(dst + i, _mm256_cvtps_pd(_mm_loadu_ps(src + i)));
+    _mm256_storeu_pd(dst + i + 4, _mm256_cvtps_pd(_mm_loadu_ps(src + i + 4)));
+  }
+  for (; i < n; ++i) dst[i] = static_cast<double>(src[i]);
+}
+
+__attribute__((target("avx2"))) void narrow_avx2(const double* src, float* dst, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_ps(dst + i, _mm256_cvtpd_ps(_mm256_loadu_pd(src + i)));
+    _mm_storeu_ps(dst + i + 4, _mm256_cvtpd_ps(_mm256_loadu_pd(src + i + 4)));
+  }
+  for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+
 }  // namespace
 
 bool all_binary32(std::span<const double> x, const KernelOptions& opts) {
@@ -61,6 +97,22 @@ bool all_binary32(std::span<const double> x, const KernelOptions& opts) {
   for (const double v : x)
     if (!is_binary32(v)) return false;
   return true;
+}
+
+void widen_binary32(std::span<const float> src, std::span<double> dst, const KernelOptions& opts) {
+  if (round_doubles_avx512_supported() && opts.isa_limit >= kernels::Isa::Avx512)
+    return widen_avx512(src.data(), dst.data(), src.size());
+  if (round_doubles_avx2_supported() && opts.isa_limit >= kernels::Isa::Avx2)
+    return widen_avx2(src.data(), dst.data(), src.size());
+  for (std::size_t i = 0; i < src.size(); ++i) dst[i] = static_cast<double>(src[i]);
+}
+
+void narrow_to_binary32(std::span<const double> src, std::span<float> dst, const KernelOptions& opts) {
+  if (round_doubles_avx512_supported() && opts.isa_limit >= kernels::Isa::Avx512)
+    return narrow_avx512(src.data(), dst.data(), src.size());
+  if (round_doubles_avx2_supported() && opts.isa_limit >= kernels::Isa::Avx2)
+    return narrow_avx2(src.data(), dst.data(), src.size());
+  for (std::size_t i = 0; i < src.size(); ++i) dst[i] = static_cast<float>(src[i]);
 }
 
 }  // namespace roundoff::numerics

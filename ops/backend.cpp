@@ -148,7 +148,7 @@ void Ctx<Emulated>::in_array(std::span<const float> src, std::span<double> dst, 
   std::array<double, kStoreChunk> part;
   for (std::size_t c = 0; c < src.size(); c += kStoreChunk) {
     const std::size_t n = std::min(kStoreChunk, src.size() - c);
-    for (std::size_t j = 0; j < n; ++j) part[j] = static_cast<double>(src[c + j]);
+    numerics::widen_binary32(src.subspan(c, n), part, exec_.kernels);
     round_stored(storage_, std::span<const double>(part.data(), n), dst.subspan(c, n), daz_);
   }
 }

@@ -45,6 +45,7 @@
 
 #include "numerics/accumulate.hpp"
 #include "numerics/arith.hpp"
+#include "numerics/binary32_values.hpp"
 #include "numerics/elementary_span.hpp"
 #include "numerics/gemm_kernels.hpp"
 #include "numerics/round.hpp"
@@ -342,7 +343,7 @@ class Ctx<Emulated> {
     std::array<double, kStoreChunk> part;
     for (std::size_t c = 0; c < src.size(); c += kStoreChunk) {
       const std::size_t n = std::min(kStoreChunk, src.size() - c);
-      for (std::size_t j = 0; j < n; ++j) part[j] = static_cast<double>(src[c + j]);
+      numerics::widen_binary32(src.subspan(c, n), part, exec_.kernels);
       store_to_array(storage_, std::span<const double>(part.data(), n), dst.subspan(c, n),
                      [&](std::size_t j) { return kf(c + j); });
     }
@@ -358,7 +359,7 @@ class Ctx<Emulated> {
       const std::size_t n = std::min(kStoreChunk, src.size() - c);
       store_to_array(storage_, src.subspan(c, n), std::span<double>(part.data(), n),
                      [&](std::size_t j) { return kf(c + j); });
-      for (std::size_t j = 0; j < n; ++j) dst[c + j] = static_cast<float>(part[j]);
+      numerics::narrow_to_binary32(std::span<const double>(part.data(), n), dst.subspan(c, n), exec_.kernels);
     }
   }
   /// x[i] ← store(to_compute(x[i], kc(i)), ks(i)): reduction results (e.g. a GEMM's outputs, left in the
@@ -701,7 +702,7 @@ std::span<const V> widened(std::span<const S> x, std::size_t slot) {
     return x;
   } else {
     const std::span<V> r = scratch_buffer<V>(x.size(), slot);
-    std::copy(x.begin(), x.end(), r.begin());
+    numerics::widen_binary32(x, r);
     return r;
   }
 }
@@ -715,7 +716,7 @@ std::span<V> widened_out(std::span<S> y, std::size_t slot, bool keep) {
     return y;
   } else {
     const std::span<V> r = scratch_buffer<V>(y.size(), slot);
-    if (keep) std::copy(y.begin(), y.end(), r.begin());
+    if (keep) numerics::widen_binary32(std::span<const S>(y), r);
     return r;
   }
 }
@@ -724,8 +725,7 @@ std::span<V> widened_out(std::span<S> y, std::size_t slot, bool keep) {
 /// is a value of a storage format that fits binary32 (Ctx::binary32_storage, checked by the float entry points).
 template <class V, class S>
 void narrow_into(std::span<const V> v, std::span<S> y) {
-  if constexpr (!std::is_same_v<S, V>)
-    std::transform(v.begin(), v.end(), y.begin(), [](const V& x) { return static_cast<S>(x); });
+  if constexpr (!std::is_same_v<S, V>) numerics::narrow_to_binary32(v, y);
 }
 
 /// Lifts emulated values exactly to Ref.

@@ -1,4 +1,5 @@
-// numerics::all_binary32 on every instruction-set tier against its definition per value.
+// numerics::all_binary32, widen_binary32 and narrow_to_binary32 on every instruction-set tier against their
+// definitions per value.
 #include <gtest/gtest.h>
 
 #include <xmmintrin.h>
@@ -6,6 +7,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <vector>
@@ -82,6 +84,68 @@ TEST(Binary32Values, FalseUnderANonDefaultControlRegister) {
     EXPECT_FALSE(any) << "MXCSR bits " << bits;
   }
   for (const KernelOptions& k : tiers()) EXPECT_TRUE(all_binary32(x, k));
+}
+
+/// Floats of every class: random bit patterns (NaNs with payloads, signalling ones among them, subnormals, infinities),
+/// then the edges written out.
+std::vector<float> float_patterns(std::size_t n) {
+  std::mt19937_64 rng(11);
+  std::vector<float> v(n);
+  for (float& f : v) f = std::bit_cast<float>(static_cast<std::uint32_t>(rng()));
+  const std::uint32_t edges[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807FFFFFu, 0x00800000u, 0x7F7FFFFFu,
+                                 0x7F800000u, 0xFF800000u, 0x7FC00000u, 0x7F800001u, 0xFFBFFFFFu, 0x3F800000u};
+  for (std::size_t i = 0; i < std::size(edges) && i < n; ++i) v[i] = std::bit_cast<float>(edges[i]);
+  return v;
+}
+
+TEST(Binary32Values, WideningIsTheCastOnEveryTier) {
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{16}, std::size_t{33},
+                              std::size_t{4099}}) {
+    const std::vector<float> x = float_patterns(n);
+    for (const KernelOptions& k : tiers()) {
+      std::vector<double> got(n + 1, 7.0);
+      widen_binary32(x, got, k);
+      for (std::size_t i = 0; i < n; ++i)
+        ASSERT_EQ(std::bit_cast<std::uint64_t>(got[i]), std::bit_cast<std::uint64_t>(static_cast<double>(x[i])))
+            << "tier " << static_cast<int>(k.isa_limit) << " n " << n << " i " << i << " bits " << std::hex
+            << std::bit_cast<std::uint32_t>(x[i]);
+      EXPECT_EQ(got[n], 7.0) << "wrote past the end";
+    }
+  }
+}
+
+TEST(Binary32Values, NarrowingIsTheCastOnEveryTierAndUnderEveryControlRegister) {
+  // binary32 values (the stores' case: exact) and doubles between them (rounded as the control register says, as
+  // the cast is), subnormal doubles (DAZ reads them as 0) and values beyond binary32's range.
+  std::mt19937_64 rng(12);
+  std::vector<double> x;
+  for (const float f : float_patterns(2000)) x.push_back(static_cast<double>(f));
+  for (int i = 0; i < 2000; ++i) x.push_back(std::bit_cast<double>(rng()));
+  for (const double v : {0x1.0000001p0, -0x1.0000003p-130, 0x1p-1074, 0x1p200, -0x1.fffffffp127, 0x1.ffffffp-127})
+    x.push_back(v);
+  std::vector<float> portable(x.size());
+  narrow_to_binary32(x, portable, ::roundoff::test::kernels_at(kernels::Isa::None));
+  for (std::size_t i = 0; i < x.size(); ++i)
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(portable[i]), std::bit_cast<std::uint32_t>(static_cast<float>(x[i]))) << i;
+  const unsigned saved = _mm_getcsr();
+  for (const unsigned bits : {0x0000u, 0x0040u /* DAZ */, 0x8000u /* FTZ */, 0x6000u /* toward zero */,
+                              0x2000u /* down */}) {
+    for (const KernelOptions& k : tiers()) {
+      std::vector<float> got(x.size() + 1, 7.0f), want(x.size());
+      // The cast under the changed register, in the portable tier's loop (a call, which the compiler cannot move
+      // across the register writes as it may move inline arithmetic); that loop is checked against inline casts
+      // under the default register below.
+      _mm_setcsr(saved | bits);
+      narrow_to_binary32(x, got, k);
+      narrow_to_binary32(x, want, ::roundoff::test::kernels_at(kernels::Isa::None));
+      _mm_setcsr(saved);
+      for (std::size_t i = 0; i < x.size(); ++i)
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(want[i]))
+            << "MXCSR bits " << bits << " tier " << static_cast<int>(k.isa_limit) << " i " << i << std::hexfloat
+            << " value " << x[i];
+      EXPECT_EQ(got[x.size()], 7.0f) << "wrote past the end";
+    }
+  }
 }
 
 }  // namespace
