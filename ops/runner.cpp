@@ -1,6 +1,9 @@
 #include "ops/runner.hpp"
 
 #include <algorithm>
+#include <bit>
+
+#include "numerics/binary32_values.hpp"
 
 #include "ops/activation.hpp"
 #include "ops/attention.hpp"
@@ -81,34 +84,48 @@ std::size_t output_index(Outputs outs, const void* y, std::size_t size) {
   throw std::logic_error("Runner: an op call writes a span that is not among its declared outputs");
 }
 
-/// Binary64 copies of the binary32 tensors of a call whose widths are mixed, one per tensor (keyed by its first
-/// element, so that an input aliasing an output reads the output's copy), for the binary64 body.
-struct Widened {
-  std::vector<std::pair<const void*, std::vector<double>>> copies;
+/// The other-width copies of a mixed-width call's tensors at the width T the call runs at (binary64 copies of its
+/// binary32 tensors, or binary32 copies of its binary64 ones), one per tensor, keyed by its first element so that
+/// an input aliasing an output reads the output's copy. Every conversion is exact (Runner::run checks that first).
+template <class T>
+struct Copies {
+  std::vector<std::pair<const void*, std::vector<T>>> copies;
 
-  std::vector<double>& of(const void* key, std::size_t size, const auto& widen) {
-    for (auto& [k, v] : copies)
-      if (k == key && v.size() == size) return v;
-    copies.emplace_back(key, widen());
+  template <class V>
+  std::span<T> of(const V& v) {
+    for (auto& [k, c] : copies)
+      if (k == v.data() && c.size() == v.size()) return c;
+    std::vector<T> c(v.size());
+    v.visit([&](auto src) {
+      using S = std::remove_const_t<typename decltype(src)::element_type>;
+      if constexpr (std::is_same_v<S, T>) std::copy(src.begin(), src.end(), c.begin());  // not a mixed call's
+      else if constexpr (std::is_same_v<T, double>) numerics::widen_binary32(src, c);
+      else numerics::narrow_to_binary32(src, c);
+    });
+    copies.emplace_back(v.data(), std::move(c));
     return copies.back().second;
+  }
+  /// The copy of v, if the call made one.
+  const std::vector<T>* find(const Values& v) const {
+    for (const auto& [k, c] : copies)
+      if (k == v.data() && c.size() == v.size()) return &c;
+    return nullptr;
   }
 };
 
-/// The emulated call's arguments: the caller's spans as they are, every unit. T: the element type of the call's
-/// Values / CValues; T = double with `widened` set when their widths are mixed (binary32 tensors read and written
-/// through binary64 copies, narrowed back by Runner::run).
+/// The emulated call's arguments: the caller's spans as they are, every unit. T: the width the call runs at; a
+/// Values / CValues of the other width (a mixed-width call) is read and written through `copies`, the outputs
+/// converted back by Runner::run.
 template <class T>
 struct EmulatedArgs {
-  Widened* widened = nullptr;
+  Copies<T>* copies = nullptr;
 
   std::span<T> out(Values y) const {
-    if constexpr (std::is_same_v<T, double>)
-      if (y.binary32()) return widened->of(y.data(), y.size(), [&] { return y.widened(); });
+    if (y.binary32() != std::is_same_v<T, float>) return copies->of(y);
     return y.as<T>();
   }
   std::span<const T> in(CValues x) const {
-    if constexpr (std::is_same_v<T, double>)
-      if (x.binary32()) return widened->of(x.data(), x.size(), [&] { return x.widened(); });
+    if (x.binary32() != std::is_same_v<T, float>) return copies->of(x);
     return x.as<T>();
   }
   /// Binary64 at every width (GEMM weights and weight gradients, the losses).
@@ -119,6 +136,13 @@ struct EmulatedArgs {
   /// A second context of the call (the online attention's softmax entry): the emulated one, as given.
   static const Ctx<Emulated>& context(const Ctx<Emulated>& emulated, const OpPrecision&) { return emulated; }
 };
+
+/// Whether every element of x is a binary32 value, bit for bit (NaN payloads included).
+bool binary32_exact(std::span<const double> x) {
+  return std::all_of(x.begin(), x.end(), [](double v) {
+    return std::bit_cast<std::uint64_t>(static_cast<double>(static_cast<float>(v))) == std::bit_cast<std::uint64_t>(v);
+  });
+}
 
 /// The shadow's Reference call's arguments: the reference outputs (snapshots of the outputs taken before the
 /// emulated call, so add-into gradients start from the same values), the inputs lifted to Ref (as |x| for
@@ -232,12 +256,31 @@ const Ctx<Emulated>& Runner::context(OpKind op, Pass pass, int layer) {
   return c;
 }
 
+Runner::Width Runner::width_of(Outputs outs, std::initializer_list<CValues> typed, const OpPrecision& prec) {
+  std::size_t n32 = 0, n64 = 0;
+  for (const CValues& v : typed) (v.binary32() ? n32 : n64) += v.size();
+  const bool any32 = std::ranges::any_of(typed, [](const CValues& v) { return v.binary32(); });
+  const bool any64 = std::ranges::any_of(typed, [](const CValues& v) { return !v.binary32(); });
+  if (!any32) return Width::Binary64;
+  if (!any64) return Width::Binary32;
+  // Mixed: convert the fewer elements. Narrowing is exact only when every binary64 value is a binary32 value and
+  // every binary64 output's storage fits binary32 (the binary32 body stores values of it).
+  if (n64 >= n32) return Width::Widened;
+  for (const Output& o : outs) {
+    const numerics::Format& f = o.format != nullptr ? *o.format : prec.storage;
+    const bool typed_out = std::ranges::any_of(typed, [&](const CValues& v) { return v.data() == o.data.data(); });
+    if (typed_out && !o.data.binary32() && !numerics::fits_binary32(f)) return Width::Widened;
+  }
+  for (const CValues& v : typed)
+    if (!v.binary32() && !binary32_exact(v.f64())) return Width::Widened;
+  return Width::Narrowed;
+}
+
 template <class Call>
 void Runner::run(Site s, Pass pass, std::int64_t n_units, Outputs outs, std::initializer_list<CValues> typed,
                  Call&& call, const AccReference& acc) {
   const std::size_t idx = index_of(s.op) * kPassCount + index_of(pass);
   const OpPrecision& prec = policy_.at(s.op, pass);
-  const auto binary32 = std::ranges::count_if(typed, [](const CValues& v) { return v.binary32(); });
   // A binary32 output holds values of its storage format exactly only when that format fits binary32.
   for (const Output& o : outs) {
     const numerics::Format& f = o.format != nullptr ? *o.format : prec.storage;
@@ -253,21 +296,36 @@ void Runner::run(Site s, Pass pass, std::int64_t n_units, Outputs outs, std::ini
   RefOuts refs, absr, before(outs.size());
   if (shadow)
     for (const Output& o : outs) refs.push_back(lift(o.data));
+  const Width width = width_of(outs, typed, prec);
+  ++widths_[static_cast<std::size_t>(width)];
   const auto emulated = [&] {
-    if (binary32 == std::ssize(typed) && binary32 > 0) {
-      EmulatedArgs<float> io;
-      call(c, io);
-    } else if (binary32 == 0) {
-      EmulatedArgs<double> io;
-      call(c, io);
-    } else {
-      Widened w;
-      EmulatedArgs<double> io{&w};
-      call(c, io);
-      for (const Output& o : outs)
-        if (o.data.binary32())
-          for (const auto& [key, copy] : w.copies)
-            if (key == o.data.data() && copy.size() == o.data.size()) narrow_into<double, float>(copy, o.data.f32());
+    switch (width) {
+      case Width::Binary64: {
+        EmulatedArgs<double> io;
+        return call(c, io);
+      }
+      case Width::Binary32: {
+        EmulatedArgs<float> io;
+        return call(c, io);
+      }
+      case Width::Widened: {
+        Copies<double> copies;
+        EmulatedArgs<double> io{&copies};
+        call(c, io);
+        for (const Output& o : outs)
+          if (const auto* w = o.data.binary32() ? copies.find(o.data) : nullptr)
+            numerics::narrow_to_binary32(std::span<const double>(*w), o.data.f32());
+        return;
+      }
+      case Width::Narrowed: {
+        Copies<float> copies;
+        EmulatedArgs<float> io{&copies};
+        call(c, io);
+        for (const Output& o : outs)
+          if (const auto* f = o.data.binary32() ? nullptr : copies.find(o.data))
+            numerics::widen_binary32(std::span<const float>(*f), o.data.f64());
+        return;
+      }
     }
   };
   if (profile_ != nullptr) {

@@ -20,6 +20,7 @@
 /// An observer (set_observer) sees every watched output of every op call right after it is computed: the
 /// model's non-finite scan, range telemetry and fault injection run there, so a forward or backward pass
 /// reads as a list of Runner calls.
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -122,6 +123,13 @@ class Runner {
   void set_fp8_counting(bool on) { fp8_count_ = on; }
   const std::map<std::string, Fp8CastCounts>& fp8_counts() const { return fp8_counts_; }
   void clear_fp8_counts() { fp8_counts_.clear(); }
+  /// How an op call ran, by the widths of its Values / CValues tensors: all binary64, all binary32, or mixed and
+  /// then on binary64 copies of the binary32 tensors (Widened) or on binary32 copies of the binary64 ones
+  /// (Narrowed: fewer elements, every value a binary32 value, every binary64 output's storage fitting binary32).
+  /// Every way gives the same bits.
+  enum class Width : std::uint8_t { Binary64, Binary32, Widened, Narrowed };
+  /// Op calls so far per Width (index: the enum's value), e.g. to see that a model's hot calls convert nothing.
+  const std::array<std::int64_t, 4>& width_counts() const { return widths_; }
   /// The model's number of transformer blocks, for block_keep()'s "last L" (0, the default: no layer counts as
   /// one of the last).
   void set_layer_count(int layers) { layers_ = layers; }
@@ -214,6 +222,9 @@ class Runner {
   void run(Site s, Pass pass, std::int64_t n_units, std::initializer_list<Output> outs,
            std::initializer_list<CValues> typed, Call&& call, const AccReference& acc = {});
 
+  /// The Width of a call (outs: its outputs; typed: its Values and CValues).
+  static Width width_of(std::initializer_list<Output> outs, std::initializer_list<CValues> typed,
+                        const OpPrecision& prec);
   /// The fp8 state slots of a GEMM call at site s under (op, pass) (nullptr when the entry has no per-tensor fp8).
   const Fp8Slots* fp8_slots(const Site& s, Pass pass);
 
@@ -236,6 +247,7 @@ class Runner {
   Sampling sampling_{};
   Profile* profile_ = nullptr;
   Observer observer_;
+  std::array<std::int64_t, 4> widths_{};
 };
 
 /// k of n units (all when k == 0 or k >= n), one per stratum [⌊i·n/k⌋, ⌊(i+1)·n/k⌋) at an offset hashed from

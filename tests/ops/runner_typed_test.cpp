@@ -5,6 +5,7 @@
 // fit binary32 is refused before the call, while binary32 inputs to binary64 outputs run widened.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -79,6 +80,7 @@ struct Result {
   std::vector<std::vector<double>> tensors;
   std::string tape;
   std::vector<Seen> seen;
+  std::array<std::int64_t, 4> widths{};  ///< Runner::width_counts()
 };
 
 // Every GEMM axis a multiple of 32 (the MX blocks; NVFP4's Hadamard transform needs 16).
@@ -199,6 +201,7 @@ Result run_sequence(const std::string& policy, Width width) {
   r.tensors.push_back(dwq);
   r.tensors.push_back(losses);
   r.tensors.push_back({loss});
+  r.widths = run.width_counts();
   std::ostringstream csv;
   tape.write_csv(csv);
   r.tape = csv.str();
@@ -221,9 +224,19 @@ TEST_P(RunnerTyped, EveryWidthGivesTheSameBitsTapeAndObservations) {
   const Result ref = run_sequence(policy, Width::Binary64);
   ASSERT_FALSE(ref.tape.empty());
   ASSERT_GT(ref.seen.size(), 30u);
+  using W = Runner::Width;
+  const auto count = [](const Result& r, W w) { return r.widths[static_cast<std::size_t>(w)]; };
+  EXPECT_EQ(count(ref, W::Binary32) + count(ref, W::Widened) + count(ref, W::Narrowed), 0);
   for (Width w : {Width::Binary32, Width::Mixed}) {
     const std::string what = policy + " " + name_of(w);
     const Result got = run_sequence(policy, w);
+    if (w == Width::Binary32) {
+      EXPECT_EQ(count(got, W::Binary64), 1) << what << ": rope_angles (no binary32 form) only";
+      EXPECT_EQ(count(got, W::Widened) + count(got, W::Narrowed), 0) << what;
+    } else {
+      EXPECT_GT(count(got, W::Widened), 0) << what << ": the sequence must test both conversions";
+      EXPECT_GT(count(got, W::Narrowed), 0) << what << ": the sequence must test both conversions";
+    }
     ASSERT_EQ(got.tensors.size(), ref.tensors.size()) << what;
     for (std::size_t i = 0; i < ref.tensors.size(); ++i)
       test::expect_same(got.tensors[i], ref.tensors[i], what + " tensor " + std::to_string(i), true,
@@ -272,6 +285,37 @@ TEST(RunnerTypedRefusal, ABinary32OutputUnderStorageBeyondBinary32IsRefusedBefor
   a.silu_forward({OpKind::Silu, 3, "silu"}, y64, x64, {4, 8});
   b.silu_forward({OpKind::Silu, 3, "silu"}, ymixed, x32, {4, 8});
   test::expect_same(ymixed, y64, "fp64 silu, binary32 input", true);
+}
+
+TEST(RunnerTypedMixed, SmallBinary64TensorsAreNarrowedWhenExactElseTheCallRunsWidened) {
+  using W = Runner::Width;
+  const std::vector<float> x32 = randn(64, 1.0, 12), w32 = randn(16, 0.5, 13);
+  const std::vector<double> x64(x32.begin(), x32.end()), w64(w32.begin(), w32.end());
+  std::vector<double> w_inexact = w64;
+  w_inexact[5] += std::ldexp(std::fabs(w_inexact[5]), -40);  // not a binary32 value
+  const RowShape rows{4, 16};
+  for (const char* policy : {"fp32", "ane-fp16"}) {
+    // x binary32 (64 values), w binary64 (16): narrowed when w's values are binary32 values.
+    for (const bool exact : {true, false}) {
+      const std::vector<double>& w = exact ? w64 : w_inexact;
+      Runner mixed(Policy::parse(policy), 3), plain(Policy::parse(policy), 3);
+      std::vector<float> y32(64), r32(4);
+      std::vector<double> y64(64), r64(4);
+      mixed.rmsnorm_forward({OpKind::RmsNorm, 0, "ln1"}, y32, r32, x32, w, rows, 1e-5);
+      plain.rmsnorm_forward({OpKind::RmsNorm, 0, "ln1"}, y64, r64, x64, w, rows, 1e-5);
+      EXPECT_EQ(mixed.width_counts()[static_cast<std::size_t>(exact ? W::Narrowed : W::Widened)], 1) << policy;
+      test::expect_same({y32.begin(), y32.end()}, y64, std::string(policy) + " y", true);
+      test::expect_same({r32.begin(), r32.end()}, r64, std::string(policy) + " rstd", true);
+      // The weight gradient: a binary64 add-into output (16 values) from binary32 dy, x (64 each).
+      std::vector<double> dw_mixed(16, 0.25), dw_plain(16, 0.25);
+      const std::vector<float> dy32 = randn(64, 1.0, 14);
+      const std::vector<double> dy64(dy32.begin(), dy32.end());
+      mixed.rmsnorm_backward_weight({OpKind::RmsNorm, 0, "ln1w"}, dw_mixed, dy32, x32, r32, rows);
+      plain.rmsnorm_backward_weight({OpKind::RmsNorm, 0, "ln1w"}, dw_plain, dy64, x64, r64, rows);
+      EXPECT_EQ(mixed.width_counts()[static_cast<std::size_t>(W::Narrowed)], exact ? 2 : 1) << policy;
+      test::expect_same(dw_mixed, dw_plain, std::string(policy) + " dw", true);
+    }
+  }
 }
 
 }  // namespace
