@@ -90,11 +90,14 @@ AccError compare_units(std::span<const double> y, std::span<const Ref> r, std::s
   return a;
 }
 
-RangeEvents range_events(std::span<const double> y, const numerics::Format& storage) {
+namespace {
+template <class T>
+RangeEvents range_events_of(std::span<const T> y, const numerics::Format& storage) {
   RangeEvents ev;
   const double tiny = numerics::min_normal(storage);
   ev.elements = static_cast<std::int64_t>(y.size());
-  for (double v : y) {
+  for (const T e : y) {
+    const double v = e;
     if (std::isnan(v)) {
       ++ev.nan;
     } else if (std::isinf(v)) {
@@ -107,6 +110,15 @@ RangeEvents range_events(std::span<const double> y, const numerics::Format& stor
     }
   }
   return ev;
+}
+}  // namespace
+
+RangeEvents range_events(std::span<const double> y, const numerics::Format& storage) {
+  return range_events_of(y, storage);
+}
+
+RangeEvents range_events(std::span<const float> y, const numerics::Format& storage) {
+  return range_events_of(y, storage);
 }
 
 std::string_view name_of(RecordKind k) {

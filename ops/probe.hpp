@@ -50,6 +50,8 @@ ErrorStats compare(std::span<const double> y, std::span<const Ref> r, const nume
 /// The same against a binary64 reference (e.g. a global reference model run in fp64).
 ErrorStats compare(std::span<const double> y, std::span<const double> r, const numerics::Format& storage);
 RangeEvents range_events(std::span<const double> y, const numerics::Format& storage);
+/// The same on binary32 elements (typed storage; the same counts as on their widened values).
+RangeEvents range_events(std::span<const float> y, const numerics::Format& storage);
 
 /// The shadow's error of a GEMM against the exact product of its quantized operands (ops/quant_shadow.hpp): the
 /// statistics of every compared element, and the normwise error ‖y_u − r_u‖₂ / ‖r_u‖₂ of each sampled unit u (an

@@ -20,6 +20,7 @@
 /// An observer (set_observer) sees every watched output of every op call right after it is computed: the
 /// model's non-finite scan, range telemetry and fault injection run there, so a forward or backward pass
 /// reads as a list of Runner calls.
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -37,6 +38,7 @@
 #include "ops/probe.hpp"
 #include "ops/profile.hpp"
 #include "ops/shape.hpp"
+#include "ops/values.hpp"
 
 namespace roundoff::ops {
 
@@ -66,7 +68,7 @@ struct Observation {
   Pass pass;
   int layer;
   std::string_view tensor;
-  std::span<double> data;
+  Values data;  ///< binary64 or binary32, as the caller's tensor (ops/values.hpp)
   const numerics::Format& storage;
 };
 using Observer = std::function<void(const Observation&)>;
@@ -121,48 +123,61 @@ class Runner {
   void set_fp8_counting(bool on) { fp8_count_ = on; }
   const std::map<std::string, Fp8CastCounts>& fp8_counts() const { return fp8_counts_; }
   void clear_fp8_counts() { fp8_counts_.clear(); }
+  /// How an op call ran, by the widths of its Values / CValues tensors: all binary64, all binary32, or mixed and
+  /// then on binary64 copies of the binary32 tensors (Widened) or on binary32 copies of the binary64 ones
+  /// (Narrowed: fewer elements, every value a binary32 value, every binary64 output's storage fitting binary32).
+  /// Every way gives the same bits.
+  enum class Width : std::uint8_t { Binary64, Binary32, Widened, Narrowed };
+  /// Op calls so far per Width (index: the enum's value), e.g. to see that a model's hot calls convert nothing.
+  const std::array<std::int64_t, 4>& width_counts() const { return widths_; }
   /// The model's number of transformer blocks, for block_keep()'s "last L" (0, the default: no layer counts as
   /// one of the last).
   void set_layer_count(int layers) { layers_ = layers; }
 
-  void embedding_forward(Site s, Span out, Tokens tokens, CSpan wte, RowShape sh);
-  void embedding_backward_weight(Site s, Span dwte, CSpan dout, Tokens tokens, RowShape sh);
-  void rmsnorm_forward(Site s, Span y, Span rstd, CSpan x, CSpan w, RowShape sh, double eps);
-  void rmsnorm_backward_data(Site s, Span dx, CSpan dy, CSpan x, CSpan w, CSpan rstd, RowShape sh);
-  void rmsnorm_backward_weight(Site s, Span dw, CSpan dy, CSpan x, CSpan rstd, RowShape sh);
-  void matmul_forward(Site s, Span y, CSpan x, CSpan w, MatmulShape sh);
-  void matmul_backward_data(Site s, Span dx, CSpan dy, CSpan w, MatmulShape sh);
-  void matmul_backward_weight(Site s, Span dw, CSpan dy, CSpan x, MatmulShape sh);
+  // Activations are Values / CValues (ops/values.hpp): binary64 or binary32 tensors. When every such tensor of a
+  // call is binary32 the op's binary32 body runs on them; when every one is binary64, its binary64 body; when the
+  // widths are mixed, the binary64 body on widened copies, its binary32 outputs narrowed back (exact: a binary32
+  // output must be in a storage format that fits binary32, else std::logic_error before the call). Weights,
+  // weight gradients (of the GEMMs) and the losses are binary64 (Span / CSpan) at every width. The same bits
+  // whatever the widths (tests/ops/runner_typed_test.cpp).
+  void embedding_forward(Site s, Values out, Tokens tokens, CValues wte, RowShape sh);
+  void embedding_backward_weight(Site s, Values dwte, CValues dout, Tokens tokens, RowShape sh);
+  void rmsnorm_forward(Site s, Values y, Values rstd, CValues x, CValues w, RowShape sh, double eps);
+  void rmsnorm_backward_data(Site s, Values dx, CValues dy, CValues x, CValues w, CValues rstd, RowShape sh);
+  void rmsnorm_backward_weight(Site s, Values dw, CValues dy, CValues x, CValues rstd, RowShape sh);
+  void matmul_forward(Site s, Values y, CValues x, CSpan w, MatmulShape sh);
+  void matmul_backward_data(Site s, Values dx, CValues dy, CSpan w, MatmulShape sh);
+  void matmul_backward_weight(Site s, Span dw, CValues dy, CValues x, MatmulShape sh);
   void rope_angles(Site s, Span cos_t, Span sin_t, std::int64_t T, std::int64_t hs, double base);
-  void rope_forward(Site s, Span y, CSpan x, CSpan cos_t, CSpan sin_t, AttnShape sh);
-  void rope_backward_data(Site s, Span dx, CSpan dy, CSpan cos_t, CSpan sin_t, AttnShape sh);
-  void attn_scores_forward(Site s, Span preatt, CSpan q, CSpan k, AttnShape sh);
-  void attn_scores_backward_data(Site s, Span dq, Span dk, CSpan dpreatt, CSpan q, CSpan k, AttnShape sh);
-  void softmax_forward(Site s, Span att, CSpan preatt, AttnShape sh);
-  void softmax_backward_data(Site s, Span dpreatt, CSpan datt, CSpan att, AttnShape sh);
-  void attn_values_forward(Site s, Span out, CSpan att, CSpan v, AttnShape sh);
-  void attn_values_backward_data(Site s, Span datt, Span dv, CSpan dout, CSpan att, CSpan v, AttnShape sh);
+  void rope_forward(Site s, Values y, CValues x, CValues cos_t, CValues sin_t, AttnShape sh);
+  void rope_backward_data(Site s, Values dx, CValues dy, CValues cos_t, CValues sin_t, AttnShape sh);
+  void attn_scores_forward(Site s, Values preatt, CValues q, CValues k, AttnShape sh);
+  void attn_scores_backward_data(Site s, Values dq, Values dk, CValues dpreatt, CValues q, CValues k, AttnShape sh);
+  void softmax_forward(Site s, Values att, CValues preatt, AttnShape sh);
+  void softmax_backward_data(Site s, Values dpreatt, CValues datt, CValues att, AttnShape sh);
+  void attn_values_forward(Site s, Values out, CValues att, CValues v, AttnShape sh);
+  void attn_values_backward_data(Site s, Values datt, Values dv, CValues dout, CValues att, CValues v, AttnShape sh);
   /// The online order of softmax·V (ops/online_attention.hpp, Policy::attention_order() == Online): y and the
   /// row log-sum-exp lse (B, NH, T) from preatt and v, under the Softmax and AttnValues forward entries. One
   /// fused op, so it is recorded (and sampled) as (attn-values, fwd) whatever s.op says: outputs "y" (ulps of
   /// attn-values storage) and "lse" (ulps of softmax storage); unit = head. Replaces softmax_forward +
   /// attn_values_forward.
-  void online_attention_forward(Site s, Span y, Span lse, CSpan preatt, CSpan v, AttnShape sh);
+  void online_attention_forward(Site s, Values y, Values lse, CValues preatt, CValues v, AttnShape sh);
   /// Backward of the online order, first step: att = exp(preatt − lse) under the (softmax, bwd-data) entry
   /// (recorded as that whatever s.op says; unit = query row); then attn_values_backward_data and
   /// softmax_backward_data run on this att exactly as in the materialised order. Overwrites att.
-  void softmax_from_lse(Site s, Span att, CSpan preatt, CSpan lse, AttnShape sh);
-  void silu_forward(Site s, Span y, CSpan x, RowShape sh);
-  void silu_backward_data(Site s, Span dx, CSpan dy, CSpan x, RowShape sh);
-  void swiglu_forward(Site s, Span h, CSpan a, CSpan u, RowShape sh);
-  void swiglu_backward_data(Site s, Span da, Span du, CSpan dh, CSpan a, CSpan u, RowShape sh);
-  void gelu_forward(Site s, Span y, CSpan x, RowShape sh, GeluForm form);
-  void gelu_backward_data(Site s, Span dx, CSpan dy, CSpan x, RowShape sh, GeluForm form);
-  void residual_forward(Site s, Span out, CSpan x, CSpan f, double alpha, RowShape sh);
-  void residual_backward_data(Site s, Span dx, Span df, CSpan dout, double alpha, RowShape sh);
-  /// Returns the mean loss over the N tokens, reduced in binary64.
-  double cross_entropy_forward(Site s, Span losses, Span probs, CSpan logits, Tokens targets, RowShape sh);
-  void cross_entropy_backward_data(Site s, Span dlogits, CSpan probs, Tokens targets, double grad_scale,
+  void softmax_from_lse(Site s, Values att, CValues preatt, CValues lse, AttnShape sh);
+  void silu_forward(Site s, Values y, CValues x, RowShape sh);
+  void silu_backward_data(Site s, Values dx, CValues dy, CValues x, RowShape sh);
+  void swiglu_forward(Site s, Values h, CValues a, CValues u, RowShape sh);
+  void swiglu_backward_data(Site s, Values da, Values du, CValues dh, CValues a, CValues u, RowShape sh);
+  void gelu_forward(Site s, Values y, CValues x, RowShape sh, GeluForm form);
+  void gelu_backward_data(Site s, Values dx, CValues dy, CValues x, RowShape sh, GeluForm form);
+  void residual_forward(Site s, Values out, CValues x, CValues f, double alpha, RowShape sh);
+  void residual_backward_data(Site s, Values dx, Values df, CValues dout, double alpha, RowShape sh);
+  /// Returns the mean loss over the N tokens, reduced in binary64 (the losses are binary64 at every width).
+  double cross_entropy_forward(Site s, Span losses, Values probs, CValues logits, Tokens targets, RowShape sh);
+  void cross_entropy_backward_data(Site s, Values dlogits, CValues probs, Tokens targets, double grad_scale,
                                    RowShape sh);
   /// AdamW on one parameter tensor (formats from the policy's tensor roles); t is the 1-based update count.
   void adamw_update(Site s, Span w, Span m, Span v, CSpan g, Span weights, const AdamWConfig& cfg, std::int64_t t);
@@ -185,7 +200,7 @@ class Runner {
   };
   struct Output {
     std::string_view name;
-    Span data;
+    Values data;
     UnitMap map;
     bool dot = false;  ///< a dot-product output: record the dot ratio (Reference rerun on |inputs|)
     const numerics::Format* format = nullptr;  ///< ulp format when not the op's storage (AdamW roles)
@@ -202,10 +217,14 @@ class Runner {
   /// nullopt when the call quantizes nothing. When it gives one, the first output's record gets OpRecord::acc.
   using AccReference = std::function<std::optional<std::vector<Ref>>(
       const Ctx<Emulated>&, std::span<const std::int64_t>, std::span<const Ref>)>;
+  /// `typed`: the call's Values and CValues arguments (outputs and inputs), whose widths choose the body.
   template <class Call>
-  void run(Site s, Pass pass, std::int64_t n_units, std::initializer_list<Output> outs, Call&& call,
-           const AccReference& acc = {});
+  void run(Site s, Pass pass, std::int64_t n_units, std::initializer_list<Output> outs,
+           std::initializer_list<CValues> typed, Call&& call, const AccReference& acc = {});
 
+  /// The Width of a call (outs: its outputs; typed: its Values and CValues).
+  static Width width_of(std::initializer_list<Output> outs, std::initializer_list<CValues> typed,
+                        const OpPrecision& prec);
   /// The fp8 state slots of a GEMM call at site s under (op, pass) (nullptr when the entry has no per-tensor fp8).
   const Fp8Slots* fp8_slots(const Site& s, Pass pass);
 
@@ -228,6 +247,7 @@ class Runner {
   Sampling sampling_{};
   Profile* profile_ = nullptr;
   Observer observer_;
+  std::array<std::int64_t, 4> widths_{};
 };
 
 /// k of n units (all when k == 0 or k >= n), one per stratum [⌊i·n/k⌋, ⌊(i+1)·n/k⌋) at an offset hashed from

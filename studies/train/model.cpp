@@ -53,14 +53,19 @@ std::optional<ops::GeluForm> gelu_form(Ffn f) {
 using Span = std::span<double>;
 using CSpan = std::span<const double>;
 
-double rms(CSpan x) {
+template <class T>
+double rms(std::span<const T> x) {
   double s = 0;
   for (const double v : x) s += v * v;
   return x.empty() ? 0.0 : std::sqrt(s / static_cast<double>(x.size()));
 }
+double rms(CSpan x) { return rms<double>(x); }
 
 /// True when every element of x is finite (numerics::all_finite; ranges split over the threads when x spans
 /// several, a logical and needs no order).
+bool all_finite(std::span<const float> x) {
+  return std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); });
+}
 bool all_finite(CSpan x) {
   constexpr std::size_t kChunk = std::size_t{1} << 15;
   if (x.size() <= 2 * kChunk) return numerics::all_finite(x);
@@ -74,10 +79,15 @@ bool all_finite(CSpan x) {
   return ok;
 }
 
-double max_abs(CSpan x) {
+template <class T>
+double max_abs(std::span<const T> x) {
   double m = 0;
   for (const double v : x) m = std::max(m, std::fabs(v));
   return m;
+}
+double max_abs(CSpan x) { return max_abs<double>(x); }
+double max_abs(ops::CValues x) {
+  return x.visit([](auto d) { return max_abs<typename decltype(d)::value_type>(d); });
 }
 
 /// Profile phases of the output scans (Transformer::set_profile).
@@ -230,7 +240,9 @@ void Transformer::inject(std::int64_t step, OpKind op, int layer, std::string te
 void Transformer::observe(StepTelemetry* tel, const ops::Observation& o) {
   if (o.pass == Pass::Forward && current_step_ == inject_step_ && o.op == inject_op_ && o.layer == inject_layer_ &&
       o.tensor == inject_tensor_)
-    for (double& v : o.data) v *= inject_factor_;
+    o.data.visit([&](auto d) {
+      for (auto& v : d) v = static_cast<std::remove_reference_t<decltype(v)>>(v * inject_factor_);
+    });
   check(tel, o.op, o.pass, o.layer, o.tensor, o.data);
   op_statistics(tel, o);
 }
@@ -262,16 +274,17 @@ void Transformer::stream_statistics(StepTelemetry* tel, int layer, CSpan x) {
   });
 }
 
-void Transformer::check(StepTelemetry* tel, OpKind op, Pass pass, int layer, std::string_view tensor, CSpan y) {
+void Transformer::check(StepTelemetry* tel, OpKind op, Pass pass, int layer, std::string_view tensor,
+                        ops::CValues y) {
   if (tel == nullptr) return;
   if (tel->first_nonfinite_op.empty())
     ops::timed_phase(profile_, kOutputChecks, [&] {
-      if (!all_finite(y)) tel->first_nonfinite_op = site_name(op, pass, layer, tensor);
+      if (!y.visit([](auto d) { return all_finite(d); })) tel->first_nonfinite_op = site_name(op, pass, layer, tensor);
     });
   if (!tel->detailed || tel->log == nullptr) return;
   ops::timed_phase(profile_, kRangeTelemetry, [&] {
     const numerics::Format& storage = runner_.policy().at(op, pass).storage;
-    const ops::RangeEvents ev = ops::range_events(y, storage);
+    const ops::RangeEvents ev = y.visit([&](auto d) { return ops::range_events(d, storage); });
     const auto on = ops::name_of(op), pn = ops::name_of(pass);
     tel->log->telemetry(tel->step, layer, on, pn, tensor, "inf", static_cast<double>(ev.inf));
     tel->log->telemetry(tel->step, layer, on, pn, tensor, "nan", static_cast<double>(ev.nan));

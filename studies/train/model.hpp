@@ -311,7 +311,7 @@ class Transformer final : public Model {
   void observe(StepTelemetry* tel, const ops::Observation& o);
   /// Scans y for non-finite values (names the first op) and, at detailed steps, logs its range events.
   void check(StepTelemetry* tel, ops::OpKind op, ops::Pass pass, int layer, std::string_view tensor,
-             std::span<const double> y);
+             ops::CValues y);
   /// Runs `reference` on the same batch, weights and loss scale, then records every saved activation and
   /// every weight gradient of this model's last pass (gradients `grads`) against the reference's in `tape`.
   void record_global(std::int64_t step, const Batch& b, std::span<const double> master, double loss_scale,

@@ -29,7 +29,7 @@ TEST(RunnerObserver, SeesEveryWatchedOutputAfterTheCallUnderItsName) {
   Runner run(Policy::preset("ane-fp16"), 7);
   std::vector<Seen> seen;
   run.set_observer([&](const Observation& o) {
-    seen.push_back({o.op, o.pass, o.layer, std::string(o.tensor), {o.data.begin(), o.data.end()},
+    seen.push_back({o.op, o.pass, o.layer, std::string(o.tensor), o.data.widened(),
                     numerics::name_of(o.storage)});
   });
   const std::int64_t N = 4, C = 8;
@@ -70,7 +70,7 @@ TEST(RunnerObserver, SeesEveryWatchedOutputAfterTheCallUnderItsName) {
 TEST(RunnerObserver, WritesOfTheObserverReachTheOutput) {
   Runner run(Policy::preset("fp32"));
   run.set_observer([](const Observation& o) {
-    for (double& v : o.data) v *= 2.0;
+    for (double& v : o.data.f64()) v *= 2.0;
   });
   const std::vector<double> x = ramp(8, 1.0), f = ramp(8, 0.5);
   std::vector<double> out(8), plain(8);

@@ -1,0 +1,122 @@
+#pragma once
+/// \file values.hpp
+/// A tensor's elements in binary64 or binary32 storage (typed storage, issue 45): the argument type of the
+/// ops::Runner methods whose op has a body on binary32 tensors, so that one Runner call serves a model whose
+/// activations are `double` (a storage format beyond binary32) or `float` (every format that fits binary32).
+///
+///   std::vector<float> x(n), y(n);
+///   run.silu_forward(site, y, x, {rows, cols});   // Values / CValues from the vectors, binary32
+///
+/// Values views mutable elements (an op's output), CValues read-only ones (an input). Both convert implicitly from
+/// a contiguous range of double or float (std::vector, std::span) and hold the width as a run-time tag; the
+/// Runner picks the op's binary32 or binary64 body from the tags of a call's tensors (ops/runner.hpp).
+#include <concepts>
+#include <cstddef>
+#include <ranges>
+#include <span>
+#include <stdexcept>
+#include <type_traits>
+#include <vector>
+
+namespace roundoff::ops {
+
+namespace detail {
+template <class R, class T>
+concept RangeOf = std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
+                  std::same_as<std::remove_const_t<std::ranges::range_value_t<R>>, T>;
+[[noreturn]] inline void throw_width(bool binary32) {
+  throw std::logic_error(binary32 ? "ops::Values: binary64 elements requested from a binary32 tensor"
+                                  : "ops::Values: binary32 elements requested from a binary64 tensor");
+}
+}  // namespace detail
+
+/// Mutable elements, binary64 or binary32.
+class Values {
+ public:
+  Values() = default;
+  Values(std::span<double> d) : d_(d) {}  // NOLINT(google-explicit-constructor): a view, like std::span
+  Values(std::span<float> f) : f_(f), binary32_(true) {}  // NOLINT(google-explicit-constructor)
+  Values(std::vector<double>& d) : d_(d) {}  // NOLINT(google-explicit-constructor)
+  Values(std::vector<float>& f) : f_(f), binary32_(true) {}  // NOLINT(google-explicit-constructor)
+
+  bool binary32() const { return binary32_; }
+  std::size_t size() const { return binary32_ ? f_.size() : d_.size(); }
+  bool empty() const { return size() == 0; }
+  const void* data() const { return binary32_ ? static_cast<const void*>(f_.data()) : d_.data(); }
+  /// The elements as T (double or float); std::logic_error when the tensor has the other width.
+  template <class T>
+  std::span<T> as() const {
+    if constexpr (std::is_same_v<T, float>) {
+      if (!binary32_) detail::throw_width(false);
+      return f_;
+    } else {
+      static_assert(std::is_same_v<T, double>);
+      if (binary32_) detail::throw_width(true);
+      return d_;
+    }
+  }
+  std::span<double> f64() const { return as<double>(); }
+  std::span<float> f32() const { return as<float>(); }
+  /// Element i widened (exact).
+  double operator[](std::size_t i) const { return binary32_ ? static_cast<double>(f_[i]) : d_[i]; }
+  /// f(span) on the elements at their own width.
+  template <class F>
+  decltype(auto) visit(F&& f) const {
+    return binary32_ ? f(f_) : f(d_);
+  }
+  /// A binary64 copy (exact).
+  std::vector<double> widened() const {
+    return binary32_ ? std::vector<double>(f_.begin(), f_.end()) : std::vector<double>(d_.begin(), d_.end());
+  }
+
+ private:
+  std::span<double> d_;
+  std::span<float> f_;
+  bool binary32_ = false;
+};
+
+/// Read-only elements, binary64 or binary32.
+class CValues {
+ public:
+  CValues() = default;
+  CValues(Values v)  // NOLINT(google-explicit-constructor)
+      : d_(v.binary32() ? std::span<const double>() : std::span<const double>(v.f64())),
+        f_(v.binary32() ? std::span<const float>(v.f32()) : std::span<const float>()), binary32_(v.binary32()) {}
+  template <detail::RangeOf<double> R>
+  CValues(const R& r) : d_(std::span<const double>(r)) {}  // NOLINT(google-explicit-constructor)
+  template <detail::RangeOf<float> R>
+  CValues(const R& r) : f_(std::span<const float>(r)), binary32_(true) {}  // NOLINT(google-explicit-constructor)
+
+  bool binary32() const { return binary32_; }
+  std::size_t size() const { return binary32_ ? f_.size() : d_.size(); }
+  bool empty() const { return size() == 0; }
+  const void* data() const { return binary32_ ? static_cast<const void*>(f_.data()) : d_.data(); }
+  template <class T>
+  std::span<const T> as() const {
+    if constexpr (std::is_same_v<T, float>) {
+      if (!binary32_) detail::throw_width(false);
+      return f_;
+    } else {
+      static_assert(std::is_same_v<T, double>);
+      if (binary32_) detail::throw_width(true);
+      return d_;
+    }
+  }
+  std::span<const double> f64() const { return as<double>(); }
+  std::span<const float> f32() const { return as<float>(); }
+  double operator[](std::size_t i) const { return binary32_ ? static_cast<double>(f_[i]) : d_[i]; }
+  template <class F>
+  decltype(auto) visit(F&& f) const {
+    return binary32_ ? f(f_) : f(d_);
+  }
+  std::vector<double> widened() const {
+    return binary32_ ? std::vector<double>(f_.begin(), f_.end()) : std::vector<double>(d_.begin(), d_.end());
+  }
+
+ private:
+  std::span<const double> d_;
+  std::span<const float> f_;
+  bool binary32_ = false;
+};
+
+}  // namespace roundoff::ops
