@@ -604,9 +604,7 @@ void attn_values_forward_io(std::span<S> out, std::span<const S> att, std::span<
         for (std::size_t d = 0; d < hs; ++d)
           row[d] = ctx.store(ctx.dot(ah.data() + t * T, 1, vh.data() + d, s.hs, t + 1, k_dot(d)), k_store(d));
       }
-      if constexpr (!direct)
-        std::transform(row.begin(), row.end(), out.begin() + static_cast<std::ptrdiff_t>(e0),
-                       [](const V& x) { return static_cast<S>(x); });
+      if constexpr (!direct) narrow_into<V, S>(row, out.subspan(e0, hs));  // exact: values of storage
     }
   });
 }

@@ -10,6 +10,7 @@
 /// Values views mutable elements (an op's output), CValues read-only ones (an input). Both convert implicitly from
 /// a contiguous range of double or float (std::vector, std::span) and hold the width as a run-time tag; the
 /// Runner picks the op's binary32 or binary64 body from the tags of a call's tensors (ops/runner.hpp).
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <ranges>
@@ -118,5 +119,68 @@ class CValues {
   std::span<const float> f_;
   bool binary32_ = false;
 };
+
+/// An owning tensor of either width (a model's activations): sized with its width, read and written through
+/// Values / CValues (the Runner's argument types; implicit, like a std::vector's conversion to std::span).
+///
+///   ops::Buffer h;
+///   h.resize(N * C, /*binary32=*/true);
+///   run.rmsnorm_forward(site, h, rstd, x, w, rows, eps);
+class Buffer {
+ public:
+  /// n elements of the given width, +0 when new (a width change drops the other width's elements).
+  void resize(std::size_t n, bool binary32) {
+    if (binary32 != binary32_) {
+      std::vector<double>().swap(d_);
+      std::vector<float>().swap(f_);
+      binary32_ = binary32;
+    }
+    if (binary32_) f_.resize(n);
+    else d_.resize(n);
+  }
+  /// Frees the elements (size 0, the width kept).
+  void release() {
+    std::vector<double>().swap(d_);
+    std::vector<float>().swap(f_);
+  }
+  bool binary32() const { return binary32_; }
+  std::size_t size() const { return binary32_ ? f_.size() : d_.size(); }
+  bool empty() const { return size() == 0; }
+  Values values() { return binary32_ ? Values(f_) : Values(d_); }
+  CValues cvalues() const { return binary32_ ? CValues(f_) : CValues(d_); }
+  operator Values() { return values(); }  // NOLINT(google-explicit-constructor)
+  operator CValues() const { return cvalues(); }  // NOLINT(google-explicit-constructor)
+  /// Every element +0.
+  void zero() {
+    if (binary32_) std::fill(f_.begin(), f_.end(), 0.0f);
+    else std::fill(d_.begin(), d_.end(), 0.0);
+  }
+  /// The elements of `from` (the same size), converted exactly: a binary64 value stored into binary32 must be a
+  /// binary32 value (std::logic_error otherwise, before anything is written).
+  void assign(CValues from);
+
+ private:
+  std::vector<double> d_;
+  std::vector<float> f_;
+  bool binary32_ = false;
+};
+
+inline void Buffer::assign(CValues from) {
+  if (from.size() != size()) throw std::logic_error("ops::Buffer::assign: sizes differ");
+  if (!binary32_) {
+    for (std::size_t i = 0; i < d_.size(); ++i) d_[i] = from[i];
+    return;
+  }
+  if (from.binary32()) {
+    const std::span<const float> f = from.f32();
+    std::copy(f.begin(), f.end(), f_.begin());
+    return;
+  }
+  const std::span<const double> d = from.f64();
+  for (const double v : d)
+    if (static_cast<double>(static_cast<float>(v)) != v && v == v)
+      throw std::logic_error("ops::Buffer::assign: a binary64 value that is not a binary32 value");
+  for (std::size_t i = 0; i < d.size(); ++i) f_[i] = static_cast<float>(d[i]);
+}
 
 }  // namespace roundoff::ops

@@ -53,13 +53,39 @@ std::optional<ops::GeluForm> gelu_form(Ffn f) {
 using Span = std::span<double>;
 using CSpan = std::span<const double>;
 
+std::vector<double> wide(ops::CValues v) { return v.widened(); }
+
+/// y ← v (the same size); exact: v holds values of y's width (binary32 values when y is binary32).
+void store(ops::Values y, std::span<const double> v) {
+  y.visit([&](auto d) {
+    using T = typename decltype(d)::value_type;
+    for (std::size_t i = 0; i < v.size(); ++i) d[i] = static_cast<T>(v[i]);
+  });
+}
+
+/// full (rows, NH·hs) ← kv (rows, NKV·hs) tiled to the query heads by head_map (exact copies, one width).
+void tile(ops::Buffer& full, const ops::Buffer& kv, std::span<const int> head_map, std::int64_t kv_heads,
+          std::int64_t hs) {
+  ops::Values(full).visit([&](auto f) {
+    using T = typename decltype(f)::value_type;
+    ops::kv_tile<T>(f, ops::CValues(kv).as<T>(), head_map, kv_heads, hs);
+  });
+}
+
+/// y ← x, two tensors of one width (a Buffer's copy: the residual stream into a block's saved input, h = x).
+void copy_into(ops::Values y, ops::CValues x) {
+  y.visit([&](auto d) {
+    const auto src = x.as<typename decltype(d)::value_type>();
+    std::copy(src.begin(), src.end(), d.begin());
+  });
+}
+
 template <class T>
 double rms(std::span<const T> x) {
   double s = 0;
   for (const double v : x) s += v * v;
   return x.empty() ? 0.0 : std::sqrt(s / static_cast<double>(x.size()));
 }
-double rms(CSpan x) { return rms<double>(x); }
 
 /// True when every element of x is finite (numerics::all_finite; ranges split over the threads when x spans
 /// several, a logical and needs no order).
@@ -85,9 +111,11 @@ double max_abs(std::span<const T> x) {
   for (const double v : x) m = std::max(m, std::fabs(v));
   return m;
 }
-double max_abs(CSpan x) { return max_abs<double>(x); }
 double max_abs(ops::CValues x) {
   return x.visit([](auto d) { return max_abs<typename decltype(d)::value_type>(d); });
+}
+double rms(ops::CValues x) {
+  return x.visit([](auto d) { return rms<typename decltype(d)::value_type>(d); });
 }
 
 /// Profile phases of the output scans (Transformer::set_profile).
@@ -149,6 +177,9 @@ Transformer::Transformer(const ModelConfig& c, ResidualScale residual, const ops
                          const ops::ExecOptions& exec)
     : c_(c), rule_(residual_rule(residual, c.layers)), lay_(param_layout(c)), runner_(policy, seed, exec) {
   c_.validate();
+  act32_ = true;
+  for (const OpKind op : ops::kAllOps)
+    for (const Pass pass : ops::kAllPasses) act32_ = act32_ && numerics::fits_binary32(policy.at(op, pass).storage);
   runner_.set_layer_count(c_.layers);  // the policy's block-keep=F:L counts the last blocks from here
   const GqaMap fwd = c_.defects.gqa_mismatch ? GqaMap::Cyclic : c_.gqa_map;
   const GqaMap bwd = c_.defects.gqa_mismatch ? GqaMap::Block : c_.gqa_map;
@@ -158,14 +189,19 @@ Transformer::Transformer(const ModelConfig& c, ResidualScale residual, const ops
   }
 }
 
-void Transformer::norm_backward_data(ops::Site s, std::span<double> dx, std::span<const double> dy,
-                                     std::span<const double> x, std::span<const double> w,
-                                     std::span<const double> rstd, ops::RowShape sh) {
+void Transformer::norm_backward_data(ops::Site s, ops::Values dx, ops::CValues dy, ops::CValues x,
+                                     std::span<const double> w, ops::CValues rstd, ops::RowShape sh) {
   // Unobserved either way: the defect bypasses the Runner, so the callers check dx themselves.
-  if (c_.defects.rmsnorm_bwd)
-    rmsnorm_backward_data_defect(dx, dy, x, w, rstd, sh, runner_.context(OpKind::RmsNorm, Pass::BackwardData));
-  else
+  if (c_.defects.rmsnorm_bwd) {
+    // The defect's body is binary64: binary32 tensors through widened copies, dx (added into) narrowed back exactly
+    // (values of the entry's storage, which fits binary32 when the activations are binary32).
+    std::vector<double> dx64 = ops::CValues(dx).widened();
+    rmsnorm_backward_data_defect(dx64, wide(dy), wide(x), w, wide(rstd), sh,
+                                 runner_.context(OpKind::RmsNorm, Pass::BackwardData));
+    store(dx, dx64);
+  } else {
     runner_.rmsnorm_backward_data({s.op, s.layer, s.tensor, ops::Observe::Off}, dx, dy, x, w, rstd, sh);
+  }
 }
 
 Transformer::Dims Transformer::dims_of(const Batch& bt) const {
@@ -184,7 +220,7 @@ void Transformer::allocate_forward(const Dims& d) {
     const bool pre = !rule_.post_norm, post = rule_.post_norm, swiglu = !gelu_form(c_.ffn).has_value();
     const bool online = runner_.policy().attention_order() == ops::AttentionOrder::Online;
     // Unused tensors of the variant stay empty (their sizes 0).
-    auto size = [](std::vector<double>& v, std::size_t n, bool used = true) { v.resize(used ? n : v.size()); };
+    auto size = [this](ops::Buffer& v, std::size_t n, bool used = true) { v.resize(used ? n : v.size(), act32_); };
     acts_.resize(static_cast<std::size_t>(c_.layers));
     for (LayerActs& L : acts_) {
       size(L.x_in, NC), size(L.h1, NC), size(L.r1, N, pre);
@@ -197,7 +233,7 @@ void Transformer::allocate_forward(const Dims& d) {
     }
     size(x_, NC), size(x_final_, NC), size(xf_, NC), size(rf_, N);
     size(logits_, static_cast<std::size_t>(d.N * d.V)), size(probs_, static_cast<std::size_t>(d.N * d.V));
-    size(losses_, N);
+    losses_.resize(N);
   });
 }
 
@@ -211,7 +247,7 @@ void Transformer::allocate_backward(const Dims& d) {
     const bool post = rule_.post_norm, swiglu = !gelu_form(c_.ffn).has_value();
     const bool remap = d.gqa() && bwd_map_ != fwd_map_;
     BackwardBuffers& b = bw_;
-    auto size = [](std::vector<double>& v, std::size_t n, bool used = true) { v.resize(used ? n : v.size()); };
+    auto size = [this](ops::Buffer& v, std::size_t n, bool used = true) { v.resize(used ? n : v.size(), act32_); };
     size(b.dlogits, static_cast<std::size_t>(d.N * d.V));
     for (auto* v : {&b.dxf, &b.dx, &b.dxi, &b.dxm, &b.df, &b.dh2, &b.dout, &b.dy, &b.dvt, &b.dqr, &b.dkrt, &b.dq,
                     &b.dh1})
@@ -224,8 +260,8 @@ void Transformer::allocate_backward(const Dims& d) {
   });
 }
 
-std::span<double> Transformer::zeros(std::vector<double>& v) {
-  std::fill(v.begin(), v.end(), 0.0);
+ops::Values Transformer::zeros(ops::Buffer& v) {
+  v.zero();
   return v;
 }
 
@@ -266,7 +302,7 @@ void Transformer::op_statistics(StepTelemetry* tel, const ops::Observation& o) {
   }
 }
 
-void Transformer::stream_statistics(StepTelemetry* tel, int layer, CSpan x) {
+void Transformer::stream_statistics(StepTelemetry* tel, int layer, ops::CValues x) {
   if (tel == nullptr || !tel->detailed || tel->log == nullptr) return;
   ops::timed_phase(profile_, kRangeTelemetry, [&] {
     tel->log->telemetry(tel->step, layer, "stream", "fwd", "x", "max_abs", max_abs(x));
@@ -295,16 +331,17 @@ void Transformer::check(StepTelemetry* tel, OpKind op, Pass pass, int layer, std
   });
 }
 
-void Transformer::check_norm(StepTelemetry* tel, int layer, std::string_view tensor, CSpan x, CSpan rstd,
-                             std::int64_t cols) {
+void Transformer::check_norm(StepTelemetry* tel, int layer, std::string_view tensor, ops::CValues x,
+                             ops::CValues rstd, std::int64_t cols) {
   if (tel == nullptr) return;
   std::int64_t collapsed = 0;
   ops::timed_phase(profile_, kOutputChecks, [&] {
     const auto C = static_cast<std::size_t>(cols);
     for (std::size_t r = 0; r < rstd.size(); ++r) {
       if (rstd[r] != 0.0) continue;
-      const CSpan row = x.subspan(r * C, C);
-      if (std::any_of(row.begin(), row.end(), [](double v) { return v != 0.0; })) ++collapsed;
+      bool nonzero = false;
+      for (std::size_t i = r * C; i < (r + 1) * C && !nonzero; ++i) nonzero = x[i] != 0.0;
+      if (nonzero) ++collapsed;
     }
   });
   if (collapsed > 0 && tel->first_collapsed_norm.empty())
@@ -329,14 +366,14 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
   sin_.assign(cos_.size(), 0.0);
   // cos θ, sin θ (T, hs/2), θ = t·base^(−2i/hs)
   runner_.rope_angles({OpKind::RopeAngles, -1, "rope"}, cos_, sin_, d.T, d.hs, c_.rope_base);
-  std::vector<double>& x = x_;
+  ops::Buffer& x = x_;
   // x (N, C) = wte[inputs]
   runner_.embedding_forward({OpKind::Embedding, -1, "x0"}, x, bt.inputs, p.wte, rows);
 
   for (int l = 0; l < c_.layers; ++l) {
     LayerActs& L = acts_[static_cast<std::size_t>(l)];
     const BlockParams<const double> w = block_params(p, l);
-    std::copy(x.begin(), x.end(), L.x_in.begin());
+    copy_into(L.x_in, x);
     // --- attention ---
     // h1 (N, C) = rmsnorm(x_in) ⊙ ln1w, r1 (N) = rstd
     norm_in(tel, {OpKind::RmsNorm, l, "ln1"}, L.h1, L.r1, L.x_in, w.ln1w, rows);
@@ -348,7 +385,7 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
     runner_.rope_forward({OpKind::RopeRotate, l, "q"}, L.qr, L.q, cos_, sin_, ash);
     runner_.rope_forward({OpKind::RopeRotate, l, "k"}, L.kr, L.k, cos_, sin_, kv_ash);
     // kt, vt (B, T, NH·hs): the K and V each query head reads
-    const CSpan kt = kv_for_heads(L.kt, L.kr, d), vt = kv_for_heads(L.vt, L.v, d);
+    const ops::CValues kt = kv_for_heads(L.kt, L.kr, d), vt = kv_for_heads(L.vt, L.v, d);
     // preatt (B, NH, T, T) = qr·ktᵀ/√hs, causal
     runner_.attn_scores_forward({OpKind::AttnScores, l, "scores"}, L.preatt, L.qr, kt, ash);
     // att (B, NH, T, T) = softmax(preatt) by row; y (N, C) = att·vt per head
@@ -371,7 +408,7 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
     stream_statistics(tel, l, x);
   }
   // --- head ---
-  std::copy(x.begin(), x.end(), x_final_.begin());
+  copy_into(x_final_, x);
   // xf (N, C) = rmsnorm(x_final) ⊙ lnfw, rf (N)
   norm(tel, {OpKind::RmsNorm, -1, "lnf"}, xf_, rf_, x_final_, p.lnfw, rows, c_.norm_eps);
   // logits (N, V) = xf · Wclsᵀ
@@ -381,31 +418,31 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
                                              {N, V});
 }
 
-void Transformer::norm(StepTelemetry* tel, ops::Site s, Span y, Span rstd, CSpan x, CSpan w, ops::RowShape rows,
-                       double eps) {
+void Transformer::norm(StepTelemetry* tel, ops::Site s, ops::Values y, ops::Values rstd, ops::CValues x, CSpan w,
+                       ops::RowShape rows, double eps) {
   runner_.rmsnorm_forward(s, y, rstd, x, w, rows, eps);
   check_norm(tel, s.layer, s.tensor, x, rstd, rows.cols);
 }
 
-void Transformer::norm_in(StepTelemetry* tel, ops::Site s, Span h, Span rstd, CSpan x, CSpan w, ops::RowShape rows) {
-  if (rule_.post_norm) std::copy(x.begin(), x.end(), h.begin());  // Post-Norm (DeepNorm): h = x
+void Transformer::norm_in(StepTelemetry* tel, ops::Site s, ops::Values h, ops::Values rstd, ops::CValues x, CSpan w,
+                          ops::RowShape rows) {
+  if (rule_.post_norm) copy_into(h, x);  // Post-Norm (DeepNorm): h = x
   else norm(tel, s, h, rstd, x, w, rows, c_.norm_eps);
 }
 
-void Transformer::norm_out(StepTelemetry* tel, ops::Site s, Span y, Span rstd, CSpan pre, CSpan w,
-                           ops::RowShape rows) {
+void Transformer::norm_out(StepTelemetry* tel, ops::Site s, ops::Values y, ops::Values rstd, ops::CValues pre,
+                           CSpan w, ops::RowShape rows) {
   if (rule_.post_norm) norm(tel, s, y, rstd, pre, w, rows, c_.norm_eps * rule_.post_norm_eps_factor);
-  else std::copy(pre.begin(), pre.end(), y.begin());  // Pre-Norm: y = pre
+  else copy_into(y, pre);  // Pre-Norm: y = pre
 }
 
-Transformer::CSpan Transformer::kv_for_heads(std::vector<double>& tiled, const std::vector<double>& kv,
-                                             const Dims& d) {
+ops::CValues Transformer::kv_for_heads(ops::Buffer& tiled, const ops::Buffer& kv, const Dims& d) {
   if (!d.gqa()) return kv;
-  ops::kv_tile<double>(tiled, kv, fwd_map_, d.NKV, d.hs);  // exact copies by the forward head map
+  tile(tiled, kv, fwd_map_, d.NKV, d.hs);  // exact copies by the forward head map
   return tiled;
 }
 
-void Transformer::attention_forward(StepTelemetry* tel, int l, LayerActs& L, CSpan vt, ops::AttnShape ash) {
+void Transformer::attention_forward(StepTelemetry* tel, int l, LayerActs& L, ops::CValues vt, ops::AttnShape ash) {
   switch (runner_.policy().attention_order()) {
     case ops::AttentionOrder::Materialised:
       // att (B, NH, T, T) = softmax(preatt) by row; y (N, C) = att·vt per head
@@ -518,10 +555,10 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
 
   BackwardBuffers& b = bw_;
   // dlogits (N, V) = (probs − onehot)·scale/N; dxf (N, C) = dlogits · Wcls; dWcls (V, C) += dlogitsᵀ · xf
-  const Span dlogits = zeros(b.dlogits);
+  const ops::Values dlogits = zeros(b.dlogits);
   runner_.cross_entropy_backward_data({OpKind::CrossEntropy, -1, "dlogits"}, dlogits, probs_, bt.targets,
                                       loss_scale / static_cast<double>(N), {N, V});
-  const Span dxf = zeros(b.dxf);
+  const ops::Values dxf = zeros(b.dxf);
   runner_.matmul_backward_data({OpKind::Classifier, -1, "dx", ops::Observe::Outputs, "logits"}, dxf, dlogits, wcls, {N, C, V});
   with_grad(
       g, dwcls,
@@ -531,7 +568,7 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
       },
       /*last=*/!c_.tie_embeddings);  // tied: the embedding's scatter-add below adds into the same slice
   zeros(b.dx);
-  std::vector<double>& dx = b.dx;
+  ops::Buffer& dx = b.dx;
   // dx (N, C), dlnfw (C) through the final norm
   norm_backward_data({OpKind::RmsNorm, -1, "lnf"}, dx, dxf, x_final_, p.lnfw, rf_, rows);
   with_grad(g, grad_slot(ParamTensor::FinalNorm, 0), [&](Span dw) {
@@ -544,17 +581,17 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
     const BlockParams<const double> w = block_params(p, l);
     // --- feed-forward half: x_out = x_mid + β·f ---
     // dpre2 (N, C) = dx
-    const CSpan dpre2 = norm_out_backward(tel, {OpKind::RmsNorm, l, "post2"}, "ln2w", b.dpre2, dx, L.pre2, w.ln2w,
+    const ops::CValues dpre2 = norm_out_backward(tel, {OpKind::RmsNorm, l, "post2"}, "ln2w", b.dpre2, dx, L.pre2, w.ln2w,
                                           L.rp2, g, grad_slot(ParamTensor::FfnNorm, l), rows);
     // dxm, df (N, C) = dpre2, β·dpre2; dz (N, H) = df · W2; dW2 (C, H) += dfᵀ · z
-    const Span dxm = zeros(b.dxm), df = zeros(b.df);
+    const ops::Values dxm = zeros(b.dxm), df = zeros(b.df);
     runner_.residual_backward_data({OpKind::ResidualFfn, l, "dx"}, dxm, df, dpre2, rule_.branch, rows);
-    const Span dz = zeros(b.dz);
+    const ops::Values dz = zeros(b.dz);
     runner_.matmul_backward_data({OpKind::Matmul, l, "dz", ops::Observe::Outputs, "w2"}, dz, df, w.w2, {N, H, C});
     with_grad(g, grad_slot(ParamTensor::W2, l),
               [&](Span dw) { runner_.matmul_backward_weight({OpKind::Matmul, l, "w2"}, dw, df, L.z, {N, H, C}); });
     // dh2 (N, C) through z = silu(h2·W1ᵀ) ⊙ (h2·W3ᵀ); dW1, dW3
-    const Span dh2 = zeros(b.dh2);
+    const ops::Values dh2 = zeros(b.dh2);
     ffn_backward(l, L, w, g, dz, dh2, dims);
     // dxm (N, C) += dh2 through h2 = rmsnorm(x_mid) ⊙ ln2w; dln2w
     norm_in_backward(tel, {OpKind::RmsNorm, l, "ln2"}, "ln2w", OpKind::ResidualFfn, dxm, dh2, L.x_mid, w.ln2w, L.r2,
@@ -562,15 +599,15 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
     check(tel, OpKind::RmsNorm, Pass::BackwardData, l, "dx_mid", dxm);
     // --- attention half: x_mid = x_in + β·o ---
     // dpre1 (N, C) = dxm
-    const CSpan dpre1 = norm_out_backward(tel, {OpKind::RmsNorm, l, "post1"}, "ln1w", b.dpre1, dxm, L.pre1, w.ln1w,
+    const ops::CValues dpre1 = norm_out_backward(tel, {OpKind::RmsNorm, l, "post1"}, "ln1w", b.dpre1, dxm, L.pre1, w.ln1w,
                                           L.rp1, g, grad_slot(ParamTensor::AttnNorm, l), rows);
     // dxi, dout (N, C) = dpre1, β·dpre1; dy (N, C) = dout · Wo; dWo (C, C) += doutᵀ · y
-    const Span dxi = zeros(b.dxi), dout = zeros(b.dout);
+    const ops::Values dxi = zeros(b.dxi), dout = zeros(b.dout);
     runner_.residual_backward_data({OpKind::ResidualAttn, l, "dx", ops::Observe::Off}, dxi, dout, dpre1, rule_.branch,
                                    rows);
     check(tel, OpKind::ResidualAttn, Pass::BackwardData, l, "dx", dxi);
     check(tel, OpKind::ResidualAttn, Pass::BackwardData, l, "dout", dout);
-    const Span dy = zeros(b.dy);
+    const ops::Values dy = zeros(b.dy);
     runner_.matmul_backward_data({OpKind::Matmul, l, "dy", ops::Observe::Outputs, "o"}, dy, dout, w.wo, {N, C, C});
     with_grad(g, grad_slot(ParamTensor::Wo, l), [&](Span dw) {
       runner_.matmul_backward_weight({OpKind::Matmul, l, "wo", ops::Observe::Off, "o"}, dw, dout, L.y, {N, C, C});
@@ -578,17 +615,17 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
     // kt, vt (B, T, NH·hs) and att (B, NH, T, T) as the attention backward reads them
     const AttnOperands a = attention_operands(tel, l, L, dims);
     // datt (B, NH, T, T), dvt (N, C) through y = att·vt; dpreatt through the softmax; dqr, dkrt (N, C)
-    const Span datt = zeros(b.datt), dvt = zeros(b.dvt), dpreatt = zeros(b.dpreatt);
+    const ops::Values datt = zeros(b.datt), dvt = zeros(b.dvt), dpreatt = zeros(b.dpreatt);
     runner_.attn_values_backward_data({OpKind::AttnValues, l, "datt"}, datt, dvt, dy, a.att, a.vt, ash);
     runner_.softmax_backward_data({OpKind::Softmax, l, "dpreatt"}, dpreatt, datt, a.att, ash);
-    const Span dqr = zeros(b.dqr), dkrt = zeros(b.dkrt), dq = zeros(b.dq), dk = zeros(b.dk);
+    const ops::Values dqr = zeros(b.dqr), dkrt = zeros(b.dkrt), dq = zeros(b.dq), dk = zeros(b.dk);
     runner_.attn_scores_backward_data({OpKind::AttnScores, l, "dqk"}, dqr, dkrt, dpreatt, L.qr, a.kt, ash);
     // dkr, dv (B, T, NKV·hs): the query heads' dK and dV of each KV head
     const auto [dkr, dv] = kv_heads_backward(dkrt, dvt, dims);
     // dq (N, C), dk (N, KVD) rotated back; dh1 (N, C) = dq · Wq + dk · Wk + dv · Wv; dWq, dWk, dWv
     runner_.rope_backward_data({OpKind::RopeRotate, l, "dq"}, dq, dqr, cos_, sin_, ash);
     runner_.rope_backward_data({OpKind::RopeRotate, l, "dk"}, dk, dkr, cos_, sin_, kv_ash);
-    const Span dh1 = zeros(b.dh1);
+    const ops::Values dh1 = zeros(b.dh1);
     runner_.matmul_backward_data({OpKind::Matmul, l, "dh1", ops::Observe::Off, "q"}, dh1, dq, w.wq, {N, C, C});
     runner_.matmul_backward_data({OpKind::Matmul, l, "dh1", ops::Observe::Off, "k"}, dh1, dk, w.wk, {N, C, KVD});
     runner_.matmul_backward_data({OpKind::Matmul, l, "dh1", ops::Observe::Outputs, "v"}, dh1, dv, w.wv, {N, C, KVD});
@@ -620,23 +657,23 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
   }
 }
 
-Transformer::CSpan Transformer::norm_out_backward(StepTelemetry* tel, ops::Site s, std::string_view weight,
-                                                  std::vector<double>& buffer, CSpan dy, CSpan pre, CSpan w,
-                                                  CSpan rstd, const GradOut& g, Slot dw, ops::RowShape rows) {
+ops::CValues Transformer::norm_out_backward(StepTelemetry* tel, ops::Site s, std::string_view weight,
+                                            ops::Buffer& buffer, ops::CValues dy, ops::CValues pre, CSpan w,
+                                            ops::CValues rstd, const GradOut& g, Slot dw, ops::RowShape rows) {
   if (!rule_.post_norm) return dy;  // Pre-Norm: y = pre
-  const Span dpre = zeros(buffer);
+  const ops::Values dpre = zeros(buffer);
   norm_backward_data(s, dpre, dy, pre, w, rstd, rows);
   check(tel, OpKind::RmsNorm, Pass::BackwardData, s.layer, s.tensor, dpre);
   with_grad(g, dw, [&](Span d) { runner_.rmsnorm_backward_weight({OpKind::RmsNorm, s.layer, weight}, d, dy, pre, rstd, rows); });
   return dpre;
 }
 
-void Transformer::norm_in_backward(StepTelemetry* tel, ops::Site s, std::string_view weight, OpKind residual, Span dx,
-                                   CSpan dh, CSpan x, CSpan w, CSpan rstd, const GradOut& g, Slot dw,
-                                   ops::RowShape rows) {
+void Transformer::norm_in_backward(StepTelemetry* tel, ops::Site s, std::string_view weight, OpKind residual,
+                                   ops::Values dx, ops::CValues dh, ops::CValues x, CSpan w, ops::CValues rstd,
+                                   const GradOut& g, Slot dw, ops::RowShape rows) {
   if (rule_.post_norm) {
     // h = x: the two uses of x meet in a residual-stream gradient sum (dx += dh), under the residual's entry.
-    const Span scratch = zeros(bw_.scratch);
+    const ops::Values scratch = zeros(bw_.scratch);
     runner_.residual_backward_data({residual, s.layer, "dx", ops::Observe::Off}, dx, scratch, dh, 1.0, rows);
     check(tel, residual, Pass::BackwardData, s.layer, "dx", dx);
     return;
@@ -646,14 +683,14 @@ void Transformer::norm_in_backward(StepTelemetry* tel, ops::Site s, std::string_
 }
 
 void Transformer::ffn_backward(int l, const LayerActs& L, const BlockParams<const double>& w, const GradOut& g,
-                               CSpan dz, Span dh2, const Dims& d) {
+                               ops::CValues dz, ops::Values dh2, const Dims& d) {
   const ops::MatmulShape up{d.N, d.C, d.H};
   const ops::RowShape hid = d.hidden();
   BackwardBuffers& b = bw_;
   switch (c_.ffn) {
     case Ffn::SwiGlu: {
       // da, du (N, H) through z = a ⊙ u; dg (N, H) through a = silu(g); dh2 (N, C) = dg · W1 + du · W3
-      const Span da = zeros(b.da), du = zeros(b.du), dg = zeros(b.dg);
+      const ops::Values da = zeros(b.da), du = zeros(b.du), dg = zeros(b.dg);
       runner_.swiglu_backward_data({OpKind::SwiGlu, l, "da"}, da, du, dz, L.a, L.u, hid);
       runner_.silu_backward_data({OpKind::Silu, l, "dg"}, dg, da, L.g, hid);
       runner_.matmul_backward_data({OpKind::Matmul, l, "dh2", ops::Observe::Off, "w1"}, dh2, dg, w.w1, up);
@@ -667,7 +704,7 @@ void Transformer::ffn_backward(int l, const LayerActs& L, const BlockParams<cons
     case Ffn::Gelu:
     case Ffn::GeluTanh: {
       // dg (N, H) through z = gelu(g); dh2 (N, C) = dg · W1; dW1 (H, C) += dgᵀ · h2
-      const Span dg = zeros(b.dg);
+      const ops::Values dg = zeros(b.dg);
       runner_.gelu_backward_data({OpKind::Gelu, l, "dg"}, dg, dz, L.g, hid, *gelu_form(c_.ffn));
       runner_.matmul_backward_data({OpKind::Matmul, l, "dh2", ops::Observe::Outputs, "w1"}, dh2, dg, w.w1, up);
       with_grad(g, grad_slot(ParamTensor::W1, l),
@@ -683,10 +720,10 @@ Transformer::AttnOperands Transformer::attention_operands(StepTelemetry* tel, in
   // kernels recompute them too); under the online order the softmax is recomputed from the saved lse.
   if (d.gqa() && bwd_map_ != fwd_map_) {
     BackwardBuffers& b = bw_;
-    const Span kt_b = zeros(b.kt_b), vt_b = zeros(b.vt_b);
-    ops::kv_tile<double>(kt_b, L.kr, bwd_map_, d.NKV, d.hs);
-    ops::kv_tile<double>(vt_b, L.v, bwd_map_, d.NKV, d.hs);
-    const Span pre_b = zeros(b.pre_b), att_b = zeros(b.att_b);
+    const ops::Values kt_b = zeros(b.kt_b), vt_b = zeros(b.vt_b);
+    tile(b.kt_b, L.kr, bwd_map_, d.NKV, d.hs);
+    tile(b.vt_b, L.v, bwd_map_, d.NKV, d.hs);
+    const ops::Values pre_b = zeros(b.pre_b), att_b = zeros(b.att_b);
     runner_.attn_scores_forward({OpKind::AttnScores, l, "scores", ops::Observe::Off}, pre_b, L.qr, kt_b, d.attn());
     runner_.softmax_forward({OpKind::Softmax, l, "att", ops::Observe::Off}, att_b, pre_b, d.attn());
     return {kt_b, vt_b, att_b};
@@ -698,17 +735,28 @@ Transformer::AttnOperands Transformer::attention_operands(StepTelemetry* tel, in
   return {d.gqa() ? L.kt : L.kr, d.gqa() ? L.vt : L.v, L.att};
 }
 
-std::pair<Transformer::CSpan, Transformer::CSpan> Transformer::kv_heads_backward(CSpan dkt, CSpan dvt, const Dims& d) {
+std::pair<ops::CValues, ops::CValues> Transformer::kv_heads_backward(ops::CValues dkt, ops::CValues dvt,
+                                                                     const Dims& d) {
   if (!d.gqa()) return {dkt, dvt};
   // dK and dV summed over the query heads of each KV head (backward map), under the (residual-attn, bwd-data) entry.
   BackwardBuffers& b = bw_;
   zeros(b.dkr_kv);
   zeros(b.dv_kv);
+  const auto reduce = [&](ops::Buffer& dkv, ops::CValues dfull) {
+    const auto& ctx = runner_.context(OpKind::ResidualAttn, Pass::BackwardData);
+    if (!dkv.binary32() && !dfull.binary32()) {
+      ops::kv_reduce_backward<ops::Emulated>(ops::Values(dkv).f64(), dfull.f64(), bwd_map_, d.NKV, d.hs, ctx);
+      return;
+    }
+    // The reduction's body is binary64: binary32 tensors widened, the sums narrowed back exactly (values of the
+    // entry's storage, which fits binary32 when the activations are binary32).
+    std::vector<double> sums = ops::CValues(dkv).widened();
+    ops::kv_reduce_backward<ops::Emulated>(sums, wide(dfull), bwd_map_, d.NKV, d.hs, ctx);
+    store(dkv, sums);
+  };
   ops::timed_phase(profile_, kKvReduce, [&] {
-    ops::kv_reduce_backward<ops::Emulated>(b.dkr_kv, dkt, bwd_map_, d.NKV, d.hs,
-                                           runner_.context(OpKind::ResidualAttn, Pass::BackwardData));
-    ops::kv_reduce_backward<ops::Emulated>(b.dv_kv, dvt, bwd_map_, d.NKV, d.hs,
-                                           runner_.context(OpKind::ResidualAttn, Pass::BackwardData));
+    reduce(b.dkr_kv, dkt);
+    reduce(b.dv_kv, dvt);
   });
   return {b.dkr_kv, b.dv_kv};
 }
@@ -948,8 +996,8 @@ void Transformer::drop_derived() {
   // The pass buffers too (E11: ≈ 0.3 GiB forward, 0.1 GiB backward), sized again by the next pass as on a first one.
   std::vector<LayerActs>().swap(acts_);
   bw_ = BackwardBuffers{};
-  for (std::vector<double>* v : {&x_, &x_final_, &xf_, &rf_, &logits_, &probs_, &losses_})
-    std::vector<double>().swap(*v);
+  for (ops::Buffer* v : {&x_, &x_final_, &xf_, &rf_, &logits_, &probs_}) v->release();
+  std::vector<double>().swap(losses_);
   fwd_B_ = fwd_T_ = bwd_B_ = bwd_T_ = -1;
   std::vector<double>().swap(slice_);
 }
@@ -1115,7 +1163,7 @@ void Transformer::record_global(std::int64_t step, const Batch& b, std::span<con
   reference.forward(b, master, nullptr);
   reference.backward(b, master, loss_scale, g_ref, nullptr, GradSink{});
   struct ActSite {
-    std::vector<double> LayerActs::*member;
+    ops::Buffer LayerActs::*member;
     OpKind op;
     const char* tensor;
     bool post_norm_only;
@@ -1141,11 +1189,11 @@ void Transformer::record_global(std::int64_t step, const Batch& b, std::span<con
       const bool gelu = gelu_form(c_.ffn).has_value();
       if (gelu && (s.member == &LayerActs::u || s.member == &LayerActs::a)) continue;  // no W3, no SiLU
       const OpKind op = gelu && s.member == &LayerActs::z ? OpKind::Gelu : s.op;     // z = gelu(g)
-      runner_.record_global({op, l, s.tensor}, Pass::Forward, own.*s.member, ref.*s.member);
+      runner_.record_global({op, l, s.tensor}, Pass::Forward, wide(own.*s.member), wide(ref.*s.member));
     }
   }
-  runner_.record_global({OpKind::RmsNorm, -1, "lnf"}, Pass::Forward, xf_, reference.xf_);
-  runner_.record_global({OpKind::Classifier, -1, "logits"}, Pass::Forward, logits_, reference.logits_);
+  runner_.record_global({OpKind::RmsNorm, -1, "lnf"}, Pass::Forward, wide(xf_), wide(reference.xf_));
+  runner_.record_global({OpKind::Classifier, -1, "logits"}, Pass::Forward, wide(logits_), wide(reference.logits_));
   runner_.record_global({OpKind::CrossEntropy, -1, "loss"}, Pass::Forward, losses_, reference.losses_);
   for (const ParamTensor t : kAllParamTensors) {
     const bool per_layer = t != ParamTensor::Embedding && t != ParamTensor::FinalNorm && t != ParamTensor::Classifier;

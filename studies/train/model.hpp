@@ -135,31 +135,31 @@ class Transformer final : public Model {
   /// (B, T, NH·hs) tensors are (N, C) with head h in columns [h·hs, (h+1)·hs). Sized once per (B, T) by
   /// allocate_forward; a tensor a variant does not use stays empty.
   struct LayerActs {
-    std::vector<double> x_in;    ///< (N, C) the block's input stream
-    std::vector<double> h1;      ///< (N, C) rmsnorm(x_in) ⊙ ln1w (Post-Norm: x_in)
-    std::vector<double> r1;      ///< (N) rstd of ln1 (Pre-Norm only)
-    std::vector<double> q;       ///< (N, C) h1 · Wqᵀ
-    std::vector<double> k, v;    ///< (N, KVD) h1 · Wkᵀ, h1 · Wvᵀ
-    std::vector<double> qr;      ///< (N, C) q rotated by position
-    std::vector<double> kr;      ///< (N, KVD) k rotated by position
-    std::vector<double> kt, vt;  ///< (N, C) GQA only: kr and v tiled to the NH query heads (forward head map)
-    std::vector<double> preatt;  ///< (B, NH, T, T) qr · ktᵀ / √hs, causal
-    std::vector<double> att;     ///< (B, NH, T, T) softmax(preatt) by row (online order: recomputed in backward)
-    std::vector<double> lse;     ///< (B, NH, T) online order only: the row log-sum-exp of preatt
-    std::vector<double> y;       ///< (N, C) att · vt per head
-    std::vector<double> o;       ///< (N, C) y · Woᵀ
-    std::vector<double> pre1;    ///< (N, C) x_in + β·o
-    std::vector<double> rp1;     ///< (N) rstd of post1 (Post-Norm only)
-    std::vector<double> x_mid;   ///< (N, C) pre1 (Post-Norm: rmsnorm(pre1) ⊙ ln1w)
-    std::vector<double> h2;      ///< (N, C) rmsnorm(x_mid) ⊙ ln2w (Post-Norm: x_mid)
-    std::vector<double> r2;      ///< (N) rstd of ln2 (Pre-Norm only)
-    std::vector<double> g;       ///< (N, H) h2 · W1ᵀ
-    std::vector<double> u;       ///< (N, H) SwiGLU only: h2 · W3ᵀ
-    std::vector<double> a;       ///< (N, H) SwiGLU only: silu(g)
-    std::vector<double> z;       ///< (N, H) a ⊙ u (GELU: gelu(g))
-    std::vector<double> f;       ///< (N, C) z · W2ᵀ
-    std::vector<double> pre2;    ///< (N, C) x_mid + β·f
-    std::vector<double> rp2;     ///< (N) rstd of post2 (Post-Norm only)
+    ops::Buffer x_in;            ///< (N, C) the block's input stream
+    ops::Buffer h1;              ///< (N, C) rmsnorm(x_in) ⊙ ln1w (Post-Norm: x_in)
+    ops::Buffer r1;              ///< (N) rstd of ln1 (Pre-Norm only)
+    ops::Buffer q;               ///< (N, C) h1 · Wqᵀ
+    ops::Buffer k, v;            ///< (N, KVD) h1 · Wkᵀ, h1 · Wvᵀ
+    ops::Buffer qr;              ///< (N, C) q rotated by position
+    ops::Buffer kr;              ///< (N, KVD) k rotated by position
+    ops::Buffer kt, vt;          ///< (N, C) GQA only: kr and v tiled to the NH query heads (forward head map)
+    ops::Buffer preatt;          ///< (B, NH, T, T) qr · ktᵀ / √hs, causal
+    ops::Buffer att;             ///< (B, NH, T, T) softmax(preatt) by row (online order: recomputed in backward)
+    ops::Buffer lse;             ///< (B, NH, T) online order only: the row log-sum-exp of preatt
+    ops::Buffer y;               ///< (N, C) att · vt per head
+    ops::Buffer o;               ///< (N, C) y · Woᵀ
+    ops::Buffer pre1;            ///< (N, C) x_in + β·o
+    ops::Buffer rp1;             ///< (N) rstd of post1 (Post-Norm only)
+    ops::Buffer x_mid;           ///< (N, C) pre1 (Post-Norm: rmsnorm(pre1) ⊙ ln1w)
+    ops::Buffer h2;              ///< (N, C) rmsnorm(x_mid) ⊙ ln2w (Post-Norm: x_mid)
+    ops::Buffer r2;              ///< (N) rstd of ln2 (Pre-Norm only)
+    ops::Buffer g;               ///< (N, H) h2 · W1ᵀ
+    ops::Buffer u;               ///< (N, H) SwiGLU only: h2 · W3ᵀ
+    ops::Buffer a;               ///< (N, H) SwiGLU only: silu(g)
+    ops::Buffer z;               ///< (N, H) a ⊙ u (GELU: gelu(g))
+    ops::Buffer f;               ///< (N, C) z · W2ᵀ
+    ops::Buffer pre2;            ///< (N, C) x_mid + β·f
+    ops::Buffer rp2;             ///< (N) rstd of post2 (Post-Norm only)
   };
   /// The dimensions of one pass over a batch.
   struct Dims {
@@ -216,40 +216,45 @@ class Transformer final : public Model {
   // The forward's steps that differ between variants (the residual rule's norm placement, GQA, the attention
   // order, the feed-forward); forward() itself reads as the Pre-Norm SwiGLU block.
   /// y (N, C) = rmsnorm_eps(x) ⊙ w, rstd (N); then the collapsed-row check (check_norm).
-  void norm(StepTelemetry* tel, ops::Site s, Span y, Span rstd, CSpan x, CSpan w, ops::RowShape rows, double eps);
+  void norm(StepTelemetry* tel, ops::Site s, ops::Values y, ops::Values rstd, ops::CValues x, CSpan w,
+            ops::RowShape rows, double eps);
   /// A block's input norm: h = rmsnorm(x) ⊙ w (Pre-Norm) or h = x (Post-Norm: DeepNorm).
-  void norm_in(StepTelemetry* tel, ops::Site s, Span h, Span rstd, CSpan x, CSpan w, ops::RowShape rows);
+  void norm_in(StepTelemetry* tel, ops::Site s, ops::Values h, ops::Values rstd, ops::CValues x, CSpan w,
+               ops::RowShape rows);
   /// A residual add's output: y = pre (Pre-Norm) or y = rmsnorm_{eps·α²}(pre) ⊙ w (Post-Norm).
-  void norm_out(StepTelemetry* tel, ops::Site s, Span y, Span rstd, CSpan pre, CSpan w, ops::RowShape rows);
+  void norm_out(StepTelemetry* tel, ops::Site s, ops::Values y, ops::Values rstd, ops::CValues pre, CSpan w,
+                ops::RowShape rows);
   /// The K or V (B, T, NH·hs) each query head reads: kv itself, or under GQA kv tiled to the NH heads into `tiled`.
-  CSpan kv_for_heads(std::vector<double>& tiled, const std::vector<double>& kv, const Dims& d);
+  ops::CValues kv_for_heads(ops::Buffer& tiled, const ops::Buffer& kv, const Dims& d);
   /// att and y of block l from preatt and vt, in the policy's attention order (online: y and lse, att later).
-  void attention_forward(StepTelemetry* tel, int l, LayerActs& L, CSpan vt, ops::AttnShape ash);
+  void attention_forward(StepTelemetry* tel, int l, LayerActs& L, ops::CValues vt, ops::AttnShape ash);
   /// z (N, H) of block l from h2: SwiGLU silu(h2·W1ᵀ) ⊙ (h2·W3ᵀ), or GELU gelu(h2·W1ᵀ).
   void ffn_forward(int l, LayerActs& L, const BlockParams<const double>& w, const Dims& d);
   // Their backward steps.
   /// Backward of norm_out: dpre = dy (Pre-Norm), or through the post-norm into `buffer` (checked) with dw += ....
-  CSpan norm_out_backward(StepTelemetry* tel, ops::Site s, std::string_view weight, std::vector<double>& buffer,
-                          CSpan dy, CSpan pre, CSpan w, CSpan rstd, const GradOut& g, Slot dw, ops::RowShape rows);
+  ops::CValues norm_out_backward(StepTelemetry* tel, ops::Site s, std::string_view weight, ops::Buffer& buffer,
+                                 ops::CValues dy, ops::CValues pre, CSpan w, ops::CValues rstd, const GradOut& g,
+                                 Slot dw, ops::RowShape rows);
   /// Backward of norm_in, adding into dx: through the norm (dw += ...), or dx += dh as a residual-stream gradient
   /// sum under `residual`'s bwd-data entry (Post-Norm, checked).
-  void norm_in_backward(StepTelemetry* tel, ops::Site s, std::string_view weight, ops::OpKind residual, Span dx,
-                        CSpan dh, CSpan x, CSpan w, CSpan rstd, const GradOut& g, Slot dw, ops::RowShape rows);
+  void norm_in_backward(StepTelemetry* tel, ops::Site s, std::string_view weight, ops::OpKind residual,
+                        ops::Values dx, ops::CValues dh, ops::CValues x, CSpan w, ops::CValues rstd, const GradOut& g,
+                        Slot dw, ops::RowShape rows);
   /// dh2 (N, C) += through ffn_forward's z, given dz (N, H); dW1 (and dW3) += ....
-  void ffn_backward(int l, const LayerActs& L, const BlockParams<const double>& w, const GradOut& g, CSpan dz,
-                    Span dh2, const Dims& d);
+  void ffn_backward(int l, const LayerActs& L, const BlockParams<const double>& w, const GradOut& g,
+                    ops::CValues dz, ops::Values dh2, const Dims& d);
   /// What the attention backward of block l reads: K, V (B, T, NH·hs) and att (B, NH, T, T).
   struct AttnOperands {
-    CSpan kt, vt, att;
+    ops::CValues kt, vt, att;
   };
   AttnOperands attention_operands(StepTelemetry* tel, int l, LayerActs& L, const Dims& d);
   /// dK, dV of the KV heads (B, T, NKV·hs): the query heads' dkt, dvt, or under GQA their sums per KV head.
-  std::pair<CSpan, CSpan> kv_heads_backward(CSpan dkt, CSpan dvt, const Dims& d);
+  std::pair<ops::CValues, ops::CValues> kv_heads_backward(ops::CValues dkt, ops::CValues dvt, const Dims& d);
   /// The detailed steps' statistics of a forward output beyond its range events (from observe()): the max
   /// attention logit, the swamping ratio rms(x)/rms(β·F) of each residual add, max |logits|.
   void op_statistics(StepTelemetry* tel, const ops::Observation& o);
   /// The detailed steps' max |x| and rms of the stream after block `layer`.
-  void stream_statistics(StepTelemetry* tel, int layer, CSpan x);
+  void stream_statistics(StepTelemetry* tel, int layer, ops::CValues x);
 
   /// The summed loss of an evaluation forward on b (step −1) from `master` (binary64 span or ParamStore): the body of
   /// total_loss and total_loss_stored.
@@ -317,34 +322,34 @@ class Transformer final : public Model {
   void record_global(std::int64_t step, const Batch& b, std::span<const double> master, double loss_scale,
                      std::span<const double> grads, Transformer& reference, ops::Tape& tape);
   /// RMSNorm backward-data, AutoANE's defective form under Defects::rmsnorm_bwd (rmsnorm_defect.hpp).
-  void norm_backward_data(ops::Site s, std::span<double> dx, std::span<const double> dy, std::span<const double> x,
-                          std::span<const double> w, std::span<const double> rstd, ops::RowShape sh);
+  void norm_backward_data(ops::Site s, ops::Values dx, ops::CValues dy, ops::CValues x, std::span<const double> w,
+                          ops::CValues rstd, ops::RowShape sh);
   /// RMSNorm range event the output scan cannot see: a row whose Σx² overflowed the compute format has
   /// rstd = 1/√inf = 0, so the row becomes silent zeros. Counts rows with rstd = 0 but x ≠ 0 (names the first
   /// such norm of the step; at detailed steps logs `collapsed_rows`).
-  void check_norm(StepTelemetry* tel, int layer, std::string_view tensor, std::span<const double> x,
-                  std::span<const double> rstd, std::int64_t cols);
+  void check_norm(StepTelemetry* tel, int layer, std::string_view tensor, ops::CValues x, ops::CValues rstd,
+                  std::int64_t cols);
 
   /// v (sized by allocate_backward) set to zero: the start of an add-into output (backward ops add into their
   /// gradients).
-  std::span<double> zeros(std::vector<double>& v);
+  ops::Values zeros(ops::Buffer& v);
 
   /// The backward pass's activation gradients, sized once per shape (allocate_backward) and zeroed where the
   /// backward starts them (the ops add into their gradients). Shapes as in LayerActs.
   struct BackwardBuffers {
-    std::vector<double> dlogits;                   ///< (N, V)
-    std::vector<double> dxf, dx, dxi;              ///< (N, C) the stream's gradient (dx, dxi trade places per block)
-    std::vector<double> scratch;                   ///< (N, C) Post-Norm only: the unused term of a gradient sum
-    std::vector<double> dpre2, dpre1;              ///< (N, C) Post-Norm only: through post2, post1
-    std::vector<double> dxm, df, dh2, dout, dy;    ///< (N, C)
-    std::vector<double> dz, dg;                    ///< (N, H)
-    std::vector<double> da, du;                    ///< (N, H) SwiGLU only
-    std::vector<double> datt, dpreatt;             ///< (B, NH, T, T)
-    std::vector<double> dvt, dqr, dkrt, dq, dh1;   ///< (N, C)
-    std::vector<double> dk;                        ///< (N, KVD)
-    std::vector<double> dkr_kv, dv_kv;             ///< (N, KVD) GQA only: dK and dV summed to the KV heads
-    std::vector<double> kt_b, vt_b;                ///< (N, C) gqa-mismatch defect only: the backward's K, V
-    std::vector<double> pre_b, att_b;              ///< (B, NH, T, T) gqa-mismatch defect only: its softmax
+    ops::Buffer dlogits;                   ///< (N, V)
+    ops::Buffer dxf, dx, dxi;              ///< (N, C) the stream's gradient (dx, dxi trade places per block)
+    ops::Buffer scratch;                   ///< (N, C) Post-Norm only: the unused term of a gradient sum
+    ops::Buffer dpre2, dpre1;              ///< (N, C) Post-Norm only: through post2, post1
+    ops::Buffer dxm, df, dh2, dout, dy;    ///< (N, C)
+    ops::Buffer dz, dg;                    ///< (N, H)
+    ops::Buffer da, du;                    ///< (N, H) SwiGLU only
+    ops::Buffer datt, dpreatt;             ///< (B, NH, T, T)
+    ops::Buffer dvt, dqr, dkrt, dq, dh1;   ///< (N, C)
+    ops::Buffer dk;                        ///< (N, KVD)
+    ops::Buffer dkr_kv, dv_kv;             ///< (N, KVD) GQA only: dK and dV summed to the KV heads
+    ops::Buffer kt_b, vt_b;                ///< (N, C) gqa-mismatch defect only: the backward's K, V
+    ops::Buffer pre_b, att_b;              ///< (B, NH, T, T) gqa-mismatch defect only: its softmax
   };
 
   ModelConfig c_;
@@ -353,11 +358,14 @@ class Transformer final : public Model {
   ParamLayout lay_;
   ops::Runner runner_;
   std::vector<LayerActs> acts_;
-  std::vector<double> x_;  ///< (N, C) the forward's residual stream
+  /// Whether the activations and their gradients are binary32 tensors: when the storage format of every (op, pass)
+  /// entry fits binary32 (numerics::fits_binary32), else binary64 (ops/values.hpp; the same bits either way).
+  bool act32_ = false;
+  ops::Buffer x_;  ///< (N, C) the forward's residual stream
   BackwardBuffers bw_;
-  std::vector<double> x_final_, xf_;  ///< (N, C) the last block's output; rmsnorm(x_final) ⊙ lnfw
-  std::vector<double> rf_;            ///< (N) rstd of the final norm
-  std::vector<double> logits_, probs_;  ///< (N, V) xf · Wclsᵀ; softmax(logits)
+  ops::Buffer x_final_, xf_;  ///< (N, C) the last block's output; rmsnorm(x_final) ⊙ lnfw
+  ops::Buffer rf_;            ///< (N) rstd of the final norm
+  ops::Buffer logits_, probs_;  ///< (N, V) xf · Wclsᵀ; softmax(logits)
   std::vector<double> losses_;          ///< (N) per-token cross-entropy
   std::vector<double> cos_, sin_;       ///< (T, hs/2) the RoPE table
   /// The (B, T) the forward and the backward buffers are sized for (-1: none yet).
