@@ -31,14 +31,14 @@ concept RangeOf = std::ranges::contiguous_range<R> && std::ranges::sized_range<R
 }
 }  // namespace detail
 
-/// Mutable elements, binary64 or binary32.
-class Values {
+namespace detail {
+/// What Values (Const false) and CValues (Const true) share: a span of binary64 or of binary32 elements, the width a
+/// run-time tag.
+template <bool Const>
+class ValuesBase {
  public:
-  Values() = default;
-  Values(std::span<double> d) : d_(d) {}  // NOLINT(google-explicit-constructor): a view, like std::span
-  Values(std::span<float> f) : f_(f), binary32_(true) {}  // NOLINT(google-explicit-constructor)
-  Values(std::vector<double>& d) : d_(d) {}  // NOLINT(google-explicit-constructor)
-  Values(std::vector<float>& f) : f_(f), binary32_(true) {}  // NOLINT(google-explicit-constructor)
+  template <class T>
+  using Elem = std::conditional_t<Const, const T, T>;
 
   bool binary32() const { return binary32_; }
   std::size_t size() const { return binary32_ ? f_.size() : d_.size(); }
@@ -46,18 +46,18 @@ class Values {
   const void* data() const { return binary32_ ? static_cast<const void*>(f_.data()) : d_.data(); }
   /// The elements as T (double or float); std::logic_error when the tensor has the other width.
   template <class T>
-  std::span<T> as() const {
+  std::span<Elem<T>> as() const {
     if constexpr (std::is_same_v<T, float>) {
-      if (!binary32_) detail::throw_width(false);
+      if (!binary32_) throw_width(false);
       return f_;
     } else {
       static_assert(std::is_same_v<T, double>);
-      if (binary32_) detail::throw_width(true);
+      if (binary32_) throw_width(true);
       return d_;
     }
   }
-  std::span<double> f64() const { return as<double>(); }
-  std::span<float> f32() const { return as<float>(); }
+  std::span<Elem<double>> f64() const { return as<double>(); }
+  std::span<Elem<float>> f32() const { return as<float>(); }
   /// Element i widened (exact).
   double operator[](std::size_t i) const { return binary32_ ? static_cast<double>(f_[i]) : d_[i]; }
   /// f(span) on the elements at their own width.
@@ -70,54 +70,38 @@ class Values {
     return binary32_ ? std::vector<double>(f_.begin(), f_.end()) : std::vector<double>(d_.begin(), d_.end());
   }
 
+ protected:
+  ValuesBase() = default;
+  explicit ValuesBase(std::span<Elem<double>> d) : d_(d) {}
+  explicit ValuesBase(std::span<Elem<float>> f) : f_(f), binary32_(true) {}
+
  private:
-  std::span<double> d_;
-  std::span<float> f_;
+  std::span<Elem<double>> d_;
+  std::span<Elem<float>> f_;
   bool binary32_ = false;
+};
+}  // namespace detail
+
+/// Mutable elements, binary64 or binary32.
+class Values : public detail::ValuesBase<false> {
+ public:
+  Values() = default;
+  Values(std::span<double> d) : ValuesBase(d) {}  // NOLINT(google-explicit-constructor): a view, like std::span
+  Values(std::span<float> f) : ValuesBase(f) {}  // NOLINT(google-explicit-constructor)
+  Values(std::vector<double>& d) : ValuesBase(std::span<double>(d)) {}  // NOLINT(google-explicit-constructor)
+  Values(std::vector<float>& f) : ValuesBase(std::span<float>(f)) {}  // NOLINT(google-explicit-constructor)
 };
 
 /// Read-only elements, binary64 or binary32.
-class CValues {
+class CValues : public detail::ValuesBase<true> {
  public:
   CValues() = default;
   CValues(Values v)  // NOLINT(google-explicit-constructor)
-      : d_(v.binary32() ? std::span<const double>() : std::span<const double>(v.f64())),
-        f_(v.binary32() ? std::span<const float>(v.f32()) : std::span<const float>()), binary32_(v.binary32()) {}
+      : CValues(v.binary32() ? CValues(std::span<const float>(v.f32())) : CValues(std::span<const double>(v.f64()))) {}
   template <detail::RangeOf<double> R>
-  CValues(const R& r) : d_(std::span<const double>(r)) {}  // NOLINT(google-explicit-constructor)
+  CValues(const R& r) : ValuesBase(std::span<const double>(r)) {}  // NOLINT(google-explicit-constructor)
   template <detail::RangeOf<float> R>
-  CValues(const R& r) : f_(std::span<const float>(r)), binary32_(true) {}  // NOLINT(google-explicit-constructor)
-
-  bool binary32() const { return binary32_; }
-  std::size_t size() const { return binary32_ ? f_.size() : d_.size(); }
-  bool empty() const { return size() == 0; }
-  const void* data() const { return binary32_ ? static_cast<const void*>(f_.data()) : d_.data(); }
-  template <class T>
-  std::span<const T> as() const {
-    if constexpr (std::is_same_v<T, float>) {
-      if (!binary32_) detail::throw_width(false);
-      return f_;
-    } else {
-      static_assert(std::is_same_v<T, double>);
-      if (binary32_) detail::throw_width(true);
-      return d_;
-    }
-  }
-  std::span<const double> f64() const { return as<double>(); }
-  std::span<const float> f32() const { return as<float>(); }
-  double operator[](std::size_t i) const { return binary32_ ? static_cast<double>(f_[i]) : d_[i]; }
-  template <class F>
-  decltype(auto) visit(F&& f) const {
-    return binary32_ ? f(f_) : f(d_);
-  }
-  std::vector<double> widened() const {
-    return binary32_ ? std::vector<double>(f_.begin(), f_.end()) : std::vector<double>(d_.begin(), d_.end());
-  }
-
- private:
-  std::span<const double> d_;
-  std::span<const float> f_;
-  bool binary32_ = false;
+  CValues(const R& r) : ValuesBase(std::span<const float>(r)) {}  // NOLINT(google-explicit-constructor)
 };
 
 /// An owning tensor of either width (a model's activations): sized with its width, read and written through
