@@ -139,32 +139,11 @@ class Buffer {
     if (binary32_) std::fill(f_.begin(), f_.end(), 0.0f);
     else std::fill(d_.begin(), d_.end(), 0.0);
   }
-  /// The elements of `from` (the same size), converted exactly: a binary64 value stored into binary32 must be a
-  /// binary32 value (std::logic_error otherwise, before anything is written).
-  void assign(CValues from);
 
  private:
   std::vector<double> d_;
   std::vector<float> f_;
   bool binary32_ = false;
 };
-
-inline void Buffer::assign(CValues from) {
-  if (from.size() != size()) throw std::logic_error("ops::Buffer::assign: sizes differ");
-  if (!binary32_) {
-    for (std::size_t i = 0; i < d_.size(); ++i) d_[i] = from[i];
-    return;
-  }
-  if (from.binary32()) {
-    const std::span<const float> f = from.f32();
-    std::copy(f.begin(), f.end(), f_.begin());
-    return;
-  }
-  const std::span<const double> d = from.f64();
-  for (const double v : d)
-    if (static_cast<double>(static_cast<float>(v)) != v && v == v)
-      throw std::logic_error("ops::Buffer::assign: a binary64 value that is not a binary32 value");
-  for (std::size_t i = 0; i < d.size(); ++i) f_[i] = static_cast<float>(d[i]);
-}
 
 }  // namespace roundoff::ops
