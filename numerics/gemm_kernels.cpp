@@ -186,21 +186,34 @@ ROUNDOFF_AVX512FP16 void tile_ph_rows(std::size_t rows, const std::uint32_t* Ap,
 /// `rounds`: the conversion binary64 → binary32 (nearest even under the default MXCSR) is the operand's entry
 /// cast to binary32 (pack_to, plain_binary32_cast), so a value need not be a binary32 value already: the
 /// exactness test is skipped and the other tests apply to the rounded value, as they would to the cast value.
-ROUNDOFF_AVX512 int pack_run(const double* src, std::size_t n, bool inputs, bool any_binary32, float* f32,
+///
+/// Binary32 sources (T = float; `rounds` has no effect): every value is a binary32 value, and a NaN is quieted
+/// (quiet bit set, payload kept) as the round trip binary32 → binary64 → binary32 of the widened operand does, so
+/// the class and every output are those of pack_run on the widened run.
+template <class T>
+ROUNDOFF_AVX512 int pack_run(const T* src, std::size_t n, bool inputs, bool any_binary32, float* f32,
                              std::uint16_t* h16, std::uint32_t* h32, bool rounds = false) {
   __mmask16 bad = 0, not_half = 0;
   for (std::size_t i = 0; i < n; i += 16) {
     const std::size_t len = std::min<std::size_t>(16, n - i);
     const auto valid = static_cast<__mmask16>((1u << len) - 1u);
-    const auto vlo = static_cast<__mmask8>(valid & 0xFF), vhi = static_cast<__mmask8>(valid >> 8);
-    const __m512d lo = _mm512_maskz_loadu_pd(vlo, src + i), hi = _mm512_maskz_loadu_pd(vhi, src + i + 8);
-    const __m256 flo = _mm512_cvtpd_ps(lo), fhi = _mm512_cvtpd_ps(hi);
-    // Exactly a binary32 value (NaN compares unordered: accepted).
-    const __mmask8 exlo = _mm512_cmp_pd_mask(_mm512_cvtps_pd(flo), lo, _CMP_EQ_UQ);
-    const __mmask8 exhi = _mm512_cmp_pd_mask(_mm512_cvtps_pd(fhi), hi, _CMP_EQ_UQ);
-    const auto exact = static_cast<__mmask16>(exlo | (static_cast<unsigned>(exhi) << 8));
-    const __m512 f = _mm512_insertf32x8(_mm512_castps256_ps512(flo), fhi, 1);
-    __mmask16 ok = rounds ? valid : exact;
+    __m512 f;
+    __mmask16 ok = valid;
+    if constexpr (std::is_same_v<T, float>) {
+      const __m512 raw = _mm512_maskz_loadu_ps(valid, src + i);
+      f = _mm512_mask_or_ps(raw, _mm512_cmp_ps_mask(raw, raw, _CMP_UNORD_Q), raw,
+                            _mm512_castsi512_ps(_mm512_set1_epi32(0x00400000)));
+    } else {
+      const auto vlo = static_cast<__mmask8>(valid & 0xFF), vhi = static_cast<__mmask8>(valid >> 8);
+      const __m512d lo = _mm512_maskz_loadu_pd(vlo, src + i), hi = _mm512_maskz_loadu_pd(vhi, src + i + 8);
+      const __m256 flo = _mm512_cvtpd_ps(lo), fhi = _mm512_cvtpd_ps(hi);
+      // Exactly a binary32 value (NaN compares unordered: accepted).
+      const __mmask8 exlo = _mm512_cmp_pd_mask(_mm512_cvtps_pd(flo), lo, _CMP_EQ_UQ);
+      const __mmask8 exhi = _mm512_cmp_pd_mask(_mm512_cvtps_pd(fhi), hi, _CMP_EQ_UQ);
+      const auto exact = static_cast<__mmask16>(exlo | (static_cast<unsigned>(exhi) << 8));
+      f = _mm512_insertf32x8(_mm512_castps256_ps512(flo), fhi, 1);
+      ok = rounds ? valid : exact;
+    }
     if (inputs && !any_binary32) {
       const __m512i fi = _mm512_castps_si512(f);
       const __m512i e = _mm512_and_si512(_mm512_srli_epi32(fi, 23), _mm512_set1_epi32(0xFF));
@@ -405,6 +418,11 @@ constexpr std::size_t kWidenChunk = 256;
 /// and every packed value is the one the widened operand gives.
 int pack_to(const Packed& pk, const float* src, std::size_t n, Dest d, std::size_t stride,
             const OperandCast* cast) {
+  // Read directly where the cast is none or the identity on binary32 values (plain_binary32_cast; binary32 panels
+  // only, as there: a NaN's fp16 bits after the cast could depend on its payload).
+  if (stride == 1 && (cast == nullptr || (d.h16 == nullptr && d.h32 == nullptr && plain_binary32_cast(*cast))))
+    return pk.avx2 ? avx2::pack_run(src, n, true, pk.any_binary32, d.f32)
+                   : pack_run(src, n, true, pk.any_binary32, d.f32, d.h16, d.h32);
   double w[kWidenChunk];
   int worst = 2;
   for (std::size_t c = 0; c < n; c += kWidenChunk) {
@@ -421,15 +439,11 @@ int pack_c(const Packed& pk, const double* src, std::size_t n, float* f32) {
   return pk.avx2 ? avx2::pack_run(src, n, false, false, f32) : pack_run(src, n, false, false, f32, nullptr, nullptr);
 }
 int pack_c(const Packed& pk, const float* src, std::size_t n, float* f32) {
-  double w[kWidenChunk];
-  int worst = 2;
-  for (std::size_t c = 0; c < n; c += kWidenChunk) {
-    const std::size_t m = std::min(kWidenChunk, n - c);
-    widen_run(pk, src + c, w, m);
-    worst = std::min(worst, pack_c(pk, w, m, f32 ? f32 + c : nullptr));
-  }
-  return worst;
+  return pk.avx2 ? avx2::pack_run(src, n, false, false, f32) : pack_run(src, n, false, false, f32, nullptr, nullptr);
 }
+
+/// Packed runs per tile of a transposed operand's binary32 packing (pack_a, pack_b).
+constexpr std::size_t kTransK = 16;
 
 /// Columns packed per work item of a transposed B (a quarter panel).
 constexpr std::size_t kPackCols = 16;
@@ -462,7 +476,25 @@ int pack_a(Packed& pk, MA A, const OperandCast* cast_a, bool shared) {
     for_items(shared, M, [&](std::size_t i) {
       worst = std::min(worst, pack_to(pk, A.data + i * A.ld, K, a_dest(i, 0), 1, cast_a));
     });
-  } else {  // A(i, k) = data[k·ld + i]: row k of the stored matrix holds rows i of A
+  } else if (pk.Ah == nullptr) {  // A(i, k) = data[k·ld + i]: row k of the stored matrix holds rows i of A
+    // Binary32 panels: kTransK runs of a block packed side by side into a tile, then written row by row (kTransK
+    // consecutive floats of each packed row, one cache line), instead of one float per row K floats apart (a
+    // stride of 2 KiB at K = 512 maps every write of a run to the same few L1 sets). The runs are the same calls
+    // of pack_to, so the values and the class are those of the scattered packing below.
+    for_items(shared, (M + kPanel - 1) / kPanel, [&](std::size_t bb) {
+      const std::size_t i0 = bb * kPanel, n = std::min(kPanel, M - i0);
+      float t[kTransK * kPanel];
+      for (std::size_t k0 = 0; k0 < K; k0 += kTransK) {
+        const std::size_t kn = std::min(kTransK, K - k0);
+        for (std::size_t kk = 0; kk < kn; ++kk)
+          worst = std::min(worst, pack_to(pk, A.data + (k0 + kk) * A.ld + i0, n, Dest{t + kk * kPanel}, 1, cast_a));
+        for (std::size_t i = 0; i < n; ++i) {
+          float* row = pk.A + (i0 + i) * K + k0;
+          for (std::size_t kk = 0; kk < kn; ++kk) row[kk] = t[kk * kPanel + i];
+        }
+      }
+    });
+  } else {  // the native fp16 attempt's fp16 words: scattered
     for_items(shared, (M + kPanel - 1) / kPanel, [&](std::size_t bb) {
       const std::size_t i0 = bb * kPanel, n = std::min(kPanel, M - i0);
       for (std::size_t k = 0; k < K; ++k)
@@ -492,7 +524,32 @@ int pack_b(Packed& pk, MB B, const OperandCast* cast_b, bool shared) {
         }
       }
     });
-  } else {  // B(k, j) = data[j·ld + k]: row j of the stored matrix is column j of B, scattered kPanel apart
+  } else if (pk.Bh == nullptr) {  // B(k, j) = data[j·ld + k]: row j of the stored matrix is column j of B
+    // Binary32 panels: runs of kTransB values of the work item's kPackCols columns packed side by side into a
+    // tile, then written k by k (kPackCols consecutive floats, one cache line) instead of one float every kPanel
+    // floats; the same values and class as the scattered packing below (pack_to's class is the lowest of its
+    // runs' and the cast acts per value).
+    constexpr std::size_t q_per_panel = kPanel / kPackCols, kTransB = 64;
+    for_items(shared, pk.panels * q_per_panel, [&](std::size_t idx) {
+      const std::size_t p = idx / q_per_panel, q = idx % q_per_panel;
+      const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0);
+      float t[kPackCols * kTransB];
+      for (std::size_t k0 = 0; k0 < K; k0 += kTransB) {
+        const std::size_t kn = std::min(kTransB, K - k0);
+        for (std::size_t cc = 0; cc < kPackCols; ++cc) {
+          const std::size_t c = q * kPackCols + cc;
+          if (c < jn)
+            worst = std::min(worst, pack_to(pk, B.data + (j0 + c) * B.ld + k0, kn, Dest{t + cc * kTransB}, 1, cast_b));
+          else
+            std::fill_n(t + cc * kTransB, kn, 0.0f);
+        }
+        for (std::size_t kk = 0; kk < kn; ++kk) {
+          float* row = pk.B + (p * K + k0 + kk) * kPanel + q * kPackCols;
+          for (std::size_t cc = 0; cc < kPackCols; ++cc) row[cc] = t[cc * kTransB + kk];
+        }
+      }
+    });
+  } else {  // the native fp16 attempt: B(k, j) = data[j·ld + k], scattered kPanel apart
     constexpr std::size_t q_per_panel = kPanel / kPackCols;
     for_items(shared, pk.panels * q_per_panel, [&](std::size_t idx) {
       const std::size_t p = idx / q_per_panel, q = idx % q_per_panel;
