@@ -165,6 +165,41 @@ void matmul_fwd(benchmark::State& st, const char* policy) {
   st.SetItemsProcessed(static_cast<std::int64_t>(st.iterations()) * 512 * 1408);
 }
 
+/// Its two backward passes: dx (512, 512) += dy (512, 1408) · W (1408, 512), and dW (1408, 512) += dyᵀ · x (dW
+/// binary64 in both forms; dx and dW zeroed before each call, outside the timing).
+template <class T>
+void matmul_bwd_data(benchmark::State& st, const char* policy) {
+  constexpr MatmulShape s{512, 512, 1408};
+  const Ctx<Emulated> ctx = ctx_of(policy, OpKind::Matmul, Pass::BackwardData);
+  const std::vector<double> dyd = normal(12, 512 * 1408), w = normal(11, 1408 * 512);
+  const std::vector<T> dy(dyd.begin(), dyd.end());
+  std::vector<T> dx(512 * 512);
+  for (auto _ : st) {
+    st.PauseTiming();
+    std::fill(dx.begin(), dx.end(), T{0});
+    st.ResumeTiming();
+    matmul_backward_data(std::span<T>(dx), std::span<const T>(dy), std::span<const double>(w), s, ctx);
+    benchmark::DoNotOptimize(dx.data());
+  }
+  st.SetItemsProcessed(static_cast<std::int64_t>(st.iterations()) * 512 * 1408);
+}
+template <class T>
+void matmul_bwd_weight(benchmark::State& st, const char* policy) {
+  constexpr MatmulShape s{512, 512, 1408};
+  const Ctx<Emulated> ctx = ctx_of(policy, OpKind::Matmul, Pass::BackwardWeight);
+  const std::vector<double> dyd = normal(12, 512 * 1408), xd = normal(10, 512 * 512);
+  const std::vector<T> dy(dyd.begin(), dyd.end()), x(xd.begin(), xd.end());
+  std::vector<double> dw(1408 * 512);
+  for (auto _ : st) {
+    st.PauseTiming();
+    std::fill(dw.begin(), dw.end(), 0.0);
+    st.ResumeTiming();
+    matmul_backward_weight(std::span<double>(dw), std::span<const T>(dy), std::span<const T>(x), s, ctx);
+    benchmark::DoNotOptimize(dw.data());
+  }
+  st.SetItemsProcessed(static_cast<std::int64_t>(st.iterations()) * 512 * 1408);
+}
+
 void entry_cast_b64(benchmark::State& st, const char* p) { entry_cast<double>(st, p); }
 void entry_cast_b32(benchmark::State& st, const char* p) { entry_cast<float>(st, p); }
 
@@ -180,6 +215,10 @@ void softmax_fwd_b64(benchmark::State& st, const char* p) { softmax_fwd<double>(
 void softmax_fwd_b32(benchmark::State& st, const char* p) { softmax_fwd<float>(st, p); }
 void matmul_fwd_b64(benchmark::State& st, const char* p) { matmul_fwd<double>(st, p); }
 void matmul_fwd_b32(benchmark::State& st, const char* p) { matmul_fwd<float>(st, p); }
+void matmul_bwd_data_b64(benchmark::State& st, const char* p) { matmul_bwd_data<double>(st, p); }
+void matmul_bwd_data_b32(benchmark::State& st, const char* p) { matmul_bwd_data<float>(st, p); }
+void matmul_bwd_weight_b64(benchmark::State& st, const char* p) { matmul_bwd_weight<double>(st, p); }
+void matmul_bwd_weight_b32(benchmark::State& st, const char* p) { matmul_bwd_weight<float>(st, p); }
 
 }  // namespace
 
@@ -202,4 +241,10 @@ BENCHMARK_CAPTURE(softmax_fwd_b64, fp32, "fp32")->Name("typed/softmax-fwd/fp32/b
 BENCHMARK_CAPTURE(softmax_fwd_b32, fp32, "fp32")->Name("typed/softmax-fwd/fp32/binary32");
 BENCHMARK_CAPTURE(matmul_fwd_b64, fp32, "fp32")->Name("typed/matmul-fwd/fp32/binary64");
 BENCHMARK_CAPTURE(matmul_fwd_b32, fp32, "fp32")->Name("typed/matmul-fwd/fp32/binary32");
+BENCHMARK_CAPTURE(matmul_fwd_b64, fp16, "ane-fp16")->Name("typed/matmul-fwd/ane-fp16/binary64");
+BENCHMARK_CAPTURE(matmul_fwd_b32, fp16, "ane-fp16")->Name("typed/matmul-fwd/ane-fp16/binary32");
+BENCHMARK_CAPTURE(matmul_bwd_data_b64, fp32, "fp32")->Name("typed/matmul-bwd-data/fp32/binary64");
+BENCHMARK_CAPTURE(matmul_bwd_data_b32, fp32, "fp32")->Name("typed/matmul-bwd-data/fp32/binary32");
+BENCHMARK_CAPTURE(matmul_bwd_weight_b64, fp32, "fp32")->Name("typed/matmul-bwd-weight/fp32/binary64");
+BENCHMARK_CAPTURE(matmul_bwd_weight_b32, fp32, "fp32")->Name("typed/matmul-bwd-weight/fp32/binary32");
 BENCHMARK_MAIN();

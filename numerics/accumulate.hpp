@@ -259,6 +259,15 @@ struct ConstMatrix {
   double operator()(std::size_t r, std::size_t c) const { return transposed ? data[c * ld + r] : data[r * ld + c]; }
 };
 
+/// ConstMatrix of binary32 elements (activations held in binary32 storage), read as their binary64 values (exact).
+/// Only kernels::gemm_fast takes it; every other path reads a widened binary64 copy.
+struct ConstMatrix32 {
+  const float* data;
+  std::size_t ld;
+  bool transposed = false;
+  double operator()(std::size_t r, std::size_t c) const { return transposed ? data[c * ld + r] : data[r * ld + c]; }
+};
+
 /// C(M×N) = A(M×K)·B(K×N) [+ C when accumulate], C row-major with leading dimension ldc. Each C_ij is
 /// dot(a, row i of A, column j of B) in k order 0..K-1 as the Accumulation prescribes, with the current C_ij as
 /// the initial partial sum when accumulate (it enters the accumulator first, exactly). Outputs are in the

@@ -74,6 +74,9 @@ inline constexpr std::size_t kCols = 16, kAneCols = 8;
 /// the conversion to binary32 (nearest even, default MXCSR) is the operand's entry cast, so a value need not be
 /// a binary32 value already (see the AVX-512 pack_run).
 int pack_run(const double* src, std::size_t n, bool inputs, bool any_binary32, float* f32, bool rounds = false);
+/// pack_run of binary32 values: the class and the outputs of pack_run on the values widened (every value is a
+/// binary32 value; a NaN is quieted as the round trip through binary64 quiets it).
+int pack_run(const float* src, std::size_t n, bool inputs, bool any_binary32, float* f32);
 
 /// dst[i] = src[i] as binary64 (exact), i < n.
 void widen(const float* src, double* dst, std::size_t n);

@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -185,21 +186,34 @@ ROUNDOFF_AVX512FP16 void tile_ph_rows(std::size_t rows, const std::uint32_t* Ap,
 /// `rounds`: the conversion binary64 → binary32 (nearest even under the default MXCSR) is the operand's entry
 /// cast to binary32 (pack_to, plain_binary32_cast), so a value need not be a binary32 value already: the
 /// exactness test is skipped and the other tests apply to the rounded value, as they would to the cast value.
-ROUNDOFF_AVX512 int pack_run(const double* src, std::size_t n, bool inputs, bool any_binary32, float* f32,
+///
+/// Binary32 sources (T = float; `rounds` has no effect): every value is a binary32 value, and a NaN is quieted
+/// (quiet bit set, payload kept) as the round trip binary32 → binary64 → binary32 of the widened operand does, so
+/// the class and every output are those of pack_run on the widened run.
+template <class T>
+ROUNDOFF_AVX512 int pack_run(const T* src, std::size_t n, bool inputs, bool any_binary32, float* f32,
                              std::uint16_t* h16, std::uint32_t* h32, bool rounds = false) {
   __mmask16 bad = 0, not_half = 0;
   for (std::size_t i = 0; i < n; i += 16) {
     const std::size_t len = std::min<std::size_t>(16, n - i);
     const auto valid = static_cast<__mmask16>((1u << len) - 1u);
-    const auto vlo = static_cast<__mmask8>(valid & 0xFF), vhi = static_cast<__mmask8>(valid >> 8);
-    const __m512d lo = _mm512_maskz_loadu_pd(vlo, src + i), hi = _mm512_maskz_loadu_pd(vhi, src + i + 8);
-    const __m256 flo = _mm512_cvtpd_ps(lo), fhi = _mm512_cvtpd_ps(hi);
-    // Exactly a binary32 value (NaN compares unordered: accepted).
-    const __mmask8 exlo = _mm512_cmp_pd_mask(_mm512_cvtps_pd(flo), lo, _CMP_EQ_UQ);
-    const __mmask8 exhi = _mm512_cmp_pd_mask(_mm512_cvtps_pd(fhi), hi, _CMP_EQ_UQ);
-    const auto exact = static_cast<__mmask16>(exlo | (static_cast<unsigned>(exhi) << 8));
-    const __m512 f = _mm512_insertf32x8(_mm512_castps256_ps512(flo), fhi, 1);
-    __mmask16 ok = rounds ? valid : exact;
+    __m512 f;
+    __mmask16 ok = valid;
+    if constexpr (std::is_same_v<T, float>) {
+      const __m512 raw = _mm512_maskz_loadu_ps(valid, src + i);
+      f = _mm512_mask_or_ps(raw, _mm512_cmp_ps_mask(raw, raw, _CMP_UNORD_Q), raw,
+                            _mm512_castsi512_ps(_mm512_set1_epi32(0x00400000)));
+    } else {
+      const auto vlo = static_cast<__mmask8>(valid & 0xFF), vhi = static_cast<__mmask8>(valid >> 8);
+      const __m512d lo = _mm512_maskz_loadu_pd(vlo, src + i), hi = _mm512_maskz_loadu_pd(vhi, src + i + 8);
+      const __m256 flo = _mm512_cvtpd_ps(lo), fhi = _mm512_cvtpd_ps(hi);
+      // Exactly a binary32 value (NaN compares unordered: accepted).
+      const __mmask8 exlo = _mm512_cmp_pd_mask(_mm512_cvtps_pd(flo), lo, _CMP_EQ_UQ);
+      const __mmask8 exhi = _mm512_cmp_pd_mask(_mm512_cvtps_pd(fhi), hi, _CMP_EQ_UQ);
+      const auto exact = static_cast<__mmask16>(exlo | (static_cast<unsigned>(exhi) << 8));
+      f = _mm512_insertf32x8(_mm512_castps256_ps512(flo), fhi, 1);
+      ok = rounds ? valid : exact;
+    }
     if (inputs && !any_binary32) {
       const __m512i fi = _mm512_castps_si512(f);
       const __m512i e = _mm512_and_si512(_mm512_srli_epi32(fi, 23), _mm512_set1_epi32(0xFF));
@@ -388,6 +402,49 @@ int pack_to(const Packed& pk, const double* src, std::size_t n, Dest d, std::siz
   return w;
 }
 
+/// n contiguous binary32 values as binary64 (exact), in the tier's lanes.
+void widen_run(const Packed& pk, const float* src, double* dst, std::size_t n) {
+  if (pk.avx2)
+    avx2::widen(src, dst, n);
+  else
+    widen(src, dst, n);
+}
+
+/// Values widened per chunk of a binary32 run (on the stack: 2 KiB, in L1).
+constexpr std::size_t kWidenChunk = 256;
+
+/// pack_to of a binary32 source: each chunk of the run widened (exactly) on the stack and packed from there by the
+/// binary64 pack_to, so the class is the lowest of the chunks' (pack_run's class is the lowest over its values)
+/// and every packed value is the one the widened operand gives.
+int pack_to(const Packed& pk, const float* src, std::size_t n, Dest d, std::size_t stride,
+            const OperandCast* cast) {
+  // Read directly where the cast is none or the identity on binary32 values (plain_binary32_cast; binary32 panels
+  // only, as there: a NaN's fp16 bits after the cast could depend on its payload).
+  if (stride == 1 && (cast == nullptr || (d.h16 == nullptr && d.h32 == nullptr && plain_binary32_cast(*cast))))
+    return pk.avx2 ? avx2::pack_run(src, n, true, pk.any_binary32, d.f32)
+                   : pack_run(src, n, true, pk.any_binary32, d.f32, d.h16, d.h32);
+  double w[kWidenChunk];
+  int worst = 2;
+  for (std::size_t c = 0; c < n; c += kWidenChunk) {
+    const std::size_t m = std::min(kWidenChunk, n - c), at = c * stride;
+    widen_run(pk, src + c, w, m);
+    const Dest dc{d.f32 ? d.f32 + at : nullptr, d.h16 ? d.h16 + at : nullptr, d.h32 ? d.h32 + at : nullptr};
+    worst = std::min(worst, pack_to(pk, w, m, dc, stride, cast));
+  }
+  return worst;
+}
+
+/// pack_run of an initial C run (!inputs: its class, its binary32 values into f32 where not null), either width.
+int pack_c(const Packed& pk, const double* src, std::size_t n, float* f32) {
+  return pk.avx2 ? avx2::pack_run(src, n, false, false, f32) : pack_run(src, n, false, false, f32, nullptr, nullptr);
+}
+int pack_c(const Packed& pk, const float* src, std::size_t n, float* f32) {
+  return pk.avx2 ? avx2::pack_run(src, n, false, false, f32) : pack_run(src, n, false, false, f32, nullptr, nullptr);
+}
+
+/// Packed runs per tile of a transposed operand's binary32 packing (pack_a, pack_b).
+constexpr std::size_t kTransK = 16;
+
 /// Columns packed per work item of a transposed B (a quarter panel).
 constexpr std::size_t kPackCols = 16;
 
@@ -408,7 +465,8 @@ void for_items(bool shared, std::size_t n, F f) {
 /// classifying it (see pack_run); returns the lowest class. A transposed A is read along its stored rows (runs of up
 /// to kPanel rows) and scattered into the packed layout. `shared`: called by every thread of a parallel region,
 /// the loops work-shared (see for_items); otherwise the calling thread packs everything.
-int pack_a(Packed& pk, ConstMatrix A, const OperandCast* cast_a, bool shared) {
+template <class MA>
+int pack_a(Packed& pk, MA A, const OperandCast* cast_a, bool shared) {
   const std::size_t M = pk.M, K = pk.K;
   auto a_dest = [&](std::size_t i, std::size_t k) {
     return Dest{pk.A ? pk.A + i * K + k : nullptr, nullptr, pk.Ah ? pk.Ah + i * K + k : nullptr};
@@ -418,7 +476,25 @@ int pack_a(Packed& pk, ConstMatrix A, const OperandCast* cast_a, bool shared) {
     for_items(shared, M, [&](std::size_t i) {
       worst = std::min(worst, pack_to(pk, A.data + i * A.ld, K, a_dest(i, 0), 1, cast_a));
     });
-  } else {  // A(i, k) = data[k·ld + i]: row k of the stored matrix holds rows i of A
+  } else if (pk.Ah == nullptr) {  // A(i, k) = data[k·ld + i]: row k of the stored matrix holds rows i of A
+    // Binary32 panels: kTransK runs of a block packed side by side into a tile, then written row by row (kTransK
+    // consecutive floats of each packed row, one cache line), instead of one float per row K floats apart (a
+    // stride of 2 KiB at K = 512 maps every write of a run to the same few L1 sets). The runs are the same calls
+    // of pack_to, so the values and the class are those of the scattered packing below.
+    for_items(shared, (M + kPanel - 1) / kPanel, [&](std::size_t bb) {
+      const std::size_t i0 = bb * kPanel, n = std::min(kPanel, M - i0);
+      float t[kTransK * kPanel];
+      for (std::size_t k0 = 0; k0 < K; k0 += kTransK) {
+        const std::size_t kn = std::min(kTransK, K - k0);
+        for (std::size_t kk = 0; kk < kn; ++kk)
+          worst = std::min(worst, pack_to(pk, A.data + (k0 + kk) * A.ld + i0, n, Dest{t + kk * kPanel}, 1, cast_a));
+        for (std::size_t i = 0; i < n; ++i) {
+          float* row = pk.A + (i0 + i) * K + k0;
+          for (std::size_t kk = 0; kk < kn; ++kk) row[kk] = t[kk * kPanel + i];
+        }
+      }
+    });
+  } else {  // the native fp16 attempt's fp16 words: scattered
     for_items(shared, (M + kPanel - 1) / kPanel, [&](std::size_t bb) {
       const std::size_t i0 = bb * kPanel, n = std::min(kPanel, M - i0);
       for (std::size_t k = 0; k < K; ++k)
@@ -430,7 +506,8 @@ int pack_a(Packed& pk, ConstMatrix A, const OperandCast* cast_a, bool shared) {
 
 /// Packs the K×kPanel panels of B as pack_a packs A (a transposed B read one stored row, i.e. one column of B
 /// over all K, at a time, scattered kPanel apart); returns the lowest class.
-int pack_b(Packed& pk, ConstMatrix B, const OperandCast* cast_b, bool shared) {
+template <class MB>
+int pack_b(Packed& pk, MB B, const OperandCast* cast_b, bool shared) {
   const std::size_t N = pk.N, K = pk.K;
   auto b_dest = [&](std::size_t at) {
     return Dest{pk.B ? pk.B + at : nullptr, pk.Bh ? pk.Bh + at : nullptr, nullptr};
@@ -447,7 +524,32 @@ int pack_b(Packed& pk, ConstMatrix B, const OperandCast* cast_b, bool shared) {
         }
       }
     });
-  } else {  // B(k, j) = data[j·ld + k]: row j of the stored matrix is column j of B, scattered kPanel apart
+  } else if (pk.Bh == nullptr) {  // B(k, j) = data[j·ld + k]: row j of the stored matrix is column j of B
+    // Binary32 panels: runs of kTransB values of the work item's kPackCols columns packed side by side into a
+    // tile, then written k by k (kPackCols consecutive floats, one cache line) instead of one float every kPanel
+    // floats; the same values and class as the scattered packing below (pack_to's class is the lowest of its
+    // runs' and the cast acts per value).
+    constexpr std::size_t q_per_panel = kPanel / kPackCols, kTransB = 64;
+    for_items(shared, pk.panels * q_per_panel, [&](std::size_t idx) {
+      const std::size_t p = idx / q_per_panel, q = idx % q_per_panel;
+      const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0);
+      float t[kPackCols * kTransB];
+      for (std::size_t k0 = 0; k0 < K; k0 += kTransB) {
+        const std::size_t kn = std::min(kTransB, K - k0);
+        for (std::size_t cc = 0; cc < kPackCols; ++cc) {
+          const std::size_t c = q * kPackCols + cc;
+          if (c < jn)
+            worst = std::min(worst, pack_to(pk, B.data + (j0 + c) * B.ld + k0, kn, Dest{t + cc * kTransB}, 1, cast_b));
+          else
+            std::fill_n(t + cc * kTransB, kn, 0.0f);
+        }
+        for (std::size_t kk = 0; kk < kn; ++kk) {
+          float* row = pk.B + (p * K + k0 + kk) * kPanel + q * kPackCols;
+          for (std::size_t cc = 0; cc < kPackCols; ++cc) row[cc] = t[cc * kTransB + kk];
+        }
+      }
+    });
+  } else {  // the native fp16 attempt: B(k, j) = data[j·ld + k], scattered kPanel apart
     constexpr std::size_t q_per_panel = kPanel / kPackCols;
     for_items(shared, pk.panels * q_per_panel, [&](std::size_t idx) {
       const std::size_t p = idx / q_per_panel, q = idx % q_per_panel;
@@ -469,8 +571,8 @@ int pack_b(Packed& pk, ConstMatrix B, const OperandCast* cast_b, bool shared) {
 }
 
 /// pack_a and pack_b; the lower of their classes.
-int pack_operands(Packed& pk, ConstMatrix A, ConstMatrix B, const OperandCast* cast_a, const OperandCast* cast_b,
-                  bool shared) {
+template <class MA, class MB>
+int pack_operands(Packed& pk, MA A, MB B, const OperandCast* cast_a, const OperandCast* cast_b, bool shared) {
   const int wa = pack_a(pk, A, cast_a, shared);
   return std::min(wa, pack_b(pk, B, cast_b, shared));
 }
@@ -680,7 +782,8 @@ enum class Start { Sum, C, PositiveZero };
 /// to either zero gives round(x) for both, adding +0 gives +0 and +0 (−0 under round-down for the −0 start),
 /// adding −0 gives +0 and −0 (−0 and −0 under round-down), and equal sums stay equal. So the two results are
 /// equal except where the −0 start ends at −0 and the +0 start at +0.
-void compute_rows(const Plan& plan, const Packed& pk, bool native, Start start, double* C, std::size_t ldc,
+template <class TC>
+void compute_rows(const Plan& plan, const Packed& pk, bool native, Start start, TC* C, std::size_t ldc,
                   std::size_t i_begin, std::size_t i_end, std::int64_t& overflows) {
   const std::size_t N = pk.N;
   float tile[kMr * kPanel];
@@ -692,17 +795,15 @@ void compute_rows(const Plan& plan, const Packed& pk, bool native, Start start, 
       // never stored).
       std::fill(tile, tile + kMr * kPanel, -0.0f);
       if (start == Start::C)
-        for (std::size_t r = 0; r < rows; ++r) {
-          const double* c_row = C + (i + r) * ldc + j0;
-          (void)(pk.avx2 ? avx2::pack_run(c_row, jn, false, false, tile + r * kPanel)
-                         : pack_run(c_row, jn, false, false, tile + r * kPanel, nullptr, nullptr));
-        }
+        for (std::size_t r = 0; r < rows; ++r) (void)pack_c(pk, C + (i + r) * ldc + j0, jn, tile + r * kPanel);
       kernel_rows(plan, pk, native, rows, i, 0, pk.K, p, jn, tile, overflows);
       if (start == Start::PositiveZero)
         for (std::size_t x = 0; x < rows * kPanel; ++x)
           if (tile[x] == 0.0f) tile[x] = 0.0f;  // −0 → +0 (NaN compares unequal)
       for (std::size_t r = 0; r < rows; ++r) {
-        if (pk.avx2)
+        if constexpr (std::is_same_v<TC, float>)
+          std::copy_n(tile + r * kPanel, jn, C + (i + r) * ldc + j0);
+        else if (pk.avx2)
           avx2::widen(tile + r * kPanel, C + (i + r) * ldc + j0, jn);
         else
           widen(tile + r * kPanel, C + (i + r) * ldc + j0, jn);
@@ -717,13 +818,19 @@ bool all_positive_zero(const double* p, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) any |= std::bit_cast<std::uint64_t>(p[i]);
   return any == 0;
 }
+bool all_positive_zero(const float* p, std::size_t n) {
+  std::uint32_t any = 0;
+  for (std::size_t i = 0; i < n; ++i) any |= std::bit_cast<std::uint32_t>(p[i]);
+  return any == 0;
+}
 
 /// Overflow events of one output, replayed step by step with the correctly rounded scalar operations and
 /// counted as numerics::gemm counts them (IEEE 754 §7.4): operands finite and the result rounded with an
 /// unbounded exponent range above max_finite. For round-to-nearest in the (non-saturating) formats of these
 /// kernels that is exactly: finite operands and a result that is ±inf.
-std::int64_t replay_overflows(const Plan& plan, std::size_t i, std::size_t j, std::size_t K, ConstMatrix A,
-                              ConstMatrix B, bool accumulate, double c0) {
+template <class MA, class MB>
+std::int64_t replay_overflows(const Plan& plan, std::size_t i, std::size_t j, std::size_t K, MA A, MB B,
+                              bool accumulate, double c0) {
   const RoundingPlan acc(plan.acc == Acc::Fp16 || plan.acc == Acc::Fp16Ftz ? formats::fp16
                          : plan.acc == Acc::Bf16                            ? formats::bf16
                                                  : formats::fp32);
@@ -762,8 +869,9 @@ std::int64_t replay_overflows(const Plan& plan, std::size_t i, std::size_t j, st
 /// running sum, in a block sum and in the outer total that receives it), so only outputs that end non-finite
 /// can have had one; those are replayed. The tile-stage kernel counts its tile overflows itself; its fp32
 /// accumulator never overflows (see tile_ane).
-std::int64_t count_overflows(const Plan& plan, const Packed& pk, ConstMatrix A, ConstMatrix B, const double* C,
-                             std::size_t ldc, bool accumulate, const std::vector<double>& c_initial) {
+template <class MA, class MB, class TC>
+std::int64_t count_overflows(const Plan& plan, const Packed& pk, MA A, MB B, const TC* C, std::size_t ldc,
+                             bool accumulate, const std::vector<double>& c_initial) {
   std::int64_t n = 0;
   if (plan.tile) return n;
   for (std::size_t i = 0; i < pk.M; ++i)
@@ -938,18 +1046,13 @@ const char* kernel_name(const Accumulation& a, const KernelOptions& opts) {
   return nullptr;
 }
 
-bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix A, ConstMatrix B,
-               double* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads,
-               const OperandCast* cast_a, const OperandCast* cast_b, const KernelOptions& opts, PackCache* cache) {
-  if (!opts.fast_paths || M == 0 || N == 0 || K == 0) return false;
-  const bool casts = cast_a != nullptr || cast_b != nullptr;
-  if (casts && (stats != nullptr || (cast_a && cast_a->mode == Rounding::Stochastic) ||
-                (cast_b && cast_b->mode == Rounding::Stochastic)))
-    return false;
-  if (a.adder.group != 0)  // the multi-term adder's kernels (numerics/adder_kernels.hpp); no entry casts there
-    return !casts && gemm_adder(a, M, N, K, A, B, C, ldc, accumulate, stats, threads, opts.isa());
-  if (binary64_chain(a))  // the binary64 policy's accumulation (numerics/gemm_binary64.hpp)
-    return gemm_binary64(a, M, N, K, A, B, C, ldc, accumulate, stats, threads, cast_a, cast_b, opts);
+namespace {
+
+/// gemm_fast for the kernels of this file, operands and C of either width (the public overloads below).
+template <class MA, class MB, class TC>
+bool gemm_fast_t(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, MA A, MB B, TC* C,
+                 std::size_t ldc, bool accumulate, AccumStats* stats, int threads, const OperandCast* cast_a,
+                 const OperandCast* cast_b, const KernelOptions& opts, PackCache* cache) {
   const auto plan_opt = plan_for(a);
   const Isa isa = opts.isa();
   if (!plan_opt || isa == Isa::None) return false;
@@ -966,7 +1069,8 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
   // native fp16 attempt, whose fp16 panels may be repacked).
   std::shared_ptr<const PackedB> cached;
   std::shared_ptr<PackedB> fill;
-  if (!try_native && cache != nullptr) std::tie(cached, fill) = cache_lookup(cache->impl(), B, cast_b, plan, pk);
+  if constexpr (std::is_same_v<MB, ConstMatrix>)  // the cache holds binary64 operands only
+    if (!try_native && cache != nullptr) std::tie(cached, fill) = cache_lookup(cache->impl(), B, cast_b, plan, pk);
   if (try_native) {
     pk.Ah = buffers.Ah.get(M * K);
     pk.Bh = buffers.Bh.get(pk.panels * K * kPanel);
@@ -999,11 +1103,10 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
       const auto rows = static_cast<std::ptrdiff_t>(M);
 #pragma omp for schedule(static) nowait
       for (std::ptrdiff_t i = 0; i < rows; ++i) {
-        const double* c_row = C + static_cast<std::size_t>(i) * ldc;
+        const TC* c_row = C + static_cast<std::size_t>(i) * ldc;
         if (zeros && all_positive_zero(c_row, N)) continue;
         zeros = false;
-        w = std::min(w, pk.avx2 ? avx2::pack_run(c_row, N, false, false, nullptr)
-                                : pack_run(c_row, N, false, false, nullptr, nullptr, nullptr));
+        w = std::min(w, pack_c(pk, c_row, N, nullptr));
       }
     }
 #pragma omp critical(roundoff_gemm_kernels_worst)
@@ -1047,6 +1150,60 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
     stats->overflows += tile_overflows + count_overflows(plan, pk, A, B, C, ldc, accumulate, c_initial);
   }
   return true;
+}
+
+/// The checks every overload makes first: false when no kernel may run.
+bool may_run(std::size_t M, std::size_t N, std::size_t K, AccumStats* stats, const OperandCast* cast_a,
+             const OperandCast* cast_b, const KernelOptions& opts) {
+  if (!opts.fast_paths || M == 0 || N == 0 || K == 0) return false;
+  const bool casts = cast_a != nullptr || cast_b != nullptr;
+  return !(casts && (stats != nullptr || (cast_a && cast_a->mode == Rounding::Stochastic) ||
+                     (cast_b && cast_b->mode == Rounding::Stochastic)));
+}
+
+/// The binary32 overloads: this file's kernels only.
+template <class MB, class TC>
+bool gemm_fast_binary32(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix32 A, MB B,
+                        TC* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads,
+                        const OperandCast* cast_a, const OperandCast* cast_b, const KernelOptions& opts,
+                        PackCache* cache) {
+  if (!may_run(M, N, K, stats, cast_a, cast_b, opts) || a.adder.group != 0 || binary64_chain(a)) return false;
+  return gemm_fast_t(a, M, N, K, A, B, C, ldc, accumulate, stats, threads, cast_a, cast_b, opts, cache);
+}
+
+}  // namespace
+
+bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix A, ConstMatrix B,
+               double* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads,
+               const OperandCast* cast_a, const OperandCast* cast_b, const KernelOptions& opts, PackCache* cache) {
+  if (!may_run(M, N, K, stats, cast_a, cast_b, opts)) return false;
+  if (a.adder.group != 0)  // the multi-term adder's kernels (numerics/adder_kernels.hpp); no entry casts there
+    return cast_a == nullptr && cast_b == nullptr &&
+           gemm_adder(a, M, N, K, A, B, C, ldc, accumulate, stats, threads, opts.isa());
+  if (binary64_chain(a))  // the binary64 policy's accumulation (numerics/gemm_binary64.hpp)
+    return gemm_binary64(a, M, N, K, A, B, C, ldc, accumulate, stats, threads, cast_a, cast_b, opts);
+  return gemm_fast_t(a, M, N, K, A, B, C, ldc, accumulate, stats, threads, cast_a, cast_b, opts, cache);
+}
+
+bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix32 A, ConstMatrix B,
+               double* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads,
+               const OperandCast* cast_a, const OperandCast* cast_b, const KernelOptions& opts, PackCache* cache) {
+  return gemm_fast_binary32(a, M, N, K, A, B, C, ldc, accumulate, stats, threads, cast_a, cast_b, opts, cache);
+}
+bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix32 A, ConstMatrix32 B,
+               double* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads,
+               const OperandCast* cast_a, const OperandCast* cast_b, const KernelOptions& opts, PackCache* cache) {
+  return gemm_fast_binary32(a, M, N, K, A, B, C, ldc, accumulate, stats, threads, cast_a, cast_b, opts, cache);
+}
+bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix32 A, ConstMatrix B,
+               float* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads,
+               const OperandCast* cast_a, const OperandCast* cast_b, const KernelOptions& opts, PackCache* cache) {
+  return gemm_fast_binary32(a, M, N, K, A, B, C, ldc, accumulate, stats, threads, cast_a, cast_b, opts, cache);
+}
+bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix32 A, ConstMatrix32 B,
+               float* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads,
+               const OperandCast* cast_a, const OperandCast* cast_b, const KernelOptions& opts, PackCache* cache) {
+  return gemm_fast_binary32(a, M, N, K, A, B, C, ldc, accumulate, stats, threads, cast_a, cast_b, opts, cache);
 }
 
 }  // namespace roundoff::numerics::kernels

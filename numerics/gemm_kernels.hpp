@@ -126,6 +126,29 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
                const OperandCast* cast_a = nullptr, const OperandCast* cast_b = nullptr,
                const KernelOptions& opts = {}, PackCache* cache = nullptr);
 
+/// gemm_fast with binary32 operands (ConstMatrix32: activations held in binary32 storage) and C in binary64 or in
+/// binary32, for the kernels of this file only (false for the multi-term adder and the binary64 chain, whose
+/// callers widen the operands). A binary32 operand is widened into per-thread scratch one run at a time (in L1) and
+/// packed from there, so its class, its entry cast and its packed values are those of the widened operand: the
+/// result is bit for bit gemm_fast of the operands widened (and, with a binary32 C, the same values: every result
+/// of these kernels is a binary32 value, written without the widening; an initial C is read as its widened values).
+bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix32 A, ConstMatrix B,
+               double* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads,
+               const OperandCast* cast_a = nullptr, const OperandCast* cast_b = nullptr,
+               const KernelOptions& opts = {}, PackCache* cache = nullptr);
+bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix32 A, ConstMatrix32 B,
+               double* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads,
+               const OperandCast* cast_a = nullptr, const OperandCast* cast_b = nullptr,
+               const KernelOptions& opts = {}, PackCache* cache = nullptr);
+bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix32 A, ConstMatrix B,
+               float* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads,
+               const OperandCast* cast_a = nullptr, const OperandCast* cast_b = nullptr,
+               const KernelOptions& opts = {}, PackCache* cache = nullptr);
+bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix32 A, ConstMatrix32 B,
+               float* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads,
+               const OperandCast* cast_a = nullptr, const OperandCast* cast_b = nullptr,
+               const KernelOptions& opts = {}, PackCache* cache = nullptr);
+
 /// numerics::gemm_ranged's product when a bit-identical kernel exists (the accumulations and inputs above);
 /// false (C untouched) otherwise. Ranges must already be checked. In the calling thread. The rows of a micro-tile
 /// run their common prefix together: with sequential steps a row's state after k terms is its running sum

@@ -131,6 +131,40 @@ ROUNDOFF_AVX2 int pack_run(const double* src, std::size_t n, bool inputs, bool a
   return bad ? 0 : 1;
 }
 
+ROUNDOFF_AVX2 int pack_run(const float* src, std::size_t n, bool inputs, bool any_binary32, float* f32) {
+  const bool check_inputs = inputs && !any_binary32;
+  const __m256 quiet = _mm256_castsi256_ps(_mm256_set1_epi32(0x00400000));
+  int bad = 0;
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 raw = _mm256_loadu_ps(src + i);
+    const __m256 f = _mm256_blendv_ps(raw, _mm256_or_ps(raw, quiet), _mm256_cmp_ps(raw, raw, _CMP_UNORD_Q));
+    if (check_inputs) {
+      const __m256i fi = _mm256_castps_si256(f);
+      const __m256i e = _mm256_and_si256(_mm256_srli_epi32(fi, 23), _mm256_set1_epi32(0xFF));
+      const __m256i zero = _mm256_setzero_si256();
+      const __m256i special =
+          _mm256_or_si256(_mm256_cmpeq_epi32(e, _mm256_set1_epi32(0xFF)),
+                          _mm256_cmpeq_epi32(_mm256_and_si256(fi, _mm256_set1_epi32(0x7FFFFFFF)), zero));
+      const __m256i in_range = _mm256_and_si256(_mm256_cmpgt_epi32(e, _mm256_set1_epi32(127 - 64)),
+                                                _mm256_cmpgt_epi32(_mm256_set1_epi32(127 + 63), e));
+      const __m256i short_sig = _mm256_cmpeq_epi32(_mm256_and_si256(fi, _mm256_set1_epi32(0xFFF)), zero);
+      const __m256i good = _mm256_or_si256(special, _mm256_and_si256(in_range, short_sig));
+      bad |= ~_mm256_movemask_ps(_mm256_castsi256_ps(good)) & 0xFF;
+    }
+    if (f32) {
+      const __m256 nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
+      _mm256_storeu_ps(f32 + i, _mm256_blendv_ps(f, _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()), nan));
+    }
+  }
+  for (; i < n; ++i) {
+    float f;
+    if (classify(static_cast<double>(src[i]), inputs, any_binary32, false, f) == 0) bad = 1;
+    if (f32) f32[i] = f;
+  }
+  return bad ? 0 : 1;
+}
+
 ROUNDOFF_AVX2 void widen(const float* src, double* dst, std::size_t n) {
   std::size_t i = 0;
   for (; i + 4 <= n; i += 4) _mm256_storeu_pd(dst + i, _mm256_cvtps_pd(_mm_loadu_ps(src + i)));

@@ -4,6 +4,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -12,6 +14,7 @@
 #include "numerics/binary32_values.hpp"
 #include "numerics/gemm_kernels.hpp"
 #include "numerics/pack_cache_derived.hpp"
+#include "numerics/round_span.hpp"
 
 namespace roundoff::ops {
 
@@ -113,23 +116,72 @@ bool Ctx<Emulated>::rows_fast(const numerics::RowBatch& rows, std::span<double> 
   return ok;
 }
 
-void Ctx<Emulated>::gemm_in(std::size_t M, std::size_t N, std::size_t K, std::span<const double> a, bool a_transposed,
-                            Tensor ta, std::span<const double> b, bool b_transposed, Tensor tb, double* C,
-                            std::size_t ldc, bool accumulate, Key r) const {
-  const std::size_t lda = a_transposed ? M : K, ldb = b_transposed ? K : N;
+template <class MA, class MB, class TC>
+bool Ctx<Emulated>::gemm_in_fast(std::size_t M, std::size_t N, std::size_t K, MA A, MB B, TC* C, std::size_t ldc,
+                                 bool accumulate) const {
   // The kernels' cast-in-pack rounds to storage, flushes under daz and applies the NaN rule, in that order (as
   // round_stored does).
-  if (span_fast() && prec_.accumulate.rounding != numerics::Rounding::Stochastic) {
-    const numerics::kernels::OperandCast cast{&storage_, mode_, prec_.nan == NanRule::AneInf, daz_};
-    if (numerics::kernels::gemm_fast(prec_.accumulate, M, N, K, {a.data(), lda, a_transposed},
-                                     {b.data(), ldb, b_transposed}, C, ldc, accumulate, nullptr,
-                                     omp_in_parallel() ? 1 : 0, &cast, &cast, exec_.kernels, exec_.pack_cache))
-      return;
-  }
+  if (!span_fast() || prec_.accumulate.rounding == numerics::Rounding::Stochastic) return false;
+  const numerics::kernels::OperandCast cast{&storage_, mode_, prec_.nan == NanRule::AneInf, daz_};
+  return numerics::kernels::gemm_fast(prec_.accumulate, M, N, K, A, B, C, ldc, accumulate, nullptr,
+                                      omp_in_parallel() ? 1 : 0, &cast, &cast, exec_.kernels, exec_.pack_cache);
+}
+
+void Ctx<Emulated>::gemm_in_cast(std::size_t M, std::size_t N, std::size_t K, std::span<const double> a,
+                                 bool a_transposed, Tensor ta, std::span<const double> b, bool b_transposed, Tensor tb,
+                                 double* C, std::size_t ldc, bool accumulate, Key r) const {
+  const std::size_t lda = a_transposed ? M : K, ldb = b_transposed ? K : N;
   std::shared_ptr<const std::vector<double>> kept_a, kept_b;  // hold kept casts for the call
   const std::span<const double> as = weight_entry_cast(*this, a, ta, 0, kept_a),
                                 bs = weight_entry_cast(*this, b, tb, 1, kept_b);
   gemm(M, N, K, {as.data(), lda, a_transposed}, {bs.data(), ldb, b_transposed}, C, ldc, accumulate, r);
+}
+
+void Ctx<Emulated>::gemm_in(std::size_t M, std::size_t N, std::size_t K, std::span<const double> a, bool a_transposed,
+                            Tensor ta, std::span<const double> b, bool b_transposed, Tensor tb, double* C,
+                            std::size_t ldc, bool accumulate, Key r) const {
+  const std::size_t lda = a_transposed ? M : K, ldb = b_transposed ? K : N;
+  if (gemm_in_fast(M, N, K, numerics::ConstMatrix{a.data(), lda, a_transposed},
+                   numerics::ConstMatrix{b.data(), ldb, b_transposed}, C, ldc, accumulate))
+    return;
+  gemm_in_cast(M, N, K, a, a_transposed, ta, b, b_transposed, tb, C, ldc, accumulate, r);
+}
+
+void Ctx<Emulated>::gemm_in(std::size_t M, std::size_t N, std::size_t K, std::span<const float> a, bool a_transposed,
+                            Tensor ta, std::span<const double> b, bool b_transposed, Tensor tb, double* C,
+                            std::size_t ldc, bool accumulate, Key r) const {
+  const std::size_t lda = a_transposed ? M : K, ldb = b_transposed ? K : N;
+  if (gemm_in_fast(M, N, K, numerics::ConstMatrix32{a.data(), lda, a_transposed},
+                   numerics::ConstMatrix{b.data(), ldb, b_transposed}, C, ldc, accumulate))
+    return;
+  gemm_in_cast(M, N, K, widened<double>(a, kWidenA), a_transposed, ta, b, b_transposed, tb, C, ldc, accumulate, r);
+}
+
+void Ctx<Emulated>::gemm_in(std::size_t M, std::size_t N, std::size_t K, std::span<const float> a, bool a_transposed,
+                            Tensor ta, std::span<const float> b, bool b_transposed, Tensor tb, double* C,
+                            std::size_t ldc, bool accumulate, Key r) const {
+  const std::size_t lda = a_transposed ? M : K, ldb = b_transposed ? K : N;
+  if (gemm_in_fast(M, N, K, numerics::ConstMatrix32{a.data(), lda, a_transposed},
+                   numerics::ConstMatrix32{b.data(), ldb, b_transposed}, C, ldc, accumulate))
+    return;
+  gemm_in_cast(M, N, K, widened<double>(a, kWidenA), a_transposed, ta, widened<double>(b, kWidenB), b_transposed, tb,
+               C, ldc, accumulate, r);
+}
+
+bool Ctx<Emulated>::gemm_in_binary32(std::size_t M, std::size_t N, std::size_t K, std::span<const float> a,
+                                     bool a_transposed, Tensor, std::span<const double> b, bool b_transposed, Tensor,
+                                     float* C, std::size_t ldc, bool accumulate) const {
+  const std::size_t lda = a_transposed ? M : K, ldb = b_transposed ? K : N;
+  return gemm_in_fast(M, N, K, numerics::ConstMatrix32{a.data(), lda, a_transposed},
+                      numerics::ConstMatrix{b.data(), ldb, b_transposed}, C, ldc, accumulate);
+}
+
+bool Ctx<Emulated>::gemm_in_binary32(std::size_t M, std::size_t N, std::size_t K, std::span<const float> a,
+                                     bool a_transposed, Tensor, std::span<const float> b, bool b_transposed, Tensor,
+                                     float* C, std::size_t ldc, bool accumulate) const {
+  const std::size_t lda = a_transposed ? M : K, ldb = b_transposed ? K : N;
+  return gemm_in_fast(M, N, K, numerics::ConstMatrix32{a.data(), lda, a_transposed},
+                      numerics::ConstMatrix32{b.data(), ldb, b_transposed}, C, ldc, accumulate);
 }
 
 void Ctx<Emulated>::in_array(std::span<const double> src, std::span<double> dst, Tensor t) const {
@@ -153,18 +205,42 @@ void Ctx<Emulated>::in_array(std::span<const float> src, std::span<double> dst, 
   }
 }
 
+bool Ctx<Emulated>::results_identity_on_binary32() const {
+  // compute and storage both hold every binary32 value and nothing else acts on a value: the roundings to either
+  // format return it (round_to of a value of the format, in every mode), the flushes are off, there is no
+  // saturation, and the NaN rule touches only NaNs.
+  return holds_binary32(compute_.format) && holds_binary32(storage_.format) && !ftz_all_ && !ftz_out_ &&
+         !(prec_.saturate > 0);
+}
+
 void Ctx<Emulated>::round_results(std::span<double> x) const {
   // A chunk of binary32 values (NaN excluded; a binary32 accumulator's results, e.g. the fp32 policy's GEMMs) is
-  // left as it is when compute and storage both hold every binary32 value and nothing else acts on a value: the
-  // roundings to either format return it (round_to of a value of the format, in every mode), the flushes are off,
-  // there is no saturation, and the NaN rule touches only NaNs. Any other chunk takes the passes below.
-  const bool binary32_identity = holds_binary32(compute_.format) && holds_binary32(storage_.format) && !ftz_all_ &&
-                                 !ftz_out_ && !(prec_.saturate > 0);
+  // left as it is under results_identity_on_binary32(). Any other chunk takes the passes below.
+  const bool binary32_identity = results_identity_on_binary32();
   for (std::size_t c = 0; c < x.size(); c += kResultChunk) {
     const std::span<double> part = x.subspan(c, std::min(kResultChunk, x.size() - c));
     if (binary32_identity && numerics::all_binary32(part, exec_.kernels)) continue;
     round_computed(part);
     round_stored(storage_, part, part, ftz_out_);
+  }
+}
+
+void Ctx<Emulated>::results_binary32(std::span<float> x) const {
+  // round_results on the widened chunk leaves it as it is exactly when all_binary32 holds there: no NaN (every
+  // float widens to a binary32 value) and the default control register (all_binary32's other condition).
+  const bool identity = results_identity_on_binary32() && numerics::default_mxcsr();
+  std::array<double, kResultChunk> part;
+  for (std::size_t c = 0; c < x.size(); c += kResultChunk) {
+    const std::span<float> xs = x.subspan(c, std::min(kResultChunk, x.size() - c));
+    if (identity) {
+      std::uint32_t nan = 0;
+      for (const float v : xs) nan |= (std::bit_cast<std::uint32_t>(v) & 0x7FFFFFFFu) > 0x7F800000u ? 1u : 0u;
+      if (nan == 0) continue;
+    }
+    const std::span<double> p(part.data(), xs.size());
+    numerics::widen_binary32(std::span<const float>(xs), p, exec_.kernels);
+    round_results(p);
+    numerics::narrow_to_binary32(std::span<const double>(p), xs, exec_.kernels);
   }
 }
 

@@ -251,6 +251,31 @@ class Ctx<Emulated> {
   void gemm_in(std::size_t M, std::size_t N, std::size_t K, std::span<const double> a, bool a_transposed, Tensor ta,
                std::span<const double> b, bool b_transposed, Tensor tb, double* C, std::size_t ldc, bool accumulate,
                Key r) const;
+  /// gemm_in with a binary32 a (activations in binary32 storage; b binary64 or binary32): the kernels read the floats
+  /// in place (numerics::kernels::gemm_fast's ConstMatrix32 forms, the same bits as on the values widened); where no
+  /// kernel takes the product, the binary32 operands are widened into scratch_buffer slots kWidenA / kWidenB and the
+  /// binary64 gemm_in runs.
+  void gemm_in(std::size_t M, std::size_t N, std::size_t K, std::span<const float> a, bool a_transposed, Tensor ta,
+               std::span<const double> b, bool b_transposed, Tensor tb, double* C, std::size_t ldc, bool accumulate,
+               Key r) const;
+  void gemm_in(std::size_t M, std::size_t N, std::size_t K, std::span<const float> a, bool a_transposed, Tensor ta,
+               std::span<const float> b, bool b_transposed, Tensor tb, double* C, std::size_t ldc, bool accumulate,
+               Key r) const;
+  /// gemm_in into a binary32 C (an output in binary32 storage, its current values the initial sums when
+  /// `accumulate`): true when a kernel computed it, C then holding the accumulator's results (binary32 values, as
+  /// the binary64 C would hold them) for results_binary32; false, C untouched, when no kernel takes it (the caller
+  /// then runs the binary64 form on a widened C).
+  bool gemm_in_binary32(std::size_t M, std::size_t N, std::size_t K, std::span<const float> a, bool a_transposed,
+                        Tensor ta, std::span<const double> b, bool b_transposed, Tensor tb, float* C, std::size_t ldc,
+                        bool accumulate) const;
+  bool gemm_in_binary32(std::size_t M, std::size_t N, std::size_t K, std::span<const float> a, bool a_transposed,
+                        Tensor ta, std::span<const float> b, bool b_transposed, Tensor tb, float* C, std::size_t ldc,
+                        bool accumulate) const;
+  /// result_array's span_fast form on a binary32 output computed by gemm_in_binary32: x[i] ← store(to_compute(x[i]))
+  /// as round_results gives it on the widened values, chunk by chunk in L1 (a chunk without NaN under
+  /// round_results' identity case is left as it is; any other is widened, rounded and narrowed back, exactly since
+  /// the storage fits binary32).
+  void results_binary32(std::span<float> x) const;
   /// C_ij of gemm(M, N, K, A, B, C, ldc, accumulate, r) alone, index = i·N + j: Σ_k x[k·incx]·y[k·incy] (row i
   /// of A, column j of B) under the accumulation, c (the current C_ij) entering the accumulator first when
   /// `accumulate`, with the stochastic stream that GEMM gives C_ij (numerics::gemm: sub_stream(bits, r) advanced by
@@ -456,6 +481,17 @@ class Ctx<Emulated> {
   /// x = store(to_compute(x)) in a deterministic mode: round_computed then round_stored, chunk by chunk (each
   /// chunk's four passes stay in L1).
   void round_results(std::span<double> x) const;
+  /// round_results leaves every non-NaN binary32 value as it is (its identity case; see there).
+  bool results_identity_on_binary32() const;
+  /// The kernel attempt of gemm_in (span_fast, deterministic accumulation; entry casts while packing).
+  template <class MA, class MB, class TC>
+  bool gemm_in_fast(std::size_t M, std::size_t N, std::size_t K, MA A, MB B, TC* C, std::size_t ldc,
+                    bool accumulate) const;
+  /// gemm_in after the kernel attempt: the operands cast on entry into scratch slots 0 and 1 (or kept weight
+  /// casts), then gemm().
+  void gemm_in_cast(std::size_t M, std::size_t N, std::size_t K, std::span<const double> a, bool a_transposed,
+                    Tensor ta, std::span<const double> b, bool b_transposed, Tensor tb, double* C, std::size_t ldc,
+                    bool accumulate, Key r) const;
   /// sub_stream(bits_, r), logged as a stream use when the accumulation rounds stochastically.
   numerics::StochasticBits reduction_stream(Key r) const;
   std::uint64_t draw(Key k) const {

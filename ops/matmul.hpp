@@ -84,9 +84,16 @@ void matmul_forward_io(std::span<T> y_out, std::span<const T> x_in, std::span<co
                        const Ctx<A>& ctx, Select sel, [[maybe_unused]] const Fp8Slots* fp8) {
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
+  const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
+  if constexpr (std::is_same_v<T, float>) {  // the kernels read x and write y in binary32 (same bits)
+    if (sel.empty() && !ctx.precision().quant.active() &&
+        ctx.gemm_in_binary32(N, O, I, x_in, false, Tensor::X, w, true, Tensor::W, y_out.data(), O, false)) {
+      for_units(s.n, sel, [&](std::int64_t r) { ctx.results_binary32(y_out.subspan(r * s.out, O)); });
+      return;
+    }
+  }
   const std::span<const V> x = widened<V>(x_in, kWidenA);
   const std::span<V> y = widened_out<V>(y_out, kWidenC, !sel.empty());  // rows not selected keep their values
-  const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
   SlotSeq Y(Tensor::Y), Row(Tensor::Row);
   const auto k_compute = Y.next(), k_store = Y.next(), k_gemm = Y.next();  // k_gemm(0) keys the GEMM
   const auto k_row_gemm = Row.next();                                      // a selected row's GEMM
@@ -142,9 +149,16 @@ void matmul_backward_data_io(std::span<T> dx_out, std::span<const T> dy_in, std:
                              MatmulShape s, const Ctx<A>& ctx, Select sel, [[maybe_unused]] const Fp8Slots* fp8) {
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
+  const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
+  if constexpr (std::is_same_v<T, float>) {  // the kernels read dy and add into dx in binary32 (same bits)
+    if (sel.empty() && !ctx.precision().quant.active() &&
+        ctx.gemm_in_binary32(N, I, O, dy_in, false, Tensor::Dy, w, false, Tensor::W, dx_out.data(), I, true)) {
+      for_units(s.n, sel, [&](std::int64_t r) { ctx.results_binary32(dx_out.subspan(r * s.in, I)); });
+      return;
+    }
+  }
   const std::span<const V> dy = widened<V>(dy_in, kWidenA);
   const std::span<V> dx = widened_out<V>(dx_out, kWidenC, true);
-  const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
   SlotSeq Dx(Tensor::Dx), Row(Tensor::Row);
   const auto k_compute = Dx.next(), k_store = Dx.next(), k_gemm = Dx.next();  // k_gemm(0) keys the GEMM
   const auto k_row_gemm = Row.next();                                         // a selected row's GEMM
@@ -201,7 +215,6 @@ void matmul_backward_weight_io(std::span<typename A::Value> dw, std::span<const 
                                MatmulShape s, const Ctx<A>& ctx, Select sel, [[maybe_unused]] const Fp8Slots* fp8) {
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
-  const std::span<const V> dy = widened<V>(dy_in, kWidenA), x = widened<V>(x_in, kWidenB);
   const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
   SlotSeq Dw(Tensor::Dw), Row(Tensor::Row);
   const auto k_compute = Dw.next(), k_store = Dw.next(), k_gemm = Dw.next();  // k_gemm(0) keys the GEMM
@@ -209,6 +222,7 @@ void matmul_backward_weight_io(std::span<typename A::Value> dw, std::span<const 
   bool quantized = false;
   if constexpr (std::is_same_v<A, Emulated>) {
     if (ctx.precision().quant.active()) {
+      const std::span<const V> dy = widened<V>(dy_in, kWidenA), x = widened<V>(x_in, kWidenB);
       quantized = true;
       const QuantOperands q = quantized_operands(ctx, Pass::BackwardWeight, s, dy, x, fp8);
       const std::span<const double> dys = q.a, xs = q.b;
@@ -219,9 +233,10 @@ void matmul_backward_weight_io(std::span<typename A::Value> dw, std::span<const 
                    k_row_gemm(static_cast<std::size_t>(o)), static_cast<std::size_t>(o));
     }
   }
-  if (!quantized && sel.empty()) {  // dy (n, out) read as the (out × n) matrix dyᵀ
-    ctx.gemm_in(O, I, N, dy, true, Tensor::Dy, x, false, Tensor::X, dw.data(), I, true, k_gemm(0));
+  if (!quantized && sel.empty()) {  // dy (n, out) read as the (out × n) matrix dyᵀ (binary32 read in place)
+    ctx.gemm_in(O, I, N, dy_in, true, Tensor::Dy, x_in, false, Tensor::X, dw.data(), I, true, k_gemm(0));
   } else if (!quantized) {
+    const std::span<const V> dy = widened<V>(dy_in, kWidenA), x = widened<V>(x_in, kWidenB);
     const std::span<const V> dys = entry_cast(ctx, dy, Tensor::Dy, 0), xs = entry_cast(ctx, x, Tensor::X, 1);
     for (std::int64_t o : sel)
       ctx.gemm(1, I, N, M{dys.data() + o, O, true}, M{xs.data(), I}, dw.data() + o * s.in, I, true,
