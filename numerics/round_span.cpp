@@ -459,7 +459,51 @@ __attribute__((target("avx2"))) bool all_finite_avx2(const double* x, std::size_
     if ((std::bit_cast<std::uint64_t>(x[i]) & 0x7FF0000000000000ull) == 0x7FF0000000000000ull) return false;
   return true;
 }
+/// all_finite of binary32 values, 16 lanes (exponent field 0xFF: ±inf or NaN).
+__attribute__((target("avx512f"))) bool all_finite_avx512(const float* x, std::size_t n) {
+  const __m512i exp = _mm512_set1_epi32(0x7F800000);
+  constexpr std::size_t kBlock = 512;
+  for (std::size_t at = 0; at < n; at += kBlock) {
+    const std::size_t end = std::min(n, at + kBlock);
+    __mmask16 bad = 0;
+    for (std::size_t i = at; i < end; i += 16) {
+      const std::size_t left = end - i;
+      const auto live = left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+      const __m512i v = _mm512_and_si512(_mm512_maskz_loadu_epi32(live, x + i), exp);
+      bad |= _mm512_mask_cmpeq_epi32_mask(live, v, exp);
+    }
+    if (bad != 0) return false;
+  }
+  return true;
+}
+
+/// The same, 8 lanes; a tail of fewer than 8 values by the portable test.
+__attribute__((target("avx2"))) bool all_finite_avx2(const float* x, std::size_t n) {
+  const __m256i exp = _mm256_set1_epi32(0x7F800000);
+  constexpr std::size_t kBlock = 512;
+  std::size_t i = 0;
+  for (std::size_t at = 0; at + 8 <= n; at += kBlock) {
+    const std::size_t end = std::min(n, at + kBlock);
+    __m256i bad = _mm256_setzero_si256();
+    for (i = at; i + 8 <= end; i += 8) {
+      const __m256i v = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), exp);
+      bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(v, exp));
+    }
+    if (!_mm256_testz_si256(bad, bad)) return false;
+  }
+  for (; i < n; ++i)
+    if ((std::bit_cast<std::uint32_t>(x[i]) & 0x7F800000u) == 0x7F800000u) return false;
+  return true;
+}
 }  // namespace
+
+bool all_finite(std::span<const float> x, const KernelOptions& opts) {
+  if (cpu_has_avx512f() && opts.isa_limit >= kernels::Isa::Avx512) return all_finite_avx512(x.data(), x.size());
+  if (cpu_has_avx2_f16c() && opts.isa_limit >= kernels::Isa::Avx2) return all_finite_avx2(x.data(), x.size());
+  std::uint32_t bad = 0;
+  for (const float v : x) bad |= static_cast<std::uint32_t>((std::bit_cast<std::uint32_t>(v) & 0x7F800000u) == 0x7F800000u);
+  return bad == 0;
+}
 
 bool all_finite(std::span<const double> x, const KernelOptions& opts) {
   if (cpu_has_avx512f() && opts.isa_limit >= kernels::Isa::Avx512) return all_finite_avx512(x.data(), x.size());

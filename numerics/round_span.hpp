@@ -57,6 +57,8 @@ bool default_mxcsr();
 /// True when every x[i] is finite (not ±inf, not NaN): 8 lanes at a time with AVX-512F, 4 with AVX2, a portable
 /// loop on the exponent bits otherwise (opts.isa() caps the tier). The answer does not depend on the path.
 bool all_finite(std::span<const double> x, const KernelOptions& opts = {});
+/// The same for binary32 values (16 lanes with AVX-512F, 8 with AVX2, the portable loop otherwise).
+bool all_finite(std::span<const float> x, const KernelOptions& opts = {});
 
 /// The binary64 operations of op_round_avx512.
 enum class SpanOp : std::uint8_t { Add, Sub, Mul, Div };

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "numerics/round.hpp"
+#include "numerics/binary32_values.hpp"
 #include "numerics/round_span.hpp"
 #include "numerics/gemm_kernels.hpp"
 #include "ops/gqa.hpp"
@@ -89,10 +90,8 @@ double rms(std::span<const T> x) {
 
 /// True when every element of x is finite (numerics::all_finite; ranges split over the threads when x spans
 /// several, a logical and needs no order).
-bool all_finite(std::span<const float> x) {
-  return std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); });
-}
-bool all_finite(CSpan x) {
+template <class T>
+bool all_finite(std::span<const T> x) {
   constexpr std::size_t kChunk = std::size_t{1} << 15;
   if (x.size() <= 2 * kChunk) return numerics::all_finite(x);
   bool ok = true;
@@ -793,7 +792,7 @@ void Transformer::finish_gradients(std::span<double> grads, StepTelemetry* tel, 
           const auto part = g.subspan(first, end - first);
           numerics::round_array(plan, numerics::Rounding::NearestEven, part, part);
         });
-        finite = tel == nullptr || !tel->first_nonfinite_op.empty() || all_finite(g);
+        finite = tel == nullptr || !tel->first_nonfinite_op.empty() || all_finite(CSpan(g));
       }
       if (round && !finite && tel != nullptr && tel->first_nonfinite_op.empty())
         tel->first_nonfinite_op = "grads-role rounding(" + std::string(name_of(t)) + ")";
@@ -955,11 +954,15 @@ std::span<const double> Transformer::working_weights(std::span<const double> mas
   // fp32 twin, or a policy whose master and weights formats agree), the working copy would equal the
   // masters: read them directly and hold no copy. Checked block by block; the first block that changes
   // stops the check (an fp16 weights role over fp32 masters stops at once).
+  // With an fp32 weights role a block of binary32 values (NaN excluded: numerics::all_binary32) is left as it is by
+  // the rounding (round_to of a value of the format), so only the blocks that fail that scan are rounded.
   constexpr std::size_t kBlock = 4096;
   std::array<double, kBlock> block;
   bool identity = true;
+  const bool fp32 = wf == numerics::formats::fp32;
   for (std::size_t at = 0; at < master.size() && identity; at += kBlock) {
     const std::size_t n = std::min(kBlock, master.size() - at);
+    if (fp32 && numerics::all_binary32(master.subspan(at, n))) continue;
     numerics::round_array(plan, numerics::Rounding::NearestEven, master.subspan(at, n), std::span(block).first(n));
     identity = std::memcmp(block.data(), master.data() + at, n * sizeof(double)) == 0;
   }

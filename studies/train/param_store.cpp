@@ -79,7 +79,11 @@ void ParamStore::read(std::size_t offset, std::span<double> out) const {
   std::visit(
       [&](const auto& d) {
         if (offset > d.size() || out.size() > d.size() - offset) throw std::out_of_range("ParamStore::read");
-        for (std::size_t k = 0; k < out.size(); ++k) out[k] = static_cast<double>(d[offset + k]);
+        using T = std::decay_t<decltype(d[0])>;
+        if constexpr (std::is_same_v<T, float>)
+          numerics::widen_binary32(std::span<const float>(d.data() + offset, out.size()), out);  // SIMD, exact
+        else
+          std::copy_n(d.data() + offset, out.size(), out.data());
       },
       data_);
 }
@@ -92,7 +96,7 @@ void ParamStore::write(std::size_t offset, std::span<const double> values) {
         if constexpr (std::is_same_v<T, float>) {
           // Every value a binary32 value (NaN excluded): each conversion is exact, no value to name.
           if (numerics::all_binary32(values)) {
-            for (std::size_t k = 0; k < values.size(); ++k) d[offset + k] = static_cast<float>(values[k]);
+            numerics::narrow_to_binary32(values, std::span<float>(d.data() + offset, values.size()));  // exact
             return;
           }
         }

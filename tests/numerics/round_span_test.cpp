@@ -249,5 +249,29 @@ TEST(RoundSpan, AllFiniteFindsEveryNonFiniteLaneOnEveryTier) {
   }
 }
 
+TEST(RoundSpan, AllFiniteOfBinary32FindsEveryNonFiniteLaneOnEveryTier) {
+  // The binary32 form: the 16- and 8-lane blocks, the tails and the 512-value early-exit blocks.
+  const float specials[] = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::signaling_NaN()};
+  for (const kernels::Isa isa : {kernels::Isa::Avx512Fp16, kernels::Isa::Avx2, kernels::Isa::None}) {
+    const KernelOptions opts{true, isa};
+    for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{17},
+                                std::size_t{512}, std::size_t{519}, std::size_t{1100}}) {
+      std::vector<float> x(n, std::numeric_limits<float>::max());
+      for (std::size_t i = 0; i < n; i += 3) x[i] = i % 2 ? -0.0f : 0x1p-149f;
+      EXPECT_TRUE(all_finite(std::span<const float>(x), opts)) << "n " << n << " isa " << kernels::name_of(isa);
+      for (std::size_t at = 0; at < n; ++at)
+        for (const float s : specials) {
+          const float keep = x[at];
+          x[at] = s;
+          ASSERT_FALSE(all_finite(std::span<const float>(x), opts))
+              << "n " << n << " at " << at << " isa " << kernels::name_of(isa);
+          x[at] = keep;
+        }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace roundoff::numerics
