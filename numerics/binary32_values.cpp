@@ -6,6 +6,7 @@
 
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstddef>
 
 #include "numerics/round_span.hpp"
@@ -59,6 +60,24 @@ __attribute__((target("avx512f"))) void widen_avx512(const float* src, double* d
   for (; i < n; ++i) dst[i] = static_cast<double>(src[i]);
 }
 
+/// widen_avx512, returning whether no value is NaN.
+__attribute__((target("avx512f"))) bool widen_checked_avx512(const float* src, double* dst, std::size_t n) {
+  std::size_t i = 0;
+  __mmask16 nan = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(src + i);
+    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    _mm512_storeu_pd(dst + i, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+    _mm512_storeu_pd(dst + i + 8, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+  }
+  bool clean = nan == 0;
+  for (; i < n; ++i) {
+    dst[i] = static_cast<double>(src[i]);
+    clean = clean && !std::isnan(src[i]);
+  }
+  return clean;
+}
+
 __attribute__((target("avx512f"))) void narrow_avx512(const double* src, float* dst, std::size_t n) {
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -75,6 +94,24 @@ __attribute__((target("avx2"))) void widen_avx2(const float* src, double* dst, s
     _mm256_storeu_pd(dst + i + 4, _mm256_cvtps_pd(_mm_loadu_ps(src + i + 4)));
   }
   for (; i < n; ++i) dst[i] = static_cast<double>(src[i]);
+}
+
+/// widen_avx2, returning whether no value is NaN.
+__attribute__((target("avx2"))) bool widen_checked_avx2(const float* src, double* dst, std::size_t n) {
+  std::size_t i = 0;
+  __m256 nan = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(src + i);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    _mm256_storeu_pd(dst + i, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    _mm256_storeu_pd(dst + i + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+  }
+  bool clean = _mm256_movemask_ps(nan) == 0;
+  for (; i < n; ++i) {
+    dst[i] = static_cast<double>(src[i]);
+    clean = clean && !std::isnan(src[i]);
+  }
+  return clean;
 }
 
 __attribute__((target("avx2"))) void narrow_avx2(const double* src, float* dst, std::size_t n) {
@@ -105,6 +142,19 @@ void widen_binary32(std::span<const float> src, std::span<double> dst, const Ker
   if (round_doubles_avx2_supported() && opts.isa_limit >= kernels::Isa::Avx2)
     return widen_avx2(src.data(), dst.data(), src.size());
   for (std::size_t i = 0; i < src.size(); ++i) dst[i] = static_cast<double>(src[i]);
+}
+
+bool widen_binary32_checked(std::span<const float> src, std::span<double> dst, const KernelOptions& opts) {
+  if (round_doubles_avx512_supported() && opts.isa_limit >= kernels::Isa::Avx512)
+    return widen_checked_avx512(src.data(), dst.data(), src.size());
+  if (round_doubles_avx2_supported() && opts.isa_limit >= kernels::Isa::Avx2)
+    return widen_checked_avx2(src.data(), dst.data(), src.size());
+  bool clean = true;
+  for (std::size_t i = 0; i < src.size(); ++i) {
+    dst[i] = static_cast<double>(src[i]);
+    clean = clean && !std::isnan(src[i]);
+  }
+  return clean;
 }
 
 void narrow_to_binary32(std::span<const double> src, std::span<float> dst, const KernelOptions& opts) {

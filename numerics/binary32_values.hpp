@@ -21,6 +21,10 @@ bool all_binary32(std::span<const double> x, const KernelOptions& opts = {});
 /// otherwise (opts.isa_limit caps the tier); every path gives static_cast<double>'s bits. dst.size() ≥ src.size().
 void widen_binary32(std::span<const float> src, std::span<double> dst, const KernelOptions& opts = {});
 
+/// widen_binary32, returning true when no src[i] is NaN (the loads that may skip a rounding that leaves every
+/// non-NaN binary32 value as it is; ops/backend.hpp). Tiers as widen_binary32, the same bits in dst.
+bool widen_binary32_checked(std::span<const float> src, std::span<double> dst, const KernelOptions& opts = {});
+
 /// dst[i] = static_cast<float>(src[i]), i < src.size(): the stores into binary32 storage, where every src[i] is a
 /// binary32 value already (so exact; otherwise rounded as the control register says, as the cast is). Tiers as
 /// widen_binary32; every path gives the cast's bits under any control register (the same conversion instruction).

@@ -55,6 +55,22 @@ int classify(double x, bool inputs, bool any_binary32, bool rounds, float& out) 
   return special || (in_range && short_sig) ? 1 : 0;
 }
 
+/// The lanes of f (binary32 values) that classify accepts as kernel inputs (the input tests of pack_run: 0, inf,
+/// NaN, or at most 12 significant bits with 2^-63 <= |x| < 2^63), as an 8-bit mask.
+ROUNDOFF_AVX2 __attribute__((always_inline)) inline int accepted_lanes(__m256 f) {
+  const __m256i fi = _mm256_castps_si256(f);
+  const __m256i e = _mm256_and_si256(_mm256_srli_epi32(fi, 23), _mm256_set1_epi32(0xFF));
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i special =
+      _mm256_or_si256(_mm256_cmpeq_epi32(e, _mm256_set1_epi32(0xFF)),
+                      _mm256_cmpeq_epi32(_mm256_and_si256(fi, _mm256_set1_epi32(0x7FFFFFFF)), zero));
+  const __m256i in_range = _mm256_and_si256(_mm256_cmpgt_epi32(e, _mm256_set1_epi32(127 - 64)),
+                                            _mm256_cmpgt_epi32(_mm256_set1_epi32(127 + 63), e));
+  const __m256i short_sig = _mm256_cmpeq_epi32(_mm256_and_si256(fi, _mm256_set1_epi32(0xFFF)), zero);
+  const __m256i good = _mm256_or_si256(special, _mm256_and_si256(in_range, short_sig));
+  return _mm256_movemask_ps(_mm256_castsi256_ps(good));
+}
+
 /// One step s ← round_acc(s + a·b) on 8 lanes (see gemm_kernel_tiers.hpp).
 template <Acc acc>
 ROUNDOFF_AVX2 __attribute__((always_inline)) inline __m256 mac(__m256 a, __m256 b, __m256 s) {
@@ -104,19 +120,7 @@ ROUNDOFF_AVX2 int pack_run(const double* src, std::size_t n, bool inputs, bool a
                       (_mm256_movemask_pd(_mm256_cmp_pd(_mm256_cvtps_pd(fhi), hi, _CMP_EQ_UQ)) << 4);
     const __m256 f = _mm256_set_m128(fhi, flo);
     int ok = rounds ? 0xFF : exact;
-    if (check_inputs) {
-      const __m256i fi = _mm256_castps_si256(f);
-      const __m256i e = _mm256_and_si256(_mm256_srli_epi32(fi, 23), _mm256_set1_epi32(0xFF));
-      const __m256i zero = _mm256_setzero_si256();
-      const __m256i special =
-          _mm256_or_si256(_mm256_cmpeq_epi32(e, _mm256_set1_epi32(0xFF)),
-                          _mm256_cmpeq_epi32(_mm256_and_si256(fi, _mm256_set1_epi32(0x7FFFFFFF)), zero));
-      const __m256i in_range = _mm256_and_si256(_mm256_cmpgt_epi32(e, _mm256_set1_epi32(127 - 64)),
-                                                _mm256_cmpgt_epi32(_mm256_set1_epi32(127 + 63), e));
-      const __m256i short_sig = _mm256_cmpeq_epi32(_mm256_and_si256(fi, _mm256_set1_epi32(0xFFF)), zero);
-      const __m256i good = _mm256_or_si256(special, _mm256_and_si256(in_range, short_sig));
-      ok &= _mm256_movemask_ps(_mm256_castsi256_ps(good));
-    }
+    if (check_inputs) ok &= accepted_lanes(f);
     bad |= ~ok & 0xFF;
     if (f32) {
       const __m256 nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
@@ -139,19 +143,7 @@ ROUNDOFF_AVX2 int pack_run(const float* src, std::size_t n, bool inputs, bool an
   for (; i + 8 <= n; i += 8) {
     const __m256 raw = _mm256_loadu_ps(src + i);
     const __m256 f = _mm256_blendv_ps(raw, _mm256_or_ps(raw, quiet), _mm256_cmp_ps(raw, raw, _CMP_UNORD_Q));
-    if (check_inputs) {
-      const __m256i fi = _mm256_castps_si256(f);
-      const __m256i e = _mm256_and_si256(_mm256_srli_epi32(fi, 23), _mm256_set1_epi32(0xFF));
-      const __m256i zero = _mm256_setzero_si256();
-      const __m256i special =
-          _mm256_or_si256(_mm256_cmpeq_epi32(e, _mm256_set1_epi32(0xFF)),
-                          _mm256_cmpeq_epi32(_mm256_and_si256(fi, _mm256_set1_epi32(0x7FFFFFFF)), zero));
-      const __m256i in_range = _mm256_and_si256(_mm256_cmpgt_epi32(e, _mm256_set1_epi32(127 - 64)),
-                                                _mm256_cmpgt_epi32(_mm256_set1_epi32(127 + 63), e));
-      const __m256i short_sig = _mm256_cmpeq_epi32(_mm256_and_si256(fi, _mm256_set1_epi32(0xFFF)), zero);
-      const __m256i good = _mm256_or_si256(special, _mm256_and_si256(in_range, short_sig));
-      bad |= ~_mm256_movemask_ps(_mm256_castsi256_ps(good)) & 0xFF;
-    }
+    if (check_inputs) bad |= ~accepted_lanes(f) & 0xFF;
     if (f32) {
       const __m256 nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
       _mm256_storeu_ps(f32 + i, _mm256_blendv_ps(f, _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()), nan));

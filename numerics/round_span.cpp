@@ -501,7 +501,8 @@ bool all_finite(std::span<const float> x, const KernelOptions& opts) {
   if (cpu_has_avx512f() && opts.isa_limit >= kernels::Isa::Avx512) return all_finite_avx512(x.data(), x.size());
   if (cpu_has_avx2_f16c() && opts.isa_limit >= kernels::Isa::Avx2) return all_finite_avx2(x.data(), x.size());
   std::uint32_t bad = 0;
-  for (const float v : x) bad |= static_cast<std::uint32_t>((std::bit_cast<std::uint32_t>(v) & 0x7F800000u) == 0x7F800000u);
+  for (const float v : x)
+    bad |= static_cast<std::uint32_t>((std::bit_cast<std::uint32_t>(v) & 0x7F800000u) == 0x7F800000u);
   return bad == 0;
 }
 

@@ -197,11 +197,29 @@ void Ctx<Emulated>::in_array(std::span<const float> src, std::span<double> dst, 
     for (std::size_t i = 0; i < src.size(); ++i) dst[i] = in(static_cast<double>(src[i]), key(t, i, 0));
     return;
   }
+  widen_then_round(src, dst, daz_);
+}
+
+bool Ctx<Emulated>::storage_holds_binary32() const { return holds_binary32(storage_.format); }
+
+void Ctx<Emulated>::widen_then_round(std::span<const float> src, std::span<double> dst, bool flush) const {
+  // Without a flush, the rounding to a storage format that holds every binary32 value leaves each non-NaN value of
+  // a binary32 tensor as it is (round_to of a value of the format, in every deterministic mode; the NaN rule acts
+  // on NaNs only): a chunk without NaN is the widening alone, any other is rounded in place as before.
+  if (!flush && storage_holds_binary32()) {
+    for (std::size_t c = 0; c < src.size(); c += kStoreChunk) {
+      const std::size_t n = std::min(kStoreChunk, src.size() - c);
+      const std::span<double> part = dst.subspan(c, n);
+      if (!numerics::widen_binary32_checked(src.subspan(c, n), part, exec_.kernels))
+        round_stored(storage_, part, part, false);
+    }
+    return;
+  }
   std::array<double, kStoreChunk> part;
   for (std::size_t c = 0; c < src.size(); c += kStoreChunk) {
     const std::size_t n = std::min(kStoreChunk, src.size() - c);
     numerics::widen_binary32(src.subspan(c, n), part, exec_.kernels);
-    round_stored(storage_, std::span<const double>(part.data(), n), dst.subspan(c, n), daz_);
+    round_stored(storage_, std::span<const double>(part.data(), n), dst.subspan(c, n), flush);
   }
 }
 

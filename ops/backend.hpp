@@ -365,6 +365,7 @@ class Ctx<Emulated> {
   /// kStoreChunk values at a time on the stack, so that src is read once).
   template <class KeyFn>
   void store_array(std::span<const float> src, std::span<double> dst, KeyFn&& kf) const {
+    if (span_fast()) return widen_then_round(src, dst, ftz_out_);  // store_to_array's fast path, fused
     std::array<double, kStoreChunk> part;
     for (std::size_t c = 0; c < src.size(); c += kStoreChunk) {
       const std::size_t n = std::min(kStoreChunk, src.size() - c);
@@ -473,6 +474,10 @@ class Ctx<Emulated> {
   /// dst = nan_rule(round(p, src)) in a deterministic mode, through numerics::round_array; with `flush`, each
   /// value flushed in p's format between the two (daz for entry casts, ftz out/all for stores).
   static constexpr std::size_t kStoreChunk = 256;
+  /// dst = round_stored(storage, widened src) with `flush`, in a deterministic mode (in_array's and store_array's
+  /// fast path for binary32 tensors).
+  void widen_then_round(std::span<const float> src, std::span<double> dst, bool flush) const;
+  bool storage_holds_binary32() const;
   [[noreturn]] void throw_not_binary32() const;
   void round_stored(const numerics::RoundingPlan& p, std::span<const double> src, std::span<double> dst,
                     bool flush) const;

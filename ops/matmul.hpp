@@ -76,9 +76,11 @@ void matmul_forward_reference(std::span<typename A::Value> y, std::span<const ty
 
 /// matmul_forward_reference as one GEMM (cast while packing on the kernels' fast path), converted and stored on row
 /// spans (result_array). T, the activations' element type (x, y; and dy, dx below): A::Value, or float in binary32
-/// storage (Emulated only; the float overloads check Ctx::binary32_storage): widened into binary64 scratch for the
-/// GEMM (slots kWidenA/B/C; ops/backend.hpp) and the outputs narrowed back exactly. The weights and their
-/// gradients stay binary64.
+/// storage (Emulated only; the float overloads check Ctx::binary32_storage): the kernels read the floats in place
+/// and write the binary32 output as their C (Ctx::gemm_in_binary32, then Ctx::results_binary32), the same bits as the
+/// binary64 form; where no kernel takes the product, the tensors are widened into binary64 scratch (slots
+/// kWidenA/B/C; ops/backend.hpp) and the outputs narrowed back exactly. The weights and their gradients stay
+/// binary64.
 template <class A, class T>
 void matmul_forward_io(std::span<T> y_out, std::span<const T> x_in, std::span<const typename A::Value> w, MatmulShape s,
                        const Ctx<A>& ctx, Select sel, [[maybe_unused]] const Fp8Slots* fp8) {

@@ -40,14 +40,6 @@ std::vector<k::Isa> tiers() {
   return out;
 }
 
-Accumulation acc(const Format& f, Order order = Order::Sequential, int block = 0) {
-  Accumulation a;
-  a.format = f;
-  a.order = order;
-  a.block = block;
-  a.outer_format = formats::fp32;
-  return a;
-}
 
 /// Operand values of `in`, with NaN encodings the widening must keep as the binary64 operand has them (a signaling
 /// NaN with a payload, a negative quiet NaN) when `specials`.
@@ -62,14 +54,14 @@ std::vector<float> operand(std::mt19937_64& rng, const Format& in, std::size_t n
 
 TEST(GemmBinary32Operands, SameBitsAsTheWidenedOperands) {
   if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX2 or AVX-512: gemm_fast declines every call";
-  Accumulation unfused = acc(formats::fp32);
+  Accumulation unfused = test::make_acc(formats::fp32);
   unfused.fused = false;
   unfused.product_format = formats::fp32;
-  const Accumulation accs[] = {acc(formats::fp16),
-                               acc(formats::bf16),
-                               acc(formats::fp32),
-                               acc(formats::fp32, Order::Blocked, 32),
-                               acc(formats::fp16, Order::Blocked, 16),
+  const Accumulation accs[] = {test::make_acc(formats::fp16),
+                               test::make_acc(formats::bf16),
+                               test::make_acc(formats::fp32),
+                               test::make_acc(formats::fp32, Order::Blocked, 32),
+                               test::make_acc(formats::fp16, Order::Blocked, 16),
                                unfused,
                                parse_accumulation("ane-tile4"),
                                parse_accumulation("ane-tile4-ftz"),

@@ -25,6 +25,7 @@ namespace roundoff::numerics {
 namespace {
 
 namespace k = kernels;
+using test::make_acc;
 using test::random_values;
 using test::Regime;
 
@@ -93,14 +94,6 @@ struct Case {
   Format inputs;
 };
 
-Accumulation make_acc(const Format& f, Order order = Order::Sequential, int block = 0) {
-  Accumulation a;
-  a.format = f;
-  a.order = order;
-  a.block = block;
-  a.outer_format = formats::fp32;
-  return a;
-}
 
 /// Every ISA level the CPU has (each forced through KernelOptions::isa_limit), weakest first.
 std::vector<k::Isa> isas_to_test() {

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "numerics/accumulate.hpp"
 #include "numerics/format.hpp"
 #include "numerics/round.hpp"
 
@@ -19,6 +20,16 @@ enum class Regime { Normal, Specials, Overflow, Tiny };
 /// The kernels' equality: the same bits, or both NaN.
 inline bool same(double x, double y) {
   return (std::isnan(x) && std::isnan(y)) || std::bit_cast<std::uint64_t>(x) == std::bit_cast<std::uint64_t>(y);
+}
+
+/// An accumulation in format f, order `order` (block size `block` when blocked; outer sum fp32), otherwise default.
+inline Accumulation make_acc(const Format& f, Order order = Order::Sequential, int block = 0) {
+  Accumulation a;
+  a.format = f;
+  a.order = order;
+  a.block = block;
+  a.outer_format = formats::fp32;
+  return a;
 }
 
 /// Random values of `f` (fp16, bf16 or fp32) in a regime. Tiny: products whose sums land in the accumulator's

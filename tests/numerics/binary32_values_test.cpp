@@ -114,6 +114,32 @@ TEST(Binary32Values, WideningIsTheCastOnEveryTier) {
   }
 }
 
+TEST(Binary32Values, CheckedWideningIsTheCastAndFindsEveryNan) {
+  // The same bits as the cast, and false exactly when some value is NaN: one NaN (quiet, signalling, negative) at
+  // every position of lengths covering the 16- and 8-lane blocks and their tails, on every tier.
+  const std::uint32_t nans[] = {0x7FC00000u, 0x7F800001u, 0xFFBFFFFFu};
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{16}, std::size_t{33},
+                              std::size_t{70}}) {
+    std::vector<float> x(n);
+    for (std::size_t i = 0; i < n; ++i) x[i] = i % 5 == 0 ? std::bit_cast<float>(0x00000001u) : 0.5f * float(i) - 9.f;
+    for (const KernelOptions& k : tiers()) {
+      std::vector<double> got(n + 1, 7.0);
+      EXPECT_TRUE(widen_binary32_checked(x, got, k)) << "tier " << static_cast<int>(k.isa_limit) << " n " << n;
+      for (std::size_t i = 0; i < n; ++i)
+        ASSERT_EQ(std::bit_cast<std::uint64_t>(got[i]), std::bit_cast<std::uint64_t>(static_cast<double>(x[i])));
+      EXPECT_EQ(got[n], 7.0) << "wrote past the end";
+      for (std::size_t at = 0; at < n; ++at)
+        for (const std::uint32_t b : nans) {
+          const float keep = x[at];
+          x[at] = std::bit_cast<float>(b);
+          ASSERT_FALSE(widen_binary32_checked(x, got, k)) << "tier " << static_cast<int>(k.isa_limit) << " at " << at;
+          ASSERT_EQ(std::bit_cast<std::uint64_t>(got[at]), std::bit_cast<std::uint64_t>(static_cast<double>(x[at])));
+          x[at] = keep;
+        }
+    }
+  }
+}
+
 TEST(Binary32Values, NarrowingIsTheCastOnEveryTierAndUnderEveryControlRegister) {
   // binary32 values (the stores' case: exact) and doubles between them (rounded as the control register says, as
   // the cast is), subnormal doubles (DAZ reads them as 0) and values beyond binary32's range.
