@@ -128,7 +128,13 @@ struct EmulatedArgs {
     if (x.binary32() != std::is_same_v<T, float>) return copies->of(x);
     return x.as<T>();
   }
-  /// Binary64 at every width (GEMM weights and weight gradients, the losses).
+  /// GEMM weights at their own width, whatever the call's (the binary32 body reads binary32 weights in place, the
+  /// binary64 body widens them; ops/matmul.hpp): f(the weights' span).
+  template <class F>
+  static void weights(CValues w, F&& f) {
+    w.visit(f);
+  }
+  /// Binary64 at every width (weight gradients, the losses).
   static std::span<double> out(std::span<double> y) { return y; }
   static std::span<const double> in(std::span<const double> x) { return x; }
   static std::span<double> optional(std::span<double> x) { return x; }
@@ -173,6 +179,10 @@ struct ReferenceArgs {
     return r;
   }
   std::vector<Ref> in(std::span<const double> x) const { return in(CValues(x)); }
+  template <class F>
+  void weights(CValues w, F&& f) const {
+    f(in(w));
+  }
   static std::span<Ref> optional(std::span<double>) { return {}; }
   Select sel() const { return units; }
   static Ctx<Reference> context(const Ctx<Emulated>& emulated, const OpPrecision& prec) {
@@ -460,26 +470,27 @@ const Fp8Slots* Runner::fp8_slots(const Site& s, Pass pass) {
   return &slots_;
 }
 
-void Runner::matmul_forward(Site s, Values y, CValues x, CSpan w, MatmulShape sh) {
+void Runner::matmul_forward(Site s, Values y, CValues x, CValues w, MatmulShape sh) {
   try {
     const Fp8Slots* fp8 = fp8_slots(s, Pass::Forward);
     run(s, Pass::Forward, sh.n, {{"y", y, rows(sh.out), true}}, {y, x}, [&](const auto& c, auto& io) {
-      ops::matmul_forward(io.out(y), io.in(x), io.in(w), sh, c, io.sel(), fp8);
+      io.weights(w, [&](auto ws) { ops::matmul_forward(io.out(y), io.in(x), ws, sh, c, io.sel(), fp8); });
     }, [&](const Ctx<Emulated>& c, std::span<const std::int64_t> units, std::span<const Ref> before) {
-      return quantized_gemm_reference(c, Pass::Forward, sh, Wide(x).span(), w, fp8, units, before);
+      return quantized_gemm_reference(c, Pass::Forward, sh, Wide(x).span(), Wide(w).span(), fp8, units, before);
     });
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(site_text(s) + ": " + e.what());
   }
 }
 
-void Runner::matmul_backward_data(Site s, Values dx, CValues dy, CSpan w, MatmulShape sh) {
+void Runner::matmul_backward_data(Site s, Values dx, CValues dy, CValues w, MatmulShape sh) {
   try {
     const Fp8Slots* fp8 = fp8_slots(s, Pass::BackwardData);
     run(s, Pass::BackwardData, sh.n, {{"dx", dx, rows(sh.in), true}}, {dx, dy}, [&](const auto& c, auto& io) {
-      ops::matmul_backward_data(io.out(dx), io.in(dy), io.in(w), sh, c, io.sel(), fp8);
+      io.weights(w, [&](auto ws) { ops::matmul_backward_data(io.out(dx), io.in(dy), ws, sh, c, io.sel(), fp8); });
     }, [&](const Ctx<Emulated>& c, std::span<const std::int64_t> units, std::span<const Ref> before) {
-      return quantized_gemm_reference(c, Pass::BackwardData, sh, Wide(dy).span(), w, fp8, units, before);
+      return quantized_gemm_reference(c, Pass::BackwardData, sh, Wide(dy).span(), Wide(w).span(), fp8, units,
+                                      before);
     });
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(site_text(s) + ": " + e.what());
