@@ -699,4 +699,27 @@ void Runner::adamw_update(Site s, Span w, std::span<float> m, std::span<float> v
   });
 }
 
+void Runner::adamw_update(Site s, std::span<float> w, std::span<float> m, std::span<float> v, CSpan g,
+                          const AdamWConfig& cfg, std::int64_t t) {
+  const AdamWFormats f(policy_);
+  const numerics::Format fm = policy_.storage_for(TensorRole::MasterWeight);
+  const auto n = static_cast<std::int64_t>(w.size());
+  std::vector<Ref> m_before, v_before;
+  if (tape_ != nullptr) {
+    m_before.assign(m.begin(), m.end());
+    v_before.assign(v.begin(), v.end());
+  }
+  // w is a binary32 output (run() refuses it unless the master format fits binary32); the emulated body updates the
+  // spans themselves (no width conversion: the call lists no typed arguments).
+  run(s, Pass::Forward, n, {{"w", Values(w), rows(1), false, &fm}}, {}, [&](const auto& c, auto& io) {
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(c)>, Ctx<Emulated>>) {
+      ops::adamw_update(w, m, v, io.in(g), cfg, t, f, c, io.sel());
+    } else {
+      std::vector<Ref> mr = m_before, vr = v_before;
+      ops::adamw_update(io.out(Values(w)), std::span<Ref>(mr), std::span<Ref>(vr), io.in(g), std::span<Ref>(), cfg,
+                        t, f, c, io.sel());
+    }
+  });
+}
+
 }  // namespace roundoff::ops

@@ -188,6 +188,10 @@ class Runner {
   /// under the site's tensor name (the binary64 call's record of w is "<tensor>.w").
   void adamw_update(Site s, Span w, std::span<float> m, std::span<float> v, CSpan g, Span weights,
                     const AdamWConfig& cfg, std::int64_t t);
+  /// adamw_update with binary32 masters and moments (the MasterWeight role's values fit binary32; no working copy):
+  /// the same bits. The shadow as above; w is recorded as the binary64 call records it.
+  void adamw_update(Site s, std::span<float> w, std::span<float> m, std::span<float> v, CSpan g,
+                    const AdamWConfig& cfg, std::int64_t t);
 
   /// Global error: an emulated tensor against the same tensor of a full-reference model run.
   void record_global(Site s, Pass pass, CSpan emulated, std::span<const Ref> reference);

@@ -1332,13 +1332,18 @@ void Transformer::update_tensor_stored(ParamTensor tensor, ParamStore& master, P
   // most; the gradients' into the kept slice_), the masters stored back narrowed: exact, the update stores them in
   // the MasterWeight role's format.
   const std::size_t off = lay_.offset_of(tensor), n = lay_.size_of(tensor);
+  if (master.kind() == StorageKind::Binary32 && moments_storage() == StorageKind::Binary32) {  // in place
+    update_slice(tensor, master.binary32().subspan(off, n), m, v, off, grads.view(off, n, slice_), recipe, lr, t,
+                 coef);
+    return;
+  }
   std::vector<double> w_slice;
   const std::span<double> w = master.view(off, n, w_slice);
   update_slice(tensor, w, m, v, off, grads.view(off, n, slice_), recipe, lr, t, coef);
   master.store_from(off, w);
 }
 
-void Transformer::update_slice(ParamTensor tensor, std::span<double> w, ParamStore& m, ParamStore& v, std::size_t off,
+void Transformer::update_slice(ParamTensor tensor, ops::Values w, ParamStore& m, ParamStore& v, std::size_t off,
                                std::span<const double> g, const Recipe& recipe, double lr, std::int64_t t,
                                double coef) {
   unregister_weights();  // the masters change (and with them any working copy): no pack of them stays valid
@@ -1351,12 +1356,16 @@ void Transformer::update_slice(ParamTensor tensor, std::span<double> w, ParamSto
   cfg.weight_decay = is_decayed(tensor, recipe.decay_embedding) ? recipe.weight_decay : 0.0;
   cfg.grad_scale = coef;
   const ops::Site site{OpKind::AdamW, -1, name_of(tensor)};
+  if (w.binary32()) {  // binary32 masters: binary32 moments (update_tensor_stored)
+    runner_.adamw_update(site, w.f32(), m.binary32().subspan(off, n), v.binary32().subspan(off, n), g, cfg, t);
+    return;
+  }
   switch (moments_storage()) {
     case StorageKind::Binary32:
-      runner_.adamw_update(site, w, m.binary32().subspan(off, n), v.binary32().subspan(off, n), g, {}, cfg, t);
+      runner_.adamw_update(site, w.f64(), m.binary32().subspan(off, n), v.binary32().subspan(off, n), g, {}, cfg, t);
       return;
     case StorageKind::Binary64:
-      runner_.adamw_update(site, w, m.binary64().subspan(off, n), v.binary64().subspan(off, n), g, {}, cfg, t);
+      runner_.adamw_update(site, w.f64(), m.binary64().subspan(off, n), v.binary64().subspan(off, n), g, {}, cfg, t);
       return;
   }
 }

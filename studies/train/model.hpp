@@ -286,7 +286,7 @@ class Transformer final : public Model {
   /// in kAllParamTensors order, as finish_gradients names it.
   void finish_direct(DirectSink& d, StepTelemetry* tel);
   /// One AdamW update of tensor `tensor` (its elements w, g; its moments at offset `off` of m, v).
-  void update_slice(ParamTensor tensor, std::span<double> w, ParamStore& m, ParamStore& v, std::size_t off,
+  void update_slice(ParamTensor tensor, ops::Values w, ParamStore& m, ParamStore& v, std::size_t off,
                     std::span<const double> g, const Recipe& recipe, double lr, std::int64_t t, double coef);
   void forward(const Batch& b, ops::CValues w, StepTelemetry* tel);
   /// Where backward's gradient pass leaves the weight gradients: in `grads`, rounded to the gradient role
