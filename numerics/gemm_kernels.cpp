@@ -595,7 +595,8 @@ struct BKey {
   bool tile, any_binary32, avx2;
   std::uint64_t version;
   bool operator==(const BKey& o) const {
-    return data == o.data && binary32 == o.binary32 && ld == o.ld && K == o.K && N == o.N && transposed == o.transposed && cast == o.cast &&
+    return data == o.data && binary32 == o.binary32 && ld == o.ld && K == o.K && N == o.N &&
+           transposed == o.transposed && cast == o.cast &&
            (!cast || (cast_format == o.cast_format && cast_mode == o.cast_mode &&
                       cast_nan_to_inf == o.cast_nan_to_inf && cast_flush == o.cast_flush)) &&
            acc == o.acc && tile == o.tile && any_binary32 == o.any_binary32 && avx2 == o.avx2 && version == o.version;

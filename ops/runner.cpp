@@ -679,6 +679,17 @@ void Runner::adamw_update(Site s, Span w, Span m, Span v, CSpan g, Span weights,
 
 void Runner::adamw_update(Site s, Span w, std::span<float> m, std::span<float> v, CSpan g, Span weights,
                           const AdamWConfig& cfg, std::int64_t t) {
+  adamw_binary32_moments(s, w, m, v, g, weights, cfg, t);
+}
+
+void Runner::adamw_update(Site s, std::span<float> w, std::span<float> m, std::span<float> v, CSpan g,
+                          const AdamWConfig& cfg, std::int64_t t) {
+  adamw_binary32_moments(s, w, m, v, g, {}, cfg, t);
+}
+
+template <class W>
+void Runner::adamw_binary32_moments(Site s, std::span<W> w, std::span<float> m, std::span<float> v, CSpan g,
+                                    Span weights, const AdamWConfig& cfg, std::int64_t t) {
   const AdamWFormats f(policy_);
   const numerics::Format fm = policy_.storage_for(TensorRole::MasterWeight);
   const auto n = static_cast<std::int64_t>(w.size());
@@ -688,36 +699,16 @@ void Runner::adamw_update(Site s, Span w, std::span<float> m, std::span<float> v
     m_before.assign(m.begin(), m.end());
     v_before.assign(v.begin(), v.end());
   }
-  run(s, Pass::Forward, n, {{"w", w, rows(1), false, &fm}}, {}, [&](const auto& c, auto& io) {
-    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(c)>, Ctx<Emulated>>) {
-      ops::adamw_update(io.out(w), m, v, io.in(g), io.optional(weights), cfg, t, f, c, io.sel());
-    } else {
-      std::vector<Ref> mr = m_before, vr = v_before;
-      ops::adamw_update(io.out(w), std::span<Ref>(mr), std::span<Ref>(vr), io.in(g), io.optional(weights), cfg, t, f,
-                        c, io.sel());
-    }
-  });
-}
-
-void Runner::adamw_update(Site s, std::span<float> w, std::span<float> m, std::span<float> v, CSpan g,
-                          const AdamWConfig& cfg, std::int64_t t) {
-  const AdamWFormats f(policy_);
-  const numerics::Format fm = policy_.storage_for(TensorRole::MasterWeight);
-  const auto n = static_cast<std::int64_t>(w.size());
-  std::vector<Ref> m_before, v_before;
-  if (tape_ != nullptr) {
-    m_before.assign(m.begin(), m.end());
-    v_before.assign(v.begin(), v.end());
-  }
-  // w is a binary32 output (run() refuses it unless the master format fits binary32); the emulated body updates the
-  // spans themselves (no width conversion: the call lists no typed arguments).
+  // A binary32 w is a binary32 output (run() refuses it unless the master format fits binary32). The call lists no
+  // typed arguments, so the emulated body updates the spans themselves.
   run(s, Pass::Forward, n, {{"w", Values(w), rows(1), false, &fm}}, {}, [&](const auto& c, auto& io) {
     if constexpr (std::is_same_v<std::remove_cvref_t<decltype(c)>, Ctx<Emulated>>) {
-      ops::adamw_update(w, m, v, io.in(g), cfg, t, f, c, io.sel());
+      if constexpr (std::is_same_v<W, float>) ops::adamw_update(w, m, v, io.in(g), cfg, t, f, c, io.sel());
+      else ops::adamw_update(w, m, v, io.in(g), io.optional(weights), cfg, t, f, c, io.sel());
     } else {
       std::vector<Ref> mr = m_before, vr = v_before;
-      ops::adamw_update(io.out(Values(w)), std::span<Ref>(mr), std::span<Ref>(vr), io.in(g), std::span<Ref>(), cfg,
-                        t, f, c, io.sel());
+      ops::adamw_update(io.out(Values(w)), std::span<Ref>(mr), std::span<Ref>(vr), io.in(g), io.optional(weights),
+                        cfg, t, f, c, io.sel());
     }
   });
 }

@@ -228,6 +228,10 @@ class Runner {
   void run(Site s, Pass pass, std::int64_t n_units, std::initializer_list<Output> outs,
            std::initializer_list<CValues> typed, Call&& call, const AccReference& acc = {});
 
+  /// adamw_update with binary32 moments, the masters w binary64 or (no working copy) binary32.
+  template <class W>
+  void adamw_binary32_moments(Site s, std::span<W> w, std::span<float> m, std::span<float> v, CSpan g, Span weights,
+                              const AdamWConfig& cfg, std::int64_t t);
   /// The Width of a call (outs: its outputs; typed: its Values and CValues).
   static Width width_of(std::initializer_list<Output> outs, std::initializer_list<CValues> typed,
                         const OpPrecision& prec);

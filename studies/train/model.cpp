@@ -427,8 +427,8 @@ void Transformer::norm(StepTelemetry* tel, ops::Site s, ops::Values y, ops::Valu
   check_norm(tel, s.layer, s.tensor, x, rstd, rows.cols);
 }
 
-void Transformer::norm_in(StepTelemetry* tel, ops::Site s, ops::Values h, ops::Values rstd, ops::CValues x, ops::CValues w,
-                          ops::RowShape rows) {
+void Transformer::norm_in(StepTelemetry* tel, ops::Site s, ops::Values h, ops::Values rstd, ops::CValues x,
+                          ops::CValues w, ops::RowShape rows) {
   if (rule_.post_norm) copy_into(h, x);  // Post-Norm (DeepNorm): h = x
   else norm(tel, s, h, rstd, x, w, rows, c_.norm_eps);
 }
@@ -672,8 +672,8 @@ ops::CValues Transformer::norm_out_backward(StepTelemetry* tel, ops::Site s, std
 }
 
 void Transformer::norm_in_backward(StepTelemetry* tel, ops::Site s, std::string_view weight, OpKind residual,
-                                   ops::Values dx, ops::CValues dh, ops::CValues x, ops::CValues w, ops::CValues rstd,
-                                   const GradOut& g, Slot dw, ops::RowShape rows) {
+                                   ops::Values dx, ops::CValues dh, ops::CValues x, ops::CValues w,
+                                   ops::CValues rstd, const GradOut& g, Slot dw, ops::RowShape rows) {
   if (rule_.post_norm) {
     // h = x: the two uses of x meet in a residual-stream gradient sum (dx += dh), under the residual's entry.
     const ops::Values scratch = zeros(bw_.scratch);

@@ -239,8 +239,8 @@ class Transformer final : public Model {
   /// Backward of norm_in, adding into dx: through the norm (dw += ...), or dx += dh as a residual-stream gradient
   /// sum under `residual`'s bwd-data entry (Post-Norm, checked).
   void norm_in_backward(StepTelemetry* tel, ops::Site s, std::string_view weight, ops::OpKind residual,
-                        ops::Values dx, ops::CValues dh, ops::CValues x, ops::CValues w, ops::CValues rstd, const GradOut& g,
-                        Slot dw, ops::RowShape rows);
+                        ops::Values dx, ops::CValues dh, ops::CValues x, ops::CValues w, ops::CValues rstd,
+                        const GradOut& g, Slot dw, ops::RowShape rows);
   /// dh2 (N, C) += through ffn_forward's z, given dz (N, H); dW1 (and dW3) += ....
   void ffn_backward(int l, const LayerActs& L, const BlockWeights& w, const GradOut& g,
                     ops::CValues dz, ops::Values dh2, const Dims& d);
