@@ -582,7 +582,8 @@ int pack_operands(Packed& pk, MA A, MB B, const OperandCast* cast_a, const Opera
 
 /// What a packed B depends on besides its values: where and how it is read, its entry cast, and how it is packed.
 struct BKey {
-  const double* data;
+  const std::byte* data;  ///< B's first element (binary64 or binary32: `binary32`)
+  bool binary32;
   std::size_t ld, K, N;
   bool transposed;
   bool cast;
@@ -594,7 +595,8 @@ struct BKey {
   bool tile, any_binary32, avx2;
   std::uint64_t version;
   bool operator==(const BKey& o) const {
-    return data == o.data && ld == o.ld && K == o.K && N == o.N && transposed == o.transposed && cast == o.cast &&
+    return data == o.data && binary32 == o.binary32 && ld == o.ld && K == o.K && N == o.N &&
+           transposed == o.transposed && cast == o.cast &&
            (!cast || (cast_format == o.cast_format && cast_mode == o.cast_mode &&
                       cast_nan_to_inf == o.cast_nan_to_inf && cast_flush == o.cast_flush)) &&
            acc == o.acc && tile == o.tile && any_binary32 == o.any_binary32 && avx2 == o.avx2 && version == o.version;
@@ -609,11 +611,15 @@ struct PackedB {
   int worst = 0;
 };
 
+/// A registered range, in bytes (binary64 or binary32 elements).
 struct ImmutableRange {
-  const double* data;
-  std::size_t n;
+  const std::byte* data;
+  std::size_t bytes;
   std::uint64_t version;
+  bool holds(const std::byte* p, std::size_t n) const { return p >= data && p + n <= data + bytes; }
 };
+
+const std::byte* bytes_of(const void* p) { return static_cast<const std::byte*>(p); }
 
 }  // namespace
 
@@ -661,33 +667,38 @@ struct PackCache::Impl {
   /// Drops the entries made from inside [data, data + n) (under any version). An entry no call holds any more
   /// (only the cache owns it, which the mutex held here makes certain: calls take entries under it) gives its
   /// panels to `spare`.
-  void drop_range(const double* data, std::size_t n);
-  /// The version of the registered range holding [data, data + n), if any.
-  std::optional<std::uint64_t> version_of(const double* data, std::size_t n) const {
+  void drop_range(const std::byte* data, std::size_t n);
+  /// The version of the registered range holding the n bytes at data, if any.
+  std::optional<std::uint64_t> version_of(const void* data, std::size_t n) const {
     for (const ImmutableRange& r : ranges)
-      if (data >= r.data && data + n <= r.data + r.n) return r.version;
+      if (r.holds(bytes_of(data), n)) return r.version;
     return std::nullopt;
   }
+  void register_range(const void* data, std::size_t bytes, std::uint64_t version);
+  void unregister_range(const void* data);
 };
 
 namespace {
 
-/// The stored extent of B: the doubles from B.data that a K×N product reads.
-std::size_t b_extent(ConstMatrix B, std::size_t K, std::size_t N) {
-  return B.transposed ? (N - 1) * B.ld + K : (K - 1) * B.ld + N;
+/// The stored extent of B in bytes: the elements from B.data that a K×N product reads.
+template <class MB>
+std::size_t b_extent(MB B, std::size_t K, std::size_t N) {
+  return (B.transposed ? (N - 1) * B.ld + K : (K - 1) * B.ld + N) * sizeof(*B.data);
 }
 
 /// For a B inside a registered range: the cached pack of the same key (a hit), or a fresh entry to pack into and
 /// insert afterwards (a miss with room left); both null for any other B.
-std::pair<std::shared_ptr<const PackedB>, std::shared_ptr<PackedB>> cache_lookup(PackCache::Impl& pc, ConstMatrix B,
+template <class MB>
+std::pair<std::shared_ptr<const PackedB>, std::shared_ptr<PackedB>> cache_lookup(PackCache::Impl& pc, MB B,
                                                                                  const OperandCast* cast_b,
                                                                                  const Plan& plan, const Packed& pk) {
   const std::lock_guard<std::mutex> lock(pc.mutex);
   if (pc.ranges.empty()) return {};
   const std::size_t extent = b_extent(B, pk.K, pk.N);
   for (const ImmutableRange& r : pc.ranges) {
-    if (!(B.data >= r.data && B.data + extent <= r.data + r.n)) continue;
-    const BKey key{B.data,
+    if (!r.holds(bytes_of(B.data), extent)) continue;
+    const BKey key{bytes_of(B.data),
+                   std::is_same_v<MB, ConstMatrix32>,
                    B.ld,
                    pk.K,
                    pk.N,
@@ -726,7 +737,7 @@ void cache_insert(PackCache::Impl& pc, std::shared_ptr<PackedB> fresh, int worst
   const std::lock_guard<std::mutex> lock(pc.mutex);
   const BKey& key = fresh->key;
   const bool registered = std::any_of(pc.ranges.begin(), pc.ranges.end(), [&](const ImmutableRange& r) {
-    return r.version == key.version && key.data >= r.data && key.data < r.data + r.n;
+    return r.version == key.version && r.holds(key.data, 1);
   });
   const bool present =
       std::any_of(pc.entries.begin(), pc.entries.end(), [&](const auto& e) { return e->key == key; });
@@ -909,7 +920,7 @@ Isa detected_isa() {
   return isa;
 }
 
-void PackCache::Impl::drop_range(const double* data, std::size_t n) {
+void PackCache::Impl::drop_range(const std::byte* data, std::size_t n) {
   std::erase_if(entries, [&](std::shared_ptr<const PackedB>& e) {
     const bool inside = e->key.data >= data && e->key.data < data + n;
     if (!inside) return false;
@@ -923,7 +934,7 @@ void PackCache::Impl::drop_range(const double* data, std::size_t n) {
     return true;
   });
   std::erase_if(derived, [&](const Derived& d) {
-    const bool inside = d.data >= data && d.data < data + n;
+    const bool inside = bytes_of(d.data) >= data && bytes_of(d.data) < data + n;
     if (inside) derived_bytes -= d.values->size() * sizeof(double);
     return inside;
   });
@@ -942,29 +953,38 @@ std::size_t PackCache::capacity() const {
   return impl_->capacity;
 }
 
-void PackCache::register_immutable(const double* data, std::size_t n, std::uint64_t version) {
-  Impl& pc = *impl_;
-  const std::lock_guard<std::mutex> lock(pc.mutex);
-  for (ImmutableRange& r : pc.ranges)
+void PackCache::Impl::register_range(const void* p, std::size_t n, std::uint64_t version) {
+  const std::lock_guard<std::mutex> lock(mutex);
+  const std::byte* data = bytes_of(p);
+  for (ImmutableRange& r : ranges)
     if (r.data == data) {
-      if (r.n == n && r.version == version) return;
-      pc.drop_range(r.data, r.n);
+      if (r.bytes == n && r.version == version) return;
+      drop_range(r.data, r.bytes);
       r = ImmutableRange{data, n, version};
       return;
     }
-  pc.ranges.push_back(ImmutableRange{data, n, version});
+  ranges.push_back(ImmutableRange{data, n, version});
 }
 
-void PackCache::unregister_immutable(const double* data) {
-  Impl& pc = *impl_;
-  const std::lock_guard<std::mutex> lock(pc.mutex);
-  for (std::size_t i = 0; i < pc.ranges.size(); ++i)
-    if (pc.ranges[i].data == data) {
-      pc.drop_range(pc.ranges[i].data, pc.ranges[i].n);
-      pc.ranges.erase(pc.ranges.begin() + static_cast<std::ptrdiff_t>(i));
+void PackCache::Impl::unregister_range(const void* p) {
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (std::size_t i = 0; i < ranges.size(); ++i)
+    if (ranges[i].data == bytes_of(p)) {
+      drop_range(ranges[i].data, ranges[i].bytes);
+      ranges.erase(ranges.begin() + static_cast<std::ptrdiff_t>(i));
       return;
     }
 }
+
+void PackCache::register_immutable(const double* data, std::size_t n, std::uint64_t version) {
+  impl_->register_range(data, n * sizeof(double), version);
+}
+
+void PackCache::register_immutable(const float* data, std::size_t n, std::uint64_t version) {
+  impl_->register_range(data, n * sizeof(float), version);
+}
+
+void PackCache::unregister_immutable(const void* data) { impl_->unregister_range(data); }
 
 PackCacheStats PackCache::stats() const {
   Impl& pc = *impl_;
@@ -987,7 +1007,7 @@ std::shared_ptr<const std::vector<double>> find_derived(const PackCache& cache, 
                                                         const std::string& tag) {
   PackCache::Impl& pc = cache.impl();
   const std::lock_guard<std::mutex> lock(pc.mutex);
-  const std::optional<std::uint64_t> version = pc.version_of(data, n);
+  const std::optional<std::uint64_t> version = pc.version_of(data, n * sizeof(double));
   if (!version) return nullptr;
   for (const PackCache::Impl::Derived& d : pc.derived)
     if (d.data == data && d.n == n && d.version == *version && d.tag == tag) {
@@ -1000,7 +1020,7 @@ std::shared_ptr<const std::vector<double>> find_derived(const PackCache& cache, 
 void store_derived(PackCache& cache, const double* data, std::size_t n, std::string tag, std::vector<double> values) {
   PackCache::Impl& pc = cache.impl();
   const std::lock_guard<std::mutex> lock(pc.mutex);
-  const std::optional<std::uint64_t> version = pc.version_of(data, n);
+  const std::optional<std::uint64_t> version = pc.version_of(data, n * sizeof(double));
   const std::size_t b = values.size() * sizeof(double);
   if (!version || pc.derived_bytes + b > kDerivedBytes) return;
   std::erase_if(pc.derived, [&](const PackCache::Impl::Derived& d) {  // an older version's entry of the same key
@@ -1015,7 +1035,7 @@ void store_derived(PackCache& cache, const double* data, std::size_t n, std::str
 bool holds_immutable(const PackCache& cache, const double* data, std::size_t n) {
   PackCache::Impl& pc = cache.impl();
   const std::lock_guard<std::mutex> lock(pc.mutex);
-  return pc.version_of(data, n).has_value();
+  return pc.version_of(data, n * sizeof(double)).has_value();
 }
 
 const char* kernel_name(const Accumulation& a, const KernelOptions& opts) {
@@ -1069,8 +1089,7 @@ bool gemm_fast_t(const Accumulation& a, std::size_t M, std::size_t N, std::size_
   // native fp16 attempt, whose fp16 panels may be repacked).
   std::shared_ptr<const PackedB> cached;
   std::shared_ptr<PackedB> fill;
-  if constexpr (std::is_same_v<MB, ConstMatrix>)  // the cache holds binary64 operands only
-    if (!try_native && cache != nullptr) std::tie(cached, fill) = cache_lookup(cache->impl(), B, cast_b, plan, pk);
+  if (!try_native && cache != nullptr) std::tie(cached, fill) = cache_lookup(cache->impl(), B, cast_b, plan, pk);
   if (try_native) {
     pk.Ah = buffers.Ah.get(M * K);
     pk.Bh = buffers.Bh.get(pk.panels * K * kPanel);

@@ -74,16 +74,17 @@ struct OperandCast {
 void cast_values(const OperandCast& c, std::span<const double> src, std::span<double> dst);
 
 /// B-operand pack cache, owned by its user (ops::Runner owns one per model; nothing is cached without one). A
-/// caller may promise that the doubles in [data, data + n) do not change until it calls register_immutable again
-/// for the same data pointer (with a new version) or unregister_immutable(data); both drop every pack made from
-/// inside the range. While the promise holds, gemm_fast reuses the packed panels of a B that lies inside the
-/// range, packed earlier from the same address, leading dimension, shape, transposition, entry cast and kernel
-/// plan under the same version: the packing is a function of those and of the values alone, so the product is
-/// the same bits as packing afresh. The trainer's model registers its working weights once per update (an
-/// update's micro-steps and the own-precision evaluation then pack each weight matrix once). Unregistered memory
-/// is never cached. The cache holds at most its capacity (512 MiB by default) of binary32 panels; a pack beyond
-/// that is not cached. Not
-/// used for the native fp16 kernel's packing (AVX512-FP16). Thread-safe (one mutex, taken once per call).
+/// caller may promise that the n values (binary64 or binary32) at data do not change until it calls
+/// register_immutable again for the same data pointer (with a new version) or unregister_immutable(data); both drop
+/// every pack made from inside the range. While the promise holds, gemm_fast reuses the packed panels of a B that
+/// lies inside the range, packed earlier from the same address, element width, leading dimension, shape,
+/// transposition, entry cast and kernel plan under the same version: the packing is a function of those and of the
+/// values alone, so the product is the same bits as packing afresh (a binary32 B packs as its widened values do,
+/// so either width may be cached). The trainer's model registers its working weights once per update (an update's
+/// micro-steps and the own-precision evaluation then pack each weight matrix once). Unregistered memory is never
+/// cached. The cache holds at most its capacity (512 MiB by default) of binary32 panels; a pack beyond that is not
+/// cached. Not used for the native fp16 kernel's packing (AVX512-FP16). Thread-safe (one mutex, taken once per
+/// call).
 struct PackCacheStats {
   std::size_t ranges, entries, bytes;
   std::uint64_t hits, misses;
@@ -101,8 +102,10 @@ class PackCache {
   PackCache(const PackCache&) = delete;
   PackCache& operator=(const PackCache&) = delete;
 
+  /// The n elements at data, binary64 or binary32 (a model's working weights in either storage).
   void register_immutable(const double* data, std::size_t n, std::uint64_t version);
-  void unregister_immutable(const double* data);
+  void register_immutable(const float* data, std::size_t n, std::uint64_t version);
+  void unregister_immutable(const void* data);
   PackCacheStats stats() const;
   /// The capacity of later insertions (entries already held stay until their range is dropped).
   void set_capacity(std::size_t capacity_bytes);

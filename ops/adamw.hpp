@@ -67,6 +67,9 @@ void adamw_binary32(double* w, double* m, double* v, const double* g, std::size_
 /// an exact binary64 one, and the moments it stores are the binary32 results it would have stored widened).
 void adamw_binary32(double* w, float* m, float* v, const double* g, std::size_t n, const AdamWBinary32& c,
                     std::uint8_t* bad);
+/// adamw_binary32 on binary32 masters and moments (a binary32 master likewise).
+void adamw_binary32(float* w, float* m, float* v, const double* g, std::size_t n, const AdamWBinary32& c,
+                    std::uint8_t* bad);
 
 /// AdamW's constants in compute (Ctx::c): β1, β2, 1−β1, 1−β2, 1−β1^t, 1−β2^t, ε, λ, lr, grad_scale.
 template <class V>
@@ -95,9 +98,10 @@ inline constexpr unsigned kAdamWUpdateSlots = 20;
 /// `weights` is non-empty. Returns the slots the update took before the copy (kAdamWUpdateSlots).
 /// M: the moments' storage, A::Value or (Emulated) float when the AdamM and AdamV roles hold only binary32
 /// values: a moment is read widened (exact) and stored narrowed, which is exact too since every stored moment
-/// is a value of its role's format.
-template <class A, class M = typename A::Value>
-unsigned adamw_element(std::size_t e, std::span<typename A::Value> w, std::span<std::type_identity_t<M>> m,
+/// is a value of its role's format. W: the masters' storage, A::Value or (Emulated) float when the MasterWeight role
+/// holds only binary32 values (read widened, stored narrowed: exact for the same reason).
+template <class A, class M = typename A::Value, class W = typename A::Value>
+unsigned adamw_element(std::size_t e, std::span<std::type_identity_t<W>> w, std::span<std::type_identity_t<M>> m,
                        std::span<std::type_identity_t<M>> v, std::span<const typename A::Value> g,
                        std::span<typename A::Value> weights, bool unscale,
                        const AdamWConstants<typename A::Value>& k, const AdamWFormats& f, const Ctx<A>& ctx) {
@@ -117,13 +121,15 @@ unsigned adamw_element(std::size_t e, std::span<typename A::Value> w, std::span<
   const V vhat = p.div(vi, k.c2);
   const V den = p.add(p.sqrt(vhat), k.eps);
   const V ratio = p.div(mhat, den);
-  const V decay = p.mul(k.wd, w[e]);
+  const V wi = static_cast<V>(w[e]);
+  const V decay = p.mul(k.wd, wi);
   const V step = p.add(ratio, decay);
   m[e] = static_cast<M>(mi);
   v[e] = static_cast<M>(vi);
-  w[e] = p.store_to(f.master, p.sub(w[e], p.mul(k.lr, step)));
+  const V wn = p.store_to(f.master, p.sub(wi, p.mul(k.lr, step)));
+  w[e] = static_cast<W>(wn);
   const unsigned taken = p.taken();
-  if (!weights.empty()) weights[e] = p.store_to(f.weight, w[e]);
+  if (!weights.empty()) weights[e] = p.store_to(f.weight, wn);
   return taken;
 }
 }  // namespace detail
@@ -140,14 +146,14 @@ void adamw_update_reference(std::span<typename A::Value> w, std::span<typename A
 }
 
 namespace detail {
-/// adamw_update with the moments stored as M (adamw_element).
-template <class A, class M>
-void adamw_update_stored(std::span<typename A::Value> w, std::span<M> m, std::span<M> v,
+/// adamw_update with the moments stored as M and the masters as W (adamw_element).
+template <class A, class M, class W = typename A::Value>
+void adamw_update_stored(std::span<W> w, std::span<M> m, std::span<M> v,
                          std::span<const typename A::Value> g, std::span<typename A::Value> weights,
                          const AdamWConfig& cfg, std::int64_t t, const AdamWFormats& f, const Ctx<A>& ctx, Select sel) {
   const auto k = adamw_constants(cfg, t, ctx);
   const auto update = [&](std::int64_t i) {
-    adamw_element<A, M>(static_cast<std::size_t>(i), w, m, v, g, weights, cfg.grad_scale != 1.0, k, f, ctx);
+    adamw_element<A, M, W>(static_cast<std::size_t>(i), w, m, v, g, weights, cfg.grad_scale != 1.0, k, f, ctx);
   };
   if constexpr (std::is_same_v<A, Emulated>) {
     const numerics::Format& fp32 = numerics::formats::fp32;
@@ -166,9 +172,11 @@ void adamw_update_stored(std::span<typename A::Value> w, std::span<M> m, std::sp
         for (std::size_t j = 0; j < (len + 7) / 8; ++j)
           for (unsigned l = bad[j]; l != 0; l &= l - 1)
             update(static_cast<std::int64_t>(lo + 8 * j + static_cast<std::size_t>(__builtin_ctz(l))));
-        if (!weights.empty())
-          ctx.store_to_array(f.weight, std::span<const double>(w.subspan(lo, len)), weights.subspan(lo, len),
-                             SlotSeq(Tensor::W, lo, 1, kAdamWUpdateSlots).next());  // the copy's slot
+        if constexpr (std::is_same_v<W, double>) {  // binary32 masters come without a working copy
+          if (!weights.empty())
+            ctx.store_to_array(f.weight, std::span<const double>(w.subspan(lo, len)), weights.subspan(lo, len),
+                               SlotSeq(Tensor::W, lo, 1, kAdamWUpdateSlots).next());  // the copy's slot
+        }
       });
       return;
     }
@@ -197,6 +205,11 @@ void adamw_update(std::span<typename A::Value> w, std::span<typename A::Value> m
 void adamw_update(std::span<double> w, std::span<float> m, std::span<float> v, std::span<const double> g,
                   std::span<double> weights, const AdamWConfig& cfg, std::int64_t t, const AdamWFormats& f,
                   const Ctx<Emulated>& ctx, Select sel = {});
+/// adamw_update with binary32 masters w and moments m, v (the trainer's storage when the MasterWeight role holds
+/// only binary32 values too), no working copy: the same bits. Precondition: every w[i] a value of the master format.
+void adamw_update(std::span<float> w, std::span<float> m, std::span<float> v, std::span<const double> g,
+                  const AdamWConfig& cfg, std::int64_t t, const AdamWFormats& f, const Ctx<Emulated>& ctx,
+                  Select sel = {});
 
 #define ROUNDOFF_ADAMW_DECL(EXTERN, A)                                                                        \
   EXTERN template void adamw_update<A>(std::span<A::Value>, std::span<A::Value>, std::span<A::Value>,          \

@@ -79,21 +79,23 @@ void matmul_forward_reference(std::span<typename A::Value> y, std::span<const ty
 /// storage (Emulated only; the float overloads check Ctx::binary32_storage): the kernels read the floats in place
 /// and write the binary32 output as their C (Ctx::gemm_in_binary32, then Ctx::results_binary32), the same bits as the
 /// binary64 form; where no kernel takes the product, the tensors are widened into binary64 scratch (slots
-/// kWidenA/B/C; ops/backend.hpp) and the outputs narrowed back exactly. The weights and their gradients stay
-/// binary64.
-template <class A, class T>
-void matmul_forward_io(std::span<T> y_out, std::span<const T> x_in, std::span<const typename A::Value> w, MatmulShape s,
+/// kWidenA/B/C; ops/backend.hpp) and the outputs narrowed back exactly. TW, the weights' element type: A::Value, or
+/// float (a model whose working weights are binary32: the kernels pack them in place, and the pack cache keeps
+/// their panels as it keeps a binary64 weight's; elsewhere widened into kWidenB). The weight gradients stay binary64.
+template <class A, class T, class TW = typename A::Value>
+void matmul_forward_io(std::span<T> y_out, std::span<const T> x_in, std::span<const TW> w_in, MatmulShape s,
                        const Ctx<A>& ctx, Select sel, [[maybe_unused]] const Fp8Slots* fp8) {
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
   const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
   if constexpr (std::is_same_v<T, float>) {  // the kernels read x and write y in binary32 (same bits)
     if (sel.empty() && !ctx.precision().quant.active() &&
-        ctx.gemm_in_binary32(N, O, I, x_in, false, Tensor::X, w, true, Tensor::W, y_out.data(), O, false)) {
+        ctx.gemm_in_binary32(N, O, I, x_in, false, Tensor::X, w_in, true, Tensor::W, y_out.data(), O, false)) {
       for_units(s.n, sel, [&](std::int64_t r) { ctx.results_binary32(y_out.subspan(r * s.out, O)); });
       return;
     }
   }
+  const std::span<const V> w = widened<V>(w_in, kWidenB);
   const std::span<const V> x = widened<V>(x_in, kWidenA);
   const std::span<V> y = widened_out<V>(y_out, kWidenC, !sel.empty());  // rows not selected keep their values
   SlotSeq Y(Tensor::Y), Row(Tensor::Row);
@@ -146,19 +148,20 @@ void matmul_backward_data_reference(std::span<typename A::Value> dx, std::span<c
 }
 
 /// matmul_backward_data_reference as one beta = 1 GEMM, converted and stored on row spans (T as matmul_forward_io).
-template <class A, class T>
-void matmul_backward_data_io(std::span<T> dx_out, std::span<const T> dy_in, std::span<const typename A::Value> w,
+template <class A, class T, class TW = typename A::Value>
+void matmul_backward_data_io(std::span<T> dx_out, std::span<const T> dy_in, std::span<const TW> w_in,
                              MatmulShape s, const Ctx<A>& ctx, Select sel, [[maybe_unused]] const Fp8Slots* fp8) {
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
   const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
   if constexpr (std::is_same_v<T, float>) {  // the kernels read dy and add into dx in binary32 (same bits)
     if (sel.empty() && !ctx.precision().quant.active() &&
-        ctx.gemm_in_binary32(N, I, O, dy_in, false, Tensor::Dy, w, false, Tensor::W, dx_out.data(), I, true)) {
+        ctx.gemm_in_binary32(N, I, O, dy_in, false, Tensor::Dy, w_in, false, Tensor::W, dx_out.data(), I, true)) {
       for_units(s.n, sel, [&](std::int64_t r) { ctx.results_binary32(dx_out.subspan(r * s.in, I)); });
       return;
     }
   }
+  const std::span<const V> w = widened<V>(w_in, kWidenB);
   const std::span<const V> dy = widened<V>(dy_in, kWidenA);
   const std::span<V> dx = widened_out<V>(dx_out, kWidenC, true);
   SlotSeq Dx(Tensor::Dx), Row(Tensor::Row);
@@ -271,10 +274,19 @@ void matmul_backward_weight(std::span<typename A::Value> dw, std::span<const typ
 ROUNDOFF_MATMUL_DECL(extern, Emulated)
 ROUNDOFF_MATMUL_DECL(extern, Reference)
 
-// The GEMM passes on activations in binary32 storage (issue 45, typed storage); weights and dW binary64.
+// The GEMM passes on activations in binary32 storage (issue 45, typed storage), and on binary32 weights (a model
+// whose working weights are binary32) at either activation width; dW binary64.
 void matmul_forward(std::span<float> y, std::span<const float> x, std::span<const double> w, MatmulShape s,
                     const Ctx<Emulated>& ctx, Select sel = {}, const Fp8Slots* fp8 = nullptr);
+void matmul_forward(std::span<float> y, std::span<const float> x, std::span<const float> w, MatmulShape s,
+                    const Ctx<Emulated>& ctx, Select sel = {}, const Fp8Slots* fp8 = nullptr);
+void matmul_forward(std::span<double> y, std::span<const double> x, std::span<const float> w, MatmulShape s,
+                    const Ctx<Emulated>& ctx, Select sel = {}, const Fp8Slots* fp8 = nullptr);
 void matmul_backward_data(std::span<float> dx, std::span<const float> dy, std::span<const double> w, MatmulShape s,
+                          const Ctx<Emulated>& ctx, Select sel = {}, const Fp8Slots* fp8 = nullptr);
+void matmul_backward_data(std::span<float> dx, std::span<const float> dy, std::span<const float> w, MatmulShape s,
+                          const Ctx<Emulated>& ctx, Select sel = {}, const Fp8Slots* fp8 = nullptr);
+void matmul_backward_data(std::span<double> dx, std::span<const double> dy, std::span<const float> w, MatmulShape s,
                           const Ctx<Emulated>& ctx, Select sel = {}, const Fp8Slots* fp8 = nullptr);
 void matmul_backward_weight(std::span<double> dw, std::span<const float> dy, std::span<const float> x, MatmulShape s,
                             const Ctx<Emulated>& ctx, Select sel = {}, const Fp8Slots* fp8 = nullptr);

@@ -128,7 +128,13 @@ struct EmulatedArgs {
     if (x.binary32() != std::is_same_v<T, float>) return copies->of(x);
     return x.as<T>();
   }
-  /// Binary64 at every width (GEMM weights and weight gradients, the losses).
+  /// GEMM weights at their own width, whatever the call's (the binary32 body reads binary32 weights in place, the
+  /// binary64 body widens them; ops/matmul.hpp): f(the weights' span).
+  template <class F>
+  static void weights(CValues w, F&& f) {
+    w.visit(f);
+  }
+  /// Binary64 at every width (weight gradients, the losses).
   static std::span<double> out(std::span<double> y) { return y; }
   static std::span<const double> in(std::span<const double> x) { return x; }
   static std::span<double> optional(std::span<double> x) { return x; }
@@ -173,6 +179,10 @@ struct ReferenceArgs {
     return r;
   }
   std::vector<Ref> in(std::span<const double> x) const { return in(CValues(x)); }
+  template <class F>
+  void weights(CValues w, F&& f) const {
+    f(in(w));
+  }
   static std::span<Ref> optional(std::span<double>) { return {}; }
   Select sel() const { return units; }
   static Ctx<Reference> context(const Ctx<Emulated>& emulated, const OpPrecision& prec) {
@@ -460,26 +470,27 @@ const Fp8Slots* Runner::fp8_slots(const Site& s, Pass pass) {
   return &slots_;
 }
 
-void Runner::matmul_forward(Site s, Values y, CValues x, CSpan w, MatmulShape sh) {
+void Runner::matmul_forward(Site s, Values y, CValues x, CValues w, MatmulShape sh) {
   try {
     const Fp8Slots* fp8 = fp8_slots(s, Pass::Forward);
     run(s, Pass::Forward, sh.n, {{"y", y, rows(sh.out), true}}, {y, x}, [&](const auto& c, auto& io) {
-      ops::matmul_forward(io.out(y), io.in(x), io.in(w), sh, c, io.sel(), fp8);
+      io.weights(w, [&](auto ws) { ops::matmul_forward(io.out(y), io.in(x), ws, sh, c, io.sel(), fp8); });
     }, [&](const Ctx<Emulated>& c, std::span<const std::int64_t> units, std::span<const Ref> before) {
-      return quantized_gemm_reference(c, Pass::Forward, sh, Wide(x).span(), w, fp8, units, before);
+      return quantized_gemm_reference(c, Pass::Forward, sh, Wide(x).span(), Wide(w).span(), fp8, units, before);
     });
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(site_text(s) + ": " + e.what());
   }
 }
 
-void Runner::matmul_backward_data(Site s, Values dx, CValues dy, CSpan w, MatmulShape sh) {
+void Runner::matmul_backward_data(Site s, Values dx, CValues dy, CValues w, MatmulShape sh) {
   try {
     const Fp8Slots* fp8 = fp8_slots(s, Pass::BackwardData);
     run(s, Pass::BackwardData, sh.n, {{"dx", dx, rows(sh.in), true}}, {dx, dy}, [&](const auto& c, auto& io) {
-      ops::matmul_backward_data(io.out(dx), io.in(dy), io.in(w), sh, c, io.sel(), fp8);
+      io.weights(w, [&](auto ws) { ops::matmul_backward_data(io.out(dx), io.in(dy), ws, sh, c, io.sel(), fp8); });
     }, [&](const Ctx<Emulated>& c, std::span<const std::int64_t> units, std::span<const Ref> before) {
-      return quantized_gemm_reference(c, Pass::BackwardData, sh, Wide(dy).span(), w, fp8, units, before);
+      return quantized_gemm_reference(c, Pass::BackwardData, sh, Wide(dy).span(), Wide(w).span(), fp8, units,
+                                      before);
     });
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(site_text(s) + ": " + e.what());
@@ -668,6 +679,17 @@ void Runner::adamw_update(Site s, Span w, Span m, Span v, CSpan g, Span weights,
 
 void Runner::adamw_update(Site s, Span w, std::span<float> m, std::span<float> v, CSpan g, Span weights,
                           const AdamWConfig& cfg, std::int64_t t) {
+  adamw_binary32_moments(s, w, m, v, g, weights, cfg, t);
+}
+
+void Runner::adamw_update(Site s, std::span<float> w, std::span<float> m, std::span<float> v, CSpan g,
+                          const AdamWConfig& cfg, std::int64_t t) {
+  adamw_binary32_moments(s, w, m, v, g, {}, cfg, t);
+}
+
+template <class W>
+void Runner::adamw_binary32_moments(Site s, std::span<W> w, std::span<float> m, std::span<float> v, CSpan g,
+                                    Span weights, const AdamWConfig& cfg, std::int64_t t) {
   const AdamWFormats f(policy_);
   const numerics::Format fm = policy_.storage_for(TensorRole::MasterWeight);
   const auto n = static_cast<std::int64_t>(w.size());
@@ -677,13 +699,16 @@ void Runner::adamw_update(Site s, Span w, std::span<float> m, std::span<float> v
     m_before.assign(m.begin(), m.end());
     v_before.assign(v.begin(), v.end());
   }
-  run(s, Pass::Forward, n, {{"w", w, rows(1), false, &fm}}, {}, [&](const auto& c, auto& io) {
+  // A binary32 w is a binary32 output (run() refuses it unless the master format fits binary32). The call lists no
+  // typed arguments, so the emulated body updates the spans themselves.
+  run(s, Pass::Forward, n, {{"w", Values(w), rows(1), false, &fm}}, {}, [&](const auto& c, auto& io) {
     if constexpr (std::is_same_v<std::remove_cvref_t<decltype(c)>, Ctx<Emulated>>) {
-      ops::adamw_update(io.out(w), m, v, io.in(g), io.optional(weights), cfg, t, f, c, io.sel());
+      if constexpr (std::is_same_v<W, float>) ops::adamw_update(w, m, v, io.in(g), cfg, t, f, c, io.sel());
+      else ops::adamw_update(w, m, v, io.in(g), io.optional(weights), cfg, t, f, c, io.sel());
     } else {
       std::vector<Ref> mr = m_before, vr = v_before;
-      ops::adamw_update(io.out(w), std::span<Ref>(mr), std::span<Ref>(vr), io.in(g), io.optional(weights), cfg, t, f,
-                        c, io.sel());
+      ops::adamw_update(io.out(Values(w)), std::span<Ref>(mr), std::span<Ref>(vr), io.in(g), io.optional(weights),
+                        cfg, t, f, c, io.sel());
     }
   });
 }

@@ -137,16 +137,18 @@ class Runner {
   // Activations are Values / CValues (ops/values.hpp): binary64 or binary32 tensors. When every such tensor of a
   // call is binary32 the op's binary32 body runs on them; when every one is binary64, its binary64 body; when the
   // widths are mixed, the binary64 body on widened copies, its binary32 outputs narrowed back (exact: a binary32
-  // output must be in a storage format that fits binary32, else std::logic_error before the call). Weights,
-  // weight gradients (of the GEMMs) and the losses are binary64 (Span / CSpan) at every width. The same bits
-  // whatever the widths (tests/ops/runner_typed_test.cpp).
+  // output must be in a storage format that fits binary32, else std::logic_error before the call). The GEMM weights
+  // are CValues of either width that do not take part in that choice: read in place by the binary32 body, widened
+  // by the binary64 one (a binary32 weight is a model's binary32 working copy; ops/matmul.hpp). Weight gradients (of
+  // the GEMMs) and the losses are binary64 (Span / CSpan) at every width. The same bits whatever the widths
+  // (tests/ops/runner_typed_test.cpp).
   void embedding_forward(Site s, Values out, Tokens tokens, CValues wte, RowShape sh);
   void embedding_backward_weight(Site s, Values dwte, CValues dout, Tokens tokens, RowShape sh);
   void rmsnorm_forward(Site s, Values y, Values rstd, CValues x, CValues w, RowShape sh, double eps);
   void rmsnorm_backward_data(Site s, Values dx, CValues dy, CValues x, CValues w, CValues rstd, RowShape sh);
   void rmsnorm_backward_weight(Site s, Values dw, CValues dy, CValues x, CValues rstd, RowShape sh);
-  void matmul_forward(Site s, Values y, CValues x, CSpan w, MatmulShape sh);
-  void matmul_backward_data(Site s, Values dx, CValues dy, CSpan w, MatmulShape sh);
+  void matmul_forward(Site s, Values y, CValues x, CValues w, MatmulShape sh);
+  void matmul_backward_data(Site s, Values dx, CValues dy, CValues w, MatmulShape sh);
   void matmul_backward_weight(Site s, Span dw, CValues dy, CValues x, MatmulShape sh);
   void rope_angles(Site s, Span cos_t, Span sin_t, std::int64_t T, std::int64_t hs, double base);
   void rope_forward(Site s, Values y, CValues x, CValues cos_t, CValues sin_t, AttnShape sh);
@@ -186,6 +188,10 @@ class Runner {
   /// under the site's tensor name (the binary64 call's record of w is "<tensor>.w").
   void adamw_update(Site s, Span w, std::span<float> m, std::span<float> v, CSpan g, Span weights,
                     const AdamWConfig& cfg, std::int64_t t);
+  /// adamw_update with binary32 masters and moments (the MasterWeight role's values fit binary32; no working copy):
+  /// the same bits. The shadow as above; w is recorded as the binary64 call records it.
+  void adamw_update(Site s, std::span<float> w, std::span<float> m, std::span<float> v, CSpan g,
+                    const AdamWConfig& cfg, std::int64_t t);
 
   /// Global error: an emulated tensor against the same tensor of a full-reference model run.
   void record_global(Site s, Pass pass, CSpan emulated, std::span<const Ref> reference);
@@ -222,6 +228,10 @@ class Runner {
   void run(Site s, Pass pass, std::int64_t n_units, std::initializer_list<Output> outs,
            std::initializer_list<CValues> typed, Call&& call, const AccReference& acc = {});
 
+  /// adamw_update with binary32 moments, the masters w binary64 or (no working copy) binary32.
+  template <class W>
+  void adamw_binary32_moments(Site s, std::span<W> w, std::span<float> m, std::span<float> v, CSpan g, Span weights,
+                              const AdamWConfig& cfg, std::int64_t t);
   /// The Width of a call (outs: its outputs; typed: its Values and CValues).
   static Width width_of(std::initializer_list<Output> outs, std::initializer_list<CValues> typed,
                         const OpPrecision& prec);

@@ -102,6 +102,10 @@ class CValues : public detail::ValuesBase<true> {
   CValues(const R& r) : ValuesBase(std::span<const double>(r)) {}  // NOLINT(google-explicit-constructor)
   template <detail::RangeOf<float> R>
   CValues(const R& r) : ValuesBase(std::span<const float>(r)) {}  // NOLINT(google-explicit-constructor)
+  /// The n elements from `offset`, at this tensor's width.
+  CValues subspan(std::size_t offset, std::size_t n) const {
+    return visit([&](auto s) { return CValues(s.subspan(offset, n)); });
+  }
 };
 
 /// An owning tensor of either width (a model's activations): sized with its width, read and written through

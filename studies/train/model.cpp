@@ -179,6 +179,10 @@ Transformer::Transformer(const ModelConfig& c, ResidualScale residual, const ops
   act32_ = true;
   for (const OpKind op : ops::kAllOps)
     for (const Pass pass : ops::kAllPasses) act32_ = act32_ && numerics::fits_binary32(policy.at(op, pass).storage);
+  weights32_ = act32_ && numerics::fits_binary32(policy.storage_for(ops::TensorRole::Weight));
+  for (const OpKind op : {OpKind::Matmul, OpKind::Classifier})
+    for (const Pass pass : {Pass::Forward, Pass::BackwardData})
+      weights32_ = weights32_ && !policy.at(op, pass).quant.active();
   runner_.set_layer_count(c_.layers);  // the policy's block-keep=F:L counts the last blocks from here
   const GqaMap fwd = c_.defects.gqa_mismatch ? GqaMap::Cyclic : c_.gqa_map;
   const GqaMap bwd = c_.defects.gqa_mismatch ? GqaMap::Block : c_.gqa_map;
@@ -188,14 +192,14 @@ Transformer::Transformer(const ModelConfig& c, ResidualScale residual, const ops
   }
 }
 
-void Transformer::norm_backward_data(ops::Site s, ops::Values dx, ops::CValues dy, ops::CValues x,
-                                     std::span<const double> w, ops::CValues rstd, ops::RowShape sh) {
+void Transformer::norm_backward_data(ops::Site s, ops::Values dx, ops::CValues dy, ops::CValues x, ops::CValues w,
+                                     ops::CValues rstd, ops::RowShape sh) {
   // Unobserved either way: the defect bypasses the Runner, so the callers check dx themselves.
   if (c_.defects.rmsnorm_bwd) {
     // The defect's body is binary64: binary32 tensors through widened copies, dx (added into) narrowed back exactly
     // (values of the entry's storage, which fits binary32 when the activations are binary32).
     std::vector<double> dx64 = ops::CValues(dx).widened();
-    rmsnorm_backward_data_defect(dx64, wide(dy), wide(x), w, wide(rstd), sh,
+    rmsnorm_backward_data_defect(dx64, wide(dy), wide(x), wide(w), wide(rstd), sh,
                                  runner_.context(OpKind::RmsNorm, Pass::BackwardData));
     store(dx, dx64);
   } else {
@@ -349,12 +353,12 @@ void Transformer::check_norm(StepTelemetry* tel, int layer, std::string_view ten
     tel->log->telemetry(tel->step, layer, "rmsnorm", "fwd", tensor, "collapsed_rows", static_cast<double>(collapsed));
 }
 
-void Transformer::forward(const Batch& bt, std::span<const double> master, StepTelemetry* tel) {
+void Transformer::forward(const Batch& bt, ops::CValues weights, StepTelemetry* tel) {
   const Dims d = dims_of(bt);
   allocate_forward(d);
   const std::int64_t N = d.N, C = d.C, H = d.H, V = d.V, KVD = d.KVD;
-  const ParamViews<const double> p(master, lay_);
-  const std::span<const double> wcls = c_.tie_embeddings ? p.wte : p.wcls;
+  const WeightViews p(weights, lay_);
+  const ops::CValues wcls = c_.tie_embeddings ? p.wte : p.wcls;
   const ops::RowShape rows = d.rows();
   const ops::AttnShape ash = d.attn(), kv_ash = d.kv_attn();
   // Every op output below goes through observe(): the injection hook, the non-finite scan, and at detailed steps
@@ -371,7 +375,7 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
 
   for (int l = 0; l < c_.layers; ++l) {
     LayerActs& L = acts_[static_cast<std::size_t>(l)];
-    const BlockParams<const double> w = block_params(p, l);
+    const BlockWeights w = block_weights(p, l);
     copy_into(L.x_in, x);
     // --- attention ---
     // h1 (N, C) = rmsnorm(x_in) ⊙ ln1w, r1 (N) = rstd
@@ -417,20 +421,20 @@ void Transformer::forward(const Batch& bt, std::span<const double> master, StepT
                                              {N, V});
 }
 
-void Transformer::norm(StepTelemetry* tel, ops::Site s, ops::Values y, ops::Values rstd, ops::CValues x, CSpan w,
+void Transformer::norm(StepTelemetry* tel, ops::Site s, ops::Values y, ops::Values rstd, ops::CValues x, ops::CValues w,
                        ops::RowShape rows, double eps) {
   runner_.rmsnorm_forward(s, y, rstd, x, w, rows, eps);
   check_norm(tel, s.layer, s.tensor, x, rstd, rows.cols);
 }
 
-void Transformer::norm_in(StepTelemetry* tel, ops::Site s, ops::Values h, ops::Values rstd, ops::CValues x, CSpan w,
-                          ops::RowShape rows) {
+void Transformer::norm_in(StepTelemetry* tel, ops::Site s, ops::Values h, ops::Values rstd, ops::CValues x,
+                          ops::CValues w, ops::RowShape rows) {
   if (rule_.post_norm) copy_into(h, x);  // Post-Norm (DeepNorm): h = x
   else norm(tel, s, h, rstd, x, w, rows, c_.norm_eps);
 }
 
 void Transformer::norm_out(StepTelemetry* tel, ops::Site s, ops::Values y, ops::Values rstd, ops::CValues pre,
-                           CSpan w, ops::RowShape rows) {
+                           ops::CValues w, ops::RowShape rows) {
   if (rule_.post_norm) norm(tel, s, y, rstd, pre, w, rows, c_.norm_eps * rule_.post_norm_eps_factor);
   else copy_into(y, pre);  // Pre-Norm: y = pre
 }
@@ -458,7 +462,7 @@ void Transformer::attention_forward(StepTelemetry* tel, int l, LayerActs& L, ops
   }
 }
 
-void Transformer::ffn_forward(int l, LayerActs& L, const BlockParams<const double>& w, const Dims& d) {
+void Transformer::ffn_forward(int l, LayerActs& L, const BlockWeights& w, const Dims& d) {
   const ops::MatmulShape up{d.N, d.C, d.H};
   const ops::RowShape hid = d.hidden();
   switch (c_.ffn) {
@@ -512,9 +516,9 @@ void Transformer::with_grad(const GradOut& g, Slot at, F&& op, bool last) {
   g.store->store_from(at.off, dw);
 }
 
-void Transformer::backward(const Batch& bt, std::span<const double> master, double loss_scale, std::span<double> grads,
+void Transformer::backward(const Batch& bt, ops::CValues weights, double loss_scale, std::span<double> grads,
                            StepTelemetry* tel, GradSink sink) {
-  backward(bt, master, loss_scale, GradOut{grads}, tel, sink);
+  backward(bt, weights, loss_scale, GradOut{grads}, tel, sink);
 }
 
 Transformer::GradOut Transformer::grad_out(ParamStore& grads) {
@@ -522,12 +526,12 @@ Transformer::GradOut Transformer::grad_out(ParamStore& grads) {
   return GradOut{{}, &grads, nullptr};
 }
 
-void Transformer::backward(const Batch& bt, std::span<const double> master, double loss_scale, const GradOut& grads,
+void Transformer::backward(const Batch& bt, ops::CValues weights, double loss_scale, const GradOut& grads,
                            StepTelemetry* tel, GradSink sink) {
   const Dims dims = dims_of(bt);
   allocate_backward(dims);
   const std::int64_t N = dims.N, C = dims.C, H = dims.H, V = dims.V, KVD = dims.KVD;
-  const ParamViews<const double> p(master, lay_);
+  const WeightViews p(weights, lay_);
   const void* key = grads.store != nullptr ? static_cast<const void*>(grads.store->binary32().data())
                                            : static_cast<const void*>(grads.binary64.data());
   const std::size_t size = grads.store != nullptr ? grads.store->size() : grads.binary64.size();
@@ -543,7 +547,7 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
   if ((g.store != nullptr || g.direct != nullptr) && g.scratch == nullptr) g.scratch = &slice_;
   // Tied embeddings: the classifier reads wte, and its weight gradient is added into wte's before the
   // embedding's scatter-add (two gradients summed, one update).
-  const std::span<const double> wcls = c_.tie_embeddings ? p.wte : p.wcls;
+  const ops::CValues wcls = c_.tie_embeddings ? p.wte : p.wcls;
   const Slot dwcls = grad_slot(c_.tie_embeddings ? ParamTensor::Embedding : ParamTensor::Classifier, 0);
   const ops::RowShape rows = dims.rows();
   const ops::AttnShape ash = dims.attn(), kv_ash = dims.kv_attn();
@@ -577,7 +581,7 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
 
   for (int l = c_.layers - 1; l >= 0; --l) {
     LayerActs& L = acts_[static_cast<std::size_t>(l)];
-    const BlockParams<const double> w = block_params(p, l);
+    const BlockWeights w = block_weights(p, l);
     // --- feed-forward half: x_out = x_mid + β·f ---
     // dpre2 (N, C) = dx
     const ops::CValues dpre2 = norm_out_backward(tel, {OpKind::RmsNorm, l, "post2"}, "ln2w", b.dpre2, dx, L.pre2, w.ln2w,
@@ -657,7 +661,7 @@ void Transformer::backward(const Batch& bt, std::span<const double> master, doub
 }
 
 ops::CValues Transformer::norm_out_backward(StepTelemetry* tel, ops::Site s, std::string_view weight,
-                                            ops::Buffer& buffer, ops::CValues dy, ops::CValues pre, CSpan w,
+                                            ops::Buffer& buffer, ops::CValues dy, ops::CValues pre, ops::CValues w,
                                             ops::CValues rstd, const GradOut& g, Slot dw, ops::RowShape rows) {
   if (!rule_.post_norm) return dy;  // Pre-Norm: y = pre
   const ops::Values dpre = zeros(buffer);
@@ -668,8 +672,8 @@ ops::CValues Transformer::norm_out_backward(StepTelemetry* tel, ops::Site s, std
 }
 
 void Transformer::norm_in_backward(StepTelemetry* tel, ops::Site s, std::string_view weight, OpKind residual,
-                                   ops::Values dx, ops::CValues dh, ops::CValues x, CSpan w, ops::CValues rstd,
-                                   const GradOut& g, Slot dw, ops::RowShape rows) {
+                                   ops::Values dx, ops::CValues dh, ops::CValues x, ops::CValues w,
+                                   ops::CValues rstd, const GradOut& g, Slot dw, ops::RowShape rows) {
   if (rule_.post_norm) {
     // h = x: the two uses of x meet in a residual-stream gradient sum (dx += dh), under the residual's entry.
     const ops::Values scratch = zeros(bw_.scratch);
@@ -681,7 +685,7 @@ void Transformer::norm_in_backward(StepTelemetry* tel, ops::Site s, std::string_
   with_grad(g, dw, [&](Span d) { runner_.rmsnorm_backward_weight({OpKind::RmsNorm, s.layer, weight}, d, dh, x, rstd, rows); });
 }
 
-void Transformer::ffn_backward(int l, const LayerActs& L, const BlockParams<const double>& w, const GradOut& g,
+void Transformer::ffn_backward(int l, const LayerActs& L, const BlockWeights& w, const GradOut& g,
                                ops::CValues dz, ops::Values dh2, const Dims& d) {
   const ops::MatmulShape up{d.N, d.C, d.H};
   const ops::RowShape hid = d.hidden();
@@ -916,36 +920,71 @@ bool Transformer::derived_current(const void* data, std::size_t n) const {
   return weights_version_ != 0 && weights_version_ == derived_version_ && data == derived_from_ && n == derived_size_;
 }
 
-std::span<const double> Transformer::working_weights(const ParamStore& master) {
+ops::CValues Transformer::working_weights(const ParamStore& master) {
   if (master.kind() == StorageKind::Binary64) return working_weights(master.binary64());
   const std::span<const float> m32 = master.binary32();
-  if (derived_current(m32.data(), m32.size())) return weights_;
+  if (derived_current(m32.data(), m32.size())) return derived_identity_ ? ops::CValues(m32) : weights_.cvalues();
   derived_version_ = weights_version_;
   derived_from_ = m32.data();
   derived_size_ = m32.size();
   derived_identity_ = false;
-  // Widened piece by piece and rounded in place: round_array is elementwise, so these are the bits it gives on the
-  // binary64 masters (the same values).
+  // Widened piece by piece and rounded: round_array is elementwise, so these are the bits it gives on the binary64
+  // masters (the same values).
   const numerics::Format& wf = runner_.policy().storage_for(ops::TensorRole::Weight);
   const numerics::RoundingPlan plan(wf);
   const bool round = !(wf == numerics::formats::fp64);
-  weights_.resize(m32.size());
-  constexpr std::size_t kPiece = std::size_t{1} << 16;
+  constexpr std::size_t kPiece = std::size_t{1} << 12;
+  std::vector<double> part(kPiece);
+  const auto rounded = [&](std::size_t at, std::size_t n) {  // masters [at, at + n) rounded to the Weight role
+    const std::span<double> r(part.data(), n);
+    numerics::widen_binary32(m32.subspan(at, n), r);
+    if (round) numerics::round_array(plan, numerics::Rounding::NearestEven, r, r);
+    return r;
+  };
+  if (weights32_) {
+    // Binary32 working weights (their values fit: weights32_). Where the rounding changes no master bit pattern
+    // (an fp32 Weight role over fp32 masters: every finite binary32 value is left as it is; a piece holding a
+    // non-finite value is rounded and compared), the masters themselves are the working weights and no copy is held.
+    const bool fp32 = wf == numerics::formats::fp32;
+    bool identity = true;
+    std::vector<double> before(kPiece);
+    for (std::size_t at = 0; at < m32.size() && identity; at += kPiece) {
+      const std::size_t n = std::min(kPiece, m32.size() - at);
+      if (fp32 && numerics::all_finite(m32.subspan(at, n))) continue;
+      numerics::widen_binary32(m32.subspan(at, n), std::span<double>(before.data(), n));
+      identity = std::memcmp(rounded(at, n).data(), before.data(), n * sizeof(double)) == 0;
+    }
+    derived_identity_ = identity;
+    if (identity) {
+      weights_.release();
+      register_weights(m32);
+      return m32;
+    }
+    weights_.resize(m32.size(), true);
+    const std::span<float> out = weights_.values().f32();
+    for (std::size_t at = 0; at < m32.size(); at += kPiece) {
+      const std::size_t n = std::min(kPiece, m32.size() - at);
+      numerics::narrow_to_binary32(rounded(at, n), out.subspan(at, n));  // exact: values of the Weight role
+    }
+    register_weights(weights_);
+    return weights_;
+  }
+  weights_.resize(m32.size(), false);
+  const std::span<double> out = weights_.values().f64();
   for (std::size_t at = 0; at < m32.size(); at += kPiece) {
     const std::size_t n = std::min(kPiece, m32.size() - at);
-    const std::span<double> part = std::span(weights_).subspan(at, n);
-    for (std::size_t i = 0; i < n; ++i) part[i] = static_cast<double>(m32[at + i]);
-    if (round) numerics::round_array(plan, numerics::Rounding::NearestEven, part, part);
+    const std::span<double> r = rounded(at, n);
+    std::copy(r.begin(), r.end(), out.begin() + static_cast<std::ptrdiff_t>(at));
   }
   register_weights(weights_);
   return weights_;
 }
 
-std::span<const double> Transformer::working_weights(std::span<const double> master) {
+ops::CValues Transformer::working_weights(std::span<const double> master) {
   const numerics::Format& wf = runner_.policy().storage_for(ops::TensorRole::Weight);
   if (wf == numerics::formats::fp64) return master;
   if (derived_current(master.data(), master.size()))
-    return derived_identity_ ? master : std::span<const double>(weights_);
+    return derived_identity_ ? ops::CValues(master) : weights_.cvalues();
   derived_version_ = weights_version_;
   derived_from_ = master.data();
   derived_size_ = master.size();
@@ -968,14 +1007,38 @@ std::span<const double> Transformer::working_weights(std::span<const double> mas
   }
   derived_identity_ = identity;
   if (identity) {
-    weights_ = {};
+    weights_.release();
     register_weights(master);
     return master;
   }
-  weights_.resize(master.size());
-  numerics::round_array(plan, numerics::Rounding::NearestEven, master, weights_);
+  weights_.resize(master.size(), false);
+  numerics::round_array(plan, numerics::Rounding::NearestEven, master, weights_.values().f64());
   register_weights(weights_);
   return weights_;
+}
+
+Transformer::WeightViews::WeightViews(ops::CValues flat, const ParamLayout& lay) {
+  const auto at = [&](ParamTensor t) { return flat.subspan(lay.offset_of(t), lay.size_of(t)); };
+  wte = at(ParamTensor::Embedding);
+  ln1w = at(ParamTensor::AttnNorm);
+  wq = at(ParamTensor::Wq);
+  wk = at(ParamTensor::Wk);
+  wv = at(ParamTensor::Wv);
+  wo = at(ParamTensor::Wo);
+  ln2w = at(ParamTensor::FfnNorm);
+  w1 = at(ParamTensor::W1);
+  w3 = at(ParamTensor::W3);
+  w2 = at(ParamTensor::W2);
+  lnfw = at(ParamTensor::FinalNorm);
+  wcls = at(ParamTensor::Classifier);
+}
+
+Transformer::BlockWeights Transformer::block_weights(const WeightViews& p, int l) const {
+  const auto at = [&](ops::CValues all) {
+    const std::size_t n = all.size() / static_cast<std::size_t>(c_.layers);
+    return all.subspan(n * static_cast<std::size_t>(l), n);
+  };
+  return {at(p.ln1w), at(p.wq), at(p.wk), at(p.wv), at(p.wo), at(p.ln2w), at(p.w1), at(p.w3), at(p.w2)};
 }
 
 Transformer::~Transformer() { unregister_weights(); }
@@ -992,7 +1055,7 @@ void Transformer::release_weights() {
 
 void Transformer::drop_derived() {
   unregister_weights();
-  std::vector<double>().swap(weights_);
+  weights_.release();
   derived_version_ = 0;
   derived_from_ = nullptr;
   derived_size_ = 0;
@@ -1005,10 +1068,10 @@ void Transformer::drop_derived() {
   std::vector<double>().swap(slice_);
 }
 
-void Transformer::register_weights(std::span<const double> w) {
+void Transformer::register_weights(ops::CValues w) {
   if (weights_version_ == 0) return;  // no promise from the caller: the weights may change between calls
   if (registered_ != nullptr && registered_ != w.data()) unregister_weights();
-  runner_.pack_cache().register_immutable(w.data(), w.size(), weights_version_);
+  w.visit([&](auto s) { runner_.pack_cache().register_immutable(s.data(), s.size(), weights_version_); });
   registered_ = w.data();
 }
 
@@ -1030,7 +1093,7 @@ double Transformer::total_loss_of(const Batch& b, const Master& master) {
 
 double Transformer::total_loss(const Batch& b, std::span<const double> master) { return total_loss_of(b, master); }
 
-double Transformer::training_pass(const Batch& b, std::span<const double> w, double loss_scale, const GradOut& grads,
+double Transformer::training_pass(const Batch& b, ops::CValues w, double loss_scale, const GradOut& grads,
                                   StepTelemetry& telemetry, GradSink sink) {
   // A training forward+backward folds its fp8 operands' amaxes into the delayed-scaling histories, then updates
   // the scales (Transformer Engine: at the end of the forward and of the backward; every tensor is read by one of
@@ -1055,7 +1118,7 @@ double Transformer::loss_and_grad(const Batch& b, std::span<const double> master
                                   std::span<double> grads, StepTelemetry& telemetry) {
   current_step_ = telemetry.step;
   runner_.set_step(telemetry.step);
-  const std::span<const double> w = working_weights(master);
+  const ops::CValues w = working_weights(master);
   return training_pass(b, w, loss_scale, GradOut{grads}, telemetry, GradSink{});
 }
 
@@ -1064,7 +1127,7 @@ double Transformer::loss_and_grad_accumulate(const Batch& b, std::span<const dou
                                              StepTelemetry& telemetry) {
   current_step_ = telemetry.step;
   runner_.set_step(telemetry.step);
-  const std::span<const double> w = working_weights(master);
+  const ops::CValues w = working_weights(master);
   return training_pass(b, w, loss_scale, GradOut{grads}, telemetry, GradSink{total, first});
 }
 
@@ -1076,7 +1139,7 @@ double Transformer::loss_and_grad_stored(const Batch& b, const ParamStore& maste
     throw std::logic_error("loss_and_grad: binary32 gradients under a policy that needs binary64 ones");
   current_step_ = telemetry.step;
   runner_.set_step(telemetry.step);
-  const std::span<const double> w = working_weights(master);
+  const ops::CValues w = working_weights(master);
   return training_pass(b, w, loss_scale, grad_out(grads), telemetry, GradSink{});
 }
 
@@ -1091,7 +1154,7 @@ double Transformer::loss_and_grad_accumulate_stored(const Batch& b, const ParamS
     throw std::logic_error("loss_and_grad_accumulate: gradient stores of another kind than the policy's");
   current_step_ = telemetry.step;
   runner_.set_step(telemetry.step);
-  const std::span<const double> w = working_weights(master);
+  const ops::CValues w = working_weights(master);
   if (direct_sum) {  // each slice summed into the binary32 total as it completes (DirectSink)
     DirectSink direct;
     direct.total = &total;
@@ -1117,7 +1180,7 @@ void Transformer::shadow(std::int64_t step, const Batch& b, std::span<const doub
   tel.step = step;
   current_step_ = -2;
   runner_.set_step(step);
-  const std::span<const double> w = working_weights(master);
+  const ops::CValues w = working_weights(master);
   forward(b, w, &tel);
   backward(b, w, loss_scale, grads, &tel, GradSink{});
   runner_.enable_shadow(nullptr);
@@ -1152,7 +1215,7 @@ void Transformer::global_error(std::int64_t step, const Batch& b, std::span<cons
   std::vector<double> grads(master.size());
   current_step_ = -2;  // never the injection step
   runner_.set_step(step);
-  const std::span<const double> w = working_weights(master);
+  const ops::CValues w = working_weights(master);
   forward(b, w, nullptr);
   backward(b, w, loss_scale, grads, nullptr, GradSink{});
   record_global(step, b, master, loss_scale, grads, reference, tape);
@@ -1230,12 +1293,15 @@ bool holds_values_of(const numerics::Format& wide, const numerics::Format& narro
 }  // namespace
 
 StorageKind Transformer::master_storage() const {
-  // Binary32 masters only where the model holds a working copy anyway. When the Weight role holds every master
-  // value (fp32 masters read as fp32 weights: fp32, ane-fp16, ane-guide; or fp64 weights), the working copy is the
-  // masters themselves and no copy is held (working_weights); binary32 masters would then need a widened binary64
-  // copy for the ops to read (E11: 496 MB to save 248). The choice changes no bit either way.
+  // When the Weight role holds every master value (fp32 masters read as fp32 weights: fp32, ane-fp16, ane-guide; or
+  // fp64 weights), the working weights are the masters themselves and no copy is held (working_weights): binary32
+  // masters when the working weights are binary32 (weights32_: the ops read them in place; E11: 248 MB instead of
+  // 496), else binary64 ones (binary32 masters would need a widened binary64 copy for the ops to read). Otherwise
+  // binary32 masters wherever their format fits, and a working copy of the Weight role's width. The choice changes
+  // no bit either way.
   const numerics::Format& mf = policy().storage_for(ops::TensorRole::MasterWeight);
-  if (holds_values_of(policy().storage_for(ops::TensorRole::Weight), mf)) return StorageKind::Binary64;
+  if (holds_values_of(policy().storage_for(ops::TensorRole::Weight), mf))
+    return weights32_ && numerics::fits_binary32(mf) ? StorageKind::Binary32 : StorageKind::Binary64;
   return storage_kind_for(mf);
 }
 
@@ -1266,13 +1332,18 @@ void Transformer::update_tensor_stored(ParamTensor tensor, ParamStore& master, P
   // most; the gradients' into the kept slice_), the masters stored back narrowed: exact, the update stores them in
   // the MasterWeight role's format.
   const std::size_t off = lay_.offset_of(tensor), n = lay_.size_of(tensor);
+  if (master.kind() == StorageKind::Binary32 && moments_storage() == StorageKind::Binary32) {  // in place
+    update_slice(tensor, master.binary32().subspan(off, n), m, v, off, grads.view(off, n, slice_), recipe, lr, t,
+                 coef);
+    return;
+  }
   std::vector<double> w_slice;
   const std::span<double> w = master.view(off, n, w_slice);
   update_slice(tensor, w, m, v, off, grads.view(off, n, slice_), recipe, lr, t, coef);
   master.store_from(off, w);
 }
 
-void Transformer::update_slice(ParamTensor tensor, std::span<double> w, ParamStore& m, ParamStore& v, std::size_t off,
+void Transformer::update_slice(ParamTensor tensor, ops::Values w, ParamStore& m, ParamStore& v, std::size_t off,
                                std::span<const double> g, const Recipe& recipe, double lr, std::int64_t t,
                                double coef) {
   unregister_weights();  // the masters change (and with them any working copy): no pack of them stays valid
@@ -1285,12 +1356,16 @@ void Transformer::update_slice(ParamTensor tensor, std::span<double> w, ParamSto
   cfg.weight_decay = is_decayed(tensor, recipe.decay_embedding) ? recipe.weight_decay : 0.0;
   cfg.grad_scale = coef;
   const ops::Site site{OpKind::AdamW, -1, name_of(tensor)};
+  if (w.binary32()) {  // binary32 masters: binary32 moments (update_tensor_stored)
+    runner_.adamw_update(site, w.f32(), m.binary32().subspan(off, n), v.binary32().subspan(off, n), g, cfg, t);
+    return;
+  }
   switch (moments_storage()) {
     case StorageKind::Binary32:
-      runner_.adamw_update(site, w, m.binary32().subspan(off, n), v.binary32().subspan(off, n), g, {}, cfg, t);
+      runner_.adamw_update(site, w.f64(), m.binary32().subspan(off, n), v.binary32().subspan(off, n), g, {}, cfg, t);
       return;
     case StorageKind::Binary64:
-      runner_.adamw_update(site, w, m.binary64().subspan(off, n), v.binary64().subspan(off, n), g, {}, cfg, t);
+      runner_.adamw_update(site, w.f64(), m.binary64().subspan(off, n), v.binary64().subspan(off, n), g, {}, cfg, t);
       return;
   }
 }

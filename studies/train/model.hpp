@@ -202,46 +202,47 @@ class Transformer final : public Model {
     std::vector<double>* scratch = nullptr;
     DirectSink* direct = nullptr;
   };
-  /// One block's part of the per-layer parameter tensors (T = const double: the weights; double: their gradients).
-  template <class T>
-  struct BlockParams {
-    std::span<T> ln1w, wq, wk, wv, wo, ln2w, w1, w3, w2;
+  /// The working weights' named slices (ParamViews of a flat buffer of either width: binary32 working weights are
+  /// read by the ops in place, ops/runner.hpp).
+  struct WeightViews {
+    ops::CValues wte, ln1w, wq, wk, wv, wo, ln2w, w1, w3, w2, lnfw, wcls;
+    WeightViews(ops::CValues flat, const ParamLayout& lay);
   };
-  template <class T>
-  BlockParams<T> block_params(const ParamViews<T>& p, int l) const {
-    const auto at = [&](std::span<T> all) { return ParamViews<T>::layer(all, c_.layers, l); };
-    return {at(p.ln1w), at(p.wq), at(p.wk), at(p.wv), at(p.wo), at(p.ln2w), at(p.w1), at(p.w3), at(p.w2)};
-  }
+  /// One block's part of the per-layer weight tensors.
+  struct BlockWeights {
+    ops::CValues ln1w, wq, wk, wv, wo, ln2w, w1, w3, w2;
+  };
+  BlockWeights block_weights(const WeightViews& p, int l) const;
 
   // The forward's steps that differ between variants (the residual rule's norm placement, GQA, the attention
   // order, the feed-forward); forward() itself reads as the Pre-Norm SwiGLU block.
   /// y (N, C) = rmsnorm_eps(x) ⊙ w, rstd (N); then the collapsed-row check (check_norm).
-  void norm(StepTelemetry* tel, ops::Site s, ops::Values y, ops::Values rstd, ops::CValues x, CSpan w,
+  void norm(StepTelemetry* tel, ops::Site s, ops::Values y, ops::Values rstd, ops::CValues x, ops::CValues w,
             ops::RowShape rows, double eps);
   /// A block's input norm: h = rmsnorm(x) ⊙ w (Pre-Norm) or h = x (Post-Norm: DeepNorm).
-  void norm_in(StepTelemetry* tel, ops::Site s, ops::Values h, ops::Values rstd, ops::CValues x, CSpan w,
+  void norm_in(StepTelemetry* tel, ops::Site s, ops::Values h, ops::Values rstd, ops::CValues x, ops::CValues w,
                ops::RowShape rows);
   /// A residual add's output: y = pre (Pre-Norm) or y = rmsnorm_{eps·α²}(pre) ⊙ w (Post-Norm).
-  void norm_out(StepTelemetry* tel, ops::Site s, ops::Values y, ops::Values rstd, ops::CValues pre, CSpan w,
+  void norm_out(StepTelemetry* tel, ops::Site s, ops::Values y, ops::Values rstd, ops::CValues pre, ops::CValues w,
                 ops::RowShape rows);
   /// The K or V (B, T, NH·hs) each query head reads: kv itself, or under GQA kv tiled to the NH heads into `tiled`.
   ops::CValues kv_for_heads(ops::Buffer& tiled, const ops::Buffer& kv, const Dims& d);
   /// att and y of block l from preatt and vt, in the policy's attention order (online: y and lse, att later).
   void attention_forward(StepTelemetry* tel, int l, LayerActs& L, ops::CValues vt, ops::AttnShape ash);
   /// z (N, H) of block l from h2: SwiGLU silu(h2·W1ᵀ) ⊙ (h2·W3ᵀ), or GELU gelu(h2·W1ᵀ).
-  void ffn_forward(int l, LayerActs& L, const BlockParams<const double>& w, const Dims& d);
+  void ffn_forward(int l, LayerActs& L, const BlockWeights& w, const Dims& d);
   // Their backward steps.
   /// Backward of norm_out: dpre = dy (Pre-Norm), or through the post-norm into `buffer` (checked) with dw += ....
   ops::CValues norm_out_backward(StepTelemetry* tel, ops::Site s, std::string_view weight, ops::Buffer& buffer,
-                                 ops::CValues dy, ops::CValues pre, CSpan w, ops::CValues rstd, const GradOut& g,
+                                 ops::CValues dy, ops::CValues pre, ops::CValues w, ops::CValues rstd, const GradOut& g,
                                  Slot dw, ops::RowShape rows);
   /// Backward of norm_in, adding into dx: through the norm (dw += ...), or dx += dh as a residual-stream gradient
   /// sum under `residual`'s bwd-data entry (Post-Norm, checked).
   void norm_in_backward(StepTelemetry* tel, ops::Site s, std::string_view weight, ops::OpKind residual,
-                        ops::Values dx, ops::CValues dh, ops::CValues x, CSpan w, ops::CValues rstd, const GradOut& g,
-                        Slot dw, ops::RowShape rows);
+                        ops::Values dx, ops::CValues dh, ops::CValues x, ops::CValues w, ops::CValues rstd,
+                        const GradOut& g, Slot dw, ops::RowShape rows);
   /// dh2 (N, C) += through ffn_forward's z, given dz (N, H); dW1 (and dW3) += ....
-  void ffn_backward(int l, const LayerActs& L, const BlockParams<const double>& w, const GradOut& g,
+  void ffn_backward(int l, const LayerActs& L, const BlockWeights& w, const GradOut& g,
                     ops::CValues dz, ops::Values dh2, const Dims& d);
   /// What the attention backward of block l reads: K, V (B, T, NH·hs) and att (B, NH, T, T).
   struct AttnOperands {
@@ -262,10 +263,10 @@ class Transformer final : public Model {
   double total_loss_of(const Batch& b, const Master& master);
   /// The working weights: `master` rounded to the `weights` role format (master itself for fp64, and
   /// whenever that rounding changes no master value: then no copy is held).
-  std::span<const double> working_weights(std::span<const double> master);
+  ops::CValues working_weights(std::span<const double> master);
   /// The same from stored masters: a Binary64 store as above; binary32 masters widened and rounded into the copy
   /// (always held: the ops read binary64).
-  std::span<const double> working_weights(const ParamStore& master);
+  ops::CValues working_weights(const ParamStore& master);
   /// Whether working_weights may return what it derived last from the `n` values at `data` (the promise holds).
   bool derived_current(const void* data, std::size_t n) const;
   /// Layer l's slice of t (l = 0 for the tensors outside the blocks).
@@ -285,9 +286,9 @@ class Transformer final : public Model {
   /// in kAllParamTensors order, as finish_gradients names it.
   void finish_direct(DirectSink& d, StepTelemetry* tel);
   /// One AdamW update of tensor `tensor` (its elements w, g; its moments at offset `off` of m, v).
-  void update_slice(ParamTensor tensor, std::span<double> w, ParamStore& m, ParamStore& v, std::size_t off,
+  void update_slice(ParamTensor tensor, ops::Values w, ParamStore& m, ParamStore& v, std::size_t off,
                     std::span<const double> g, const Recipe& recipe, double lr, std::int64_t t, double coef);
-  void forward(const Batch& b, std::span<const double> master, StepTelemetry* tel);
+  void forward(const Batch& b, ops::CValues w, StepTelemetry* tel);
   /// Where backward's gradient pass leaves the weight gradients: in `grads`, rounded to the gradient role
   /// (no total), or summed into `total` by accumulate_and_clear and `grads` cleared. The total is binary64
   /// (`total`) when the gradients are, else a store of their kind (`total_store`).
@@ -299,11 +300,11 @@ class Transformer final : public Model {
   };
   /// One training forward+backward on the working weights w (every loss_and_grad* form): records the fp8 amaxes,
   /// counts the fp8 casts' saturation and underflow at telemetry steps, updates the delayed scales.
-  double training_pass(const Batch& b, std::span<const double> w, double loss_scale, const GradOut& grads,
+  double training_pass(const Batch& b, ops::CValues w, double loss_scale, const GradOut& grads,
                        StepTelemetry& telemetry, GradSink sink);
-  void backward(const Batch& b, std::span<const double> master, double loss_scale, std::span<double> grads,
+  void backward(const Batch& b, ops::CValues w, double loss_scale, std::span<double> grads,
                 StepTelemetry* tel, GradSink sink);
-  void backward(const Batch& b, std::span<const double> master, double loss_scale, const GradOut& grads,
+  void backward(const Batch& b, ops::CValues w, double loss_scale, const GradOut& grads,
                 StepTelemetry* tel, GradSink sink);
   /// The gradient pass at the end of backward: each tensor's gradients rounded to the gradient role (unless it
   /// is fp64), scanned for non-finite values (naming the first tensor), then summed into sink.total and cleared.
@@ -322,7 +323,7 @@ class Transformer final : public Model {
   void record_global(std::int64_t step, const Batch& b, std::span<const double> master, double loss_scale,
                      std::span<const double> grads, Transformer& reference, ops::Tape& tape);
   /// RMSNorm backward-data, AutoANE's defective form under Defects::rmsnorm_bwd (rmsnorm_defect.hpp).
-  void norm_backward_data(ops::Site s, ops::Values dx, ops::CValues dy, ops::CValues x, std::span<const double> w,
+  void norm_backward_data(ops::Site s, ops::Values dx, ops::CValues dy, ops::CValues x, ops::CValues w,
                           ops::CValues rstd, ops::RowShape sh);
   /// RMSNorm range event the output scan cannot see: a row whose Σx² overflowed the compute format has
   /// rstd = 1/√inf = 0, so the row becomes silent zeros. Counts rows with rstd = 0 but x ≠ 0 (names the first
@@ -370,7 +371,12 @@ class Transformer final : public Model {
   std::vector<double> cos_, sin_;       ///< (T, hs/2) the RoPE table
   /// The (B, T) the forward and the backward buffers are sized for (-1: none yet).
   std::int64_t fwd_B_ = -1, fwd_T_ = -1, bwd_B_ = -1, bwd_T_ = -1;
-  std::vector<double> weights_;  ///< working_weights' copy (empty when the masters are read directly)
+  /// working_weights' copy (empty when the masters are read directly): binary32 when weights32_, else binary64.
+  ops::Buffer weights_;
+  /// Whether the working weights are binary32: the activations are (act32_), the Weight role's format fits binary32,
+  /// and no GEMM entry that reads weights quantizes them (a quantized GEMM's derived weights are kept per binary64
+  /// buffer). With binary32 masters that the Weight role holds, the masters themselves (no copy).
+  bool weights32_ = false;
   /// One tensor's binary64 slice of binary32 gradients: written by the backward's weight-gradient ops (with_grad)
   /// and read by AdamW (update_tensor_stored: a tensor over all its layers). Kept between steps at the largest size
   /// met (E11, A512: the tied wte, which the backward reaches at its first weight gradient anyway), so no step
@@ -387,8 +393,8 @@ class Transformer final : public Model {
   const void* cleared_grads_ = nullptr;
   std::size_t cleared_size_ = 0;
   /// The working weights registered immutable with the GEMM pack cache under weights_version_ (null: none).
-  const double* registered_ = nullptr;
-  void register_weights(std::span<const double> w);
+  const void* registered_ = nullptr;
+  void register_weights(ops::CValues w);
   void unregister_weights();
   double mean_loss_ = 0;
   std::int64_t inject_step_ = -1;

@@ -105,6 +105,52 @@ TEST(GemmPackCache, ReusedPacksGiveTheBitsOfFreshOnes) {
   EXPECT_EQ(cache.stats().ranges, 0u);
 }
 
+/// A binary32 B (a model's binary32 working weights) registered as a float range is cached like a binary64 one: every
+/// call gives the bits of the product of the widened B without a cache (with and without an entry cast, on every
+/// tier), the first call packs and later ones reuse the pack, and a new version of the values is seen.
+TEST(GemmPackCache, BinaryThirtyTwoOperandsAreCachedAsTheirWidenedValues) {
+  if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX2 or AVX-512";
+  std::mt19937_64 rng(21);
+  const Product p{19, 70, 45, true, 5, 45};
+  const RoundingPlan half(formats::fp16);
+  const k::OperandCast to_half{&half, Rounding::NearestEven, false};
+  const std::vector<double> wide = random_values(rng, formats::fp32, 70 * 45 + 5, Regime::Normal);
+  std::vector<float> buf(wide.begin(), wide.end());
+  const std::vector<double> A64 = random_values(rng, formats::fp32, 19 * 45, Regime::Normal);
+  const std::vector<float> A(A64.begin(), A64.end());
+  const Accumulation a = parse_accumulation("fp32-seq");
+  const k::Isa detected = k::detected_isa();
+  for (const k::Isa isa : {k::Isa::Avx512, k::Isa::Avx2}) {
+    if (detected < isa) continue;
+    const KernelOptions opts{true, isa};
+    auto run32 = [&](k::PackCache* cache, const k::OperandCast* cast) {
+      std::vector<double> C(p.M * p.N, 7.0);
+      EXPECT_TRUE(k::gemm_fast(a, p.M, p.N, p.K, ConstMatrix32{A.data(), p.K},
+                               ConstMatrix32{buf.data() + p.off, p.ldb, p.bt}, C.data(), p.N, false, nullptr, 2,
+                               nullptr, cast, opts, cache));
+      return C;
+    };
+    for (const k::OperandCast* cast : {static_cast<const k::OperandCast*>(nullptr), &to_half}) {
+      const std::vector<double> widened(buf.begin(), buf.end());
+      const std::vector<double> want = product(nullptr, opts, a, A64, widened, p, cast);
+      k::PackCache cache;
+      cache.register_immutable(buf.data(), buf.size(), 1);
+      for (int call = 0; call < 3; ++call) expect_same(run32(&cache, cast), want, "binary32 B, cached");
+      EXPECT_EQ(cache.stats().misses, 1u);
+      EXPECT_EQ(cache.stats().hits, 2u);
+      EXPECT_EQ(cache.stats().entries, 1u);
+      // New values under a new version are seen.
+      for (float& x : buf) x = -x;
+      cache.register_immutable(buf.data(), buf.size(), 2);
+      const std::vector<double> negated(buf.begin(), buf.end());
+      expect_same(run32(&cache, cast), product(nullptr, opts, a, A64, negated, p, cast), "new version");
+      cache.unregister_immutable(buf.data());
+      EXPECT_EQ(cache.stats().entries, 0u);
+      EXPECT_EQ(cache.stats().ranges, 0u);
+    }
+  }
+}
+
 /// A cache's capacity bounds what it holds: a pack larger than what is left is not cached (its product is packed
 /// afresh every call, the same bits), capacity 0 caches nothing, and set_capacity applies to later insertions.
 TEST(GemmPackCache, CapacityBoundsTheEntriesAndChangesNoBit) {

@@ -119,9 +119,12 @@ Result run_sequence(const std::string& policy, Width width) {
   Tensor& rstd = b.zeros(n(kN));
   run.rmsnorm_forward({OpKind::RmsNorm, 0, "ln1"}, h.v(), rstd.v(), x0.c(), lnw.c(), rows, 1e-5);
   const std::vector<float> wq32 = randn(n(kC * kC), 0.25, 3), wc32 = randn(n(kV * kC), 0.25, 4);
-  const std::vector<double> wq(wq32.begin(), wq32.end()), wcls(wc32.begin(), wc32.end());
+  // The GEMM weights at the bank's width too: binary32 weights are read in place by the binary32 body and widened by
+  // the binary64 one (a model's binary32 working weights).
+  const Tensor& wq = b.make(wq32);
+  const Tensor& wcls = b.make(wc32);
   Tensor& q = b.zeros(n(kN * kC));
-  run.matmul_forward({OpKind::Matmul, 0, "q"}, q.v(), h.c(), wq, {kN, kC, kC});
+  run.matmul_forward({OpKind::Matmul, 0, "q"}, q.v(), h.c(), wq.c(), {kN, kC, kC});
   std::vector<double> cs(n(kT * kHs / 2)), sn(cs.size());
   run.rope_angles({OpKind::RopeAngles, -1, "rope"}, cs, sn, kT, kHs, 10000.0);
   Tensor& cos_t = b.make(narrowed(cs));
@@ -150,7 +153,7 @@ Result run_sequence(const std::string& policy, Width width) {
   run.gelu_forward({OpKind::Gelu, 0, "z"}, ze.v(), g.c(), hid, GeluForm::Tanh);
   run.residual_forward({OpKind::ResidualAttn, 0, "x"}, x0.v(), x0.c(), y.c(), 1.0, rows);  // in place
   Tensor& logits = b.zeros(n(kN * kV));
-  run.matmul_forward({OpKind::Classifier, -1, "logits"}, logits.v(), x0.c(), wcls, {kN, kC, kV});
+  run.matmul_forward({OpKind::Classifier, -1, "logits"}, logits.v(), x0.c(), wcls.c(), {kN, kC, kV});
   std::vector<double> losses(n(kN));
   Tensor& probs = b.zeros(n(kN * kV));
   const double loss =
@@ -159,8 +162,8 @@ Result run_sequence(const std::string& policy, Width width) {
   Tensor& dlogits = b.zeros(n(kN * kV));
   run.cross_entropy_backward_data({OpKind::CrossEntropy, -1, "dlogits"}, dlogits.v(), probs.c(), targets, 256.0, cls);
   Tensor& dx = b.zeros(n(kN * kC));
-  run.matmul_backward_data({OpKind::Classifier, -1, "dx"}, dx.v(), dlogits.c(), wcls, {kN, kC, kV});
-  std::vector<double> dwcls(wcls.size(), 0.0), dwq(wq.size(), 0.0);
+  run.matmul_backward_data({OpKind::Classifier, -1, "dx"}, dx.v(), dlogits.c(), wcls.c(), {kN, kC, kV});
+  std::vector<double> dwcls(wc32.size(), 0.0), dwq(wq32.size(), 0.0);
   run.matmul_backward_weight({OpKind::Classifier, -1, "wcls"}, dwcls, dlogits.c(), x0.c(), {kN, kC, kV});
   Tensor& dn = b.zeros(n(kN * kC));
   run.rmsnorm_backward_data({OpKind::RmsNorm, 0, "dx"}, dn.v(), dx.c(), x0.c(), lnw.c(), rstd.c(), rows);
@@ -192,8 +195,8 @@ Result run_sequence(const std::string& policy, Width width) {
   run.embedding_backward_weight({OpKind::Embedding, -1, "wte"}, dwte.v(), dx.c(), tokens, rows);
   run.matmul_backward_weight({OpKind::Matmul, 0, "wq"}, dwq, dqq.c(), h.c(), {kN, kC, kC});
   Tensor& dh = b.zeros(n(kN * kC));
-  run.matmul_backward_data({OpKind::Matmul, 0, "dh1", Observe::Off, "q"}, dh.v(), dqq.c(), wq, {kN, kC, kC});
-  run.matmul_backward_data({OpKind::Matmul, 0, "dh1", Observe::Outputs, "q"}, dh.v(), dq.c(), wq, {kN, kC, kC});
+  run.matmul_backward_data({OpKind::Matmul, 0, "dh1", Observe::Off, "q"}, dh.v(), dqq.c(), wq.c(), {kN, kC, kC});
+  run.matmul_backward_data({OpKind::Matmul, 0, "dh1", Observe::Outputs, "q"}, dh.v(), dq.c(), wq.c(), {kN, kC, kC});
   run.fp8_update();
 
   for (const auto& t : b.all()) r.tensors.push_back(t->widened());

@@ -245,6 +245,54 @@ TEST(SpanOps, AdamWEqualsTheOracle) {
   }
 }
 
+TEST(SpanOps, AdamWOnBinary32MastersEqualsBinary64Masters) {
+  // Binary32 masters and moments (the trainer's storage when the MasterWeight, AdamM and AdamV roles hold only
+  // binary32 values) give the bits of binary64 masters with binary32 moments, on the binary32 path and the scalar
+  // one (fast paths on and off), under every policy whose master format fits binary32.
+  const std::size_t n = 2 * detail::kAdamWBlock + 13;
+  int cases = 0;
+  for (const std::string& spec : policies()) {
+    const Policy pol = load_policy(spec);
+    const AdamWFormats f(pol);
+    if (!numerics::fits_binary32(f.master.format) || !numerics::fits_binary32(f.m.format) ||
+        !numerics::fits_binary32(f.v.format))
+      continue;
+    ++cases;
+    const Ctx<Emulated> c(pol.at(OpKind::AdamW, Pass::Forward), {7, 4});
+    for (Regime regime : kRegimes) {
+      const auto seed = 200 + static_cast<std::uint64_t>(regime);
+      const auto as_format = [&](std::vector<double> x, const numerics::RoundingPlan& r) {
+        for (double& e : x) e = numerics::round_to(r, numerics::Rounding::NearestEven, e);
+        return x;
+      };
+      const numerics::Format& fp32 = numerics::formats::fp32;
+      const std::vector<double> w0 = as_format(inputs(n, Regime::Normal, fp32, seed), f.master),
+                                g = inputs(n, regime, fp32, seed + 1),
+                                m0 = as_format(inputs(n, Regime::Normal, fp32, seed + 2), f.m);
+      std::vector<double> v0 = as_format(inputs(n, Regime::Normal, fp32, seed + 3), f.v);
+      for (double& x : v0) x = std::fabs(x);
+      AdamWConfig cfg;
+      cfg.grad_scale = 1.0 / 256;
+      const auto narrow = [](const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); };
+      const auto wide = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
+      for (const bool fast : {true, false}) {
+        const ExecOptions ex = ::roundoff::test::exec_for(fast);
+        std::vector<double> w64 = w0;
+        std::vector<float> m64 = narrow(m0), v64 = narrow(v0);
+        adamw_update(std::span<double>(w64), std::span<float>(m64), std::span<float>(v64), g, {}, cfg, 3, f,
+                     on(c, ex));
+        std::vector<float> w32 = narrow(w0), m32 = narrow(m0), v32 = narrow(v0);
+        adamw_update(std::span<float>(w32), std::span<float>(m32), std::span<float>(v32), g, cfg, 3, f, on(c, ex));
+        const std::string what = spec + " regime " + std::to_string(static_cast<int>(regime)) + (fast ? " fast" : "");
+        expect_same(wide(w32), w64, what + " w", true);
+        expect_same(wide(m32), wide(m64), what + " m", true);
+        expect_same(wide(v32), wide(v64), what + " v", true);
+      }
+    }
+  }
+  EXPECT_GT(cases, 3);
+}
+
 TEST(SpanOps, GqaKvReduceEqualsTheOracle) {
   // 6 query heads on 2 KV heads: the block map (groups 0-2, 3-5), the cyclic map (0,2,4 and 1,3,5), and a map
   // that is no progression (the per-element path either way); 7 rows, hs 5; dkv starts non-zero.

@@ -27,15 +27,26 @@ using ops::Pass;
 using ops::TensorRole;
 
 /// The storage kinds the trainer's masters and gradients must have under `p`, computed here from the formats
-/// (independently of the model): binary32 only when every format that stores into them fits binary32; the masters
-/// only when the model holds a working copy anyway (the weights format lacks some master value), since otherwise
-/// the ops read the binary64 masters themselves.
+/// (independently of the model): binary32 only when every format that stores into them fits binary32. The masters,
+/// when the weights format holds every master value (no working copy: the ops read the masters themselves), are
+/// binary32 only when the ops read binary32 weights: every activation entry's storage and the weights format fit
+/// binary32 and no weight-reading GEMM entry quantizes.
+bool binary32_weights(const ops::Policy& p) {
+  for (const OpKind op : ops::kAllOps)
+    for (const Pass pass : ops::kAllPasses)
+      if (!numerics::fits_binary32(p.at(op, pass).storage)) return false;
+  for (const OpKind op : {OpKind::Matmul, OpKind::Classifier})
+    for (const Pass pass : {Pass::Forward, Pass::BackwardData})
+      if (p.at(op, pass).quant.active()) return false;
+  return numerics::fits_binary32(p.storage_for(TensorRole::Weight));
+}
 StorageKind expected_master(const ops::Policy& p) {
   const numerics::Format& m = p.storage_for(TensorRole::MasterWeight);
   const numerics::Format& w = p.storage_for(TensorRole::Weight);
   const int least_m = m.emin - (m.subnormals ? m.precision - 1 : 0), least_w = w.emin - (w.subnormals ? w.precision - 1 : 0);
   const bool copy = w.precision < m.precision || w.emax < m.emax || w.emin > m.emin || least_w > least_m;
-  return copy ? storage_kind_for(m) : StorageKind::Binary64;
+  if (copy) return storage_kind_for(m);
+  return binary32_weights(p) ? storage_kind_for(m) : StorageKind::Binary64;
 }
 StorageKind expected_grads(const ops::Policy& p) {
   const numerics::Format& gf = p.storage_for(TensorRole::Gradient);
@@ -57,9 +68,8 @@ TEST(TrainStorage, PresetsChooseMasterAndGradientStorage) {
   for (const char* name : {"fp32", "ane-fp16", "ane-guide", "pure-bf16", "pure-fp16"}) {
     const Transformer model(c, ResidualScale::None, ops::Policy::preset(name), 1);
     EXPECT_EQ(model.grads_storage(), StorageKind::Binary32) << name;
-    // fp32 weights read the fp32 masters directly (binary64, no copy); bf16 and fp16 weights are a copy anyway.
-    const bool copy = std::string(name).starts_with("pure-");
-    EXPECT_EQ(model.master_storage(), copy ? StorageKind::Binary32 : StorageKind::Binary64) << name;
+    // fp32 weights read the fp32 masters directly (binary32, no copy); bf16 and fp16 weights are a copy anyway.
+    EXPECT_EQ(model.master_storage(), StorageKind::Binary32) << name;
   }
   // fp64 trains on binary64 masters and gradients end to end: both stay binary64.
   const Transformer fp64(c, ResidualScale::None, ops::Policy::preset("fp64"), 1);
@@ -79,7 +89,7 @@ TEST(TrainStorage, AWiderFormatKeepsBinary64) {
            {"pure-bf16,master=fp64", b64, b32},                 // masters wider than binary32
            {"pure-fp16,master=p25:emin-126:emax127", b64, b32},  // one bit more than binary32
            {"ane-fp16,master=fp64", b64, b32},
-           {"fp32,grads=fp64", b64, b64},                       // and the update format with it
+           {"fp32,grads=fp64", b32, b64},                       // and the update format with it
            {"pure-bf16,grads=p24:emin-126:emax128", b32, b64},  // one binade more
            {"pure-bf16,matmul.bwd-weight.storage=fp64", b32, b64},  // dW stored wider before the gradient rounding
            {"fp32,classifier.bwd-weight.storage=fp64", b64, b64},
