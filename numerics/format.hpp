@@ -61,6 +61,14 @@ constexpr bool fits_binary32(const Format& f) {
   return f.precision <= 24 && f.emax <= 127 && f.emin - f.precision + 1 >= -149;
 }
 
+/// True when f holds every binary32 value (±inf and NaN included): at least 24 significand bits, binary32's
+/// exponent range or wider, subnormals, IEEE specials, no saturation. Then rounding a binary32 value to f (any
+/// mode) returns it unchanged, NaN aside (round_to's NaN rule may change a NaN's bits).
+constexpr bool holds_binary32(const Format& f) {
+  return f.precision >= 24 && f.emin <= -126 && f.emax >= 127 && f.subnormals && f.specials == Specials::Ieee &&
+         !f.saturate;
+}
+
 /// u = 2^-p, the unit roundoff of round-to-nearest.
 constexpr double unit_roundoff(const Format& f) {
   double u = 1.0;

@@ -18,6 +18,61 @@ namespace roundoff::ops {
 // order of the steps) and the span body, which takes its key functions from SlotSeqs in the same order
 // (ops/steps.hpp); tests/ops/reference_test.cpp compares the two bit for bit.
 
+namespace detail {
+// The binary32 bodies (Ctx::binary32_through): each reference's steps on one row in hardware binary32, where the
+// entry casts and stores return their values; false, nothing written, when a stored row would hold a NaN.
+
+inline bool silu_forward_row32(std::span<float> y, std::span<const float> x, const Ctx<Emulated>& ctx) {
+  thread_local std::vector<float> sg, p;  // n
+  sg.resize(x.size());
+  p.resize(x.size());
+  ctx.elementary_binary32(numerics::Elementary::Sigmoid, x, sg);
+  arith_binary32(ctx, ArithOp::Mul, x, cspan(sg), p);  // p = x·s
+  return store_binary32(ctx, {{cspan(p), y}});
+}
+
+inline bool silu_backward_data_row32(std::span<float> dx, std::span<const float> dy, std::span<const float> x,
+                                     const Ctx<Emulated>& ctx) {
+  const std::size_t n = x.size();
+  const float one = 1.0f;
+  thread_local std::vector<float> sg, ones, a, b, t;  // n
+  sg.resize(n);
+  ones.assign(n, one);
+  a.resize(n);
+  b.resize(n);
+  t.resize(n);
+  ctx.elementary_binary32(numerics::Elementary::Sigmoid, x, sg);
+  arith_binary32(ctx, ArithOp::Sub, cspan(ones), cspan(sg), a);           // a = 1 − s
+  arith_binary32(ctx, ArithOp::Mul, x, cspan(a), b);                      // b = x·a
+  arith_binary32(ctx, ArithOp::Add, cspan(b), std::span(&one, 1), t);     // t = 1 + b
+  arith_binary32(ctx, ArithOp::Mul, dy, cspan(sg), a);                    // p = g·s
+  arith_binary32(ctx, ArithOp::Mul, cspan(a), cspan(t), b);               // q = p·t
+  arith_binary32(ctx, ArithOp::Add, std::span<const float>(dx), cspan(b), t);  // sum = d + q
+  return store_binary32(ctx, {{cspan(t), dx}});
+}
+
+inline bool swiglu_forward_row32(std::span<float> h, std::span<const float> a, std::span<const float> u,
+                                 const Ctx<Emulated>& ctx) {
+  thread_local std::vector<float> p;  // n
+  p.resize(a.size());
+  arith_binary32(ctx, ArithOp::Mul, a, u, p);  // p = a·u
+  return store_binary32(ctx, {{cspan(p), h}});
+}
+
+inline bool swiglu_backward_data_row32(std::span<float> da, std::span<float> du, std::span<const float> dh,
+                                       std::span<const float> a, std::span<const float> u, const Ctx<Emulated>& ctx) {
+  thread_local std::vector<float> p, sa, su;  // n
+  p.resize(a.size());
+  sa.resize(a.size());
+  su.resize(a.size());
+  arith_binary32(ctx, ArithOp::Mul, dh, u, p);                                // p = g·u
+  arith_binary32(ctx, ArithOp::Add, std::span<const float>(da), cspan(p), sa);  // da + p
+  arith_binary32(ctx, ArithOp::Mul, dh, a, p);                                // p = g·a
+  arith_binary32(ctx, ArithOp::Add, std::span<const float>(du), cspan(p), su);  // du + p
+  return store_binary32(ctx, {{cspan(sa), da}, {cspan(su), du}});
+}
+}  // namespace detail
+
 /// y = x·σ(x), y and x (rows, cols). The reference: per element e, x = store(x) [X] (the entry cast:
 /// ops/steps.hpp, store_cast), s = σ(x), p = x·s, y = store(p)
 /// (slots of Y in that order).
@@ -39,8 +94,11 @@ void silu_forward_reference(std::span<typename A::Value> y, std::span<const type
 template <class A, class T>
 void silu_forward_io(std::span<T> y, std::span<const T> x, RowShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
+  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx);
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
+    if constexpr (kBinary32Body<A, T>)
+      if (through && detail::silu_forward_row32(y.subspan(e0, n), x.subspan(e0, n), ctx)) return;
     SlotSeq X(Tensor::X, e0), Y(Tensor::Y, e0);
     const auto k_in = X.next();
     const auto k_sigmoid = Y.next(), k_mul = Y.next(), k_store = Y.next();
@@ -89,8 +147,12 @@ template <class A, class T>
 void silu_backward_data_io(std::span<T> dx, std::span<const T> dy, std::span<const T> x, RowShape s, const Ctx<A>& ctx,
                            Select sel) {
   using V = typename A::Value;
+  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx);
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
+    if constexpr (kBinary32Body<A, T>)
+      if (through && detail::silu_backward_data_row32(dx.subspan(e0, n), dy.subspan(e0, n), x.subspan(e0, n), ctx))
+        return;
     SlotSeq X(Tensor::X, e0), Dy(Tensor::Dy, e0), Dx(Tensor::Dx, e0);
     const auto k_x = X.next(), k_dy = Dy.next();
     const auto k_sigmoid = Dx.next(), k_a = Dx.next(), k_b = Dx.next(), k_t = Dx.next(), k_p = Dx.next(),
@@ -141,8 +203,12 @@ template <class A, class T>
 void swiglu_forward_io(std::span<T> h, std::span<const T> a, std::span<const T> u, RowShape s, const Ctx<A>& ctx,
                        Select sel) {
   using V = typename A::Value;
+  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx);
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
+    if constexpr (kBinary32Body<A, T>)
+      if (through && detail::swiglu_forward_row32(h.subspan(e0, n), a.subspan(e0, n), u.subspan(e0, n), ctx))
+        return;
     SlotSeq X(Tensor::X, e0), X2(Tensor::X2, e0), Y(Tensor::Y, e0);
     const auto k_a = X.next(), k_u = X2.next();
     const auto k_mul = Y.next(), k_store = Y.next();
@@ -188,8 +254,13 @@ template <class A, class T>
 void swiglu_backward_data_io(std::span<T> da, std::span<T> du, std::span<const T> dh, std::span<const T> a,
                              std::span<const T> u, RowShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
+  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx);
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
+    if constexpr (kBinary32Body<A, T>)
+      if (through && detail::swiglu_backward_data_row32(da.subspan(e0, n), du.subspan(e0, n), dh.subspan(e0, n),
+                                                        a.subspan(e0, n), u.subspan(e0, n), ctx))
+        return;
     SlotSeq Dy(Tensor::Dy, e0), X(Tensor::X, e0), X2(Tensor::X2, e0), Dx(Tensor::Dx, e0), Dx2(Tensor::Dx2, e0);
     const auto k_g = Dy.next(), k_a = X.next(), k_u = X2.next();
     const auto k_da_in = Dx.next(), k_da_mul = Dx.next(), k_da_add = Dx.next(), k_da_store = Dx.next();

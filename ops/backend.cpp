@@ -21,15 +21,6 @@ namespace roundoff::ops {
 namespace {
 /// Values per chunk of the span roundings that make several passes (4 KiB of doubles: they stay in L1).
 constexpr std::size_t kResultChunk = 512;
-
-/// True when every binary32 value, ±inf included, is a value of f (at least 24 bits, binary32's exponent range,
-/// subnormals, IEEE specials, no saturation), so that round_to(f, mode, v) returns every binary32 v unchanged.
-bool holds_binary32(const numerics::Format& f) {
-  const numerics::Format& b32 = numerics::formats::fp32;
-  return f.precision >= b32.precision && f.emin <= b32.emin && f.emax >= b32.emax && f.subnormals &&
-         f.specials == numerics::Specials::Ieee && !f.saturate;
-}
-
 }  // namespace
 
 std::span<const double> weight_entry_cast(const Ctx<Emulated>& ctx, std::span<const double> x, Tensor t,
@@ -200,7 +191,7 @@ void Ctx<Emulated>::in_array(std::span<const float> src, std::span<double> dst, 
   widen_then_round(src, dst, daz_);
 }
 
-bool Ctx<Emulated>::storage_holds_binary32() const { return holds_binary32(storage_.format); }
+bool Ctx<Emulated>::storage_holds_binary32() const { return numerics::holds_binary32(storage_.format); }
 
 void Ctx<Emulated>::widen_then_round(std::span<const float> src, std::span<double> dst, bool flush) const {
   // Without a flush, the rounding to a storage format that holds every binary32 value leaves each non-NaN value of
@@ -227,8 +218,26 @@ bool Ctx<Emulated>::results_identity_on_binary32() const {
   // compute and storage both hold every binary32 value and nothing else acts on a value: the roundings to either
   // format return it (round_to of a value of the format, in every mode), the flushes are off, there is no
   // saturation, and the NaN rule touches only NaNs.
-  return holds_binary32(compute_.format) && holds_binary32(storage_.format) && !ftz_all_ && !ftz_out_ &&
-         !(prec_.saturate > 0);
+  return numerics::holds_binary32(compute_.format) && numerics::holds_binary32(storage_.format) && !ftz_all_ &&
+         !ftz_out_ && !(prec_.saturate > 0);
+}
+
+bool Ctx<Emulated>::binary32_through() const {
+  return binary32_native() && !ftz_all_ && !daz_ && numerics::holds_binary32(storage_.format) &&
+         numerics::fits_binary32(storage_.format) && !(prec_.saturate > 0) && exp_lut_ == nullptr &&
+         sigmoid_lut_ == nullptr && fast_paths() && numerics::default_mxcsr();
+}
+
+void Ctx<Emulated>::elementary_binary32(numerics::Elementary f, std::span<const float> src,
+                                        std::span<float> dst) const {
+  std::array<double, kResultChunk> part;
+  for (std::size_t c = 0; c < src.size(); c += kResultChunk) {
+    const std::size_t n = std::min(kResultChunk, src.size() - c);
+    const std::span<double> p(part.data(), n);
+    numerics::widen_binary32(src.subspan(c, n), p, exec_.kernels);
+    numerics::elementary_span(compute_, mode_, f, p, p, {}, exec_.kernels);
+    numerics::narrow_to_binary32(std::span<const double>(p), dst.subspan(c, n), exec_.kernels);
+  }
 }
 
 void Ctx<Emulated>::round_results(std::span<double> x) const {

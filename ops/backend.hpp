@@ -417,6 +417,19 @@ class Ctx<Emulated> {
   /// True when compute is IEEE binary32 with round-to-nearest-even, whatever ftz says: for vectorised paths
   /// that apply precision().ftz's flushes themselves (AdamW's binary32 path).
   bool binary32_compute() const { return native_ == Native::Binary32; }
+  /// True when this entry computes and stores in IEEE binary32 itself, so that an op on binary32 tensors may run
+  /// in hardware binary32 from its loads to its stores: compute is binary32 with round-to-nearest-even, the
+  /// storage format holds exactly binary32's values (numerics::holds_binary32 and fits_binary32), no flush (ftz,
+  /// daz), no saturation, no ANE table for exp or sigmoid, the fast paths on and the default control register
+  /// (numerics::default_mxcsr). Then every entry cast and store returns its non-NaN value, and every + − × ÷ of
+  /// binary32 values in hardware is the correctly rounded result add/sub/mul/div give (numerics/binary32_arith.hpp);
+  /// exp and sigmoid go through elementary_binary32. NaN is the exception (the NaN rule, the payload of the
+  /// per-element path): the ops' binary32 bodies scan what they store and take their binary64 path for a row that
+  /// holds a NaN. The keys play no part (every rounding is deterministic).
+  bool binary32_through() const;
+  /// dst[i] = exp(src[i]) or sigmoid(src[i]) (f) under binary32_through(): numerics::elementary_span in compute on
+  /// the widened values, chunk by chunk on the stack, narrowed back exactly (the results are binary32 values).
+  void elementary_binary32(numerics::Elementary f, std::span<const float> src, std::span<float> dst) const;
 
  private:
   /// Native fast path of add/sub/mul/div/sqrt: when the compute format IS IEEE binary32 (or binary64) with

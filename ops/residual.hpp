@@ -39,14 +39,55 @@ void residual_forward_reference(std::span<typename A::Value> out, std::span<cons
   }
 }
 
+namespace detail {
+// The binary32 bodies (Ctx::binary32_through): each reference's steps on one row in hardware binary32 (a: α in
+// compute); false, nothing written, when a stored row would hold a NaN. Every result row is complete before
+// any is stored, so out may alias x and dout may alias dx or df.
+
+inline bool residual_forward_row32(std::span<float> out, std::span<const float> x, std::span<const float> f,
+                                   bool scaled, float a, const Ctx<Emulated>& ctx) {
+  thread_local std::vector<float> b, t;  // n
+  b.resize(x.size());
+  t.resize(x.size());
+  std::span<const float> fs = f;
+  if (scaled) {
+    arith_binary32(ctx, ArithOp::Mul, f, std::span(&a, 1), b);  // b = α·f
+    fs = cspan(b);
+  }
+  arith_binary32(ctx, ArithOp::Add, x, fs, t);  // sum = x + b
+  return store_binary32(ctx, {{cspan(t), out}});
+}
+
+inline bool residual_backward_data_row32(std::span<float> dx, std::span<float> df, std::span<const float> dout,
+                                         bool scaled, float a, const Ctx<Emulated>& ctx) {
+  thread_local std::vector<float> gf, tx, tf;  // n
+  gf.resize(dout.size());
+  tx.resize(dout.size());
+  tf.resize(dout.size());
+  arith_binary32(ctx, ArithOp::Add, std::span<const float>(dx), dout, tx);  // dx + g
+  std::span<const float> g = dout;
+  if (scaled) {
+    arith_binary32(ctx, ArithOp::Mul, dout, std::span(&a, 1), gf);  // gf = α·g
+    g = cspan(gf);
+  }
+  arith_binary32(ctx, ArithOp::Add, std::span<const float>(df), g, tf);  // df + gf
+  return store_binary32(ctx, {{cspan(tx), dx}, {cspan(tf), df}});
+}
+}  // namespace detail
+
 /// residual_forward_reference row by row on the span forms (ops/span_arith.hpp). out may alias x.
 template <class A, class T>
 void residual_forward_io(std::span<T> out, std::span<const T> x, std::span<const T> f, double alpha, RowShape s,
                          const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   const V a = ctx.c(alpha);
+  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx);
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
+    if constexpr (kBinary32Body<A, T>)
+      if (through && detail::residual_forward_row32(out.subspan(e0, n), x.subspan(e0, n), f.subspan(e0, n),
+                                                    alpha != 1.0, static_cast<float>(a), ctx))
+        return;
     SlotSeq X(Tensor::X, e0), X2(Tensor::X2, e0), Y(Tensor::Y, e0);
     const auto k_x = X.next(), k_f = X2.next();
     const auto k_scale = Y.next(), k_add = Y.next(), k_store = Y.next();
@@ -101,8 +142,13 @@ void residual_backward_data_io(std::span<T> dx, std::span<T> df, std::span<const
                                const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   const V a = ctx.c(alpha);
+  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx);
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
+    if constexpr (kBinary32Body<A, T>)
+      if (through && detail::residual_backward_data_row32(dx.subspan(e0, n), df.subspan(e0, n), dout.subspan(e0, n),
+                                                          alpha != 1.0, static_cast<float>(a), ctx))
+        return;
     SlotSeq Dy(Tensor::Dy, e0), Dx(Tensor::Dx, e0), Dx2(Tensor::Dx2, e0);
     const auto k_g = Dy.next();
     const auto k_dx_in = Dx.next(), k_dx_add = Dx.next(), k_dx_store = Dx.next();

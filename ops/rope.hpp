@@ -49,6 +49,50 @@ struct RopeRow {
     }
   }
 };
+
+// The binary32 bodies (Ctx::binary32_through) on a gathered row w (p0, p1: cos, sin; r0, r1: the pair values):
+// the references' steps in hardware binary32, where the casts and stores return their values; false, nothing
+// written, when a result would hold a NaN. The results are complete before they are stored (x may alias y).
+
+/// y_2i = x_2i·c − x_2i+1·s, y_2i+1 = x_2i·s + x_2i+1·c into y (the row's C values).
+inline bool rope_forward_row32(std::span<float> y, RopeRow<float>& w, const Ctx<Emulated>& ctx) {
+  arith_binary32(ctx, ArithOp::Mul, cspan(w.r0), cspan(w.p0), w.c);  // x0·c
+  arith_binary32(ctx, ArithOp::Mul, cspan(w.r1), cspan(w.p1), w.s);  // x1·s
+  arith_binary32(ctx, ArithOp::Sub, cspan(w.c), cspan(w.s), w.v0);   // y0
+  arith_binary32(ctx, ArithOp::Mul, cspan(w.r0), cspan(w.p1), w.c);  // x0·s
+  arith_binary32(ctx, ArithOp::Mul, cspan(w.r1), cspan(w.p0), w.s);  // x1·c
+  arith_binary32(ctx, ArithOp::Add, cspan(w.c), cspan(w.s), w.v1);   // y1
+  if (numerics::any_nan(cspan(w.v0), ctx.exec().kernels) || numerics::any_nan(cspan(w.v1), ctx.exec().kernels))
+    return false;
+  for (std::size_t i = 0; i < w.v0.size(); ++i) {
+    y[2 * i] = w.v0[i];
+    y[2 * i + 1] = w.v1[i];
+  }
+  return true;
+}
+
+/// dx_2i += dy_2i·c + dy_2i+1·s, dx_2i+1 += dy_2i+1·c − dy_2i·s on dx (the row's C values).
+inline bool rope_backward_data_row32(std::span<float> dx, RopeRow<float>& w, const Ctx<Emulated>& ctx) {
+  arith_binary32(ctx, ArithOp::Mul, cspan(w.r0), cspan(w.p0), w.c);  // g0·c
+  arith_binary32(ctx, ArithOp::Mul, cspan(w.r1), cspan(w.p1), w.s);  // g1·s
+  arith_binary32(ctx, ArithOp::Add, cspan(w.c), cspan(w.s), w.v0);   // h0
+  arith_binary32(ctx, ArithOp::Mul, cspan(w.r1), cspan(w.p0), w.c);  // g1·c
+  arith_binary32(ctx, ArithOp::Mul, cspan(w.r0), cspan(w.p1), w.s);  // g0·s
+  arith_binary32(ctx, ArithOp::Sub, cspan(w.c), cspan(w.s), w.v1);   // h1
+  for (std::size_t i = 0; i < w.v0.size(); ++i) {
+    w.c[i] = dx[2 * i];
+    w.s[i] = dx[2 * i + 1];
+  }
+  arith_binary32(ctx, ArithOp::Add, cspan(w.c), cspan(w.v0), w.v0);  // dx_2i + h0
+  arith_binary32(ctx, ArithOp::Add, cspan(w.s), cspan(w.v1), w.v1);  // dx_2i+1 + h1
+  if (numerics::any_nan(cspan(w.v0), ctx.exec().kernels) || numerics::any_nan(cspan(w.v1), ctx.exec().kernels))
+    return false;
+  for (std::size_t i = 0; i < w.v0.size(); ++i) {
+    dx[2 * i] = w.v0[i];
+    dx[2 * i + 1] = w.v1[i];
+  }
+  return true;
+}
 }  // namespace detail
 
 /// y (B, T, NH·hs) = rotate(x (B, T, NH·hs)) with the table cos, sin (T, hs/2). Token t has position t. The
@@ -94,11 +138,19 @@ void rope_forward_io(std::span<T> y, std::span<const T> x, std::span<const T> co
   using V = typename A::Value;
   const std::int64_t C = s.C(), H = s.hs / 2;
   const auto P = static_cast<std::size_t>(C / 2);  // pairs per row
+  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx);
   for_units(s.B * s.T, sel, [&](std::int64_t row) {
-    thread_local detail::RopeRow<V> w;
-    w.resize(P);
     const std::int64_t t = row % s.T;
     const auto o = static_cast<std::size_t>(row * C);
+    if constexpr (kBinary32Body<A, T>)
+      if (through) {
+        thread_local detail::RopeRow<float> w32;
+        w32.resize(P);
+        w32.gather(x, cos_t, sin_t, t, H, o);
+        if (detail::rope_forward_row32(y.subspan(o, 2 * P), w32, ctx)) return;
+      }
+    thread_local detail::RopeRow<V> w;
+    w.resize(P);
     // pair i's elements e = o + 2i and e + 1
     SlotSeq X0(Tensor::X, o, 2), X1(Tensor::X, o + 1, 2), Y0(Tensor::Y, o, 2), Y1(Tensor::Y, o + 1, 2);
     const auto k_cos = Y0.next(), k_sin = Y0.next(), k_x0 = X0.next(), k_x1 = X1.next();
@@ -175,14 +227,22 @@ void rope_backward_data_io(std::span<T> dx, std::span<const T> dy, std::span<con
   using V = typename A::Value;
   const std::int64_t C = s.C(), H = s.hs / 2;
   const auto P = static_cast<std::size_t>(C / 2);
+  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx);
   for_units(s.B * s.T, sel, [&](std::int64_t row) {
+    const std::int64_t t = row % s.T;
+    const auto o = static_cast<std::size_t>(row * C);
+    if constexpr (kBinary32Body<A, T>)
+      if (through) {
+        thread_local detail::RopeRow<float> w32;
+        w32.resize(P);
+        w32.gather(dy, cos_t, sin_t, t, H, o);
+        if (detail::rope_backward_data_row32(dx.subspan(o, 2 * P), w32, ctx)) return;
+      }
     thread_local detail::RopeRow<V> w;
     thread_local std::vector<V> g0, g1;
     w.resize(P);
     g0.resize(P);
     g1.resize(P);
-    const std::int64_t t = row % s.T;
-    const auto o = static_cast<std::size_t>(row * C);
     SlotSeq Dy0(Tensor::Dy, o, 2), Dy1(Tensor::Dy, o + 1, 2), D0(Tensor::Dx, o, 2), D1(Tensor::Dx, o + 1, 2);
     const auto k_cos = D0.next(), k_sin = D0.next(), k_g0 = Dy0.next(), k_g1 = Dy1.next();
     const auto k_d0_a = D0.next(), k_d0_b = D0.next(), k_d0_add = D0.next();

@@ -23,11 +23,15 @@
 /// tests/ops/span_ops_test.cpp compares both paths per element, and the ops that use them against the oracle.
 /// Under ftz all every result is then flushed in compute (Ctx::flush_computed), as add/sub/mul/div flush theirs.
 /// Under stochastic rounding or directed modes the per-element calls run. out must not alias a or b.
+#include <algorithm>
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 #include <span>
 #include <type_traits>
 #include <vector>
 
+#include "numerics/binary32_arith.hpp"
 #include "ops/backend.hpp"
 
 namespace roundoff::ops {
@@ -84,6 +88,46 @@ template <class A, class KeyFn>
 void arith_array(const Ctx<A>& ctx, ArithOp op, std::span<const typename A::Value> a,
                  std::span<const typename A::Value> b, std::span<typename A::Value> out, KeyFn&& kf) {
   detail::arith(ctx, op, a, b, out, kf);
+}
+
+/// out = a op b in hardware binary32 (numerics::binary32_arith; b may hold one value for every element), for the
+/// ops' bodies under ctx.binary32_through(): there each finite or infinite out[i] is ctx.add/sub/mul/div's value
+/// (any key), while a NaN may differ in its bits, so the callers scan what they store (Ctx::binary32_through).
+/// out may alias a or b.
+inline void arith_binary32(const Ctx<Emulated>& ctx, ArithOp op, std::span<const float> a, std::span<const float> b,
+                           std::span<float> out) {
+  const auto nop = [&] {
+    switch (op) {
+      case ArithOp::Add: return numerics::Binary32Op::Add;
+      case ArithOp::Sub: return numerics::Binary32Op::Sub;
+      case ArithOp::Mul: return numerics::Binary32Op::Mul;
+      case ArithOp::Div: return numerics::Binary32Op::Div;
+    }
+    return numerics::Binary32Op::Add;
+  }();
+  numerics::binary32_arith(nop, a, b, out, ctx.exec().kernels);
+}
+
+/// Whether an op body on tensors of element type T under backend A has a binary32 form (Ctx::binary32_through):
+/// the emulated backend on binary32 tensors.
+template <class A, class T>
+inline constexpr bool kBinary32Body = std::is_same_v<A, Emulated> && std::is_same_v<T, float>;
+
+/// ctx.binary32_through() where the body has a binary32 form, else false.
+template <class A, class T>
+bool binary32_through(const Ctx<A>& ctx) {
+  if constexpr (kBinary32Body<A, T>) return ctx.binary32_through();
+  return false;
+}
+
+/// Stores the rows a binary32 body computed (Ctx::binary32_through): dst[k] = src[k] for every pair, unless some
+/// src holds a NaN; then nothing is written and the result is false (the caller's binary64 path takes the row).
+inline bool store_binary32(const Ctx<Emulated>& ctx, std::initializer_list<std::pair<std::span<const float>,
+                                                                                     std::span<float>>> rows) {
+  for (const auto& [src, dst] : rows)
+    if (numerics::any_nan(src, ctx.exec().kernels)) return false;
+  for (const auto& [src, dst] : rows) std::copy(src.begin(), src.end(), dst.begin());
+  return true;
 }
 
 /// out[i] = op(x[i], y) through ctx with keys kf(i): arith_array with a constant right operand.

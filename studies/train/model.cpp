@@ -820,6 +820,7 @@ void Transformer::finish_gradients(ParamStore& grads, StepTelemetry* tel, GradSi
   const numerics::RoundingPlan plan(gf);
   const std::span<float> g32 = grads.binary32();
   const std::span<float> t32 = accumulate ? sink.total_store->binary32() : std::span<float>{};
+  const bool identity = round && numerics::holds_binary32(gf);  // the rounding returns every binary32 value but NaN
   ops::timed_phase(profile_, accumulate ? kGradRoundingAccumulate : kGradRounding, [&] {
     for (const ParamTensor t : kAllParamTensors) {
       const std::size_t off = lay_.offset_of(t), n = lay_.size_of(t);
@@ -830,6 +831,10 @@ void Transformer::finish_gradients(ParamStore& grads, StepTelemetry* tel, GradSi
       for (std::int64_t r = 0; r < ranges; ++r) {
         std::array<double, kGradPiece> gp;
         const std::size_t b = static_cast<std::size_t>(r) * kRange, e = std::min(n, b + kRange);
+        // A range of finite gradients under a gradient format that holds binary32 (the fp32 role): the rounding
+        // returns every value unchanged, so the scan is all there is to do. Any other range takes the pieces.
+        if (!accumulate && identity && numerics::all_finite(std::span<const float>(g32.subspan(off + b, e - b))))
+          continue;
         for (std::size_t at = off + b; at < off + e; at += kGradPiece) {
           const std::size_t k = std::min(kGradPiece, off + e - at);
           const std::span<double> part(gp.data(), k);

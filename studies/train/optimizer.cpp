@@ -39,18 +39,10 @@ struct Rounder {
     return x;
   }
 };
-
-/// True when every binary32 value, ±inf included, is a value of f (so fl_f returns it unchanged).
-bool holds_binary32(const numerics::Format& f) {
-  const numerics::Format& fp32 = numerics::formats::fp32;
-  return f.precision >= fp32.precision && f.emin <= fp32.emin && f.emax >= fp32.emax && f.subnormals &&
-         f.specials == numerics::Specials::Ieee && !f.saturate;
-}
-
 }  // namespace
 
 numerics::Format update_format(const numerics::Format& grads) {
-  return holds_binary32(grads) ? grads : numerics::formats::fp32;
+  return numerics::holds_binary32(grads) ? grads : numerics::formats::fp32;
 }
 
 /// Runs f(i) for every i in [0, n), ranges of elements split over the threads (elementwise work only: no
@@ -129,7 +121,7 @@ bool unscale_gradients(ParamStore& grads, double scale, int accum, const numeric
   // (update_format's choice), so the stored gradients stay as they are and only the finiteness is asked. A store
   // holding ±inf or NaN takes the general loop below (fl_f of a NaN may change its bits), so the results are
   // those of the loop in every case.
-  if (accum == 1 && scale == 1.0 && holds_binary32(f) && grads.all_finite()) return true;
+  if (accum == 1 && scale == 1.0 && numerics::holds_binary32(f) && grads.all_finite()) return true;
   const Rounder to_f(f);
   if (accum > 1) {
     const double gsc = to_f(1.0 / (static_cast<double>(accum) * scale));

@@ -1,7 +1,8 @@
 // Typed storage (issue 45, docs/design.md "Typed storage"): the ops' span bodies on tensors in binary32 storage give,
 // widened, exactly the binary64 bodies' outputs, NaN encodings included, under every span policy whose entry's storage
 // fits binary32 (stochastic, directed, saturating, NaN→inf and flush-to-zero variants among them), the four input
-// regimes, fast paths on and off; a store into binary32 under a storage format that does not fit it is refused.
+// regimes, fast paths on and off; a store into binary32 under a storage format that does not fit it is refused;
+// and the fast bodies of either width equal the per-element definitions.
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -483,6 +484,35 @@ TEST_P(TypedStorage, Binary32TensorsGiveTheBinary64TensorsValues) {
       }
   }
   EXPECT_GE(compared, 20) << oc.name << ": too few policies with binary32 storage";
+}
+
+/// The fast bodies against the per-element definitions: under every policy whose storage fits binary32, each
+/// op's outputs with the fast paths on, on binary32 tensors and on binary64 ones, are bit for bit those of the
+/// per-element calls on binary64 tensors (fast paths off). Where an entry computes and stores in binary32
+/// (Ctx::binary32_through: fp32 and its variants) this holds the binary32 bodies in hardware binary32
+/// (ops/activation.hpp, residual.hpp, rope.hpp, embedding.hpp) to the definitions themselves, NaN encodings included.
+TEST_P(TypedStorage, FastBodiesGiveThePerElementValues) {
+  const IoCase& oc = GetParam();
+  int through = 0;
+  for (const std::string& spec : test::span_policies()) {
+    const Policy pol = load_policy(spec);
+    const Ctx<E> c(pol.at(oc.op, oc.pass), {6, 1 + static_cast<std::uint64_t>(oc.pass)});
+    if (!c.binary32_storage()) continue;
+    const Ctx<E> fast = test::on(c, ::roundoff::test::exec_for(true, {}));
+    const Ctx<E> slow = test::on(c, ::roundoff::test::exec_for(false, {}));
+    through += fast.binary32_through() ? 1 : 0;
+    for (Regime rg : kRegimes) {
+      const std::string what = oc.name + " " + spec + " regime " + std::to_string(static_cast<int>(rg));
+      const auto want = oc.run(slow, false, rg);
+      for (const bool f32 : {false, true}) {
+        const auto got = oc.run(fast, f32, rg);
+        ASSERT_EQ(got.size(), want.size());
+        for (std::size_t i = 0; i < got.size(); ++i)
+          expect_same(got[i], want[i], what + (f32 ? " binary32" : " binary64") + " out " + std::to_string(i), true);
+      }
+    }
+  }
+  EXPECT_GE(through, 1) << oc.name << ": no policy reaches the binary32 bodies";
 }
 
 /// The cases whose binary32 form has a binary32 output (matmul's backward-weight writes binary64 dW).

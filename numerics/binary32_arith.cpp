@@ -1,0 +1,126 @@
+// Hardware binary32 arithmetic on arrays of floats (numerics/binary32_arith.hpp).
+#include "numerics/binary32_arith.hpp"
+
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstddef>
+
+#include "numerics/round_span.hpp"
+
+namespace roundoff::numerics {
+namespace {
+
+template <Binary32Op op>
+float one(float x, float y) {
+  if constexpr (op == Binary32Op::Add) return x + y;
+  if constexpr (op == Binary32Op::Sub) return x - y;
+  if constexpr (op == Binary32Op::Mul) return x * y;
+  return x / y;
+}
+
+template <Binary32Op op>
+__attribute__((target("avx512f"))) __m512 lanes512(__m512 x, __m512 y) {
+  if constexpr (op == Binary32Op::Add) return _mm512_add_ps(x, y);
+  if constexpr (op == Binary32Op::Sub) return _mm512_sub_ps(x, y);
+  if constexpr (op == Binary32Op::Mul) return _mm512_mul_ps(x, y);
+  return _mm512_div_ps(x, y);
+}
+
+template <Binary32Op op>
+__attribute__((target("avx512f"))) void arith_avx512(const float* a, const float* b, bool bcast, float* out,
+                                                     std::size_t n) {
+  const __m512 yb = _mm512_set1_ps(bcast ? b[0] : 0.0f);
+  for (std::size_t i = 0; i < n; i += 16) {
+    const std::size_t left = n - i;
+    const auto live = left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
+    const __m512 x = _mm512_maskz_loadu_ps(live, a + i);
+    const __m512 y = bcast ? yb : _mm512_maskz_loadu_ps(live, b + i);
+    _mm512_mask_storeu_ps(out + i, live, lanes512<op>(x, y));
+  }
+}
+
+template <Binary32Op op>
+__attribute__((target("avx2"))) __m256 lanes256(__m256 x, __m256 y) {
+  if constexpr (op == Binary32Op::Add) return _mm256_add_ps(x, y);
+  if constexpr (op == Binary32Op::Sub) return _mm256_sub_ps(x, y);
+  if constexpr (op == Binary32Op::Mul) return _mm256_mul_ps(x, y);
+  return _mm256_div_ps(x, y);
+}
+
+template <Binary32Op op>
+__attribute__((target("avx2"))) void arith_avx2(const float* a, const float* b, bool bcast, float* out,
+                                                std::size_t n) {
+  const __m256 yb = _mm256_set1_ps(bcast ? b[0] : 0.0f);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 y = bcast ? yb : _mm256_loadu_ps(b + i);
+    _mm256_storeu_ps(out + i, lanes256<op>(_mm256_loadu_ps(a + i), y));
+  }
+  for (; i < n; ++i) out[i] = one<op>(a[i], b[bcast ? 0 : i]);
+}
+
+template <Binary32Op op>
+void arith_portable(const float* a, const float* b, bool bcast, float* out, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = one<op>(a[i], b[bcast ? 0 : i]);
+}
+
+template <Binary32Op op>
+void arith_tier(const float* a, const float* b, bool bcast, float* out, std::size_t n, const KernelOptions& opts) {
+  if (round_doubles_avx512_supported() && opts.isa_limit >= kernels::Isa::Avx512)
+    return arith_avx512<op>(a, b, bcast, out, n);
+  if (round_doubles_avx2_supported() && opts.isa_limit >= kernels::Isa::Avx2)
+    return arith_avx2<op>(a, b, bcast, out, n);
+  arith_portable<op>(a, b, bcast, out, n);
+}
+
+__attribute__((target("avx512f"))) bool any_nan_avx512(const float* x, std::size_t n) {
+  __mmask16 nan = 0;
+  for (std::size_t i = 0; i < n; i += 16) {
+    const std::size_t left = n - i;
+    const auto live = left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
+    const __m512 v = _mm512_maskz_loadu_ps(live, x + i);
+    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  }
+  return nan != 0;
+}
+
+__attribute__((target("avx2"))) bool any_nan_avx2(const float* x, std::size_t n) {
+  __m256 nan = _mm256_setzero_ps();
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  }
+  bool found = _mm256_movemask_ps(nan) != 0;
+  for (; i < n; ++i) found = found || std::isnan(x[i]);
+  return found;
+}
+
+}  // namespace
+
+void binary32_arith(Binary32Op op, std::span<const float> a, std::span<const float> b, std::span<float> out,
+                    const KernelOptions& opts) {
+  const bool bcast = b.size() == 1 && out.size() != 1;
+  const float* pa = a.data();
+  const float* pb = b.data();
+  float* po = out.data();
+  const std::size_t n = out.size();
+  switch (op) {
+    case Binary32Op::Add: return arith_tier<Binary32Op::Add>(pa, pb, bcast, po, n, opts);
+    case Binary32Op::Sub: return arith_tier<Binary32Op::Sub>(pa, pb, bcast, po, n, opts);
+    case Binary32Op::Mul: return arith_tier<Binary32Op::Mul>(pa, pb, bcast, po, n, opts);
+    case Binary32Op::Div: return arith_tier<Binary32Op::Div>(pa, pb, bcast, po, n, opts);
+  }
+}
+
+bool any_nan(std::span<const float> x, const KernelOptions& opts) {
+  if (round_doubles_avx512_supported() && opts.isa_limit >= kernels::Isa::Avx512)
+    return any_nan_avx512(x.data(), x.size());
+  if (round_doubles_avx2_supported() && opts.isa_limit >= kernels::Isa::Avx2) return any_nan_avx2(x.data(), x.size());
+  for (const float v : x)
+    if (std::isnan(v)) return true;
+  return false;
+}
+
+}  // namespace roundoff::numerics
