@@ -6,7 +6,7 @@ ROUNDOFF_MATMUL_DECL(, Emulated)
 ROUNDOFF_MATMUL_DECL(, Reference)
 
 // Binary32 forms: the precondition checked before the GEMM runs (the outputs are narrowed exactly only when the
-// storage format fits binary32). dW is binary64, so its pass needs none.
+// storage format fits binary32). A binary64 dW needs none.
 void matmul_forward(std::span<float> y, std::span<const float> x, std::span<const double> w, MatmulShape s,
                     const Ctx<Emulated>& ctx, Select sel, const Fp8Slots* fp8) {
   ctx.require_binary32_storage();
@@ -38,5 +38,15 @@ void matmul_backward_data(std::span<double> dx, std::span<const double> dy, std:
 void matmul_backward_weight(std::span<double> dw, std::span<const float> dy, std::span<const float> x, MatmulShape s,
                             const Ctx<Emulated>& ctx, Select sel, const Fp8Slots* fp8) {
   matmul_backward_weight_io<Emulated, float>(dw, dy, x, s, ctx, sel, fp8);
+}
+void matmul_backward_weight(std::span<float> dw, std::span<const float> dy, std::span<const float> x, MatmulShape s,
+                            const Ctx<Emulated>& ctx, Select sel, const Fp8Slots* fp8) {
+  ctx.require_binary32_storage();
+  matmul_backward_weight_io<Emulated, float, float>(dw, dy, x, s, ctx, sel, fp8);
+}
+void matmul_backward_weight(std::span<float> dw, std::span<const double> dy, std::span<const double> x, MatmulShape s,
+                            const Ctx<Emulated>& ctx, Select sel, const Fp8Slots* fp8) {
+  ctx.require_binary32_storage();
+  matmul_backward_weight_io<Emulated, double, float>(dw, dy, x, s, ctx, sel, fp8);
 }
 }  // namespace roundoff::ops

@@ -214,13 +214,21 @@ void matmul_backward_weight_reference(std::span<typename A::Value> dw, std::span
 }
 
 /// matmul_backward_weight_reference as one beta = 1 GEMM, converted and stored on row spans (T as
-/// matmul_forward_io: dy and x; dw binary64).
-template <class A, class T>
-void matmul_backward_weight_io(std::span<typename A::Value> dw, std::span<const T> dy_in, std::span<const T> x_in,
+/// matmul_forward_io: dy and x; TD: dW's element type, binary64 or, for binary32 weight gradients, float).
+template <class A, class T, class TD = typename A::Value>
+void matmul_backward_weight_io(std::span<TD> dw_out, std::span<const T> dy_in, std::span<const T> x_in,
                                MatmulShape s, const Ctx<A>& ctx, Select sel, [[maybe_unused]] const Fp8Slots* fp8) {
   using V = typename A::Value;
   using M = typename MatrixOf<A>::type;
   const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<TD, float>) {  // dyᵀ·x added into dW in binary32
+    if (sel.empty() && !ctx.precision().quant.active() &&
+        ctx.gemm_in_binary32(O, I, N, dy_in, true, Tensor::Dy, x_in, false, Tensor::X, dw_out.data(), I, true)) {
+      for_units(s.out, sel, [&](std::int64_t o) { ctx.results_binary32(dw_out.subspan(o * s.in, I)); });
+      return;
+    }
+  }
+  const std::span<V> dw = widened_out<V>(dw_out, kWidenC, true);
   SlotSeq Dw(Tensor::Dw), Row(Tensor::Row);
   const auto k_compute = Dw.next(), k_store = Dw.next(), k_gemm = Dw.next();  // k_gemm(0) keys the GEMM
   const auto k_row_gemm = Row.next();                                         // a selected row's GEMM
@@ -252,6 +260,7 @@ void matmul_backward_weight_io(std::span<typename A::Value> dw, std::span<const 
     ctx.result_array(dw.subspan(e0, n), [&](std::size_t j) { return k_compute(e0 + j); },
                      [&](std::size_t j) { return k_store(e0 + j); });
   });
+  narrow_into<V>(std::span<const V>(dw), dw_out);
 }
 
 template <class A>
@@ -275,7 +284,7 @@ ROUNDOFF_MATMUL_DECL(extern, Emulated)
 ROUNDOFF_MATMUL_DECL(extern, Reference)
 
 // The GEMM passes on activations in binary32 storage (issue 45, typed storage), and on binary32 weights (a model
-// whose working weights are binary32) at either activation width; dW binary64.
+// whose working weights are binary32) at either activation width; dW binary64 or binary32.
 void matmul_forward(std::span<float> y, std::span<const float> x, std::span<const double> w, MatmulShape s,
                     const Ctx<Emulated>& ctx, Select sel = {}, const Fp8Slots* fp8 = nullptr);
 void matmul_forward(std::span<float> y, std::span<const float> x, std::span<const float> w, MatmulShape s,
@@ -289,6 +298,12 @@ void matmul_backward_data(std::span<float> dx, std::span<const float> dy, std::s
 void matmul_backward_data(std::span<double> dx, std::span<const double> dy, std::span<const float> w, MatmulShape s,
                           const Ctx<Emulated>& ctx, Select sel = {}, const Fp8Slots* fp8 = nullptr);
 void matmul_backward_weight(std::span<double> dw, std::span<const float> dy, std::span<const float> x, MatmulShape s,
+                            const Ctx<Emulated>& ctx, Select sel = {}, const Fp8Slots* fp8 = nullptr);
+// Binary32 weight gradients (dW in binary32 storage: the gradient role's format fits binary32), activations of either
+// width: the binary32 activations' GEMM adds into dW in binary32 (Ctx::gemm_in_binary32, results_binary32).
+void matmul_backward_weight(std::span<float> dw, std::span<const float> dy, std::span<const float> x, MatmulShape s,
+                            const Ctx<Emulated>& ctx, Select sel = {}, const Fp8Slots* fp8 = nullptr);
+void matmul_backward_weight(std::span<float> dw, std::span<const double> dy, std::span<const double> x, MatmulShape s,
                             const Ctx<Emulated>& ctx, Select sel = {}, const Fp8Slots* fp8 = nullptr);
 
 }  // namespace roundoff::ops

@@ -134,6 +134,11 @@ struct EmulatedArgs {
   static void weights(CValues w, F&& f) {
     w.visit(f);
   }
+  /// A GEMM's weight gradient at its own width, whatever the call's: f(dW's span).
+  template <class F>
+  static void weight_grad(Values dw, F&& f) {
+    dw.visit(f);
+  }
   /// Binary64 at every width (weight gradients, the losses).
   static std::span<double> out(std::span<double> y) { return y; }
   static std::span<const double> in(std::span<const double> x) { return x; }
@@ -182,6 +187,10 @@ struct ReferenceArgs {
   template <class F>
   void weights(CValues w, F&& f) const {
     f(in(w));
+  }
+  template <class F>
+  void weight_grad(Values dw, F&& f) const {
+    f(out(dw));
   }
   static std::span<Ref> optional(std::span<double>) { return {}; }
   Select sel() const { return units; }
@@ -497,11 +506,13 @@ void Runner::matmul_backward_data(Site s, Values dx, CValues dy, CValues w, Matm
   }
 }
 
-void Runner::matmul_backward_weight(Site s, Span dw, CValues dy, CValues x, MatmulShape sh) {
+void Runner::matmul_backward_weight(Site s, Values dw, CValues dy, CValues x, MatmulShape sh) {
   try {
     const Fp8Slots* fp8 = fp8_slots(s, Pass::BackwardWeight);
     run(s, Pass::BackwardWeight, sh.out, {{"dw", dw, rows(sh.in), true}}, {dy, x}, [&](const auto& c, auto& io) {
-      ops::matmul_backward_weight(io.out(dw), io.in(dy), io.in(x), sh, c, io.sel(), fp8);
+      io.weight_grad(dw, [&](auto dws) {
+        ops::matmul_backward_weight(dws, io.in(dy), io.in(x), sh, c, io.sel(), fp8);
+      });
     }, [&](const Ctx<Emulated>& c, std::span<const std::int64_t> units, std::span<const Ref> before) {
       return quantized_gemm_reference(c, Pass::BackwardWeight, sh, Wide(dy).span(), Wide(x).span(), fp8, units,
                                       before);

@@ -139,8 +139,10 @@ class Runner {
   // widths are mixed, the binary64 body on widened copies, its binary32 outputs narrowed back (exact: a binary32
   // output must be in a storage format that fits binary32, else std::logic_error before the call). The GEMM weights
   // are CValues of either width that do not take part in that choice: read in place by the binary32 body, widened
-  // by the binary64 one (a binary32 weight is a model's binary32 working copy; ops/matmul.hpp). Weight gradients (of
-  // the GEMMs) and the losses are binary64 (Span / CSpan) at every width. The same bits whatever the widths
+  // by the binary64 one (a binary32 weight is a model's binary32 working copy; ops/matmul.hpp). A GEMM's weight
+  // gradient is Values of either width that does not take part in that choice either (binary32 when the model's
+  // gradients are: the binary32 activations' GEMM adds into it in binary32, a binary64 body through an exact copy);
+  // the losses are binary64 (Span / CSpan) at every width. The same bits whatever the widths
   // (tests/ops/runner_typed_test.cpp).
   void embedding_forward(Site s, Values out, Tokens tokens, CValues wte, RowShape sh);
   void embedding_backward_weight(Site s, Values dwte, CValues dout, Tokens tokens, RowShape sh);
@@ -149,7 +151,7 @@ class Runner {
   void rmsnorm_backward_weight(Site s, Values dw, CValues dy, CValues x, CValues rstd, RowShape sh);
   void matmul_forward(Site s, Values y, CValues x, CValues w, MatmulShape sh);
   void matmul_backward_data(Site s, Values dx, CValues dy, CValues w, MatmulShape sh);
-  void matmul_backward_weight(Site s, Span dw, CValues dy, CValues x, MatmulShape sh);
+  void matmul_backward_weight(Site s, Values dw, CValues dy, CValues x, MatmulShape sh);
   void rope_angles(Site s, Span cos_t, Span sin_t, std::int64_t T, std::int64_t hs, double base);
   void rope_forward(Site s, Values y, CValues x, CValues cos_t, CValues sin_t, AttnShape sh);
   void rope_backward_data(Site s, Values dx, CValues dy, CValues cos_t, CValues sin_t, AttnShape sh);

@@ -510,10 +510,8 @@ void Transformer::with_grad(const GradOut& g, Slot at, F&& op, bool last) {
     }
     return;
   }
-  if (g.store == nullptr) return op(g.binary64.subspan(at.off, at.n));
-  const std::span<double> dw = g.store->view(at.off, at.n, *g.scratch);
-  op(dw);
-  g.store->store_from(at.off, dw);
+  if (g.store == nullptr) return op(ops::Values(g.binary64.subspan(at.off, at.n)));
+  op(ops::Values(g.store->binary32().subspan(at.off, at.n)));  // grad_out: a store is binary32
 }
 
 void Transformer::backward(const Batch& bt, ops::CValues weights, double loss_scale, std::span<double> grads,
@@ -542,7 +540,7 @@ void Transformer::backward(const Batch& bt, ops::CValues weights, double loss_sc
       if (grads.store != nullptr) grads.store->zero();
       else std::fill(grads.binary64.begin(), grads.binary64.end(), 0.0);
     });
-  // Binary32 gradients: each weight-gradient op writes its slice through the binary64 slice_ (with_grad).
+  // Binary32 gradients: each weight-gradient op adds into its binary32 slice (with_grad).
   GradOut g = grads;
   if ((g.store != nullptr || g.direct != nullptr) && g.scratch == nullptr) g.scratch = &slice_;
   // Tied embeddings: the classifier reads wte, and its weight gradient is added into wte's before the
@@ -565,7 +563,7 @@ void Transformer::backward(const Batch& bt, ops::CValues weights, double loss_sc
   runner_.matmul_backward_data({OpKind::Classifier, -1, "dx", ops::Observe::Outputs, "logits"}, dxf, dlogits, wcls, {N, C, V});
   with_grad(
       g, dwcls,
-      [&](Span dw) {
+      [&](ops::Values dw) {
         runner_.matmul_backward_weight({OpKind::Classifier, -1, "wcls", ops::Observe::Outputs, "logits"}, dw,
                                        dlogits, xf_, {N, C, V});
       },
@@ -574,7 +572,7 @@ void Transformer::backward(const Batch& bt, ops::CValues weights, double loss_sc
   ops::Buffer& dx = b.dx;
   // dx (N, C), dlnfw (C) through the final norm
   norm_backward_data({OpKind::RmsNorm, -1, "lnf"}, dx, dxf, x_final_, p.lnfw, rf_, rows);
-  with_grad(g, grad_slot(ParamTensor::FinalNorm, 0), [&](Span dw) {
+  with_grad(g, grad_slot(ParamTensor::FinalNorm, 0), [&](ops::Values dw) {
     runner_.rmsnorm_backward_weight({OpKind::RmsNorm, -1, "lnfw"}, dw, dxf, x_final_, rf_, rows);
   });
   check(tel, OpKind::RmsNorm, Pass::BackwardData, -1, "lnf", dx);
@@ -592,7 +590,7 @@ void Transformer::backward(const Batch& bt, ops::CValues weights, double loss_sc
     const ops::Values dz = zeros(b.dz);
     runner_.matmul_backward_data({OpKind::Matmul, l, "dz", ops::Observe::Outputs, "w2"}, dz, df, w.w2, {N, H, C});
     with_grad(g, grad_slot(ParamTensor::W2, l),
-              [&](Span dw) { runner_.matmul_backward_weight({OpKind::Matmul, l, "w2"}, dw, df, L.z, {N, H, C}); });
+              [&](ops::Values dw) { runner_.matmul_backward_weight({OpKind::Matmul, l, "w2"}, dw, df, L.z, {N, H, C}); });
     // dh2 (N, C) through z = silu(h2·W1ᵀ) ⊙ (h2·W3ᵀ); dW1, dW3
     const ops::Values dh2 = zeros(b.dh2);
     ffn_backward(l, L, w, g, dz, dh2, dims);
@@ -612,7 +610,7 @@ void Transformer::backward(const Batch& bt, ops::CValues weights, double loss_sc
     check(tel, OpKind::ResidualAttn, Pass::BackwardData, l, "dout", dout);
     const ops::Values dy = zeros(b.dy);
     runner_.matmul_backward_data({OpKind::Matmul, l, "dy", ops::Observe::Outputs, "o"}, dy, dout, w.wo, {N, C, C});
-    with_grad(g, grad_slot(ParamTensor::Wo, l), [&](Span dw) {
+    with_grad(g, grad_slot(ParamTensor::Wo, l), [&](ops::Values dw) {
       runner_.matmul_backward_weight({OpKind::Matmul, l, "wo", ops::Observe::Off, "o"}, dw, dout, L.y, {N, C, C});
     });
     // kt, vt (B, T, NH·hs) and att (B, NH, T, T) as the attention backward reads them
@@ -632,13 +630,13 @@ void Transformer::backward(const Batch& bt, ops::CValues weights, double loss_sc
     runner_.matmul_backward_data({OpKind::Matmul, l, "dh1", ops::Observe::Off, "q"}, dh1, dq, w.wq, {N, C, C});
     runner_.matmul_backward_data({OpKind::Matmul, l, "dh1", ops::Observe::Off, "k"}, dh1, dk, w.wk, {N, C, KVD});
     runner_.matmul_backward_data({OpKind::Matmul, l, "dh1", ops::Observe::Outputs, "v"}, dh1, dv, w.wv, {N, C, KVD});
-    with_grad(g, grad_slot(ParamTensor::Wq, l), [&](Span dw) {
+    with_grad(g, grad_slot(ParamTensor::Wq, l), [&](ops::Values dw) {
       runner_.matmul_backward_weight({OpKind::Matmul, l, "wq", ops::Observe::Outputs, "q"}, dw, dq, L.h1, {N, C, C});
     });
-    with_grad(g, grad_slot(ParamTensor::Wk, l), [&](Span dw) {
+    with_grad(g, grad_slot(ParamTensor::Wk, l), [&](ops::Values dw) {
       runner_.matmul_backward_weight({OpKind::Matmul, l, "wk", ops::Observe::Outputs, "k"}, dw, dk, L.h1, {N, C, KVD});
     });
-    with_grad(g, grad_slot(ParamTensor::Wv, l), [&](Span dw) {
+    with_grad(g, grad_slot(ParamTensor::Wv, l), [&](ops::Values dw) {
       runner_.matmul_backward_weight({OpKind::Matmul, l, "wv", ops::Observe::Outputs, "v"}, dw, dv, L.h1, {N, C, KVD});
     });
     // dxi (N, C) += dh1 through h1 = rmsnorm(x_in) ⊙ ln1w; dln1w
@@ -648,7 +646,7 @@ void Transformer::backward(const Batch& bt, ops::CValues weights, double loss_sc
     std::swap(b.dx, b.dxi);  // dx ← dxi (the buffers trade places; dxi is zeroed before its next use)
   }
   // dwte (V, C) += dx scattered to the input tokens' rows
-  with_grad(g, grad_slot(ParamTensor::Embedding, 0), [&](Span dw) {
+  with_grad(g, grad_slot(ParamTensor::Embedding, 0), [&](ops::Values dw) {
     runner_.embedding_backward_weight({OpKind::Embedding, -1, "wte"}, dw, dx, bt.inputs, rows);
   });
   if (g.direct != nullptr) {
@@ -667,7 +665,9 @@ ops::CValues Transformer::norm_out_backward(StepTelemetry* tel, ops::Site s, std
   const ops::Values dpre = zeros(buffer);
   norm_backward_data(s, dpre, dy, pre, w, rstd, rows);
   check(tel, OpKind::RmsNorm, Pass::BackwardData, s.layer, s.tensor, dpre);
-  with_grad(g, dw, [&](Span d) { runner_.rmsnorm_backward_weight({OpKind::RmsNorm, s.layer, weight}, d, dy, pre, rstd, rows); });
+  with_grad(g, dw, [&](ops::Values d) {
+    runner_.rmsnorm_backward_weight({OpKind::RmsNorm, s.layer, weight}, d, dy, pre, rstd, rows);
+  });
   return dpre;
 }
 
@@ -682,7 +682,9 @@ void Transformer::norm_in_backward(StepTelemetry* tel, ops::Site s, std::string_
     return;
   }
   norm_backward_data(s, dx, dh, x, w, rstd, rows);
-  with_grad(g, dw, [&](Span d) { runner_.rmsnorm_backward_weight({OpKind::RmsNorm, s.layer, weight}, d, dh, x, rstd, rows); });
+  with_grad(g, dw, [&](ops::Values d) {
+    runner_.rmsnorm_backward_weight({OpKind::RmsNorm, s.layer, weight}, d, dh, x, rstd, rows);
+  });
 }
 
 void Transformer::ffn_backward(int l, const LayerActs& L, const BlockWeights& w, const GradOut& g,
@@ -699,9 +701,9 @@ void Transformer::ffn_backward(int l, const LayerActs& L, const BlockWeights& w,
       runner_.matmul_backward_data({OpKind::Matmul, l, "dh2", ops::Observe::Off, "w1"}, dh2, dg, w.w1, up);
       runner_.matmul_backward_data({OpKind::Matmul, l, "dh2", ops::Observe::Outputs, "w3"}, dh2, du, w.w3, up);
       with_grad(g, grad_slot(ParamTensor::W1, l),
-                [&](Span dw) { runner_.matmul_backward_weight({OpKind::Matmul, l, "w1"}, dw, dg, L.h2, up); });
+                [&](ops::Values dw) { runner_.matmul_backward_weight({OpKind::Matmul, l, "w1"}, dw, dg, L.h2, up); });
       with_grad(g, grad_slot(ParamTensor::W3, l),
-                [&](Span dw) { runner_.matmul_backward_weight({OpKind::Matmul, l, "w3"}, dw, du, L.h2, up); });
+                [&](ops::Values dw) { runner_.matmul_backward_weight({OpKind::Matmul, l, "w3"}, dw, du, L.h2, up); });
       return;
     }
     case Ffn::Gelu:
@@ -711,7 +713,7 @@ void Transformer::ffn_backward(int l, const LayerActs& L, const BlockWeights& w,
       runner_.gelu_backward_data({OpKind::Gelu, l, "dg"}, dg, dz, L.g, hid, *gelu_form(c_.ffn));
       runner_.matmul_backward_data({OpKind::Matmul, l, "dh2", ops::Observe::Outputs, "w1"}, dh2, dg, w.w1, up);
       with_grad(g, grad_slot(ParamTensor::W1, l),
-                [&](Span dw) { runner_.matmul_backward_weight({OpKind::Matmul, l, "w1"}, dw, dg, L.h2, up); });
+                [&](ops::Values dw) { runner_.matmul_backward_weight({OpKind::Matmul, l, "w1"}, dw, dg, L.h2, up); });
       return;
     }
   }

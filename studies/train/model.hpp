@@ -271,9 +271,9 @@ class Transformer final : public Model {
   bool derived_current(const void* data, std::size_t n) const;
   /// Layer l's slice of t (l = 0 for the tensors outside the blocks).
   Slot grad_slot(ParamTensor t, int l) const;
-  /// op(dw) with dw the gradient elements of `at`: a span of g.binary64 itself, or g.scratch widened from the store
-  /// and narrowed back into it after op (exact: every value a weight-gradient op stores is a value of its
-  /// storage format, which grads_storage() found binary32). Direct (g.direct): dw starts at +0 (or holds the
+  /// op(dw) with dw the gradient elements of `at`: a span of g.binary64 itself, or of the binary32 store (the ops
+  /// write binary32 weight gradients, their storage format fitting binary32: grads_storage(); a format beyond it is
+  /// refused by the op, std::logic_error). Direct (g.direct): dw, binary64, starts at +0 (or holds the
   /// slice's earlier writers' sum), and after op the slice is finished (finish_slice) unless `last` is false (a
   /// later op writes into the same slice: it is kept pending until then).
   template <class F>

@@ -163,8 +163,10 @@ Result run_sequence(const std::string& policy, Width width) {
   run.cross_entropy_backward_data({OpKind::CrossEntropy, -1, "dlogits"}, dlogits.v(), probs.c(), targets, 256.0, cls);
   Tensor& dx = b.zeros(n(kN * kC));
   run.matmul_backward_data({OpKind::Classifier, -1, "dx"}, dx.v(), dlogits.c(), wcls.c(), {kN, kC, kV});
-  std::vector<double> dwcls(wc32.size(), 0.0), dwq(wq32.size(), 0.0);
-  run.matmul_backward_weight({OpKind::Classifier, -1, "wcls"}, dwcls, dlogits.c(), x0.c(), {kN, kC, kV});
+  // The GEMMs' weight gradients at the bank's width too (a model's binary32 gradients).
+  Tensor& dwcls = b.zeros(wc32.size());
+  Tensor& dwq = b.zeros(wq32.size());
+  run.matmul_backward_weight({OpKind::Classifier, -1, "wcls"}, dwcls.v(), dlogits.c(), x0.c(), {kN, kC, kV});
   Tensor& dn = b.zeros(n(kN * kC));
   run.rmsnorm_backward_data({OpKind::RmsNorm, 0, "dx"}, dn.v(), dx.c(), x0.c(), lnw.c(), rstd.c(), rows);
   Tensor& dlnw = b.zeros(n(kC));
@@ -193,15 +195,13 @@ Result run_sequence(const std::string& policy, Width width) {
   run.gelu_backward_data({OpKind::Gelu, 0, "dg"}, dge.v(), dz.c(), g.c(), hid, GeluForm::Erf);
   Tensor& dwte = b.zeros(n(kV * kC));
   run.embedding_backward_weight({OpKind::Embedding, -1, "wte"}, dwte.v(), dx.c(), tokens, rows);
-  run.matmul_backward_weight({OpKind::Matmul, 0, "wq"}, dwq, dqq.c(), h.c(), {kN, kC, kC});
+  run.matmul_backward_weight({OpKind::Matmul, 0, "wq"}, dwq.v(), dqq.c(), h.c(), {kN, kC, kC});
   Tensor& dh = b.zeros(n(kN * kC));
   run.matmul_backward_data({OpKind::Matmul, 0, "dh1", Observe::Off, "q"}, dh.v(), dqq.c(), wq.c(), {kN, kC, kC});
   run.matmul_backward_data({OpKind::Matmul, 0, "dh1", Observe::Outputs, "q"}, dh.v(), dq.c(), wq.c(), {kN, kC, kC});
   run.fp8_update();
 
   for (const auto& t : b.all()) r.tensors.push_back(t->widened());
-  r.tensors.push_back(dwcls);
-  r.tensors.push_back(dwq);
   r.tensors.push_back(losses);
   r.tensors.push_back({loss});
   r.widths = run.width_counts();
