@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "numerics/binary32_arith.hpp"
 #include "numerics/binary32_values.hpp"
 #include "numerics/gemm_kernels.hpp"
 #include "numerics/pack_cache_derived.hpp"
@@ -259,11 +260,7 @@ void Ctx<Emulated>::results_binary32(std::span<float> x) const {
   std::array<double, kResultChunk> part;
   for (std::size_t c = 0; c < x.size(); c += kResultChunk) {
     const std::span<float> xs = x.subspan(c, std::min(kResultChunk, x.size() - c));
-    if (identity) {
-      std::uint32_t nan = 0;
-      for (const float v : xs) nan |= (std::bit_cast<std::uint32_t>(v) & 0x7FFFFFFFu) > 0x7F800000u ? 1u : 0u;
-      if (nan == 0) continue;
-    }
+    if (identity && !numerics::any_nan(std::span<const float>(xs), exec_.kernels)) continue;
     const std::span<double> p(part.data(), xs.size());
     numerics::widen_binary32(std::span<const float>(xs), p, exec_.kernels);
     round_results(p);

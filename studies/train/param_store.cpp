@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "numerics/binary32_values.hpp"
+#include "numerics/round_span.hpp"
 
 namespace roundoff::studies::train {
 
@@ -127,13 +128,7 @@ void ParamStore::zero() {
 }
 
 bool ParamStore::all_finite() const {
-  return std::visit(
-      [](const auto& d) {
-        bool ok = true;
-        for (const auto x : d) ok &= std::isfinite(x);
-        return ok;
-      },
-      data_);
+  return std::visit([](const auto& d) { return numerics::all_finite(std::span(d.data(), d.size())); }, data_);
 }
 
 std::span<double> ParamStore::view(std::size_t offset, std::size_t n, std::vector<double>& scratch) {
