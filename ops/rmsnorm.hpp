@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "numerics/binary32_values.hpp"
 #include "ops/backend.hpp"
 #include "ops/shape.hpp"
 #include "ops/span_arith.hpp"
@@ -51,6 +52,38 @@ void rmsnorm_forward_reference(std::span<typename A::Value> y, std::span<typenam
   }
 }
 
+namespace detail {
+// The binary32 bodies of the normalisation's elementwise steps (Ctx::binary32_through): the reference's steps on one
+// row in hardware binary32 (the entry casts and stores return their values; the row's reduction and its scalar
+// steps stay as they are); false, nothing written, when a stored value would be NaN.
+
+/// y = (x·r)·w on one row.
+inline bool rmsnorm_scale_row32(std::span<float> y, std::span<const float> x, std::span<const float> w, float r,
+                                const Ctx<Emulated>& ctx) {
+  thread_local std::vector<float> xr, yw;  // C
+  xr.resize(x.size());
+  yw.resize(x.size());
+  arith_binary32(ctx, ArithOp::Mul, x, std::span(&r, 1), xr);  // x·r (r the left operand: the product commutes)
+  arith_binary32(ctx, ArithOp::Mul, cspan(xr), w, yw);          // (x·r)·w
+  return store_binary32(ctx, {{cspan(yw), y}});
+}
+
+/// dx = store(dx + (r·g − a·x)) on one row, g (binary32 values) given in binary64.
+inline bool rmsnorm_backward_row32(std::span<float> dx, std::span<const double> g, std::span<const float> x, float r,
+                                   float a, const Ctx<Emulated>& ctx) {
+  thread_local std::vector<float> g32, rg, ax;  // C
+  g32.resize(x.size());
+  rg.resize(x.size());
+  ax.resize(x.size());
+  numerics::narrow_to_binary32(g, g32, ctx.exec().kernels);                  // exact: values of compute
+  arith_binary32(ctx, ArithOp::Mul, cspan(g32), std::span(&r, 1), rg);      // r·g
+  arith_binary32(ctx, ArithOp::Mul, x, std::span(&a, 1), ax);                // a·x
+  arith_binary32(ctx, ArithOp::Sub, cspan(rg), cspan(ax), rg);               // d = r·g − a·x
+  arith_binary32(ctx, ArithOp::Add, std::span<const float>(dx), cspan(rg), ax);  // dx + d
+  return store_binary32(ctx, {{cspan(ax), dx}});
+}
+}  // namespace detail
+
 /// rmsnorm_forward_reference with the row reductions as one ctx.dot_rows (without a Select) and the elementwise
 /// steps on row spans. T, the tensors' element type: A::Value, or float for tensors in binary32 storage (Emulated
 /// only; the float overloads below check Ctx::binary32_storage first): loads widen and stores narrow exactly, so
@@ -68,6 +101,7 @@ void rmsnorm_forward_io(std::span<T> y, std::span<T> rstd, std::span<const T> x,
   SlotSeq Row(Tensor::Row);
   const auto k_ss = Row.next(), k_ms = Row.next(), k_t = Row.next(), k_inv = Row.next(), k_rstd = Row.next();
   const bool batched = sel.empty();
+  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx);
   std::vector<V> sums(batched ? static_cast<std::size_t>(s.rows) : 0);
   if (batched) {
     const std::vector<std::size_t> len(sums.size(), static_cast<std::size_t>(C));
@@ -81,6 +115,9 @@ void rmsnorm_forward_io(std::span<T> y, std::span<T> rstd, std::span<const T> x,
     rstd[ri] = static_cast<T>(ctx.store(inv, k_rstd(ri)));  // exact: a value of storage
     // y_i = store((x_i·r)·w_i) on the row's span
     const auto o = static_cast<std::size_t>(r * C), cn = static_cast<std::size_t>(C);
+    if constexpr (kBinary32Body<A, T>)
+      if (through && detail::rmsnorm_scale_row32(y.subspan(o, cn), x.subspan(o, cn), w, static_cast<float>(inv), ctx))
+        return;
     SlotSeq Y(Tensor::Y, o);
     const auto k_xn = Y.next(), k_mul = Y.next(), k_store = Y.next();
     thread_local std::vector<V> xr_inv, yw;
@@ -166,6 +203,7 @@ void rmsnorm_backward_data_io(std::span<T> dx, std::span<const T> dy, std::span<
                 Dx.next());
   };
   const bool batched = sel.empty();
+  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx);
   std::vector<V> sums(batched ? static_cast<std::size_t>(s.rows) : 0);
   if (batched) {
     for_units(s.rows, sel, products);
@@ -180,6 +218,11 @@ void rmsnorm_backward_data_io(std::span<T> dx, std::span<const T> dy, std::span<
     const V a = ctx.div(ctx.mul(ctx.mul(ctx.mul(inv, inv, k_inv2(ri)), inv, k_inv3(ri)), sg, k_mul(ri)), n, k_a(ri));
     // dx_i ← store(in(dx_i) + (r·g_i − a·x_i)) on the row's span (r and a as left operands)
     const auto cn = static_cast<std::size_t>(C);
+    if constexpr (kBinary32Body<A, T>)
+      if (through && detail::rmsnorm_backward_row32(dx.subspan(o, cn), std::span<const V>(g.data() + o, cn),
+                                                    x.subspan(o, cn), static_cast<float>(inv), static_cast<float>(a),
+                                                    ctx))
+        return;
     SlotSeq Dx = dx_slots(r);
     Dx.skip();  // g = w·dy (products)
     const auto k_rg = Dx.next(), k_ax = Dx.next(), k_d = Dx.next(), k_in = Dx.next(), k_sum = Dx.next(),

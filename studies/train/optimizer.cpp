@@ -155,12 +155,27 @@ void accumulate_gradients(ParamStore& total, const ParamStore& micro, bool first
   });
 }
 
+namespace {
+double sum_of_squares(std::span<const float> g) {
+  double sum = 0;
+  for (const float x : g) sum += static_cast<double>(x) * static_cast<double>(x);
+  return sum;
+}
+}  // namespace
+
 double global_norm(const ParamStore& grads, const numerics::Format& f) {
   if (grads.kind() == StorageKind::Binary64) return global_norm(grads.binary64(), f);
-  double sum = 0;
-  for (const float g : grads.binary32()) sum += static_cast<double>(g) * static_cast<double>(g);
-  return Rounder(f)(std::sqrt(sum));
+  return norm_from_sum_of_squares(sum_of_squares(grads.binary32()), f);
 }
+
+std::optional<double> unscale_free_sum_of_squares(const ParamStore& grads, double scale, int accum,
+                                                  const numerics::Format& f) {
+  if (accum != 1 || scale != 1.0 || !numerics::holds_binary32(f) || grads.kind() != StorageKind::Binary32)
+    return std::nullopt;
+  return sum_of_squares(grads.binary32());
+}
+
+double norm_from_sum_of_squares(double sum, const numerics::Format& f) { return Rounder(f)(std::sqrt(sum)); }
 
 double clip_coefficient(double norm, double max_norm, const numerics::Format& f) {
   if (max_norm <= 0) return 1.0;

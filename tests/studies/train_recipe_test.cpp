@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <random>
 
 #include "numerics/round.hpp"
@@ -259,6 +260,45 @@ TEST(TrainOptimizer, UnscaleAtScaleOneOfBinary32GradientsEqualsTheBinary64Versio
           for (std::size_t i = 0; i < x.size(); ++i) ASSERT_TRUE(same(got[i], x[i])) << what << " element " << i;
         }
       }
+}
+
+/// The fused finiteness check of the trainer (unscale_free_sum_of_squares): where it applies (one micro-step, scale
+/// 1, an update format holding binary32, binary32 gradients) its answer is unscale_gradients' and its sum gives
+/// global_norm's bits, over binary32 gradients up to the largest (whose squares are far beyond binary32) and with
+/// +inf, −inf or a NaN among them; elsewhere it declines.
+TEST(TrainOptimizer, FusedFinitenessCheckEqualsUnscaleAndNorm) {
+  std::mt19937_64 rng(9);
+  std::uniform_int_distribution<int> e(-149, 127);
+  std::uniform_real_distribution<double> m(1.0, 2.0);
+  std::vector<double> base;
+  for (int i = 0; i < 4000; ++i)
+    base.push_back(static_cast<double>(static_cast<float>((i % 2 ? -1 : 1) * std::ldexp(m(rng), e(rng)))));
+  for (int i = 0; i < 64; ++i) base.push_back(i % 2 ? 0x1.fffffep127 : -0x1.fffffep127);
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  for (const numerics::Format& f : {numerics::formats::fp32, numerics::formats::fp64})
+    for (int special = 0; special < 4; ++special) {
+      std::vector<double> x = base;
+      if (special == 1) x[17] = inf;
+      if (special == 2) x[3001] = -inf;
+      if (special == 3) x[2022] = nan;
+      ParamStore store(StorageKind::Binary32, x.size());
+      store.write(0, x);
+      const std::optional<double> sum = unscale_free_sum_of_squares(store, 1.0, 1, f);
+      ASSERT_TRUE(sum.has_value());
+      ParamStore copy(StorageKind::Binary32, x.size());
+      copy.write(0, x);
+      EXPECT_EQ(std::isfinite(*sum), unscale_gradients(copy, 1.0, 1, f)) << special;
+      EXPECT_EQ(std::isfinite(*sum), special == 0) << special;
+      const double want = global_norm(store, f), got = norm_from_sum_of_squares(*sum, f);
+      EXPECT_TRUE(std::bit_cast<std::uint64_t>(got) == std::bit_cast<std::uint64_t>(want) ||
+                  (std::isnan(got) && std::isnan(want)))
+          << special << std::hexfloat << " " << got << " against " << want;
+    }
+  ParamStore store(StorageKind::Binary32, 4), wide(StorageKind::Binary64, 4);
+  EXPECT_FALSE(unscale_free_sum_of_squares(store, 2.0, 1, numerics::formats::fp32).has_value());
+  EXPECT_FALSE(unscale_free_sum_of_squares(store, 1.0, 2, numerics::formats::fp32).has_value());
+  EXPECT_FALSE(unscale_free_sum_of_squares(store, 1.0, 1, numerics::formats::bf16).has_value());
+  EXPECT_FALSE(unscale_free_sum_of_squares(wide, 1.0, 1, numerics::formats::fp32).has_value());
 }
 
 TEST(TrainCheckpoint, RoundTripsAndRefusesCorruption) {
