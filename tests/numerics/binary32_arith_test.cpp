@@ -1,0 +1,110 @@
+// numerics::binary32_arith and any_nan on every instruction-set tier against their definitions: each result of the
+// hardware binary32 operation equals numerics::add/sub/mul/div's correctly rounded binary32 result (nearest-even;
+// those are MPFR-checked in tests/numerics) bit for bit, signed zeros, subnormals and overflow included, and is a
+// NaN exactly where the definition gives one (a NaN's bits are the hardware's, which the ops do not store).
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "numerics/arith.hpp"
+#include "numerics/binary32_arith.hpp"
+#include "numerics/format.hpp"
+#include "numerics/round.hpp"
+#include "numerics/rounding.hpp"
+#include "tests/support/exec_options.hpp"
+
+namespace roundoff::numerics {
+namespace {
+
+std::vector<KernelOptions> tiers() {
+  std::vector<KernelOptions> out;
+  for (const kernels::Isa isa : ::roundoff::test::isa_tiers(true)) out.push_back(::roundoff::test::kernels_at(isa));
+  return out;
+}
+
+/// n binary32 operands: random over the whole range (subnormals included), with specials, extremes and values
+/// whose sums cancel or whose products overflow and underflow.
+std::vector<float> operands(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> e(-149, 127), small(-20, 20);
+  std::uniform_real_distribution<double> m(1.0, 2.0);
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> special = {0.0f, -0.0f, inf, -inf, 0x1p-149f, -0x1p-149f, 0x1.fffffcp-127f,
+                                      0x1p-126f, 0x1.fffffep127f, -0x1.fffffep127f, 1.0f, -1.0f, 0x1.000002p0f};
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const int k = static_cast<int>(i % 7);
+    const double s = i % 2 ? -1.0 : 1.0;
+    v[i] = k == 0   ? special[(i / 7) % special.size()]
+           : k < 4 ? static_cast<float>(s * std::ldexp(m(rng), small(rng)))  // comparable magnitudes: cancellation
+                   : static_cast<float>(s * std::ldexp(m(rng), e(rng)));
+  }
+  return v;
+}
+
+double definition(Binary32Op op, float a, float b) {
+  const RoundingPlan fp32(formats::fp32);
+  const auto x = static_cast<double>(a), y = static_cast<double>(b);
+  switch (op) {
+    case Binary32Op::Add: return add(fp32, Rounding::NearestEven, x, y);
+    case Binary32Op::Sub: return sub(fp32, Rounding::NearestEven, x, y);
+    case Binary32Op::Mul: return mul(fp32, Rounding::NearestEven, x, y);
+    case Binary32Op::Div: return div(fp32, Rounding::NearestEven, x, y);
+  }
+  return 0.0;
+}
+
+TEST(Binary32Arith, EqualsTheCorrectlyRoundedOperationOnEveryTier) {
+  int compared = 0;
+  for (const KernelOptions& k : tiers())
+    for (const Binary32Op op : {Binary32Op::Add, Binary32Op::Sub, Binary32Op::Mul, Binary32Op::Div})
+      for (const std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{16}, std::size_t{17}, std::size_t{1001}})
+        for (const bool bcast : {false, true}) {
+          const std::vector<float> a = operands(n, 11 + n), b = operands(bcast ? 1 : n, 23 + n);
+          std::vector<float> out(n, 7.0f);
+          binary32_arith(op, a, b, out, k);
+          std::vector<float> in_place = a;  // out aliasing a
+          binary32_arith(op, in_place, b, in_place, k);
+          for (std::size_t i = 0; i < n; ++i) {
+            const double want = definition(op, a[i], b[bcast ? 0 : i]);
+            const std::string what = "tier " + std::to_string(static_cast<int>(k.isa_limit)) + " op " +
+                                     std::to_string(static_cast<int>(op)) + " n " + std::to_string(n) + " i " +
+                                     std::to_string(i);
+            if (std::isnan(want)) {
+              EXPECT_TRUE(std::isnan(out[i])) << what;
+              continue;
+            }
+            ++compared;
+            EXPECT_EQ(std::bit_cast<std::uint64_t>(static_cast<double>(out[i])), std::bit_cast<std::uint64_t>(want))
+                << what << std::hexfloat << ": " << a[i] << ", " << b[bcast ? 0 : i] << " -> " << out[i]
+                << " against " << want;
+            EXPECT_EQ(std::bit_cast<std::uint32_t>(in_place[i]), std::bit_cast<std::uint32_t>(out[i])) << what;
+          }
+        }
+  EXPECT_GT(compared, 10000);
+}
+
+TEST(Binary32Arith, AnyNanOnEveryTier) {
+  for (const KernelOptions& k : tiers())
+    for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{8}, std::size_t{15}, std::size_t{16},
+                                std::size_t{17}, std::size_t{300}}) {
+      std::vector<float> x = operands(n, 5);
+      EXPECT_FALSE(any_nan(x, k)) << n;  // ±inf and every finite value are no NaN
+      for (const std::uint32_t bits : {0x7fc00000u, 0xffc00001u, 0x7f800001u})
+        for (std::size_t at : {std::size_t{0}, n / 2, n > 0 ? n - 1 : 0}) {
+          if (n == 0) continue;
+          std::vector<float> y = x;
+          y[at] = std::bit_cast<float>(bits);
+          EXPECT_TRUE(any_nan(y, k)) << n << " at " << at;
+        }
+    }
+}
+
+}  // namespace
+}  // namespace roundoff::numerics
