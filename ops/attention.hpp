@@ -23,8 +23,10 @@
 /// runs alone.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <span>
 #include <type_traits>
+#include <vector>
 
 #include "ops/backend.hpp"
 #include "ops/shape.hpp"
@@ -160,6 +162,46 @@ void accumulate_ref(const Ctx<A>& ctx, std::span<typename A::Value> grad, Tensor
   const V r = dot(st);
   const V old = st.store(grad[e]);
   grad[e] = st.store(st.add(old, r));
+}
+
+// The softmax's binary32 bodies (Ctx::binary32_through): the reference's elementwise steps on one row in hardware
+// binary32, where the entry casts and stores return their values; false, nothing written, when a row would hold a
+// NaN (the caller's binary64 form then takes the row). The row reductions stay on binary64 rows (dot_rows).
+
+/// ex = exp(x − m) of one softmax row (m: its first maximum, as the reference takes it).
+inline bool softmax_exps_row32(std::span<const float> x, std::span<float> ex, const Ctx<Emulated>& ctx) {
+  if (numerics::any_nan(x, ctx.exec().kernels)) return false;
+  float m = x[0];
+  for (std::size_t j = 1; j < x.size(); ++j)
+    if (x[j] > m) m = x[j];
+  arith_binary32(ctx, ArithOp::Sub, x, std::span<const float>(&m, 1), ex);  // d = x − m
+  ctx.elementary_binary32(numerics::Elementary::Exp, cspan(ex), ex);        // x' = exp(d)
+  return !numerics::any_nan(cspan(ex), ctx.exec().kernels);
+}
+
+/// att = ex / z on one row (z: the row's sum, a compute value), the causal row's tail zeroed.
+inline bool softmax_normalise_row32(std::span<float> att, std::span<const float> ex, double z,
+                                    const Ctx<Emulated>& ctx) {
+  thread_local std::vector<float> q;  // n
+  q.resize(ex.size());
+  const float zf = static_cast<float>(z);  // exact: a compute (binary32) value
+  arith_binary32(ctx, ArithOp::Div, ex, std::span<const float>(&zf, 1), q);  // q = x' / Z
+  if (!store_binary32(ctx, {{cspan(q), att.first(ex.size())}})) return false;
+  std::fill(att.begin() + static_cast<std::ptrdiff_t>(ex.size()), att.end(), 0.0f);
+  return true;
+}
+
+/// dpreatt ← dpreatt + a·(g − d) on one row (d: the row's dot, a compute value).
+inline bool softmax_backward_row32(std::span<float> dp, std::span<const float> a, std::span<const float> g, double d,
+                                   const Ctx<Emulated>& ctx) {
+  thread_local std::vector<float> u, v;  // n
+  u.resize(a.size());
+  v.resize(a.size());
+  const float df = static_cast<float>(d);  // exact: a compute (binary32) value
+  arith_binary32(ctx, ArithOp::Sub, g, std::span<const float>(&df, 1), u);  // u = g − d
+  arith_binary32(ctx, ArithOp::Mul, a, cspan(u), v);                        // v = a·u
+  arith_binary32(ctx, ArithOp::Add, std::span<const float>(dp), cspan(v), u);  // sum = p + v
+  return store_binary32(ctx, {{cspan(u), dp}});
 }
 }  // namespace detail
 
@@ -409,21 +451,43 @@ void softmax_forward_io(std::span<S> att, std::span<const S> preatt, AttnShape s
     ctx.store_array(cspan(q), att.subspan(o, n), k.store);
     for (std::size_t j = n; j < T; ++j) att[o + j] = S(0);
   };
+  [[maybe_unused]] const bool through = binary32_through<A, S>(ctx);
   if (sel.empty()) {
     for_units(s.heads(), sel, [&](std::int64_t u) {
       thread_local std::vector<V> ex, z;
       thread_local std::vector<std::size_t> len;
+      thread_local std::vector<float> ex32;     // T × T: a row's binary32 exponentials (binary32 bodies)
+      thread_local std::vector<std::uint8_t> in32;  // T: whether row t took the binary32 body
       ex.resize(T * T);
       z.resize(T);
       len.resize(T);
-      for (std::size_t t = 0; t < T; ++t) {
-        exps(u * s.T + static_cast<std::int64_t>(t), ex.data() + t * T);
-        len[t] = t + 1;
-      }
+      in32.assign(T, 0);
       const std::int64_t row0 = u * s.T;
+      for (std::size_t t = 0; t < T; ++t) {
+        len[t] = t + 1;
+        if constexpr (kBinary32Body<A, S>)
+          if (through) {
+            ex32.resize(T * T);
+            const std::size_t o = static_cast<std::size_t>(row0) * T + t * T;
+            const std::span<float> e(ex32.data() + t * T, t + 1);
+            if (detail::softmax_exps_row32(preatt.subspan(o, t + 1), e, ctx)) {
+              std::copy(e.begin(), e.end(), ex.begin() + static_cast<std::ptrdiff_t>(t * T));  // for dot_rows
+              in32[t] = 1;
+              continue;
+            }
+          }
+        exps(row0 + static_cast<std::int64_t>(t), ex.data() + t * T);
+      }
       ctx.dot_rows(numerics::BasicRowBatch<V>{len, ex.data(), s.T, 1}, std::span<V>(z),
                    [&](std::size_t t) { return k_z(static_cast<std::size_t>(row0) + t); });
-      for (std::size_t t = 0; t < T; ++t) normalise(row0 + static_cast<std::int64_t>(t), ex.data() + t * T, z[t]);
+      for (std::size_t t = 0; t < T; ++t) {
+        if constexpr (kBinary32Body<A, S>)
+          if (in32[t] != 0 &&
+              detail::softmax_normalise_row32(att.subspan((static_cast<std::size_t>(row0) + t) * T, T),
+                                              std::span<const float>(ex32.data() + t * T, t + 1), z[t], ctx))
+            continue;
+        normalise(row0 + static_cast<std::int64_t>(t), ex.data() + t * T, z[t]);
+      }
     });
     return;
   }
@@ -476,6 +540,7 @@ void softmax_backward_data_io(std::span<S> dpreatt, std::span<const S> datt, std
   const auto T = static_cast<std::size_t>(s.T);
   SlotSeq Row(Tensor::Row);
   const auto k_d = Row.next();
+  [[maybe_unused]] const bool through = binary32_through<A, S>(ctx);
   // row `row`'s inputs cast into a, g (t + 1 values each)
   const auto cast = [&](std::int64_t row, V* a, V* g) {
     const auto o = static_cast<std::size_t>(row * s.T);
@@ -516,8 +581,16 @@ void softmax_backward_data_io(std::span<S> dpreatt, std::span<const S> datt, std
       }
       ctx.dot_rows(numerics::BasicRowBatch<V>{len, a.data(), s.T, 1, g.data(), s.T, 1}, std::span<V>(d),
                    [&](std::size_t t) { return k_d(static_cast<std::size_t>(row0) + t); });
-      for (std::size_t t = 0; t < T; ++t)
+      for (std::size_t t = 0; t < T; ++t) {
+        if constexpr (kBinary32Body<A, S>)
+          if (through) {
+            const std::size_t o = (static_cast<std::size_t>(row0) + t) * T, n = t + 1;
+            if (detail::softmax_backward_row32(dpreatt.subspan(o, n), att.subspan(o, n), datt.subspan(o, n), d[t],
+                                               ctx))
+              continue;
+          }
         update(row0 + static_cast<std::int64_t>(t), a.data() + t * T, g.data() + t * T, d[t]);
+      }
     });
     return;
   }
