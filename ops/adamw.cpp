@@ -77,8 +77,8 @@ bool adamw_binary32_supported(const numerics::KernelOptions& opts) {
 namespace {
 
 /// adamw_binary32 on masters stored as W and moments stored as M (double or float).
-template <class W, class M>
-ROUNDOFF_ADAMW_AVX2 void adamw_binary32_on(W* w, M* m, M* v, const double* g, std::size_t n, const AdamWBinary32& c,
+template <class W, class M, class G>
+ROUNDOFF_ADAMW_AVX2 void adamw_binary32_on(W* w, M* m, M* v, const G* g, std::size_t n, const AdamWBinary32& c,
                                            std::uint8_t* bad) {
   const __m256 b1 = _mm256_set1_ps(c.b1), b2 = _mm256_set1_ps(c.b2), ob1 = _mm256_set1_ps(c.ob1),
                ob2 = _mm256_set1_ps(c.ob2), c1 = _mm256_set1_ps(c.c1), c2 = _mm256_set1_ps(c.c2),
@@ -127,6 +127,16 @@ ROUNDOFF_ADAMW_AVX2 void adamw_binary32(float* w, float* m, float* v, const doub
   adamw_binary32_on(w, m, v, g, n, c, bad);
 }
 
+ROUNDOFF_ADAMW_AVX2 void adamw_binary32(double* w, float* m, float* v, const float* g, std::size_t n,
+                                        const AdamWBinary32& c, std::uint8_t* bad) {
+  adamw_binary32_on(w, m, v, g, n, c, bad);
+}
+
+ROUNDOFF_ADAMW_AVX2 void adamw_binary32(float* w, float* m, float* v, const float* g, std::size_t n,
+                                        const AdamWBinary32& c, std::uint8_t* bad) {
+  adamw_binary32_on(w, m, v, g, n, c, bad);
+}
+
 }  // namespace detail
 
 ROUNDOFF_ADAMW_DECL(, Emulated)
@@ -145,5 +155,20 @@ void adamw_update(std::span<float> w, std::span<float> m, std::span<float> v, st
     throw std::logic_error("adamw_update: binary32 masters under a master format beyond binary32 (" +
                            numerics::name_of(f.master.format) + ")");
   detail::adamw_update_stored<Emulated, float, float>(w, m, v, g, {}, cfg, t, f, ctx, sel);
+}
+
+void adamw_update(std::span<double> w, std::span<float> m, std::span<float> v, std::span<const float> g,
+                  std::span<double> weights, const AdamWConfig& cfg, std::int64_t t, const AdamWFormats& f,
+                  const Ctx<Emulated>& ctx, Select sel) {
+  detail::adamw_update_stored<Emulated, float, double, float>(w, m, v, g, weights, cfg, t, f, ctx, sel);
+}
+
+void adamw_update(std::span<float> w, std::span<float> m, std::span<float> v, std::span<const float> g,
+                  const AdamWConfig& cfg, std::int64_t t, const AdamWFormats& f, const Ctx<Emulated>& ctx,
+                  Select sel) {
+  if (!numerics::fits_binary32(f.master.format))
+    throw std::logic_error("adamw_update: binary32 masters under a master format beyond binary32 (" +
+                           numerics::name_of(f.master.format) + ")");
+  detail::adamw_update_stored<Emulated, float, float, float>(w, m, v, g, {}, cfg, t, f, ctx, sel);
 }
 }  // namespace roundoff::ops

@@ -70,6 +70,11 @@ void adamw_binary32(double* w, float* m, float* v, const double* g, std::size_t 
 /// adamw_binary32 on binary32 masters and moments (a binary32 master likewise).
 void adamw_binary32(float* w, float* m, float* v, const double* g, std::size_t n, const AdamWBinary32& c,
                     std::uint8_t* bad);
+/// adamw_binary32 on binary32 gradients too (read as the kernel reads exact binary64 ones).
+void adamw_binary32(double* w, float* m, float* v, const float* g, std::size_t n, const AdamWBinary32& c,
+                    std::uint8_t* bad);
+void adamw_binary32(float* w, float* m, float* v, const float* g, std::size_t n, const AdamWBinary32& c,
+                    std::uint8_t* bad);
 
 /// AdamW's constants in compute (Ctx::c): β1, β2, 1−β1, 1−β2, 1−β1^t, 1−β2^t, ε, λ, lr, grad_scale.
 template <class V>
@@ -99,15 +104,16 @@ inline constexpr unsigned kAdamWUpdateSlots = 20;
 /// M: the moments' storage, A::Value or (Emulated) float when the AdamM and AdamV roles hold only binary32
 /// values: a moment is read widened (exact) and stored narrowed, which is exact too since every stored moment
 /// is a value of its role's format. W: the masters' storage, A::Value or (Emulated) float when the MasterWeight role
-/// holds only binary32 values (read widened, stored narrowed: exact for the same reason).
-template <class A, class M = typename A::Value, class W = typename A::Value>
+/// holds only binary32 values (read widened, stored narrowed: exact for the same reason). G: the gradients' storage,
+/// A::Value or (Emulated) float for binary32 gradients (read widened: exact).
+template <class A, class M = typename A::Value, class W = typename A::Value, class G = typename A::Value>
 unsigned adamw_element(std::size_t e, std::span<std::type_identity_t<W>> w, std::span<std::type_identity_t<M>> m,
-                       std::span<std::type_identity_t<M>> v, std::span<const typename A::Value> g,
+                       std::span<std::type_identity_t<M>> v, std::span<const std::type_identity_t<G>> g,
                        std::span<typename A::Value> weights, bool unscale,
                        const AdamWConstants<typename A::Value>& k, const AdamWFormats& f, const Ctx<A>& ctx) {
   using V = typename A::Value;
   Steps<A> p(ctx, Tensor::W, e);
-  V gi = g[e];
+  V gi = static_cast<V>(g[e]);
   if (unscale) gi = p.mul(gi, k.gs);
   else p.skip();
   const V bm = p.mul(k.b1, static_cast<V>(m[e]));
@@ -146,14 +152,14 @@ void adamw_update_reference(std::span<typename A::Value> w, std::span<typename A
 }
 
 namespace detail {
-/// adamw_update with the moments stored as M and the masters as W (adamw_element).
-template <class A, class M, class W = typename A::Value>
+/// adamw_update with the moments stored as M, the masters as W and the gradients as G (adamw_element).
+template <class A, class M, class W = typename A::Value, class G = typename A::Value>
 void adamw_update_stored(std::span<W> w, std::span<M> m, std::span<M> v,
-                         std::span<const typename A::Value> g, std::span<typename A::Value> weights,
+                         std::span<const G> g, std::span<typename A::Value> weights,
                          const AdamWConfig& cfg, std::int64_t t, const AdamWFormats& f, const Ctx<A>& ctx, Select sel) {
   const auto k = adamw_constants(cfg, t, ctx);
   const auto update = [&](std::int64_t i) {
-    adamw_element<A, M, W>(static_cast<std::size_t>(i), w, m, v, g, weights, cfg.grad_scale != 1.0, k, f, ctx);
+    adamw_element<A, M, W, G>(static_cast<std::size_t>(i), w, m, v, g, weights, cfg.grad_scale != 1.0, k, f, ctx);
   };
   if constexpr (std::is_same_v<A, Emulated>) {
     const numerics::Format& fp32 = numerics::formats::fp32;
@@ -208,6 +214,14 @@ void adamw_update(std::span<double> w, std::span<float> m, std::span<float> v, s
 /// adamw_update with binary32 masters w and moments m, v (the trainer's storage when the MasterWeight role holds
 /// only binary32 values too), no working copy: the same bits. Precondition: every w[i] a value of the master format.
 void adamw_update(std::span<float> w, std::span<float> m, std::span<float> v, std::span<const double> g,
+                  const AdamWConfig& cfg, std::int64_t t, const AdamWFormats& f, const Ctx<Emulated>& ctx,
+                  Select sel = {});
+/// The two above with binary32 gradients g (the trainer's gradient store when the gradient role holds only
+/// binary32 values): read widened, exact, so the same bits as on the binary64 gradients.
+void adamw_update(std::span<double> w, std::span<float> m, std::span<float> v, std::span<const float> g,
+                  std::span<double> weights, const AdamWConfig& cfg, std::int64_t t, const AdamWFormats& f,
+                  const Ctx<Emulated>& ctx, Select sel = {});
+void adamw_update(std::span<float> w, std::span<float> m, std::span<float> v, std::span<const float> g,
                   const AdamWConfig& cfg, std::int64_t t, const AdamWFormats& f, const Ctx<Emulated>& ctx,
                   Select sel = {});
 

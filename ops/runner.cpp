@@ -688,18 +688,18 @@ void Runner::adamw_update(Site s, Span w, Span m, Span v, CSpan g, Span weights,
       });
 }
 
-void Runner::adamw_update(Site s, Span w, std::span<float> m, std::span<float> v, CSpan g, Span weights,
+void Runner::adamw_update(Site s, Span w, std::span<float> m, std::span<float> v, CValues g, Span weights,
                           const AdamWConfig& cfg, std::int64_t t) {
   adamw_binary32_moments(s, w, m, v, g, weights, cfg, t);
 }
 
-void Runner::adamw_update(Site s, std::span<float> w, std::span<float> m, std::span<float> v, CSpan g,
+void Runner::adamw_update(Site s, std::span<float> w, std::span<float> m, std::span<float> v, CValues g,
                           const AdamWConfig& cfg, std::int64_t t) {
   adamw_binary32_moments(s, w, m, v, g, {}, cfg, t);
 }
 
 template <class W>
-void Runner::adamw_binary32_moments(Site s, std::span<W> w, std::span<float> m, std::span<float> v, CSpan g,
+void Runner::adamw_binary32_moments(Site s, std::span<W> w, std::span<float> m, std::span<float> v, CValues g,
                                     Span weights, const AdamWConfig& cfg, std::int64_t t) {
   const AdamWFormats f(policy_);
   const numerics::Format fm = policy_.storage_for(TensorRole::MasterWeight);
@@ -714,8 +714,10 @@ void Runner::adamw_binary32_moments(Site s, std::span<W> w, std::span<float> m, 
   // typed arguments, so the emulated body updates the spans themselves.
   run(s, Pass::Forward, n, {{"w", Values(w), rows(1), false, &fm}}, {}, [&](const auto& c, auto& io) {
     if constexpr (std::is_same_v<std::remove_cvref_t<decltype(c)>, Ctx<Emulated>>) {
-      if constexpr (std::is_same_v<W, float>) ops::adamw_update(w, m, v, io.in(g), cfg, t, f, c, io.sel());
-      else ops::adamw_update(w, m, v, io.in(g), io.optional(weights), cfg, t, f, c, io.sel());
+      g.visit([&](auto gs) {  // the gradients at their own width
+        if constexpr (std::is_same_v<W, float>) ops::adamw_update(w, m, v, gs, cfg, t, f, c, io.sel());
+        else ops::adamw_update(w, m, v, gs, io.optional(weights), cfg, t, f, c, io.sel());
+      });
     } else {
       std::vector<Ref> mr = m_before, vr = v_before;
       ops::adamw_update(io.out(Values(w)), std::span<Ref>(mr), std::span<Ref>(vr), io.in(g), io.optional(weights),

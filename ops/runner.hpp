@@ -188,11 +188,11 @@ class Runner {
   /// adamw_update with binary32 moments (the policy's AdamM and AdamV roles hold only binary32 values): the same
   /// bits. Under the shadow, the reference reads the moments widened and records w only (m and v are no outputs),
   /// under the site's tensor name (the binary64 call's record of w is "<tensor>.w").
-  void adamw_update(Site s, Span w, std::span<float> m, std::span<float> v, CSpan g, Span weights,
+  void adamw_update(Site s, Span w, std::span<float> m, std::span<float> v, CValues g, Span weights,
                     const AdamWConfig& cfg, std::int64_t t);
   /// adamw_update with binary32 masters and moments (the MasterWeight role's values fit binary32; no working copy):
   /// the same bits. The shadow as above; w is recorded as the binary64 call records it.
-  void adamw_update(Site s, std::span<float> w, std::span<float> m, std::span<float> v, CSpan g,
+  void adamw_update(Site s, std::span<float> w, std::span<float> m, std::span<float> v, CValues g,
                     const AdamWConfig& cfg, std::int64_t t);
 
   /// Global error: an emulated tensor against the same tensor of a full-reference model run.
@@ -230,9 +230,10 @@ class Runner {
   void run(Site s, Pass pass, std::int64_t n_units, std::initializer_list<Output> outs,
            std::initializer_list<CValues> typed, Call&& call, const AccReference& acc = {});
 
-  /// adamw_update with binary32 moments, the masters w binary64 or (no working copy) binary32.
+  /// adamw_update with binary32 moments, the masters w binary64 or (no working copy) binary32, the gradients g of
+  /// either width (the emulated body reads them at their own width).
   template <class W>
-  void adamw_binary32_moments(Site s, std::span<W> w, std::span<float> m, std::span<float> v, CSpan g, Span weights,
+  void adamw_binary32_moments(Site s, std::span<W> w, std::span<float> m, std::span<float> v, CValues g, Span weights,
                               const AdamWConfig& cfg, std::int64_t t);
   /// The Width of a call (outs: its outputs; typed: its Values and CValues).
   static Width width_of(std::initializer_list<Output> outs, std::initializer_list<CValues> typed,

@@ -1335,24 +1335,27 @@ void Transformer::update_tensor(ParamTensor tensor, std::span<double> master, Pa
 void Transformer::update_tensor_stored(ParamTensor tensor, ParamStore& master, ParamStore& m, ParamStore& v,
                                        const ParamStore& grads, const Recipe& recipe, double lr, std::int64_t t,
                                        double coef) {
-  // Binary32 masters and gradients: this tensor's elements widened into binary64 slices (the largest tensor at
-  // most; the gradients' into the kept slice_), the masters stored back narrowed: exact, the update stores them in
-  // the MasterWeight role's format.
+  // Binary32 masters and gradients: with binary32 moments both read in place (AdamW reads binary32 gradients at
+  // their width); else this tensor's elements widened into binary64 slices (the largest tensor at most; the
+  // gradients' into the kept slice_), the masters stored back narrowed: exact, the update stores them in the
+  // MasterWeight role's format.
   const std::size_t off = lay_.offset_of(tensor), n = lay_.size_of(tensor);
-  if (master.kind() == StorageKind::Binary32 && moments_storage() == StorageKind::Binary32) {  // in place
-    update_slice(tensor, master.binary32().subspan(off, n), m, v, off, grads.view(off, n, slice_), recipe, lr, t,
-                 coef);
+  const bool moments32 = moments_storage() == StorageKind::Binary32;
+  const ops::CValues g = moments32 && grads.kind() == StorageKind::Binary32
+                             ? ops::CValues(grads.binary32().subspan(off, n))
+                             : ops::CValues(grads.view(off, n, slice_));
+  if (master.kind() == StorageKind::Binary32 && moments32) {  // in place
+    update_slice(tensor, master.binary32().subspan(off, n), m, v, off, g, recipe, lr, t, coef);
     return;
   }
   std::vector<double> w_slice;
   const std::span<double> w = master.view(off, n, w_slice);
-  update_slice(tensor, w, m, v, off, grads.view(off, n, slice_), recipe, lr, t, coef);
+  update_slice(tensor, w, m, v, off, g, recipe, lr, t, coef);
   master.store_from(off, w);
 }
 
 void Transformer::update_slice(ParamTensor tensor, ops::Values w, ParamStore& m, ParamStore& v, std::size_t off,
-                               std::span<const double> g, const Recipe& recipe, double lr, std::int64_t t,
-                               double coef) {
+                               ops::CValues g, const Recipe& recipe, double lr, std::int64_t t, double coef) {
   unregister_weights();  // the masters change (and with them any working copy): no pack of them stays valid
   const std::size_t n = w.size();
   ops::AdamWConfig cfg;
@@ -1371,9 +1374,12 @@ void Transformer::update_slice(ParamTensor tensor, ops::Values w, ParamStore& m,
     case StorageKind::Binary32:
       runner_.adamw_update(site, w.f64(), m.binary32().subspan(off, n), v.binary32().subspan(off, n), g, {}, cfg, t);
       return;
-    case StorageKind::Binary64:
-      runner_.adamw_update(site, w.f64(), m.binary64().subspan(off, n), v.binary64().subspan(off, n), g, {}, cfg, t);
+    case StorageKind::Binary64: {  // binary64 moments read binary64 gradients (update_tensor_stored widens them)
+      if (g.binary32()) throw std::logic_error("update_slice: binary32 gradients with binary64 moments");
+      runner_.adamw_update(site, w.f64(), m.binary64().subspan(off, n), v.binary64().subspan(off, n), g.f64(), {},
+                           cfg, t);
       return;
+    }
   }
 }
 

@@ -286,8 +286,9 @@ class Transformer final : public Model {
   /// in kAllParamTensors order, as finish_gradients names it.
   void finish_direct(DirectSink& d, StepTelemetry* tel);
   /// One AdamW update of tensor `tensor` (its elements w, g; its moments at offset `off` of m, v).
+  /// g: binary64, or binary32 gradients read in place (binary32 moments; else widened here).
   void update_slice(ParamTensor tensor, ops::Values w, ParamStore& m, ParamStore& v, std::size_t off,
-                    std::span<const double> g, const Recipe& recipe, double lr, std::int64_t t, double coef);
+                    ops::CValues g, const Recipe& recipe, double lr, std::int64_t t, double coef);
   void forward(const Batch& b, ops::CValues w, StepTelemetry* tel);
   /// Where backward's gradient pass leaves the weight gradients: in `grads`, rounded to the gradient role
   /// (no total), or summed into `total` by accumulate_and_clear and `grads` cleared. The total is binary64

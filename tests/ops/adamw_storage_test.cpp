@@ -4,7 +4,8 @@
 // scalar path (fp16 / bf16 roles, stochastic rounding, fast paths off), on every element including the ragged tail
 // of a block; and under the shadow, the w record equals the binary64 run's (the reference reads the moments before
 // the update). Binary32 masters with binary32 moments (the overload without a working copy: the trainer's storage
-// when the masters' format fits binary32 and the ops read binary32 weights) give the same bits and records.
+// when the masters' format fits binary32 and the ops read binary32 weights) give the same bits and records, and so
+// do binary32 gradients (the CValues overloads read them at their width: the trainer's binary32 gradient store).
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -35,8 +36,9 @@ struct Outcome {
 /// How the state is stored: every tensor binary64, binary32 moments, binary32 masters and moments.
 enum class Kind { Wide, Moments32, Masters32 };
 
-/// Three AdamW steps of n parameters under `spec`, stored as `kind` says.
-Outcome steps(const std::string& spec, Kind kind, std::size_t n, bool shadow, bool fast = true) {
+/// Three AdamW steps of n parameters under `spec`, stored as `kind` says; g32: the gradients handed over as binary32
+/// (every gradient here is a binary32 value), for the binary32-moment kinds.
+Outcome steps(const std::string& spec, Kind kind, std::size_t n, bool shadow, bool fast = true, bool g32 = false) {
   const bool wide = kind == Kind::Wide;
   Runner run(Policy::parse(spec), 5, test::exec_for(fast));
   Tape tape;
@@ -60,11 +62,13 @@ Outcome steps(const std::string& spec, Kind kind, std::size_t n, bool shadow, bo
     g[n / 2] = 0x1p-140;  // tiny gradients: subnormal squares, ftz's flushes
     g[n / 3] = 1e30f;     // a square that overflows binary32: the scalar path's element
     cfg.grad_scale = t == 2 ? 0.5 : 1.0;
+    const std::vector<float> gf(g.begin(), g.end());  // exact
+    const CValues gv = g32 ? CValues(std::span<const float>(gf)) : CValues(std::span<const double>(g));
     const Site site{OpKind::AdamW, -1, "w"};
     if (wide) run.adamw_update(site, r.w, md, vd, g, {}, cfg, t);
     else if (kind == Kind::Moments32)
-      run.adamw_update(site, r.w, std::span<float>(mf), std::span<float>(vf), g, {}, cfg, t);
-    else run.adamw_update(site, std::span<float>(wf), std::span<float>(mf), std::span<float>(vf), g, cfg, t);
+      run.adamw_update(site, r.w, std::span<float>(mf), std::span<float>(vf), gv, {}, cfg, t);
+    else run.adamw_update(site, std::span<float>(wf), std::span<float>(mf), std::span<float>(vf), gv, cfg, t);
   }
   if (kind == Kind::Masters32) r.w.assign(wf.begin(), wf.end());
   if (wide) {
@@ -85,14 +89,15 @@ TEST(AdamWStorage, Binary32MomentsGiveTheBinary64Bits) {
                                  "fp32,all.rounding=stochastic"}) {
     for (const bool fast : {true, false}) {
       const Outcome a = steps(spec, Kind::Wide, n, false, fast);
-      for (const Kind k : {Kind::Moments32, Kind::Masters32}) {
-        const Outcome b = steps(spec, k, n, false, fast);
-        const std::string what =
-            spec + " fast " + std::to_string(fast) + " kind " + std::to_string(static_cast<int>(k));
-        EXPECT_EQ(mismatches(a.w, b.w), 0u) << what;
-        EXPECT_EQ(mismatches(a.m, b.m), 0u) << what;
-        EXPECT_EQ(mismatches(a.v, b.v), 0u) << what;
-      }
+      for (const Kind k : {Kind::Moments32, Kind::Masters32})
+        for (const bool g32 : {false, true}) {
+          const Outcome b = steps(spec, k, n, false, fast, g32);
+          const std::string what = spec + " fast " + std::to_string(fast) + " kind " +
+                                   std::to_string(static_cast<int>(k)) + " g32 " + std::to_string(g32);
+          EXPECT_EQ(mismatches(a.w, b.w), 0u) << what;
+          EXPECT_EQ(mismatches(a.m, b.m), 0u) << what;
+          EXPECT_EQ(mismatches(a.v, b.v), 0u) << what;
+        }
       std::size_t moved = 0;
       for (std::size_t i = 0; i < n; ++i) moved += a.m[i] != 0.0;
       EXPECT_GT(moved, n / 2) << spec;
@@ -103,7 +108,7 @@ TEST(AdamWStorage, Binary32MomentsGiveTheBinary64Bits) {
 TEST(AdamWStorage, ShadowReadsTheMomentsBeforeTheUpdate) {
   const Outcome a = steps("ane-fp16", Kind::Wide, 300, true);
   for (const Kind kind : {Kind::Moments32, Kind::Masters32}) {
-    const Outcome b = steps("ane-fp16", kind, 300, true);
+    const Outcome b = steps("ane-fp16", kind, 300, true, true, kind == Kind::Masters32);
     ASSERT_EQ(a.records.size(), 9u);  // w, m, v per step
     ASSERT_EQ(b.records.size(), 3u);  // w per step
     for (std::size_t k = 0; k < 3; ++k) {
