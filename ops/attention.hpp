@@ -28,6 +28,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "numerics/binary32_values.hpp"
 #include "ops/backend.hpp"
 #include "ops/shape.hpp"
 #include "ops/span_arith.hpp"
@@ -83,10 +84,13 @@ std::span<typename A::Value> cast_head(const Ctx<A>& ctx, std::span<const S> x, 
   using V = typename A::Value;
   const auto hs = static_cast<std::size_t>(s.hs);
   const std::span<V> dst = scratch<V, slot>(static_cast<std::size_t>(s.T) * hs);
+  [[maybe_unused]] const bool through = binary32_through<A, S>(ctx);
   for (std::int64_t r = 0; r < s.T; ++r) {
     const std::size_t e0 = at3(s, b, r, h, 0);
-    ctx.store_array(x.subspan(e0, hs), std::span<V>(dst.data() + static_cast<std::size_t>(r) * hs, hs),
-                    SlotSeq(t, e0).next());
+    const std::span<V> row(dst.data() + static_cast<std::size_t>(r) * hs, hs);
+    if constexpr (kBinary32Body<A, S>)  // the store's cast is the widening for binary32 values but NaN
+      if (through && numerics::widen_binary32_checked(x.subspan(e0, hs), row, ctx.exec().kernels)) continue;
+    ctx.store_array(x.subspan(e0, hs), row, SlotSeq(t, e0).next());
   }
   return dst;
 }
@@ -106,12 +110,46 @@ std::span<typename A::Value> cast_causal(const Ctx<A>& ctx, std::span<const S> x
   }
   return dst;
 }
+/// out[j] = d[j]·scale for j < d.size() (d: compute values), out's tail zeroed, in hardware binary32
+/// (Ctx::binary32_through): false, nothing written, when a product would be NaN.
+inline bool scale_row32(const Ctx<Emulated>& ctx, std::span<float> out, std::span<const double> d, float scale) {
+  thread_local std::vector<float> d32;  // d.size()
+  d32.resize(d.size());
+  numerics::narrow_to_binary32(d, d32, ctx.exec().kernels);  // exact
+  arith_binary32(ctx, ArithOp::Mul, cspan(d32), std::span<const float>(&scale, 1), d32);
+  if (!store_binary32(ctx, {{cspan(d32), out.first(d.size())}})) return false;
+  std::fill(out.begin() + static_cast<std::ptrdiff_t>(d.size()), out.end(), 0.0f);
+  return true;
+}
+/// row[j] = x[j]·scale widened (x: binary32 storage, its entry cast the identity), in hardware binary32
+/// (Ctx::binary32_through): false, row untouched, when x or a product holds a NaN.
+inline bool scale_widen_row32(const Ctx<Emulated>& ctx, std::span<double> row, std::span<const float> x, float scale) {
+  thread_local std::vector<float> p;  // x.size()
+  p.resize(x.size());
+  if (numerics::any_nan(x, ctx.exec().kernels)) return false;
+  arith_binary32(ctx, ArithOp::Mul, x, std::span<const float>(&scale, 1), p);
+  if (numerics::any_nan(cspan(p), ctx.exec().kernels)) return false;
+  numerics::widen_binary32(cspan(p), row, ctx.exec().kernels);
+  return true;
+}
+/// add_into's steps in hardware binary32 (Ctx::binary32_through; r: compute values, so binary32 values): false,
+/// nothing written, when a sum would be NaN (add_into's binary64 form then takes the row).
+inline bool add_into_row32(const Ctx<Emulated>& ctx, std::span<float> g, std::span<const double> r) {
+  thread_local std::vector<float> r32, sum;  // g.size()
+  r32.resize(g.size());
+  sum.resize(g.size());
+  numerics::narrow_to_binary32(r, r32, ctx.exec().kernels);  // exact
+  arith_binary32(ctx, ArithOp::Add, std::span<const float>(g), cspan(r32), sum);
+  return store_binary32(ctx, {{cspan(sum), g}});
+}
 /// g[i] ← store(store(g[i]) + r[i]) (the add in compute), the next three slots of `seq` (over g's elements) in that
 /// order: a gradient accumulating reduction results r already in compute (the reduction took the slot before).
 template <class A, class S>
 void add_into(const Ctx<A>& ctx, std::span<S> g, std::span<const typename A::Value> r, SlotSeq& seq) {
   using V = typename A::Value;
   const auto k_in = seq.next(), k_add = seq.next(), k_store = seq.next();
+  if constexpr (kBinary32Body<A, S>)
+    if (binary32_through<A, S>(ctx) && add_into_row32(ctx, g, r)) return;
   const std::span<V> gi = scratch<V, Slot::Y>(g.size());
   const std::span<V> sum = scratch<V, Slot::Tmp>(g.size());
   ctx.store_array(std::span<const S>(g), std::span<V>(gi), k_in);  // the cast, by store (store_cast)
@@ -245,6 +283,7 @@ void attn_scores_forward_io(std::span<S> preatt, std::span<const S> q, std::span
   using detail::Slot;
   const V scale = ctx.c(1.0 / std::sqrt(static_cast<double>(s.hs)));
   const auto T = static_cast<std::size_t>(s.T);
+  [[maybe_unused]] const bool through = binary32_through<A, S>(ctx);
   for_units(s.heads(), sel, [&](std::int64_t u) {
     const std::int64_t b = u / s.NH, h = u % s.NH;
     const std::span<V> qh = detail::cast_head<A, Slot::Head1>(ctx, q, s, b, h, Tensor::Q);
@@ -255,6 +294,10 @@ void attn_scores_forward_io(std::span<S> preatt, std::span<const S> q, std::span
                         [&](std::size_t t, std::size_t e0, std::span<V> d, SlotSeq& P) {
                           const std::size_t n = t + 1;
                           const auto k_mul = P.next(), k_store = P.next();
+                          if constexpr (kBinary32Body<A, S>)
+                            if (through && detail::scale_row32(ctx, preatt.subspan(e0, T), std::span<const V>(d),
+                                                               static_cast<float>(scale)))
+                              return;
                           arith_const(ctx, ArithOp::Mul, std::span<const V>(d), scale, std::span<V>(prod.data(), n),
                                       k_mul);
                           ctx.store_array(std::span<const V>(prod.data(), n), preatt.subspan(e0, n), k_store);
@@ -326,6 +369,7 @@ void attn_scores_backward_data_io(std::span<S> dq, std::span<S> dk, std::span<co
   const V scale = ctx.c(1.0 / std::sqrt(static_cast<double>(s.hs)));
   const bool batched = ctx.gemm_is_dot();
   const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs);
+  [[maybe_unused]] const bool through = binary32_through<A, S>(ctx);
   for_units(s.heads(), sel, [&](std::int64_t u) {
     const std::int64_t b = u / s.NH, h = u % s.NH;
     const std::span<V> qh = detail::cast_head<A, Slot::Head1>(ctx, q, s, b, h, Tensor::Q);
@@ -338,6 +382,12 @@ void attn_scores_backward_data_io(std::span<S> dq, std::span<S> dk, std::span<co
       const std::size_t e0 = detail::at4(s, b, h, static_cast<std::int64_t>(t), 0);
       SlotSeq P(Tensor::Dpreatt, e0);
       const auto k_in = P.next(), k_mul = P.next();
+      if constexpr (kBinary32Body<A, S>)
+        if (through && detail::scale_widen_row32(ctx, row, dpreatt.subspan(e0, t + 1), static_cast<float>(scale))) {
+          std::fill(dps.begin() + static_cast<std::ptrdiff_t>(t * T + t + 1),
+                    dps.begin() + static_cast<std::ptrdiff_t>((t + 1) * T), V(0));
+          continue;
+        }
       ctx.store_array(dpreatt.subspan(e0, t + 1), row, k_in);
       arith_const(ctx, ArithOp::Mul, std::span<const V>(row), scale, std::span<V>(prod.data(), t + 1), k_mul);
       std::copy_n(prod.begin(), t + 1, row.begin());
