@@ -143,13 +143,14 @@ inline bool add_into_row32(const Ctx<Emulated>& ctx, std::span<float> g, std::sp
   return store_binary32(ctx, {{cspan(sum), g}});
 }
 /// g[i] ← store(store(g[i]) + r[i]) (the add in compute), the next three slots of `seq` (over g's elements) in that
+/// order (through: binary32_through<A, S>(ctx), the caller's, which takes add_into_row32 first)
 /// order: a gradient accumulating reduction results r already in compute (the reduction took the slot before).
 template <class A, class S>
-void add_into(const Ctx<A>& ctx, std::span<S> g, std::span<const typename A::Value> r, SlotSeq& seq) {
+void add_into(const Ctx<A>& ctx, std::span<S> g, std::span<const typename A::Value> r, SlotSeq& seq, bool through) {
   using V = typename A::Value;
   const auto k_in = seq.next(), k_add = seq.next(), k_store = seq.next();
   if constexpr (kBinary32Body<A, S>)
-    if (binary32_through<A, S>(ctx) && add_into_row32(ctx, g, r)) return;
+    if (through && add_into_row32(ctx, g, r)) return;
   const std::span<V> gi = scratch<V, Slot::Y>(g.size());
   const std::span<V> sum = scratch<V, Slot::Tmp>(g.size());
   ctx.store_array(std::span<const S>(g), std::span<V>(gi), k_in);  // the cast, by store (store_cast)
@@ -416,8 +417,8 @@ void attn_scores_backward_data_io(std::span<S> dq, std::span<S> dk, std::span<co
           gk[d] = ctx.dot(dps.data() + t * T + t, s.T, qh.data() + t * hs + d, s.hs, T - t, k_dk(d));
         }
       }
-      detail::add_into(ctx, dq.subspan(e0, hs), std::span<const V>(gq), Dq);
-      detail::add_into(ctx, dk.subspan(e0, hs), std::span<const V>(gk), Dk);
+      detail::add_into(ctx, dq.subspan(e0, hs), std::span<const V>(gq), Dq, through);
+      detail::add_into(ctx, dk.subspan(e0, hs), std::span<const V>(gk), Dk, through);
     }
   });
 }
@@ -793,6 +794,7 @@ void attn_values_backward_data_io(std::span<S> datt, std::span<S> dv, std::span<
   using detail::Slot;
   const bool batched = ctx.gemm_is_dot();
   const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs);
+  [[maybe_unused]] const bool through = binary32_through<A, S>(ctx);
   for_units(s.heads(), sel, [&](std::int64_t u) {
     const std::int64_t b = u / s.NH, h = u % s.NH;
     const std::span<V> ah = detail::cast_causal<A, Slot::Head1>(ctx, att, s, b, h, Tensor::Att);
@@ -802,7 +804,7 @@ void attn_values_backward_data_io(std::span<S> datt, std::span<S> dv, std::span<
     // datt[t, j] += dout[t,:]·v[j,:] for j ≤ t
     detail::causal_dots(ctx, s, b, h, std::span<const V>(dh), std::span<const V>(vh), raw, Tensor::Datt,
                         [&](std::size_t t, std::size_t e0, std::span<V> g, SlotSeq& Da) {
-                          detail::add_into(ctx, datt.subspan(e0, t + 1), std::span<const V>(g), Da);
+                          detail::add_into(ctx, datt.subspan(e0, t + 1), std::span<const V>(g), Da, through);
                         });
     // raw[j·hs + d] = Σ_{t ≥ j} att[t,j]·dout[t,d]
     if (batched)
@@ -819,7 +821,7 @@ void attn_values_backward_data_io(std::span<S> datt, std::span<S> dv, std::span<
         for (std::size_t d = 0; d < hs; ++d)
           g[d] = ctx.dot(ah.data() + j * T + j, s.T, dh.data() + j * hs + d, s.hs, T - j, k_dot(d));
       }
-      detail::add_into(ctx, dv.subspan(e0, hs), std::span<const V>(g), Dv);
+      detail::add_into(ctx, dv.subspan(e0, hs), std::span<const V>(g), Dv, through);
     }
   });
 }

@@ -93,6 +93,18 @@ inline bool rope_backward_data_row32(std::span<float> dx, RopeRow<float>& w, con
   }
   return true;
 }
+
+/// A binary32 body (rope_forward_row32, rope_backward_data_row32) on the token row of src at offset o (P pairs,
+/// position t), the results into out's row there: the gather of the table entries and pair values, then the body.
+template <class Body>
+bool rope_row32(std::span<float> out, std::span<const float> src, std::span<const float> cos_t,
+                std::span<const float> sin_t, std::int64_t t, std::int64_t H, std::size_t o, std::size_t P,
+                const Ctx<Emulated>& ctx, Body body) {
+  thread_local RopeRow<float> w32;
+  w32.resize(P);
+  w32.gather(src, cos_t, sin_t, t, H, o);
+  return body(out.subspan(o, 2 * P), w32, ctx);
+}
 }  // namespace detail
 
 /// y (B, T, NH·hs) = rotate(x (B, T, NH·hs)) with the table cos, sin (T, hs/2). Token t has position t. The
@@ -143,12 +155,7 @@ void rope_forward_io(std::span<T> y, std::span<const T> x, std::span<const T> co
     const std::int64_t t = row % s.T;
     const auto o = static_cast<std::size_t>(row * C);
     if constexpr (kBinary32Body<A, T>)
-      if (through) {
-        thread_local detail::RopeRow<float> w32;
-        w32.resize(P);
-        w32.gather(x, cos_t, sin_t, t, H, o);
-        if (detail::rope_forward_row32(y.subspan(o, 2 * P), w32, ctx)) return;
-      }
+      if (through && detail::rope_row32(y, x, cos_t, sin_t, t, H, o, P, ctx, detail::rope_forward_row32)) return;
     thread_local detail::RopeRow<V> w;
     w.resize(P);
     // pair i's elements e = o + 2i and e + 1
@@ -232,12 +239,8 @@ void rope_backward_data_io(std::span<T> dx, std::span<const T> dy, std::span<con
     const std::int64_t t = row % s.T;
     const auto o = static_cast<std::size_t>(row * C);
     if constexpr (kBinary32Body<A, T>)
-      if (through) {
-        thread_local detail::RopeRow<float> w32;
-        w32.resize(P);
-        w32.gather(dy, cos_t, sin_t, t, H, o);
-        if (detail::rope_backward_data_row32(dx.subspan(o, 2 * P), w32, ctx)) return;
-      }
+      if (through && detail::rope_row32(dx, dy, cos_t, sin_t, t, H, o, P, ctx, detail::rope_backward_data_row32))
+        return;
     thread_local detail::RopeRow<V> w;
     thread_local std::vector<V> g0, g1;
     w.resize(P);
