@@ -165,7 +165,8 @@ class ObserverScope {
 };
 
 std::string site_name(OpKind op, Pass pass, int layer, std::string_view tensor) {
-  std::string s = std::string(ops::name_of(op)) + "." + std::string(ops::name_of(pass)) + "(" + std::string(tensor) + ")";
+  std::string s =
+      std::string(ops::name_of(op)) + "." + std::string(ops::name_of(pass)) + "(" + std::string(tensor) + ")";
   if (layer >= 0) s += "[layer " + std::to_string(layer) + "]";
   return s;
 }
@@ -560,7 +561,8 @@ void Transformer::backward(const Batch& bt, ops::CValues weights, double loss_sc
   runner_.cross_entropy_backward_data({OpKind::CrossEntropy, -1, "dlogits"}, dlogits, probs_, bt.targets,
                                       loss_scale / static_cast<double>(N), {N, V});
   const ops::Values dxf = zeros(b.dxf);
-  runner_.matmul_backward_data({OpKind::Classifier, -1, "dx", ops::Observe::Outputs, "logits"}, dxf, dlogits, wcls, {N, C, V});
+  runner_.matmul_backward_data({OpKind::Classifier, -1, "dx", ops::Observe::Outputs, "logits"}, dxf, dlogits, wcls,
+                               {N, C, V});
   with_grad(
       g, dwcls,
       [&](ops::Values dw) {
@@ -582,15 +584,16 @@ void Transformer::backward(const Batch& bt, ops::CValues weights, double loss_sc
     const BlockWeights w = block_weights(p, l);
     // --- feed-forward half: x_out = x_mid + β·f ---
     // dpre2 (N, C) = dx
-    const ops::CValues dpre2 = norm_out_backward(tel, {OpKind::RmsNorm, l, "post2"}, "ln2w", b.dpre2, dx, L.pre2, w.ln2w,
-                                          L.rp2, g, grad_slot(ParamTensor::FfnNorm, l), rows);
+    const ops::CValues dpre2 = norm_out_backward(tel, {OpKind::RmsNorm, l, "post2"}, "ln2w", b.dpre2, dx, L.pre2,
+                                                 w.ln2w, L.rp2, g, grad_slot(ParamTensor::FfnNorm, l), rows);
     // dxm, df (N, C) = dpre2, β·dpre2; dz (N, H) = df · W2; dW2 (C, H) += dfᵀ · z
     const ops::Values dxm = zeros(b.dxm), df = zeros(b.df);
     runner_.residual_backward_data({OpKind::ResidualFfn, l, "dx"}, dxm, df, dpre2, rule_.branch, rows);
     const ops::Values dz = zeros(b.dz);
     runner_.matmul_backward_data({OpKind::Matmul, l, "dz", ops::Observe::Outputs, "w2"}, dz, df, w.w2, {N, H, C});
-    with_grad(g, grad_slot(ParamTensor::W2, l),
-              [&](ops::Values dw) { runner_.matmul_backward_weight({OpKind::Matmul, l, "w2"}, dw, df, L.z, {N, H, C}); });
+    with_grad(g, grad_slot(ParamTensor::W2, l), [&](ops::Values dw) {
+      runner_.matmul_backward_weight({OpKind::Matmul, l, "w2"}, dw, df, L.z, {N, H, C});
+    });
     // dh2 (N, C) through z = silu(h2·W1ᵀ) ⊙ (h2·W3ᵀ); dW1, dW3
     const ops::Values dh2 = zeros(b.dh2);
     ffn_backward(l, L, w, g, dz, dh2, dims);
@@ -600,8 +603,8 @@ void Transformer::backward(const Batch& bt, ops::CValues weights, double loss_sc
     check(tel, OpKind::RmsNorm, Pass::BackwardData, l, "dx_mid", dxm);
     // --- attention half: x_mid = x_in + β·o ---
     // dpre1 (N, C) = dxm
-    const ops::CValues dpre1 = norm_out_backward(tel, {OpKind::RmsNorm, l, "post1"}, "ln1w", b.dpre1, dxm, L.pre1, w.ln1w,
-                                          L.rp1, g, grad_slot(ParamTensor::AttnNorm, l), rows);
+    const ops::CValues dpre1 = norm_out_backward(tel, {OpKind::RmsNorm, l, "post1"}, "ln1w", b.dpre1, dxm, L.pre1,
+                                                 w.ln1w, L.rp1, g, grad_slot(ParamTensor::AttnNorm, l), rows);
     // dxi, dout (N, C) = dpre1, β·dpre1; dy (N, C) = dout · Wo; dWo (C, C) += doutᵀ · y
     const ops::Values dxi = zeros(b.dxi), dout = zeros(b.dout);
     runner_.residual_backward_data({OpKind::ResidualAttn, l, "dx", ops::Observe::Off}, dxi, dout, dpre1, rule_.branch,
@@ -882,7 +885,8 @@ void Transformer::finish_slice(DirectSink& d, Slot at, std::span<double> part) {
         const std::size_t k = std::min(kGradPiece, e - i);
         const std::span<double> piece = part.subspan(i, k);
         // The store's narrowing check (ParamStore::write): every value a weight-gradient op writes is binary32.
-        for (const double v : piece) exact = exact && (std::isnan(v) || static_cast<double>(static_cast<float>(v)) == v);
+        for (const double v : piece)
+          exact = exact && (std::isnan(v) || static_cast<double>(static_cast<float>(v)) == v);
         ok = finish_piece(plan, round, piece, t32.subspan(i, k), d.first) && ok;
       }
     }
