@@ -9,22 +9,15 @@ kernel splits, 15 pieces summed as a right-aligned pairwise tree.
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 
 import numpy as np
 import pytest
 
 from conftest import REPO
+from test_cublas_h200 import _check  # the loader of studies/tensorcore/cublas_check.py
 
 DATA = REPO / "notebooks-data" / "cublas-h200-probe-2026-11-30"
-
-
-def _check():
-    spec = importlib.util.spec_from_file_location("cublas_check", REPO / "studies" / "tensorcore" / "cublas_check.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _full_summary():
