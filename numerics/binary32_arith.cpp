@@ -3,8 +3,10 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <stdexcept>
 
 #include "numerics/round_span.hpp"
 
@@ -97,6 +99,75 @@ __attribute__((target("avx2"))) bool any_nan_avx2(const float* x, std::size_t n)
   return found;
 }
 
+
+/// One row's chain from s (the state after the common prefix), terms [k0, n).
+template <bool Dot>
+float chain_tail(const float* x, const float* y, std::size_t k0, std::size_t n, float s) {
+  for (std::size_t k = k0; k < n; ++k) {
+    if constexpr (Dot) s = std::fma(x[k], y[k], s);
+    else s = s + x[k];
+  }
+  return s;
+}
+
+template <bool Dot>
+__attribute__((target("fma"))) void chain_rows_fma(const std::size_t* len, const float* x, std::ptrdiff_t xr,
+                                                   const float* y, std::ptrdiff_t yr, float* out, std::size_t R) {
+  constexpr std::size_t G = 8;  // independent chains: an FMA's latency over its throughput
+  std::size_t r = 0;
+  for (; r + G <= R; r += G) {
+    std::size_t common = len[r];
+    for (std::size_t i = 1; i < G; ++i) common = std::min(common, len[r + i]);
+    __m128 s[G];
+    for (std::size_t i = 0; i < G; ++i) s[i] = _mm_set_ss(-0.0f);
+    for (std::size_t k = 0; k < common; ++k)
+      for (std::size_t i = 0; i < G; ++i) {
+        const auto ri = static_cast<std::ptrdiff_t>(r + i);
+        const __m128 a = _mm_load_ss(x + ri * xr + static_cast<std::ptrdiff_t>(k));
+        if constexpr (Dot) s[i] = _mm_fmadd_ss(a, _mm_load_ss(y + ri * yr + static_cast<std::ptrdiff_t>(k)), s[i]);
+        else s[i] = _mm_add_ss(s[i], a);
+      }
+    for (std::size_t i = 0; i < G; ++i) {
+      const auto ri = static_cast<std::ptrdiff_t>(r + i);
+      float t = _mm_cvtss_f32(s[i]);
+      for (std::size_t k = common; k < len[r + i]; ++k) {
+        const __m128 a = _mm_load_ss(x + ri * xr + static_cast<std::ptrdiff_t>(k));
+        if constexpr (Dot)
+          t = _mm_cvtss_f32(_mm_fmadd_ss(a, _mm_load_ss(y + ri * yr + static_cast<std::ptrdiff_t>(k)), _mm_set_ss(t)));
+        else t = _mm_cvtss_f32(_mm_add_ss(_mm_set_ss(t), a));
+      }
+      out[r + i] = len[r + i] == 0 ? 0.0f : t;
+    }
+  }
+  for (; r < R; ++r) {
+    const auto ri = static_cast<std::ptrdiff_t>(r);
+    __m128 s = _mm_set_ss(-0.0f);
+    for (std::size_t k = 0; k < len[r]; ++k) {
+      const __m128 a = _mm_load_ss(x + ri * xr + static_cast<std::ptrdiff_t>(k));
+      if constexpr (Dot) s = _mm_fmadd_ss(a, _mm_load_ss(y + ri * yr + static_cast<std::ptrdiff_t>(k)), s);
+      else s = _mm_add_ss(s, a);
+    }
+    out[r] = len[r] == 0 ? 0.0f : _mm_cvtss_f32(s);
+  }
+}
+
+template <bool Dot>
+void chain_rows_portable(const std::size_t* len, const float* x, std::ptrdiff_t xr, const float* y, std::ptrdiff_t yr,
+                         float* out, std::size_t R) {
+  for (std::size_t r = 0; r < R; ++r) {
+    const auto ri = static_cast<std::ptrdiff_t>(r);
+    const float t = chain_tail<Dot>(x + ri * xr, Dot ? y + ri * yr : nullptr, 0, len[r], -0.0f);
+    out[r] = len[r] == 0 ? 0.0f : t;
+  }
+}
+
+bool cpu_has_fma() {
+  static const bool fma = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("fma") != 0;
+  }();
+  return fma;
+}
 }  // namespace
 
 void binary32_arith(Binary32Op op, std::span<const float> a, std::span<const float> b, std::span<float> out,
@@ -121,6 +192,26 @@ bool any_nan(std::span<const float> x, const KernelOptions& opts) {
   for (const float v : x)
     if (std::isnan(v)) return true;
   return false;
+}
+
+bool binary32_chain(const Accumulation& a) {
+  return a.format == formats::fp32 && a.rounding == Rounding::NearestEven && a.fused && a.order == Order::Sequential &&
+         a.promote_every == 0 && a.adder.group == 0 && a.tile.size == 0 && a.splitk.count == 0 && !a.flush.step &&
+         !validate(a);
+}
+
+void binary32_chain_rows(std::span<const std::size_t> length, const float* x, std::ptrdiff_t x_row, const float* y,
+                         std::ptrdiff_t y_row, std::span<float> out, const KernelOptions& opts) {
+  if (length.size() != out.size())
+    throw std::invalid_argument("binary32_chain_rows: lengths and outputs differ in size");
+  const std::size_t R = out.size();
+  if (cpu_has_fma() && opts.isa_limit >= kernels::Isa::Avx2) {
+    if (y != nullptr) chain_rows_fma<true>(length.data(), x, x_row, y, y_row, out.data(), R);
+    else chain_rows_fma<false>(length.data(), x, x_row, y, y_row, out.data(), R);
+    return;
+  }
+  if (y != nullptr) chain_rows_portable<true>(length.data(), x, x_row, y, y_row, out.data(), R);
+  else chain_rows_portable<false>(length.data(), x, x_row, y, y_row, out.data(), R);
 }
 
 }  // namespace roundoff::numerics

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <span>
 
+#include "numerics/accumulate.hpp"
 #include "numerics/kernel_options.hpp"
 
 namespace roundoff::numerics {
@@ -27,5 +28,22 @@ void binary32_arith(Binary32Op op, std::span<const float> a, std::span<const flo
 
 /// True when some x[i] is NaN. Tiers as binary32_arith; the answer does not depend on the path.
 bool any_nan(std::span<const float> x, const KernelOptions& opts = {});
+
+/// True when a is the plain binary32 chain: accumulator IEEE binary32 (fp32) to nearest even, exact products
+/// (fused), sequential order, no promotion, multi-term adder, tile stage, split-K or step flush (as binary64_chain
+/// for fp64): a dot is s = −0, then s = fl32(s + x_k·y_k) for each k, the exact product added and rounded once.
+bool binary32_chain(const Accumulation& a);
+
+/// The binary32 chain (binary32_chain) of every row: out[r] = s after s = −0 and, for k < length[r],
+/// s = fl32(s + x_r[k]·y_r[k]) (one fused multiply-add: the exact product added, rounded once to nearest even), or
+/// with y null s = fl32(s + x_r[k]) (the sum); +0 for an empty row (as numerics::reduce_rows gives them). Row r of x
+/// starts at x + r·x_row, of y at y + r·y_row, each with contiguous elements. Every value is a binary32 value; so is
+/// every product's exact value's rounding here, which is what numerics::dot and reduce_rows compute for such an
+/// accumulation on these values (the emulated round of s + x·y, exact in binary64, to binary32). Tiers: FMA
+/// (vfmadd, eight rows' chains interleaved) and portable (std::fma on floats, correctly rounded as C requires): the
+/// same bits, under the default control register, which callers require (default_mxcsr). NaN encodings are the
+/// hardware's: callers that must match another path's NaN bits check the results.
+void binary32_chain_rows(std::span<const std::size_t> length, const float* x, std::ptrdiff_t x_row, const float* y,
+                         std::ptrdiff_t y_row, std::span<float> out, const KernelOptions& opts = {});
 
 }  // namespace roundoff::numerics

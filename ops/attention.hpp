@@ -503,6 +503,7 @@ void softmax_forward_io(std::span<S> att, std::span<const S> preatt, AttnShape s
     for (std::size_t j = n; j < T; ++j) att[o + j] = S(0);
   };
   [[maybe_unused]] const bool through = binary32_through<A, S>(ctx);
+  [[maybe_unused]] const bool chain = through && binary32_chain<A, S>(ctx);
   if (sel.empty()) {
     for_units(s.heads(), sel, [&](std::int64_t u) {
       thread_local std::vector<V> ex, z;
@@ -514,23 +515,39 @@ void softmax_forward_io(std::span<S> att, std::span<const S> preatt, AttnShape s
       len.resize(T);
       in32.assign(T, 0);
       const std::int64_t row0 = u * s.T;
+      bool all32 = through;  // every row's exponentials in ex32
       for (std::size_t t = 0; t < T; ++t) {
         len[t] = t + 1;
         if constexpr (kBinary32Body<A, S>)
           if (through) {
             ex32.resize(T * T);
             const std::size_t o = static_cast<std::size_t>(row0) * T + t * T;
-            const std::span<float> e(ex32.data() + t * T, t + 1);
-            if (detail::softmax_exps_row32(preatt.subspan(o, t + 1), e, ctx)) {
-              std::copy(e.begin(), e.end(), ex.begin() + static_cast<std::ptrdiff_t>(t * T));  // for dot_rows
+            if (detail::softmax_exps_row32(preatt.subspan(o, t + 1), std::span<float>(ex32.data() + t * T, t + 1),
+                                           ctx)) {
               in32[t] = 1;
               continue;
             }
           }
+        all32 = false;
         exps(row0 + static_cast<std::int64_t>(t), ex.data() + t * T);
       }
-      ctx.dot_rows(numerics::BasicRowBatch<V>{len, ex.data(), s.T, 1}, std::span<V>(z),
-                   [&](std::size_t t) { return k_z(static_cast<std::size_t>(row0) + t); });
+      bool summed = false;
+      if constexpr (kBinary32Body<A, S>)
+        if (all32 && chain) {  // the denominators as binary32 chains (exponentials finite: so are their sums)
+          thread_local std::vector<float> z32;  // T
+          z32.resize(T);
+          numerics::binary32_chain_rows(len, ex32.data(), s.T, nullptr, 0, z32, ctx.exec().kernels);
+          std::copy(z32.begin(), z32.end(), z.begin());
+          summed = true;
+        }
+      if (!summed) {
+        for (std::size_t t = 0; t < T; ++t)  // the binary32 rows widened for dot_rows
+          if (in32[t] != 0)
+            std::copy_n(ex32.begin() + static_cast<std::ptrdiff_t>(t * T), t + 1,
+                        ex.begin() + static_cast<std::ptrdiff_t>(t * T));
+        ctx.dot_rows(numerics::BasicRowBatch<V>{len, ex.data(), s.T, 1}, std::span<V>(z),
+                     [&](std::size_t t) { return k_z(static_cast<std::size_t>(row0) + t); });
+      }
       for (std::size_t t = 0; t < T; ++t) {
         if constexpr (kBinary32Body<A, S>)
           if (in32[t] != 0 &&
@@ -592,6 +609,7 @@ void softmax_backward_data_io(std::span<S> dpreatt, std::span<const S> datt, std
   SlotSeq Row(Tensor::Row);
   const auto k_d = Row.next();
   [[maybe_unused]] const bool through = binary32_through<A, S>(ctx);
+  [[maybe_unused]] const bool chain = through && binary32_chain<A, S>(ctx);
   // row `row`'s inputs cast into a, g (t + 1 values each)
   const auto cast = [&](std::int64_t row, V* a, V* g) {
     const auto o = static_cast<std::size_t>(row * s.T);
@@ -626,12 +644,27 @@ void softmax_backward_data_io(std::span<S> dpreatt, std::span<const S> datt, std
       d.resize(T);
       len.resize(T);
       const std::int64_t row0 = u * s.T;
-      for (std::size_t t = 0; t < T; ++t) {
-        cast(row0 + static_cast<std::int64_t>(t), a.data() + t * T, g.data() + t * T);
-        len[t] = t + 1;
+      for (std::size_t t = 0; t < T; ++t) len[t] = t + 1;
+      // The row dots as binary32 chains on the tensors themselves when none is NaN (the inputs cast row by row only
+      // where a row falls back); else every row cast and one dot_rows.
+      bool cast_all = true;
+      if constexpr (kBinary32Body<A, S>)
+        if (chain) {
+          thread_local std::vector<float> d32;  // T
+          d32.resize(T);
+          const std::size_t o = static_cast<std::size_t>(row0) * T;
+          numerics::binary32_chain_rows(len, att.data() + o, s.T, datt.data() + o, s.T, d32, ctx.exec().kernels);
+          if (!numerics::any_nan(cspan(d32), ctx.exec().kernels)) {
+            std::copy(d32.begin(), d32.end(), d.begin());
+            cast_all = false;
+          }
+        }
+      if (cast_all) {
+        for (std::size_t t = 0; t < T; ++t)
+          cast(row0 + static_cast<std::int64_t>(t), a.data() + t * T, g.data() + t * T);
+        ctx.dot_rows(numerics::BasicRowBatch<V>{len, a.data(), s.T, 1, g.data(), s.T, 1}, std::span<V>(d),
+                     [&](std::size_t t) { return k_d(static_cast<std::size_t>(row0) + t); });
       }
-      ctx.dot_rows(numerics::BasicRowBatch<V>{len, a.data(), s.T, 1, g.data(), s.T, 1}, std::span<V>(d),
-                   [&](std::size_t t) { return k_d(static_cast<std::size_t>(row0) + t); });
       for (std::size_t t = 0; t < T; ++t) {
         if constexpr (kBinary32Body<A, S>)
           if (through) {
@@ -640,6 +673,7 @@ void softmax_backward_data_io(std::span<S> dpreatt, std::span<const S> datt, std
                                                ctx))
               continue;
           }
+        if (!cast_all) cast(row0 + static_cast<std::int64_t>(t), a.data() + t * T, g.data() + t * T);
         update(row0 + static_cast<std::int64_t>(t), a.data() + t * T, g.data() + t * T, d[t]);
       }
     });

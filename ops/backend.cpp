@@ -229,6 +229,10 @@ bool Ctx<Emulated>::binary32_through() const {
          sigmoid_lut_ == nullptr && fast_paths() && numerics::default_mxcsr();
 }
 
+bool Ctx<Emulated>::binary32_chain() const {
+  return binary32_through() && numerics::binary32_chain(prec_.accumulate);
+}
+
 void Ctx<Emulated>::elementary_binary32(numerics::Elementary f, std::span<const float> src,
                                         std::span<float> dst) const {
   std::array<double, kResultChunk> part;

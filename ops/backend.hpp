@@ -427,6 +427,10 @@ class Ctx<Emulated> {
   /// per-element path): the ops' binary32 bodies scan what they store and take their binary64 path for a row that
   /// holds a NaN. The keys play no part (every rounding is deterministic).
   bool binary32_through() const;
+  /// binary32_through() and the accumulation is the plain binary32 chain (numerics::binary32_chain): the ops' row
+  /// reductions on binary32 rows may then run as numerics::binary32_chain_rows, whose results are the reductions'
+  /// (their conversion to compute the identity) for rows without NaN.
+  bool binary32_chain() const;
   /// dst[i] = exp(src[i]) or sigmoid(src[i]) (f) under binary32_through(): numerics::elementary_span in compute on
   /// the widened values, chunk by chunk on the stack, narrowed back exactly (the results are binary32 values).
   void elementary_binary32(numerics::Elementary f, std::span<const float> src, std::span<float> dst) const;

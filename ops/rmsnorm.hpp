@@ -57,6 +57,18 @@ namespace detail {
 // row in hardware binary32 (the entry casts and stores return their values; the row's reduction and its scalar
 // steps stay as they are); false, nothing written, when a stored value would be NaN.
 
+/// out[r] = the binary32 chain of row r (numerics::binary32_chain_rows; y null: the sum), widened; false, out
+/// untouched, when some result is NaN (the caller's dot_rows then takes every row).
+inline bool chain_rows32(const Ctx<Emulated>& ctx, std::span<const std::size_t> len, const float* x, std::int64_t x_row,
+                         const float* y, std::int64_t y_row, std::span<double> out) {
+  thread_local std::vector<float> r32;  // rows
+  r32.resize(out.size());
+  numerics::binary32_chain_rows(len, x, x_row, y, y_row, r32, ctx.exec().kernels);
+  if (numerics::any_nan(cspan(r32), ctx.exec().kernels)) return false;
+  std::copy(r32.begin(), r32.end(), out.begin());
+  return true;
+}
+
 /// y = (x·r)·w on one row.
 inline bool rmsnorm_scale_row32(std::span<float> y, std::span<const float> x, std::span<const float> w, float r,
                                 const Ctx<Emulated>& ctx) {
@@ -105,7 +117,11 @@ void rmsnorm_forward_io(std::span<T> y, std::span<T> rstd, std::span<const T> x,
   std::vector<V> sums(batched ? static_cast<std::size_t>(s.rows) : 0);
   if (batched) {
     const std::vector<std::size_t> len(sums.size(), static_cast<std::size_t>(C));
-    ctx.dot_rows(numerics::BasicRowBatch<V>{len, xs.data(), C, 1, xs.data(), C, 1}, std::span<V>(sums), k_ss);
+    bool summed = false;
+    if constexpr (kBinary32Body<A, T>)  // the sums of squares as binary32 chains on x itself, when none is NaN
+      summed = binary32_chain<A, T>(ctx) && detail::chain_rows32(ctx, len, x.data(), C, x.data(), C, sums);
+    if (!summed)
+      ctx.dot_rows(numerics::BasicRowBatch<V>{len, xs.data(), C, 1, xs.data(), C, 1}, std::span<V>(sums), k_ss);
   }
   for_units(s.rows, sel, [&](std::int64_t r) {
     const V* xr = xs.data() + r * C;
@@ -206,9 +222,24 @@ void rmsnorm_backward_data_io(std::span<T> dx, std::span<const T> dy, std::span<
   [[maybe_unused]] const bool through = binary32_through<A, T>(ctx);
   std::vector<V> sums(batched ? static_cast<std::size_t>(s.rows) : 0);
   if (batched) {
-    for_units(s.rows, sel, products);
     const std::vector<std::size_t> len(sums.size(), static_cast<std::size_t>(C));
-    ctx.dot_rows(numerics::BasicRowBatch<V>{len, g.data(), C, 1, xs.data(), C, 1}, std::span<V>(sums), k_sg);
+    bool summed = false;
+    if constexpr (kBinary32Body<A, T>)  // g = w·dy in binary32 and its row dots with x as binary32 chains
+      if (binary32_chain<A, T>(ctx)) {
+        thread_local std::vector<float> g32;  // rows × C
+        g32.resize(dy.size());
+        for (std::int64_t r = 0; r < s.rows; ++r) {
+          const auto o = static_cast<std::size_t>(r * C), cn = static_cast<std::size_t>(C);
+          arith_binary32(ctx, ArithOp::Mul, w, dy.subspan(o, cn), std::span<float>(g32.data() + o, cn));
+        }
+        summed = !numerics::any_nan(cspan(g32), ctx.exec().kernels) &&
+                 detail::chain_rows32(ctx, len, g32.data(), C, x.data(), C, sums);
+        if (summed) numerics::widen_binary32(cspan(g32), g, ctx.exec().kernels);  // g's values, for every row body
+      }
+    if (!summed) {
+      for_units(s.rows, sel, products);
+      ctx.dot_rows(numerics::BasicRowBatch<V>{len, g.data(), C, 1, xs.data(), C, 1}, std::span<V>(sums), k_sg);
+    }
   }
   for_units(s.rows, sel, [&](std::int64_t r) {
     const std::size_t o = static_cast<std::size_t>(r * C), ri = static_cast<std::size_t>(r);

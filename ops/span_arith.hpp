@@ -120,6 +120,13 @@ bool binary32_through(const Ctx<A>& ctx) {
   return false;
 }
 
+/// ctx.binary32_chain() where the body has a binary32 form, else false.
+template <class A, class T>
+bool binary32_chain(const Ctx<A>& ctx) {
+  if constexpr (kBinary32Body<A, T>) return ctx.binary32_chain();
+  return false;
+}
+
 /// Stores the rows a binary32 body computed (Ctx::binary32_through): dst[k] = src[k] for every pair, unless some
 /// src holds a NaN; then nothing is written and the result is false (the caller's binary64 path takes the row).
 inline bool store_binary32(const Ctx<Emulated>& ctx, std::initializer_list<std::pair<std::span<const float>,

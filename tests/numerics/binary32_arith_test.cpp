@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "numerics/accumulate.hpp"
 #include "numerics/arith.hpp"
 #include "numerics/binary32_arith.hpp"
 #include "numerics/format.hpp"
@@ -104,6 +105,76 @@ TEST(Binary32Arith, AnyNanOnEveryTier) {
           EXPECT_TRUE(any_nan(y, k)) << n << " at " << at;
         }
     }
+}
+
+
+/// The plain binary32 accumulation: fp32 accumulator to nearest even, exact products, sequential.
+Accumulation chain32() {
+  Accumulation a;
+  a.format = formats::fp32;
+  a.rounding = Rounding::NearestEven;
+  a.fused = true;
+  a.order = Order::Sequential;
+  return a;
+}
+
+bool same(double a, double b) {
+  return (std::isnan(a) && std::isnan(b)) || std::bit_cast<std::uint64_t>(a) == std::bit_cast<std::uint64_t>(b);
+}
+
+TEST(Binary32Arith, ChainRowsEqualTheAccumulationsDotAndSumOnEveryTier) {
+  const Accumulation a = chain32();
+  ASSERT_TRUE(binary32_chain(a));
+  for (const KernelOptions& k : tiers())
+    for (const std::size_t rows : {std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{9}, std::size_t{19}})
+      for (const std::size_t width : {std::size_t{1}, std::size_t{9}, std::size_t{64}, std::size_t{300}}) {
+        // rows of different lengths (0, the full width, and in between: the eight-row groups' common prefix
+        // and tails), operands over the whole range (cancellation, overflow, subnormal products, specials)
+        const std::vector<float> x = operands(rows * width, 11 + rows), y = operands(rows * width, 29 + width);
+        std::vector<std::size_t> len(rows);
+        for (std::size_t r = 0; r < rows; ++r)
+          len[r] = r % 5 == 4 ? 0 : r % 3 == 0 ? width : (width * (r + 1)) / (rows + 1);
+        std::vector<float> dots(rows), sums(rows);
+        binary32_chain_rows(len, x.data(), static_cast<std::ptrdiff_t>(width), y.data(),
+                            static_cast<std::ptrdiff_t>(width), dots, k);
+        binary32_chain_rows(len, x.data(), static_cast<std::ptrdiff_t>(width), nullptr, 0, sums, k);
+        for (std::size_t r = 0; r < rows; ++r) {
+          const std::vector<double> xr(x.begin() + static_cast<std::ptrdiff_t>(r * width),
+                                       x.begin() + static_cast<std::ptrdiff_t>(r * width + len[r]));
+          const std::vector<double> yr(y.begin() + static_cast<std::ptrdiff_t>(r * width),
+                                       y.begin() + static_cast<std::ptrdiff_t>(r * width + len[r]));
+          const std::string what = "tier " + std::to_string(static_cast<int>(k.isa_limit)) + " rows " +
+                                   std::to_string(rows) + " width " + std::to_string(width) + " row " +
+                                   std::to_string(r) + " length " + std::to_string(len[r]);
+          const double want_dot = len[r] == 0 ? 0.0 : dot(a, xr, yr);
+          const double want_sum = len[r] == 0 ? 0.0 : sum(a, xr);
+          EXPECT_TRUE(same(static_cast<double>(dots[r]), want_dot)) << what << ": " << dots[r] << " vs " << want_dot;
+          EXPECT_TRUE(same(static_cast<double>(sums[r]), want_sum)) << what << ": " << sums[r] << " vs " << want_sum;
+        }
+      }
+  // Signed zeros: a row of −0 products sums to −0 (the chain starts at −0), one with a +0 among them to +0.
+  const std::vector<float> mz = {-0.0f, -0.0f, -0.0f}, pz = {-0.0f, 0.0f, -0.0f}, one = {1.0f, 1.0f, 1.0f};
+  const std::vector<std::size_t> l3 = {3};
+  std::vector<float> o(1);
+  binary32_chain_rows(l3, mz.data(), 3, one.data(), 3, o, {});
+  EXPECT_TRUE(std::signbit(o[0]) && o[0] == 0.0f);
+  EXPECT_TRUE(
+      same(o[0], dot(a, std::vector<double>(mz.begin(), mz.end()), std::vector<double>(one.begin(), one.end()))));
+  binary32_chain_rows(l3, pz.data(), 3, nullptr, 0, o, {});
+  EXPECT_FALSE(std::signbit(o[0]));
+  // Not the chain: another accumulator format, order or rounding, an unfused product.
+  Accumulation b = a;
+  b.format = formats::bf16;
+  EXPECT_FALSE(binary32_chain(b));
+  b = a;
+  b.order = Order::Pairwise;
+  EXPECT_FALSE(binary32_chain(b));
+  b = a;
+  b.rounding = Rounding::TowardZero;
+  EXPECT_FALSE(binary32_chain(b));
+  b = a;
+  b.fused = false;
+  EXPECT_FALSE(binary32_chain(b));
 }
 
 }  // namespace
