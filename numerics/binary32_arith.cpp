@@ -161,6 +161,40 @@ void chain_rows_portable(const std::size_t* len, const float* x, std::ptrdiff_t 
   }
 }
 
+__attribute__((target("avx512f"))) void chain_columns_avx512(std::size_t R, const float* x, const float* y,
+                                                             std::size_t ld, float* out, std::size_t C) {
+  std::size_t j = 0;
+  for (; j + 16 <= C; j += 16) {
+    __m512 s = _mm512_set1_ps(-0.0f);
+    for (std::size_t r = 0; r < R; ++r)
+      s = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * ld + j), _mm512_loadu_ps(y + r * ld + j), s);
+    _mm512_storeu_ps(out + j, s);
+  }
+  if (j < C) {
+    const auto m = static_cast<__mmask16>((1u << (C - j)) - 1u);
+    __m512 s = _mm512_set1_ps(-0.0f);
+    for (std::size_t r = 0; r < R; ++r)
+      s = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + r * ld + j), _mm512_maskz_loadu_ps(m, y + r * ld + j), s);
+    _mm512_mask_storeu_ps(out + j, m, s);
+  }
+}
+
+__attribute__((target("avx2,fma"))) void chain_columns_fma(std::size_t R, const float* x, const float* y,
+                                                          std::size_t ld, float* out, std::size_t C) {
+  std::size_t j = 0;
+  for (; j + 8 <= C; j += 8) {
+    __m256 s = _mm256_set1_ps(-0.0f);
+    for (std::size_t r = 0; r < R; ++r)
+      s = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ld + j), _mm256_loadu_ps(y + r * ld + j), s);
+    _mm256_storeu_ps(out + j, s);
+  }
+  for (; j < C; ++j) {
+    __m128 s = _mm_set_ss(-0.0f);
+    for (std::size_t r = 0; r < R; ++r) s = _mm_fmadd_ss(_mm_load_ss(x + r * ld + j), _mm_load_ss(y + r * ld + j), s);
+    out[j] = _mm_cvtss_f32(s);
+  }
+}
+
 bool cpu_has_fma() {
   static const bool fma = [] {
     __builtin_cpu_init();
@@ -212,6 +246,24 @@ void binary32_chain_rows(std::span<const std::size_t> length, const float* x, st
   }
   if (y != nullptr) chain_rows_portable<true>(length.data(), x, x_row, y, y_row, out.data(), R);
   else chain_rows_portable<false>(length.data(), x, x_row, y, y_row, out.data(), R);
+}
+
+void binary32_chain_columns(std::size_t rows, const float* x, const float* y, std::size_t ld, std::span<float> out,
+                            const KernelOptions& opts) {
+  const std::size_t C = out.size();
+  if (rows == 0) {
+    std::fill(out.begin(), out.end(), 0.0f);
+    return;
+  }
+  if (round_doubles_avx512_supported() && opts.isa_limit >= kernels::Isa::Avx512)
+    return chain_columns_avx512(rows, x, y, ld, out.data(), C);
+  if (cpu_has_fma() && round_doubles_avx2_supported() && opts.isa_limit >= kernels::Isa::Avx2)
+    return chain_columns_fma(rows, x, y, ld, out.data(), C);
+  for (std::size_t j = 0; j < C; ++j) {
+    float s = -0.0f;
+    for (std::size_t r = 0; r < rows; ++r) s = std::fma(x[r * ld + j], y[r * ld + j], s);
+    out[j] = s;
+  }
 }
 
 }  // namespace roundoff::numerics

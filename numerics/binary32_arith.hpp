@@ -46,4 +46,11 @@ bool binary32_chain(const Accumulation& a);
 void binary32_chain_rows(std::span<const std::size_t> length, const float* x, std::ptrdiff_t x_row, const float* y,
                          std::ptrdiff_t y_row, std::span<float> out, const KernelOptions& opts = {});
 
+/// The binary32 chain of every column of two row-major rows × out.size() matrices (leading dimension ld):
+/// out[j] = s after s = −0 and s = fl32(s + x[r·ld + j]·y[r·ld + j]) for r = 0, 1, …, rows − 1 (one fused
+/// multiply-add per step, in row order); +0 when rows is 0. Tiers: AVX-512 (16 columns per vector), FMA (8), portable
+/// (std::fma): lane-wise fused multiply-adds, so the same bits as binary32_chain_rows on each column.
+void binary32_chain_columns(std::size_t rows, const float* x, const float* y, std::size_t ld, std::span<float> out,
+                            const KernelOptions& opts = {});
+
 }  // namespace roundoff::numerics

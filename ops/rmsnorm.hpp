@@ -69,6 +69,24 @@ inline bool chain_rows32(const Ctx<Emulated>& ctx, std::span<const std::size_t> 
   return true;
 }
 
+/// rmsnorm_backward_weight on binary32 tensors under Ctx::binary32_chain: xhat = x·r row by row and the column dots
+/// Σ_r dy·xhat as binary32 chains (numerics::binary32_chain_columns), then dw = store(dw + d) in binary32; false,
+/// nothing written, when xhat, a dot or a new dw would hold a NaN (the binary64 form then runs the call).
+inline bool rmsnorm_backward_weight32(std::span<float> dw, std::span<const float> dy, std::span<const float> x,
+                                      std::span<const float> rstd, RowShape s, const Ctx<Emulated>& ctx) {
+  const auto C = static_cast<std::size_t>(s.cols), R = static_cast<std::size_t>(s.rows);
+  thread_local std::vector<float> xhat, d;  // R × C, C
+  xhat.resize(R * C);
+  d.resize(C);
+  for (std::size_t r = 0; r < R; ++r)  // xhat = x·r (the reference's x·inv)
+    arith_binary32(ctx, ArithOp::Mul, x.subspan(r * C, C), rstd.subspan(r, 1),
+                   std::span<float>(xhat.data() + r * C, C));
+  if (numerics::any_nan(cspan(xhat), ctx.exec().kernels)) return false;
+  numerics::binary32_chain_columns(R, dy.data(), xhat.data(), C, d, ctx.exec().kernels);  // d_i = Σ_r dy·xhat
+  arith_binary32(ctx, ArithOp::Add, std::span<const float>(dw), cspan(d), d);              // dw + d
+  return store_binary32(ctx, {{cspan(d), dw}});
+}
+
 /// y = (x·r)·w on one row.
 inline bool rmsnorm_scale_row32(std::span<float> y, std::span<const float> x, std::span<const float> w, float r,
                                 const Ctx<Emulated>& ctx) {
@@ -314,6 +332,8 @@ void rmsnorm_backward_weight_io(std::span<T> dw, std::span<const T> dy, std::spa
                                 RowShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   const std::int64_t C = s.cols;
+  if constexpr (kBinary32Body<A, T>)
+    if (sel.empty() && binary32_chain<A, T>(ctx) && detail::rmsnorm_backward_weight32(dw, dy, x, rstd, s, ctx)) return;
   // xhat (every row written below) and the cast of dy in scratch_buffer slots 0 and 1.
   const std::span<V> xhat = scratch_buffer<V>(x.size(), 0), dys = scratch_buffer<V>(dy.size(), 1);
   ctx.in_array(dy, dys, Tensor::Dy);

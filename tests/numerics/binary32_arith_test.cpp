@@ -177,5 +177,36 @@ TEST(Binary32Arith, ChainRowsEqualTheAccumulationsDotAndSumOnEveryTier) {
   EXPECT_FALSE(binary32_chain(b));
 }
 
+
+TEST(Binary32Arith, ChainColumnsEqualTheAccumulationsDotOnEveryTier) {
+  const Accumulation a = chain32();
+  for (const KernelOptions& k : tiers())
+    for (const std::size_t rows : {std::size_t{0}, std::size_t{1}, std::size_t{9}, std::size_t{64}})
+      for (const std::size_t cols : {std::size_t{1}, std::size_t{8}, std::size_t{15}, std::size_t{16}, std::size_t{37}}) {
+        const std::vector<float> x = operands(rows * cols + 1, 41 + rows), y = operands(rows * cols + 1, 53 + cols);
+        std::vector<float> out(cols);
+        binary32_chain_columns(rows, x.data(), y.data(), cols, out, k);
+        for (std::size_t j = 0; j < cols; ++j) {
+          std::vector<double> xc(rows), yc(rows);
+          for (std::size_t r = 0; r < rows; ++r) {
+            xc[r] = x[r * cols + j];
+            yc[r] = y[r * cols + j];
+          }
+          const double want = rows == 0 ? 0.0 : dot(a, xc, yc);
+          EXPECT_TRUE(same(static_cast<double>(out[j]), want))
+              << "tier " << static_cast<int>(k.isa_limit) << " rows " << rows << " cols " << cols << " col " << j
+              << ": " << out[j] << " vs " << want;
+        }
+      }  // Signed zeros: columns of −0 products are −0 (the chains start at −0) on every tier and in every lane group.
+  for (const KernelOptions& k : tiers()) {
+    const std::size_t rows = 3, cols = 37;
+    const std::vector<float> mz(rows * cols, -0.0f), one(rows * cols, 1.0f);
+    std::vector<float> out(cols, 1.0f);
+    binary32_chain_columns(rows, mz.data(), one.data(), cols, out, k);
+    for (std::size_t j = 0; j < cols; ++j)
+      EXPECT_TRUE(out[j] == 0.0f && std::signbit(out[j])) << "tier " << static_cast<int>(k.isa_limit) << " col " << j;
+  }
+}
+
 }  // namespace
 }  // namespace roundoff::numerics
