@@ -318,10 +318,12 @@ SEGK_DRY_RNG = np.random.default_rng(12345)
 
 
 def segk_dry(ab, bb):
-    """The model under test, on the CPU: the last 64 output columns split as the H200 kernel's tile column 15
+    """A stand-in for the GPU on the CPU: the last 64 output columns split as the H200 kernel's tile column 15
     (15 pieces, the spare k-iterations to the last ones; fewer pieces when K/32 < 15), each piece tc-h100-tf32
-    chained from zero (roundoff), summed in binary32 in a random order per output; the rest the plain chain.
-    Checks the operand designs and the decoders, never a GPU."""
+    chained from zero (roundoff), summed in binary32 in a random order per output (a race, so that the decoders'
+    race detection is exercised); the rest the plain chain. Checks the operand designs and the decoders, never a
+    GPU. The H200 itself sums the pieces as a fixed right-aligned pairwise tree (studies/tensorcore/cublas_check.py,
+    segk_model; docs/studies/tensorcore.md)."""
     import roundoff  # the dry run needs the roundoff package (PYTHONPATH=build/python)
     A, B = decode(ab, "tf32"), decode(bb, "tf32")
     K, N = B.shape
