@@ -53,4 +53,13 @@ void binary32_chain_rows(std::span<const std::size_t> length, const float* x, st
 void binary32_chain_columns(std::size_t rows, const float* x, const float* y, std::size_t ld, std::span<float> out,
                             const KernelOptions& opts = {});
 
+
+/// Σ x[i]² in binary64 in a fixed order of 16 interleaved chains: chain c holds c_0 = +0 and, for the elements
+/// i ≡ c (mod 16) in increasing order, c ← c + x[i]·x[i] (each square exact in binary64: 48 significant bits; each
+/// addition rounded once to nearest even); the result is (((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7))) +
+/// (((c8 + c9) + (c10 + c11)) + ((c12 + c13) + (c14 + c15))). Every square passes through at most ⌈n/16⌉ + 4
+/// additions (the depth an error bound of the sum needs); non-finite exactly when some x[i] is (a sum of fewer than
+/// 2^700 squares of finite binary32 values stays below 2^957). Tiers: AVX-512 (two vectors of 8 chains), AVX2 (four
+/// of 4), portable: the same operations per chain, so the same bits, under the default control register.
+double binary64_sum_of_squares16(std::span<const float> x, const KernelOptions& opts = {});
 }  // namespace roundoff::numerics

@@ -3,9 +3,13 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 #include <stdexcept>
+#include <vector>
 
+#include "numerics/binary32_arith.hpp"
 #include "numerics/round.hpp"
 
 namespace roundoff::studies::train {
@@ -156,26 +160,70 @@ void accumulate_gradients(ParamStore& total, const ParamStore& micro, bool first
 }
 
 namespace {
+/// Σ g² in binary64, sequentially in buffer order (global_norm's sum; each square exact: 48 significant bits).
 double sum_of_squares(std::span<const float> g) {
   double sum = 0;
   for (const float x : g) sum += static_cast<double>(x) * static_cast<double>(x);
   return sum;
 }
+
+constexpr std::size_t kSquaresChunk = std::size_t{1} << 15;
+
+/// Σ g² in binary64 in another order, for the bound of norm_of: chunks of kSquaresChunk elements split over the
+/// threads, each summed in 16 chains (numerics::binary64_sum_of_squares16), then the chunks' sums in order (the same
+/// bits on any thread count). Non-finite exactly when some g is.
+double sum_of_squares_chunked(std::span<const float> g) {
+  const std::size_t n = g.size(), chunks = (n + kSquaresChunk - 1) / kSquaresChunk;
+  std::vector<double> part(chunks);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t c = 0; c < static_cast<std::int64_t>(chunks); ++c) {
+    const std::size_t b = static_cast<std::size_t>(c) * kSquaresChunk, len = std::min(kSquaresChunk, n - b);
+    part[static_cast<std::size_t>(c)] = numerics::binary64_sum_of_squares16(g.subspan(b, len));
+  }
+  double sum = 0;
+  for (const double p : part) sum += p;
+  return sum;
+}
+
+/// {every g finite, fl_f(√ŝ)} with ŝ = sum_of_squares(g) (global_norm's value): the norm from
+/// sum_of_squares_chunked's s_p when that decides it, else from ŝ itself. Both sums add nonnegative terms, so with s
+/// the exact sum, |ŝ − s| ≤ γ_a·s and |s_p − s| ≤ γ_b·s, where γ_k = k·u/(1 − k·u), u = 2^−53, and k bounds the
+/// additions any one term passes through (n for the sequential sum; a chain, the tree and the chunks for the
+/// other): Higham, Accuracy and Stability of Numerical Algorithms, §4.2. With γ = γ_a + γ_b < 1/3 that gives
+/// ŝ ∈ [s_p·(1 − 3γ), s_p·(1 + 3γ)] (8u more cover the two roundings of each end). x ↦ fl_f(√x) is nondecreasing
+/// (a correctly rounded √, then nearest-even with its overflow and underflow), so where both ends give one value ŝ
+/// gives it too: the same bits, read in parallel. The ends differ when √ŝ lies within 3γ/2 (relative; ≈ 4·10⁻⁹ for
+/// 13 million gradients) of a rounding boundary of f, and for a non-finite s_p: the sequential sum decides then.
+GradientNorm norm_of(std::span<const float> g, const numerics::Format& f) {
+  const Rounder r(f);
+  const double s_p = sum_of_squares_chunked(g);
+  const bool finite = std::isfinite(s_p);
+  if (finite) {
+    const double u = 0x1p-53, n = static_cast<double>(g.size());
+    const double chunks = std::ceil(n / static_cast<double>(kSquaresChunk));
+    const auto gamma = [u](double k) { return k * u / (1 - k * u); };
+    const double depth = static_cast<double>(kSquaresChunk / 16 + 4) + chunks;
+    const double g3 = 3 * (gamma(n) + gamma(depth)) + 8 * u;
+    if (g3 < 1) {
+      const double lo = r(std::sqrt(s_p * (1 - g3))), hi = r(std::sqrt(s_p * (1 + g3)));
+      if (std::bit_cast<std::uint64_t>(lo) == std::bit_cast<std::uint64_t>(hi)) return {true, lo};
+    }
+  }
+  return {finite, r(std::sqrt(sum_of_squares(g)))};
+}
 }  // namespace
 
 double global_norm(const ParamStore& grads, const numerics::Format& f) {
   if (grads.kind() == StorageKind::Binary64) return global_norm(grads.binary64(), f);
-  return norm_from_sum_of_squares(sum_of_squares(grads.binary32()), f);
+  return norm_of(grads.binary32(), f).norm;
 }
 
-std::optional<double> unscale_free_sum_of_squares(const ParamStore& grads, double scale, int accum,
-                                                  const numerics::Format& f) {
+std::optional<GradientNorm> unscale_free_norm(const ParamStore& grads, double scale, int accum,
+                                              const numerics::Format& f) {
   if (accum != 1 || scale != 1.0 || !numerics::holds_binary32(f) || grads.kind() != StorageKind::Binary32)
     return std::nullopt;
-  return sum_of_squares(grads.binary32());
+  return norm_of(grads.binary32(), f);
 }
-
-double norm_from_sum_of_squares(double sum, const numerics::Format& f) { return Rounder(f)(std::sqrt(sum)); }
 
 double clip_coefficient(double norm, double max_norm, const numerics::Format& f) {
   if (max_norm <= 0) return 1.0;

@@ -51,15 +51,19 @@ bool unscale_gradients(ParamStore& grads, double scale, int accum, const numeric
 void accumulate_gradients(ParamStore& total, const ParamStore& micro, bool first);
 double global_norm(const ParamStore& grads, const numerics::Format& f);
 
-/// unscale_gradients fused with global_norm's pass where the unscaling changes nothing (one micro-step, scale 1, f
-/// holding binary32, binary32 gradients: every finite gradient stays as it is): returns global_norm's binary64 sum
-/// of squares, whose finiteness is the finiteness of every gradient (a binary32 value squares below 2^256, and a sum
-/// of fewer than 2^700 of them stays finite), so that the update's norm need not read the gradients again;
-/// std::nullopt elsewhere (the caller then runs unscale_gradients and global_norm).
-std::optional<double> unscale_free_sum_of_squares(const ParamStore& grads, double scale, int accum,
-                                                  const numerics::Format& f);
-/// global_norm from its sum of squares: fl_f(√sum).
-double norm_from_sum_of_squares(double sum, const numerics::Format& f);
+/// The gradients' finiteness and global_norm, from one pass.
+struct GradientNorm {
+  bool finite = true;  // every gradient finite
+  double norm = 0;     // global_norm's value (possibly +inf when f cannot hold it, or NaN, with finite false)
+};
+
+/// unscale_gradients fused with global_norm where the unscaling changes nothing (one micro-step, scale 1, f
+/// holding binary32, binary32 gradients: every finite gradient stays as it is): the finiteness unscale_gradients
+/// returns and global_norm's bits (a binary32 value squares below 2^256, and a sum of fewer than 2^700 of them stays
+/// finite, so the sum of squares is finite exactly when every gradient is), so that the update's norm need not read
+/// the gradients again; std::nullopt elsewhere (the caller then runs unscale_gradients and global_norm).
+std::optional<GradientNorm> unscale_free_norm(const ParamStore& grads, double scale, int accum,
+                                              const numerics::Format& f);
 
 /// Clip multiplier in f: min(1, fl_f(max_norm / fl_f(norm + 1e-6))); 1 when max_norm ≤ 0.
 double clip_coefficient(double norm, double max_norm, const numerics::Format& f = numerics::formats::fp32);

@@ -306,17 +306,17 @@ void Trainer::step() {
   const double loss = micro_steps(s, scale, tel);
   tel.step = s;
   bool grads_finite = false;
-  std::optional<double> squares;  // the norm's sum, when the finiteness check computed it
+  std::optional<double> norm;  // the global norm, when the finiteness check computed it
   ops::timed_phase(profile_, "trainer: unscale", [&] {
-    squares = unscale_free_sum_of_squares(grads_, scale, opts_.recipe.accum, opts_.update_format);
-    grads_finite = squares ? std::isfinite(*squares)
-                           : unscale_gradients(grads_, scale, opts_.recipe.accum, opts_.update_format);
+    const auto fused = unscale_free_norm(grads_, scale, opts_.recipe.accum, opts_.update_format);
+    if (fused) norm = fused->norm;
+    grads_finite = fused ? fused->finite : unscale_gradients(grads_, scale, opts_.recipe.accum, opts_.update_format);
   });
   record_nonfinite(s, tel, grads_finite && std::isfinite(loss));
   log_.curve(s, "train_loss", loss);
   const double lr = update_learning_rate(opts_.recipe, s, opts_.steps);
   if (scaler_.skips(grads_finite)) skip_update(s, tel, scale);
-  else update(s, tel, lr, squares);
+  else update(s, tel, lr, norm);
   if (const auto change = scaler_.update(s, grads_finite)) {
     log_.event(s, "loss_scale", std::string(change->reason) + " " + format_value(change->from) + " -> " +
                                     format_value(change->to));
@@ -390,11 +390,10 @@ void Trainer::skip_update(std::int64_t s, const StepTelemetry& tel, double scale
   log_.curve(s, "skipped", 1.0);
 }
 
-void Trainer::update(std::int64_t s, const StepTelemetry& tel, double lr, std::optional<double> squares) {
+void Trainer::update(std::int64_t s, const StepTelemetry& tel, double lr, std::optional<double> fused_norm) {
   double norm = 0;
-  ops::timed_phase(profile_, "trainer: global norm", [&] {
-    norm = squares ? norm_from_sum_of_squares(*squares, opts_.update_format) : global_norm(grads_, opts_.update_format);
-  });
+  ops::timed_phase(profile_, "trainer: global norm",
+                   [&] { norm = fused_norm ? *fused_norm : global_norm(grads_, opts_.update_format); });
   const double coef = clip_coefficient(norm, opts_.recipe.clip_norm, opts_.update_format);
   ++adam_t_;
   // Tensor by tensor, so the stagnation telemetry holds one tensor's weights from before its update, not

@@ -208,5 +208,44 @@ TEST(Binary32Arith, ChainColumnsEqualTheAccumulationsDotOnEveryTier) {
   }
 }
 
+/// binary64_sum_of_squares16 against its definition written out here (16 chains by index mod 16 from +0, then the
+/// tree), bit for bit on every tier, at lengths around the vector widths and long ones, over the whole binary32 range
+/// (subnormals, the largest values, signed zeros): non-finite with an infinity or a NaN among the values.
+TEST(Binary32Arith, SumOfSquaresInSixteenChainsOnEveryTier) {
+  const auto definition16 = [](const std::vector<float>& x) {
+    std::vector<double> c(16, 0.0);
+    for (std::size_t i = 0; i < x.size(); ++i) c[i % 16] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+    std::vector<double> level = c;
+    while (level.size() > 1) {  // pairs of neighbours, four levels
+      std::vector<double> next;
+      for (std::size_t k = 0; k < level.size(); k += 2) next.push_back(level[k] + level[k + 1]);
+      level = next;
+    }
+    return level[0];
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const KernelOptions& k : tiers())
+    for (const std::size_t n : std::vector<std::size_t>{0, 1, 5, 15, 16, 17, 31, 32, 33, 100, 4099, 70001}) {
+      std::vector<float> x = operands(n, 97 + n), near(n);
+      for (float& v : x)
+        if (std::isinf(v)) v = std::copysign(0x1.fffffep127f, v);  // finite values: infinities below
+      std::mt19937_64 rng(n);  // comparable magnitudes, where the order shows in the bits
+      std::uniform_real_distribution<float> m(-2.0f, 2.0f);
+      for (float& v : near) v = m(rng);
+      for (const std::vector<float>* v : {&x, &near}) {
+        const double want = definition16(*v), got = binary64_sum_of_squares16(*v, k);
+        EXPECT_EQ(std::bit_cast<std::uint64_t>(got), std::bit_cast<std::uint64_t>(want))
+            << "tier " << static_cast<int>(k.isa_limit) << " n " << n << std::hexfloat << ": " << got << " vs " << want;
+        EXPECT_TRUE(std::isfinite(got));
+      }
+      if (n == 0) continue;
+      for (const float special : {inf, -inf, std::numeric_limits<float>::quiet_NaN()}) {
+        std::vector<float> y = x;
+        y[n / 2] = special;
+        EXPECT_FALSE(std::isfinite(binary64_sum_of_squares16(y, k))) << "tier " << static_cast<int>(k.isa_limit);
+      }
+    }
+}
+
 }  // namespace
 }  // namespace roundoff::numerics

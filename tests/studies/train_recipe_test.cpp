@@ -262,16 +262,17 @@ TEST(TrainOptimizer, UnscaleAtScaleOneOfBinary32GradientsEqualsTheBinary64Versio
       }
 }
 
-/// The fused finiteness check of the trainer (unscale_free_sum_of_squares): where it applies (one micro-step, scale
-/// 1, an update format holding binary32, binary32 gradients) its answer is unscale_gradients' and its sum gives
-/// global_norm's bits, over binary32 gradients up to the largest (whose squares are far beyond binary32) and with
-/// +inf, −inf or a NaN among them; elsewhere it declines.
+/// The fused finiteness check of the trainer (unscale_free_norm): where it applies (one micro-step, scale 1, an
+/// update format holding binary32, binary32 gradients) its finiteness is unscale_gradients' answer and its norm has
+/// the bits of global_norm on the widened values (the sequential binary64 sum), over binary32 gradients up to the
+/// largest (whose squares are far beyond binary32) and with +inf, −inf or a NaN among them, in stores longer than
+/// one chunk of the parallel sum; elsewhere it declines.
 TEST(TrainOptimizer, FusedFinitenessCheckEqualsUnscaleAndNorm) {
   std::mt19937_64 rng(9);
   std::uniform_int_distribution<int> e(-149, 127);
   std::uniform_real_distribution<double> m(1.0, 2.0);
   std::vector<double> base;
-  for (int i = 0; i < 4000; ++i)
+  for (int i = 0; i < 70000; ++i)
     base.push_back(static_cast<double>(static_cast<float>((i % 2 ? -1 : 1) * std::ldexp(m(rng), e(rng)))));
   for (int i = 0; i < 64; ++i) base.push_back(i % 2 ? 0x1.fffffep127 : -0x1.fffffep127);
   const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
@@ -279,26 +280,73 @@ TEST(TrainOptimizer, FusedFinitenessCheckEqualsUnscaleAndNorm) {
     for (int special = 0; special < 4; ++special) {
       std::vector<double> x = base;
       if (special == 1) x[17] = inf;
-      if (special == 2) x[3001] = -inf;
-      if (special == 3) x[2022] = nan;
+      if (special == 2) x[30001] = -inf;
+      if (special == 3) x[62022] = nan;
       ParamStore store(StorageKind::Binary32, x.size());
       store.write(0, x);
-      const std::optional<double> sum = unscale_free_sum_of_squares(store, 1.0, 1, f);
-      ASSERT_TRUE(sum.has_value());
+      const std::optional<GradientNorm> fused = unscale_free_norm(store, 1.0, 1, f);
+      ASSERT_TRUE(fused.has_value());
       ParamStore copy(StorageKind::Binary32, x.size());
       copy.write(0, x);
-      EXPECT_EQ(std::isfinite(*sum), unscale_gradients(copy, 1.0, 1, f)) << special;
-      EXPECT_EQ(std::isfinite(*sum), special == 0) << special;
-      const double want = global_norm(store, f), got = norm_from_sum_of_squares(*sum, f);
-      EXPECT_TRUE(std::bit_cast<std::uint64_t>(got) == std::bit_cast<std::uint64_t>(want) ||
-                  (std::isnan(got) && std::isnan(want)))
-          << special << std::hexfloat << " " << got << " against " << want;
+      EXPECT_EQ(fused->finite, unscale_gradients(copy, 1.0, 1, f)) << special;
+      EXPECT_EQ(fused->finite, special == 0) << special;
+      const double want = global_norm(std::span<const double>(x), f);
+      for (const double got : {fused->norm, global_norm(store, f)})
+        EXPECT_TRUE(std::bit_cast<std::uint64_t>(got) == std::bit_cast<std::uint64_t>(want) ||
+                    (std::isnan(got) && std::isnan(want)))
+            << special << std::hexfloat << " " << got << " against " << want;
     }
   ParamStore store(StorageKind::Binary32, 4), wide(StorageKind::Binary64, 4);
-  EXPECT_FALSE(unscale_free_sum_of_squares(store, 2.0, 1, numerics::formats::fp32).has_value());
-  EXPECT_FALSE(unscale_free_sum_of_squares(store, 1.0, 2, numerics::formats::fp32).has_value());
-  EXPECT_FALSE(unscale_free_sum_of_squares(store, 1.0, 1, numerics::formats::bf16).has_value());
-  EXPECT_FALSE(unscale_free_sum_of_squares(wide, 1.0, 1, numerics::formats::fp32).has_value());
+  EXPECT_FALSE(unscale_free_norm(store, 2.0, 1, numerics::formats::fp32).has_value());
+  EXPECT_FALSE(unscale_free_norm(store, 1.0, 2, numerics::formats::fp32).has_value());
+  EXPECT_FALSE(unscale_free_norm(store, 1.0, 1, numerics::formats::bf16).has_value());
+  EXPECT_FALSE(unscale_free_norm(wide, 1.0, 1, numerics::formats::fp32).has_value());
+}
+
+/// global_norm of binary32 gradients reads them in parallel, in another order than its sequential binary64 sum, and
+/// keeps that sum's bits: here the order decides the binary32 norm. The gradients are 1, a g1 whose square puts the
+/// sequential sum just below the square of the midpoint 1 + 2^−24 between 1 and 1 + 2^−23, and 2^14 values 2^−27
+/// whose squares (2^−54, under half an ulp of 1) the sequential sum drops one by one while any sum of them first
+/// keeps (2^−40 in all): the sequential norm is 1, the exact one 1 + 2^−23. Random gradients over the whole binary32
+/// range, in stores of many chunks, give the sequential sum's bits too, for fp32 and binary64 f.
+TEST(TrainOptimizer, GlobalNormOfBinary32GradientsHasTheSequentialSumsBits) {
+  const double m = 1 + 0x1p-24, tiny = 0x1p-27;
+  const auto to_fp32 = [](double v) { return static_cast<double>(static_cast<float>(v)); };
+  float g1 = 0;
+  for (float c = std::nextafter(static_cast<float>(std::sqrt(0x1p-23)), 0.0f) - 64 * 0x1p-35f; g1 == 0;
+       c = std::nextafter(c, 1.0f)) {
+    ASSERT_LT(c, 0x1p-11f) << "no g1 found";
+    const double d = 1.0 + static_cast<double>(c) * static_cast<double>(c);  // the sequential sum after two terms
+    if (d < m * m && to_fp32(std::sqrt(d)) == 1.0 && to_fp32(std::sqrt(d + 0x1p-44)) == 1 + 0x1p-23) g1 = c;
+  }
+  std::vector<double> x{1.0, static_cast<double>(g1)};
+  x.resize(2 + (std::size_t{1} << 14), tiny);
+  const double sequential = global_norm(std::span<const double>(x), numerics::formats::fp32);
+  ASSERT_EQ(sequential, 1.0);  // the tiny squares dropped
+  double exact = 1.0 + static_cast<double>(g1) * static_cast<double>(g1);
+  exact += 0x1p-40;  // their sum, exact here (ulp 2^−52)
+  ASSERT_EQ(to_fp32(std::sqrt(exact)), 1 + 0x1p-23);  // a sum that keeps them rounds the other way
+  ParamStore store(StorageKind::Binary32, x.size());
+  store.write(0, x);
+  EXPECT_EQ(global_norm(store, numerics::formats::fp32), sequential);
+  const std::optional<GradientNorm> fused = unscale_free_norm(store, 1.0, 1, numerics::formats::fp32);
+  ASSERT_TRUE(fused.has_value());
+  EXPECT_EQ(fused->norm, sequential);
+
+  std::mt19937_64 rng(31);
+  std::uniform_real_distribution<double> mant(1.0, 2.0);
+  for (int trial = 0; trial < 6; ++trial) {
+    std::uniform_int_distribution<int> e(trial < 3 ? -149 : -30, trial < 3 ? 127 : 30);
+    std::vector<double> v(200000 + static_cast<std::size_t>(trial) * 7919);
+    for (double& y : v) y = static_cast<double>(static_cast<float>(std::ldexp(mant(rng), e(rng))));
+    ParamStore s(StorageKind::Binary32, v.size());
+    s.write(0, v);
+    for (const numerics::Format& f : {numerics::formats::fp32, numerics::formats::fp64}) {
+      const double want = global_norm(std::span<const double>(v), f), got = global_norm(s, f);
+      EXPECT_EQ(std::bit_cast<std::uint64_t>(got), std::bit_cast<std::uint64_t>(want))
+          << trial << std::hexfloat << " " << got << " against " << want;
+    }
+  }
 }
 
 TEST(TrainCheckpoint, RoundTripsAndRefusesCorruption) {
