@@ -138,11 +138,8 @@ class Buffer {
   CValues cvalues() const { return binary32_ ? CValues(f_) : CValues(d_); }
   operator Values() { return values(); }  // NOLINT(google-explicit-constructor)
   operator CValues() const { return cvalues(); }  // NOLINT(google-explicit-constructor)
-  /// Every element +0.
-  void zero() {
-    if (binary32_) std::fill(f_.begin(), f_.end(), 0.0f);
-    else std::fill(d_.begin(), d_.end(), 0.0);
-  }
+  /// Every element +0 (large tensors in chunks over the threads, outside a parallel region: ops/values.cpp).
+  void zero();
 
  private:
   std::vector<double> d_;

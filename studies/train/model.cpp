@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -956,15 +958,25 @@ ops::CValues Transformer::working_weights(const ParamStore& master) {
     // Binary32 working weights (their values fit: weights32_). Where the rounding changes no master bit pattern
     // (an fp32 Weight role over fp32 masters: every finite binary32 value is left as it is; a piece holding a
     // non-finite value is rounded and compared), the masters themselves are the working weights and no copy is held.
+    // The pieces split over the threads (a logical and: the same answer on any thread count); once a piece
+    // changes, the others are skipped.
     const bool fp32 = wf == numerics::formats::fp32;
-    bool identity = true;
-    std::vector<double> before(kPiece);
-    for (std::size_t at = 0; at < m32.size() && identity; at += kPiece) {
-      const std::size_t n = std::min(kPiece, m32.size() - at);
+    const auto pieces = static_cast<std::int64_t>((m32.size() + kPiece - 1) / kPiece);
+    std::atomic<bool> changed{false};
+#pragma omp parallel for schedule(static)
+    for (std::int64_t p = 0; p < pieces; ++p) {
+      if (changed.load(std::memory_order_relaxed)) continue;
+      const std::size_t at = static_cast<std::size_t>(p) * kPiece, n = std::min(kPiece, m32.size() - at);
       if (fp32 && numerics::all_finite(m32.subspan(at, n))) continue;
+      std::array<double, kPiece> before, after;
       numerics::widen_binary32(m32.subspan(at, n), std::span<double>(before.data(), n));
-      identity = std::memcmp(rounded(at, n).data(), before.data(), n * sizeof(double)) == 0;
+      numerics::widen_binary32(m32.subspan(at, n), std::span<double>(after.data(), n));
+      const std::span<double> a(after.data(), n);
+      if (round) numerics::round_array(plan, numerics::Rounding::NearestEven, a, a);
+      if (std::memcmp(after.data(), before.data(), n * sizeof(double)) != 0)
+        changed.store(true, std::memory_order_relaxed);
     }
+    const bool identity = !changed.load();
     derived_identity_ = identity;
     if (identity) {
       weights_.release();
