@@ -59,11 +59,20 @@ namespace detail {
 
 /// out[r] = the binary32 chain of row r (numerics::binary32_chain_rows; y null: the sum), widened; false, out
 /// untouched, when some result is NaN (the caller's dot_rows then takes every row).
+/// Blocks of 64 rows split over the threads (independent chains: the same bits on any thread count).
 inline bool chain_rows32(const Ctx<Emulated>& ctx, std::span<const std::size_t> len, const float* x, std::int64_t x_row,
                          const float* y, std::int64_t y_row, std::span<double> out) {
   thread_local std::vector<float> r32;  // rows
   r32.resize(out.size());
-  numerics::binary32_chain_rows(len, x, x_row, y, y_row, r32, ctx.exec().kernels);
+  constexpr std::size_t kBlock = 64;
+  const std::size_t R = out.size();
+  float* const rows = r32.data();
+  for_units(static_cast<std::int64_t>((R + kBlock - 1) / kBlock), {}, [&](std::int64_t b) {
+    const std::size_t r0 = static_cast<std::size_t>(b) * kBlock, n = std::min(kBlock, R - r0);
+    const auto off = static_cast<std::ptrdiff_t>(r0);
+    numerics::binary32_chain_rows(len.subspan(r0, n), x + off * x_row, x_row, y ? y + off * y_row : nullptr, y_row,
+                                  std::span<float>(rows + r0, n), ctx.exec().kernels);
+  });
   if (numerics::any_nan(cspan(r32), ctx.exec().kernels)) return false;
   std::copy(r32.begin(), r32.end(), out.begin());
   return true;
@@ -98,15 +107,13 @@ inline bool rmsnorm_scale_row32(std::span<float> y, std::span<const float> x, st
   return store_binary32(ctx, {{cspan(yw), y}});
 }
 
-/// dx = store(dx + (r·g − a·x)) on one row, g (binary32 values) given in binary64.
-inline bool rmsnorm_backward_row32(std::span<float> dx, std::span<const double> g, std::span<const float> x, float r,
+/// dx = store(dx + (r·g − a·x)) on one row.
+inline bool rmsnorm_backward_row32(std::span<float> dx, std::span<const float> g, std::span<const float> x, float r,
                                    float a, const Ctx<Emulated>& ctx) {
-  thread_local std::vector<float> g32, rg, ax;  // C
-  g32.resize(x.size());
+  thread_local std::vector<float> rg, ax;  // C
   rg.resize(x.size());
   ax.resize(x.size());
-  numerics::narrow_to_binary32(g, g32, ctx.exec().kernels);                  // exact: values of compute
-  arith_binary32(ctx, ArithOp::Mul, cspan(g32), std::span(&r, 1), rg);      // r·g
+  arith_binary32(ctx, ArithOp::Mul, g, std::span(&r, 1), rg);               // r·g
   arith_binary32(ctx, ArithOp::Mul, x, std::span(&a, 1), ax);                // a·x
   arith_binary32(ctx, ArithOp::Sub, cspan(rg), cspan(ax), rg);               // d = r·g − a·x
   arith_binary32(ctx, ArithOp::Add, std::span<const float>(dx), cspan(rg), ax);  // dx + d
@@ -123,35 +130,46 @@ void rmsnorm_forward_io(std::span<T> y, std::span<T> rstd, std::span<const T> x,
                         double eps, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   const std::int64_t C = s.cols;
-  // The entry casts in scratch_buffer slots 0 and 1 (no allocation, zeroing and page faults per call).
+  const auto cn = static_cast<std::size_t>(C);
+  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx);
+  // The entry casts in scratch_buffer slots 0 and 1 (no allocation, zeroing and page faults per call). Under
+  // binary32_through x is cast only where the binary64 form reads it, a row at a time (a cast there returns each
+  // non-NaN value as it is and a NaN by the NaN rule, whatever the key: the whole cast's values, row by row).
   const std::span<V> xs = scratch_buffer<V>(x.size(), 0), ws = scratch_buffer<V>(w.size(), 1);
-  ctx.in_array(x, xs, Tensor::X);
+  bool x_cast = !through;  // xs holds every row's cast
+  if (x_cast) ctx.in_array(x, xs, Tensor::X);
   ctx.in_array(w, ws, Tensor::W);
+  const auto cast_row = [&](std::size_t o) {
+    if (!x_cast) ctx.in_array(x.subspan(o, cn), xs.subspan(o, cn), Tensor::X);
+  };
   const V n = ctx.c(static_cast<double>(C)), e = ctx.c(eps);
   SlotSeq Row(Tensor::Row);
   const auto k_ss = Row.next(), k_ms = Row.next(), k_t = Row.next(), k_inv = Row.next(), k_rstd = Row.next();
   const bool batched = sel.empty();
-  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx);
   std::vector<V> sums(batched ? static_cast<std::size_t>(s.rows) : 0);
   if (batched) {
-    const std::vector<std::size_t> len(sums.size(), static_cast<std::size_t>(C));
+    const std::vector<std::size_t> len(sums.size(), cn);
     bool summed = false;
     if constexpr (kBinary32Body<A, T>)  // the sums of squares as binary32 chains on x itself, when none is NaN
       summed = binary32_chain<A, T>(ctx) && detail::chain_rows32(ctx, len, x.data(), C, x.data(), C, sums);
-    if (!summed)
+    if (!summed) {
+      if (!x_cast) ctx.in_array(x, xs, Tensor::X);
+      x_cast = true;
       ctx.dot_rows(numerics::BasicRowBatch<V>{len, xs.data(), C, 1, xs.data(), C, 1}, std::span<V>(sums), k_ss);
+    }
   }
   for_units(s.rows, sel, [&](std::int64_t r) {
     const V* xr = xs.data() + r * C;
-    const auto ri = static_cast<std::size_t>(r);
-    const V ss = batched ? sums[ri] : ctx.dot(xr, 1, xr, 1, static_cast<std::size_t>(C), k_ss(ri));
+    const auto ri = static_cast<std::size_t>(r), o = static_cast<std::size_t>(r * C);
+    if (!batched) cast_row(o);
+    const V ss = batched ? sums[ri] : ctx.dot(xr, 1, xr, 1, cn, k_ss(ri));
     const V inv = ctx.rsqrt(ctx.add(ctx.div(ss, n, k_ms(ri)), e, k_t(ri)), k_inv(ri));
     rstd[ri] = static_cast<T>(ctx.store(inv, k_rstd(ri)));  // exact: a value of storage
     // y_i = store((x_i·r)·w_i) on the row's span
-    const auto o = static_cast<std::size_t>(r * C), cn = static_cast<std::size_t>(C);
     if constexpr (kBinary32Body<A, T>)
       if (through && detail::rmsnorm_scale_row32(y.subspan(o, cn), x.subspan(o, cn), w, static_cast<float>(inv), ctx))
         return;
+    if (batched) cast_row(o);
     SlotSeq Y(Tensor::Y, o);
     const auto k_xn = Y.next(), k_mul = Y.next(), k_store = Y.next();
     thread_local std::vector<V> xr_inv, yw;
@@ -217,13 +235,24 @@ void rmsnorm_backward_data_io(std::span<T> dx, std::span<const T> dy, std::span<
                               std::span<const T> rstd, RowShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   const std::int64_t C = s.cols;
-  // The entry casts and g in scratch_buffer slots 0–3 (every element read is written first: the casts whole, g on
-  // each row the loops below read).
+  const auto cn = static_cast<std::size_t>(C);
+  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx);
+  // The entry casts and g in scratch_buffer slots 0–3 (every element read is written first: the casts whole or row
+  // by row, g on each row the loops below read). Under binary32_through x and dy are cast only where the binary64
+  // form reads them, a row at a time (the whole cast's values: rmsnorm_forward_io).
   const std::span<V> xs = scratch_buffer<V>(x.size(), 0), ws = scratch_buffer<V>(w.size(), 1),
                      dys = scratch_buffer<V>(dy.size(), 2), g = scratch_buffer<V>(dy.size(), 3);
-  ctx.in_array(x, xs, Tensor::X);
+  bool cast = !through;  // xs and dys hold every row's cast
+  if (cast) {
+    ctx.in_array(x, xs, Tensor::X);
+    ctx.in_array(dy, dys, Tensor::Dy);
+  }
   ctx.in_array(w, ws, Tensor::W);
-  ctx.in_array(dy, dys, Tensor::Dy);
+  const auto cast_row = [&](std::size_t o) {
+    if (cast) return;
+    ctx.in_array(x.subspan(o, cn), xs.subspan(o, cn), Tensor::X);
+    ctx.in_array(dy.subspan(o, cn), dys.subspan(o, cn), Tensor::Dy);
+  };
   const V n = ctx.c(static_cast<double>(C));
   SlotSeq Row(Tensor::Row);
   const auto k_rstd = Row.next(), k_sg = Row.next(), k_inv2 = Row.next(), k_inv3 = Row.next(), k_mul = Row.next(),
@@ -231,30 +260,38 @@ void rmsnorm_backward_data_io(std::span<T> dx, std::span<const T> dy, std::span<
   // the slots of Dx at each element: g = w·dy first, the update after the row's reduction
   const auto dx_slots = [C](std::int64_t r) { return SlotSeq(Tensor::Dx, static_cast<std::size_t>(r * C)); };
   const auto products = [&](std::int64_t r) {
-    const auto o = static_cast<std::size_t>(r * C), cn = static_cast<std::size_t>(C);
+    const auto o = static_cast<std::size_t>(r * C);
     SlotSeq Dx = dx_slots(r);
     arith_array(ctx, ArithOp::Mul, cspan(ws), std::span<const V>(dys.data() + o, cn), std::span<V>(g.data() + o, cn),
                 Dx.next());
   };
   const bool batched = sel.empty();
-  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx);
+  // g = w·dy in binary32 (rows × C), when the chains computed it: the binary32 row bodies read it, and a row that
+  // takes the binary64 form widens its own row into g (exact: values of compute).
+  [[maybe_unused]] const float* g32 = nullptr;
   std::vector<V> sums(batched ? static_cast<std::size_t>(s.rows) : 0);
   if (batched) {
-    const std::vector<std::size_t> len(sums.size(), static_cast<std::size_t>(C));
+    const std::vector<std::size_t> len(sums.size(), cn);
     bool summed = false;
     if constexpr (kBinary32Body<A, T>)  // g = w·dy in binary32 and its row dots with x as binary32 chains
       if (binary32_chain<A, T>(ctx)) {
-        thread_local std::vector<float> g32;  // rows × C
-        g32.resize(dy.size());
-        for (std::int64_t r = 0; r < s.rows; ++r) {
-          const auto o = static_cast<std::size_t>(r * C), cn = static_cast<std::size_t>(C);
-          arith_binary32(ctx, ArithOp::Mul, w, dy.subspan(o, cn), std::span<float>(g32.data() + o, cn));
-        }
-        summed = !numerics::any_nan(cspan(g32), ctx.exec().kernels) &&
-                 detail::chain_rows32(ctx, len, g32.data(), C, x.data(), C, sums);
-        if (summed) numerics::widen_binary32(cspan(g32), g, ctx.exec().kernels);  // g's values, for every row body
+        thread_local std::vector<float> g32s;  // rows × C
+        g32s.resize(dy.size());
+        float* const gp = g32s.data();
+        for_units(s.rows, {}, [&](std::int64_t r) {
+          const auto o = static_cast<std::size_t>(r * C);
+          arith_binary32(ctx, ArithOp::Mul, w, dy.subspan(o, cn), std::span<float>(gp + o, cn));
+        });
+        summed = !numerics::any_nan(cspan(g32s), ctx.exec().kernels) &&
+                 detail::chain_rows32(ctx, len, gp, C, x.data(), C, sums);
+        if (summed) g32 = gp;
       }
     if (!summed) {
+      if (!cast) {
+        ctx.in_array(x, xs, Tensor::X);
+        ctx.in_array(dy, dys, Tensor::Dy);
+      }
+      cast = true;
       for_units(s.rows, sel, products);
       ctx.dot_rows(numerics::BasicRowBatch<V>{len, g.data(), C, 1, xs.data(), C, 1}, std::span<V>(sums), k_sg);
     }
@@ -262,16 +299,30 @@ void rmsnorm_backward_data_io(std::span<T> dx, std::span<const T> dy, std::span<
   for_units(s.rows, sel, [&](std::int64_t r) {
     const std::size_t o = static_cast<std::size_t>(r * C), ri = static_cast<std::size_t>(r);
     const V inv = ctx.in(rstd[ri], k_rstd(ri));
-    if (!batched) products(r);
-    const V sg = batched ? sums[ri] : ctx.dot(g.data() + o, 1, xs.data() + o, 1, static_cast<std::size_t>(C), k_sg(ri));
+    if (!batched) {
+      cast_row(o);
+      products(r);
+    }
+    const V sg = batched ? sums[ri] : ctx.dot(g.data() + o, 1, xs.data() + o, 1, cn, k_sg(ri));
     const V a = ctx.div(ctx.mul(ctx.mul(ctx.mul(inv, inv, k_inv2(ri)), inv, k_inv3(ri)), sg, k_mul(ri)), n, k_a(ri));
     // dx_i ← store(in(dx_i) + (r·g_i − a·x_i)) on the row's span (r and a as left operands)
-    const auto cn = static_cast<std::size_t>(C);
     if constexpr (kBinary32Body<A, T>)
-      if (through && detail::rmsnorm_backward_row32(dx.subspan(o, cn), std::span<const V>(g.data() + o, cn),
-                                                    x.subspan(o, cn), static_cast<float>(inv), static_cast<float>(a),
-                                                    ctx))
-        return;
+      if (through) {
+        thread_local std::vector<float> narrowed;  // C: g's row in binary32 when g32 is not
+        std::span<const float> gr;
+        if (g32 != nullptr) {
+          gr = std::span<const float>(g32 + o, cn);
+        } else {
+          narrowed.resize(cn);
+          numerics::narrow_to_binary32(std::span<const V>(g.data() + o, cn), narrowed, ctx.exec().kernels);  // exact
+          gr = cspan(narrowed);
+        }
+        if (detail::rmsnorm_backward_row32(dx.subspan(o, cn), gr, x.subspan(o, cn), static_cast<float>(inv),
+                                           static_cast<float>(a), ctx))
+          return;
+        if (g32 != nullptr) numerics::widen_binary32(gr, std::span<V>(g.data() + o, cn), ctx.exec().kernels);
+      }
+    if (batched) cast_row(o);
     SlotSeq Dx = dx_slots(r);
     Dx.skip();  // g = w·dy (products)
     const auto k_rg = Dx.next(), k_ax = Dx.next(), k_d = Dx.next(), k_in = Dx.next(), k_sum = Dx.next(),
