@@ -423,22 +423,26 @@ bool cpu_has_avx2_f16c() {
 bool round_doubles_avx2_supported() { return cpu_has_avx2_f16c(); }
 
 namespace {
-/// The AVX-512F scan of all_finite: an exponent field of all ones marks ±inf and NaN.
+/// The AVX-512F scan of all_finite: an exponent field of all ones marks ±inf and NaN, and it is the largest
+/// exponent field, so the lanewise maximum of the fields equals it exactly when some value is non-finite. Two
+/// accumulators, full vectors, an early exit per block of 256 values; the tail (fewer than 8) masked.
 __attribute__((target("avx512f"))) bool all_finite_avx512(const double* x, std::size_t n) {
   const __m512i exp = _mm512_set1_epi64(0x7FF0000000000000ll);
-  constexpr std::size_t kBlock = 256;  // an early exit per block, no branch per vector
-  for (std::size_t at = 0; at < n; at += kBlock) {
-    const std::size_t end = std::min(n, at + kBlock);
-    __mmask8 bad = 0;
-    for (std::size_t i = at; i < end; i += 8) {
-      const std::size_t left = end - i;
-      const __mmask8 live = left >= 8 ? static_cast<__mmask8>(0xFF) : static_cast<__mmask8>((1u << left) - 1);
-      const __m512i v = _mm512_and_si512(_mm512_maskz_loadu_epi64(live, x + i), exp);
-      bad |= _mm512_mask_cmpeq_epi64_mask(live, v, exp);
+  constexpr std::size_t kBlock = 256;
+  std::size_t i = 0;
+  while (n - i >= 8) {
+    const std::size_t end = i + std::min(kBlock, (n - i) / 8 * 8);
+    __m512i m0 = _mm512_setzero_si512(), m1 = _mm512_setzero_si512();
+    for (; i + 16 <= end; i += 16) {
+      m0 = _mm512_max_epu64(m0, _mm512_and_si512(_mm512_loadu_si512(x + i), exp));
+      m1 = _mm512_max_epu64(m1, _mm512_and_si512(_mm512_loadu_si512(x + i + 8), exp));
     }
-    if (bad != 0) return false;
+    for (; i < end; i += 8) m0 = _mm512_max_epu64(m0, _mm512_and_si512(_mm512_loadu_si512(x + i), exp));
+    if (_mm512_cmpeq_epi64_mask(_mm512_max_epu64(m0, m1), exp) != 0) return false;
   }
-  return true;
+  if (i == n) return true;
+  const auto live = static_cast<__mmask8>((1u << (n - i)) - 1u);
+  return _mm512_mask_cmpeq_epi64_mask(live, _mm512_and_si512(_mm512_maskz_loadu_epi64(live, x + i), exp), exp) == 0;
 }
 
 /// The AVX2 scan of all_finite, 4 lanes; a tail of fewer than 4 values by the portable test.
@@ -459,22 +463,25 @@ __attribute__((target("avx2"))) bool all_finite_avx2(const double* x, std::size_
     if ((std::bit_cast<std::uint64_t>(x[i]) & 0x7FF0000000000000ull) == 0x7FF0000000000000ull) return false;
   return true;
 }
-/// all_finite of binary32 values, 16 lanes (exponent field 0xFF: ±inf or NaN).
+/// all_finite of binary32 values, 16 lanes (exponent field 0xFF: ±inf or NaN), as the binary64 scan: the lanewise
+/// maximum of the exponent fields, early exit per block of 512 values, the tail (fewer than 16) masked.
 __attribute__((target("avx512f"))) bool all_finite_avx512(const float* x, std::size_t n) {
   const __m512i exp = _mm512_set1_epi32(0x7F800000);
   constexpr std::size_t kBlock = 512;
-  for (std::size_t at = 0; at < n; at += kBlock) {
-    const std::size_t end = std::min(n, at + kBlock);
-    __mmask16 bad = 0;
-    for (std::size_t i = at; i < end; i += 16) {
-      const std::size_t left = end - i;
-      const auto live = left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
-      const __m512i v = _mm512_and_si512(_mm512_maskz_loadu_epi32(live, x + i), exp);
-      bad |= _mm512_mask_cmpeq_epi32_mask(live, v, exp);
+  std::size_t i = 0;
+  while (n - i >= 16) {
+    const std::size_t end = i + std::min(kBlock, (n - i) / 16 * 16);
+    __m512i m0 = _mm512_setzero_si512(), m1 = _mm512_setzero_si512();
+    for (; i + 32 <= end; i += 32) {
+      m0 = _mm512_max_epu32(m0, _mm512_and_si512(_mm512_loadu_si512(x + i), exp));
+      m1 = _mm512_max_epu32(m1, _mm512_and_si512(_mm512_loadu_si512(x + i + 16), exp));
     }
-    if (bad != 0) return false;
+    for (; i < end; i += 16) m0 = _mm512_max_epu32(m0, _mm512_and_si512(_mm512_loadu_si512(x + i), exp));
+    if (_mm512_cmpeq_epi32_mask(_mm512_max_epu32(m0, m1), exp) != 0) return false;
   }
-  return true;
+  if (i == n) return true;
+  const auto live = static_cast<__mmask16>((1u << (n - i)) - 1u);
+  return _mm512_mask_cmpeq_epi32_mask(live, _mm512_and_si512(_mm512_maskz_loadu_epi32(live, x + i), exp), exp) == 0;
 }
 
 /// The same, 8 lanes; a tail of fewer than 8 values by the portable test.

@@ -227,14 +227,15 @@ INSTANTIATE_TEST_SUITE_P(EveryTier, RoundSpanTier, ::testing::ValuesIn(kTiers),
 
 TEST(RoundSpan, AllFiniteFindsEveryNonFiniteLaneOnEveryTier) {
   // One ±inf or NaN (quiet, signalling, negative) at every position of ragged lengths: the 8- and 4-lane blocks,
-  // the tails, the 256-value early-exit blocks; the largest finite values and zeros are finite.
+  // the tails, the two-vector steps, the 256-value early-exit blocks; the largest finite values and zeros are finite.
   const double specials[] = {std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
                              std::numeric_limits<double>::quiet_NaN(), -std::numeric_limits<double>::quiet_NaN(),
                              std::numeric_limits<double>::signaling_NaN()};
   for (const kernels::Isa isa : {kernels::Isa::Avx512Fp16, kernels::Isa::Avx2, kernels::Isa::None}) {
     const KernelOptions opts{true, isa};
     for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{13},
-                                std::size_t{256}, std::size_t{263}, std::size_t{600}}) {
+                                std::size_t{16}, std::size_t{17}, std::size_t{256}, std::size_t{263},
+                                std::size_t{600}}) {
       std::vector<double> x(n, std::numeric_limits<double>::max());
       for (std::size_t i = 0; i < n; i += 3) x[i] = i % 2 ? -0.0 : 0x1p-1074;
       EXPECT_TRUE(all_finite(x, opts)) << "n " << n << " isa " << kernels::name_of(isa);
@@ -257,7 +258,8 @@ TEST(RoundSpan, AllFiniteOfBinary32FindsEveryNonFiniteLaneOnEveryTier) {
   for (const kernels::Isa isa : {kernels::Isa::Avx512Fp16, kernels::Isa::Avx2, kernels::Isa::None}) {
     const KernelOptions opts{true, isa};
     for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{17},
-                                std::size_t{512}, std::size_t{519}, std::size_t{1100}}) {
+                                std::size_t{32}, std::size_t{33}, std::size_t{512}, std::size_t{519},
+                                std::size_t{1100}}) {
       std::vector<float> x(n, std::numeric_limits<float>::max());
       for (std::size_t i = 0; i < n; i += 3) x[i] = i % 2 ? -0.0f : 0x1p-149f;
       EXPECT_TRUE(all_finite(std::span<const float>(x), opts)) << "n " << n << " isa " << kernels::name_of(isa);
