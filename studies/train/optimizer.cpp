@@ -11,6 +11,7 @@
 
 #include "numerics/binary32_arith.hpp"
 #include "numerics/round.hpp"
+#include "numerics/round_span.hpp"
 
 namespace roundoff::studies::train {
 namespace {
@@ -138,6 +139,28 @@ bool unscale_gradients(ParamStore& grads, double scale, int accum, const numeric
   const double inv = 1.0 / scale;
   int exponent = 0;
   const bool exact_inverse = std::frexp(scale, &exponent) == 0.5;
+  const auto inv32 = static_cast<float>(inv);
+  if (exact_inverse && f == numerics::formats::fp32 && static_cast<double>(inv32) == inv && numerics::default_mxcsr()) {
+    // A power-of-two scale whose inverse is a binary32 value, f = fp32: fl32(w·S⁻¹) of the exact binary64 product
+    // is the hardware binary32 product w × S⁻¹ (correctly rounded, subnormals and overflow included, under the
+    // default control register) for every non-NaN w. A chunk holding a NaN takes the loop below (the NaN's bits).
+    constexpr std::size_t kChunk = std::size_t{1} << 15;
+    const auto chunks = static_cast<std::int64_t>((g.size() + kChunk - 1) / kChunk);
+    bool all = true;
+#pragma omp parallel for schedule(static) reduction(&& : all)
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      const std::size_t b = static_cast<std::size_t>(c) * kChunk, n = std::min(kChunk, g.size() - b);
+      const std::span<float> part = g.subspan(b, n);
+      if (numerics::any_nan(std::span<const float>(part))) {
+        for (float& v : part) v = static_cast<float>(to_f(static_cast<double>(v) * inv));
+        all = false;
+        continue;
+      }
+      numerics::binary32_arith(numerics::Binary32Op::Mul, part, std::span<const float>(&inv32, 1), part);
+      all = numerics::all_finite(std::span<const float>(part)) && all;
+    }
+    return all;
+  }
   return for_each_element(g.size(), [&](std::size_t i) {
     const double w = static_cast<double>(g[i]);
     const double x = to_f(exact_inverse ? w * inv : w / scale);

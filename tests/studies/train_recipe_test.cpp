@@ -262,6 +262,49 @@ TEST(TrainOptimizer, UnscaleAtScaleOneOfBinary32GradientsEqualsTheBinary64Versio
       }
 }
 
+/// Unscaling binary32 gradients by a loss scale (one micro-step) gives the binary64 version's values, narrowed: at
+/// powers of two whose inverse is a binary32 value (the hardware binary32 product path, subnormal results and
+/// overflow included), at one whose inverse is not (2^160), and at a scale that is not a power of two; with ±inf
+/// or a NaN in one chunk of 2^15 among several.
+TEST(TrainOptimizer, UnscaleByALossScaleOfBinary32GradientsEqualsTheBinary64Version) {
+  std::mt19937_64 rng(15);
+  std::uniform_int_distribution<int> e(-149, 127);
+  std::uniform_real_distribution<double> m(1.0, 2.0);
+  std::vector<double> base;
+  for (int i = 0; i < 70000; ++i)
+    base.push_back(static_cast<double>(static_cast<float>((i % 2 ? -1 : 1) * std::ldexp(m(rng), e(rng)))));
+  for (const double v : {0.0, -0.0, 0x1p-149, -0x1p-149, 0x1.fffffcp-127, 0x1.fffffep127, -0x1.fffffep127})
+    base.push_back(v);
+  const double inf = std::numeric_limits<double>::infinity();
+  // NaNs with a payload binary32 keeps, quiet and signalling
+  const auto quiet = static_cast<double>(std::bit_cast<float>(std::uint32_t{0x7fc12345}));
+  const auto signalling = static_cast<double>(std::bit_cast<float>(std::uint32_t{0xff812345}));
+  for (const double scale : {0x1p-3, 0x1p10, 0x1p24, 0x1p100, 0x1p140, 0x1p160, 3.0})
+    for (int special = 0; special < 5; ++special) {
+      std::vector<double> x = base;
+      if (special == 1) x[40000] = inf;
+      if (special == 2) x[1234] = -inf;
+      if (special == 3) x[66000] = quiet;
+      if (special == 4) x[7] = signalling;
+      ParamStore store(StorageKind::Binary32, x.size());
+      store.write(0, x);
+      std::vector<double> want = x;
+      const bool want_finite = unscale_gradients(std::span<double>(want), scale, 1, numerics::formats::fp32);
+      const bool finite = unscale_gradients(store, scale, 1, numerics::formats::fp32);
+      const std::string what = "scale " + std::to_string(std::log2(scale)) + " special " + std::to_string(special);
+      EXPECT_EQ(finite, want_finite) << what;
+      if (special != 0) {
+        EXPECT_FALSE(finite) << what;
+      }
+      const std::vector<double> got = store.to_binary64();
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        const double w = static_cast<double>(static_cast<float>(want[i]));
+        ASSERT_EQ(std::bit_cast<std::uint64_t>(got[i]), std::bit_cast<std::uint64_t>(w))  // a NaN's bits too
+            << what << " element " << i << std::hexfloat << ": " << got[i] << " against " << w;
+      }
+    }
+}
+
 /// The fused finiteness check of the trainer (unscale_free_norm): where it applies (one micro-step, scale 1, an
 /// update format holding binary32, binary32 gradients) its finiteness is unscale_gradients' answer and its norm has
 /// the bits of global_norm on the widened values (the sequential binary64 sum), over binary32 gradients up to the
