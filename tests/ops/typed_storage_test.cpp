@@ -113,33 +113,28 @@ std::vector<IoCase> cases() {
   // rmsnorm: row-shaped inputs keep two rows in three finite (in_special_block); w stays finite in dx, whose every
   // row reads all of it.
   constexpr auto kR = static_cast<std::size_t>(kRows.rows), kC = static_cast<std::size_t>(kRows.cols);
-  c.push_back({"rmsnorm.fwd", OpKind::RmsNorm, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+  // rmsnorm_forward on x and w as binary64 tensors or (f32) as binary32 ones: y and rstd.
+  const auto rmsnorm_fwd = [](const Ctx<E>& ctx, bool f32, const Vec& x, const Vec& w) {
+    if (!f32) {
+      Vec y(kN, 7.0), r(kR, 7.0);
+      rmsnorm_forward<E>(y, r, x, w, kRows, 1e-5, ctx);
+      return std::vector<Vec>{y, r};
+    }
+    FVec y(kN, 7.0f), r(kR, 7.0f);
+    const FVec xf = to_float(x), wf = to_float(w);
+    rmsnorm_forward(y, r, xf, wf, kRows, 1e-5, ctx);
+    return std::vector<Vec>{widen(y), widen(r)};
+  };
+  c.push_back({"rmsnorm.fwd", OpKind::RmsNorm, Pass::Forward, [rmsnorm_fwd](const Ctx<E>& ctx, bool f32, Regime rg) {
                  const auto& f = ctx.precision().storage;
-                 const auto x = inputs(kN, rg, f, 601, kC), w = inputs(kC, rg, f, 602);
-                 if (!f32) {
-                   Vec y(kN, 7.0), r(kR, 7.0);
-                   rmsnorm_forward<E>(y, r, x, w, kRows, 1e-5, ctx);
-                   return std::vector<Vec>{y, r};
-                 }
-                 FVec y(kN, 7.0f), r(kR, 7.0f);
-                 const FVec xf = to_float(x), wf = to_float(w);
-                 rmsnorm_forward(y, r, xf, wf, kRows, 1e-5, ctx);
-                 return std::vector<Vec>{widen(y), widen(r)};
+                 return rmsnorm_fwd(ctx, f32, inputs(kN, rg, f, 601, kC), inputs(kC, rg, f, 602));
                }});
   // x with ±inf but no NaN (Specials regime): a row's sum of squares is +inf, not NaN, so the binary32 chains hold
   // for every row while that row's (x·r)·w = ±inf·0 is NaN and the row takes the binary64 form.
-  c.push_back({"rmsnorm.fwd-inf", OpKind::RmsNorm, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+  c.push_back({"rmsnorm.fwd-inf", OpKind::RmsNorm, Pass::Forward,
+               [rmsnorm_fwd](const Ctx<E>& ctx, bool f32, Regime rg) {
                  const auto& f = ctx.precision().storage;
-                 const auto x = inputs(kN, rg, f, 612, kC, false), w = inputs(kC, Regime::Normal, f, 613);
-                 if (!f32) {
-                   Vec y(kN, 7.0), r(kR, 7.0);
-                   rmsnorm_forward<E>(y, r, x, w, kRows, 1e-5, ctx);
-                   return std::vector<Vec>{y, r};
-                 }
-                 FVec y(kN, 7.0f), r(kR, 7.0f);
-                 const FVec xf = to_float(x), wf = to_float(w);
-                 rmsnorm_forward(y, r, xf, wf, kRows, 1e-5, ctx);
-                 return std::vector<Vec>{widen(y), widen(r)};
+                 return rmsnorm_fwd(ctx, f32, inputs(kN, rg, f, 612, kC, false), inputs(kC, Regime::Normal, f, 613));
                }});
   c.push_back({"rmsnorm.bwd-data", OpKind::RmsNorm, Pass::BackwardData, [](const Ctx<E>& ctx, bool f32, Regime rg) {
                  const auto& f = ctx.precision().storage;
