@@ -229,6 +229,16 @@ bool Ctx<Emulated>::binary32_through() const {
          sigmoid_lut_ == nullptr && fast_paths() && numerics::default_mxcsr();
 }
 
+bool Ctx<Emulated>::binary16_through() const {
+  return compute_.format == numerics::formats::fp16 && storage_.format == numerics::formats::fp16 &&
+         mode_ == numerics::Rounding::NearestEven && !ftz_out_ && !ftz_all_ && !daz_ && !(prec_.saturate > 0) &&
+         exp_lut_ == nullptr && sigmoid_lut_ == nullptr && fast_paths() && numerics::default_mxcsr();
+}
+
+void Ctx<Emulated>::round_to_compute32(std::span<float> x) const {
+  numerics::round_array(compute_, numerics::Rounding::NearestEven, std::span<const float>(x), x);
+}
+
 bool Ctx<Emulated>::binary32_chain() const {
   return binary32_through() && numerics::binary32_chain(prec_.accumulate);
 }

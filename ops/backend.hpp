@@ -427,6 +427,16 @@ class Ctx<Emulated> {
   /// per-element path): the ops' binary32 bodies scan what they store and take their binary64 path for a row that
   /// holds a NaN. The keys play no part (every rounding is deterministic).
   bool binary32_through() const;
+  /// The binary16 twin of binary32_through: compute and storage both IEEE binary16 (fp16) with round-to-nearest-even,
+  /// no flush (ftz, daz), no saturation, no ANE table, the fast paths on and the default control register. Then the
+  /// ops' binary32 bodies run as they are, each hardware binary32 + − × ÷ of fp16 values rounded once more to fp16
+  /// (arith_binary32, round_to_compute32): for operands of precision p = 11 the binary32 result (p' = 24 ≥ 2p + 2)
+  /// rounded to fp16 is the correctly rounded fp16 result, subnormals and overflow included (the double rounding is
+  /// innocuous; docs/numerics.md), which is what add/sub/mul/div give; exp and sigmoid take the compute plan
+  /// (elementary_binary32); every entry cast and store returns its non-NaN fp16 value. NaN as under binary32_through.
+  bool binary16_through() const;
+  /// x[i] = round(compute, nearest-even, x[i]) for binary32 values (the fp16 rounding of binary16_through's steps).
+  void round_to_compute32(std::span<float> x) const;
   /// binary32_through() and the accumulation is the plain binary32 chain (numerics::binary32_chain): the ops' row
   /// reductions on binary32 rows may then run as numerics::binary32_chain_rows, whose results are the reductions'
   /// (their conversion to compute the identity) for rows without NaN.

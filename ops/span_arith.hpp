@@ -106,6 +106,7 @@ inline void arith_binary32(const Ctx<Emulated>& ctx, ArithOp op, std::span<const
     return numerics::Binary32Op::Add;
   }();
   numerics::binary32_arith(nop, a, b, out, ctx.exec().kernels);
+  if (ctx.binary16_through()) ctx.round_to_compute32(out);  // the fp16 step (Ctx::binary16_through)
 }
 
 /// Whether an op body on tensors of element type T under backend A has a binary32 form (Ctx::binary32_through):
@@ -116,7 +117,7 @@ inline constexpr bool kBinary32Body = std::is_same_v<A, Emulated> && std::is_sam
 /// ctx.binary32_through() where the body has a binary32 form, else false.
 template <class A, class T>
 bool binary32_through(const Ctx<A>& ctx) {
-  if constexpr (kBinary32Body<A, T>) return ctx.binary32_through();
+  if constexpr (kBinary32Body<A, T>) return ctx.binary32_through() || ctx.binary16_through();
   return false;
 }
 
