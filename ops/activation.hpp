@@ -94,7 +94,7 @@ void silu_forward_reference(std::span<typename A::Value> y, std::span<const type
 template <class A, class T>
 void silu_forward_io(std::span<T> y, std::span<const T> x, RowShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
-  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx);
+  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx, {x});
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
     if constexpr (kBinary32Body<A, T>)
@@ -147,7 +147,7 @@ template <class A, class T>
 void silu_backward_data_io(std::span<T> dx, std::span<const T> dy, std::span<const T> x, RowShape s, const Ctx<A>& ctx,
                            Select sel) {
   using V = typename A::Value;
-  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx);
+  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx, {std::span<const T>(dx), dy, x});
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
     if constexpr (kBinary32Body<A, T>)
@@ -203,7 +203,7 @@ template <class A, class T>
 void swiglu_forward_io(std::span<T> h, std::span<const T> a, std::span<const T> u, RowShape s, const Ctx<A>& ctx,
                        Select sel) {
   using V = typename A::Value;
-  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx);
+  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx, {a, u});
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
     if constexpr (kBinary32Body<A, T>)
@@ -254,7 +254,8 @@ template <class A, class T>
 void swiglu_backward_data_io(std::span<T> da, std::span<T> du, std::span<const T> dh, std::span<const T> a,
                              std::span<const T> u, RowShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
-  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx);
+  [[maybe_unused]] const bool through =
+      binary32_through<A, T>(ctx, {std::span<const T>(da), std::span<const T>(du), dh, a, u});
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
     if constexpr (kBinary32Body<A, T>)

@@ -239,6 +239,18 @@ void Ctx<Emulated>::round_to_compute32(std::span<float> x) const {
   numerics::round_array(compute_, numerics::Rounding::NearestEven, std::span<const float>(x), x);
 }
 
+bool Ctx<Emulated>::storage_values32(std::span<const float> x) const {
+  std::array<float, kResultChunk> part;
+  for (std::size_t c = 0; c < x.size(); c += kResultChunk) {
+    const std::size_t n = std::min(kResultChunk, x.size() - c);
+    const std::span<const float> src = x.subspan(c, n);
+    numerics::round_array(storage_, numerics::Rounding::NearestEven, src, std::span<float>(part.data(), n));
+    for (std::size_t i = 0; i < n; ++i)
+      if (!(part[i] == src[i]) && !std::isnan(src[i])) return false;
+  }
+  return true;
+}
+
 bool Ctx<Emulated>::binary32_chain() const {
   return binary32_through() && numerics::binary32_chain(prec_.accumulate);
 }

@@ -437,6 +437,8 @@ class Ctx<Emulated> {
   bool binary16_through() const;
   /// x[i] = round(compute, nearest-even, x[i]) for binary32 values (the fp16 rounding of binary16_through's steps).
   void round_to_compute32(std::span<float> x) const;
+  /// True when every non-NaN x[i] is a value of storage (round_stored would return it).
+  bool storage_values32(std::span<const float> x) const;
   /// binary32_through() and the accumulation is the plain binary32 chain (numerics::binary32_chain): the ops' row
   /// reductions on binary32 rows may then run as numerics::binary32_chain_rows, whose results are the reductions'
   /// (their conversion to compute the identity) for rows without NaN.

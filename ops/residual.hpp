@@ -81,7 +81,7 @@ void residual_forward_io(std::span<T> out, std::span<const T> x, std::span<const
                          const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   const V a = ctx.c(alpha);
-  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx);
+  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx, {std::span<const T>(out), x, f});
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
     if constexpr (kBinary32Body<A, T>)
@@ -142,7 +142,8 @@ void residual_backward_data_io(std::span<T> dx, std::span<T> df, std::span<const
                                const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   const V a = ctx.c(alpha);
-  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx);
+  [[maybe_unused]] const bool through =
+      binary32_through<A, T>(ctx, {std::span<const T>(dx), std::span<const T>(df), dout});
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
     if constexpr (kBinary32Body<A, T>)

@@ -131,7 +131,7 @@ void rmsnorm_forward_io(std::span<T> y, std::span<T> rstd, std::span<const T> x,
   using V = typename A::Value;
   const std::int64_t C = s.cols;
   const auto cn = static_cast<std::size_t>(C);
-  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx);
+  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx, {x, w});
   // The entry casts in scratch_buffer slots 0 and 1 (no allocation, zeroing and page faults per call). Under
   // binary32_through x is cast only where the binary64 form reads it, a row at a time (a cast there returns each
   // non-NaN value as it is and a NaN by the NaN rule, whatever the key: the whole cast's values, row by row).
@@ -236,7 +236,7 @@ void rmsnorm_backward_data_io(std::span<T> dx, std::span<const T> dy, std::span<
   using V = typename A::Value;
   const std::int64_t C = s.cols;
   const auto cn = static_cast<std::size_t>(C);
-  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx);
+  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx, {std::span<const T>(dx), dy, x, w, rstd});
   // The entry casts and g in scratch_buffer slots 0–3 (every element read is written first: the casts whole or row
   // by row, g on each row the loops below read). Under binary32_through x and dy are cast only where the binary64
   // form reads them, a row at a time (the whole cast's values: rmsnorm_forward_io).

@@ -150,7 +150,7 @@ void rope_forward_io(std::span<T> y, std::span<const T> x, std::span<const T> co
   using V = typename A::Value;
   const std::int64_t C = s.C(), H = s.hs / 2;
   const auto P = static_cast<std::size_t>(C / 2);  // pairs per row
-  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx);
+  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx, {x, cos_t, sin_t});
   for_units(s.B * s.T, sel, [&](std::int64_t row) {
     const std::int64_t t = row % s.T;
     const auto o = static_cast<std::size_t>(row * C);
@@ -234,7 +234,7 @@ void rope_backward_data_io(std::span<T> dx, std::span<const T> dy, std::span<con
   using V = typename A::Value;
   const std::int64_t C = s.C(), H = s.hs / 2;
   const auto P = static_cast<std::size_t>(C / 2);
-  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx);
+  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx, {std::span<const T>(dx), dy, cos_t, sin_t});
   for_units(s.B * s.T, sel, [&](std::int64_t row) {
     const std::int64_t t = row % s.T;
     const auto o = static_cast<std::size_t>(row * C);

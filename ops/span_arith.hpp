@@ -117,7 +117,23 @@ inline constexpr bool kBinary32Body = std::is_same_v<A, Emulated> && std::is_sam
 /// ctx.binary32_through() where the body has a binary32 form, else false.
 template <class A, class T>
 bool binary32_through(const Ctx<A>& ctx) {
-  if constexpr (kBinary32Body<A, T>) return ctx.binary32_through() || ctx.binary16_through();
+  if constexpr (kBinary32Body<A, T>) return ctx.binary32_through();
+  return false;
+}
+
+/// binary32_through<A, T>(ctx), or, for a call whose tensors read are `read` (in-out tensors included), its binary16
+/// twin (Ctx::binary16_through) when every non-NaN value of them is a value of storage: the binary32 bodies skip the
+/// entry casts, which are then the identity (under binary32 storage every float is one; under fp16 storage a tensor
+/// an fp32 op wrote need not be).
+template <class A, class T>
+bool binary32_through(const Ctx<A>& ctx, std::initializer_list<std::span<const T>> read) {
+  if constexpr (kBinary32Body<A, T>) {
+    if (ctx.binary32_through()) return true;
+    if (!ctx.binary16_through()) return false;
+    for (const std::span<const T> x : read)
+      if (!ctx.storage_values32(x)) return false;
+    return true;
+  }
   return false;
 }
 

@@ -71,6 +71,22 @@ std::vector<IoCase> cases() {
                  silu_forward(y, xf, kRows, ctx);
                  return std::vector<Vec>{widen(y)};
                }});
+  // Tensors of binary32 values that are not all values of the storage format (a tensor an fp32 op wrote, read by an
+  // fp16 op): where compute and storage are fp16 (Ctx::binary16_through) the binary32 bodies, which skip the entry
+  // casts, must decline such a call. Here only the in-out dx (rope.fwd-wide: every input).
+  c.push_back({"silu.bwd-data-wide", OpKind::Silu, Pass::BackwardData, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 const auto x = inputs(kN, rg, f, 512), dy = inputs(kN, rg, f, 513);
+                 Vec dx = inputs(kN, Regime::Normal, numerics::formats::fp32, 514);
+                 if (!f32) {
+                   silu_backward_data<E>(dx, dy, x, kRows, ctx);
+                   return std::vector<Vec>{dx};
+                 }
+                 FVec dxf = to_float(dx);
+                 const FVec xf = to_float(x), dyf = to_float(dy);
+                 silu_backward_data(dxf, dyf, xf, kRows, ctx);
+                 return std::vector<Vec>{widen(dxf)};
+               }});
   c.push_back({"silu.bwd-data", OpKind::Silu, Pass::BackwardData, [](const Ctx<E>& ctx, bool f32, Regime rg) {
                  const auto& f = ctx.precision().storage;
                  const auto x = inputs(kN, rg, f, 502), dy = inputs(kN, rg, f, 503);
@@ -210,6 +226,20 @@ std::vector<IoCase> cases() {
                    return std::vector<Vec>{y};
                  }
                  FVec y = to_float(x);  // y aliases x, as the model's in-place rotation
+                 const FVec cf = to_float(ct), sf = to_float(st);
+                 rope_forward(y, y, cf, sf, kAttn, ctx);
+                 return std::vector<Vec>{widen(y)};
+               }});
+  c.push_back({"rope.fwd-wide", OpKind::RopeRotate, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const numerics::Format& f = numerics::formats::fp32;  // not storage values
+                 const auto x = inputs(kAN, rg, f, 811, 12), ct = inputs(kTab, Regime::Normal, f, 812),
+                            st = inputs(kTab, Regime::Normal, f, 813);
+                 if (!f32) {
+                   Vec y(kAN, 7.0);
+                   rope_forward<E>(y, x, ct, st, kAttn, ctx);
+                   return std::vector<Vec>{y};
+                 }
+                 FVec y = to_float(x);
                  const FVec cf = to_float(ct), sf = to_float(st);
                  rope_forward(y, y, cf, sf, kAttn, ctx);
                  return std::vector<Vec>{widen(y)};
