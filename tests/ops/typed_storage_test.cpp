@@ -71,34 +71,31 @@ std::vector<IoCase> cases() {
                  silu_forward(y, xf, kRows, ctx);
                  return std::vector<Vec>{widen(y)};
                }});
+  // silu_backward_data on binary64 tensors or (f32) binary32 ones: dx.
+  const auto silu_bwd = [](const Ctx<E>& ctx, bool f32, const Vec& x, const Vec& dy, Vec dx) {
+    if (!f32) {
+      silu_backward_data<E>(dx, dy, x, kRows, ctx);
+      return std::vector<Vec>{dx};
+    }
+    FVec dxf = to_float(dx);
+    const FVec xf = to_float(x), dyf = to_float(dy);
+    silu_backward_data(dxf, dyf, xf, kRows, ctx);
+    return std::vector<Vec>{widen(dxf)};
+  };
+  c.push_back({"silu.bwd-data", OpKind::Silu, Pass::BackwardData,
+               [silu_bwd](const Ctx<E>& ctx, bool f32, Regime rg) {
+                 const auto& f = ctx.precision().storage;
+                 return silu_bwd(ctx, f32, inputs(kN, rg, f, 502), inputs(kN, rg, f, 503),
+                                 inputs(kN, Regime::Normal, f, 504));
+               }});
   // Tensors of binary32 values that are not all values of the storage format (a tensor an fp32 op wrote, read by an
   // fp16 op): where compute and storage are fp16 (Ctx::binary16_through) the binary32 bodies, which skip the entry
   // casts, must decline such a call. Here only the in-out dx (rope.fwd-wide: every input).
-  c.push_back({"silu.bwd-data-wide", OpKind::Silu, Pass::BackwardData, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+  c.push_back({"silu.bwd-data-wide", OpKind::Silu, Pass::BackwardData,
+               [silu_bwd](const Ctx<E>& ctx, bool f32, Regime rg) {
                  const auto& f = ctx.precision().storage;
-                 const auto x = inputs(kN, rg, f, 512), dy = inputs(kN, rg, f, 513);
-                 Vec dx = inputs(kN, Regime::Normal, numerics::formats::fp32, 514);
-                 if (!f32) {
-                   silu_backward_data<E>(dx, dy, x, kRows, ctx);
-                   return std::vector<Vec>{dx};
-                 }
-                 FVec dxf = to_float(dx);
-                 const FVec xf = to_float(x), dyf = to_float(dy);
-                 silu_backward_data(dxf, dyf, xf, kRows, ctx);
-                 return std::vector<Vec>{widen(dxf)};
-               }});
-  c.push_back({"silu.bwd-data", OpKind::Silu, Pass::BackwardData, [](const Ctx<E>& ctx, bool f32, Regime rg) {
-                 const auto& f = ctx.precision().storage;
-                 const auto x = inputs(kN, rg, f, 502), dy = inputs(kN, rg, f, 503);
-                 Vec dx = inputs(kN, Regime::Normal, f, 504);
-                 if (!f32) {
-                   silu_backward_data<E>(dx, dy, x, kRows, ctx);
-                   return std::vector<Vec>{dx};
-                 }
-                 FVec dxf = to_float(dx);
-                 const FVec xf = to_float(x), dyf = to_float(dy);
-                 silu_backward_data(dxf, dyf, xf, kRows, ctx);
-                 return std::vector<Vec>{widen(dxf)};
+                 return silu_bwd(ctx, f32, inputs(kN, rg, f, 512), inputs(kN, rg, f, 513),
+                                 inputs(kN, Regime::Normal, numerics::formats::fp32, 514));
                }});
   c.push_back({"swiglu.fwd", OpKind::SwiGlu, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
                  const auto& f = ctx.precision().storage;
@@ -216,33 +213,27 @@ std::vector<IoCase> cases() {
                }});
   // rope (kAttn): rows of 12; the table (T, hs/2) in the same storage.
   constexpr auto kAN = static_cast<std::size_t>(2 * 3 * 12), kTab = std::size_t{3 * 3};
-  c.push_back({"rope.fwd", OpKind::RopeRotate, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+  // rope_forward in place (y aliases x, as the model's rotation) on binary64 or (f32) binary32 tensors: y.
+  const auto rope_fwd = [](const Ctx<E>& ctx, bool f32, const Vec& x, const Vec& ct, const Vec& st) {
+    if (!f32) {
+      Vec y(kAN, 7.0);
+      rope_forward<E>(y, x, ct, st, kAttn, ctx);
+      return std::vector<Vec>{y};
+    }
+    FVec y = to_float(x);
+    const FVec cf = to_float(ct), sf = to_float(st);
+    rope_forward(y, y, cf, sf, kAttn, ctx);
+    return std::vector<Vec>{widen(y)};
+  };
+  c.push_back({"rope.fwd", OpKind::RopeRotate, Pass::Forward, [rope_fwd](const Ctx<E>& ctx, bool f32, Regime rg) {
                  const auto& f = ctx.precision().storage;
-                 const auto x = inputs(kAN, rg, f, 801, 12), ct = inputs(kTab, Regime::Normal, f, 802),
-                            st = inputs(kTab, Regime::Normal, f, 803);
-                 if (!f32) {
-                   Vec y(kAN, 7.0);
-                   rope_forward<E>(y, x, ct, st, kAttn, ctx);
-                   return std::vector<Vec>{y};
-                 }
-                 FVec y = to_float(x);  // y aliases x, as the model's in-place rotation
-                 const FVec cf = to_float(ct), sf = to_float(st);
-                 rope_forward(y, y, cf, sf, kAttn, ctx);
-                 return std::vector<Vec>{widen(y)};
+                 return rope_fwd(ctx, f32, inputs(kAN, rg, f, 801, 12), inputs(kTab, Regime::Normal, f, 802),
+                                 inputs(kTab, Regime::Normal, f, 803));
                }});
-  c.push_back({"rope.fwd-wide", OpKind::RopeRotate, Pass::Forward, [](const Ctx<E>& ctx, bool f32, Regime rg) {
+  c.push_back({"rope.fwd-wide", OpKind::RopeRotate, Pass::Forward, [rope_fwd](const Ctx<E>& ctx, bool f32, Regime rg) {
                  const numerics::Format& f = numerics::formats::fp32;  // not storage values
-                 const auto x = inputs(kAN, rg, f, 811, 12), ct = inputs(kTab, Regime::Normal, f, 812),
-                            st = inputs(kTab, Regime::Normal, f, 813);
-                 if (!f32) {
-                   Vec y(kAN, 7.0);
-                   rope_forward<E>(y, x, ct, st, kAttn, ctx);
-                   return std::vector<Vec>{y};
-                 }
-                 FVec y = to_float(x);
-                 const FVec cf = to_float(ct), sf = to_float(st);
-                 rope_forward(y, y, cf, sf, kAttn, ctx);
-                 return std::vector<Vec>{widen(y)};
+                 return rope_fwd(ctx, f32, inputs(kAN, rg, f, 811, 12), inputs(kTab, Regime::Normal, f, 812),
+                                 inputs(kTab, Regime::Normal, f, 813));
                }});
   c.push_back({"rope.bwd-data", OpKind::RopeRotate, Pass::BackwardData, [](const Ctx<E>& ctx, bool f32, Regime rg) {
                  const auto& f = ctx.precision().storage;
