@@ -430,10 +430,15 @@ class Ctx<Emulated> {
   /// The binary16 twin of binary32_through: compute and storage both IEEE binary16 (fp16) with round-to-nearest-even,
   /// no flush (ftz, daz), no saturation, no ANE table, the fast paths on and the default control register. Then the
   /// ops' binary32 bodies run as they are, each hardware binary32 + − × ÷ of fp16 values rounded once more to fp16
-  /// (arith_binary32, round_to_compute32): for operands of precision p = 11 the binary32 result (p' = 24 ≥ 2p + 2)
-  /// rounded to fp16 is the correctly rounded fp16 result, subnormals and overflow included (the double rounding is
-  /// innocuous; docs/numerics.md), which is what add/sub/mul/div give; exp and sigmoid take the compute plan
-  /// (elementary_binary32); every entry cast and store returns its non-NaN fp16 value. NaN as under binary32_through.
+  /// (arith_binary32, round_to_compute32), which gives the correctly rounded fp16 result add/sub/mul/div give: for
+  /// fp16 operands (p = 11, exponents in [−24, 15]) a product is exact in binary32 (22 bits, inside its normal
+  /// range); a sum or difference is exact or rounded twice, innocuous since 24 ≥ 2p + 2 (Figueroa, as in
+  /// ops/span_arith.hpp); a quotient lies in [2^−40, 2^40] and its double rounding is innocuous by the argument of
+  /// docs/numerics.md, "Division on spans", with 24 bits for 53 (|δ| > 2^(e_m − 2p) exceeds half a binary32 ulp,
+  /// 2^(e_m − 24)), subnormal results included; overflow rounds to ±inf in both. Exp and sigmoid take the compute
+  /// plan (elementary_binary32). Every entry cast and store returns its non-NaN fp16 value provided the tensors
+  /// read hold fp16 values, which the bodies check per call (binary32_through<A, T>(ctx, read), storage_values32).
+  /// NaN as under binary32_through.
   bool binary16_through() const;
   /// x[i] = round(compute, nearest-even, x[i]) for binary32 values (the fp16 rounding of binary16_through's steps).
   void round_to_compute32(std::span<float> x) const;
