@@ -12,6 +12,7 @@
 
 #include "numerics/binary32_values.hpp"
 #include "numerics/round_span.hpp"
+#include "ops/backend.hpp"
 
 namespace roundoff::studies::train {
 
@@ -134,16 +135,6 @@ constexpr std::size_t kPassChunk = std::size_t{1} << 16;
 std::int64_t pass_chunks(std::size_t n) { return static_cast<std::int64_t>((n + kPassChunk - 1) / kPassChunk); }
 
 template <class T>
-void zero_all(std::vector<T>& d) {
-  const std::int64_t chunks = pass_chunks(d.size());
-#pragma omp parallel for schedule(static) if (chunks > 2 && !omp_in_parallel())
-  for (std::int64_t c = 0; c < chunks; ++c) {
-    const std::size_t b = static_cast<std::size_t>(c) * kPassChunk;
-    std::fill_n(d.begin() + static_cast<std::ptrdiff_t>(b), std::min(kPassChunk, d.size() - b), T{0});
-  }
-}
-
-template <class T>
 bool all_finite_all(const std::vector<T>& d) {  // a logical and: no order, the same answer on any thread count
   const std::int64_t chunks = pass_chunks(d.size());
   bool ok = true;
@@ -157,7 +148,13 @@ bool all_finite_all(const std::vector<T>& d) {  // a logical and: no order, the 
 }  // namespace
 
 void ParamStore::zero() {
-  std::visit([](auto& d) { zero_all(d); }, data_);
+  std::visit(
+      [](auto& d) {
+        ops::for_ranges(d.size(), [&](std::size_t b, std::size_t e) {
+          std::fill(d.begin() + static_cast<std::ptrdiff_t>(b), d.begin() + static_cast<std::ptrdiff_t>(e), 0);
+        });
+      },
+      data_);
 }
 
 bool ParamStore::all_finite() const {
