@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -503,6 +504,70 @@ __attribute__((target("avx2"))) bool all_finite_avx2(const float* x, std::size_t
   return true;
 }
 }  // namespace
+
+namespace {
+/// binary16_values' scans: a lane fails when the round trip binary32 → binary16 (nearest even) → binary32 changes it
+/// (NEQ, ordered: a NaN lane passes) or, without nan_ok, when it is NaN; the failures of a block of 512 values
+/// are or-ed, then tested (early exit), the tail masked (AVX-512) or by the per-element test (AVX2).
+__attribute__((target("avx512f"))) inline __mmask16 binary16_fails(__mmask16 live, __m512 v, bool nan_ok) {
+  const __m512 back = _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  return nan_ok ? _mm512_mask_cmp_ps_mask(live, back, v, _CMP_NEQ_OQ)
+                : _mm512_mask_cmp_ps_mask(live, back, v, _CMP_NEQ_UQ);
+}
+
+__attribute__((target("avx512f"))) bool binary16_values_avx512(const float* x, std::size_t n, bool nan_ok) {
+  constexpr std::size_t kBlock = 512;
+  std::size_t i = 0;
+  while (n - i >= 16) {
+    const std::size_t end = i + std::min(kBlock, (n - i) / 16 * 16);
+    __mmask16 bad = 0;
+    for (; i < end; i += 16) bad |= binary16_fails(0xFFFF, _mm512_loadu_ps(x + i), nan_ok);
+    if (bad != 0) return false;
+  }
+  if (i == n) return true;
+  const auto live = static_cast<__mmask16>((1u << (n - i)) - 1u);
+  return binary16_fails(live, _mm512_maskz_loadu_ps(live, x + i), nan_ok) == 0;
+}
+
+/// One element of binary16_values by round_to (the portable path and the AVX2 tail).
+bool binary16_value(const RoundingPlan& half, float v, bool nan_ok) {
+  if (std::isnan(v)) return nan_ok;
+  return std::bit_cast<std::uint64_t>(round_to(half, Rounding::NearestEven, v)) ==
+         std::bit_cast<std::uint64_t>(static_cast<double>(v));
+}
+
+__attribute__((target("avx2,f16c"))) bool binary16_values_avx2(const float* x, std::size_t n, bool nan_ok,
+                                                               const RoundingPlan& half) {
+  constexpr std::size_t kBlock = 512;
+  std::size_t i = 0;
+  for (std::size_t at = 0; at + 8 <= n; at += kBlock) {
+    const std::size_t end = std::min(n, at + kBlock);
+    __m256 bad = _mm256_setzero_ps();
+    for (i = at; i + 8 <= end; i += 8) {
+      const __m256 v = _mm256_loadu_ps(x + i);
+      const __m256 back = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      bad = _mm256_or_ps(bad, nan_ok ? _mm256_cmp_ps(back, v, _CMP_NEQ_OQ) : _mm256_cmp_ps(back, v, _CMP_NEQ_UQ));
+    }
+    if (_mm256_movemask_ps(bad) != 0) return false;
+  }
+  for (; i < n; ++i)
+    if (!binary16_value(half, x[i], nan_ok)) return false;
+  return true;
+}
+}  // namespace
+
+bool binary16_values(std::span<const float> x, bool nan_ok, const KernelOptions& opts) {
+  if (default_mxcsr()) {
+    if (cpu_has_avx512f() && opts.isa_limit >= kernels::Isa::Avx512)
+      return binary16_values_avx512(x.data(), x.size(), nan_ok);
+    if (cpu_has_avx2_f16c() && opts.isa_limit >= kernels::Isa::Avx2)
+      return binary16_values_avx2(x.data(), x.size(), nan_ok, RoundingPlan(formats::fp16));
+  }
+  const RoundingPlan half(formats::fp16);
+  for (const float v : x)
+    if (!binary16_value(half, v, nan_ok)) return false;
+  return true;
+}
 
 bool all_finite(std::span<const float> x, const KernelOptions& opts) {
   if (cpu_has_avx512f() && opts.isa_limit >= kernels::Isa::Avx512) return all_finite_avx512(x.data(), x.size());

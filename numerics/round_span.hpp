@@ -60,6 +60,12 @@ bool all_finite(std::span<const double> x, const KernelOptions& opts = {});
 /// The same for binary32 values (16 lanes with AVX-512F, 8 with AVX2, the portable loop otherwise).
 bool all_finite(std::span<const float> x, const KernelOptions& opts = {});
 
+/// True when every x[i] is a value of IEEE binary16 (fp16: ±0, subnormals from 2^-24, normals up to 65504, ±inf),
+/// NaNs counting as values when nan_ok: the conversion to binary16 (nearest even) and back returns each such
+/// x[i] and no other. 16 lanes with AVX-512F, 8 with AVX2 and F16C, under the default MXCSR (default_mxcsr());
+/// otherwise, or with opts.isa() below both, round_to to fp16 per element. The answer does not depend on the path.
+bool binary16_values(std::span<const float> x, bool nan_ok, const KernelOptions& opts = {});
+
 /// The binary64 operations of op_round_avx512.
 enum class SpanOp : std::uint8_t { Add, Sub, Mul, Div };
 

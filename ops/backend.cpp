@@ -240,6 +240,7 @@ void Ctx<Emulated>::round_to_compute32(std::span<float> x) const {
 }
 
 bool Ctx<Emulated>::storage_values32(std::span<const float> x) const {
+  if (storage_.format == numerics::formats::fp16) return numerics::binary16_values(x, true, exec_.kernels);
   std::array<float, kResultChunk> part;
   for (std::size_t c = 0; c < x.size(); c += kResultChunk) {
     const std::size_t n = std::min(kResultChunk, x.size() - c);
@@ -279,14 +280,26 @@ void Ctx<Emulated>::round_results(std::span<double> x) const {
   }
 }
 
+bool Ctx<Emulated>::results_identity_on_binary16() const {
+  // compute and storage fp16: the roundings to either return an fp16 value in every mode, stochastic included (no
+  // rounding happens); no flush (an fp16 subnormal would go; ftz all sets ftz_out_ too), no saturation; the NaN
+  // rule touches only NaNs.
+  return compute_.format == numerics::formats::fp16 && storage_.format == numerics::formats::fp16 && !ftz_out_ &&
+         !(prec_.saturate > 0);
+}
+
 void Ctx<Emulated>::results_binary32(std::span<float> x) const {
   // round_results on the widened chunk leaves it as it is exactly when all_binary32 holds there: no NaN (every
-  // float widens to a binary32 value) and the default control register (all_binary32's other condition).
+  // float widens to a binary32 value) and the default control register (all_binary32's other condition). Under
+  // results_identity_on_binary16 the same holds for a chunk of fp16 values without NaN (an fp16 accumulator's
+  // results, e.g. ane-fp16's GEMMs).
   const bool identity = results_identity_on_binary32() && numerics::default_mxcsr();
+  const bool identity16 = results_identity_on_binary16();
   std::array<double, kResultChunk> part;
   for (std::size_t c = 0; c < x.size(); c += kResultChunk) {
     const std::span<float> xs = x.subspan(c, std::min(kResultChunk, x.size() - c));
     if (identity && !numerics::any_nan(std::span<const float>(xs), exec_.kernels)) continue;
+    if (identity16 && numerics::binary16_values(std::span<const float>(xs), false, exec_.kernels)) continue;
     const std::span<double> p(part.data(), xs.size());
     numerics::widen_binary32(std::span<const float>(xs), p, exec_.kernels);
     round_results(p);

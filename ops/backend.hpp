@@ -522,6 +522,8 @@ class Ctx<Emulated> {
   void round_results(std::span<double> x) const;
   /// round_results leaves every non-NaN binary32 value as it is (its identity case; see there).
   bool results_identity_on_binary32() const;
+  /// round_results leaves every non-NaN fp16 value as it is (compute and storage fp16, no flush, no saturation).
+  bool results_identity_on_binary16() const;
   /// The kernel attempt of gemm_in (span_fast, deterministic accumulation; entry casts while packing).
   template <class MA, class MB, class TC>
   bool gemm_in_fast(std::size_t M, std::size_t N, std::size_t K, MA A, MB B, TC* C, std::size_t ldc,

@@ -275,5 +275,58 @@ TEST(RoundSpan, AllFiniteOfBinary32FindsEveryNonFiniteLaneOnEveryTier) {
   }
 }
 
+TEST(RoundSpan, Binary16ValuesFindsEveryOtherValueOnEveryTier) {
+  // binary16_values against its definition (round_to to fp16 returns the value): every fp16 encoding passes; a
+  // binary32 value that is not an fp16 value (one bit beyond binary16's 11, the midpoints and the overflow edge,
+  // below its subnormals, binary32 subnormals, the largest binary32) fails at every position of ragged lengths
+  // (the 16- and 8-lane blocks, the masked and scalar tails, the 512-value early-exit blocks); NaNs pass exactly
+  // when nan_ok.
+  const RoundingPlan half(formats::fp16);
+  const auto is_half = [&](float v) {
+    return same(round_to(half, Rounding::NearestEven, v), static_cast<double>(v));
+  };
+  std::vector<float> every;  // the 65536 encodings, NaNs as they widen
+  for (std::uint32_t h = 0; h < 0x10000; ++h) every.push_back(static_cast<float>(from_bits(formats::fp16, h)));
+  const std::uint32_t others[] = {0x477FE001u, 0x477FF000u, 0x47800000u, 0x3F800001u, 0x3F801000u, 0xBF801000u,
+                                  0x33000000u, 0x33400000u, 0x33800001u, 0x38800001u, 0xB3C00000u, 0x00000001u,
+                                  0x80000001u, 0x7F7FFFFFu, 0x387FD000u};
+  const float nans[] = {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
+                        std::numeric_limits<float>::signaling_NaN(), std::bit_cast<float>(0x7FC00001u)};
+  for (const std::uint32_t o : others) ASSERT_FALSE(is_half(std::bit_cast<float>(o))) << std::hex << o;
+  for (const kernels::Isa isa : {kernels::Isa::Avx512Fp16, kernels::Isa::Avx2, kernels::Isa::None}) {
+    const KernelOptions opts{true, isa};
+    const std::string on = std::string(" isa ") + kernels::name_of(isa);
+    EXPECT_TRUE(binary16_values(std::span<const float>(every), true, opts)) << on;
+    EXPECT_FALSE(binary16_values(std::span<const float>(every), false, opts)) << on;  // its NaN encodings
+    for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{15},
+                                std::size_t{16}, std::size_t{17}, std::size_t{33}, std::size_t{512}, std::size_t{513},
+                                std::size_t{1100}}) {
+      std::vector<float> x(n);  // fp16 values, NaN encodings skipped (each 0x7C01.. is replaced by inf)
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto h = static_cast<std::uint32_t>((i * 40503u + 7u) & 0xFFFFu);
+        x[i] = (h & 0x7C00u) == 0x7C00u ? std::bit_cast<float>(0x7F800000u | (h & 0x8000u) << 16)
+                                         : static_cast<float>(from_bits(formats::fp16, h));
+      }
+      for (const bool nan_ok : {false, true})
+        EXPECT_TRUE(binary16_values(std::span<const float>(x), nan_ok, opts)) << "n " << n << on;
+      for (std::size_t at = 0; at < n; ++at) {
+        const float keep = x[at];
+        for (const std::uint32_t o : others) {
+          x[at] = std::bit_cast<float>(o);
+          for (const bool nan_ok : {false, true})
+            ASSERT_FALSE(binary16_values(std::span<const float>(x), nan_ok, opts))
+                << "n " << n << " at " << at << " value " << std::hex << o << on;
+        }
+        for (const float q : nans) {
+          x[at] = q;
+          ASSERT_TRUE(binary16_values(std::span<const float>(x), true, opts)) << "n " << n << " at " << at << on;
+          ASSERT_FALSE(binary16_values(std::span<const float>(x), false, opts)) << "n " << n << " at " << at << on;
+        }
+        x[at] = keep;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace roundoff::numerics
