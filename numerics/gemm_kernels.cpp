@@ -419,8 +419,12 @@ constexpr std::size_t kWidenChunk = 256;
 int pack_to(const Packed& pk, const float* src, std::size_t n, Dest d, std::size_t stride,
             const OperandCast* cast) {
   // Read directly where the cast is none or the identity on binary32 values (plain_binary32_cast; binary32 panels
-  // only, as there: a NaN's fp16 bits after the cast could depend on its payload).
-  if (stride == 1 && (cast == nullptr || (d.h16 == nullptr && d.h32 == nullptr && plain_binary32_cast(*cast))))
+  // only, as there: a NaN's fp16 bits after the cast could depend on its payload), and where an fp16 cast without
+  // flush meets a run of fp16 values without NaN: round_to returns a value of the format in every mode and the NaN
+  // rule touches only NaNs, so the cast is the identity there (an fp16 storage's tensors, e.g. ane-fp16's).
+  if (stride == 1 && (cast == nullptr || (d.h16 == nullptr && d.h32 == nullptr && plain_binary32_cast(*cast)) ||
+                      (cast->plan->format == formats::fp16 && !cast->flush &&
+                       binary16_values(std::span<const float>(src, n), false))))
     return pk.avx2 ? avx2::pack_run(src, n, true, pk.any_binary32, d.f32)
                    : pack_run(src, n, true, pk.any_binary32, d.f32, d.h16, d.h32);
   double w[kWidenChunk];
