@@ -18,6 +18,13 @@ with more threads CPU time is the sum over threads (work, not latency).
 
 Debian's torch uses the reference BLAS unless libopenblas0-pthread is installed (3-8x slower): the script
 prints torch's BLAS so the figure says which it measured.
+
+PyTorch's allocator: under glibc's default malloc every step returns its large activation buffers to the kernel
+and faults them in again (thousands of minor page faults per step; on a VM each is slow, and the step then varies
+by up to 2x between minutes: 493-1009 ms on one host). By default the script first sets glibc's mmap and trim
+thresholds with mallopt so that the heap keeps its pages (no faults per step after warm-up; 470-478 ms there), the
+baseline at its best; --torch-malloc default measures the untuned allocator. PyTorch's minor faults per timed step
+are printed; roundoff allocates once per shape (130,411 and 130,417 faults in all for 3 and 8 W512 steps).
 """
 import argparse
 import csv
@@ -55,6 +62,22 @@ def roundoff_step_ms(binary, config, policy, steps, threads, keep):
         wall = float(rows.get("step-median", rows["step"])["ms_per_step"])
         cpu = float(rows["step-cpu-median"]["ms_per_step"]) if "step-cpu-median" in rows else float("nan")
         return (wall, cpu), shape
+
+
+def keep_heap_pages():
+    """glibc mallopt: large blocks from the heap (mmap threshold at its 32 MiB maximum), never trimmed; the
+    settings apply to later allocations, so call before torch allocates. Raises when glibc refuses one."""
+    import ctypes
+    libc = ctypes.CDLL("libc.so.6")
+    M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
+    for param, value in ((M_MMAP_THRESHOLD, 32 << 20), (M_TRIM_THRESHOLD, 1 << 30), (M_TOP_PAD, 64 << 20)):
+        if libc.mallopt(param, value) != 1:
+            raise RuntimeError(f"mallopt({param}, {value}) refused")
+
+
+def minor_faults():
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def torch_step_ms(shape, steps, threads):
@@ -105,10 +128,11 @@ def torch_step_ms(shape, steps, threads):
 
     opt = torch.optim.AdamW(params.values(), lr=1e-3, weight_decay=0.1)
     times, cpu_times = [], []
+    faults = 0
     for s in range(steps + 2):
         tok = torch.randint(0, V, (B, T))
         tgt = torch.randint(0, V, (B, T))
-        t0, c0 = time.perf_counter(), time.process_time()
+        f0, t0, c0 = minor_faults(), time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(tok, tgt)
         loss.backward()
@@ -117,11 +141,13 @@ def torch_step_ms(shape, steps, threads):
         if s >= 2:
             times.append(time.perf_counter() - t0)
             cpu_times.append(time.process_time() - c0)
+            faults += minor_faults() - f0
     # Debian's torch calls the libblas.so.3 alternative: name the library actually mapped into this process.
     with open("/proc/self/maps") as f:
         libs = {os.path.basename(line.split()[-1]) for line in f if "blas" in line.lower()}
     blas = ", ".join(sorted(libs)) or "no BLAS library mapped"
-    return (1e3 * statistics.median(times), 1e3 * statistics.median(cpu_times)), torch.__version__, blas
+    return ((1e3 * statistics.median(times), 1e3 * statistics.median(cpu_times)), torch.__version__, blas,
+            faults / steps)
 
 
 def main():
@@ -131,6 +157,8 @@ def main():
     ap.add_argument("--steps", type=int, default=5, help="roundoff steps per policy (median); torch runs 3x as many")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--keep", help="directory for each roundoff run's per-(op, pass) profile.csv")
+    ap.add_argument("--torch-malloc", choices=("keep", "default"), default="keep",
+                    help="keep: glibc keeps PyTorch's heap pages between steps (mallopt); default: glibc's defaults")
     ap.add_argument("--roundoff", default=os.path.join(os.path.dirname(__file__), "..", "build", "studies", "roundoff"))
     a = ap.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
@@ -139,8 +167,11 @@ def main():
     for pol in a.policies.split(","):
         results[pol], shape = roundoff_step_ms(a.roundoff, a.config, pol, a.steps, a.threads, a.keep)
     load_before = os.getloadavg()[0]
-    (torch_ms, torch_cpu), version, blas = torch_step_ms(shape, 3 * a.steps, a.threads)
+    if a.torch_malloc == "keep":
+        keep_heap_pages()
+    (torch_ms, torch_cpu), version, blas, torch_faults = torch_step_ms(shape, 3 * a.steps, a.threads)
     print(f"config {a.config} {json.dumps(shape, sort_keys=True)}, threads {a.threads}, torch {version} ({blas}), "
+          f"torch malloc {a.torch_malloc} ({torch_faults:.0f} minor faults per step), "
           f"roundoff {os.path.realpath(a.roundoff)}, load average {load_before:.1f} (before torch) "
           f"{os.getloadavg()[0]:.1f} (after)")
     print(f"{'policy':<16}{'roundoff wall ms':>18}{'torch fp32 wall ms':>20}{'ratio':>8}"
