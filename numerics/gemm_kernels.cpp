@@ -422,11 +422,35 @@ int pack_to(const Packed& pk, const float* src, std::size_t n, Dest d, std::size
   // only, as there: a NaN's fp16 bits after the cast could depend on its payload), and where an fp16 cast without
   // flush meets a run of fp16 values without NaN: round_to returns a value of the format in every mode and the NaN
   // rule touches only NaNs, so the cast is the identity there (an fp16 storage's tensors, e.g. ane-fp16's).
-  if (stride == 1 && (cast == nullptr || (d.h16 == nullptr && d.h32 == nullptr && plain_binary32_cast(*cast)) ||
-                      (cast->plan->format == formats::fp16 && !cast->flush &&
+  const bool f32_only = d.h16 == nullptr && d.h32 == nullptr;
+  if (stride == 1 && (cast == nullptr || (f32_only && plain_binary32_cast(*cast)) ||
+                      (!f32_only && cast->plan->format == formats::fp16 && !cast->flush &&
                        binary16_values(std::span<const float>(src, n), false))))
     return pk.avx2 ? avx2::pack_run(src, n, true, pk.any_binary32, d.f32)
                    : pack_run(src, n, true, pk.any_binary32, d.f32, d.h16, d.h32);
+  if (stride == 1 && f32_only && fits_binary32(cast->plan->format)) {
+    // Binary32 panels under a cast whose format fits binary32 (e.g. ane-fp16's fp32 weights cast to fp16): each
+    // chunk cast in binary32 on the stack (in L1) as cast_values casts the widened values — round_array's binary32
+    // form is round_to on the widened values, each result a binary32 value; then the flush and the NaN rule — and
+    // packed from there. A NaN's payload may differ from the binary64 cast's, but pack_run writes every NaN to
+    // binary32 panels as the quiet NaN and classes it alike.
+    float w[kWidenChunk];
+    int worst = 2;
+    for (std::size_t c = 0; c < n; c += kWidenChunk) {
+      const std::size_t m = std::min(kWidenChunk, n - c);
+      const std::span<float> wc(w, m);
+      round_array(*cast->plan, cast->mode, std::span<const float>(src + c, m), wc);
+      if (cast->flush)
+        for (float& v : wc)
+          if (std::fabs(static_cast<double>(v)) < cast->plan->min_normal) v = std::copysign(0.0f, v);
+      if (cast->nan_to_inf)
+        for (float& v : wc)
+          if (std::isnan(v)) v = std::numeric_limits<float>::infinity();
+      worst = std::min(worst, pk.avx2 ? avx2::pack_run(w, m, true, pk.any_binary32, d.f32 + c)
+                                      : pack_run(w, m, true, pk.any_binary32, d.f32 + c, nullptr, nullptr));
+    }
+    return worst;
+  }
   double w[kWidenChunk];
   int worst = 2;
   for (std::size_t c = 0; c < n; c += kWidenChunk) {
@@ -1233,11 +1257,13 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
 
 namespace roundoff::numerics::kernels {
 
-bool gemm_ranged_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix A, ConstMatrix B,
-                      const KRange* rows, double* C, std::size_t ldc, const KernelOptions& opts) {
-  if (!opts.fast_paths || M == 0 || N == 0 || K == 0) return false;
-  if (a.adder.group != 0) return gemm_ranged_adder(a, M, N, K, A, B, rows, C, ldc, opts.isa());
-  if (binary64_chain(a)) return gemm_ranged_binary64(a, M, N, K, A, B, rows, C, ldc, opts);
+namespace {
+
+/// gemm_ranged_fast on this file's kernels (either operand width; C binary64 or binary32: every result is a
+/// binary32 value).
+template <class MA, class MB, class TC>
+bool gemm_ranged_tiles(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, MA A, MB B,
+                       const KRange* rows, TC* C, std::size_t ldc, const KernelOptions& opts) {
   const auto plan_opt = plan_for(a);
   const Isa isa = opts.isa();
   if (!plan_opt || isa == Isa::None) return false;
@@ -1277,7 +1303,7 @@ bool gemm_ranged_fast(const Accumulation& a, std::size_t M, std::size_t N, std::
                           overflows);
           kernel_rows(plan, pk, false, h, i, start, hi - start, p, jn, tile, overflows);
           for (std::size_t r = 0; r < h; ++r)
-            for (std::size_t c = 0; c < jn; ++c) C[(i + r) * ldc + j0 + c] = static_cast<double>(tile[r * kPanel + c]);
+            for (std::size_t c = 0; c < jn; ++c) C[(i + r) * ldc + j0 + c] = static_cast<TC>(tile[r * kPanel + c]);
           i += h;
           continue;
         }
@@ -1289,11 +1315,27 @@ bool gemm_ranged_fast(const Accumulation& a, std::size_t M, std::size_t N, std::
         if (const std::size_t len = rows[i + r].hi - lo; len > prefix)
           kernel_rows(plan, pk, false, 1, i + r, lo + prefix, len - prefix, p, jn, tile + r * kPanel, overflows);
       for (std::size_t r = 0; r < g; ++r)
-        for (std::size_t c = 0; c < jn; ++c) C[(i + r) * ldc + j0 + c] = static_cast<double>(tile[r * kPanel + c]);
+        for (std::size_t c = 0; c < jn; ++c) C[(i + r) * ldc + j0 + c] = static_cast<TC>(tile[r * kPanel + c]);
       i += g;
     }
   }
   return true;
+}
+
+}  // namespace
+
+bool gemm_ranged_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix A, ConstMatrix B,
+                      const KRange* rows, double* C, std::size_t ldc, const KernelOptions& opts) {
+  if (!opts.fast_paths || M == 0 || N == 0 || K == 0) return false;
+  if (a.adder.group != 0) return gemm_ranged_adder(a, M, N, K, A, B, rows, C, ldc, opts.isa());
+  if (binary64_chain(a)) return gemm_ranged_binary64(a, M, N, K, A, B, rows, C, ldc, opts);
+  return gemm_ranged_tiles(a, M, N, K, A, B, rows, C, ldc, opts);
+}
+
+bool gemm_ranged_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix32 A,
+                      ConstMatrix32 B, const KRange* rows, float* C, std::size_t ldc, const KernelOptions& opts) {
+  if (!opts.fast_paths || M == 0 || N == 0 || K == 0 || a.adder.group != 0 || binary64_chain(a)) return false;
+  return gemm_ranged_tiles(a, M, N, K, A, B, rows, C, ldc, opts);
 }
 
 }  // namespace roundoff::numerics::kernels

@@ -162,6 +162,10 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
 /// native fp16 kernel is not used here (the round-to-odd kernel gives the same bits).
 bool gemm_ranged_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix A, ConstMatrix B,
                       const KRange* rows, double* C, std::size_t ldc, const KernelOptions& opts = {});
+/// gemm_ranged_fast with binary32 operands and C, for this file's kernels only (false for the multi-term adder and
+/// the binary64 chain): bit for bit the binary64 form on the operands widened, every result a binary32 value.
+bool gemm_ranged_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix32 A,
+                      ConstMatrix32 B, const KRange* rows, float* C, std::size_t ldc, const KernelOptions& opts = {});
 
 /// Name of the kernel gemm_fast would use under opts for `a` on fp16-valued inputs ("fp16-avx512fp16",
 /// "fp16-rto-avx512", "bf16-rto-avx512", "fp32-avx512", "fp16-rto-avx2", "bf16-rto-avx2", "fp32-avx2", with

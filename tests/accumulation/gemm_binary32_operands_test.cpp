@@ -67,9 +67,12 @@ TEST(GemmBinary32Operands, SameBitsAsTheWidenedOperands) {
                                parse_accumulation("ane-tile4-ftz"),
                                parse_accumulation("acc=fp16,flush=step")};
   const RoundingPlan to_fp16(formats::fp16), to_fp32(formats::fp32), to_bf16(formats::bf16);
+  // The fp16 cast with flush: binary32 values below fp16's smallest normal (2^-14) occur among the fp32 operands,
+  // where bf16's (2^-126) does not.
   const k::OperandCast casts[] = {{&to_fp16, Rounding::NearestEven, false, false},
                                   {&to_fp32, Rounding::NearestEven, false, false},
-                                  {&to_bf16, Rounding::TowardZero, true, true}};
+                                  {&to_bf16, Rounding::TowardZero, true, true},
+                                  {&to_fp16, Rounding::Up, false, true}};
   struct Dims {
     std::size_t M, N, K;
   };
@@ -81,7 +84,7 @@ TEST(GemmBinary32Operands, SameBitsAsTheWidenedOperands) {
       for (const Format& in : {formats::fp16, formats::fp32})
         for (const bool specials : {false, true})
           for (int layout = 0; layout < 4; ++layout)
-            for (int cast = -1; cast < 3; ++cast) {
+            for (int cast = -1; cast < 4; ++cast) {
               const bool at = (layout & 1) != 0, bt = (layout & 2) != 0, accumulate = (layout + cast) % 2 != 0;
               const std::size_t lda = (at ? d.M : d.K) + 3, ldb = (bt ? d.K : d.N) + 5, ldc = d.N + 2;
               const std::vector<float> A = operand(rng, in, (at ? d.K : d.M) * lda, specials);

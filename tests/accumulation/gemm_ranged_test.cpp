@@ -4,7 +4,8 @@
 // at every ISA level the CPU has, and accumulations without a kernel (pairwise, Kahan, stochastic) on the
 // generic path; prefix ranges [0, i+1), suffix ranges [i, K), runs of equal lo with ragged ends (the kernel's
 // shared-prefix split) and random ranges; ragged N and K (not multiples of the 16/32/64-column panels nor of
-// the tile or block), transposed operands, and normal, special (±0, ±inf, NaN), overflow and subnormal inputs.
+// the tile or block), transposed operands, and normal, special (±0, ±inf, NaN), overflow and subnormal inputs. The
+// binary32 form of gemm_ranged_fast (ConstMatrix32 operands, binary32 C) against its binary64 form.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -88,8 +89,29 @@ int check(const Case& c, std::uint64_t seed, const KernelOptions& opts) {
         std::vector<double> C(M * ldc, 5.0);
         gemm_ranged(a, M, N, K, Am, Bm, rows, C.data(), ldc, bits, opts);
         std::vector<double> probe(M * ldc, 5.0);
-        if (a.rounding != Rounding::Stochastic)
-          kernel_calls += k::gemm_ranged_fast(a, M, N, K, Am, Bm, rows.data(), probe.data(), ldc, opts);
+        bool probed = false;
+        if (a.rounding != Rounding::Stochastic) {
+          probed = k::gemm_ranged_fast(a, M, N, K, Am, Bm, rows.data(), probe.data(), ldc, opts);
+          kernel_calls += probed;
+          // The binary32 form (operands and C in floats; every input format here fits binary32): the kernel's
+          // outputs bit for bit, NaN encodings included, or false with C untouched — always for the multi-term
+          // adder and the binary64 chain, which take only binary64 operands.
+          const std::vector<float> A32(A.begin(), A.end()), B32(B.begin(), B.end());
+          std::vector<float> C32(M * ldc, 5.0f);
+          const bool took32 = k::gemm_ranged_fast(a, M, N, K, ConstMatrix32{A32.data(), lda, at},
+                                                  ConstMatrix32{B32.data(), ldb, bt}, rows.data(), C32.data(), ldc,
+                                                  opts);
+          const bool binary64_only = a.adder.group != 0 || a.format == formats::fp64;
+          EXPECT_EQ(took32, probed && !binary64_only) << c.accumulation << " binary32 form";
+          for (std::size_t i = 0; i < C32.size(); ++i) {
+            const double want = took32 ? probe[i] : 5.0;
+            if (std::bit_cast<std::uint64_t>(static_cast<double>(C32[i])) != std::bit_cast<std::uint64_t>(want)) {
+              ADD_FAILURE() << c.accumulation << " binary32 form M=" << M << " N=" << N << " K=" << K << " at " << i
+                            << ": " << C32[i] << " vs " << want;
+              break;
+            }
+          }
+        }
         int bad = 0;
         for (std::size_t i = 0; i < M; ++i)
           for (std::size_t j = 0; j < N; ++j) {
