@@ -112,14 +112,19 @@ std::span<typename A::Value> cast_causal(const Ctx<A>& ctx, std::span<const S> x
 }
 /// out[j] = d[j]·scale for j < d.size() (d: compute values), out's tail zeroed, in hardware binary32
 /// (Ctx::binary32_through): false, nothing written, when a product would be NaN.
+inline bool scale_row32(const Ctx<Emulated>& ctx, std::span<float> out, std::span<const float> d, float scale) {
+  thread_local std::vector<float> p;  // d.size()
+  p.resize(d.size());
+  arith_binary32(ctx, ArithOp::Mul, d, std::span<const float>(&scale, 1), p);
+  if (!store_binary32(ctx, {{cspan(p), out.first(d.size())}})) return false;
+  std::fill(out.begin() + static_cast<std::ptrdiff_t>(d.size()), out.end(), 0.0f);
+  return true;
+}
 inline bool scale_row32(const Ctx<Emulated>& ctx, std::span<float> out, std::span<const double> d, float scale) {
   thread_local std::vector<float> d32;  // d.size()
   d32.resize(d.size());
   numerics::narrow_to_binary32(d, d32, ctx.exec().kernels);  // exact
-  arith_binary32(ctx, ArithOp::Mul, cspan(d32), std::span<const float>(&scale, 1), d32);
-  if (!store_binary32(ctx, {{cspan(d32), out.first(d.size())}})) return false;
-  std::fill(out.begin() + static_cast<std::ptrdiff_t>(d.size()), out.end(), 0.0f);
-  return true;
+  return scale_row32(ctx, out, cspan(d32), scale);
 }
 /// row[j] = x[j]·scale widened (x: binary32 storage, its entry cast the identity), in hardware binary32
 /// (Ctx::binary32_through): false, row untouched, when x or a product holds a NaN.
@@ -134,13 +139,17 @@ inline bool scale_widen_row32(const Ctx<Emulated>& ctx, std::span<double> row, s
 }
 /// add_into's steps in hardware binary32 (Ctx::binary32_through; r: compute values, so binary32 values): false,
 /// nothing written, when a sum would be NaN (add_into's binary64 form then takes the row).
-inline bool add_into_row32(const Ctx<Emulated>& ctx, std::span<float> g, std::span<const double> r) {
-  thread_local std::vector<float> r32, sum;  // g.size()
-  r32.resize(g.size());
+inline bool add_into_row32(const Ctx<Emulated>& ctx, std::span<float> g, std::span<const float> r) {
+  thread_local std::vector<float> sum;  // g.size()
   sum.resize(g.size());
-  numerics::narrow_to_binary32(r, r32, ctx.exec().kernels);  // exact
-  arith_binary32(ctx, ArithOp::Add, std::span<const float>(g), cspan(r32), sum);
+  arith_binary32(ctx, ArithOp::Add, std::span<const float>(g), r, sum);
   return store_binary32(ctx, {{cspan(sum), g}});
+}
+inline bool add_into_row32(const Ctx<Emulated>& ctx, std::span<float> g, std::span<const double> r) {
+  thread_local std::vector<float> r32;  // g.size()
+  r32.resize(g.size());
+  numerics::narrow_to_binary32(r, r32, ctx.exec().kernels);  // exact
+  return add_into_row32(ctx, g, cspan(r32));
 }
 /// g[i] ← store(store(g[i]) + r[i]) (the add in compute), the next three slots of `seq` (over g's elements) in that
 /// order (through: binary32_through<A, S>(ctx), the caller's, which takes add_into_row32 first)
@@ -157,6 +166,74 @@ void add_into(const Ctx<A>& ctx, std::span<S> g, std::span<const typename A::Val
   arith_array(ctx, ArithOp::Add, std::span<const V>(gi), r, std::span<V>(sum), k_add);
   ctx.store_array(std::span<const V>(sum), g, k_store);
 }
+/// add_into of binary32 reduction results r (compute values, none NaN) on binary32 heads: add_into_row32, or, where
+/// a sum is NaN, add_into's steps on r widened (exactly the binary64 path's r) with the slots of SlotSeq(t, e0)
+/// after the reduction's.
+inline void add_into32(const Ctx<Emulated>& ctx, std::span<float> g, std::span<const float> r, Tensor t,
+                       std::size_t e0, bool through) {
+  if (add_into_row32(ctx, g, r)) return;
+  const std::span<double> rw = scratch<double, Slot::Raw>(r.size());  // not one of add_into's slots
+  numerics::widen_binary32(r, rw, ctx.exec().kernels);
+  SlotSeq seq(t, e0);
+  (void)seq.next();  // the reduction's slot
+  add_into(ctx, g, std::span<const double>(rw), seq, through);
+}
+// Binary32 heads (issue 45, typed storage): under heads32 the GEMM bodies read the binary32 tensors in place (a
+// head's rows C or T apart), multiply on the kernels' binary32 forms (Ctx::gemm32, gemm_ranged32) into binary32
+// products, convert them to compute (Ctx::compute_binary32) and run the elementwise steps as the binary32 bodies
+// do. Every entry cast is then the identity on a non-NaN value (each value read is a value of storage), and the
+// kernels' binary32 forms give the bits of their binary64 forms on the widened operands, so each product equals
+// the binary64 head path's, which runs instead when a kernel declines or a product is NaN (a NaN read among them:
+// its entry cast's NaN rule is the binary64 path's business): the whole head when nothing has been written yet
+// (every product is made before the first write), a row where a sum into a gradient is NaN.
+
+/// Whether the attention GEMM bodies may run on binary32 heads: the GEMMs equal the dots (Ctx::gemm_is_dot) and
+/// binary32_through<A, S>(ctx, read) (binary16_through with every tensor read holding fp16 values included). A NaN
+/// read needs no scan: a NaN operand that a sum reads makes a NaN product, which sends its head to the binary64 path,
+/// and a NaN in a gradient read makes a NaN sum, which sends its row there.
+template <class A, class S>
+bool heads32(const Ctx<A>& ctx, std::initializer_list<std::span<const S>> read) {
+  if constexpr (kBinary32Body<A, S>) return ctx.gemm_is_dot() && binary32_through<A, S>(ctx, read);
+  return false;
+}
+/// Head (b, h) of a (B, T, NH·hs) binary32 tensor in place: T × hs, rows C apart.
+inline numerics::ConstMatrix32 head_at(std::span<const float> x, const AttnShape& s, std::int64_t b, std::int64_t h) {
+  return {x.data() + at3(s, b, 0, h, 0), static_cast<std::size_t>(s.C())};
+}
+/// Head (b, h) of a (B, NH, T, T) binary32 tensor in place: T × T, rows T apart (transposed: read as its transpose).
+inline numerics::ConstMatrix32 square_at(std::span<const float> x, const AttnShape& s, std::int64_t b, std::int64_t h,
+                                         bool transposed = false) {
+  return {x.data() + at4(s, b, h, 0, 0), static_cast<std::size_t>(s.T), transposed};
+}
+/// causal_dots' products on binary32 heads x, y (T × hs): raw[t·T + j] = x[t,:]·y[j,:] converted to compute for
+/// j ≤ t (the band GEMMs on Ctx::gemm32). False when a GEMM declines or a causal product is NaN.
+inline bool causal_dots32(const Ctx<Emulated>& ctx, const AttnShape& s, numerics::ConstMatrix32 x,
+                          numerics::ConstMatrix32 y, std::span<float> raw) {
+  const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs);
+  for (std::size_t t0 = 0; t0 < T; t0 += static_cast<std::size_t>(kBand)) {
+    const std::size_t t1 = std::min(T, t0 + static_cast<std::size_t>(kBand));
+    // raw[t, j] = x[t,:]·y[j,:] for t in [t0, t1), j < t1 (the band's causal columns)
+    if (!ctx.gemm32(t1 - t0, t1, hs, {x.data + t0 * x.ld, x.ld}, {y.data, y.ld, true}, raw.data() + t0 * T, T))
+      return false;
+    for (std::size_t t = t0; t < t1; ++t) {
+      const std::span<float> row(raw.data() + t * T, t + 1);
+      if (numerics::any_nan(cspan(row), ctx.exec().kernels)) return false;
+      ctx.compute_binary32(row);
+    }
+  }
+  return true;
+}
+/// out (T × hs) = a·b over the causal k-ranges (prefix: [0, t+1) for row t; suffix: [t, T)) on
+/// Ctx::gemm_ranged32, converted to compute. False when the GEMM declines or a product is NaN.
+inline bool causal_ranged32(const Ctx<Emulated>& ctx, const AttnShape& s, numerics::ConstMatrix32 a,
+                            numerics::ConstMatrix32 b, bool prefix, std::span<float> out) {
+  const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs);
+  if (!ctx.gemm_ranged32(T, hs, T, a, b, causal_ranges(s.T, prefix), out.data(), hs)) return false;
+  if (numerics::any_nan(std::span<const float>(out.first(T * hs)), ctx.exec().kernels)) return false;
+  ctx.compute_binary32(out.first(T * hs));
+  return true;
+}
+
 /// The causal dot products of head (b, h): for every query row t, g[j] = x[t,:]·y[j,:] for j ≤ t in compute
 /// (dot()'s conversion, keyed by the first slot of SlotSeq O(out, e0), e0 = at4(s, b, h, t, 0)), in
 /// raw[t·T, t·T + t + 1), then row(t, e0, g, O) with O at its next slot. x and y are T × hs heads. When the GEMMs equal the dots (Ctx::gemm_is_dot), one GEMM per band
@@ -275,8 +352,25 @@ void attn_scores_forward_reference(std::span<typename A::Value> preatt, std::spa
         }
 }
 
+namespace detail {
+/// attn_scores_forward_io's head (b, h) on binary32 heads (heads32): false when a product declines or is NaN (the
+/// binary64 path then writes the head again).
+inline bool scores_forward_head32(const Ctx<Emulated>& ctx, std::span<float> preatt, std::span<const float> q,
+                                  std::span<const float> k, const AttnShape& s, std::int64_t b, std::int64_t h,
+                                  float scale) {
+  const auto T = static_cast<std::size_t>(s.T);
+  const std::span<float> raw = scratch<float, Slot::Raw>(T * T);  // T × T: the causal products
+  if (!causal_dots32(ctx, s, head_at(q, s, b, h), head_at(k, s, b, h), raw)) return false;
+  for (std::size_t t = 0; t < T; ++t)
+    if (!scale_row32(ctx, preatt.subspan(at4(s, b, h, static_cast<std::int64_t>(t), 0), T),
+                     std::span<const float>(raw.data() + t * T, t + 1), scale))
+      return false;
+  return true;
+}
+}  // namespace detail
+
 /// attn_scores_forward_reference head by head: the dots of a head as GEMMs (detail::causal_dots), the scale and
-/// the store on row spans.
+/// the store on row spans; on binary32 heads where detail::heads32 allows.
 template <class A, class S>
 void attn_scores_forward_io(std::span<S> preatt, std::span<const S> q, std::span<const S> k, AttnShape s,
                             const Ctx<A>& ctx, Select sel) {
@@ -285,8 +379,11 @@ void attn_scores_forward_io(std::span<S> preatt, std::span<const S> q, std::span
   const V scale = ctx.c(1.0 / std::sqrt(static_cast<double>(s.hs)));
   const auto T = static_cast<std::size_t>(s.T);
   [[maybe_unused]] const bool through = binary32_through<A, S>(ctx);
+  [[maybe_unused]] const bool h32 = detail::heads32<A, S>(ctx, {q, k});
   for_units(s.heads(), sel, [&](std::int64_t u) {
     const std::int64_t b = u / s.NH, h = u % s.NH;
+    if constexpr (kBinary32Body<A, S>)
+      if (h32 && detail::scores_forward_head32(ctx, preatt, q, k, s, b, h, static_cast<float>(scale))) return;
     const std::span<V> qh = detail::cast_head<A, Slot::Head1>(ctx, q, s, b, h, Tensor::Q);
     const std::span<V> kh = detail::cast_head<A, Slot::Head2>(ctx, k, s, b, h, Tensor::K);
     const std::span<V> raw = detail::scratch<V, Slot::Raw>(T * T);
@@ -359,8 +456,40 @@ void attn_scores_backward_data_reference(std::span<typename A::Value> dq, std::s
         }
 }
 
+namespace detail {
+/// attn_scores_backward_data_io's head (b, h) on binary32 heads (heads32): false, nothing written, when a product
+/// declines or is NaN.
+inline bool scores_backward_head32(const Ctx<Emulated>& ctx, std::span<float> dq, std::span<float> dk,
+                                   std::span<const float> dpreatt, std::span<const float> q, std::span<const float> k,
+                                   const AttnShape& s, std::int64_t b, std::int64_t h, float scale, bool through) {
+  const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs);
+  // dps[t,j] = dpreatt[t,j]·scale for j ≤ t, 0 above (read by the packing, never summed)
+  const std::span<float> dps = scratch<float, Slot::Head3>(T * T);
+  for (std::size_t t = 0; t < T; ++t) {
+    const std::span<float> row(dps.data() + t * T, t + 1);
+    arith_binary32(ctx, ArithOp::Mul, dpreatt.subspan(at4(s, b, h, static_cast<std::int64_t>(t), 0), t + 1),
+                   std::span<const float>(&scale, 1), row);
+    if (numerics::any_nan(cspan(row), ctx.exec().kernels)) return false;
+    std::fill(dps.begin() + static_cast<std::ptrdiff_t>(t * T + t + 1),
+              dps.begin() + static_cast<std::ptrdiff_t>((t + 1) * T), 0.0f);
+  }
+  // raw[t·hs + d] = Σ_{j ≤ t} dps[t,j]·k[j,d];  raw[(T + t)·hs + d] = Σ_{i ≥ t} dps[i,t]·q[i,d]
+  const std::span<float> raw = scratch<float, Slot::Raw>(2 * T * hs);
+  if (!causal_ranged32(ctx, s, {dps.data(), T}, head_at(k, s, b, h), true, raw.first(T * hs)) ||
+      !causal_ranged32(ctx, s, {dps.data(), T, true}, head_at(q, s, b, h), false, raw.subspan(T * hs, T * hs)))
+    return false;
+  for (std::size_t t = 0; t < T; ++t) {
+    const std::size_t e0 = at3(s, b, static_cast<std::int64_t>(t), h, 0);
+    add_into32(ctx, dq.subspan(e0, hs), std::span<const float>(raw.data() + t * hs, hs), Tensor::Dq, e0, through);
+    add_into32(ctx, dk.subspan(e0, hs), std::span<const float>(raw.data() + (T + t) * hs, hs), Tensor::Dk, e0,
+               through);
+  }
+  return true;
+}
+}  // namespace detail
+
 /// attn_scores_backward_data_reference head by head: the causal sums as GEMMs with per-row k-ranges, the
-/// elementwise steps on row spans.
+/// elementwise steps on row spans; on binary32 heads where detail::heads32 allows.
 template <class A, class S>
 void attn_scores_backward_data_io(std::span<S> dq, std::span<S> dk, std::span<const S> dpreatt, std::span<const S> q,
                                   std::span<const S> k, AttnShape s, const Ctx<A>& ctx, Select sel) {
@@ -371,8 +500,14 @@ void attn_scores_backward_data_io(std::span<S> dq, std::span<S> dk, std::span<co
   const bool batched = ctx.gemm_is_dot();
   const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs);
   [[maybe_unused]] const bool through = binary32_through<A, S>(ctx);
+  [[maybe_unused]] const bool h32 =
+      detail::heads32<A, S>(ctx, {std::span<const S>(dq), std::span<const S>(dk), dpreatt, q, k});
   for_units(s.heads(), sel, [&](std::int64_t u) {
     const std::int64_t b = u / s.NH, h = u % s.NH;
+    if constexpr (kBinary32Body<A, S>)
+      if (h32 && detail::scores_backward_head32(ctx, dq, dk, dpreatt, q, k, s, b, h, static_cast<float>(scale),
+                                                through))
+        return;
     const std::span<V> qh = detail::cast_head<A, Slot::Head1>(ctx, q, s, b, h, Tensor::Q);
     const std::span<V> kh = detail::cast_head<A, Slot::Head2>(ctx, k, s, b, h, Tensor::K);
     // dps[t,j] = store(dpreatt[t,j])·scale for j ≤ t, 0 above (never summed)
@@ -502,7 +637,7 @@ void softmax_forward_io(std::span<S> att, std::span<const S> preatt, AttnShape s
     ctx.store_array(cspan(q), att.subspan(o, n), k.store);
     for (std::size_t j = n; j < T; ++j) att[o + j] = S(0);
   };
-  [[maybe_unused]] const bool through = binary32_through<A, S>(ctx);
+  [[maybe_unused]] const bool through = binary32_through<A, S>(ctx, {preatt});
   [[maybe_unused]] const bool chain = through && binary32_chain<A, S>(ctx);
   if (sel.empty()) {
     for_units(s.heads(), sel, [&](std::int64_t u) {
@@ -608,7 +743,8 @@ void softmax_backward_data_io(std::span<S> dpreatt, std::span<const S> datt, std
   const auto T = static_cast<std::size_t>(s.T);
   SlotSeq Row(Tensor::Row);
   const auto k_d = Row.next();
-  [[maybe_unused]] const bool through = binary32_through<A, S>(ctx);
+  [[maybe_unused]] const bool through =
+      binary32_through<A, S>(ctx, {std::span<const S>(dpreatt), datt, att});
   [[maybe_unused]] const bool chain = through && binary32_chain<A, S>(ctx);
   // row `row`'s inputs cast into a, g (t + 1 values each)
   const auto cast = [&](std::int64_t row, V* a, V* g) {
@@ -723,8 +859,25 @@ void attn_values_forward_reference(std::span<typename A::Value> out, std::span<c
         }
 }
 
+namespace detail {
+/// attn_values_forward_io's head (b, h) on binary32 heads (heads32): false, nothing written, when the product
+/// declines or is NaN.
+inline bool values_forward_head32(const Ctx<Emulated>& ctx, std::span<float> out, std::span<const float> att,
+                                  std::span<const float> v, const AttnShape& s, std::int64_t b, std::int64_t h) {
+  const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs);
+  const std::span<float> raw = scratch<float, Slot::Raw>(T * hs);  // T × hs: att[t, 0..t]·v[0..t, :]
+  // the products in compute are the outputs: the stores return them (storage is compute's format under either
+  // through, and no product is NaN)
+  if (!causal_ranged32(ctx, s, square_at(att, s, b, h), head_at(v, s, b, h), true, raw)) return false;
+  for (std::size_t t = 0; t < T; ++t)
+    std::copy_n(raw.begin() + static_cast<std::ptrdiff_t>(t * hs), hs,
+                out.begin() + static_cast<std::ptrdiff_t>(at3(s, b, static_cast<std::int64_t>(t), h, 0)));
+  return true;
+}
+}  // namespace detail
+
 /// attn_values_forward_reference head by head: a head's dots as one GEMM with per-row k-ranges, converted and
-/// stored on row spans (result_array).
+/// stored on row spans (result_array); on binary32 heads where detail::heads32 allows.
 template <class A, class S>
 void attn_values_forward_io(std::span<S> out, std::span<const S> att, std::span<const S> v, AttnShape s,
                             const Ctx<A>& ctx, Select sel) {
@@ -733,8 +886,11 @@ void attn_values_forward_io(std::span<S> out, std::span<const S> att, std::span<
   using detail::Slot;
   const bool batched = ctx.gemm_is_dot();
   const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs), C = static_cast<std::size_t>(s.C());
+  [[maybe_unused]] const bool h32 = detail::heads32<A, S>(ctx, {att, v});
   for_units(s.heads(), sel, [&](std::int64_t u) {
     const std::int64_t b = u / s.NH, h = u % s.NH;
+    if constexpr (kBinary32Body<A, S>)
+      if (h32 && detail::values_forward_head32(ctx, out, att, v, s, b, h)) return;
     const std::span<V> ah = detail::cast_causal<A, Slot::Head1>(ctx, att, s, b, h, Tensor::Att);
     const std::span<V> vh = detail::cast_head<A, Slot::Head2>(ctx, v, s, b, h, Tensor::V);
     // out[b,t,h,:] (the head's rows, C apart) = att[t, 0..t]·v[0..t, :], computed in place when out is binary64,
@@ -818,8 +974,34 @@ void attn_values_backward_data_reference(std::span<typename A::Value> datt, std:
           });
 }
 
+namespace detail {
+/// attn_values_backward_data_io's head (b, h) on binary32 heads (heads32): false, nothing written, when a product
+/// declines or is NaN.
+inline bool values_backward_head32(const Ctx<Emulated>& ctx, std::span<float> datt, std::span<float> dv,
+                                   std::span<const float> dout, std::span<const float> att, std::span<const float> v,
+                                   const AttnShape& s, std::int64_t b, std::int64_t h, bool through) {
+  const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs);
+  const std::span<float> raw = scratch<float, Slot::Raw>(T * T);  // raw[t·T + j] = dout[t,:]·v[j,:], j ≤ t
+  const std::span<float> rdv = scratch<float, Slot::Head1>(T * hs);  // rdv[j·hs + d] = Σ_{t ≥ j} att[t,j]·dout[t,d]
+  if (!causal_dots32(ctx, s, head_at(dout, s, b, h), head_at(v, s, b, h), raw) ||
+      !causal_ranged32(ctx, s, square_at(att, s, b, h, true), head_at(dout, s, b, h), false, rdv))
+    return false;
+  for (std::size_t t = 0; t < T; ++t) {
+    const std::size_t e0 = at4(s, b, h, static_cast<std::int64_t>(t), 0);
+    add_into32(ctx, datt.subspan(e0, t + 1), std::span<const float>(raw.data() + t * T, t + 1), Tensor::Datt, e0,
+               through);
+  }
+  for (std::size_t j = 0; j < T; ++j) {
+    const std::size_t e0 = at3(s, b, static_cast<std::int64_t>(j), h, 0);
+    add_into32(ctx, dv.subspan(e0, hs), std::span<const float>(rdv.data() + j * hs, hs), Tensor::Dv, e0, through);
+  }
+  return true;
+}
+}  // namespace detail
+
 /// attn_values_backward_data_reference head by head: the datt dots as GEMMs (detail::causal_dots), dv's causal
-/// sums as one GEMM with per-row k-ranges, the adds into the gradients on row spans.
+/// sums as one GEMM with per-row k-ranges, the adds into the gradients on row spans; on binary32 heads where
+/// detail::heads32 allows.
 template <class A, class S>
 void attn_values_backward_data_io(std::span<S> datt, std::span<S> dv, std::span<const S> dout, std::span<const S> att,
                                   std::span<const S> v, AttnShape s, const Ctx<A>& ctx, Select sel) {
@@ -829,8 +1011,12 @@ void attn_values_backward_data_io(std::span<S> datt, std::span<S> dv, std::span<
   const bool batched = ctx.gemm_is_dot();
   const auto T = static_cast<std::size_t>(s.T), hs = static_cast<std::size_t>(s.hs);
   [[maybe_unused]] const bool through = binary32_through<A, S>(ctx);
+  [[maybe_unused]] const bool h32 =
+      detail::heads32<A, S>(ctx, {std::span<const S>(datt), std::span<const S>(dv), dout, att, v});
   for_units(s.heads(), sel, [&](std::int64_t u) {
     const std::int64_t b = u / s.NH, h = u % s.NH;
+    if constexpr (kBinary32Body<A, S>)
+      if (h32 && detail::values_backward_head32(ctx, datt, dv, dout, att, v, s, b, h, through)) return;
     const std::span<V> ah = detail::cast_causal<A, Slot::Head1>(ctx, att, s, b, h, Tensor::Att);
     const std::span<V> vh = detail::cast_head<A, Slot::Head2>(ctx, v, s, b, h, Tensor::V);
     const std::span<V> dh = detail::cast_head<A, Slot::Head3>(ctx, dout, s, b, h, Tensor::Dout);

@@ -108,6 +108,20 @@ bool Ctx<Emulated>::rows_fast(const numerics::RowBatch& rows, std::span<double> 
   return ok;
 }
 
+bool Ctx<Emulated>::gemm32(std::size_t M, std::size_t N, std::size_t K, numerics::ConstMatrix32 A,
+                           numerics::ConstMatrix32 B, float* C, std::size_t ldc) const {
+  if (prec_.accumulate.rounding == numerics::Rounding::Stochastic) return false;
+  return numerics::kernels::gemm_fast(prec_.accumulate, M, N, K, A, B, C, ldc, false, nullptr,
+                                      omp_in_parallel() ? 1 : 0, nullptr, nullptr, exec_.kernels, nullptr);
+}
+
+bool Ctx<Emulated>::gemm_ranged32(std::size_t M, std::size_t N, std::size_t K, numerics::ConstMatrix32 A,
+                                  numerics::ConstMatrix32 B, std::span<const numerics::KRange> rows, float* C,
+                                  std::size_t ldc) const {
+  if (prec_.accumulate.rounding == numerics::Rounding::Stochastic || rows.size() != M) return false;
+  return numerics::kernels::gemm_ranged_fast(prec_.accumulate, M, N, K, A, B, rows.data(), C, ldc, exec_.kernels);
+}
+
 template <class MA, class MB, class TC>
 bool Ctx<Emulated>::gemm_in_fast(std::size_t M, std::size_t N, std::size_t K, MA A, MB B, TC* C, std::size_t ldc,
                                  bool accumulate) const {

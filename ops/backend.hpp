@@ -296,6 +296,24 @@ class Ctx<Emulated> {
                    std::span<const numerics::KRange> rows, double* C, std::size_t ldc, Key r) const {
     numerics::gemm_ranged(prec_.accumulate, M, N, K, A, B, rows, C, ldc, reduction_stream(r), exec_.kernels);
   }
+  /// gemm() (C = A·B, no initial C) and gemm_ranged() of binary32 operands into a binary32 C, on a kernel only
+  /// (numerics::kernels::gemm_fast and gemm_ranged_fast, ConstMatrix32 forms; gemm32 on one thread inside a parallel
+  /// region, as gemm()): true when computed, C then holding bit for bit what gemm() / gemm_ranged() give on the
+  /// operands widened (binary32 values, left in the accumulator format); false, C untouched, when no kernel takes
+  /// the product (the accumulation rounds stochastically, the fast paths are off, or the kernels do not handle the
+  /// accumulation or the inputs): the caller then runs its binary64 form. No key: the stochastic streams are
+  /// never drawn.
+  bool gemm32(std::size_t M, std::size_t N, std::size_t K, numerics::ConstMatrix32 A, numerics::ConstMatrix32 B,
+              float* C, std::size_t ldc) const;
+  bool gemm_ranged32(std::size_t M, std::size_t N, std::size_t K, numerics::ConstMatrix32 A, numerics::ConstMatrix32 B,
+                     std::span<const numerics::KRange> rows, float* C, std::size_t ldc) const;
+  /// compute_array on the results of gemm32 / gemm_ranged32, none NaN, under binary32_through() or
+  /// binary16_through(): to_compute's rounding with no flush and no saturation (neither allows one) — binary32 RNE,
+  /// which leaves the kernels' binary32 results as they are, or fp16 RNE (round_to_compute32), which leaves them as
+  /// they are when the accumulator is fp16 too (its results are then values of compute).
+  void compute_binary32(std::span<float> x) const {
+    if (!binary32_through() && !(prec_.accumulate.format == compute_.format)) round_to_compute32(x);
+  }
   /// dot()'s conversion of the accumulator value s of the reduction keyed r to compute.
   double dot_result(double s, Key r) const { return to_compute(s, r); }
   /// x[i] ← dot_result(x[i], kc(i)): reduction results (a GEMM's outputs) converted to compute, bit for bit

@@ -3,7 +3,8 @@
 // (ExecOptions::fast_paths off: one dot and one scalar rounding at a time, the oracle), bit for bit, for every
 // preset, with stochastic op rounding and stochastic accumulation, ragged shapes (T across the micro-tiles,
 // tiles and bands, hs not a multiple of 8 and across the kernel panels), and inputs in the normal, overflow,
-// subnormal and special-value (±0, ±inf, NaN) regimes.
+// subnormal and special-value (±0, ±inf, NaN) regimes; the same on binary32 tensors (typed storage: the binary32
+// heads), and a NaN sum into a gradient on the binary32 heads.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -13,6 +14,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/attention.hpp"
@@ -32,6 +34,12 @@ struct Case {
   std::string policy;
   AttnShape shape;
 };
+
+/// A tensor of a storage that fits binary32 held in floats (exact), and back.
+std::vector<float> f32(const std::vector<double>& x) { return {x.begin(), x.end()}; }
+std::vector<double> f64(const std::vector<float>& x) { return {x.begin(), x.end()}; }
+/// The fast paths on, for the binary32 tensors' runs.
+Ctx<Emulated> fast_on(const Ctx<Emulated>& c) { return on(c, ::roundoff::test::exec_for(true, {})); }
 
 TEST(AttentionGemm, BitIdenticalToPerElementDots) {
   std::vector<std::string> policies = Policy::preset_names();
@@ -68,6 +76,11 @@ TEST(AttentionGemm, BitIdenticalToPerElementDots) {
             return std::vector<std::vector<double>>{pre};
           });
           expect_same(fast[0], oracle[0], "scores fwd " + what);
+          if (c.binary32_storage()) {  // binary32 tensors (binary32 heads where ops::detail::heads32 allows)
+            std::vector<float> pre(att, 7.0f);
+            attn_scores_forward(pre, f32(q), f32(k), s, fast_on(c));
+            expect_same(f64(pre), oracle[0], "scores fwd binary32 " + what);
+          }
         }
         {
           const Ctx<Emulated> c(pol.at(OpKind::AttnScores, Pass::BackwardData), bits);
@@ -81,6 +94,12 @@ TEST(AttentionGemm, BitIdenticalToPerElementDots) {
           });
           expect_same(fast[0], oracle[0], "scores bwd dq " + what);
           expect_same(fast[1], oracle[1], "scores bwd dk " + what);
+          if (c.binary32_storage()) {
+            std::vector<float> dq = f32(dq0), dk = f32(dq0);
+            attn_scores_backward_data(dq, dk, f32(dp), f32(q), f32(k), s, fast_on(c));
+            expect_same(f64(dq), oracle[0], "scores bwd dq binary32 " + what);
+            expect_same(f64(dk), oracle[1], "scores bwd dk binary32 " + what);
+          }
         }
         {
           const Ctx<Emulated> c(pol.at(OpKind::AttnValues, Pass::Forward), bits);
@@ -92,6 +111,11 @@ TEST(AttentionGemm, BitIdenticalToPerElementDots) {
             return std::vector<std::vector<double>>{out};
           });
           expect_same(fast[0], oracle[0], "values fwd " + what);
+          if (c.binary32_storage()) {
+            std::vector<float> out(qkv, 3.0f);
+            attn_values_forward(out, f32(a), f32(v), s, fast_on(c));
+            expect_same(f64(out), oracle[0], "values fwd binary32 " + what);
+          }
         }
         {
           const Ctx<Emulated> c(pol.at(OpKind::AttnValues, Pass::BackwardData), bits);
@@ -106,6 +130,12 @@ TEST(AttentionGemm, BitIdenticalToPerElementDots) {
           });
           expect_same(fast[0], oracle[0], "values bwd datt " + what);
           expect_same(fast[1], oracle[1], "values bwd dv " + what);
+          if (c.binary32_storage()) {
+            std::vector<float> datt = f32(g0), dv = f32(dv0);
+            attn_values_backward_data(datt, dv, f32(d), f32(a), f32(v), s, fast_on(c));
+            expect_same(f64(datt), oracle[0], "values bwd datt binary32 " + what);
+            expect_same(f64(dv), oracle[1], "values bwd dv binary32 " + what);
+          }
         }
       }
   }
@@ -188,6 +218,41 @@ TEST(AttentionGemm, MaskedPositionsNeverEnterTheSums) {
   // Every policy takes the batched paths (GEMMs, gemm_ranged) of both ops and passes (stochastic op rounding
   // keeps a nearest-even accumulation).
   EXPECT_EQ(batched, 4 * static_cast<int>(policies.size()));
+}
+
+// On binary32 heads a sum into a gradient that is NaN (+inf + −inf) takes that row's binary64 steps (ops/attention.hpp,
+// add_into32): datt, dv, dq and dk start at +inf and every causal product overflows to −inf after its conversion to
+// compute (big·big beyond the format), so every sum is NaN. The binary32 tensors must give the per-element
+// definition's bits on binary64 tensors, NaN encodings included (the NaN rule's NaN, not the hardware's).
+TEST(AttentionGemm, Binary32HeadsTakeTheBinary64StepsForANaNSum) {
+  const AttnShape s{1, 2, 37, 6};
+  const auto qkv = static_cast<std::size_t>(s.qkv_size()), att = static_cast<std::size_t>(s.att_size());
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::pair<const char*, double> cases[] = {{"fp32", 0x1p100}, {"ane-fp16", 0x1p15}, {"ane-fp16-acc32", 0x1p15}};
+  for (const auto& [spec, big] : cases) {
+    const Policy pol = Policy::preset(spec);
+    const std::vector<double> plus(qkv, big), minus(qkv, -big), a(att, big), g_att(att, inf), g_qkv(qkv, inf);
+    {
+      const Ctx<Emulated> c(pol.at(OpKind::AttnScores, Pass::BackwardData));
+      std::vector<double> dq = g_qkv, dk = g_qkv;
+      attn_scores_backward_data<Emulated>(dq, dk, a, minus, minus, s, on(c, ::roundoff::test::exec_for(false, {})));
+      std::vector<float> dq32 = f32(g_qkv), dk32 = f32(g_qkv);
+      attn_scores_backward_data(dq32, dk32, f32(a), f32(minus), f32(minus), s, fast_on(c));
+      expect_same(f64(dq32), dq, std::string("scores bwd dq ") + spec, true, test::AllNan::Allowed);
+      expect_same(f64(dk32), dk, std::string("scores bwd dk ") + spec, true, test::AllNan::Allowed);
+      EXPECT_TRUE(std::isnan(dq[0]) && std::isnan(dk[0])) << spec << ": the sums are not NaN";
+    }
+    {
+      const Ctx<Emulated> c(pol.at(OpKind::AttnValues, Pass::BackwardData));
+      std::vector<double> datt = g_att, dv = g_qkv;
+      attn_values_backward_data<Emulated>(datt, dv, minus, a, plus, s, on(c, ::roundoff::test::exec_for(false, {})));
+      std::vector<float> datt32 = f32(g_att), dv32 = f32(g_qkv);
+      attn_values_backward_data(datt32, dv32, f32(minus), f32(a), f32(plus), s, fast_on(c));
+      expect_same(f64(datt32), datt, std::string("values bwd datt ") + spec, true, test::AllNan::Allowed);
+      expect_same(f64(dv32), dv, std::string("values bwd dv ") + spec, true, test::AllNan::Allowed);
+      EXPECT_TRUE(std::isnan(datt[0]) && std::isnan(dv[0])) << spec << ": the sums are not NaN";
+    }
+  }
 }
 
 TEST(AttentionGemm, FastPathsOffMeansPerElementDots) {

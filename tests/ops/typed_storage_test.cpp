@@ -499,13 +499,15 @@ void PrintTo(const IoCase& c, std::ostream* os) { *os << c.name; }
 
 class TypedStorage : public ::testing::TestWithParam<IoCase> {};
 
-/// The calling thread's op scratch (scratch_buffer) filled with a value no op computes here, before every call: a
-/// body that reads scratch it did not write (an entry cast it skipped) then differs, rather than reading the values
-/// the call before it left there.
+/// The calling thread's op scratch (scratch_buffer, binary64 and binary32) filled with a value no op computes here,
+/// before every call: a body that reads scratch it did not write (an entry cast it skipped) then differs, rather than
+/// reading the values the call before it left there.
 std::vector<Vec> run_fresh(const IoCase& oc, const Ctx<E>& ctx, bool f32, Regime rg) {
   for (std::size_t slot = 0; slot < kScratchSlots; ++slot) {
     const std::span<double> b = scratch_buffer<double>(4 * kN, slot);
     std::fill(b.begin(), b.end(), 0x1.234p+100);
+    const std::span<float> f = scratch_buffer<float>(4 * kN, slot);  // the binary32 heads' (ops/attention.hpp)
+    std::fill(f.begin(), f.end(), 0x1.234p+100f);
   }
   return oc.run(ctx, f32, rg);
 }
