@@ -812,15 +812,27 @@ void kernel_rows(const Plan& plan, const Packed& pk, bool native, std::size_t ro
 /// for a C known to hold +0 everywhere.
 enum class Start { Sum, C, PositiveZero };
 
+/// tile[0, n) = v (n a multiple of 16) in whole 64-byte stores: the AVX-512 kernels load the running sums as
+/// vectors, and a vector load of narrower stores (std::fill's, in the baseline's 16-byte registers) waits for them
+/// to retire instead of taking their data forwarded.
+ROUNDOFF_AVX512 void fill_tile(float* tile, std::size_t n, float v) {
+  const __m512 x = _mm512_set1_ps(v);
+  for (std::size_t i = 0; i < n; i += 16) _mm512_storeu_ps(tile + i, x);
+}
+
+/// dst[0, n) = src[0, n) for n ≤ kPanel (src a tile row of kPanel values), in 64-byte vectors.
+ROUNDOFF_AVX512 void copy_row(const float* src, float* dst, std::size_t n) {
+  for (std::size_t i = 0; i < n; i += 16) {
+    const auto live = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps(dst + i, live, _mm512_loadu_ps(src + i));
+  }
+}
+
 /// Rows [i_begin, i_end) of C from the packed operands, panel by panel, in micro-tiles of kMr rows. Adds the
 /// tile overflows the tile-stage kernel counts to `overflows`.
 ///
-/// Start::PositiveZero computes the sum from −0 and then turns a −0 result into +0, which is the sum from +0
-/// without reading C. Argument: started from +0 and from −0, the same sequence of IEEE additions (any rounding
-/// direction; products, tile or block sums alike) keeps equal running sums, or +0 and −0: adding a nonzero x
-/// to either zero gives round(x) for both, adding +0 gives +0 and +0 (−0 under round-down for the −0 start),
-/// adding −0 gives +0 and −0 (−0 and −0 under round-down), and equal sums stay equal. So the two results are
-/// equal except where the −0 start ends at −0 and the +0 start at +0.
+/// Start::PositiveZero starts every running sum at +0, C's value, without reading C: the kernels take whatever
+/// the tile holds as the running sums (Start::C loads C's values there), so this is the sum from C itself.
 template <class TC>
 void compute_rows(const Plan& plan, const Packed& pk, bool native, Start start, TC* C, std::size_t ldc,
                   std::size_t i_begin, std::size_t i_end, std::int64_t& overflows) {
@@ -830,19 +842,23 @@ void compute_rows(const Plan& plan, const Packed& pk, bool native, Start start, 
     const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0);
     for (std::size_t i = i_begin; i < i_end; i += kMr) {
       const std::size_t rows = std::min(kMr, i_end - i);
-      // Running sums: C's rows (binary32 values, checked while packing) or −0; lanes beyond them −0 (computed,
-      // never stored).
-      std::fill(tile, tile + kMr * kPanel, -0.0f);
+      // Running sums: C's rows (binary32 values, checked while packing), +0 or −0; lanes beyond them the same
+      // (computed, never stored).
+      const float zero = start == Start::PositiveZero ? 0.0f : -0.0f;
+      if (pk.avx2)
+        std::fill(tile, tile + kMr * kPanel, zero);
+      else
+        fill_tile(tile, kMr * kPanel, zero);
       if (start == Start::C)
         for (std::size_t r = 0; r < rows; ++r) (void)pack_c(pk, C + (i + r) * ldc + j0, jn, tile + r * kPanel);
       kernel_rows(plan, pk, native, rows, i, 0, pk.K, p, jn, tile, overflows);
-      if (start == Start::PositiveZero)
-        for (std::size_t x = 0; x < rows * kPanel; ++x)
-          if (tile[x] == 0.0f) tile[x] = 0.0f;  // −0 → +0 (NaN compares unequal)
       for (std::size_t r = 0; r < rows; ++r) {
-        if constexpr (std::is_same_v<TC, float>)
-          std::copy_n(tile + r * kPanel, jn, C + (i + r) * ldc + j0);
-        else if (pk.avx2)
+        if constexpr (std::is_same_v<TC, float>) {
+          if (pk.avx2)
+            std::copy_n(tile + r * kPanel, jn, C + (i + r) * ldc + j0);
+          else
+            copy_row(tile + r * kPanel, C + (i + r) * ldc + j0, jn);
+        } else if (pk.avx2)
           avx2::widen(tile + r * kPanel, C + (i + r) * ldc + j0, jn);
         else
           widen(tile + r * kPanel, C + (i + r) * ldc + j0, jn);
@@ -1296,7 +1312,10 @@ bool gemm_ranged_tiles(const Accumulation& a, std::size_t M, std::size_t N, std:
           ++h;
         if (h > 1 && lo < hi) {
           const std::size_t start = rows[i + h - 1].lo;
-          std::fill(tile, tile + h * kPanel, -0.0f);
+          if (pk.avx2)
+            std::fill(tile, tile + h * kPanel, -0.0f);
+          else
+            fill_tile(tile, h * kPanel, -0.0f);
           for (std::size_t r = 0; r + 1 < h; ++r)
             if (start > rows[i + r].lo)
               kernel_rows(plan, pk, false, 1, i + r, rows[i + r].lo, start - rows[i + r].lo, p, jn, tile + r * kPanel,
@@ -1309,7 +1328,10 @@ bool gemm_ranged_tiles(const Accumulation& a, std::size_t M, std::size_t N, std:
         }
       }
       const std::size_t prefix = g == 1 ? common : common - common % period;
-      std::fill(tile, tile + g * kPanel, -0.0f);
+      if (pk.avx2)
+        std::fill(tile, tile + g * kPanel, -0.0f);
+      else
+        fill_tile(tile, g * kPanel, -0.0f);
       if (prefix > 0) kernel_rows(plan, pk, false, g, i, lo, prefix, p, jn, tile, overflows);
       for (std::size_t r = 0; r < g; ++r)
         if (const std::size_t len = rows[i + r].hi - lo; len > prefix)

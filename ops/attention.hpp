@@ -746,10 +746,15 @@ void softmax_backward_data_io(std::span<S> dpreatt, std::span<const S> datt, std
   [[maybe_unused]] const bool through =
       binary32_through<A, S>(ctx, {std::span<const S>(dpreatt), datt, att});
   [[maybe_unused]] const bool chain = through && binary32_chain<A, S>(ctx);
-  // row `row`'s inputs cast into a, g (t + 1 values each)
+  // row `row`'s inputs cast into a, g (t + 1 values each); under `through` the casts return the non-NaN values
+  // (values of storage), so rows without NaN are widened
   const auto cast = [&](std::int64_t row, V* a, V* g) {
     const auto o = static_cast<std::size_t>(row * s.T);
     const auto n = static_cast<std::size_t>(row % s.T + 1);
+    if constexpr (kBinary32Body<A, S>)
+      if (through && numerics::widen_binary32_checked(att.subspan(o, n), std::span<V>(a, n), ctx.exec().kernels) &&
+          numerics::widen_binary32_checked(datt.subspan(o, n), std::span<V>(g, n), ctx.exec().kernels))
+        return;
     ctx.store_array(att.subspan(o, n), std::span<V>(a, n), SlotSeq(Tensor::Att, o).next());
     ctx.store_array(datt.subspan(o, n), std::span<V>(g, n), SlotSeq(Tensor::Datt, o).next());
   };
