@@ -514,8 +514,11 @@ int pack_a(Packed& pk, MA A, const OperandCast* cast_a, bool shared) {
       float t[kTransK * kPanel];
       for (std::size_t k0 = 0; k0 < K; k0 += kTransK) {
         const std::size_t kn = std::min(kTransK, K - k0);
-        for (std::size_t kk = 0; kk < kn; ++kk)
+        for (std::size_t kk = 0; kk < kn; ++kk) {
+          if (k0 + kTransK + kk < K)  // the next block's run of this row, one run ahead of the hardware's streams
+            for (std::size_t l = 0; l < n; l += 16) __builtin_prefetch(A.data + (k0 + kTransK + kk) * A.ld + i0 + l);
           worst = std::min(worst, pack_to(pk, A.data + (k0 + kk) * A.ld + i0, n, Dest{t + kk * kPanel}, 1, cast_a));
+        }
         for (std::size_t i = 0; i < n; ++i) {
           float* row = pk.A + (i0 + i) * K + k0;
           for (std::size_t kk = 0; kk < kn; ++kk) row[kk] = t[kk * kPanel + i];
@@ -566,9 +569,12 @@ int pack_b(Packed& pk, MB B, const OperandCast* cast_b, bool shared) {
         const std::size_t kn = std::min(kTransB, K - k0);
         for (std::size_t cc = 0; cc < kPackCols; ++cc) {
           const std::size_t c = q * kPackCols + cc;
-          if (c < jn)
+          if (c < jn) {
+            if (k0 + kTransB < K)  // the next block's run of this column (see pack_a)
+              for (std::size_t l = 0; l < std::min(kTransB, K - k0 - kTransB); l += 16)
+                __builtin_prefetch(B.data + (j0 + c) * B.ld + k0 + kTransB + l);
             worst = std::min(worst, pack_to(pk, B.data + (j0 + c) * B.ld + k0, kn, Dest{t + cc * kTransB}, 1, cast_b));
-          else
+          } else
             std::fill_n(t + cc * kTransB, kn, 0.0f);
         }
         for (std::size_t kk = 0; kk < kn; ++kk) {
