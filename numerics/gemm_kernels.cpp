@@ -413,15 +413,16 @@ void widen_run(const Packed& pk, const float* src, double* dst, std::size_t n) {
 /// Values widened per chunk of a binary32 run (on the stack: 2 KiB, in L1).
 constexpr std::size_t kWidenChunk = 256;
 
-/// pack_to of a binary32 source: each chunk of the run widened (exactly) on the stack and packed from there by the
-/// binary64 pack_to, so the class is the lowest of the chunks' (pack_run's class is the lowest over its values)
-/// and every packed value is the one the widened operand gives.
+/// pack_to of a binary32 source, every packed value and the class those of the widened operand: read directly, cast
+/// in binary32 (binary32 panels), or else each chunk of the run widened (exactly) on the stack and packed from there
+/// by the binary64 pack_to (pack_run's class is the lowest over its values, so the chunks' lowest is the run's).
 int pack_to(const Packed& pk, const float* src, std::size_t n, Dest d, std::size_t stride,
             const OperandCast* cast) {
   // Read directly where the cast is none or the identity on binary32 values (plain_binary32_cast; binary32 panels
-  // only, as there: a NaN's fp16 bits after the cast could depend on its payload), and where an fp16 cast without
-  // flush meets a run of fp16 values without NaN: round_to returns a value of the format in every mode and the NaN
-  // rule touches only NaNs, so the cast is the identity there (an fp16 storage's tensors, e.g. ane-fp16's).
+  // only, as there: a NaN's fp16 bits after the cast could depend on its payload), and, for the native fp16
+  // attempt's fp16 panels, where an fp16 cast without flush meets a run of fp16 values without NaN: round_to
+  // returns a value of the format in every mode and the NaN rule touches only NaNs, so the cast is the identity
+  // there (binary32 panels take the binary32 cast below, which covers that case too).
   const bool f32_only = d.h16 == nullptr && d.h32 == nullptr;
   if (stride == 1 && (cast == nullptr || (f32_only && plain_binary32_cast(*cast)) ||
                       (!f32_only && cast->plan->format == formats::fp16 && !cast->flush &&
@@ -821,9 +822,16 @@ enum class Start { Sum, C, PositiveZero };
 /// tile[0, n) = v (n a multiple of 16) in whole 64-byte stores: the AVX-512 kernels load the running sums as
 /// vectors, and a vector load of narrower stores (std::fill's, in the baseline's 16-byte registers) waits for them
 /// to retire instead of taking their data forwarded.
-ROUNDOFF_AVX512 void fill_tile(float* tile, std::size_t n, float v) {
+ROUNDOFF_AVX512 void fill_tile_avx512(float* tile, std::size_t n, float v) {
   const __m512 x = _mm512_set1_ps(v);
   for (std::size_t i = 0; i < n; i += 16) _mm512_storeu_ps(tile + i, x);
+}
+/// The running sums' fill for the tier's kernels (the AVX2 tier's 32-byte loads take std::fill's stores as they come).
+void fill_tile(const Packed& pk, float* tile, std::size_t n, float v) {
+  if (pk.avx2)
+    std::fill(tile, tile + n, v);
+  else
+    fill_tile_avx512(tile, n, v);
 }
 
 /// dst[0, n) = src[0, n) for n ≤ kPanel (src a tile row of kPanel values), in 64-byte vectors.
@@ -851,10 +859,7 @@ void compute_rows(const Plan& plan, const Packed& pk, bool native, Start start, 
       // Running sums: C's rows (binary32 values, checked while packing), +0 or −0; lanes beyond them the same
       // (computed, never stored).
       const float zero = start == Start::PositiveZero ? 0.0f : -0.0f;
-      if (pk.avx2)
-        std::fill(tile, tile + kMr * kPanel, zero);
-      else
-        fill_tile(tile, kMr * kPanel, zero);
+      fill_tile(pk, tile, kMr * kPanel, zero);
       if (start == Start::C)
         for (std::size_t r = 0; r < rows; ++r) (void)pack_c(pk, C + (i + r) * ldc + j0, jn, tile + r * kPanel);
       kernel_rows(plan, pk, native, rows, i, 0, pk.K, p, jn, tile, overflows);
@@ -1318,10 +1323,7 @@ bool gemm_ranged_tiles(const Accumulation& a, std::size_t M, std::size_t N, std:
           ++h;
         if (h > 1 && lo < hi) {
           const std::size_t start = rows[i + h - 1].lo;
-          if (pk.avx2)
-            std::fill(tile, tile + h * kPanel, -0.0f);
-          else
-            fill_tile(tile, h * kPanel, -0.0f);
+          fill_tile(pk, tile, h * kPanel, -0.0f);
           for (std::size_t r = 0; r + 1 < h; ++r)
             if (start > rows[i + r].lo)
               kernel_rows(plan, pk, false, 1, i + r, rows[i + r].lo, start - rows[i + r].lo, p, jn, tile + r * kPanel,
@@ -1334,10 +1336,7 @@ bool gemm_ranged_tiles(const Accumulation& a, std::size_t M, std::size_t N, std:
         }
       }
       const std::size_t prefix = g == 1 ? common : common - common % period;
-      if (pk.avx2)
-        std::fill(tile, tile + g * kPanel, -0.0f);
-      else
-        fill_tile(tile, g * kPanel, -0.0f);
+      fill_tile(pk, tile, g * kPanel, -0.0f);
       if (prefix > 0) kernel_rows(plan, pk, false, g, i, lo, prefix, p, jn, tile, overflows);
       for (std::size_t r = 0; r < g; ++r)
         if (const std::size_t len = rows[i + r].hi - lo; len > prefix)
