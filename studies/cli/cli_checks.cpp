@@ -76,6 +76,31 @@ CLI::Validator finite_at_least(double min, bool strict) {
       "finite " + bound);
 }
 
+numerics::kernels::Isa parse_isa_limit(const std::string& text) {
+  using numerics::kernels::Isa;
+  for (const Isa isa : {Isa::None, Isa::Avx2, Isa::Avx512, Isa::Avx512Fp16})
+    if (text == numerics::kernels::name_of(isa)) return isa;
+  return Isa::Avx512Fp16;  // "best"
+}
+
+CLI::Validator isa_limit() {
+  return CLI::Validator(
+      [](std::string& t) -> std::string {
+        using numerics::kernels::Isa;
+        const std::string valid = "best, avx512fp16, avx512, avx2 or none";
+        const Isa cpu = numerics::kernels::detected_isa();
+        for (const Isa isa : {Isa::None, Isa::Avx2, Isa::Avx512, Isa::Avx512Fp16}) {
+          if (t != numerics::kernels::name_of(isa)) continue;
+          if (isa > cpu)
+            return "names an instruction set this CPU lacks (it has " + std::string(numerics::kernels::name_of(cpu)) +
+                   "; valid: " + valid + " up to that)" + got(t);
+          return {};
+        }
+        return t == "best" ? std::string{} : "must be " + valid + got(t);
+      },
+      "ISA");
+}
+
 CLI::Validator thread_count() {
   const int procs = std::max(1, omp_get_num_procs());
   return integer_in(1, procs);

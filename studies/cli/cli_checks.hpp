@@ -5,6 +5,9 @@
 /// count. A failure prints one line "--flag: <what is valid> (got '<text>')" and exits non-zero.
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <string>
+
+#include "numerics/kernel_options.hpp"
 
 namespace roundoff::cli {
 
@@ -18,5 +21,10 @@ CLI::Validator seed_value();
 CLI::Validator finite_at_least(double min, bool strict);
 /// A thread count: 1 .. the number of processors OpenMP sees.
 CLI::Validator thread_count();
+/// An instruction-set limit for the kernels: best, avx512fp16, avx512, avx2 or none (the generic code). A named set
+/// this CPU lacks is refused, so a timing never silently runs another tier than the one asked for.
+CLI::Validator isa_limit();
+/// The limit an isa_limit()-checked text names ("best": no limit).
+numerics::kernels::Isa parse_isa_limit(const std::string& text);
 
 }  // namespace roundoff::cli

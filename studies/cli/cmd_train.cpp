@@ -33,6 +33,7 @@ struct TrainArgs {
   double lr = 1e-3, clip = 1.0, weight_decay = 0.1;
   int threads = 1;
   std::int64_t pack_cache_mib = 512;
+  std::string isa = "best";
   std::string out, corpus;
   bool resume = false, profile = false, check = false;
 };
@@ -214,6 +215,11 @@ void add_train_command(CLI::App& app) {
                   "no bit depends on it; 0: none)")
       ->capture_default_str()
       ->check(integer_in(0, std::int64_t{1} << 20));
+  cmd->add_option("--isa", args->isa,
+                  "the best instruction set the kernels may use: best (what the CPU has), avx512fp16, avx512, avx2 "
+                  "or none (the generic code); for timing another CPU's tier, no bit depends on it")
+      ->capture_default_str()
+      ->check(isa_limit());
   cmd->add_option("--corpus", args->corpus, "prepared corpus: brown, kjv or children (under $ROUNDOFF_DATA), or a directory (default: brown, else the excerpt)");
   cmd->add_option("--out", args->out, "results directory")->required();
   cmd->add_flag("--resume", args->resume, "continue from DIR/checkpoint.bin");
@@ -295,6 +301,7 @@ void add_train_command(CLI::App& app) {
     spec.shadow_units = a.shadow_units;
     spec.profile = a.profile;
     spec.exec.pack_cache_bytes = static_cast<std::size_t>(a.pack_cache_mib) << 20;
+    spec.exec.kernels.isa_limit = parse_isa_limit(a.isa);
     if (given("--corpus") && a.corpus.empty())
       throw CliError("train: --corpus must name a corpus (brown, kjv, children) or a directory (got an empty string)");
     if (!a.corpus.empty()) spec.corpus_dir = a.corpus;

@@ -253,6 +253,7 @@ nlohmann::json run_session(SessionSpec spec, const TrainData& data, std::ostream
   TrainOptions& o = spec.options;
   o.policy = spec.policy.canonical();
   o.update_format = update_format(spec.policy.storage_for(ops::TensorRole::Gradient));
+  o.kernel_isa = spec.exec.kernels.isa();
   std::optional<OutDirLock> lock;  // held until the results are written: one writer per results directory
   if (!o.out.empty()) lock.emplace(o.out);
   Transformer own(o.config, o.residual, spec.policy, o.seed, spec.exec);

@@ -643,6 +643,7 @@ nlohmann::json Trainer::finish() {
   summary["val_tokens"] = data_.val.tokens;
   summary["val_bytes"] = data_.val.bytes;
   summary["threads"] = opts_.threads;
+  summary["kernel_isa"] = numerics::kernels::name_of(opts_.kernel_isa);
   if (complete) {
     const EvalLoss f = evaluate(fp32_, data_.val, "evaluation: val fp32");
     const EvalLoss o = evaluate_own(f);

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "numerics/format.hpp"
+#include "numerics/kernel_options.hpp"
 #include "studies/train/config.hpp"
 #include "studies/train/loss_scaler.hpp"
 #include "studies/train/model_interface.hpp"
@@ -83,6 +84,9 @@ struct TrainOptions {
   std::int64_t stop_after = 0;        ///< > 0: stop after this many steps of this invocation (sharding)
   std::int64_t progress_every = 10;   ///< stderr progress line every N steps; 0: silent
   int threads = 1;
+  /// The instruction set the kernels run on (ops::ExecOptions::kernels.isa(); recorded in the summary beside the
+  /// threads for timings, no bit depends on it).
+  numerics::kernels::Isa kernel_isa = numerics::kernels::detected_isa();
   std::filesystem::path out;          ///< results directory (empty: write nothing — benchmarks)
   bool resume = false;
 };

@@ -922,3 +922,29 @@ TEST(Cli, TrainT0WithGeluFfn) {
   expect_refused(run_roundoff(kTiny + "--steps 1 --ffn relu --out " + (d / "relu").string()),
                  "unknown --ffn 'relu' (valid: swiglu, gelu, gelu-tanh)", "--ffn relu");
 }
+
+// `train --isa` lowers the kernels' instruction set for timing another CPU's tier: the same weights bit for bit
+// under every tier (policies with fp16, tile-stage and fp32 kernels; the summary names the tier), and a name that is not a tier, or a tier
+// this CPU lacks, is refused in one line.
+TEST(Cli, TrainIsaLimitChangesNoBit) {
+  const fs::path d = scratch("isa");
+  for (const char* policy : {"fp32", "ane-fp16", "ane-guide"}) {
+    std::string best;
+    for (const char* isa : {"best", "avx2", "none"}) {
+      const fs::path run = d / (std::string(policy) + "-" + isa);
+      const Outcome o = run_roundoff(kTiny + "--steps 3 --precision " + policy + " --isa " + isa + " --out " +
+                                     run.string());
+      if (std::string(isa) == "avx2" && o.output.find("this CPU lacks") != std::string::npos) continue;
+      ASSERT_EQ(o.status, 0) << policy << " --isa " << isa << ":\n" << o.output;
+      const nlohmann::json s = read_json(run / "summary.json");
+      const std::string sha = s.at("weights_sha256");
+      if (std::string(isa) != "best") {
+        EXPECT_EQ(s.at("kernel_isa"), isa) << policy;
+      }
+      if (best.empty()) best = sha;
+      EXPECT_EQ(sha, best) << policy << " --isa " << isa;
+    }
+  }
+  expect_refused(run_roundoff(kTiny + "--steps 1 --isa sse4 --out " + (d / "sse4").string()),
+                 "--isa: must be best, avx512fp16, avx512, avx2 or none (got 'sse4')", "--isa sse4");
+}
