@@ -236,46 +236,10 @@ ROUNDOFF_AVX2 __attribute__((always_inline)) inline __m128i halves(__m256 m) {
   return _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extractf128_si256(i, 1));
 }
 
-/// The lanes of a bracket [lo, hi] that are certified, and the tile values h of those lanes, when some lane is not
-/// in the common case of ane_step_f32: the checks of "binary32 bracket" in gemm_kernel_tiers.hpp on RZ16(lo) and
-/// RZ16(hi) (one vcvtps2ph each). s += h on all 8 lanes and true, or false with s untouched. Flush: flush=tile.
-template <bool Flush>
-ROUNDOFF_AVX2 __attribute__((always_inline)) inline bool ane_bracket_rare(__m256& s, __m256 lo, __m256 hi) {
-  constexpr int kRz = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;
-  __m128i hh = _mm256_cvtps_ph(hi, kRz);
-  const __m128i hl = _mm256_cvtps_ph(lo, kRz);
-  const __m128i mag = _mm_and_si128(hh, _mm_set1_epi16(0x7FFF));
-  const __m128i same = _mm_cmpeq_epi16(hl, hh);
-  const __m128i ok = _mm_and_si128(same, _mm_and_si128(_mm_cmpgt_epi16(mag, _mm_setzero_si128()),
-                                                       _mm_cmpgt_epi16(_mm_set1_epi16(0x7BFF), mag)));
-  // Zero lanes: S = 0 exactly when lo = hi = 0 (h = +0, the definition's exact zero); a nonzero S of known sign
-  // (lo > 0 or hi < 0) whose ends both round toward zero to that signed zero.
-  const __m256 zero = _mm256_setzero_ps();
-  const __m128i exact_zero =
-      halves(_mm256_and_ps(_mm256_cmp_ps(lo, zero, _CMP_EQ_OQ), _mm256_cmp_ps(hi, zero, _CMP_EQ_OQ)));
-  const __m128i signed_tiny =
-      _mm_and_si128(_mm_and_si128(same, _mm_cmpeq_epi16(mag, _mm_setzero_si128())),
-                    halves(_mm256_or_ps(_mm256_cmp_ps(lo, zero, _CMP_GT_OQ), _mm256_cmp_ps(hi, zero, _CMP_LT_OQ))));
-  if (_mm_movemask_epi8(_mm_or_si128(ok, _mm_or_si128(exact_zero, signed_tiny))) != 0xFFFF) return false;
-  hh = _mm_andnot_si128(exact_zero, hh);
-  // Flush: a certified nonzero subnormal h becomes the zero of its sign (S's sign, see gemm_kernel_tiers.hpp).
-  if constexpr (Flush) hh = flush_halves(hh);
-  s = _mm256_add_ps(s, _mm256_cvtph_ps(hh));
-  return true;
-}
-
 /// The full tile of 4 terms in binary32 first (see "binary32 bracket" in gemm_kernel_tiers.hpp): s += h on all
 /// 8 lanes and true, or false with s untouched when a lane's bracket straddles an fp16 value, its h is ±65504,
 /// ±inf or NaN, or its h is ±0 without a proof of S's sign or of S = 0.
 /// a: the row's 4 values as binary32; b[t]: the terms' 8 B columns. Flush: flush=tile.
-///
-/// Common case, in integer operations on the ends' bits: for a binary32 x with 2^-14 <= |x| < 65504, RZ16(x) is
-/// a normal fp16 value (10 fraction bits, exponent -14..15) and is x with its 13 low significand bits cleared
-/// (truncating the magnitude rounds it toward zero), so its bits, kept as binary32, are bits(x) & 0xFFFFE000.
-/// When every lane's hi lies in that range and lo has the same 19 high bits (sign, exponent, 10 fraction bits),
-/// RZ16(lo) = RZ16(hi) = h with 2^-14 <= |h| < 65504 (lo's magnitude has the same high bits, so it lies in the
-/// range too): those lanes are certified by the checks below as well (same, 0 < |h| < 65504), with the same h,
-/// and the flush leaves a normal h as it is. Any other lane sends the tile to those checks (ane_bracket_rare).
 template <bool Flush>
 ROUNDOFF_AVX2 __attribute__((always_inline)) inline bool ane_step_f32(__m256& s, const float* a, const __m256* b) {
   const __m256 s1 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 1), b[1], _mm256_mul_ps(_mm256_broadcast_ss(a), b[0]));
@@ -285,20 +249,36 @@ ROUNDOFF_AVX2 __attribute__((always_inline)) inline bool ane_step_f32(__m256& s,
   const __m256 t = _mm256_add_ps(_mm256_add_ps(_mm256_and_ps(s1, abs), _mm256_and_ps(s2, abs)), _mm256_and_ps(s3, abs));
   const __m256 c = _mm256_set1_ps(0x1p-22f);  // 4u: the bound u·T with room for rounding T and the two ends
   const __m256 hi = _mm256_fmadd_ps(c, t, s3), lo = _mm256_fnmadd_ps(c, t, s3);
-  const __m256i hb = _mm256_castps_si256(hi);
-  const __m256i keep = _mm256_set1_epi32(static_cast<int>(0xFFFFE000u));
-  const __m256i h = _mm256_and_si256(hb, keep);
-  const __m256i same = _mm256_cmpeq_epi32(h, _mm256_and_si256(_mm256_castps_si256(lo), keep));
-  // 0x38800000 <= |hi|'s bits < 0x477FE000 (2^-14 <= |hi| < 65504) as one signed comparison: the biased
-  // magnitude exceeds 0x71001FFF exactly for bits in that range (an unsigned range test; NaN and inf fail it).
-  const __m256i biased = _mm256_add_epi32(_mm256_and_si256(hb, _mm256_set1_epi32(0x7FFFFFFF)),
-                                          _mm256_set1_epi32(0x38802000));
-  const __m256i normal = _mm256_cmpgt_epi32(biased, _mm256_set1_epi32(0x71001FFF));
-  if (__builtin_expect(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_and_si256(same, normal))) == 0xFF, 1)) {
-    s = _mm256_add_ps(s, _mm256_castsi256_ps(h));
-    return true;
+  constexpr int kRz = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;
+  __m128i hh = _mm256_cvtps_ph(hi, kRz);
+  const __m128i hl = _mm256_cvtps_ph(lo, kRz);
+  const __m128i mag = _mm_and_si128(hh, _mm_set1_epi16(0x7FFF));
+  const __m128i same = _mm_cmpeq_epi16(hl, hh);
+  // Under the flush a subnormal h (mag <= 0x3FF) also leaves the common case, which then costs nothing extra.
+  const __m128i floor = _mm_set1_epi16(Flush ? 0x03FF : 0);
+  const __m128i ok = _mm_and_si128(same, _mm_and_si128(_mm_cmpgt_epi16(mag, floor),
+                                                       _mm_cmpgt_epi16(_mm_set1_epi16(0x7BFF), mag)));
+  if (__builtin_expect(_mm_movemask_epi8(ok) != 0xFFFF, 0)) {
+    // Zero lanes: S = 0 exactly when lo = hi = 0 (h = +0, the definition's exact zero); a nonzero S of known sign
+    // (lo > 0 or hi < 0) whose ends both round toward zero to that signed zero.
+    const __m256 zero = _mm256_setzero_ps();
+    const __m128i exact_zero =
+        halves(_mm256_and_ps(_mm256_cmp_ps(lo, zero, _CMP_EQ_OQ), _mm256_cmp_ps(hi, zero, _CMP_EQ_OQ)));
+    const __m128i signed_tiny =
+        _mm_and_si128(_mm_and_si128(same, _mm_cmpeq_epi16(mag, _mm_setzero_si128())),
+                      halves(_mm256_or_ps(_mm256_cmp_ps(lo, zero, _CMP_GT_OQ), _mm256_cmp_ps(hi, zero, _CMP_LT_OQ))));
+    // Flush: the certified lanes with a nonzero subnormal h, which the flush turns into zeros of their sign.
+    const __m128i subnormal =
+        Flush ? _mm_and_si128(same, _mm_and_si128(_mm_cmpgt_epi16(mag, _mm_setzero_si128()),
+                                                  _mm_cmpgt_epi16(_mm_set1_epi16(0x0400), mag)))
+              : _mm_setzero_si128();
+    if (_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(ok, subnormal), _mm_or_si128(exact_zero, signed_tiny))) != 0xFFFF)
+      return false;
+    hh = _mm_andnot_si128(exact_zero, hh);
+    if constexpr (Flush) hh = flush_halves(hh);
   }
-  return ane_bracket_rare<Flush>(s, lo, hi);
+  s = _mm256_add_ps(s, _mm256_cvtph_ps(hh));
+  return true;
 }
 
 /// The full tile of kTile terms in binary32.

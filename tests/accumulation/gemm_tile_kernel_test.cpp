@@ -377,6 +377,71 @@ TEST_F(GemmTileKernel, SignedZeroTilesAndSaturation) {
   }
 }
 
+// The bracket's common case reads RZ16 off the binary32 bits (2^-14 <= |x| < 65504: clear the 13 low bits) and
+// leaves every other lane to the fp16 conversions. Tile sums at the edges of that range, every column alike (so
+// that a whole vector of lanes is on the same side of an edge): just below 2^-14 (a subnormal h, which bit
+// clearing would get wrong), 2^-14 itself and just above, just below 65504, in [65504, 65536) (h = 65504, no
+// overflow event) and 65536 (an overflow event); each with both signs, under ane-tile4 and ane-tile4-ftz, on
+// every tier against the generic path (and ane-tile4 against the naive definition).
+TEST_F(GemmTileKernel, TileSumsAtTheEdgesOfTheNormalFp16Range) {
+  if (isas_with_tile_kernel().empty()) GTEST_SKIP() << "no AVX2 or AVX-512";
+  const double m = 0x1p-14, q = 0x1p-15;
+  struct Edge {
+    std::vector<double> a, b;  // a tile of 4 terms (fp16 values)
+    double want;               // its tile value RZ16(S) under ane-tile4
+    std::int64_t overflows;
+  };
+  const Edge edges[] = {
+      {{m, -q, 0.0, 0.0}, {1.0, q, 0.0, 0.0}, m - 0x1p-24, 0},            // S = 2^-14 − 2^-30: subnormal h
+      {{m, -q, -q, 0.0}, {1.0, 0x1p-12, q, 0.0}, m - 0x1p-24, 0},         // S = 2^-14 − 2^-27 − 2^-30
+      {{m, -0x1p-19, 0.0, 0.0}, {1.0, 0x1p-19, 0.0, 0.0}, m - 0x1p-24, 0},  // S = 2^-14 − 2^-38: 0x387FFFFF
+      // S = 2^-14 − 13·2^-38: the AVX2 bracket's upper end S + 4u·3S rounds to 0x387FFFFF (the lower end has
+      // the same high bits)
+      {{m, -13 * 0x1p-19, 0.0, 0.0}, {1.0, 0x1p-19, 0.0, 0.0}, m - 0x1p-24, 0},
+      {{m, 0.0, 0.0, 0.0}, {1.0, 0.0, 0.0, 0.0}, m, 0},                   // S = 2^-14
+      {{m, q, 0.0, 0.0}, {1.0, q, 0.0, 0.0}, m, 0},                       // S = 2^-14 + 2^-30
+      {{65504.0, -0.5, 0.0, 0.0}, {1.0, 1.0, 0.0, 0.0}, 65472.0, 0},      // S = 65503.5
+      {{65504.0, 1.0, 0.0, 0.0}, {1.0, 8.0, 0.0, 0.0}, 65504.0, 0},       // S = 65512
+      {{65504.0, 16.0, 0.0, 0.0}, {1.0, 1.0, 0.0, 0.0}, 65504.0, 0},      // S = 65520
+      {{65504.0, 32.0, 0.0, 0.0}, {1.0, 1.0, 0.0, 0.0}, 65504.0, 1},      // S = 65536: overflows fp16
+  };
+  const std::size_t N = 48, K = 4;
+  const Accumulation ftz = parse_accumulation("ane-tile4-ftz");
+  std::size_t e_index = 0;
+  for (const Edge& e : edges) {
+    SCOPED_TRACE("edge " + std::to_string(e_index++));
+    std::vector<double> A(2 * K), B(K * N);  // row 1 is row 0 negated
+    for (std::size_t k = 0; k < K; ++k) {
+      A[k] = e.a[k];
+      A[K + k] = -e.a[k];
+      for (std::size_t j = 0; j < N; ++j) B[k * N + j] = e.b[k];
+    }
+    const Naive naive = naive_tile_dot(A, B, N, K, 0, 0, false, 0.0);
+    ASSERT_TRUE(same(naive.value, e.want)) << naive.value;  // the case is the one described
+    ASSERT_EQ(naive.overflows, e.overflows);
+    for (const Accumulation& acc : {ane, ftz}) {
+      std::vector<double> want(2 * N);
+      AccumStats want_stats;
+      gemm(acc, 2, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, want.data(), N, false, {}, &want_stats,
+           1, ::roundoff::test::kernels_off());
+      if (acc == ane) {
+        EXPECT_TRUE(same(want[0], e.want) && same(want[N], -e.want)) << want[0] << ' ' << want[N];
+      }
+      EXPECT_EQ(want_stats.overflows, 2 * N * e.overflows);
+      for (const k::Isa isa : isas_with_tile_kernel()) {
+        std::vector<double> C(2 * N, 1.0);
+        AccumStats stats;
+        ASSERT_TRUE(k::gemm_fast(acc, 2, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, C.data(), N,
+                                 false, &stats, 1, nullptr, nullptr, KernelOptions{true, isa}));
+        EXPECT_EQ(stats.overflows, want_stats.overflows) << k::name_of(isa);
+        for (std::size_t idx = 0; idx < 2 * N; ++idx)
+          ASSERT_TRUE(same(C[idx], want[idx])) << k::name_of(isa) << " flush " << (acc == ftz) << " at " << idx
+                                               << " got " << C[idx] << " want " << want[idx];
+      }
+    }
+  }
+}
+
 TEST_F(GemmTileKernel, DeclinesOtherTileStages) {
   if (isas_with_tile_kernel().empty()) GTEST_SKIP() << "no AVX2 or AVX-512";
   const double ok[] = {1.0, 2.0, 3.0, 4.0};
