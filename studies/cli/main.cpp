@@ -14,6 +14,7 @@
 
 #include "studies/cli/commands.hpp"
 #include "studies/sweep/runner.hpp"
+#include "studies/common/huge_pages.hpp"
 #include "studies/common/provenance.hpp"
 
 namespace {
@@ -60,6 +61,7 @@ std::vector<std::string> positionals_after_mark(const CLI::App& app, int argc, c
 }  // namespace
 
 int main(int argc, char** argv) {
+  roundoff::studies::reexec_with_huge_pages(argv);  // large buffers on 2 MiB pages (speed only; huge_pages.hpp)
   // A train shard started by a local sweep dies with it (a SIGKILLed sweep left its trains running, holding
   // their run directories' locks, so an immediate rerun marked those runs FAILED: issue 43 item 14).
   if (const char* parent = std::getenv(roundoff::studies::sweep::kSweepParentEnv); parent != nullptr) {

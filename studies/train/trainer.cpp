@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "numerics/round_span.hpp"
+#include "studies/common/huge_pages.hpp"
 #include "studies/common/provenance.hpp"
 #include "studies/data/batches.hpp"
 #include "studies/data/sha256.hpp"
@@ -644,6 +645,7 @@ nlohmann::json Trainer::finish() {
   summary["val_bytes"] = data_.val.bytes;
   summary["threads"] = opts_.threads;
   summary["kernel_isa"] = numerics::kernels::name_of(opts_.kernel_isa);
+  summary["malloc_huge_pages"] = malloc_huge_pages();
   if (complete) {
     const EvalLoss f = evaluate(fp32_, data_.val, "evaluation: val fp32");
     const EvalLoss o = evaluate_own(f);

@@ -27,9 +27,11 @@ struct Outcome {
   std::string output;  ///< stdout and stderr together
 };
 
-/// Runs `roundoff ARGS` in `cwd` (under a 60 s timeout) and collects its exit status and output.
-Outcome run_roundoff(const std::string& args, const fs::path& cwd = fs::temp_directory_path()) {
-  const std::string cmd = "cd '" + cwd.string() + "' && timeout 60 " + ROUNDOFF_EXE + " " + args + " 2>&1";
+/// Runs `roundoff ARGS` in `cwd` (under a 60 s timeout) and collects its exit status and output. exe = false:
+/// ARGS is the whole command line.
+Outcome run_roundoff(const std::string& args, const fs::path& cwd = fs::temp_directory_path(), bool exe = true) {
+  const std::string cmd =
+      "cd '" + cwd.string() + "' && timeout 60 " + (exe ? std::string(ROUNDOFF_EXE) + " " : "") + args + " 2>&1";
   Outcome o;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return o;
@@ -947,4 +949,26 @@ TEST(Cli, TrainIsaLimitChangesNoBit) {
   }
   expect_refused(run_roundoff(kTiny + "--steps 1 --isa sse4 --out " + (d / "sse4").string()),
                  "--isa: must be best, avx512fp16, avx512, avx2 or none (got 'sse4')", "--isa sse4");
+}
+
+// roundoff re-executes itself with glibc.malloc.hugetlb=1 where the kernel lends huge pages on request
+// (studies/common/huge_pages.hpp), unless ROUNDOFF_HUGE_PAGES=0: the summary says which, and the weights are the
+// same bits either way.
+TEST(Cli, HugePagesChangeNoBitAndTheSummarySaysWhetherTheyWereAskedFor) {
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string mode;
+  std::getline(thp, mode);
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (tunables != nullptr && std::string(tunables).find("glibc.malloc.hugetlb") != std::string::npos)
+    GTEST_SKIP() << "GLIBC_TUNABLES already sets glibc.malloc.hugetlb (" << tunables << ")";
+  const fs::path d = scratch("huge_pages");
+  const Outcome on = run_roundoff(kTiny + "--steps 2 --out " + (d / "on").string());
+  const Outcome off = run_roundoff("env ROUNDOFF_HUGE_PAGES=0 " + std::string(ROUNDOFF_EXE) + " " + kTiny +
+                                   "--steps 2 --out " + (d / "off").string(), fs::temp_directory_path(), false);
+  ASSERT_EQ(on.status, 0) << on.output;
+  ASSERT_EQ(off.status, 0) << off.output;
+  const nlohmann::json s_on = read_json(d / "on" / "summary.json"), s_off = read_json(d / "off" / "summary.json");
+  EXPECT_EQ(s_on.at("malloc_huge_pages").get<bool>(), mode.find("[madvise]") != std::string::npos) << mode;
+  EXPECT_FALSE(s_off.at("malloc_huge_pages").get<bool>());
+  EXPECT_EQ(s_on.at("weights_sha256"), s_off.at("weights_sha256"));
 }
