@@ -5,13 +5,17 @@
 // these inputs do not hit — a mismatch would show up here as a failure, not pass silently).
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <cstring>
 
 #include "ops/activation.hpp"
 #include "ops/adamw.hpp"
 #include "ops/attention.hpp"
 #include "ops/cross_entropy.hpp"
+#include "ops/embedding.hpp"
 #include "ops/matmul.hpp"
 #include "ops/residual.hpp"
 #include "ops/rmsnorm.hpp"
@@ -292,6 +296,80 @@ TEST(Fp32BitExact, AdamW) {
   expect_bits(w, fw, "w");
   expect_bits(m, fm, "m");
   expect_bits(v, fv, "v");
+}
+
+}  // namespace
+}  // namespace roundoff::ops
+
+namespace roundoff::ops {
+namespace {
+
+// The embedding's scatter-add in binary32 reads only the rows its tokens add into, so it checks only those: an
+// untouched row may hold anything (NaN, inf, a value that is not binary32) and keeps it bit for bit, while a
+// touched row holding a value that is not binary32 takes the per-element definition, which casts it to fp32
+// before the add (1 + 2^-24 + 2^-40 → 1 + 2^-23, then + 2^-24 ties to 1 + 2^-22; one rounding of the exact sum
+// would give 1 + 2^-23), as does a touched row holding a NaN (the definition gives its quiet NaN, +NaN, where the
+// hardware add would keep −NaN).
+TEST(Fp32BitExact, EmbeddingBackwardWeightReadsOnlyItsTokensRows) {
+  const std::int64_t V = 5, C = 37;
+  const std::vector<std::int32_t> tokens{1, 3, 1};
+  const RowShape s{static_cast<std::int64_t>(tokens.size()), C};
+  const auto dout = randn(s.rows * C, 1.0, fmts::fp32, 31);
+  for (const int touched : {0, 1, 2}) {  // 1: a value not binary32 in a touched row; 2: a NaN there
+    std::vector<double> dw = randn(V * C, 0.5, fmts::fp32, 32);
+    dw[0 * C + 3] = std::numeric_limits<double>::quiet_NaN();
+    dw[0 * C + 4] = 1.0 + 0x1p-40;  // not a binary32 value
+    dw[4 * C + 0] = -std::numeric_limits<double>::infinity();
+    std::vector<double> d(dout.begin(), dout.end());
+    if (touched == 1) {
+      dw[3 * C + 5] = 1.0 + 0x1p-24 + 0x1p-40;
+      d[1 * C + 5] = 0x1p-24;  // token 3 is the second
+    }
+    if (touched == 2) dw[1 * C + 7] = -std::numeric_limits<double>::quiet_NaN();  // the definition gives +NaN
+    std::vector<float> want(dw.size());
+    for (std::size_t i = 0; i < dw.size(); ++i) want[i] = static_cast<float>(dw[i]);
+    for (std::size_t n = 0; n < tokens.size(); ++n)
+      for (std::int64_t c = 0; c < C; ++c) {
+        float& w = want[static_cast<std::size_t>(tokens[n] * C + c)];
+        w = w + static_cast<float>(d[n * C + static_cast<std::size_t>(c)]);
+      }
+    std::vector<double> got = dw;
+    embedding_backward_weight<Emulated>(got, cs(d), tokens, s, fp32_ctx());
+    if (touched != 1) {  // the same on binary32 tensors (the NaN: +NaN, the definition's)
+      std::vector<float> f = test::to_float(dw);
+      const std::vector<float> df = test::to_float(d);
+      embedding_backward_weight(std::span<float>(f), std::span<const float>(df), tokens, s, fp32_ctx());
+      for (const std::int64_t v : {1, 3})
+        for (std::int64_t c = 0; c < C; ++c) {
+          const auto i = static_cast<std::size_t>(v * C + c);
+          const bool nan = touched == 2 && i == static_cast<std::size_t>(1 * C + 7);
+          const float w = nan ? std::numeric_limits<float>::quiet_NaN() : want[i];
+          EXPECT_EQ(std::bit_cast<std::uint32_t>(f[i]), std::bit_cast<std::uint32_t>(w)) << "binary32 tensors, " << i;
+        }
+    }
+    if (touched == 2) {  // expect_bits takes no NaN: this one is compared here and left out there
+      const double quiet = std::numeric_limits<float>::quiet_NaN();
+      EXPECT_EQ(std::bit_cast<std::uint64_t>(got[1 * C + 7]), std::bit_cast<std::uint64_t>(quiet));
+      got[1 * C + 7] = 0.0;
+      want[1 * C + 7] = 0.0f;
+    }
+    std::vector<double> got_touched;
+    std::vector<float> want_touched;
+    for (std::int64_t v = 0; v < V; ++v)
+      for (std::int64_t c = 0; c < C; ++c) {
+        const auto i = static_cast<std::size_t>(v * C + c);
+        if (v == 1 || v == 3) {
+          got_touched.push_back(got[i]);
+          want_touched.push_back(want[i]);
+        } else {
+          EXPECT_EQ(std::bit_cast<std::uint64_t>(got[i]), std::bit_cast<std::uint64_t>(dw[i])) << "untouched " << i;
+        }
+      }
+    expect_bits(got_touched, want_touched, ("embedding, case " + std::to_string(touched)).c_str());
+    if (touched == 1) {
+      EXPECT_EQ(got[3 * C + 5], 1.0 + 0x1p-22);
+    }
+  }
 }
 
 }  // namespace
