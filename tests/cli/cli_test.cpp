@@ -926,8 +926,8 @@ TEST(Cli, TrainT0WithGeluFfn) {
 }
 
 // `train --isa` lowers the kernels' instruction set for timing another CPU's tier: the same weights bit for bit
-// under every tier (policies with fp16, tile-stage and fp32 kernels; the summary names the tier), and a name that is not a tier, or a tier
-// this CPU lacks, is refused in one line.
+// under every tier (policies with fp16, tile-stage and fp32 kernels; the summary names the tier), and a name that
+// is not a tier, or a tier this CPU lacks, is refused in one line.
 TEST(Cli, TrainIsaLimitChangesNoBit) {
   const fs::path d = scratch("isa");
   for (const char* policy : {"fp32", "ane-fp16", "ane-guide"}) {
