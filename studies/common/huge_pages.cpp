@@ -36,7 +36,9 @@ void reexec_with_huge_pages(char** argv) {
   const std::string set = tunables.empty() ? std::string(kTunable) + "=1" : tunables + ":" + kTunable + "=1";
   if (::setenv("GLIBC_TUNABLES", set.c_str(), 1) != 0) return;
   ::execv("/proc/self/exe", argv);
-  // The exec failed: go on as we are (the tunable in the environment only reaches programs we start).
+  // The exec failed: go on as we are, with the environment we started with (malloc_huge_pages reads it).
+  if (tunables.empty()) ::unsetenv("GLIBC_TUNABLES");
+  else ::setenv("GLIBC_TUNABLES", tunables.c_str(), 1);
 }
 
 bool malloc_huge_pages() { return env("GLIBC_TUNABLES").find(std::string(kTunable) + "=1") != std::string::npos; }
