@@ -130,15 +130,19 @@ constexpr const char* kGradZeroing = "model: gradient zeroing";
 constexpr const char* kBufferGrowth = "model: buffer growth";
 
 /// Binary32 gradients are finished in pieces of this many values (binary64 copies on the stack).
-constexpr std::size_t kGradPiece = 2048;
+constexpr std::size_t kGradPiece = kAccumulatePiece;
 
 /// One piece of a micro-step's gradients, `part` (binary64 values), finished into the binary32 total `total`
 /// (part.size() ≤ kGradPiece elements): rounded to the gradient role `plan` (when `round`), scanned, then
 /// summed by accumulate_and_clear (first: total = part) and stored back narrowed (exact: fp32 sums); part is left
 /// +0. Returns false when the rounded part holds a non-finite value. finish_gradients and finish_slice both finish
 /// through it, so an accumulated update has the same bits with or without a micro-step store.
-bool finish_piece(const numerics::RoundingPlan& plan, bool round, std::span<double> part, std::span<float> total,
-                  bool first) {
+/// identity: the rounding returns every binary32 value but NaN unchanged (no rounding, or a gradient role that holds
+/// binary32): then a piece of finite values and sums is summed in binary32 arithmetic, the same bits
+/// (accumulate_and_clear_binary32), and any other piece takes the widened path.
+bool finish_piece(const numerics::RoundingPlan& plan, bool round, bool identity, std::span<double> part,
+                  std::span<float> total, bool first) {
+  if (identity && accumulate_and_clear_binary32(total, part, first)) return true;
   bool ok = true;
   if (round) {
     numerics::round_array(plan, numerics::Rounding::NearestEven, part, part);
@@ -828,6 +832,7 @@ void Transformer::finish_gradients(ParamStore& grads, StepTelemetry* tel, GradSi
   const std::span<float> g32 = grads.binary32();
   const std::span<float> t32 = accumulate ? sink.total_store->binary32() : std::span<float>{};
   const bool identity = round && numerics::holds_binary32(gf);  // the rounding returns every binary32 value but NaN
+  const bool keeps = !round || identity;                         // ... or there is none
   ops::timed_phase(profile_, accumulate ? kGradRoundingAccumulate : kGradRounding, [&] {
     for (const ParamTensor t : kAllParamTensors) {
       const std::size_t off = lay_.offset_of(t), n = lay_.size_of(t);
@@ -844,10 +849,13 @@ void Transformer::finish_gradients(ParamStore& grads, StepTelemetry* tel, GradSi
           continue;
         for (std::size_t at = off + b; at < off + e; at += kGradPiece) {
           const std::size_t k = std::min(kGradPiece, off + e - at);
+          // finite values and sums under an identity rounding: summed in binary32 (the same bits), g32 cleared
+          if (accumulate && keeps && accumulate_and_clear_binary32(t32.subspan(at, k), g32.subspan(at, k), sink.first))
+            continue;
           const std::span<double> part(gp.data(), k);
           for (std::size_t i = 0; i < k; ++i) part[i] = static_cast<double>(g32[at + i]);
           if (accumulate) {
-            ok = finish_piece(plan, round, part, t32.subspan(at, k), sink.first) && ok;
+            ok = finish_piece(plan, round, keeps, part, t32.subspan(at, k), sink.first) && ok;
             std::fill(g32.begin() + static_cast<std::ptrdiff_t>(at), g32.begin() + static_cast<std::ptrdiff_t>(at + k),
                       0.0f);
           } else {
@@ -873,7 +881,7 @@ void Transformer::finish_gradients(ParamStore& grads, StepTelemetry* tel, GradSi
 
 void Transformer::finish_slice(DirectSink& d, Slot at, std::span<double> part) {
   const numerics::Format& gf = runner_.policy().storage_for(ops::TensorRole::Gradient);
-  const bool round = !(gf == numerics::formats::fp64);
+  const bool round = !(gf == numerics::formats::fp64), keeps = !round || numerics::holds_binary32(gf);
   const numerics::RoundingPlan plan(gf);
   const std::span<float> t32 = d.total->binary32().subspan(at.off, at.n);
   bool ok = true, exact = true;
@@ -889,7 +897,7 @@ void Transformer::finish_slice(DirectSink& d, Slot at, std::span<double> part) {
         // The store's narrowing check (ParamStore::write): every value a weight-gradient op writes is binary32.
         for (const double v : piece)
           exact = exact && (std::isnan(v) || static_cast<double>(static_cast<float>(v)) == v);
-        ok = finish_piece(plan, round, piece, t32.subspan(i, k), d.first) && ok;
+        ok = finish_piece(plan, round, keeps, piece, t32.subspan(i, k), d.first) && ok;
       }
     }
   });

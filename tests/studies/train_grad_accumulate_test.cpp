@@ -10,6 +10,10 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <span>
+#include <stdexcept>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -66,6 +70,81 @@ TEST(TrainGradAccumulate, FusedMicroStepsEqualTheDefinition) {
       }
     }
   }
+}
+
+// accumulate_and_clear_binary32 (the binary32 sums of finish_gradients and finish_slice) against its definition:
+// the total widened, accumulate_and_clear (the binary64 sum rounded to fp32) and narrowed back. Operand pairs
+// chosen where a wrong binary32 sum would show: ties of the last place (to even), sums just above and below a tie
+// (a double rounding through a narrower format would break them), far-apart exponents, subnormal sums, cancellation
+// to ±0, signed zeros, and random values across binary32's whole range; then the refusals: a non-finite micro
+// value or sum, a binary64 micro value that is not binary32, each leaving total and micro as they were.
+TEST(TrainGradAccumulate, Binary32SumsEqualTheWidenedDefinition) {
+  std::vector<std::pair<float, float>> pairs = {
+      {1.0f, 0x1p-24f},                   // a tie: stays at 1 (even)
+      {1.0f + 0x1p-23f, 0x1p-24f},        // a tie: rounds up to even
+      {1.0f, 0x1p-24f + 0x1p-47f},        // just above the tie
+      {1.0f, 0x1p-24f - 0x1p-48f},        // just below
+      {-1.0f, -0x1p-24f},                 // negative tie
+      {0x1p100f, 0x1p-100f},              // far apart
+      {0x1p-126f, -0x1p-127f},            // subnormal result
+      {0x1p-149f, 0x1p-149f},             // subnormals
+      {3.0f, -3.0f},                      // cancellation: +0
+      {-0.0f, -0.0f},                     // -0
+      {-0.0f, 0.0f},                      // +0
+      {0x1.fffffep127f, -0x1p103f},       // near the largest value
+  };
+  std::uint64_t state = 12345;
+  const auto next = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<std::uint32_t>(state >> 32);
+  };
+  while (pairs.size() < kAccumulatePiece) {
+    float a = std::bit_cast<float>(next()), b = std::bit_cast<float>(next());
+    if (!std::isfinite(a) || !std::isfinite(b)) continue;
+    if (pairs.size() % 2 == 0) b = std::ldexp(a, -static_cast<int>(next() % 30)) * ((next() & 1) ? 1.0f : -1.0f);
+    if (std::isfinite(a + b)) pairs.emplace_back(a, b);
+  }
+  for (const bool first : {false, true}) {
+    std::vector<float> total32(pairs.size()), micro32(pairs.size());
+    std::vector<double> total64(pairs.size()), micro64(pairs.size()), micro_d(pairs.size());
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      total32[i] = pairs[i].first;
+      micro32[i] = pairs[i].second;
+      total64[i] = pairs[i].first;
+      micro64[i] = micro_d[i] = pairs[i].second;
+    }
+    std::vector<float> total_d = total32;
+    accumulate_and_clear(total64, micro64, first);
+    ASSERT_TRUE(accumulate_and_clear_binary32(total32, micro32, first));
+    ASSERT_TRUE(accumulate_and_clear_binary32(total_d, micro_d, first));
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      const std::string what = (first ? "first, " : "") + std::string("pair ") + std::to_string(i);
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(total32[i]), std::bit_cast<std::uint32_t>(static_cast<float>(total64[i])))
+          << what;
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(total_d[i]), std::bit_cast<std::uint32_t>(total32[i])) << what;
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(micro32[i]), 0u) << what;
+      ASSERT_EQ(std::bit_cast<std::uint64_t>(micro_d[i]), 0u) << what;
+    }
+  }
+  // Refused: nothing written, so the caller's widened path sees the operands as they were.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::pair<float, float> refused[] = {{1.0f, inf}, {1.0f, nan}, {inf, 1.0f}, {nan, 1.0f},
+                                             {0x1.fffffep127f, 0x1.fffffep127f}};  // the sum overflows
+  for (const auto& [t, m] : refused) {
+    std::vector<float> total = {2.0f, t}, micro = {3.0f, m};
+    EXPECT_FALSE(accumulate_and_clear_binary32(total, micro, false)) << t << " + " << m;
+    EXPECT_EQ(total[0], 2.0f);
+    EXPECT_EQ(micro[0], 3.0f);
+  }
+  std::vector<float> total = {2.0f, 1.0f};
+  std::vector<double> micro = {3.0, 1.0 + 0x1p-30};  // not a binary32 value
+  EXPECT_FALSE(accumulate_and_clear_binary32(total, micro, true));
+  EXPECT_EQ(micro[0], 3.0);
+  EXPECT_EQ(total[0], 2.0f);
+  std::vector<float> first_total = {2.0f}, first_micro = {inf};
+  EXPECT_FALSE(accumulate_and_clear_binary32(first_total, first_micro, true));
+  std::vector<float> longer(3);
+  EXPECT_THROW(accumulate_and_clear_binary32(longer, std::span<float>(longer).first(2), false), std::logic_error);
 }
 
 }  // namespace
