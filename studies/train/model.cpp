@@ -499,10 +499,10 @@ void Transformer::with_grad(const GradOut& g, Slot at, F&& op, bool last) {
   if (g.direct != nullptr) {
     DirectSink& d = *g.direct;
     const bool continued = d.pending_off == at.off;
-    std::vector<double>& buf = continued ? d.pending : *g.scratch;
-    if (!continued) buf.assign(at.n, 0.0);
-    const std::span<double> dw(buf.data(), at.n);
-    op(dw);
+    std::vector<float>& buf = continued ? d.pending : *g.scratch;
+    if (!continued) buf.assign(at.n, 0.0f);
+    const std::span<float> dw(buf.data(), at.n);
+    op(ops::Values(dw));
     if (!last) {
       // The slice waits in `pending` (taking the scratch's buffer); the scratch serves the next slices meanwhile.
       if (!continued) std::swap(d.pending, buf);
@@ -512,7 +512,7 @@ void Transformer::with_grad(const GradOut& g, Slot at, F&& op, bool last) {
     finish_slice(d, at, dw);
     if (continued) {  // the kept scratch takes its (larger) buffer back; the one it used meanwhile is freed
       std::swap(*g.scratch, d.pending);
-      std::vector<double>().swap(d.pending);
+      std::vector<float>().swap(d.pending);
       d.pending_off = static_cast<std::size_t>(-1);
     }
     return;
@@ -549,7 +549,7 @@ void Transformer::backward(const Batch& bt, ops::CValues weights, double loss_sc
     });
   // Binary32 gradients: each weight-gradient op adds into its binary32 slice (with_grad).
   GradOut g = grads;
-  if ((g.store != nullptr || g.direct != nullptr) && g.scratch == nullptr) g.scratch = &slice_;
+  if (g.direct != nullptr && g.scratch == nullptr) g.scratch = &slice32_;
   // Tied embeddings: the classifier reads wte, and its weight gradient is added into wte's before the
   // embedding's scatter-add (two gradients summed, one update).
   const ops::CValues wcls = c_.tie_embeddings ? p.wte : p.wcls;
@@ -879,31 +879,31 @@ void Transformer::finish_gradients(ParamStore& grads, StepTelemetry* tel, GradSi
   }
 }
 
-void Transformer::finish_slice(DirectSink& d, Slot at, std::span<double> part) {
+void Transformer::finish_slice(DirectSink& d, Slot at, std::span<float> part) {
   const numerics::Format& gf = runner_.policy().storage_for(ops::TensorRole::Gradient);
   const bool round = !(gf == numerics::formats::fp64), keeps = !round || numerics::holds_binary32(gf);
   const numerics::RoundingPlan plan(gf);
   const std::span<float> t32 = d.total->binary32().subspan(at.off, at.n);
-  bool ok = true, exact = true;
+  bool ok = true;
   ops::timed_phase(profile_, kGradRoundingAccumulate, [&] {
     constexpr std::size_t kRange = std::size_t{1} << 15;
     const auto ranges = static_cast<std::int64_t>((at.n + kRange - 1) / kRange);
-#pragma omp parallel for schedule(static) reduction(&& : ok, exact)
+#pragma omp parallel for schedule(static) reduction(&& : ok)
     for (std::int64_t r = 0; r < ranges; ++r) {
+      std::array<double, kGradPiece> gp;
       const std::size_t b = static_cast<std::size_t>(r) * kRange, e = std::min(at.n, b + kRange);
       for (std::size_t i = b; i < e; i += kGradPiece) {
         const std::size_t k = std::min(kGradPiece, e - i);
-        const std::span<double> piece = part.subspan(i, k);
-        // The store's narrowing check (ParamStore::write): every value a weight-gradient op writes is binary32.
-        for (const double v : piece)
-          exact = exact && (std::isnan(v) || static_cast<double>(static_cast<float>(v)) == v);
-        ok = finish_piece(plan, round, keeps, piece, t32.subspan(i, k), d.first) && ok;
+        const std::span<float> piece = part.subspan(i, k);
+        // finite values and sums under an identity rounding: summed in binary32 (the same bits), piece cleared
+        if (keeps && accumulate_and_clear_binary32(t32.subspan(i, k), piece, d.first)) continue;
+        const std::span<double> wide(gp.data(), k);
+        for (std::size_t j = 0; j < k; ++j) wide[j] = static_cast<double>(piece[j]);
+        ok = finish_piece(plan, round, false, wide, t32.subspan(i, k), d.first) && ok;
+        std::fill(piece.begin(), piece.end(), 0.0f);
       }
     }
   });
-  if (!exact)
-    throw std::logic_error("Transformer: a weight gradient that is not a binary32 value under binary32 gradient "
-                           "storage");
   if (!ok)
     for (const ParamTensor t : kAllParamTensors)
       if (at.off >= lay_.offset_of(t) && at.off < lay_.offset_of(t) + lay_.size_of(t)) d.nonfinite.push_back(t);
@@ -917,10 +917,10 @@ void Transformer::finish_direct(DirectSink& d, StepTelemetry* tel) {
   const std::vector<Slot> done = std::move(d.finished);
   d.finished.clear();
   std::size_t at = 0;
-  std::vector<double> zeros;
+  std::vector<float> zeros;
   const auto finish_zeros = [&](std::size_t end) {  // elements no op wrote: +0, as in a cleared store
     if (end <= at) return;
-    zeros.assign(end - at, 0.0);
+    zeros.assign(end - at, 0.0f);
     finish_slice(d, {at, end - at}, zeros);
   };
   for (const Slot s : done) {
@@ -1097,6 +1097,7 @@ void Transformer::drop_derived() {
   std::vector<double>().swap(losses_);
   fwd_B_ = fwd_T_ = bwd_B_ = bwd_T_ = -1;
   std::vector<double>().swap(slice_);
+  std::vector<float>().swap(slice32_);
 }
 
 void Transformer::register_weights(ops::CValues w) {

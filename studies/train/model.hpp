@@ -188,18 +188,18 @@ class Transformer final : public Model {
   struct DirectSink {
     ParamStore* total = nullptr;
     bool first = true;
-    std::vector<double> pending;  ///< a slice between its writers (the tied wte: classifier, then embedding)
+    std::vector<float> pending;  ///< a slice between its writers (the tied wte: classifier, then embedding)
     std::size_t pending_off = static_cast<std::size_t>(-1);
     std::vector<Slot> finished;            ///< every finished slice (each element once: checked at the end)
     std::vector<ParamTensor> nonfinite;    ///< tensors whose rounded gradients held a non-finite value
   };
   /// The weight gradients a backward pass writes: binary64 ones in place (`binary64`), a Binary32 ParamStore
-  /// (`store`) written through `scratch` one op's slice at a time, or (`direct`) no store: each slice through
-  /// `scratch` into the DirectSink's total.
+  /// (`store`) written in place, or (`direct`) no store: each slice written into `scratch` (binary32) and summed
+  /// into the DirectSink's total.
   struct GradOut {
     std::span<double> binary64;
     ParamStore* store = nullptr;
-    std::vector<double>* scratch = nullptr;
+    std::vector<float>* scratch = nullptr;
     DirectSink* direct = nullptr;
   };
   /// The working weights' named slices (ParamViews of a flat buffer of either width: binary32 working weights are
@@ -273,14 +273,14 @@ class Transformer final : public Model {
   Slot grad_slot(ParamTensor t, int l) const;
   /// op(dw) with dw the gradient elements of `at`: a span of g.binary64 itself, or of the binary32 store (the ops
   /// write binary32 weight gradients, their storage format fitting binary32: grads_storage(); a format beyond it is
-  /// refused by the op, std::logic_error). Direct (g.direct): dw, binary64, starts at +0 (or holds the
-  /// slice's earlier writers' sum), and after op the slice is finished (finish_slice) unless `last` is false (a
+  /// refused by the op, std::logic_error). Direct (g.direct): dw, binary32 as in a store, starts at +0 (or holds
+  /// the slice's earlier writers' sum), and after op the slice is finished (finish_slice) unless `last` is false (a
   /// later op writes into the same slice: it is kept pending until then).
   template <class F>
   void with_grad(const GradOut& g, Slot at, F&& op, bool last = true);
-  /// A direct micro-step's slice `at`, complete in `part` (binary64 values of binary32): rounded to the gradient
-  /// role, scanned, summed into d.total (accumulate_and_clear), as finish_gradients does range by range.
-  void finish_slice(DirectSink& d, Slot at, std::span<double> part);
+  /// A direct micro-step's slice `at`, complete in `part`: rounded to the gradient role, scanned, summed into
+  /// d.total (accumulate_and_clear), as finish_gradients does range by range; `part` is left +0.
+  void finish_slice(DirectSink& d, Slot at, std::span<float> part);
   /// The end of a direct backward: every gradient element no op wrote is finished as +0 (as a cleared store's
   /// would be), each element finished once (else std::logic_error), then the first non-finite tensor named
   /// in kAllParamTensors order, as finish_gradients names it.
@@ -384,6 +384,8 @@ class Transformer final : public Model {
   /// allocates, zero-fills and faults it in afresh; freed by drop_derived. Every element read is written first
   /// (ParamStore::view widens the slice into it).
   std::vector<double> slice_;
+  /// The direct backward's binary32 slice (GradOut::scratch): kept between steps at the largest size met, as slice_.
+  std::vector<float> slice32_;
   /// weights_changed's promise (the current version, 0: none; versions_: the last one handed out), and what
   /// working_weights derived last: for which version of which buffer, and whether that was the masters themselves.
   std::uint64_t weights_version_ = 0, versions_ = 0, derived_version_ = 0;
