@@ -22,6 +22,7 @@
 //   generic-ane-tile4           ane-tile4 with the kernels switched off
 //   <variant>-1t, <variant>-2t  n = 512 on 1 and 2 threads, wall-clock time (rows split; results identical)
 //   <variant>/classifier-256x1024x16893   E11's classifier shape (M = 256 tokens, K = 1024, N = 16893)
+//   fp16-in-fp32-seq/classifier-bwd-data-256x16893x1024, …/classifier-bwd-weight-16893x256x1024   its backward shapes
 //   tc-h100, tc-h100-bf16, tc-h100-tf32, tc-h100-f16acc, tc-h100-fp8, tc-h100-fp8-e5m2, tc-h100-fp8-promote128
 //   (promote=128:fp32), tc-v100, tc-a100   the multi-term adder presets on inputs of their format
 //                               (numerics/adder_kernels.hpp), n = 512, with -avx2 for the AVX2 tier;
@@ -239,6 +240,17 @@ void register_all() {
     if (v.name != "fp16-seq" && v.name != "fp16-in-fp32-seq" && v.name != "ane-tile4") continue;
     benchmark::RegisterBenchmark(("gemm/" + v.name + "/classifier-256x1024x16893").c_str(),
                                  [v](benchmark::State& s) { bench_shape(s, v, 256, 16893, 1024, 1); })
+        ->Unit(benchmark::kMillisecond);
+  }
+  // Its two backward GEMMs (fp32 accumulation under every ANE preset): bwd-data dX (256 × 1024) = dlogits ·
+  // W, K = 16893; bwd-weight dW (16893 × 1024) = dlogitsᵀ · X, K = 256 (the operands here are untransposed).
+  for (const auto& v : fast) {
+    if (v.name != "fp16-in-fp32-seq") continue;
+    benchmark::RegisterBenchmark(("gemm/" + v.name + "/classifier-bwd-data-256x16893x1024").c_str(),
+                                 [v](benchmark::State& s) { bench_shape(s, v, 256, 1024, 16893, 1); })
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("gemm/" + v.name + "/classifier-bwd-weight-16893x256x1024").c_str(),
+                                 [v](benchmark::State& s) { bench_shape(s, v, 16893, 1024, 256, 1); })
         ->Unit(benchmark::kMillisecond);
   }
   // The multi-term adder (tensor-core models): numerics/adder_kernels.hpp, each preset on inputs of its format, on

@@ -842,38 +842,85 @@ ROUNDOFF_AVX512 void copy_row(const float* src, float* dst, std::size_t n) {
   }
 }
 
-/// Rows [i_begin, i_end) of C from the packed operands, panel by panel, in micro-tiles of kMr rows. Adds the
-/// tile overflows the tile-stage kernel counts to `overflows`.
+/// Terms per pass over a panel when K is long (split_terms): with K = 16,893 (E11's classifier, bwd-data) a panel's
+/// B columns are 4.3 MB and every micro-tile of kMr rows streamed all of them from memory; in passes of ≈ kKc terms
+/// the pass's B rows (kKc × kPanel binary32, 128 KiB) and the row block's A columns stay in L2 while the kMb rows
+/// of a row block read them. Splitting K is exact: between passes a row's whole state is its running sum, a value
+/// of the accumulator's format that the kernels store in binary32 and load back unchanged, provided each pass
+/// ends where a block (blocked plans) or a tile (the tile stage) ends, as with gemm_ranged's `period`.
+constexpr std::size_t kKc = 512;
+constexpr std::size_t kMb = 64;  ///< rows per row block of the split passes (their running sums: 16 KiB)
+
+/// The terms of one pass (a multiple of the plan's period), or K when K is short enough to take in one.
+std::size_t split_terms(const Plan& plan, std::size_t K) {
+  const std::size_t period = plan.tile ? kTile : plan.block != 0 ? plan.block : 1;
+  const std::size_t kc = (kKc + period - 1) / period * period;
+  return K > 2 * kc ? kc : K;
+}
+
+/// The running sums' start for `rows` rows of panel p (row i first) in tile: +0 or −0, or C's values.
+template <class TC>
+void start_sums(const Packed& pk, Start start, const TC* C, std::size_t ldc, std::size_t i, std::size_t rows,
+                std::size_t j0, std::size_t jn, float* tile) {
+  // Running sums: C's rows (binary32 values, checked while packing), +0 or −0; lanes beyond them the same
+  // (computed, never stored).
+  const float zero = start == Start::PositiveZero ? 0.0f : -0.0f;
+  fill_tile(pk, tile, rows * kPanel, zero);
+  if (start == Start::C)
+    for (std::size_t r = 0; r < rows; ++r) (void)pack_c(pk, C + (i + r) * ldc + j0, jn, tile + r * kPanel);
+}
+
+/// C's rows i .. i + rows − 1 of panel p from the finished running sums in tile.
+template <class TC>
+void store_sums(const Packed& pk, TC* C, std::size_t ldc, std::size_t i, std::size_t rows, std::size_t j0,
+                std::size_t jn, const float* tile) {
+  for (std::size_t r = 0; r < rows; ++r) {
+    if constexpr (std::is_same_v<TC, float>) {
+      if (pk.avx2)
+        std::copy_n(tile + r * kPanel, jn, C + (i + r) * ldc + j0);
+      else
+        copy_row(tile + r * kPanel, C + (i + r) * ldc + j0, jn);
+    } else if (pk.avx2)
+      avx2::widen(tile + r * kPanel, C + (i + r) * ldc + j0, jn);
+    else
+      widen(tile + r * kPanel, C + (i + r) * ldc + j0, jn);
+  }
+}
+
+/// Rows [i_begin, i_end) of C from the packed operands, panel by panel, in micro-tiles of kMr rows (for a long K,
+/// row blocks of kMb rows in passes of split_terms terms). Adds the tile overflows the tile-stage kernel counts to
+/// `overflows`.
 ///
 /// Start::PositiveZero starts every running sum at +0, C's value, without reading C: the kernels take whatever
 /// the tile holds as the running sums (Start::C loads C's values there), so this is the sum from C itself.
 template <class TC>
 void compute_rows(const Plan& plan, const Packed& pk, bool native, Start start, TC* C, std::size_t ldc,
                   std::size_t i_begin, std::size_t i_end, std::int64_t& overflows) {
-  const std::size_t N = pk.N;
+  const std::size_t N = pk.N, K = pk.K, kc = split_terms(plan, K);
+  if (kc < K) {
+    alignas(64) float sums[kMb * kPanel];
+    for (std::size_t p = 0; p < pk.panels; ++p) {
+      const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0);
+      for (std::size_t ib = i_begin; ib < i_end; ib += kMb) {
+        const std::size_t ie = std::min(i_end, ib + kMb);
+        start_sums(pk, start, C, ldc, ib, ie - ib, j0, jn, sums);
+        for (std::size_t k0 = 0; k0 < K; k0 += kc)
+          for (std::size_t i = ib; i < ie; i += kMr)
+            kernel_rows(plan, pk, native, std::min(kMr, ie - i), i, k0, std::min(kc, K - k0), p, jn,
+                        sums + (i - ib) * kPanel, overflows);
+        store_sums(pk, C, ldc, ib, ie - ib, j0, jn, sums);
+      }
+    }
+    return;
+  }
   float tile[kMr * kPanel];
   for (std::size_t p = 0; p < pk.panels; ++p) {
     const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0);
     for (std::size_t i = i_begin; i < i_end; i += kMr) {
       const std::size_t rows = std::min(kMr, i_end - i);
-      // Running sums: C's rows (binary32 values, checked while packing), +0 or −0; lanes beyond them the same
-      // (computed, never stored).
-      const float zero = start == Start::PositiveZero ? 0.0f : -0.0f;
-      fill_tile(pk, tile, kMr * kPanel, zero);
-      if (start == Start::C)
-        for (std::size_t r = 0; r < rows; ++r) (void)pack_c(pk, C + (i + r) * ldc + j0, jn, tile + r * kPanel);
-      kernel_rows(plan, pk, native, rows, i, 0, pk.K, p, jn, tile, overflows);
-      for (std::size_t r = 0; r < rows; ++r) {
-        if constexpr (std::is_same_v<TC, float>) {
-          if (pk.avx2)
-            std::copy_n(tile + r * kPanel, jn, C + (i + r) * ldc + j0);
-          else
-            copy_row(tile + r * kPanel, C + (i + r) * ldc + j0, jn);
-        } else if (pk.avx2)
-          avx2::widen(tile + r * kPanel, C + (i + r) * ldc + j0, jn);
-        else
-          widen(tile + r * kPanel, C + (i + r) * ldc + j0, jn);
-      }
+      start_sums(pk, start, C, ldc, i, rows, j0, jn, tile);
+      kernel_rows(plan, pk, native, rows, i, 0, K, p, jn, tile, overflows);
+      store_sums(pk, C, ldc, i, rows, j0, jn, tile);
     }
   }
 }

@@ -527,3 +527,78 @@ TEST(GemmKernelsAvx2, TierTakesEveryKernelAccumulation) {
 
 }  // namespace
 }  // namespace roundoff::numerics
+
+namespace roundoff::numerics {
+namespace {
+
+// Long sums: above 2 × 512 terms the kernels take each panel in passes of ≈ 512 terms over row blocks of 64 rows,
+// the running sums kept in binary32 between passes (gemm_kernels.cpp, split_terms). Every kernel accumulation on
+// every tier the CPU has, K just above the split (with a last pass of a few terms) and a K that is no multiple of
+// the tile stage's 4 terms nor of the blocks, M across a row block's edge, binary64 and binary32 C, accumulate on
+// and off, 1 and 2 threads: bit for bit numerics::gemm's generic path (which the test above holds to the
+// definition). A split that restarted a block or a tile at a pass boundary, lost a pass's running sums, or dropped
+// the last rows of a row block fails it.
+TEST(GemmKernelsLongK, PassesOverLongSumsEqualTheGenericPath) {
+  struct LongCase {
+    std::string name;
+    Accumulation acc;
+    Format inputs;
+  };
+  Accumulation step_flush = make_acc(formats::fp16);
+  step_flush.flush.step = true;
+  const LongCase cases[] = {{"fp32-seq", make_acc(formats::fp32), formats::fp16},
+                            {"fp16-seq", make_acc(formats::fp16), formats::fp16},
+                            {"bf16-seq", make_acc(formats::bf16), formats::bf16},
+                            {"fp16-seq,flush=step", step_flush, formats::fp16},
+                            {"fp16-blocked7-fp32", make_acc(formats::fp16, Order::Blocked, 7), formats::fp16},
+                            {"fp32-blocked100-fp32", make_acc(formats::fp32, Order::Blocked, 100), formats::bf16},
+                            {"ane-tile4", parse_accumulation("ane-tile4"), formats::fp16},
+                            {"ane-tile4-ftz", parse_accumulation("ane-tile4-ftz"), formats::fp16}};
+  std::mt19937_64 rng(0x10ca5e);
+  std::int64_t compared = 0;
+  for (const LongCase& c : cases) {
+    std::vector<k::Isa> isas;
+    for (const k::Isa isa : isas_to_test())
+      if (has_kernel(c.acc, isa)) isas.push_back(isa);
+    if (isas.empty()) continue;  // counted below: the fp32 kernel exists on every SIMD tier
+    for (const std::size_t K : {std::size_t{1027}, std::size_t{1538}}) {
+      const std::size_t M = 67, N = 37;
+      const bool accumulate = K == 1538;
+      const Regime regime = K == 1027 ? Regime::Normal : Regime::Tiny;
+      const auto A = random_values(rng, c.inputs, M * K, regime);
+      const auto B = random_values(rng, c.inputs, K * N, regime);
+      std::vector<double> C0 = accumulate ? random_values(rng, formats::fp16, M * N, Regime::Normal)
+                                          : std::vector<double>(M * N, 0.0);
+      std::vector<double> want = C0;
+      gemm(c.acc, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, want.data(), N, accumulate, {},
+           nullptr, 1, ::roundoff::test::kernels_off());
+      const std::vector<float> A32(A.begin(), A.end()), B32(B.begin(), B.end());
+      for (const k::Isa isa : isas) {
+        const KernelOptions opts{true, isa};
+        for (const int threads : {1, 2}) {
+          const std::string what = c.name + " isa " + std::string(k::name_of(isa)) + " threads " +
+                                   std::to_string(threads) + " K " + std::to_string(K);
+          std::vector<double> C = C0;
+          ASSERT_TRUE(k::gemm_fast(c.acc, M, N, K, ConstMatrix{A.data(), K}, ConstMatrix{B.data(), N}, C.data(), N,
+                                   accumulate, nullptr, threads, nullptr, nullptr, opts))
+              << what;
+          std::vector<float> C32(C0.begin(), C0.end());
+          ASSERT_TRUE(k::gemm_fast(c.acc, M, N, K, ConstMatrix32{A32.data(), K}, ConstMatrix32{B32.data(), N},
+                                   C32.data(), N, accumulate, nullptr, threads, nullptr, nullptr, opts))
+              << what << " (binary32)";
+          for (std::size_t idx = 0; idx < M * N; ++idx) {
+            ASSERT_TRUE(same(C[idx], want[idx])) << what << " at (" << idx / N << ',' << idx % N << ") got "
+                                                 << C[idx] << " want " << want[idx];
+            ASSERT_TRUE(same(static_cast<double>(C32[idx]), want[idx])) << what << " (binary32 C) at " << idx;
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX2 or AVX-512: no kernel splits a sum";
+  EXPECT_GT(compared, 10000);
+}
+
+}  // namespace
+}  // namespace roundoff::numerics
