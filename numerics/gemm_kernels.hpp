@@ -48,6 +48,9 @@
 /// element read is written first in the same call, so they carry nothing from one call to the next).
 /// The running sum starts at −0 (the additive identity, so the first step gives round(t_0) with its sign).
 /// Vectorised across output columns; threads split output rows only, so results do not depend on threads.
+/// A long sum (K > 1024) runs in passes of ≈ 512 terms over row blocks of 64 rows, so a pass's packed B rows stay
+/// in L2; between passes a row's state is its running sum, a binary32 value the next pass loads unchanged, and
+/// every pass ends where a block or a tile ends, so the split changes no bit (gemm_kernels.cpp, split_terms).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
