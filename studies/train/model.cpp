@@ -137,12 +137,9 @@ constexpr std::size_t kGradPiece = kAccumulatePiece;
 /// summed by accumulate_and_clear (first: total = part) and stored back narrowed (exact: fp32 sums); part is left
 /// +0. Returns false when the rounded part holds a non-finite value. finish_gradients and finish_slice both finish
 /// through it, so an accumulated update has the same bits with or without a micro-step store.
-/// identity: the rounding returns every binary32 value but NaN unchanged (no rounding, or a gradient role that holds
-/// binary32): then a piece of finite values and sums is summed in binary32 arithmetic, the same bits
-/// (accumulate_and_clear_binary32), and any other piece takes the widened path.
-bool finish_piece(const numerics::RoundingPlan& plan, bool round, bool identity, std::span<double> part,
-                  std::span<float> total, bool first) {
-  if (identity && accumulate_and_clear_binary32(total, part, first)) return true;
+/// Its callers first try accumulate_and_clear_binary32 on the binary32 piece (the same bits where it applies).
+bool finish_piece(const numerics::RoundingPlan& plan, bool round, std::span<double> part, std::span<float> total,
+                  bool first) {
   bool ok = true;
   if (round) {
     numerics::round_array(plan, numerics::Rounding::NearestEven, part, part);
@@ -855,7 +852,7 @@ void Transformer::finish_gradients(ParamStore& grads, StepTelemetry* tel, GradSi
           const std::span<double> part(gp.data(), k);
           for (std::size_t i = 0; i < k; ++i) part[i] = static_cast<double>(g32[at + i]);
           if (accumulate) {
-            ok = finish_piece(plan, round, keeps, part, t32.subspan(at, k), sink.first) && ok;
+            ok = finish_piece(plan, round, part, t32.subspan(at, k), sink.first) && ok;
             std::fill(g32.begin() + static_cast<std::ptrdiff_t>(at), g32.begin() + static_cast<std::ptrdiff_t>(at + k),
                       0.0f);
           } else {
@@ -899,7 +896,7 @@ void Transformer::finish_slice(DirectSink& d, Slot at, std::span<float> part) {
         if (keeps && accumulate_and_clear_binary32(t32.subspan(i, k), piece, d.first)) continue;
         const std::span<double> wide(gp.data(), k);
         for (std::size_t j = 0; j < k; ++j) wide[j] = static_cast<double>(piece[j]);
-        ok = finish_piece(plan, round, false, wide, t32.subspan(i, k), d.first) && ok;
+        ok = finish_piece(plan, round, wide, t32.subspan(i, k), d.first) && ok;
         std::fill(piece.begin(), piece.end(), 0.0f);
       }
     }

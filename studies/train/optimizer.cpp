@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <cmath>
 #include <stdexcept>
-#include <type_traits>
 #include <vector>
 
 #include "numerics/binary32_arith.hpp"
@@ -112,37 +111,21 @@ void accumulate_and_clear(std::span<double> total, std::span<double> micro, bool
   }
 }
 
-namespace {
-
-template <class T>
-bool accumulate_binary32(std::span<float> total, std::span<T> micro, bool first) {
+bool accumulate_and_clear_binary32(std::span<float> total, std::span<float> micro, bool first) {
   if (total.size() != micro.size() || micro.size() > kAccumulatePiece)
     throw std::logic_error("accumulate_and_clear_binary32: spans of different lengths or longer than a piece");
   std::array<float, kAccumulatePiece> sum;
   const std::size_t n = micro.size();
   std::uint32_t special = 0;  // any sum (or micro value) inf or NaN: exponent field all ones
-  bool exact = true;          // every binary64 micro value a binary32 value
   for (std::size_t i = 0; i < n; ++i) {
-    const float m = static_cast<float>(micro[i]);
-    if constexpr (std::is_same_v<T, double>) exact = exact && static_cast<double>(m) == micro[i];
-    const float s = first ? m : total[i] + m;
+    const float s = first ? micro[i] : total[i] + micro[i];
     sum[i] = s;
     special |= static_cast<std::uint32_t>((std::bit_cast<std::uint32_t>(s) & 0x7f800000u) == 0x7f800000u);
   }
-  if (special != 0 || !exact) return false;
+  if (special != 0) return false;
   std::copy_n(sum.begin(), n, total.begin());
-  std::fill(micro.begin(), micro.end(), T{0});
+  std::fill(micro.begin(), micro.end(), 0.0f);
   return true;
-}
-
-}  // namespace
-
-bool accumulate_and_clear_binary32(std::span<float> total, std::span<double> micro, bool first) {
-  return accumulate_binary32(total, micro, first);
-}
-
-bool accumulate_and_clear_binary32(std::span<float> total, std::span<float> micro, bool first) {
-  return accumulate_binary32(total, micro, first);
 }
 
 double global_norm(std::span<const double> grads, const numerics::Format& f) {

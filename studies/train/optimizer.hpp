@@ -41,14 +41,12 @@ void accumulate_gradients(std::span<double> total, std::span<const double> micro
 void accumulate_and_clear(std::span<double> total, std::span<double> micro, bool first);
 
 /// accumulate_and_clear on a binary32 total, in binary32 arithmetic: total[i] ← micro[i] when `first`, else the
-/// binary32 sum total[i] + micro[i]; then micro ← +0. `micro` holds binary32 values (a binary32 gradient store, or
-/// binary64 values of binary32). The bits are those of widening total, accumulate_and_clear and narrowing back:
-/// for finite binary32 operands the binary64 sum rounded to binary32 is the correctly rounded binary32 sum (a
-/// double rounding through binary64 is innocuous for addition: 53 ≥ 2·24 + 2), which is what the binary32
-/// addition computes (a sum in binary32's subnormal range is exact either way). Returns false and writes nothing when any micro value or sum is not finite (or a binary64 micro
-/// value is not binary32): the caller then takes the widened path, whose NaN and overflow handling it keeps.
-/// total.size() == micro.size() ≤ kAccumulatePiece.
-bool accumulate_and_clear_binary32(std::span<float> total, std::span<double> micro, bool first);
+/// binary32 sum total[i] + micro[i]; then micro ← +0 (a binary32 gradient store or slice). The bits are those of
+/// widening both, accumulate_and_clear and narrowing back: for finite binary32 operands the binary64 sum rounded to
+/// binary32 is the correctly rounded binary32 sum (a double rounding through binary64 is innocuous for addition:
+/// 53 ≥ 2·24 + 2), which is what the binary32 addition computes (a sum in binary32's subnormal range is exact
+/// either way). Returns false and writes nothing when any micro value or sum is not finite: the caller then takes
+/// the widened path, whose NaN and overflow handling it keeps. total.size() == micro.size() ≤ kAccumulatePiece.
 bool accumulate_and_clear_binary32(std::span<float> total, std::span<float> micro, bool first);
 inline constexpr std::size_t kAccumulatePiece = 2048;
 
