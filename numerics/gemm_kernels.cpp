@@ -24,6 +24,7 @@
 
 #include "numerics/adder_kernels.hpp"
 #include "numerics/arith.hpp"
+#include "numerics/binary32_arith.hpp"
 #include "numerics/gemm_binary64.hpp"
 #include "numerics/gemm_kernel_tiers.hpp"
 #include "numerics/round_span.hpp"
@@ -429,16 +430,24 @@ int pack_to(const Packed& pk, const float* src, std::size_t n, Dest d, std::size
                        binary16_values(std::span<const float>(src, n), false))))
     return pk.avx2 ? avx2::pack_run(src, n, true, pk.any_binary32, d.f32)
                    : pack_run(src, n, true, pk.any_binary32, d.f32, d.h16, d.h32);
-  if (stride == 1 && f32_only && fits_binary32(cast->plan->format)) {
-    // Binary32 panels under a cast whose format fits binary32 (e.g. ane-fp16's fp32 weights cast to fp16): each
-    // chunk cast in binary32 on the stack (in L1) as cast_values casts the widened values — round_array's binary32
-    // form is round_to on the widened values, each result a binary32 value; then the flush and the NaN rule — and
-    // packed from there. A NaN's payload may differ from the binary64 cast's, but pack_run writes every NaN to
-    // binary32 panels as the quiet NaN and classes it alike.
+  if (stride == 1 && fits_binary32(cast->plan->format)) {
+    // A cast whose format fits binary32 (e.g. ane-fp16's fp32 weights cast to fp16): each chunk cast in binary32
+    // on the stack (in L1) as cast_values casts the widened values — round_array's binary32 form is round_to on
+    // the widened values, each result a binary32 value; then the flush and the NaN rule — and packed from there.
+    // A NaN's payload may differ from the binary64 cast's: binary32 panels take it alike (pack_run writes every NaN
+    // to them as the quiet NaN and classes it alike), but the native fp16 attempt's fp16 words could keep it, so
+    // for those a chunk holding a NaN takes the widened path below.
     float w[kWidenChunk];
+    double wd[kWidenChunk];
     int worst = 2;
     for (std::size_t c = 0; c < n; c += kWidenChunk) {
       const std::size_t m = std::min(kWidenChunk, n - c);
+      const Dest dc{d.f32 ? d.f32 + c : nullptr, d.h16 ? d.h16 + c : nullptr, d.h32 ? d.h32 + c : nullptr};
+      if (!f32_only && any_nan(std::span<const float>(src + c, m))) {
+        widen_run(pk, src + c, wd, m);
+        worst = std::min(worst, pack_to(pk, wd, m, dc, 1, cast));
+        continue;
+      }
       const std::span<float> wc(w, m);
       round_array(*cast->plan, cast->mode, std::span<const float>(src + c, m), wc);
       if (cast->flush)
@@ -447,8 +456,8 @@ int pack_to(const Packed& pk, const float* src, std::size_t n, Dest d, std::size
       if (cast->nan_to_inf)
         for (float& v : wc)
           if (std::isnan(v)) v = std::numeric_limits<float>::infinity();
-      worst = std::min(worst, pk.avx2 ? avx2::pack_run(w, m, true, pk.any_binary32, d.f32 + c)
-                                      : pack_run(w, m, true, pk.any_binary32, d.f32 + c, nullptr, nullptr));
+      worst = std::min(worst, pk.avx2 ? avx2::pack_run(w, m, true, pk.any_binary32, dc.f32)
+                                      : pack_run(w, m, true, pk.any_binary32, dc.f32, dc.h16, dc.h32));
     }
     return worst;
   }
@@ -536,8 +545,8 @@ int pack_a(Packed& pk, MA A, const OperandCast* cast_a, bool shared) {
   return worst;
 }
 
-/// Packs the K×kPanel panels of B as pack_a packs A (a transposed B read one stored row, i.e. one column of B
-/// over all K, at a time, scattered kPanel apart); returns the lowest class.
+/// Packs the K×kPanel panels of B as pack_a packs A (a transposed B read along its stored rows, i.e. the columns of
+/// B, in runs of up to 64 terms of 16 columns side by side, then written term by term); returns the lowest class.
 template <class MB>
 int pack_b(Packed& pk, MB B, const OperandCast* cast_b, bool shared) {
   const std::size_t N = pk.N, K = pk.K;
@@ -556,16 +565,18 @@ int pack_b(Packed& pk, MB B, const OperandCast* cast_b, bool shared) {
         }
       }
     });
-  } else if (pk.Bh == nullptr) {  // B(k, j) = data[j·ld + k]: row j of the stored matrix is column j of B
-    // Binary32 panels: runs of kTransB values of the work item's kPackCols columns packed side by side into a
-    // tile, then written k by k (kPackCols consecutive floats, one cache line) instead of one float every kPanel
-    // floats; the same values and class as the scattered packing below (pack_to's class is the lowest of its
-    // runs' and the cast acts per value).
+  } else {  // B(k, j) = data[j·ld + k]: row j of the stored matrix is column j of B
+    // Runs of kTransB values of the work item's kPackCols columns packed side by side into a tile (binary32, and
+    // the fp16 words beside them for the native fp16 attempt), then written k by k (kPackCols consecutive values,
+    // one cache line or half of one) instead of one value every kPanel; the same values and class as packing each
+    // column's K values scattered kPanel apart (pack_to's class is the lowest of its runs' and the cast acts per
+    // value: tests/accumulation/gemm_binary32_operands_test.cpp holds the casts to the definition).
     constexpr std::size_t q_per_panel = kPanel / kPackCols, kTransB = 64;
     for_items(shared, pk.panels * q_per_panel, [&](std::size_t idx) {
       const std::size_t p = idx / q_per_panel, q = idx % q_per_panel;
       const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0);
-      float t[kPackCols * kTransB];
+      float tf[kPackCols * kTransB];
+      std::uint16_t th[kPackCols * kTransB];
       for (std::size_t k0 = 0; k0 < K; k0 += kTransB) {
         const std::size_t kn = std::min(kTransB, K - k0);
         for (std::size_t cc = 0; cc < kPackCols; ++cc) {
@@ -574,30 +585,19 @@ int pack_b(Packed& pk, MB B, const OperandCast* cast_b, bool shared) {
             if (k0 + kTransB < K)  // the next block's run of this column (see pack_a)
               for (std::size_t l = 0; l < std::min(kTransB, K - k0 - kTransB); l += 16)
                 __builtin_prefetch(B.data + (j0 + c) * B.ld + k0 + kTransB + l);
-            worst = std::min(worst, pack_to(pk, B.data + (j0 + c) * B.ld + k0, kn, Dest{t + cc * kTransB}, 1, cast_b));
-          } else
-            std::fill_n(t + cc * kTransB, kn, 0.0f);
+            const Dest t{pk.B ? tf + cc * kTransB : nullptr, pk.Bh ? th + cc * kTransB : nullptr, nullptr};
+            worst = std::min(worst, pack_to(pk, B.data + (j0 + c) * B.ld + k0, kn, t, 1, cast_b));
+          } else {
+            std::fill_n(tf + cc * kTransB, kn, 0.0f);
+            std::fill_n(th + cc * kTransB, kn, std::uint16_t{0});
+          }
         }
         for (std::size_t kk = 0; kk < kn; ++kk) {
-          float* row = pk.B + (p * K + k0 + kk) * kPanel + q * kPackCols;
-          for (std::size_t cc = 0; cc < kPackCols; ++cc) row[cc] = t[cc * kTransB + kk];
-        }
-      }
-    });
-  } else {  // the native fp16 attempt: B(k, j) = data[j·ld + k], scattered kPanel apart
-    constexpr std::size_t q_per_panel = kPanel / kPackCols;
-    for_items(shared, pk.panels * q_per_panel, [&](std::size_t idx) {
-      const std::size_t p = idx / q_per_panel, q = idx % q_per_panel;
-      const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0);
-      for (std::size_t c = q * kPackCols; c < (q + 1) * kPackCols; ++c) {
-        const std::size_t at = p * K * kPanel + c;
-        if (c < jn) {
-          worst = std::min(worst, pack_to(pk, B.data + (j0 + c) * B.ld, K, b_dest(at), kPanel, cast_b));
-          continue;
-        }
-        for (std::size_t k = 0; k < K; ++k) {
-          if (pk.B) pk.B[at + k * kPanel] = 0.0f;
-          if (pk.Bh) pk.Bh[at + k * kPanel] = 0;
+          const std::size_t at = (p * K + k0 + kk) * kPanel + q * kPackCols;
+          if (pk.B)
+            for (std::size_t cc = 0; cc < kPackCols; ++cc) pk.B[at + cc] = tf[cc * kTransB + kk];
+          if (pk.Bh)
+            for (std::size_t cc = 0; cc < kPackCols; ++cc) pk.Bh[at + cc] = th[cc * kTransB + kk];
         }
       }
     });

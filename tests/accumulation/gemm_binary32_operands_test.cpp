@@ -92,12 +92,20 @@ TEST(GemmBinary32Operands, SameBitsAsTheWidenedOperands) {
               const std::vector<float> C0 = narrowed(random_values(rng, formats::fp16, d.M * ldc, Regime::Normal));
               const std::vector<double> Aw = widened(A), Bw = widened(B);
               const k::OperandCast* c = cast < 0 ? nullptr : &casts[cast];
-              // Without a cast, the generic path too (kernels off): the packing of runs longer than a tile (K = 300)
-              // in every layout is held to the definition, not only to the binary64 kernel path.
+              // The generic path too (kernels off), on the operands cast by cast_values (the cast's definition):
+              // the packing of runs longer than a tile (K = 300) in every layout, and the packings that cast while
+              // they pack (a transposed operand's runs cast a block at a time), are held to the definition, not only
+              // to the binary64 kernel path.
               std::vector<double> generic = widened(C0);
-              if (c == nullptr)
-                gemm(a, d.M, d.N, d.K, ConstMatrix{Aw.data(), lda, at}, ConstMatrix{Bw.data(), ldb, bt},
+              {
+                std::vector<double> Ac = Aw, Bc = Bw;
+                if (c != nullptr) {
+                  k::cast_values(*c, Aw, Ac);
+                  k::cast_values(*c, Bw, Bc);
+                }
+                gemm(a, d.M, d.N, d.K, ConstMatrix{Ac.data(), lda, at}, ConstMatrix{Bc.data(), ldb, bt},
                      generic.data(), ldc, accumulate, {}, nullptr, 1, KernelOptions{false, k::Isa::None});
+              }
               for (const k::Isa isa : tiers()) {
                 const KernelOptions opts{true, isa};
                 for (const int threads : {1, 2}) {
@@ -130,9 +138,7 @@ TEST(GemmBinary32Operands, SameBitsAsTheWidenedOperands) {
                   }
                   for (std::size_t i = 0; i < want.size(); ++i) {
                     ASSERT_TRUE(same(c64[i], want[i]) && same(c64b[i], want[i])) << where << " at " << i;
-                    if (c == nullptr) {
-                      ASSERT_TRUE(same(want[i], generic[i])) << where << " generic at " << i;
-                    }
+                    ASSERT_TRUE(same(want[i], generic[i])) << where << " generic at " << i;
                     // A binary32 C holds the same value, NaN encodings included (the widening is exact).
                     ASSERT_EQ(std::bit_cast<std::uint64_t>(static_cast<double>(c32[i])),
                               std::bit_cast<std::uint64_t>(want[i])) << where << " at " << i;
