@@ -25,6 +25,13 @@ by up to 2x between minutes: 493-1009 ms on one host). By default the script fir
 thresholds with mallopt so that the heap keeps its pages (no faults per step after warm-up; 470-478 ms there), the
 baseline at its best; --torch-malloc default measures the untuned allocator. PyTorch's minor faults per timed step
 are printed; roundoff allocates once per shape (130,411 and 130,417 faults in all for 3 and 8 W512 steps).
+
+Noisy hosts (the lent VMs drift by +-25 % within minutes): --rounds N repeats the whole comparison N times, each
+round timing roundoff and then PyTorch, so every ratio comes from one round's neighbouring minutes, and ends with
+the minimum, median and maximum of the per-round ratios; --compare BIN times a second roundoff binary in every
+round right after the first (before/after pairs against the same PyTorch step).
+
+  /usr/bin/python3 bench/torch_compare.py --config W512 --threads 1 --steps 6 --rounds 4 --compare OLD_BINARY
 """
 import argparse
 import csv
@@ -160,25 +167,47 @@ def main():
     ap.add_argument("--torch-malloc", choices=("keep", "default"), default="keep",
                     help="keep: glibc keeps PyTorch's heap pages between steps (mallopt); default: glibc's defaults")
     ap.add_argument("--roundoff", default=os.path.join(os.path.dirname(__file__), "..", "build", "studies", "roundoff"))
+    ap.add_argument("--compare", help="a second roundoff binary, timed right after --roundoff in every round")
+    ap.add_argument("--rounds", type=int, default=1, help="repeat the comparison; summary of the per-round ratios")
     a = ap.parse_args()
+    if a.rounds < 1:
+        ap.error(f"--rounds {a.rounds}: must be at least 1")
+    binaries = [a.roundoff] + ([a.compare] if a.compare else [])
+    for b in binaries:
+        if not os.access(b, os.X_OK):
+            ap.error(f"roundoff binary '{b}' is not an executable file (valid: a built build/studies/roundoff)")
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
-    results = {}
-    shape = None
-    for pol in a.policies.split(","):
-        results[pol], shape = roundoff_step_ms(a.roundoff, a.config, pol, a.steps, a.threads, a.keep)
-    load_before = os.getloadavg()[0]
-    if a.torch_malloc == "keep":
-        keep_heap_pages()
-    (torch_ms, torch_cpu), version, blas, torch_faults = torch_step_ms(shape, 3 * a.steps, a.threads)
-    print(f"config {a.config} {json.dumps(shape, sort_keys=True)}, threads {a.threads}, torch {version} ({blas}), "
-          f"torch malloc {a.torch_malloc} ({torch_faults:.0f} minor faults per step), "
-          f"roundoff {os.path.realpath(a.roundoff)}, load average {load_before:.1f} (before torch) "
-          f"{os.getloadavg()[0]:.1f} (after)")
-    print(f"{'policy':<16}{'roundoff wall ms':>18}{'torch fp32 wall ms':>20}{'ratio':>8}"
-          f"{'roundoff CPU ms':>17}{'torch fp32 CPU ms':>19}{'ratio':>8}")
-    for pol, (ms, cpu) in results.items():
-        print(f"{pol:<16}{ms:>18.1f}{torch_ms:>20.1f}{ms / torch_ms:>8.2f}"
-              f"{cpu:>17.1f}{torch_cpu:>19.1f}{cpu / torch_cpu:>8.2f}")
+    ratios = {}  # (binary, policy) -> [(wall ratio, cpu ratio) per round]
+    for rnd in range(a.rounds):
+        results = {}
+        shape = None
+        for b in binaries:
+            for pol in a.policies.split(","):
+                results[(b, pol)], shape = roundoff_step_ms(b, a.config, pol, a.steps, a.threads, a.keep)
+        load_before = os.getloadavg()[0]
+        if a.torch_malloc == "keep" and rnd == 0:
+            keep_heap_pages()
+        (torch_ms, torch_cpu), version, blas, torch_faults = torch_step_ms(shape, 3 * a.steps, a.threads)
+        if rnd == 0:
+            print(f"config {a.config} {json.dumps(shape, sort_keys=True)}, threads {a.threads}, torch {version} "
+                  f"({blas}), torch malloc {a.torch_malloc} ({torch_faults:.0f} minor faults per step), "
+                  f"roundoff {', '.join(os.path.realpath(b) for b in binaries)}")
+        print(f"{'round ' + str(rnd + 1) + ', ' if a.rounds > 1 else ''}load average {load_before:.1f} (before torch) "
+              f"{os.getloadavg()[0]:.1f} (after), torch {torch_faults:.0f} minor faults per step")
+        print(f"{'policy':<16}{'roundoff wall ms':>18}{'torch fp32 wall ms':>20}{'ratio':>8}"
+              f"{'roundoff CPU ms':>17}{'torch fp32 CPU ms':>19}{'ratio':>8}" + ("  binary" if a.compare else ""))
+        for (b, pol), (ms, cpu) in results.items():
+            ratios.setdefault((b, pol), []).append((ms / torch_ms, cpu / torch_cpu))
+            print(f"{pol:<16}{ms:>18.1f}{torch_ms:>20.1f}{ms / torch_ms:>8.2f}"
+                  f"{cpu:>17.1f}{torch_cpu:>19.1f}{cpu / torch_cpu:>8.2f}" + (f"  {b}" if a.compare else ""))
+        sys.stdout.flush()
+    if a.rounds > 1:
+        print(f"ratios over {a.rounds} rounds (min / median / max)")
+        for (b, pol), rs in ratios.items():
+            w = sorted(r[0] for r in rs)
+            c = sorted(r[1] for r in rs)
+            print(f"{pol:<16} wall {w[0]:.2f} / {statistics.median(w):.2f} / {w[-1]:.2f}"
+                  f"  CPU {c[0]:.2f} / {statistics.median(c):.2f} / {c[-1]:.2f}" + (f"  {b}" if a.compare else ""))
     return 0
 
 
