@@ -33,6 +33,15 @@ enum class Acc : std::uint8_t { Fp16, Fp16Ftz, Bf16, Fp32 };
 /// Terms per tile of the one tile stage the kernels handle (ane-tile4).
 inline constexpr std::size_t kTile = 4;
 
+/// Rows of one A panel in the panel layout (ALayout::Panels).
+inline constexpr std::size_t kPanelRows = 12;
+
+/// How the kernels read their packed A: Rows, A(r, k) = Ap[r·lda + k] (row-major); Panels, A(r, k) =
+/// Ap[k·kPanelRows + r] (a panel of kPanelRows rows stored term by term, so a micro-tile's broadcasts of one term
+/// are one stream of adjacent values instead of one stream per row; lda unused). The layout changes where values
+/// are read, never which values or in what order they are summed.
+enum class ALayout : std::uint8_t { Rows, Panels };
+
 /// The rare lanes of one tile step of the tile-stage kernels (gemm_kernels.cpp; `lanes` columns): lanes not set
 /// in `exact` get their tile value by the scalar definition (fp16 bits in h) and count its overflow; exact lanes
 /// (whose h is ±65504, ±inf or NaN) count an overflow when their exact sum su is finite with |su| >= 65536.
@@ -47,11 +56,12 @@ namespace roundoff::numerics::kernels::avx512 {
 /// Columns of one tile_rows call (two vectors of 16 binary32 lanes) and of one tile_ane_rows call (one vector).
 inline constexpr std::size_t kCols = 32, kAneCols = 16;
 
-/// `rows` rows × kCols columns of the GEMM with accumulator `acc`: rows Ap[r·lda + k], B columns
-/// Bp[k·ldb + 0..kCols−1], running sums in/out tile[r·ldt + c]. block == 0: sequential; else block sums (in `acc`)
-/// restart at −0 every `block` terms and are added to the fp32 totals.
+/// `rows` rows × kCols columns of the GEMM with accumulator `acc`: rows A(r, k) read as `layout` says
+/// (Panels: rows ≤ kPanelRows, all in Ap's panel), B columns Bp[k·ldb + 0..kCols−1], running sums in/out
+/// tile[r·ldt + c]. block == 0: sequential; else block sums (in `acc`) restart at −0 every `block` terms and are
+/// added to the fp32 totals.
 void tile_rows(Acc acc, std::size_t rows, const float* Ap, std::size_t lda, const float* Bp, std::size_t ldb,
-               std::size_t K, std::size_t block, float* tile, std::size_t ldt);
+               std::size_t K, std::size_t block, float* tile, std::size_t ldt, ALayout layout);
 
 /// `rows` rows × kAneCols columns of the ane-tile4 GEMM (argument at the tile stage in gemm_kernels_avx512.cpp):
 /// rows Af[r·lda + k] (binary32), B columns Bp[k·ldb + 0..kAneCols−1], running sums in/out tile[r·ldt + c]; tile
@@ -81,11 +91,11 @@ int pack_run(const float* src, std::size_t n, bool inputs, bool any_binary32, fl
 /// dst[i] = src[i] as binary64 (exact), i < n.
 void widen(const float* src, double* dst, std::size_t n);
 
-/// `rows` rows × kCols columns of the GEMM with accumulator `acc`: rows Ap[r·lda + k], B columns Bp[k·ldb + 0..15],
-/// running sums in/out tile[r·ldt + c]. block == 0: sequential; else block sums (in `acc`) restart at −0 every
-/// `block` terms and are added to the fp32 totals.
+/// `rows` rows × kCols columns of the GEMM with accumulator `acc`: rows A(r, k) read as `layout` says (as in the
+/// AVX-512 tier), B columns Bp[k·ldb + 0..15], running sums in/out tile[r·ldt + c]. block == 0: sequential; else
+/// block sums (in `acc`) restart at −0 every `block` terms and are added to the fp32 totals.
 void tile_rows(Acc acc, std::size_t rows, const float* Ap, std::size_t lda, const float* Bp, std::size_t ldb,
-               std::size_t K, std::size_t block, float* tile, std::size_t ldt);
+               std::size_t K, std::size_t block, float* tile, std::size_t ldt, ALayout layout);
 
 /// `rows` rows × kAneCols columns of the ane-tile4 GEMM (tiles of 4 exact products rounded toward zero to fp16, summed
 /// in fp32): rows Af[r·lda + k] (binary32), B columns Bp[k·ldb + 0..7], running sums in/out tile[r·ldt + c];

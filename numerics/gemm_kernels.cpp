@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cassert>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -86,12 +87,22 @@ std::optional<Plan> plan_for(const Accumulation& a) {
 
 constexpr std::uint16_t kNegZeroHalf = 0x8000;
 constexpr std::size_t kPanel = 64;  ///< columns per packed B panel
-constexpr std::size_t kMr = 8;      ///< rows per micro-tile (16 accumulator vectors)
+constexpr std::size_t kMr = kPanelRows;  ///< rows per micro-tile: one A panel (ALayout::Panels)
 
 // ---------------------------------------------------------------------------------------------------------
 // Native fp16 kernel (AVX512-FP16): s ← fma_fp16(a, b, s) on 32 lanes, one correctly rounded operation.
 
-template <std::size_t MR>
+/// Where A(r, k)'s fp16 word pair is read in layout L (gemm_kernel_tiers.hpp).
+template <ALayout L>
+inline const std::uint32_t* ah_at(const std::uint32_t* Ap, std::size_t lda, std::size_t r, std::size_t k) {
+  return L == ALayout::Rows ? Ap + r * lda + k : Ap + k * kPanelRows + r;
+}
+
+// The same false positive of the header's _mm*_undefined_*() pass-through operands, reported as certain once the
+// 12-row tile's conversions are inlined (GCC 12).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+template <std::size_t MR, ALayout L>
 ROUNDOFF_AVX512FP16 void tile_ph(const std::uint32_t* Ap, std::size_t lda, const std::uint16_t* Bp, std::size_t K,
                                  std::size_t block, float* tile, std::size_t ldt) {
   // tile: MR×64 floats (fp16 values when sequential; fp32 totals when blocked).
@@ -107,9 +118,10 @@ ROUNDOFF_AVX512FP16 void tile_ph(const std::uint32_t* Ap, std::size_t lda, const
     for (std::size_t k = 0; k < K; ++k) {
       const __m512h b0 = _mm512_castsi512_ph(_mm512_loadu_si512(Bp + k * kPanel));
       const __m512h b1 = _mm512_castsi512_ph(_mm512_loadu_si512(Bp + k * kPanel + 32));
-#pragma GCC unroll 8
+#pragma GCC unroll 12
       for (std::size_t r = 0; r < MR; ++r) {
-        const __m512h a = _mm512_castps_ph(_mm512_broadcastss_ps(_mm_load_ss(reinterpret_cast<const float*>(Ap + r * lda + k))));
+        const auto* ar = reinterpret_cast<const float*>(ah_at<L>(Ap, lda, r, k));
+        const __m512h a = _mm512_castps_ph(_mm512_broadcastss_ps(_mm_load_ss(ar)));
         s[r][0] = _mm512_fmadd_ph(a, b0, s[r][0]);
         s[r][1] = _mm512_fmadd_ph(a, b1, s[r][1]);
       }
@@ -133,9 +145,10 @@ ROUNDOFF_AVX512FP16 void tile_ph(const std::uint32_t* Ap, std::size_t lda, const
       for (std::size_t k = k0; k < k1; ++k) {
         const __m512h b0 = _mm512_castsi512_ph(_mm512_loadu_si512(Bp + k * kPanel));
         const __m512h b1 = _mm512_castsi512_ph(_mm512_loadu_si512(Bp + k * kPanel + 32));
-#pragma GCC unroll 8
+#pragma GCC unroll 12
         for (std::size_t r = 0; r < MR; ++r) {
-          const __m512h a = _mm512_castps_ph(_mm512_broadcastss_ps(_mm_load_ss(reinterpret_cast<const float*>(Ap + r * lda + k))));
+          const auto* ar = reinterpret_cast<const float*>(ah_at<L>(Ap, lda, r, k));
+          const __m512h a = _mm512_castps_ph(_mm512_broadcastss_ps(_mm_load_ss(ar)));
           p[r][0] = _mm512_fmadd_ph(a, b0, p[r][0]);
           p[r][1] = _mm512_fmadd_ph(a, b1, p[r][1]);
         }
@@ -152,27 +165,43 @@ ROUNDOFF_AVX512FP16 void tile_ph(const std::uint32_t* Ap, std::size_t lda, const
       for (std::size_t v = 0; v < 4; ++v) _mm512_storeu_ps(tile + r * ldt + 16 * v, S[r][v]);
   }
 }
+#pragma GCC diagnostic pop
 
-ROUNDOFF_AVX512FP16 void tile_ph_rows(std::size_t rows, const std::uint32_t* Ap, std::size_t lda,
-                                      const std::uint16_t* Bp, std::size_t K, std::size_t block, float* tile,
-                                      std::size_t ldt) {
+template <ALayout L>
+ROUNDOFF_AVX512FP16 void tile_ph_rows_in(std::size_t rows, const std::uint32_t* Ap, std::size_t lda,
+                                         const std::uint16_t* Bp, std::size_t K, std::size_t block, float* tile,
+                                         std::size_t ldt) {
+  // 12 rows (24 accumulators) when sequential; the blocked kernel keeps 4 fp32 totals per row beside them: 8.
   for (std::size_t r0 = 0; r0 < rows;) {
     const std::size_t left = rows - r0;
-    const std::uint32_t* a = Ap + r0 * lda;
+    const std::uint32_t* a = ah_at<L>(Ap, lda, r0, 0);
     float* t = tile + r0 * ldt;
-    if (left >= 8) {
-      tile_ph<8>(a, lda, Bp, K, block, t, ldt);
+    if (left >= 12 && block == 0) {
+      tile_ph<12, L>(a, lda, Bp, K, block, t, ldt);
+      r0 += 12;
+    } else if (left >= 8) {
+      tile_ph<8, L>(a, lda, Bp, K, block, t, ldt);
       r0 += 8;
     } else if (left >= 4) {
-      tile_ph<4>(a, lda, Bp, K, block, t, ldt);
+      tile_ph<4, L>(a, lda, Bp, K, block, t, ldt);
       r0 += 4;
     } else if (left >= 2) {
-      tile_ph<2>(a, lda, Bp, K, block, t, ldt);
+      tile_ph<2, L>(a, lda, Bp, K, block, t, ldt);
       r0 += 2;
     } else {
-      tile_ph<1>(a, lda, Bp, K, block, t, ldt);
+      tile_ph<1, L>(a, lda, Bp, K, block, t, ldt);
       r0 += 1;
     }
+  }
+}
+
+/// `rows` rows × kPanel columns of the native fp16 GEMM: A's fp16 word pairs read as `layout` says, fp16 B columns
+/// Bp[k·kPanel + 0..63], running sums in/out tile[r·ldt + c] (fp16 values when sequential, fp32 totals when blocked).
+void tile_ph_rows(std::size_t rows, const std::uint32_t* Ap, std::size_t lda, const std::uint16_t* Bp, std::size_t K,
+                  std::size_t block, float* tile, std::size_t ldt, ALayout layout) {
+  switch (layout) {
+    case ALayout::Rows: tile_ph_rows_in<ALayout::Rows>(rows, Ap, lda, Bp, K, block, tile, ldt); return;
+    case ALayout::Panels: tile_ph_rows_in<ALayout::Panels>(rows, Ap, lda, Bp, K, block, tile, ldt); return;
   }
 }
 
@@ -315,11 +344,24 @@ struct Packed {
   std::size_t M, N, K, panels;
   bool any_binary32 = false;  ///< fused fp32 accumulator: any binary32 inputs (one hardware FMA per step)
   bool avx2 = false;          ///< the AVX2 tier (its kernels and packing, gemm_kernel_tiers.hpp)
-  float* A = nullptr;           ///< M×K row-major (fp32-lane kernels)
+  ALayout a_layout = ALayout::Rows;  ///< how A and Ah are packed (a_at)
+  float* A = nullptr;           ///< M×K (a_size values; fp32-lane kernels)
   float* B = nullptr;           ///< panels × K × kPanel, zero-padded columns
-  std::uint32_t* Ah = nullptr;  ///< native fp16 path: fp16 bits twice per word, M×K
+  std::uint32_t* Ah = nullptr;  ///< native fp16 path: fp16 bits twice per word, M×K as A
   std::uint16_t* Bh = nullptr;  ///< native fp16 path: panels × K × kPanel fp16 bits
 };
+
+/// Where A(i, k) lies in a packed A (pk.A and pk.Ah alike): Rows, i·K + k; Panels, in panel i / kPanelRows (the
+/// panels kPanelRows·K values apart), term k's kPanelRows values, row i % kPanelRows among them.
+std::size_t a_at(const Packed& pk, std::size_t i, std::size_t k) {
+  if (pk.a_layout == ALayout::Rows) return i * pk.K + k;
+  return (i / kPanelRows * pk.K + k) * kPanelRows + i % kPanelRows;
+}
+
+/// Values of a packed A (Panels: the last panel takes kPanelRows rows, those past M never written or read).
+std::size_t a_size(const Packed& pk) {
+  return pk.a_layout == ALayout::Rows ? pk.M * pk.K : (pk.M + kPanelRows - 1) / kPanelRows * kPanelRows * pk.K;
+}
 
 /// The shape and kernel flags of a product's packed operands (no buffers yet).
 Packed packed_shape(const Accumulation& a, const Plan& plan, Isa isa, std::size_t M, std::size_t N, std::size_t K) {
@@ -499,12 +541,68 @@ void for_items(bool shared, std::size_t n, F f) {
   for (std::ptrdiff_t t = 0; t < items; ++t) f(static_cast<std::size_t>(t));
 }
 
+/// Terms per run of a stored row of A packed in panels (pack_a_panels).
+constexpr std::size_t kPanelRun = 128;
+/// Rows per run of a transposed A packed in panels (pack_a_panels).
+constexpr std::size_t kPanelRunRows = 8 * kPanelRows;
+
+/// pack_a in the panel layout: each stored row's runs of kPanelRun terms packed side by side into a tile on the
+/// stack (the kPanelRows rows of a panel), then written term by term (kPanelRows adjacent values); a transposed A
+/// (A(i, k) = data[k·ld + i]) in runs of up to kPanelRunRows rows of one term, each panel's part written in place.
+/// The runs are calls of pack_to, so every value and the class are those of the row layout's packing.
+template <class MA>
+int pack_a_panels(Packed& pk, MA A, const OperandCast* cast_a, bool shared) {
+  const std::size_t M = pk.M, K = pk.K;
+  int worst = 2;
+  if (!A.transposed) {
+    for_items(shared, (M + kPanelRows - 1) / kPanelRows, [&](std::size_t q) {
+      const std::size_t i0 = q * kPanelRows, m = std::min(kPanelRows, M - i0);
+      float tf[kPanelRows * kPanelRun];
+      std::uint32_t th[kPanelRows * kPanelRun];
+      for (std::size_t k0 = 0; k0 < K; k0 += kPanelRun) {
+        const std::size_t kn = std::min(kPanelRun, K - k0);
+        for (std::size_t r = 0; r < m; ++r) {
+          const Dest d{pk.A ? tf + r * kPanelRun : nullptr, nullptr, pk.Ah ? th + r * kPanelRun : nullptr};
+          worst = std::min(worst, pack_to(pk, A.data + (i0 + r) * A.ld + k0, kn, d, 1, cast_a));
+        }
+        const std::size_t at = a_at(pk, i0, k0);
+        if (pk.A)
+          for (std::size_t kk = 0; kk < kn; ++kk)
+            for (std::size_t r = 0; r < m; ++r) pk.A[at + kk * kPanelRows + r] = tf[r * kPanelRun + kk];
+        if (pk.Ah)
+          for (std::size_t kk = 0; kk < kn; ++kk)
+            for (std::size_t r = 0; r < m; ++r) pk.Ah[at + kk * kPanelRows + r] = th[r * kPanelRun + kk];
+      }
+    });
+  } else {
+    for_items(shared, (M + kPanelRunRows - 1) / kPanelRunRows, [&](std::size_t g) {
+      const std::size_t i0 = g * kPanelRunRows, n = std::min(kPanelRunRows, M - i0);
+      constexpr std::size_t kLine = 64 / sizeof(*A.data);
+      float tf[kPanelRunRows];
+      std::uint32_t th[kPanelRunRows];
+      const Dest d{pk.A ? tf : nullptr, nullptr, pk.Ah ? th : nullptr};
+      for (std::size_t k = 0; k < K; ++k) {
+        if (k + 1 < K)  // the next term's run, one ahead of the hardware's streams
+          for (std::size_t l = 0; l < n; l += kLine) __builtin_prefetch(A.data + (k + 1) * A.ld + i0 + l);
+        worst = std::min(worst, pack_to(pk, A.data + k * A.ld + i0, n, d, 1, cast_a));
+        for (std::size_t r0 = 0; r0 < n; r0 += kPanelRows) {
+          const std::size_t m = std::min(kPanelRows, n - r0), at = a_at(pk, i0 + r0, k);
+          if (pk.A) std::copy_n(tf + r0, m, pk.A + at);
+          if (pk.Ah) std::copy_n(th + r0, m, pk.Ah + at);
+        }
+      }
+    });
+  }
+  return worst;
+}
+
 /// Packs rows [0, M) of A into the buffers that are allocated, casting each value by cast_a where not null and
 /// classifying it (see pack_run); returns the lowest class. A transposed A is read along its stored rows (runs of up
 /// to kPanel rows) and scattered into the packed layout. `shared`: called by every thread of a parallel region,
 /// the loops work-shared (see for_items); otherwise the calling thread packs everything.
 template <class MA>
 int pack_a(Packed& pk, MA A, const OperandCast* cast_a, bool shared) {
+  if (pk.a_layout == ALayout::Panels) return pack_a_panels(pk, A, cast_a, shared);
   const std::size_t M = pk.M, K = pk.K;
   auto a_dest = [&](std::size_t i, std::size_t k) {
     return Dest{pk.A ? pk.A + i * K + k : nullptr, nullptr, pk.Ah ? pk.Ah + i * K + k : nullptr};
@@ -785,32 +883,37 @@ void cache_insert(PackCache::Impl& pc, std::shared_ptr<PackedB> fresh, int worst
 }
 
 /// Rows × jn columns of one panel through a tier's kernels (tile_rows over kCols columns at a time, or
-/// tile_ane_rows over kAneCols for the tile stage), the columns past jn of the last call computed on the panel's
-/// zero padding and never stored.
+/// tile_ane_rows over kAneCols for the tile stage, whose A is packed in rows), the columns past jn of the last call
+/// computed on the panel's zero padding and never stored.
 template <std::size_t kCols, std::size_t kAneCols, class Rows, class AneRows>
-void tier_rows(const Plan& plan, std::size_t rows, const float* Ap, std::size_t lda, const float* Bp, std::size_t len,
-               std::size_t jn, float* tile, std::int64_t& overflows, Rows tile_rows, AneRows tile_ane_rows) {
+void tier_rows(const Plan& plan, std::size_t rows, const float* Ap, std::size_t lda, ALayout layout, const float* Bp,
+               std::size_t len, std::size_t jn, float* tile, std::int64_t& overflows, Rows tile_rows,
+               AneRows tile_ane_rows) {
   if (plan.tile) {
+    assert(layout == ALayout::Rows);
     for (std::size_t c = 0; c < kPanel && c < jn; c += kAneCols)
       tile_ane_rows(rows, Ap, lda, Bp + c, kPanel, len, tile + c, kPanel, overflows, plan.flush);
   } else {
     for (std::size_t c = 0; c < kPanel && c < jn; c += kCols)
-      tile_rows(plan.acc, rows, Ap, lda, Bp + c, kPanel, len, plan.block, tile + c, kPanel);
+      tile_rows(plan.acc, rows, Ap, lda, Bp + c, kPanel, len, plan.block, tile + c, kPanel, layout);
   }
 }
 
 /// Rows [i, i + rows) of panel p of C into tile (rows × kPanel, running sums in/out): the terms k0 .. k0+len-1
 /// of the packed operands (packed A columns and B rows k0..), counted from k0 (blocks and tiles start there).
+/// Panels: the rows lie in one A panel.
 void kernel_rows(const Plan& plan, const Packed& pk, bool native, std::size_t rows, std::size_t i, std::size_t k0,
                  std::size_t len, std::size_t p, std::size_t jn, float* tile, std::int64_t& overflows) {
-  const std::size_t K = pk.K, a0 = i * K + k0, b0 = (p * K + k0) * kPanel;
+  const std::size_t K = pk.K, a0 = a_at(pk, i, k0), b0 = (p * K + k0) * kPanel;
+  const ALayout la = pk.a_layout;
+  assert(la == ALayout::Rows || i % kPanelRows + rows <= kPanelRows);
   if (native) {
-    tile_ph_rows(rows, pk.Ah + a0, K, pk.Bh + b0, len, plan.block, tile, kPanel);
+    tile_ph_rows(rows, pk.Ah + a0, K, pk.Bh + b0, len, plan.block, tile, kPanel, la);
   } else if (pk.avx2) {
-    tier_rows<avx2::kCols, avx2::kAneCols>(plan, rows, pk.A + a0, K, pk.B + b0, len, jn, tile, overflows,
+    tier_rows<avx2::kCols, avx2::kAneCols>(plan, rows, pk.A + a0, K, la, pk.B + b0, len, jn, tile, overflows,
                                            avx2::tile_rows, avx2::tile_ane_rows);
   } else {
-    tier_rows<avx512::kCols, avx512::kAneCols>(plan, rows, pk.A + a0, K, pk.B + b0, len, jn, tile, overflows,
+    tier_rows<avx512::kCols, avx512::kAneCols>(plan, rows, pk.A + a0, K, la, pk.B + b0, len, jn, tile, overflows,
                                                avx512::tile_rows, avx512::tile_ane_rows);
   }
 }
@@ -849,7 +952,7 @@ ROUNDOFF_AVX512 void copy_row(const float* src, float* dst, std::size_t n) {
 /// of the accumulator's format that the kernels store in binary32 and load back unchanged, provided each pass
 /// ends where a block (blocked plans) or a tile (the tile stage) ends, as with gemm_ranged's `period`.
 constexpr std::size_t kKc = 512;
-constexpr std::size_t kMb = 64;  ///< rows per row block of the split passes (their running sums: 16 KiB)
+constexpr std::size_t kMb = 5 * kMr;  ///< rows per row block of the split passes (their running sums: 15 KiB)
 
 /// The terms of one pass (a multiple of the plan's period), or K when K is short enough to take in one.
 std::size_t split_terms(const Plan& plan, std::size_t K) {
@@ -1192,11 +1295,13 @@ bool gemm_fast_t(const Accumulation& a, std::size_t M, std::size_t N, std::size_
   std::shared_ptr<const PackedB> cached;
   std::shared_ptr<PackedB> fill;
   if (!try_native && cache != nullptr) std::tie(cached, fill) = cache_lookup(cache->impl(), B, cast_b, plan, pk);
+  // A in panels (a micro-tile's rows read as one stream), except for the tile stage, whose kernels read rows.
+  pk.a_layout = plan.tile ? ALayout::Rows : ALayout::Panels;
   if (try_native) {
-    pk.Ah = buffers.Ah.get(M * K);
+    pk.Ah = buffers.Ah.get(a_size(pk));
     pk.Bh = buffers.Bh.get(pk.panels * K * kPanel);
   } else {
-    pk.A = buffers.A.get(M * K);  // the tile kernel's binary32 attempt too
+    pk.A = buffers.A.get(a_size(pk));  // the tile kernel's binary32 attempt too
     pk.B = cached ? cached->panels.get() : fill ? fill->panels.get() : buffers.B.get(pk.panels * K * kPanel);
   }
   std::vector<double> c_initial;  // only needed to replay overflowing outputs
@@ -1243,7 +1348,7 @@ bool gemm_fast_t(const Accumulation& a, std::size_t M, std::size_t N, std::size_
       if (try_native && worst == 1) {  // not all fp16: binary32 operands for the round-to-odd kernel
         pk.Ah = nullptr;
         pk.Bh = nullptr;
-        pk.A = buffers.A.get(M * K);
+        pk.A = buffers.A.get(a_size(pk));
         pk.B = buffers.B.get(pk.panels * K * kPanel);
       }
     }

@@ -32,7 +32,8 @@ ROUNDOFF_AVX2 ROUNDOFF_INLINE VF neg_zero() { return _mm256_set1_ps(-0.0f); }
 /// Micro-tile heights. 16 ymm registers: 6 rows × 2 accumulators (fp32, sequential) or 3 rows × 2 partial + 2
 /// total sums (blocked), plus the two B vectors and the broadcast; the round-to-odd step needs about 5 more, so 4
 /// and 2 rows there. The tile stage: 4 rows.
-constexpr bool kRowHeights[9] = {false, true, true, true, true, true, true, false, false};
+constexpr bool kRowHeights[13] = {false, true, true, true, true, true, true, false, false,
+                                  false, false, false, false};
 constexpr bool kAneHeights[9] = {false, true, true, true, true, false, false, false, false};
 std::size_t rows_for(std::size_t left, Acc acc, std::size_t block) {
   const bool fp32 = acc == Acc::Fp32;

@@ -18,7 +18,7 @@ namespace {
 #define ROUNDOFF_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,f16c")))
 #define ROUNDOFF_INLINE __attribute__((always_inline)) inline
 #define ROUNDOFF_GEMM_TARGET ROUNDOFF_AVX512
-#define ROUNDOFF_GEMM_UNROLL_ROWS _Pragma("GCC unroll 8")
+#define ROUNDOFF_GEMM_UNROLL_ROWS _Pragma("GCC unroll 12")
 #define ROUNDOFF_GEMM_UNROLL_ANE _Pragma("GCC unroll 8")
 
 using VF = __m512;
@@ -32,11 +32,17 @@ ROUNDOFF_AVX512 ROUNDOFF_INLINE VF bcast(const float* p) { return _mm512_set1_ps
 ROUNDOFF_AVX512 ROUNDOFF_INLINE VF add(VF a, VF b) { return _mm512_add_ps(a, b); }
 ROUNDOFF_AVX512 ROUNDOFF_INLINE VF neg_zero() { return _mm512_set1_ps(-0.0f); }
 
-/// Micro-tile heights: 8 rows (16 accumulator vectors), then 4, 2, 1 for the ragged rest.
-constexpr bool kRowHeights[9] = {false, true, true, false, true, false, false, false, true};
+/// Micro-tile heights: 12 rows (24 accumulator vectors) for the sequential fp32 accumulator, whose step is one
+/// FMA; 8 rows (16 vectors) for the others, whose round-to-odd step (or the blocked sums beside the totals) needs
+/// the other registers; then 4, 2, 1 for the ragged rest.
+constexpr bool kRowHeights[13] = {false, true, true, false, true, false, false, false, true,
+                                  false, false, false, true};
 constexpr bool kAneHeights[9] = {false, true, true, false, true, false, false, false, true};
-std::size_t rows_for(std::size_t left, Acc, std::size_t) { return left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1; }
-std::size_t ane_rows_for(std::size_t left) { return rows_for(left, Acc::Fp32, 0); }
+std::size_t rows_for(std::size_t left, Acc acc, std::size_t block) {
+  if (left >= 12 && acc == Acc::Fp32 && block == 0) return 12;
+  return left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+}
+std::size_t ane_rows_for(std::size_t left) { return left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1; }
 
 // ---------------------------------------------------------------------------------------------------------
 // fp32-lane kernels (AVX-512 F): one step s ← round_acc(s + a·b) on 16 lanes.
