@@ -1016,7 +1016,7 @@ void compute_rows(const Plan& plan, const Packed& pk, bool native, Start start, 
     }
     return;
   }
-  float tile[kMr * kPanel];
+  alignas(64) float tile[kMr * kPanel];
   for (std::size_t p = 0; p < pk.panels; ++p) {
     const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0);
     for (std::size_t i = i_begin; i < i_end; i += kMr) {
@@ -1457,7 +1457,7 @@ bool gemm_ranged_tiles(const Accumulation& a, std::size_t M, std::size_t N, std:
   // Terms after which a row's whole state is its running sum (see the header).
   const std::size_t period = plan.tile ? kTile : plan.block != 0 ? plan.block : 1;
   std::int64_t overflows = 0;  // gemm_ranged reports no statistics
-  float tile[kMr * kPanel];
+  alignas(64) float tile[kMr * kPanel];
   for (std::size_t p = 0; p < pk.panels; ++p) {
     const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0);
     for (std::size_t i = 0; i < M;) {
