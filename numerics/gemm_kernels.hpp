@@ -45,10 +45,13 @@
 ///   AVX2 tier (no embedded rounding): the same steps, with round-to-odd and the tile's exactness built from
 ///                          TwoSum errors instead (argument in gemm_kernel_tiers.hpp).
 /// Operands are packed into per-calling-thread buffers that grow and are reused across calls (scratch: every
-/// element read is written first in the same call, so they carry nothing from one call to the next).
+/// element read is written first in the same call, so they carry nothing from one call to the next). A is packed
+/// in panels of 12 rows stored term by term (the micro-tile's broadcasts read one stream), except for the tile
+/// stage and gemm_ranged, which read it row by row; B in panels of 64 columns. Where a value is packed changes no
+/// sum: each output's terms are summed in the same order by whichever micro-tile height computes it.
 /// The running sum starts at −0 (the additive identity, so the first step gives round(t_0) with its sign).
 /// Vectorised across output columns; threads split output rows only, so results do not depend on threads.
-/// A long sum (K > 1024) runs in passes of ≈ 512 terms over row blocks of 64 rows, so a pass's packed B rows stay
+/// A long sum (K > 1024) runs in passes of ≈ 512 terms over row blocks of 60 rows, so a pass's packed B rows stay
 /// in L2; between passes a row's state is its running sum, a binary32 value the next pass loads unchanged, and
 /// every pass ends where a block or a tile ends, so the split changes no bit (gemm_kernels.cpp, split_terms).
 #include <cstddef>
