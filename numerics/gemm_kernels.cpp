@@ -389,7 +389,7 @@ void cast_values(const OperandCast& c, std::span<const double> src, std::span<do
 
 namespace {
 
-/// Where one run of packed values goes: value t to index t·stride of each buffer that is not null.
+/// Where one run of packed values goes: value t to index t of each buffer that is not null.
 struct Dest {
   float* f32 = nullptr;
   std::uint16_t* h16 = nullptr;
@@ -406,43 +406,21 @@ bool plain_binary32_cast(const OperandCast& c) {
          default_mxcsr();
 }
 
-/// Classifies and converts n contiguous source values (pack_run) into d. Stride 1 writes in place; a larger stride
-/// packs into per-thread scratch first and scatters from it (a transposed operand is read along its stored rows).
-int pack_to(const Packed& pk, const double* src, std::size_t n, Dest d, std::size_t stride,
-            const OperandCast* cast) {
+/// Classifies and converts n contiguous source values (pack_run) into n contiguous places of d (a transposed operand
+/// is read along its stored rows into a tile on the stack and written from there: pack_a, pack_b).
+int pack_to(const Packed& pk, const double* src, std::size_t n, Dest d, const OperandCast* cast) {
   // Binary32 panels only (a NaN's fp16 bits could depend on the payload that the cast leaves).
-  if (cast != nullptr && d.h16 == nullptr && d.h32 == nullptr && plain_binary32_cast(*cast)) {
-    if (stride == 1)
-      return pk.avx2 ? avx2::pack_run(src, n, true, pk.any_binary32, d.f32, true)
-                     : pack_run(src, n, true, pk.any_binary32, d.f32, nullptr, nullptr, true);
-    thread_local Reusable<float> f32c;
-    float* t = f32c.get(n);
-    const int w = pk.avx2 ? avx2::pack_run(src, n, true, pk.any_binary32, t, true)
-                          : pack_run(src, n, true, pk.any_binary32, t, nullptr, nullptr, true);
-    if (d.f32)
-      for (std::size_t i = 0; i < n; ++i) d.f32[i * stride] = t[i];
-    return w;
-  }
+  if (cast != nullptr && d.h16 == nullptr && d.h32 == nullptr && plain_binary32_cast(*cast))
+    return pk.avx2 ? avx2::pack_run(src, n, true, pk.any_binary32, d.f32, true)
+                   : pack_run(src, n, true, pk.any_binary32, d.f32, nullptr, nullptr, true);
   if (cast != nullptr) {  // the run cast in per-thread scratch (in L1), then packed from there
     thread_local Reusable<double> cast_buf;
     double* r = cast_buf.get(n);
     cast_values(*cast, std::span<const double>(src, n), std::span<double>(r, n));
-    return pack_to(pk, r, n, d, stride, nullptr);
+    return pack_to(pk, r, n, d, nullptr);
   }
-  if (stride == 1)
-    return pk.avx2 ? avx2::pack_run(src, n, true, pk.any_binary32, d.f32)
-                   : pack_run(src, n, true, pk.any_binary32, d.f32, d.h16, d.h32);
-  thread_local Reusable<float> f32;
-  thread_local Reusable<std::uint16_t> h16;
-  thread_local Reusable<std::uint32_t> h32;
-  const Dest t{d.f32 ? f32.get(n) : nullptr, d.h16 ? h16.get(n) : nullptr, d.h32 ? h32.get(n) : nullptr};
-  const int w = pack_to(pk, src, n, t, 1, nullptr);
-  for (std::size_t i = 0; i < n; ++i) {
-    if (d.f32) d.f32[i * stride] = t.f32[i];
-    if (d.h16) d.h16[i * stride] = t.h16[i];
-    if (d.h32) d.h32[i * stride] = t.h32[i];
-  }
-  return w;
+  return pk.avx2 ? avx2::pack_run(src, n, true, pk.any_binary32, d.f32)
+                 : pack_run(src, n, true, pk.any_binary32, d.f32, d.h16, d.h32);
 }
 
 /// n contiguous binary32 values as binary64 (exact), in the tier's lanes.
@@ -459,20 +437,19 @@ constexpr std::size_t kWidenChunk = 256;
 /// pack_to of a binary32 source, every packed value and the class those of the widened operand: read directly, cast
 /// in binary32 (binary32 panels), or else each chunk of the run widened (exactly) on the stack and packed from there
 /// by the binary64 pack_to (pack_run's class is the lowest over its values, so the chunks' lowest is the run's).
-int pack_to(const Packed& pk, const float* src, std::size_t n, Dest d, std::size_t stride,
-            const OperandCast* cast) {
+int pack_to(const Packed& pk, const float* src, std::size_t n, Dest d, const OperandCast* cast) {
   // Read directly where the cast is none or the identity on binary32 values (plain_binary32_cast; binary32 panels
   // only, as there: a NaN's fp16 bits after the cast could depend on its payload), and, for the native fp16
   // attempt's fp16 panels, where an fp16 cast without flush meets a run of fp16 values without NaN: round_to
   // returns a value of the format in every mode and the NaN rule touches only NaNs, so the cast is the identity
   // there (binary32 panels take the binary32 cast below, which covers that case too).
   const bool f32_only = d.h16 == nullptr && d.h32 == nullptr;
-  if (stride == 1 && (cast == nullptr || (f32_only && plain_binary32_cast(*cast)) ||
-                      (!f32_only && cast->plan->format == formats::fp16 && !cast->flush &&
-                       binary16_values(std::span<const float>(src, n), false))))
+  if (cast == nullptr || (f32_only && plain_binary32_cast(*cast)) ||
+      (!f32_only && cast->plan->format == formats::fp16 && !cast->flush &&
+       binary16_values(std::span<const float>(src, n), false)))
     return pk.avx2 ? avx2::pack_run(src, n, true, pk.any_binary32, d.f32)
                    : pack_run(src, n, true, pk.any_binary32, d.f32, d.h16, d.h32);
-  if (stride == 1 && fits_binary32(cast->plan->format)) {
+  if (fits_binary32(cast->plan->format)) {
     // A cast whose format fits binary32 (e.g. ane-fp16's fp32 weights cast to fp16): each chunk cast in binary32
     // on the stack (in L1) as cast_values casts the widened values — round_array's binary32 form is round_to on
     // the widened values, each result a binary32 value; then the flush and the NaN rule — and packed from there.
@@ -487,7 +464,7 @@ int pack_to(const Packed& pk, const float* src, std::size_t n, Dest d, std::size
       const Dest dc{d.f32 ? d.f32 + c : nullptr, d.h16 ? d.h16 + c : nullptr, d.h32 ? d.h32 + c : nullptr};
       if (!f32_only && any_nan(std::span<const float>(src + c, m))) {
         widen_run(pk, src + c, wd, m);
-        worst = std::min(worst, pack_to(pk, wd, m, dc, 1, cast));
+        worst = std::min(worst, pack_to(pk, wd, m, dc, cast));
         continue;
       }
       const std::span<float> wc(w, m);
@@ -506,10 +483,10 @@ int pack_to(const Packed& pk, const float* src, std::size_t n, Dest d, std::size
   double w[kWidenChunk];
   int worst = 2;
   for (std::size_t c = 0; c < n; c += kWidenChunk) {
-    const std::size_t m = std::min(kWidenChunk, n - c), at = c * stride;
+    const std::size_t m = std::min(kWidenChunk, n - c);
     widen_run(pk, src + c, w, m);
-    const Dest dc{d.f32 ? d.f32 + at : nullptr, d.h16 ? d.h16 + at : nullptr, d.h32 ? d.h32 + at : nullptr};
-    worst = std::min(worst, pack_to(pk, w, m, dc, stride, cast));
+    const Dest dc{d.f32 ? d.f32 + c : nullptr, d.h16 ? d.h16 + c : nullptr, d.h32 ? d.h32 + c : nullptr};
+    worst = std::min(worst, pack_to(pk, w, m, dc, cast));
   }
   return worst;
 }
@@ -563,7 +540,7 @@ int pack_a_panels(Packed& pk, MA A, const OperandCast* cast_a, bool shared) {
         const std::size_t kn = std::min(kPanelRun, K - k0);
         for (std::size_t r = 0; r < m; ++r) {
           const Dest d{pk.A ? tf + r * kPanelRun : nullptr, nullptr, pk.Ah ? th + r * kPanelRun : nullptr};
-          worst = std::min(worst, pack_to(pk, A.data + (i0 + r) * A.ld + k0, kn, d, 1, cast_a));
+          worst = std::min(worst, pack_to(pk, A.data + (i0 + r) * A.ld + k0, kn, d, cast_a));
         }
         const std::size_t at = a_at(pk, i0, k0);
         if (pk.A)
@@ -584,7 +561,7 @@ int pack_a_panels(Packed& pk, MA A, const OperandCast* cast_a, bool shared) {
       for (std::size_t k = 0; k < K; ++k) {
         if (k + 1 < K)  // the next term's run, one ahead of the hardware's streams
           for (std::size_t l = 0; l < n; l += kLine) __builtin_prefetch(A.data + (k + 1) * A.ld + i0 + l);
-        worst = std::min(worst, pack_to(pk, A.data + k * A.ld + i0, n, d, 1, cast_a));
+        worst = std::min(worst, pack_to(pk, A.data + k * A.ld + i0, n, d, cast_a));
         for (std::size_t r0 = 0; r0 < n; r0 += kPanelRows) {
           const std::size_t m = std::min(kPanelRows, n - r0), at = a_at(pk, i0 + r0, k);
           if (pk.A) std::copy_n(tf + r0, m, pk.A + at);
@@ -598,25 +575,24 @@ int pack_a_panels(Packed& pk, MA A, const OperandCast* cast_a, bool shared) {
 
 /// Packs rows [0, M) of A into the buffers that are allocated, casting each value by cast_a where not null and
 /// classifying it (see pack_run); returns the lowest class. A transposed A is read along its stored rows (runs of up
-/// to kPanel rows) and scattered into the packed layout. `shared`: called by every thread of a parallel region,
-/// the loops work-shared (see for_items); otherwise the calling thread packs everything.
+/// to kPanel rows) and written into the packed layout. `shared`: called by every thread of a parallel region,
+/// the loops work-shared (see for_items); otherwise the calling thread packs everything. The row layout holds
+/// binary32 values only (the tile stage and gemm_ranged; the native fp16 attempt always packs panels).
 template <class MA>
 int pack_a(Packed& pk, MA A, const OperandCast* cast_a, bool shared) {
   if (pk.a_layout == ALayout::Panels) return pack_a_panels(pk, A, cast_a, shared);
   const std::size_t M = pk.M, K = pk.K;
-  auto a_dest = [&](std::size_t i, std::size_t k) {
-    return Dest{pk.A ? pk.A + i * K + k : nullptr, nullptr, pk.Ah ? pk.Ah + i * K + k : nullptr};
-  };
+  assert(pk.Ah == nullptr);
   int worst = 2;
   if (!A.transposed) {
     for_items(shared, M, [&](std::size_t i) {
-      worst = std::min(worst, pack_to(pk, A.data + i * A.ld, K, a_dest(i, 0), 1, cast_a));
+      worst = std::min(worst, pack_to(pk, A.data + i * A.ld, K, Dest{pk.A + i * K}, cast_a));
     });
-  } else if (pk.Ah == nullptr) {  // A(i, k) = data[k·ld + i]: row k of the stored matrix holds rows i of A
+  } else {  // A(i, k) = data[k·ld + i]: row k of the stored matrix holds rows i of A
     // Binary32 panels: kTransK runs of a block packed side by side into a tile, then written row by row (kTransK
     // consecutive floats of each packed row, one cache line), instead of one float per row K floats apart (a
     // stride of 2 KiB at K = 512 maps every write of a run to the same few L1 sets). The runs are the same calls
-    // of pack_to, so the values and the class are those of the scattered packing below.
+    // of pack_to, so the values and the class are those of writing each value K floats apart.
     for_items(shared, (M + kPanel - 1) / kPanel, [&](std::size_t bb) {
       const std::size_t i0 = bb * kPanel, n = std::min(kPanel, M - i0);
       float t[kTransK * kPanel];
@@ -625,19 +601,13 @@ int pack_a(Packed& pk, MA A, const OperandCast* cast_a, bool shared) {
         for (std::size_t kk = 0; kk < kn; ++kk) {
           if (k0 + kTransK + kk < K)  // the next block's run of this row, one run ahead of the hardware's streams
             for (std::size_t l = 0; l < n; l += 16) __builtin_prefetch(A.data + (k0 + kTransK + kk) * A.ld + i0 + l);
-          worst = std::min(worst, pack_to(pk, A.data + (k0 + kk) * A.ld + i0, n, Dest{t + kk * kPanel}, 1, cast_a));
+          worst = std::min(worst, pack_to(pk, A.data + (k0 + kk) * A.ld + i0, n, Dest{t + kk * kPanel}, cast_a));
         }
         for (std::size_t i = 0; i < n; ++i) {
           float* row = pk.A + (i0 + i) * K + k0;
           for (std::size_t kk = 0; kk < kn; ++kk) row[kk] = t[kk * kPanel + i];
         }
       }
-    });
-  } else {  // the native fp16 attempt's fp16 words: scattered
-    for_items(shared, (M + kPanel - 1) / kPanel, [&](std::size_t bb) {
-      const std::size_t i0 = bb * kPanel, n = std::min(kPanel, M - i0);
-      for (std::size_t k = 0; k < K; ++k)
-        worst = std::min(worst, pack_to(pk, A.data + k * A.ld + i0, n, a_dest(i0, k), K, cast_a));
     });
   }
   return worst;
@@ -656,7 +626,7 @@ int pack_b(Packed& pk, MB B, const OperandCast* cast_b, bool shared) {
     for_items(shared, K, [&](std::size_t k) {
       for (std::size_t p = 0; p < pk.panels; ++p) {
         const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0), at = (p * K + k) * kPanel;
-        worst = std::min(worst, pack_to(pk, B.data + k * B.ld + j0, jn, b_dest(at), 1, cast_b));
+        worst = std::min(worst, pack_to(pk, B.data + k * B.ld + j0, jn, b_dest(at), cast_b));
         for (std::size_t c = jn; c < kPanel; ++c) {
           if (pk.B) pk.B[at + c] = 0.0f;
           if (pk.Bh) pk.Bh[at + c] = 0;
@@ -684,7 +654,7 @@ int pack_b(Packed& pk, MB B, const OperandCast* cast_b, bool shared) {
               for (std::size_t l = 0; l < std::min(kTransB, K - k0 - kTransB); l += 16)
                 __builtin_prefetch(B.data + (j0 + c) * B.ld + k0 + kTransB + l);
             const Dest t{pk.B ? tf + cc * kTransB : nullptr, pk.Bh ? th + cc * kTransB : nullptr, nullptr};
-            worst = std::min(worst, pack_to(pk, B.data + (j0 + c) * B.ld + k0, kn, t, 1, cast_b));
+            worst = std::min(worst, pack_to(pk, B.data + (j0 + c) * B.ld + k0, kn, t, cast_b));
           } else {
             std::fill_n(tf + cc * kTransB, kn, 0.0f);
             std::fill_n(th + cc * kTransB, kn, std::uint16_t{0});
