@@ -13,6 +13,7 @@
 
 #include "numerics/binary32_arith.hpp"
 #include "numerics/binary32_values.hpp"
+#include "numerics/elementary_fp16.hpp"
 #include "numerics/gemm_kernels.hpp"
 #include "numerics/pack_cache_derived.hpp"
 #include "numerics/round_span.hpp"
@@ -272,9 +273,13 @@ bool Ctx<Emulated>::binary32_chain() const {
 
 void Ctx<Emulated>::elementary_binary32(numerics::Elementary f, std::span<const float> src,
                                         std::span<float> dst) const {
+  // An fp16 compute under nearest-even: a chunk of fp16 values (no NaN) reads the table of f's correctly rounded
+  // fp16 results (numerics/elementary_fp16.hpp), the values elementary_span gives them below.
+  const bool table = compute_.format == numerics::formats::fp16 && mode_ == numerics::Rounding::NearestEven;
   std::array<double, kResultChunk> part;
   for (std::size_t c = 0; c < src.size(); c += kResultChunk) {
     const std::size_t n = std::min(kResultChunk, src.size() - c);
+    if (table && numerics::elementary_fp16_values(f, src.subspan(c, n), dst.subspan(c, n), exec_.kernels)) continue;
     const std::span<double> p(part.data(), n);
     numerics::widen_binary32(src.subspan(c, n), p, exec_.kernels);
     numerics::elementary_span(compute_, mode_, f, p, p, {}, exec_.kernels);

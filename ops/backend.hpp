@@ -467,7 +467,9 @@ class Ctx<Emulated> {
   /// (their conversion to compute the identity) for rows without NaN.
   bool binary32_chain() const;
   /// dst[i] = exp(src[i]) or sigmoid(src[i]) (f) under binary32_through(): numerics::elementary_span in compute on
-  /// the widened values, chunk by chunk on the stack, narrowed back exactly (the results are binary32 values).
+  /// the widened values, chunk by chunk on the stack, narrowed back exactly (the results are binary32 values); a
+  /// chunk of fp16 values under an fp16 compute with nearest-even reads the same results from a table
+  /// (numerics::elementary_fp16_values).
   void elementary_binary32(numerics::Elementary f, std::span<const float> src, std::span<float> dst) const;
 
  private:
