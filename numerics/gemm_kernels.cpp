@@ -1419,10 +1419,28 @@ bool gemm_ranged_tiles(const Accumulation& a, std::size_t M, std::size_t N, std:
   const Plan plan = *plan_opt;
   Packed pk = packed_shape(a, plan, isa, M, N, K);
   thread_local PackBuffers buffers;
-  pk.A = buffers.A.get(M * K);  // the tile kernel's binary32 attempt too
-  pk.B = buffers.B.get(pk.panels * K * kPanel);
-  // Packed by the calling thread (no work-sharing: callers may be inside a parallel region).
-  if (pack_operands(pk, A, B, nullptr, nullptr, false) == 0) return false;
+  // Packed by the calling thread (no work-sharing: callers may be inside a parallel region). As gemm_fast_t: the
+  // native fp16 kernel when every input is an fp16 value (A in panels, which the row groups below do not cross),
+  // else binary32 operands (A in rows) for the other kernels.
+  bool native = false;
+  if (plan.acc == Acc::Fp16 && isa == Isa::Avx512Fp16) {
+    pk.a_layout = ALayout::Panels;
+    pk.Ah = buffers.Ah.get(a_size(pk));
+    pk.Bh = buffers.Bh.get(pk.panels * K * kPanel);
+    native = pack_operands(pk, A, B, nullptr, nullptr, false) == 2;
+    if (!native) {
+      pk.Ah = nullptr;
+      pk.Bh = nullptr;
+      pk.a_layout = ALayout::Rows;
+    }
+  }
+  if (!native) {
+    pk.A = buffers.A.get(M * K);  // the tile kernel's binary32 attempt too
+    pk.B = buffers.B.get(pk.panels * K * kPanel);
+    if (pack_operands(pk, A, B, nullptr, nullptr, false) == 0) return false;
+  }
+  // Rows grouped with row i (a micro-tile) stay in i's panel when A is packed in panels.
+  const auto joins = [&](std::size_t i, std::size_t r) { return !native || (i + r) % kPanelRows != 0; };
 
   // Terms after which a row's whole state is its running sum (see the header).
   const std::size_t period = plan.tile ? kTile : plan.block != 0 ? plan.block : 1;
@@ -1433,7 +1451,8 @@ bool gemm_ranged_tiles(const Accumulation& a, std::size_t M, std::size_t N, std:
     for (std::size_t i = 0; i < M;) {
       const std::size_t lo = rows[i].lo;
       std::size_t g = 1, common = rows[i].hi - lo;
-      for (; g < kMr && i + g < M && rows[i + g].lo == lo; ++g) common = std::min(common, rows[i + g].hi - lo);
+      for (; g < kMr && i + g < M && rows[i + g].lo == lo && joins(i, g); ++g)
+        common = std::min(common, rows[i + g].hi - lo);
       if (g == 1 && period == 1) {
         // Rows with one end and ascending starts (the suffix ranges [t, T) of the attention backward): each row
         // alone up to the group's last start, then all of them together to the end (sequential steps: a row's
@@ -1441,16 +1460,16 @@ bool gemm_ranged_tiles(const Accumulation& a, std::size_t M, std::size_t N, std:
         const std::size_t hi = rows[i].hi;
         std::size_t h = 1;
         while (h < kMr && i + h < M && rows[i + h].hi == hi && rows[i + h].lo >= rows[i + h - 1].lo &&
-               rows[i + h].lo < hi)
+               rows[i + h].lo < hi && joins(i, h))
           ++h;
         if (h > 1 && lo < hi) {
           const std::size_t start = rows[i + h - 1].lo;
           fill_tile(pk, tile, h * kPanel, -0.0f);
           for (std::size_t r = 0; r + 1 < h; ++r)
             if (start > rows[i + r].lo)
-              kernel_rows(plan, pk, false, 1, i + r, rows[i + r].lo, start - rows[i + r].lo, p, jn, tile + r * kPanel,
+              kernel_rows(plan, pk, native, 1, i + r, rows[i + r].lo, start - rows[i + r].lo, p, jn, tile + r * kPanel,
                           overflows);
-          kernel_rows(plan, pk, false, h, i, start, hi - start, p, jn, tile, overflows);
+          kernel_rows(plan, pk, native, h, i, start, hi - start, p, jn, tile, overflows);
           for (std::size_t r = 0; r < h; ++r)
             for (std::size_t c = 0; c < jn; ++c) C[(i + r) * ldc + j0 + c] = static_cast<TC>(tile[r * kPanel + c]);
           i += h;
@@ -1459,10 +1478,10 @@ bool gemm_ranged_tiles(const Accumulation& a, std::size_t M, std::size_t N, std:
       }
       const std::size_t prefix = g == 1 ? common : common - common % period;
       fill_tile(pk, tile, g * kPanel, -0.0f);
-      if (prefix > 0) kernel_rows(plan, pk, false, g, i, lo, prefix, p, jn, tile, overflows);
+      if (prefix > 0) kernel_rows(plan, pk, native, g, i, lo, prefix, p, jn, tile, overflows);
       for (std::size_t r = 0; r < g; ++r)
         if (const std::size_t len = rows[i + r].hi - lo; len > prefix)
-          kernel_rows(plan, pk, false, 1, i + r, lo + prefix, len - prefix, p, jn, tile + r * kPanel, overflows);
+          kernel_rows(plan, pk, native, 1, i + r, lo + prefix, len - prefix, p, jn, tile + r * kPanel, overflows);
       for (std::size_t r = 0; r < g; ++r)
         for (std::size_t c = 0; c < jn; ++c) C[(i + r) * ldc + j0 + c] = static_cast<TC>(tile[r * kPanel + c]);
       i += g;
