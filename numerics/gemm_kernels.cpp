@@ -212,7 +212,7 @@ void tile_ph_rows(std::size_t rows, const std::uint32_t* Ap, std::size_t lda, co
 /// product exact in fp32, 2 = additionally every value an fp16 value. Initial C (!inputs): 0 = not a binary32
 /// value, 1 = binary32, 2 = fp16 value. Writes the values, where the pointers are not null, as binary32 (NaNs
 /// replaced by the quiet NaN, see round_bf16_rne), as fp16 bits, and as fp16 bits twice per 32-bit word
-/// (fp16 outputs are meaningful only when the result is 2).
+/// (fp16 outputs are meaningful only when the result is 2). `any_nan`, where not null: whether some value is NaN.
 /// `rounds`: the conversion binary64 → binary32 (nearest even under the default MXCSR) is the operand's entry
 /// cast to binary32 (pack_to, plain_binary32_cast), so a value need not be a binary32 value already: the
 /// exactness test is skipped and the other tests apply to the rounded value, as they would to the cast value.
@@ -222,8 +222,8 @@ void tile_ph_rows(std::size_t rows, const std::uint32_t* Ap, std::size_t lda, co
 /// the class and every output are those of pack_run on the widened run.
 template <class T>
 ROUNDOFF_AVX512 int pack_run(const T* src, std::size_t n, bool inputs, bool any_binary32, float* f32,
-                             std::uint16_t* h16, std::uint32_t* h32, bool rounds = false) {
-  __mmask16 bad = 0, not_half = 0;
+                             std::uint16_t* h16, std::uint32_t* h32, bool rounds = false, bool* any_nan = nullptr) {
+  __mmask16 bad = 0, not_half = 0, nan = 0;
   for (std::size_t i = 0; i < n; i += 16) {
     const std::size_t len = std::min<std::size_t>(16, n - i);
     const auto valid = static_cast<__mmask16>((1u << len) - 1u);
@@ -257,6 +257,7 @@ ROUNDOFF_AVX512 int pack_run(const T* src, std::size_t n, bool inputs, bool any_
     bad |= static_cast<__mmask16>(valid & ~ok);
     const __m256i h = _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     not_half |= static_cast<__mmask16>(valid & ~_mm512_cmp_ps_mask(_mm512_cvtph_ps(h), f, _CMP_EQ_UQ));
+    if (any_nan) nan |= _mm512_mask_cmp_ps_mask(valid, f, f, _CMP_UNORD_Q);
     if (f32) {
       const __m512 f_canon = _mm512_mask_mov_ps(f, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q),
                                                 _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
@@ -268,6 +269,7 @@ ROUNDOFF_AVX512 int pack_run(const T* src, std::size_t n, bool inputs, bool any_
       _mm512_mask_storeu_epi32(h32 + i, valid, _mm512_or_si512(w, _mm512_slli_epi32(w, 16)));
     }
   }
+  if (any_nan) *any_nan = nan != 0;
   return bad ? 0 : not_half ? 1 : 2;
 }
 
@@ -442,13 +444,18 @@ int pack_to(const Packed& pk, const float* src, std::size_t n, Dest d, const Ope
   // only, as there: a NaN's fp16 bits after the cast could depend on its payload), and, for the native fp16
   // attempt's fp16 panels, where an fp16 cast without flush meets a run of fp16 values without NaN: round_to
   // returns a value of the format in every mode and the NaN rule touches only NaNs, so the cast is the identity
-  // there (binary32 panels take the binary32 cast below, which covers that case too).
+  // there (binary32 panels take the binary32 cast below, which covers that case too). That run is packed as it is
+  // first: class 2 (every value an fp16 value, NaN counted as one) and no NaN is exactly that case; otherwise the
+  // cast below packs the run again, every place and the class.
   const bool f32_only = d.h16 == nullptr && d.h32 == nullptr;
-  if (cast == nullptr || (f32_only && plain_binary32_cast(*cast)) ||
-      (!f32_only && cast->plan->format == formats::fp16 && !cast->flush &&
-       binary16_values(std::span<const float>(src, n), false)))
+  if (cast == nullptr || (f32_only && plain_binary32_cast(*cast)))
     return pk.avx2 ? avx2::pack_run(src, n, true, pk.any_binary32, d.f32)
                    : pack_run(src, n, true, pk.any_binary32, d.f32, d.h16, d.h32);
+  if (!f32_only && !pk.avx2 && cast->plan->format == formats::fp16 && !cast->flush) {
+    bool nan = true;
+    const int w = pack_run(src, n, true, pk.any_binary32, d.f32, d.h16, d.h32, false, &nan);
+    if (w == 2 && !nan) return w;
+  }
   if (fits_binary32(cast->plan->format)) {
     // A cast whose format fits binary32 (e.g. ane-fp16's fp32 weights cast to fp16): each chunk cast in binary32
     // on the stack (in L1) as cast_values casts the widened values — round_array's binary32 form is round_to on
