@@ -94,11 +94,12 @@ void silu_forward_reference(std::span<typename A::Value> y, std::span<const type
 template <class A, class T>
 void silu_forward_io(std::span<T> y, std::span<const T> x, RowShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
-  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx, {x});
+  [[maybe_unused]] const UnitThrough<A, T> through(ctx);
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
     if constexpr (kBinary32Body<A, T>)
-      if (through && detail::silu_forward_row32(y.subspan(e0, n), x.subspan(e0, n), ctx)) return;
+      if (through.rows({x.subspan(e0, n)}) && detail::silu_forward_row32(y.subspan(e0, n), x.subspan(e0, n), ctx))
+        return;
     SlotSeq X(Tensor::X, e0), Y(Tensor::Y, e0);
     const auto k_in = X.next();
     const auto k_sigmoid = Y.next(), k_mul = Y.next(), k_store = Y.next();
@@ -147,11 +148,12 @@ template <class A, class T>
 void silu_backward_data_io(std::span<T> dx, std::span<const T> dy, std::span<const T> x, RowShape s, const Ctx<A>& ctx,
                            Select sel) {
   using V = typename A::Value;
-  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx, {std::span<const T>(dx), dy, x});
+  [[maybe_unused]] const UnitThrough<A, T> through(ctx);
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
     if constexpr (kBinary32Body<A, T>)
-      if (through && detail::silu_backward_data_row32(dx.subspan(e0, n), dy.subspan(e0, n), x.subspan(e0, n), ctx))
+      if (through.rows({std::span<const T>(dx.subspan(e0, n)), dy.subspan(e0, n), x.subspan(e0, n)}) &&
+          detail::silu_backward_data_row32(dx.subspan(e0, n), dy.subspan(e0, n), x.subspan(e0, n), ctx))
         return;
     SlotSeq X(Tensor::X, e0), Dy(Tensor::Dy, e0), Dx(Tensor::Dx, e0);
     const auto k_x = X.next(), k_dy = Dy.next();
@@ -203,11 +205,12 @@ template <class A, class T>
 void swiglu_forward_io(std::span<T> h, std::span<const T> a, std::span<const T> u, RowShape s, const Ctx<A>& ctx,
                        Select sel) {
   using V = typename A::Value;
-  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx, {a, u});
+  [[maybe_unused]] const UnitThrough<A, T> through(ctx);
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
     if constexpr (kBinary32Body<A, T>)
-      if (through && detail::swiglu_forward_row32(h.subspan(e0, n), a.subspan(e0, n), u.subspan(e0, n), ctx))
+      if (through.rows({a.subspan(e0, n), u.subspan(e0, n)}) &&
+          detail::swiglu_forward_row32(h.subspan(e0, n), a.subspan(e0, n), u.subspan(e0, n), ctx))
         return;
     SlotSeq X(Tensor::X, e0), X2(Tensor::X2, e0), Y(Tensor::Y, e0);
     const auto k_a = X.next(), k_u = X2.next();
@@ -254,12 +257,13 @@ template <class A, class T>
 void swiglu_backward_data_io(std::span<T> da, std::span<T> du, std::span<const T> dh, std::span<const T> a,
                              std::span<const T> u, RowShape s, const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
-  [[maybe_unused]] const bool through =
-      binary32_through<A, T>(ctx, {std::span<const T>(da), std::span<const T>(du), dh, a, u});
+  [[maybe_unused]] const UnitThrough<A, T> through(ctx);
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
     if constexpr (kBinary32Body<A, T>)
-      if (through && detail::swiglu_backward_data_row32(da.subspan(e0, n), du.subspan(e0, n), dh.subspan(e0, n),
+      if (through.rows({std::span<const T>(da.subspan(e0, n)), std::span<const T>(du.subspan(e0, n)),
+                        dh.subspan(e0, n), a.subspan(e0, n), u.subspan(e0, n)}) &&
+          detail::swiglu_backward_data_row32(da.subspan(e0, n), du.subspan(e0, n), dh.subspan(e0, n),
                                                         a.subspan(e0, n), u.subspan(e0, n), ctx))
         return;
     SlotSeq Dy(Tensor::Dy, e0), X(Tensor::X, e0), X2(Tensor::X2, e0), Dx(Tensor::Dx, e0), Dx2(Tensor::Dx2, e0);

@@ -455,7 +455,8 @@ class Ctx<Emulated> {
   /// docs/numerics.md, "Division on spans", with 24 bits for 53 (|δ| > 2^(e_m − 2p) exceeds half a binary32 ulp,
   /// 2^(e_m − 24)), subnormal results included; overflow rounds to ±inf in both. Exp and sigmoid take the compute
   /// plan (elementary_binary32). Every entry cast and store returns its non-NaN fp16 value provided the tensors
-  /// read hold fp16 values, which the bodies check per call (binary32_through<A, T>(ctx, read), storage_values32).
+  /// read hold fp16 values, which the bodies check per call or, elementwise, per unit as it runs
+  /// (binary32_through<A, T>(ctx, read), UnitThrough; storage_values32).
   /// NaN as under binary32_through.
   bool binary16_through() const;
   /// x[i] = round(compute, nearest-even, x[i]) for binary32 values (the fp16 rounding of binary16_through's steps).

@@ -81,11 +81,12 @@ void residual_forward_io(std::span<T> out, std::span<const T> x, std::span<const
                          const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   const V a = ctx.c(alpha);
-  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx, {std::span<const T>(out), x, f});
+  [[maybe_unused]] const UnitThrough<A, T> through(ctx);
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
     if constexpr (kBinary32Body<A, T>)
-      if (through && detail::residual_forward_row32(out.subspan(e0, n), x.subspan(e0, n), f.subspan(e0, n),
+      if (through.rows({std::span<const T>(out.subspan(e0, n)), x.subspan(e0, n), f.subspan(e0, n)}) &&
+          detail::residual_forward_row32(out.subspan(e0, n), x.subspan(e0, n), f.subspan(e0, n),
                                                     alpha != 1.0, static_cast<float>(a), ctx))
         return;
     SlotSeq X(Tensor::X, e0), X2(Tensor::X2, e0), Y(Tensor::Y, e0);
@@ -142,12 +143,13 @@ void residual_backward_data_io(std::span<T> dx, std::span<T> df, std::span<const
                                const Ctx<A>& ctx, Select sel) {
   using V = typename A::Value;
   const V a = ctx.c(alpha);
-  [[maybe_unused]] const bool through =
-      binary32_through<A, T>(ctx, {std::span<const T>(dx), std::span<const T>(df), dout});
+  [[maybe_unused]] const UnitThrough<A, T> through(ctx);
   for_units(s.rows, sel, [&](std::int64_t r) {
     const auto e0 = static_cast<std::size_t>(r * s.cols), n = static_cast<std::size_t>(s.cols);
     if constexpr (kBinary32Body<A, T>)
-      if (through && detail::residual_backward_data_row32(dx.subspan(e0, n), df.subspan(e0, n), dout.subspan(e0, n),
+      if (through.rows({std::span<const T>(dx.subspan(e0, n)), std::span<const T>(df.subspan(e0, n)),
+                        dout.subspan(e0, n)}) &&
+          detail::residual_backward_data_row32(dx.subspan(e0, n), df.subspan(e0, n), dout.subspan(e0, n),
                                                           alpha != 1.0, static_cast<float>(a), ctx))
         return;
     SlotSeq Dy(Tensor::Dy, e0), Dx(Tensor::Dx, e0), Dx2(Tensor::Dx2, e0);

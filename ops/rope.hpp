@@ -150,12 +150,14 @@ void rope_forward_io(std::span<T> y, std::span<const T> x, std::span<const T> co
   using V = typename A::Value;
   const std::int64_t C = s.C(), H = s.hs / 2;
   const auto P = static_cast<std::size_t>(C / 2);  // pairs per row
-  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx, {x, cos_t, sin_t});
+  [[maybe_unused]] const UnitThrough<A, T> through(ctx, {cos_t, sin_t});
   for_units(s.B * s.T, sel, [&](std::int64_t row) {
     const std::int64_t t = row % s.T;
     const auto o = static_cast<std::size_t>(row * C);
     if constexpr (kBinary32Body<A, T>)
-      if (through && detail::rope_row32(y, x, cos_t, sin_t, t, H, o, P, ctx, detail::rope_forward_row32)) return;
+      if (through.rows({x.subspan(o, static_cast<std::size_t>(C))}) &&
+          detail::rope_row32(y, x, cos_t, sin_t, t, H, o, P, ctx, detail::rope_forward_row32))
+        return;
     thread_local detail::RopeRow<V> w;
     w.resize(P);
     // pair i's elements e = o + 2i and e + 1
@@ -234,12 +236,14 @@ void rope_backward_data_io(std::span<T> dx, std::span<const T> dy, std::span<con
   using V = typename A::Value;
   const std::int64_t C = s.C(), H = s.hs / 2;
   const auto P = static_cast<std::size_t>(C / 2);
-  [[maybe_unused]] const bool through = binary32_through<A, T>(ctx, {std::span<const T>(dx), dy, cos_t, sin_t});
+  [[maybe_unused]] const UnitThrough<A, T> through(ctx, {cos_t, sin_t});
   for_units(s.B * s.T, sel, [&](std::int64_t row) {
     const std::int64_t t = row % s.T;
     const auto o = static_cast<std::size_t>(row * C);
     if constexpr (kBinary32Body<A, T>)
-      if (through && detail::rope_row32(dx, dy, cos_t, sin_t, t, H, o, P, ctx, detail::rope_backward_data_row32))
+      if (through.rows({std::span<const T>(dx.subspan(o, static_cast<std::size_t>(C))),
+                        dy.subspan(o, static_cast<std::size_t>(C))}) &&
+          detail::rope_row32(dx, dy, cos_t, sin_t, t, H, o, P, ctx, detail::rope_backward_data_row32))
         return;
     thread_local detail::RopeRow<V> w;
     thread_local std::vector<V> g0, g1;

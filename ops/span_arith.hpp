@@ -137,6 +137,37 @@ bool binary32_through(const Ctx<A>& ctx, std::initializer_list<std::span<const T
   return false;
 }
 
+/// binary32_through<A, T>(ctx, read) unit by unit, for the elementwise bodies (a unit reads one row of each tensor,
+/// and tensors every unit reads, `shared`, whole): made once per call, it checks `shared` (under the binary16 twin),
+/// then rows() checks one unit's rows as the unit runs, instead of every tensor before the first unit. The bits are
+/// the same: a unit's binary32 body gives the per-element path's values exactly when the values it reads are values
+/// of storage, so which units take it changes no value. Under binary32_through rows() is true without a scan.
+template <class A, class T>
+class UnitThrough {
+ public:
+  explicit UnitThrough(const Ctx<A>& ctx, std::initializer_list<std::span<const T>> shared = {}) : ctx_(ctx) {
+    if constexpr (kBinary32Body<A, T>) {
+      all_ = ctx.binary32_through();
+      on_ = all_ || (ctx.binary16_through() && std::all_of(shared.begin(), shared.end(), [&](std::span<const T> x) {
+                       return ctx.storage_values32(x);
+                     }));
+    }
+  }
+  /// Whether the unit whose tensors read are `rows` (in-out rows included) may take the binary32 body.
+  bool rows(std::initializer_list<std::span<const T>> rows) const {
+    if (!on_ || all_) return on_;
+    if constexpr (kBinary32Body<A, T>)
+      for (const std::span<const T> x : rows)
+        if (!ctx_.storage_values32(x)) return false;
+    return true;
+  }
+
+ private:
+  const Ctx<A>& ctx_;
+  bool on_ = false;   ///< binary32_through, or its binary16 twin with `shared` holding storage values
+  bool all_ = false;  ///< binary32_through: every float is a value of storage
+};
+
 /// ctx.binary32_chain() where the body has a binary32 form, else false.
 template <class A, class T>
 bool binary32_chain(const Ctx<A>& ctx) {
