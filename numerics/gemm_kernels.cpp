@@ -213,6 +213,8 @@ void tile_ph_rows(std::size_t rows, const std::uint32_t* Ap, std::size_t lda, co
 /// value, 1 = binary32, 2 = fp16 value. Writes the values, where the pointers are not null, as binary32 (NaNs
 /// replaced by the quiet NaN, see round_bf16_rne), as fp16 bits, and as fp16 bits twice per 32-bit word
 /// (fp16 outputs are meaningful only when the result is 2). `any_nan`, where not null: whether some value is NaN.
+/// Inputs packed for binary32 kernels only (no fp16 output: h16 and h32 null) are not tested for fp16 values — no
+/// caller tells class 2 from 1 there, as the AVX2 tier's pack_run, which never returns 2 — so they return 1 at most.
 /// `rounds`: the conversion binary64 → binary32 (nearest even under the default MXCSR) is the operand's entry
 /// cast to binary32 (pack_to, plain_binary32_cast), so a value need not be a binary32 value already: the
 /// exactness test is skipped and the other tests apply to the rounded value, as they would to the cast value.
@@ -223,7 +225,8 @@ void tile_ph_rows(std::size_t rows, const std::uint32_t* Ap, std::size_t lda, co
 template <class T>
 ROUNDOFF_AVX512 int pack_run(const T* src, std::size_t n, bool inputs, bool any_binary32, float* f32,
                              std::uint16_t* h16, std::uint32_t* h32, bool rounds = false, bool* any_nan = nullptr) {
-  __mmask16 bad = 0, not_half = 0, nan = 0;
+  const bool halves = !inputs || h16 != nullptr || h32 != nullptr;
+  __mmask16 bad = 0, not_half = halves ? 0 : 1, nan = 0;
   for (std::size_t i = 0; i < n; i += 16) {
     const std::size_t len = std::min<std::size_t>(16, n - i);
     const auto valid = static_cast<__mmask16>((1u << len) - 1u);
@@ -255,14 +258,15 @@ ROUNDOFF_AVX512 int pack_run(const T* src, std::size_t n, bool inputs, bool any_
       ok &= static_cast<__mmask16>(special | (in_range & short_sig));
     }
     bad |= static_cast<__mmask16>(valid & ~ok);
-    const __m256i h = _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    not_half |= static_cast<__mmask16>(valid & ~_mm512_cmp_ps_mask(_mm512_cvtph_ps(h), f, _CMP_EQ_UQ));
     if (any_nan) nan |= _mm512_mask_cmp_ps_mask(valid, f, f, _CMP_UNORD_Q);
     if (f32) {
       const __m512 f_canon = _mm512_mask_mov_ps(f, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q),
                                                 _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
       _mm512_mask_storeu_ps(f32 + i, valid, f_canon);
     }
+    if (!halves) continue;
+    const __m256i h = _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    not_half |= static_cast<__mmask16>(valid & ~_mm512_cmp_ps_mask(_mm512_cvtph_ps(h), f, _CMP_EQ_UQ));
     if (h16) _mm256_mask_storeu_epi16(h16 + i, valid, h);
     if (h32) {
       const __m512i w = _mm512_cvtepu16_epi32(h);
@@ -620,6 +624,40 @@ int pack_a(Packed& pk, MA A, const OperandCast* cast_a, bool shared) {
   return worst;
 }
 
+/// dst[r·ldd + c] = src[c·lds + r] for r, c < 16: a 16 × 16 block of binary32 words transposed in registers
+/// (pairs of rows interleaved by 32 and 64 bits, giving 4 × 4 blocks transposed within each 128-bit lane, then the
+/// lanes of four vectors transposed). Moves bits only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12: the intrinsics' undefined pass-through operands
+ROUNDOFF_AVX512 void transpose16(const float* src, std::size_t lds, float* dst, std::size_t ldd) {
+  __m512 r[16], t[16];
+  for (std::size_t i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
+  for (std::size_t i = 0; i < 16; i += 2) {  // lane L: [a_4L b_4L a_4L+1 b_4L+1], [a_4L+2 b_4L+2 ..]
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  // u[g][m] (in r[4g + m]): lane L holds column 4L + m of rows 4g .. 4g + 3.
+  for (std::size_t g = 0; g < 4; ++g) {
+    const __m512* a = t + 4 * g;
+    const __m512d a0 = _mm512_castps_pd(a[0]), a1 = _mm512_castps_pd(a[1]), a2 = _mm512_castps_pd(a[2]),
+                  a3 = _mm512_castps_pd(a[3]);
+    r[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
+    r[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
+    r[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
+    r[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
+  }
+  for (std::size_t m = 0; m < 4; ++m) {  // column 4L + m: lane L of u[0][m] .. u[3][m]
+    const __m512 x0 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x44), x1 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xEE);
+    const __m512 x2 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x44);
+    const __m512 x3 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xEE);
+    _mm512_storeu_ps(dst + m * ldd, _mm512_shuffle_f32x4(x0, x2, 0x88));
+    _mm512_storeu_ps(dst + (4 + m) * ldd, _mm512_shuffle_f32x4(x0, x2, 0xDD));
+    _mm512_storeu_ps(dst + (8 + m) * ldd, _mm512_shuffle_f32x4(x1, x3, 0x88));
+    _mm512_storeu_ps(dst + (12 + m) * ldd, _mm512_shuffle_f32x4(x1, x3, 0xDD));
+  }
+}
+#pragma GCC diagnostic pop
+
 /// Packs the K×kPanel panels of B as pack_a packs A (a transposed B read along its stored rows, i.e. the columns of
 /// B, in runs of up to 64 terms of 16 columns side by side, then written term by term); returns the lowest class.
 template <class MB>
@@ -667,9 +705,13 @@ int pack_b(Packed& pk, MB B, const OperandCast* cast_b, bool shared) {
             std::fill_n(th + cc * kTransB, kn, std::uint16_t{0});
           }
         }
+        std::size_t k16 = 0;  // binary32 words 16 terms at a time in registers (AVX-512), the rest one by one
+        if (pk.B && !pk.avx2)
+          for (; k16 + 16 <= kn; k16 += 16)
+            transpose16(tf + k16, kTransB, pk.B + (p * K + k0 + k16) * kPanel + q * kPackCols, kPanel);
         for (std::size_t kk = 0; kk < kn; ++kk) {
           const std::size_t at = (p * K + k0 + kk) * kPanel + q * kPackCols;
-          if (pk.B)
+          if (pk.B && kk >= k16)
             for (std::size_t cc = 0; cc < kPackCols; ++cc) pk.B[at + cc] = tf[cc * kTransB + kk];
           if (pk.Bh)
             for (std::size_t cc = 0; cc < kPackCols; ++cc) pk.Bh[at + cc] = th[cc * kTransB + kk];
@@ -950,6 +992,17 @@ void start_sums(const Packed& pk, Start start, const TC* C, std::size_t ldc, std
     for (std::size_t r = 0; r < rows; ++r) (void)pack_c(pk, C + (i + r) * ldc + j0, jn, tile + r * kPanel);
 }
 
+/// Asks for C's lines of rows i .. i + rows − 1, columns j0 .. j0 + jn − 1, for writing, before the kernels that
+/// compute them run: a column strip of C is a new line every 64 floats of each row, which the hardware does not
+/// prefetch, and store_sums' stores missing them would hold the store buffer (and the next tile's fill) behind
+/// them. A hint only: no value depends on it.
+template <class TC>
+void prefetch_c_strip(TC* C, std::size_t ldc, std::size_t i, std::size_t rows, std::size_t j0, std::size_t jn) {
+  constexpr std::size_t kLine = 64 / sizeof(TC);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < jn; c += kLine) __builtin_prefetch(C + (i + r) * ldc + j0 + c, 1, 3);
+}
+
 /// C's rows i .. i + rows − 1 of panel p from the finished running sums in tile.
 template <class TC>
 void store_sums(const Packed& pk, TC* C, std::size_t ldc, std::size_t i, std::size_t rows, std::size_t j0,
@@ -999,6 +1052,7 @@ void compute_rows(const Plan& plan, const Packed& pk, bool native, Start start, 
     for (std::size_t i = i_begin; i < i_end; i += kMr) {
       const std::size_t rows = std::min(kMr, i_end - i);
       start_sums(pk, start, C, ldc, i, rows, j0, jn, tile);
+      prefetch_c_strip(C, ldc, i, rows, j0, jn);
       kernel_rows(plan, pk, native, rows, i, 0, K, p, jn, tile, overflows);
       store_sums(pk, C, ldc, i, rows, j0, jn, tile);
     }
