@@ -212,7 +212,10 @@ void tile_ph_rows(std::size_t rows, const std::uint32_t* Ap, std::size_t lda, co
 /// product exact in fp32, 2 = additionally every value an fp16 value. Initial C (!inputs): 0 = not a binary32
 /// value, 1 = binary32, 2 = fp16 value. Writes the values, where the pointers are not null, as binary32 (NaNs
 /// replaced by the quiet NaN, see round_bf16_rne), as fp16 bits, and as fp16 bits twice per 32-bit word
-/// (fp16 outputs are meaningful only when the result is 2). `any_nan`, where not null: whether some value is NaN.
+/// (fp16 outputs are meaningful only when the result is 2). `optimistic` (a run packed as it is in the hope that
+/// an entry cast is the identity on it, pack_to): returns 2 when every value is an fp16 value and none is NaN, and
+/// otherwise 1 or 0 as soon as a vector of 16 values shows it is not so (the outputs then partly written: the
+/// caller packs the run again).
 /// Inputs packed for binary32 kernels only (no fp16 output: h16 and h32 null) are not tested for fp16 values — no
 /// caller tells class 2 from 1 there, as the AVX2 tier's pack_run, which never returns 2 — so they return 1 at most.
 /// `rounds`: the conversion binary64 → binary32 (nearest even under the default MXCSR) is the operand's entry
@@ -224,9 +227,9 @@ void tile_ph_rows(std::size_t rows, const std::uint32_t* Ap, std::size_t lda, co
 /// the class and every output are those of pack_run on the widened run.
 template <class T>
 ROUNDOFF_AVX512 int pack_run(const T* src, std::size_t n, bool inputs, bool any_binary32, float* f32,
-                             std::uint16_t* h16, std::uint32_t* h32, bool rounds = false, bool* any_nan = nullptr) {
+                             std::uint16_t* h16, std::uint32_t* h32, bool rounds = false, bool optimistic = false) {
   const bool halves = !inputs || h16 != nullptr || h32 != nullptr;
-  __mmask16 bad = 0, not_half = halves ? 0 : 1, nan = 0;
+  __mmask16 bad = 0, not_half = halves ? 0 : 1;
   for (std::size_t i = 0; i < n; i += 16) {
     const std::size_t len = std::min<std::size_t>(16, n - i);
     const auto valid = static_cast<__mmask16>((1u << len) - 1u);
@@ -258,7 +261,6 @@ ROUNDOFF_AVX512 int pack_run(const T* src, std::size_t n, bool inputs, bool any_
       ok &= static_cast<__mmask16>(special | (in_range & short_sig));
     }
     bad |= static_cast<__mmask16>(valid & ~ok);
-    if (any_nan) nan |= _mm512_mask_cmp_ps_mask(valid, f, f, _CMP_UNORD_Q);
     if (f32) {
       const __m512 f_canon = _mm512_mask_mov_ps(f, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q),
                                                 _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
@@ -267,13 +269,13 @@ ROUNDOFF_AVX512 int pack_run(const T* src, std::size_t n, bool inputs, bool any_
     if (!halves) continue;
     const __m256i h = _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     not_half |= static_cast<__mmask16>(valid & ~_mm512_cmp_ps_mask(_mm512_cvtph_ps(h), f, _CMP_EQ_UQ));
+    if (optimistic && (bad | not_half | _mm512_mask_cmp_ps_mask(valid, f, f, _CMP_UNORD_Q)) != 0) return bad ? 0 : 1;
     if (h16) _mm256_mask_storeu_epi16(h16 + i, valid, h);
     if (h32) {
       const __m512i w = _mm512_cvtepu16_epi32(h);
       _mm512_mask_storeu_epi32(h32 + i, valid, _mm512_or_si512(w, _mm512_slli_epi32(w, 16)));
     }
   }
-  if (any_nan) *any_nan = nan != 0;
   return bad ? 0 : not_half ? 1 : 2;
 }
 
@@ -455,11 +457,9 @@ int pack_to(const Packed& pk, const float* src, std::size_t n, Dest d, const Ope
   if (cast == nullptr || (f32_only && plain_binary32_cast(*cast)))
     return pk.avx2 ? avx2::pack_run(src, n, true, pk.any_binary32, d.f32)
                    : pack_run(src, n, true, pk.any_binary32, d.f32, d.h16, d.h32);
-  if (!f32_only && !pk.avx2 && cast->plan->format == formats::fp16 && !cast->flush) {
-    bool nan = true;
-    const int w = pack_run(src, n, true, pk.any_binary32, d.f32, d.h16, d.h32, false, &nan);
-    if (w == 2 && !nan) return w;
-  }
+  if (!f32_only && !pk.avx2 && cast->plan->format == formats::fp16 && !cast->flush &&
+      pack_run(src, n, true, pk.any_binary32, d.f32, d.h16, d.h32, false, true) == 2)
+    return 2;
   if (fits_binary32(cast->plan->format)) {
     // A cast whose format fits binary32 (e.g. ane-fp16's fp32 weights cast to fp16): each chunk cast in binary32
     // on the stack (in L1) as cast_values casts the widened values — round_array's binary32 form is round_to on
