@@ -529,6 +529,62 @@ void for_items(bool shared, std::size_t n, F f) {
   for (std::ptrdiff_t t = 0; t < items; ++t) f(static_cast<std::size_t>(t));
 }
 
+// 16 × 16 blocks of 32-bit words (binary32 values, fp16 word pairs) or 16-bit words (fp16 bits) transposed in
+// registers, for the packs' write-outs: rows packed side by side on the stack, then written term by term.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12: the intrinsics' undefined pass-through operands
+/// r[c] ← column c of the 16 × 16 block whose rows are r[0..15] (word c of each r[i], in order i): pairs of rows
+/// interleaved by 32 and then 64 bits (4 × 4 blocks transposed within each 128-bit lane), then the lanes of four
+/// vectors transposed. Moves bits only.
+__attribute__((always_inline)) ROUNDOFF_AVX512 inline void transpose16_regs(__m512i r[16]) {
+  __m512i t[16];
+  for (std::size_t i = 0; i < 16; i += 2) {  // lane L: [a_4L b_4L a_4L+1 b_4L+1], [a_4L+2 b_4L+2 ..]
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  // u[g][m] (in r[4g + m]): lane L holds column 4L + m of rows 4g .. 4g + 3.
+  for (std::size_t g = 0; g < 4; ++g) {
+    const __m512i* a = t + 4 * g;
+    r[4 * g] = _mm512_unpacklo_epi64(a[0], a[2]);
+    r[4 * g + 1] = _mm512_unpackhi_epi64(a[0], a[2]);
+    r[4 * g + 2] = _mm512_unpacklo_epi64(a[1], a[3]);
+    r[4 * g + 3] = _mm512_unpackhi_epi64(a[1], a[3]);
+  }
+  for (std::size_t m = 0; m < 4; ++m) {  // column 4L + m: lane L of u[0][m] .. u[3][m]
+    const __m512i x0 = _mm512_shuffle_i32x4(r[m], r[4 + m], 0x44), x1 = _mm512_shuffle_i32x4(r[m], r[4 + m], 0xEE);
+    const __m512i x2 = _mm512_shuffle_i32x4(r[8 + m], r[12 + m], 0x44);
+    const __m512i x3 = _mm512_shuffle_i32x4(r[8 + m], r[12 + m], 0xEE);
+    t[m] = _mm512_shuffle_i32x4(x0, x2, 0x88);
+    t[4 + m] = _mm512_shuffle_i32x4(x0, x2, 0xDD);
+    t[8 + m] = _mm512_shuffle_i32x4(x1, x3, 0x88);
+    t[12 + m] = _mm512_shuffle_i32x4(x1, x3, 0xDD);
+  }
+  for (std::size_t c = 0; c < 16; ++c) r[c] = t[c];
+}
+
+/// dst[c·ldd + i] = src[i·lds + c] for i < rows (≤ 16), c < 16: 16 terms of `rows` packed rows written term by
+/// term (each term's `rows` words adjacent; words past `rows` in dst untouched).
+template <class W>
+ROUNDOFF_AVX512 void transpose_rows16(const W* src, std::size_t lds, std::size_t rows, W* dst, std::size_t ldd) {
+  static_assert(sizeof(W) == 4);
+  __m512i r[16];
+  for (std::size_t i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_loadu_si512(src + i * lds) : _mm512_setzero_si512();
+  transpose16_regs(r);
+  const auto live = static_cast<__mmask16>((1u << rows) - 1u);
+  for (std::size_t c = 0; c < 16; ++c) _mm512_mask_storeu_epi32(dst + c * ldd, live, r[c]);
+}
+
+/// dst[c·ldd + i] = src[i·lds + c] for i, c < 16, 16-bit words (widened to 32 bits in registers and narrowed back).
+ROUNDOFF_AVX512 void transpose16_u16(const std::uint16_t* src, std::size_t lds, std::uint16_t* dst, std::size_t ldd) {
+  __m512i r[16];
+  for (std::size_t i = 0; i < 16; ++i)
+    r[i] = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i * lds)));
+  transpose16_regs(r);
+  for (std::size_t c = 0; c < 16; ++c)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c * ldd), _mm512_cvtepi32_epi16(r[c]));
+}
+#pragma GCC diagnostic pop
+
 /// Terms per run of a stored row of A packed in panels (pack_a_panels).
 constexpr std::size_t kPanelRun = 128;
 /// Rows per run of a transposed A packed in panels (pack_a_panels).
@@ -554,11 +610,19 @@ int pack_a_panels(Packed& pk, MA A, const OperandCast* cast_a, bool shared) {
           worst = std::min(worst, pack_to(pk, A.data + (i0 + r) * A.ld + k0, kn, d, cast_a));
         }
         const std::size_t at = a_at(pk, i0, k0);
+        std::size_t k16 = 0;  // 16 terms at a time in registers (AVX-512), the rest one by one
+        if (!pk.avx2)
+          for (; k16 + 16 <= kn; k16 += 16) {
+            if (pk.A)
+              transpose_rows16(reinterpret_cast<const std::uint32_t*>(tf) + k16, kPanelRun, m,
+                               reinterpret_cast<std::uint32_t*>(pk.A) + at + k16 * kPanelRows, kPanelRows);
+            if (pk.Ah) transpose_rows16(th + k16, kPanelRun, m, pk.Ah + at + k16 * kPanelRows, kPanelRows);
+          }
         if (pk.A)
-          for (std::size_t kk = 0; kk < kn; ++kk)
+          for (std::size_t kk = k16; kk < kn; ++kk)
             for (std::size_t r = 0; r < m; ++r) pk.A[at + kk * kPanelRows + r] = tf[r * kPanelRun + kk];
         if (pk.Ah)
-          for (std::size_t kk = 0; kk < kn; ++kk)
+          for (std::size_t kk = k16; kk < kn; ++kk)
             for (std::size_t r = 0; r < m; ++r) pk.Ah[at + kk * kPanelRows + r] = th[r * kPanelRun + kk];
       }
     });
@@ -624,40 +688,6 @@ int pack_a(Packed& pk, MA A, const OperandCast* cast_a, bool shared) {
   return worst;
 }
 
-/// dst[r·ldd + c] = src[c·lds + r] for r, c < 16: a 16 × 16 block of binary32 words transposed in registers
-/// (pairs of rows interleaved by 32 and 64 bits, giving 4 × 4 blocks transposed within each 128-bit lane, then the
-/// lanes of four vectors transposed). Moves bits only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12: the intrinsics' undefined pass-through operands
-ROUNDOFF_AVX512 void transpose16(const float* src, std::size_t lds, float* dst, std::size_t ldd) {
-  __m512 r[16], t[16];
-  for (std::size_t i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
-  for (std::size_t i = 0; i < 16; i += 2) {  // lane L: [a_4L b_4L a_4L+1 b_4L+1], [a_4L+2 b_4L+2 ..]
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  // u[g][m] (in r[4g + m]): lane L holds column 4L + m of rows 4g .. 4g + 3.
-  for (std::size_t g = 0; g < 4; ++g) {
-    const __m512* a = t + 4 * g;
-    const __m512d a0 = _mm512_castps_pd(a[0]), a1 = _mm512_castps_pd(a[1]), a2 = _mm512_castps_pd(a[2]),
-                  a3 = _mm512_castps_pd(a[3]);
-    r[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
-    r[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
-    r[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
-    r[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
-  }
-  for (std::size_t m = 0; m < 4; ++m) {  // column 4L + m: lane L of u[0][m] .. u[3][m]
-    const __m512 x0 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x44), x1 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xEE);
-    const __m512 x2 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x44);
-    const __m512 x3 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xEE);
-    _mm512_storeu_ps(dst + m * ldd, _mm512_shuffle_f32x4(x0, x2, 0x88));
-    _mm512_storeu_ps(dst + (4 + m) * ldd, _mm512_shuffle_f32x4(x0, x2, 0xDD));
-    _mm512_storeu_ps(dst + (8 + m) * ldd, _mm512_shuffle_f32x4(x1, x3, 0x88));
-    _mm512_storeu_ps(dst + (12 + m) * ldd, _mm512_shuffle_f32x4(x1, x3, 0xDD));
-  }
-}
-#pragma GCC diagnostic pop
-
 /// Packs the K×kPanel panels of B as pack_a packs A (a transposed B read along its stored rows, i.e. the columns of
 /// B, in runs of up to 64 terms of 16 columns side by side, then written term by term); returns the lowest class.
 template <class MB>
@@ -705,13 +735,18 @@ int pack_b(Packed& pk, MB B, const OperandCast* cast_b, bool shared) {
             std::fill_n(th + cc * kTransB, kn, std::uint16_t{0});
           }
         }
-        std::size_t k16 = 0;  // binary32 words 16 terms at a time in registers (AVX-512), the rest one by one
-        if (pk.B && !pk.avx2)
-          for (; k16 + 16 <= kn; k16 += 16)
-            transpose16(tf + k16, kTransB, pk.B + (p * K + k0 + k16) * kPanel + q * kPackCols, kPanel);
-        for (std::size_t kk = 0; kk < kn; ++kk) {
+        std::size_t k16 = 0;  // 16 terms at a time in registers (AVX-512), the rest one by one
+        if (!pk.avx2)
+          for (; k16 + 16 <= kn; k16 += 16) {
+            const std::size_t at = (p * K + k0 + k16) * kPanel + q * kPackCols;
+            if (pk.B)
+              transpose_rows16(reinterpret_cast<const std::uint32_t*>(tf) + k16, kTransB, kPackCols,
+                               reinterpret_cast<std::uint32_t*>(pk.B) + at, kPanel);
+            if (pk.Bh) transpose16_u16(th + k16, kTransB, pk.Bh + at, kPanel);
+          }
+        for (std::size_t kk = k16; kk < kn; ++kk) {
           const std::size_t at = (p * K + k0 + kk) * kPanel + q * kPackCols;
-          if (pk.B && kk >= k16)
+          if (pk.B)
             for (std::size_t cc = 0; cc < kPackCols; ++cc) pk.B[at + cc] = tf[cc * kTransB + kk];
           if (pk.Bh)
             for (std::size_t cc = 0; cc < kPackCols; ++cc) pk.Bh[at + cc] = th[cc * kTransB + kk];
