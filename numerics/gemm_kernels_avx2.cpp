@@ -34,7 +34,8 @@ ROUNDOFF_AVX2 ROUNDOFF_INLINE VF neg_zero() { return _mm256_set1_ps(-0.0f); }
 /// and 2 rows there. The tile stage: 4 rows.
 constexpr bool kRowHeights[13] = {false, true, true, true, true, true, true, false, false,
                                   false, false, false, false};
-constexpr bool kAneHeights[9] = {false, true, true, true, true, false, false, false, false};
+constexpr bool kAneHeights[13] = {false, true, true, true, true, false, false, false, false,
+                                  false, false, false, false};
 std::size_t rows_for(std::size_t left, Acc acc, std::size_t block) {
   const bool fp32 = acc == Acc::Fp32;
   return std::min(left, block == 0 ? std::size_t{fp32 ? 6u : 4u} : std::size_t{fp32 ? 3u : 2u});
@@ -250,6 +251,19 @@ ROUNDOFF_AVX2 __attribute__((always_inline)) inline bool ane_step_f32(__m256& s,
   const __m256 t = _mm256_add_ps(_mm256_add_ps(_mm256_and_ps(s1, abs), _mm256_and_ps(s2, abs)), _mm256_and_ps(s3, abs));
   const __m256 c = _mm256_set1_ps(0x1p-22f);  // 4u: the bound u·T with room for rounding T and the two ends
   const __m256 hi = _mm256_fmadd_ps(c, t, s3), lo = _mm256_fnmadd_ps(c, t, s3);
+  // The common case in binary32 bits, as the AVX-512 tier's (ane_f32_n): lo and hi agree in sign, exponent and
+  // the 10 fraction bits an fp16 normal keeps, and 2^-14 <= |hi| < 65504; then h = hi with its 13 low bits cleared.
+  const __m256i hb = _mm256_castps_si256(hi);
+  const __m256i top = _mm256_set1_epi32(static_cast<int>(0xFFFFE000u));
+  const __m256i differ = _mm256_and_si256(_mm256_xor_si256(_mm256_castps_si256(lo), hb), top);
+  const __m256i above = _mm256_sub_epi32(_mm256_and_si256(hb, _mm256_set1_epi32(0x7FFFFFFF)),
+                                         _mm256_set1_epi32(0x38800000));  // |hi| − 2^-14 as bits
+  const __m256i last = _mm256_set1_epi32(0x477FE000 - 0x38800000 - 1);
+  const __m256i normal = _mm256_cmpeq_epi32(_mm256_min_epu32(above, last), above);  // above <= last, unsigned
+  if (__builtin_expect(_mm256_testz_si256(differ, differ) & _mm256_testc_si256(normal, _mm256_set1_epi32(-1)), 1)) {
+    s = _mm256_add_ps(s, _mm256_castsi256_ps(_mm256_and_si256(hb, top)));
+    return true;
+  }
   constexpr int kRz = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;
   __m128i hh = _mm256_cvtps_ph(hi, kRz);
   const __m128i hl = _mm256_cvtps_ph(lo, kRz);
