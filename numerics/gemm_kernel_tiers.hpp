@@ -42,6 +42,19 @@ inline constexpr std::size_t kPanelRows = 12;
 /// are read, never which values or in what order they are summed.
 enum class ALayout : std::uint8_t { Rows, Panels };
 
+/// Which test the tile-stage kernels (tile_ane_rows) give the binary32 attempt's common case, kept by their caller
+/// across the calls of one GEMM's rows on one thread. The test in binary32 bits (every lane's tile value a normal
+/// fp16 value below 65504, `ane_f32_n` in gemm_kernels_avx512.cpp) costs a third of the conversion test where it
+/// succeeds, but a vector where it fails (a subnormal or zero tile value, as small gradients give, or a straddle)
+/// costs a mispredicted branch and the conversion test after it; so the calls stop using it once more than one
+/// vector in 16 has failed it (after a grace of 8). Both tests give every lane the same value: only the speed
+/// depends on the choice, never a result.
+struct AneProbe {
+  std::size_t tried = 0;   ///< vectors that ran the test in bits
+  std::size_t misses = 0;  ///< of which it did not certify
+  bool bits() const { return 16 * misses <= tried + 16 * 8; }
+};
+
 /// The rare lanes of one tile step of the tile-stage kernels (gemm_kernels.cpp; `lanes` columns): lanes not set
 /// in `exact` get their tile value by the scalar definition (fp16 bits in h) and count its overflow; exact lanes
 /// (whose h is ±65504, ±inf or NaN) count an overflow when their exact sum su is finite with |su| >= 65536.
@@ -68,7 +81,7 @@ void tile_rows(Acc acc, std::size_t rows, const float* Ap, std::size_t lda, cons
 /// overflows are added to `overflows`. flush: flush=tile (a subnormal fp16 tile value h, (h & 0x7C00) == 0,
 /// becomes h & 0x8000 before the add; see gemm_kernels_avx512.cpp).
 void tile_ane_rows(std::size_t rows, const float* Af, std::size_t lda, const float* Bp, std::size_t ldb, std::size_t K,
-                   float* tile, std::size_t ldt, std::int64_t& overflows, bool flush);
+                   float* tile, std::size_t ldt, std::int64_t& overflows, AneProbe& probe, bool flush);
 
 }  // namespace roundoff::numerics::kernels::avx512
 
@@ -137,6 +150,6 @@ void tile_rows(Acc acc, std::size_t rows, const float* Ap, std::size_t lda, cons
 /// add (the bracket's lanes included: their h is RZ16(S), which has S's sign, so a nonzero subnormal h becomes
 /// the zero of S's sign, as the definition flushes T = RZ16(S); zero lanes stay as proven above).
 void tile_ane_rows(std::size_t rows, const float* Af, std::size_t lda, const float* Bp, std::size_t ldb, std::size_t K,
-                   float* tile, std::size_t ldt, std::int64_t& overflows, bool flush);
+                   float* tile, std::size_t ldt, std::int64_t& overflows, AneProbe& probe, bool flush);
 
 }  // namespace roundoff::numerics::kernels::avx2

@@ -950,12 +950,12 @@ void cache_insert(PackCache::Impl& pc, std::shared_ptr<PackedB> fresh, int worst
 /// computed on the panel's zero padding and never stored.
 template <std::size_t kCols, std::size_t kAneCols, class Rows, class AneRows>
 void tier_rows(const Plan& plan, std::size_t rows, const float* Ap, std::size_t lda, ALayout layout, const float* Bp,
-               std::size_t len, std::size_t jn, float* tile, std::int64_t& overflows, Rows tile_rows,
+               std::size_t len, std::size_t jn, float* tile, std::int64_t& overflows, AneProbe& probe, Rows tile_rows,
                AneRows tile_ane_rows) {
   if (plan.tile) {
     assert(layout == ALayout::Rows);
     for (std::size_t c = 0; c < kPanel && c < jn; c += kAneCols)
-      tile_ane_rows(rows, Ap, lda, Bp + c, kPanel, len, tile + c, kPanel, overflows, plan.flush);
+      tile_ane_rows(rows, Ap, lda, Bp + c, kPanel, len, tile + c, kPanel, overflows, probe, plan.flush);
   } else {
     for (std::size_t c = 0; c < kPanel && c < jn; c += kCols)
       tile_rows(plan.acc, rows, Ap, lda, Bp + c, kPanel, len, plan.block, tile + c, kPanel, layout);
@@ -964,20 +964,21 @@ void tier_rows(const Plan& plan, std::size_t rows, const float* Ap, std::size_t 
 
 /// Rows [i, i + rows) of panel p of C into tile (rows × kPanel, running sums in/out): the terms k0 .. k0+len-1
 /// of the packed operands (packed A columns and B rows k0..), counted from k0 (blocks and tiles start there).
-/// Panels: the rows lie in one A panel.
+/// Panels: the rows lie in one A panel. probe: the tile-stage kernels' choice of test, kept across one GEMM's rows.
 void kernel_rows(const Plan& plan, const Packed& pk, bool native, std::size_t rows, std::size_t i, std::size_t k0,
-                 std::size_t len, std::size_t p, std::size_t jn, float* tile, std::int64_t& overflows) {
+                 std::size_t len, std::size_t p, std::size_t jn, float* tile, std::int64_t& overflows,
+                 AneProbe& probe) {
   const std::size_t K = pk.K, a0 = a_at(pk, i, k0), b0 = (p * K + k0) * kPanel;
   const ALayout la = pk.a_layout;
   assert(la == ALayout::Rows || i % kPanelRows + rows <= kPanelRows);
   if (native) {
     tile_ph_rows(rows, pk.Ah + a0, K, pk.Bh + b0, len, plan.block, tile, kPanel, la);
   } else if (pk.avx2) {
-    tier_rows<avx2::kCols, avx2::kAneCols>(plan, rows, pk.A + a0, K, la, pk.B + b0, len, jn, tile, overflows,
+    tier_rows<avx2::kCols, avx2::kAneCols>(plan, rows, pk.A + a0, K, la, pk.B + b0, len, jn, tile, overflows, probe,
                                            avx2::tile_rows, avx2::tile_ane_rows);
   } else {
     tier_rows<avx512::kCols, avx512::kAneCols>(plan, rows, pk.A + a0, K, la, pk.B + b0, len, jn, tile, overflows,
-                                               avx512::tile_rows, avx512::tile_ane_rows);
+                                               probe, avx512::tile_rows, avx512::tile_ane_rows);
   }
 }
 
@@ -1074,6 +1075,7 @@ template <class TC>
 void compute_rows(const Plan& plan, const Packed& pk, bool native, Start start, TC* C, std::size_t ldc,
                   std::size_t i_begin, std::size_t i_end, std::int64_t& overflows) {
   const std::size_t N = pk.N, K = pk.K, kc = split_terms(plan, K);
+  AneProbe probe;
   if (kc < K) {
     alignas(64) float sums[kMb * kPanel];
     for (std::size_t p = 0; p < pk.panels; ++p) {
@@ -1084,7 +1086,7 @@ void compute_rows(const Plan& plan, const Packed& pk, bool native, Start start, 
         for (std::size_t k0 = 0; k0 < K; k0 += kc)
           for (std::size_t i = ib; i < ie; i += kMr)
             kernel_rows(plan, pk, native, std::min(kMr, ie - i), i, k0, std::min(kc, K - k0), p, jn,
-                        sums + (i - ib) * kPanel, overflows);
+                        sums + (i - ib) * kPanel, overflows, probe);
         store_sums(pk, C, ldc, ib, ie - ib, j0, jn, sums);
       }
     }
@@ -1097,7 +1099,7 @@ void compute_rows(const Plan& plan, const Packed& pk, bool native, Start start, 
       const std::size_t rows = std::min(kMr, i_end - i);
       start_sums(pk, start, C, ldc, i, rows, j0, jn, tile);
       prefetch_c_strip(C, ldc, i, rows, j0, jn);
-      kernel_rows(plan, pk, native, rows, i, 0, K, p, jn, tile, overflows);
+      kernel_rows(plan, pk, native, rows, i, 0, K, p, jn, tile, overflows, probe);
       store_sums(pk, C, ldc, i, rows, j0, jn, tile);
     }
   }
@@ -1550,6 +1552,7 @@ bool gemm_ranged_tiles(const Accumulation& a, std::size_t M, std::size_t N, std:
   // Terms after which a row's whole state is its running sum (see the header).
   const std::size_t period = plan.tile ? kTile : plan.block != 0 ? plan.block : 1;
   std::int64_t overflows = 0;  // gemm_ranged reports no statistics
+  AneProbe probe;
   alignas(64) float tile[kMr * kPanel];
   for (std::size_t p = 0; p < pk.panels; ++p) {
     const std::size_t j0 = p * kPanel, jn = std::min(kPanel, N - j0);
@@ -1573,8 +1576,8 @@ bool gemm_ranged_tiles(const Accumulation& a, std::size_t M, std::size_t N, std:
           for (std::size_t r = 0; r + 1 < h; ++r)
             if (start > rows[i + r].lo)
               kernel_rows(plan, pk, native, 1, i + r, rows[i + r].lo, start - rows[i + r].lo, p, jn, tile + r * kPanel,
-                          overflows);
-          kernel_rows(plan, pk, native, h, i, start, hi - start, p, jn, tile, overflows);
+                          overflows, probe);
+          kernel_rows(plan, pk, native, h, i, start, hi - start, p, jn, tile, overflows, probe);
           for (std::size_t r = 0; r < h; ++r)
             for (std::size_t c = 0; c < jn; ++c) C[(i + r) * ldc + j0 + c] = static_cast<TC>(tile[r * kPanel + c]);
           i += h;
@@ -1583,10 +1586,11 @@ bool gemm_ranged_tiles(const Accumulation& a, std::size_t M, std::size_t N, std:
       }
       const std::size_t prefix = g == 1 ? common : common - common % period;
       fill_tile(pk, tile, g * kPanel, -0.0f);
-      if (prefix > 0) kernel_rows(plan, pk, native, g, i, lo, prefix, p, jn, tile, overflows);
+      if (prefix > 0) kernel_rows(plan, pk, native, g, i, lo, prefix, p, jn, tile, overflows, probe);
       for (std::size_t r = 0; r < g; ++r)
         if (const std::size_t len = rows[i + r].hi - lo; len > prefix)
-          kernel_rows(plan, pk, native, 1, i + r, lo + prefix, len - prefix, p, jn, tile + r * kPanel, overflows);
+          kernel_rows(plan, pk, native, 1, i + r, lo + prefix, len - prefix, p, jn, tile + r * kPanel, overflows,
+                      probe);
       for (std::size_t r = 0; r < g; ++r)
         for (std::size_t c = 0; c < jn; ++c) C[(i + r) * ldc + j0 + c] = static_cast<TC>(tile[r * kPanel + c]);
       i += g;

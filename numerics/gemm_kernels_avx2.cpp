@@ -242,8 +242,9 @@ ROUNDOFF_AVX2 __attribute__((always_inline)) inline __m128i halves(__m256 m) {
 /// 8 lanes and true, or false with s untouched when a lane's bracket straddles an fp16 value, its h is ±65504,
 /// ±inf or NaN, or its h is ±0 without a proof of S's sign or of S = 0.
 /// a: the row's 4 values as binary32; b[t]: the terms' 8 B columns. Flush: flush=tile.
-template <bool Flush>
-ROUNDOFF_AVX2 __attribute__((always_inline)) inline bool ane_step_f32(__m256& s, const float* a, const __m256* b) {
+template <bool Flush, bool Bits>
+ROUNDOFF_AVX2 __attribute__((always_inline)) inline bool ane_step_f32(__m256& s, const float* a, const __m256* b,
+                                                                      std::size_t& misses) {
   const __m256 s1 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 1), b[1], _mm256_mul_ps(_mm256_broadcast_ss(a), b[0]));
   const __m256 s2 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 2), b[2], s1);
   const __m256 s3 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 3), b[3], s2);
@@ -253,16 +254,19 @@ ROUNDOFF_AVX2 __attribute__((always_inline)) inline bool ane_step_f32(__m256& s,
   const __m256 hi = _mm256_fmadd_ps(c, t, s3), lo = _mm256_fnmadd_ps(c, t, s3);
   // The common case in binary32 bits, as the AVX-512 tier's (ane_f32_n): lo and hi agree in sign, exponent and
   // the 10 fraction bits an fp16 normal keeps, and 2^-14 <= |hi| < 65504; then h = hi with its 13 low bits cleared.
-  const __m256i hb = _mm256_castps_si256(hi);
-  const __m256i top = _mm256_set1_epi32(static_cast<int>(0xFFFFE000u));
-  const __m256i differ = _mm256_and_si256(_mm256_xor_si256(_mm256_castps_si256(lo), hb), top);
-  const __m256i above = _mm256_sub_epi32(_mm256_and_si256(hb, _mm256_set1_epi32(0x7FFFFFFF)),
-                                         _mm256_set1_epi32(0x38800000));  // |hi| − 2^-14 as bits
-  const __m256i last = _mm256_set1_epi32(0x477FE000 - 0x38800000 - 1);
-  const __m256i normal = _mm256_cmpeq_epi32(_mm256_min_epu32(above, last), above);  // above <= last, unsigned
-  if (__builtin_expect(_mm256_testz_si256(differ, differ) & _mm256_testc_si256(normal, _mm256_set1_epi32(-1)), 1)) {
-    s = _mm256_add_ps(s, _mm256_castsi256_ps(_mm256_and_si256(hb, top)));
-    return true;
+  if constexpr (Bits) {
+    const __m256i hb = _mm256_castps_si256(hi);
+    const __m256i top = _mm256_set1_epi32(static_cast<int>(0xFFFFE000u));
+    const __m256i differ = _mm256_and_si256(_mm256_xor_si256(_mm256_castps_si256(lo), hb), top);
+    const __m256i above = _mm256_sub_epi32(_mm256_and_si256(hb, _mm256_set1_epi32(0x7FFFFFFF)),
+                                           _mm256_set1_epi32(0x38800000));  // |hi| − 2^-14 as bits
+    const __m256i last = _mm256_set1_epi32(0x477FE000 - 0x38800000 - 1);
+    const __m256i normal = _mm256_cmpeq_epi32(_mm256_min_epu32(above, last), above);  // above <= last, unsigned
+    if (__builtin_expect(_mm256_testz_si256(differ, differ) & _mm256_testc_si256(normal, _mm256_set1_epi32(-1)), 1)) {
+      s = _mm256_add_ps(s, _mm256_castsi256_ps(_mm256_and_si256(hb, top)));
+      return true;
+    }
+    ++misses;
   }
   constexpr int kRz = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;
   __m128i hh = _mm256_cvtps_ph(hi, kRz);
@@ -297,8 +301,10 @@ ROUNDOFF_AVX2 __attribute__((always_inline)) inline bool ane_step_f32(__m256& s,
 }
 
 /// The full tile of kTile terms in binary32.
-template <bool Flush>
-ROUNDOFF_AVX2 ROUNDOFF_INLINE bool ane_f32(VF& s, const float* a, const VF* b) { return ane_step_f32<Flush>(s, a, b); }
+template <bool Flush, bool Bits>
+ROUNDOFF_AVX2 ROUNDOFF_INLINE bool ane_f32(VF& s, const float* a, const VF* b, std::size_t& misses) {
+  return ane_step_f32<Flush, Bits>(s, a, b, misses);
+}
 
 #include "numerics/gemm_tile_loops.inc"
 

@@ -191,9 +191,10 @@ ROUNDOFF_AVX512 ROUNDOFF_INLINE void load_b_f64(const float* Bp, std::size_t ldb
 /// The tile of N terms in binary32 first (see "binary32 bracket" above): s += h on all 16 lanes and true, or
 /// false with s untouched when a lane's bracket straddles an fp16 value, its h is ±65504, ±inf or NaN, or its h
 /// is ±0 without a proof of S's sign or of S = 0.
-/// a: the row's N values as binary32; b[t]: the terms' 16 B columns. Flush: flush=tile.
-template <std::size_t N, bool Flush>
-ROUNDOFF_AVX512 ROUNDOFF_INLINE bool ane_f32_n(__m512& s, const float* a, const __m512* b) {
+/// a: the row's N values as binary32; b[t]: the terms' 16 B columns. Flush: flush=tile. Bits: the common case
+/// tested in binary32 bits first (below), `misses` counting the vectors where it fails.
+template <std::size_t N, bool Flush, bool Bits>
+ROUNDOFF_AVX512 ROUNDOFF_INLINE bool ane_f32_n(__m512& s, const float* a, const __m512* b, std::size_t& misses) {
   constexpr int kRd = _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC, kRu = _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC;
   constexpr int kRz = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;
   __m512 lo = _mm512_mul_ps(_mm512_set1_ps(a[0]), b[0]);  // exact
@@ -208,15 +209,18 @@ ROUNDOFF_AVX512 ROUNDOFF_INLINE bool ane_f32_n(__m512& s, const float* a, const 
   // keeps, and 2^-14 <= |hi| < 65504. Then RZ16(lo) = RZ16(hi) = hi with its 13 low bits cleared (in fp16's normal
   // range RZ16 truncates a binary32 significand to 11 bits), a normal fp16 value below 65504: exactly the lanes
   // `ok` accepts below with a normal h, with the same h, at a third of the instructions (no conversions).
-  const __m512i hb = _mm512_castps_si512(hi);
-  const __m512i top = _mm512_set1_epi32(static_cast<int>(0xFFFFE000u));
-  const __mmask16 agree = _mm512_testn_epi32_mask(_mm512_xor_si512(_mm512_castps_si512(lo), hb), top);
-  const __m512i above = _mm512_sub_epi32(_mm512_and_si512(hb, _mm512_set1_epi32(0x7FFFFFFF)),
-                                         _mm512_set1_epi32(0x38800000));  // |hi| − 2^-14 as bits
-  const __mmask16 normal = _mm512_mask_cmplt_epu32_mask(agree, above, _mm512_set1_epi32(0x477FE000 - 0x38800000));
-  if (__builtin_expect(normal == 0xFFFF, 1)) {
-    s = _mm512_add_ps(s, _mm512_castsi512_ps(_mm512_and_si512(hb, top)));
-    return true;
+  if constexpr (Bits) {
+    const __m512i hb = _mm512_castps_si512(hi);
+    const __m512i top = _mm512_set1_epi32(static_cast<int>(0xFFFFE000u));
+    const __mmask16 agree = _mm512_testn_epi32_mask(_mm512_xor_si512(_mm512_castps_si512(lo), hb), top);
+    const __m512i above = _mm512_sub_epi32(_mm512_and_si512(hb, _mm512_set1_epi32(0x7FFFFFFF)),
+                                           _mm512_set1_epi32(0x38800000));  // |hi| − 2^-14 as bits
+    const __mmask16 normal = _mm512_mask_cmplt_epu32_mask(agree, above, _mm512_set1_epi32(0x477FE000 - 0x38800000));
+    if (__builtin_expect(normal == 0xFFFF, 1)) {
+      s = _mm512_add_ps(s, _mm512_castsi512_ps(_mm512_and_si512(hb, top)));
+      return true;
+    }
+    ++misses;
   }
   __m256i hh = _mm512_cvtps_ph(hi, kRz);
   const __m256i hl = _mm512_cvtps_ph(lo, kRz);
@@ -247,9 +251,9 @@ ROUNDOFF_AVX512 ROUNDOFF_INLINE bool ane_f32_n(__m512& s, const float* a, const 
 }
 
 /// The full tile of kTile terms in binary32 (ane_f32_n).
-template <bool Flush>
-ROUNDOFF_AVX512 ROUNDOFF_INLINE bool ane_f32(VF& s, const float* a, const VF* b) {
-  return ane_f32_n<kTile, Flush>(s, a, b);
+template <bool Flush, bool Bits>
+ROUNDOFF_AVX512 ROUNDOFF_INLINE bool ane_f32(VF& s, const float* a, const VF* b, std::size_t& misses) {
+  return ane_f32_n<kTile, Flush, Bits>(s, a, b, misses);
 }
 
 #include "numerics/gemm_tile_loops.inc"
