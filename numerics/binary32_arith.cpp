@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <stdexcept>
 
+#include "numerics/round.hpp"
 #include "numerics/round_span.hpp"
 
 namespace roundoff::numerics {
@@ -45,6 +46,27 @@ __attribute__((target("avx512f"))) void arith_avx512(const float* a, const float
   }
 }
 
+/// The binary32 results r rounded to binary16 to nearest-even and widened back; a NaN lane becomes the quiet NaN
+/// 0x7FC00000 (as round_array's fp16 paths give it, numerics/round_simd.cpp).
+__attribute__((target("avx512f"))) inline __m512 fp16_rne512(__m512 r) {
+  const __m512 y = _mm512_cvtph_ps(_mm512_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q),
+                            _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
+}
+
+template <Binary32Op op>
+__attribute__((target("avx512f"))) void arith_fp16_avx512(const float* a, const float* b, bool bcast, float* out,
+                                                          std::size_t n) {
+  const __m512 yb = _mm512_set1_ps(bcast ? b[0] : 0.0f);
+  for (std::size_t i = 0; i < n; i += 16) {
+    const std::size_t left = n - i;
+    const auto live = left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
+    const __m512 x = _mm512_maskz_loadu_ps(live, a + i);
+    const __m512 y = bcast ? yb : _mm512_maskz_loadu_ps(live, b + i);
+    _mm512_mask_storeu_ps(out + i, live, fp16_rne512(lanes512<op>(x, y)));
+  }
+}
+
 template <Binary32Op op>
 __attribute__((target("avx2"))) __m256 lanes256(__m256 x, __m256 y) {
   if constexpr (op == Binary32Op::Add) return _mm256_add_ps(x, y);
@@ -63,6 +85,25 @@ __attribute__((target("avx2"))) void arith_avx2(const float* a, const float* b, 
     _mm256_storeu_ps(out + i, lanes256<op>(_mm256_loadu_ps(a + i), y));
   }
   for (; i < n; ++i) out[i] = one<op>(a[i], b[bcast ? 0 : i]);
+}
+
+template <Binary32Op op>
+__attribute__((target("avx2,f16c"))) void arith_fp16_f16c(const float* a, const float* b, bool bcast, float* out,
+                                                          std::size_t n) {
+  const __m256 yb = _mm256_set1_ps(bcast ? b[0] : 0.0f);
+  const __m256 qnan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000));
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 y = bcast ? yb : _mm256_loadu_ps(b + i);
+    const __m256 r = lanes256<op>(_mm256_loadu_ps(a + i), y);
+    const __m256 h = _mm256_cvtph_ps(_mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm256_storeu_ps(out + i, _mm256_blendv_ps(h, qnan, _mm256_cmp_ps(r, r, _CMP_UNORD_Q)));
+  }
+  for (; i < n; ++i) {
+    const float r = one<op>(a[i], b[bcast ? 0 : i]);
+    const float h = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph(_mm_set_ss(r), _MM_FROUND_TO_NEAREST_INT)));
+    out[i] = std::isnan(r) ? std::bit_cast<float>(0x7FC00000u) : h;
+  }
 }
 
 template <Binary32Op op>
@@ -244,7 +285,43 @@ bool cpu_has_fma() {
   }();
   return fma;
 }
+
+bool cpu_has_f16c() {
+  static const bool f16c = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("f16c") != 0;
+  }();
+  return f16c;
+}
+
+template <Binary32Op op>
+void arith_fp16_tier(const float* a, const float* b, bool bcast, float* out, std::size_t n,
+                     const KernelOptions& opts) {
+  if (round_doubles_avx512_supported() && opts.isa_limit >= kernels::Isa::Avx512)
+    return arith_fp16_avx512<op>(a, b, bcast, out, n);
+  if (round_doubles_avx2_supported() && cpu_has_f16c() && opts.isa_limit >= kernels::Isa::Avx2)
+    return arith_fp16_f16c<op>(a, b, bcast, out, n);
+  arith_portable<op>(a, b, bcast, out, n);
+  static const RoundingPlan fp16{formats::fp16};
+  round_array(fp16, Rounding::NearestEven, std::span<const float>(out, n), std::span<float>(out, n));
+}
+
 }  // namespace
+
+void binary32_arith_fp16(Binary32Op op, std::span<const float> a, std::span<const float> b, std::span<float> out,
+                         const KernelOptions& opts) {
+  const bool bcast = b.size() == 1 && out.size() != 1;
+  const float* pa = a.data();
+  const float* pb = b.data();
+  float* po = out.data();
+  const std::size_t n = out.size();
+  switch (op) {
+    case Binary32Op::Add: return arith_fp16_tier<Binary32Op::Add>(pa, pb, bcast, po, n, opts);
+    case Binary32Op::Sub: return arith_fp16_tier<Binary32Op::Sub>(pa, pb, bcast, po, n, opts);
+    case Binary32Op::Mul: return arith_fp16_tier<Binary32Op::Mul>(pa, pb, bcast, po, n, opts);
+    case Binary32Op::Div: return arith_fp16_tier<Binary32Op::Div>(pa, pb, bcast, po, n, opts);
+  }
+}
 
 void binary32_arith(Binary32Op op, std::span<const float> a, std::span<const float> b, std::span<float> out,
                     const KernelOptions& opts) {

@@ -26,6 +26,14 @@ enum class Binary32Op : std::uint8_t { Add, Sub, Mul, Div };
 void binary32_arith(Binary32Op op, std::span<const float> a, std::span<const float> b, std::span<float> out,
                     const KernelOptions& opts = {});
 
+/// binary32_arith, then every result rounded to IEEE binary16 (fp16) to nearest-even and widened back, in one pass:
+/// out[i] = fp16(a[i] op b[i]) as binary32, a NaN result the quiet NaN 0x7FC00000 — the values binary32_arith
+/// followed by round_array(fp16, NearestEven) on out gives (the same two roundings, one load and store fewer). The
+/// fp16 step of the ops' binary32 bodies under an fp16 compute (ops/span_arith.hpp, arith_binary32). Tiers: AVX-512F
+/// and F16C conversions; otherwise the two passes.
+void binary32_arith_fp16(Binary32Op op, std::span<const float> a, std::span<const float> b, std::span<float> out,
+                         const KernelOptions& opts = {});
+
 /// True when some x[i] is NaN. Tiers as binary32_arith; the answer does not depend on the path.
 bool any_nan(std::span<const float> x, const KernelOptions& opts = {});
 

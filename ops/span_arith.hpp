@@ -105,8 +105,10 @@ inline void arith_binary32(const Ctx<Emulated>& ctx, ArithOp op, std::span<const
     }
     return numerics::Binary32Op::Add;
   }();
-  numerics::binary32_arith(nop, a, b, out, ctx.exec().kernels);
-  if (ctx.binary16_through()) ctx.round_to_compute32(out);  // the fp16 step (Ctx::binary16_through)
+  if (ctx.binary16_through())  // the fp16 step (Ctx::binary16_through) in the same pass
+    numerics::binary32_arith_fp16(nop, a, b, out, ctx.exec().kernels);
+  else
+    numerics::binary32_arith(nop, a, b, out, ctx.exec().kernels);
 }
 
 /// Whether an op body on tensors of element type T under backend A has a binary32 form (Ctx::binary32_through):

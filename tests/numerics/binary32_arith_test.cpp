@@ -91,6 +91,58 @@ TEST(Binary32Arith, EqualsTheCorrectlyRoundedOperationOnEveryTier) {
   EXPECT_GT(compared, 10000);
 }
 
+/// n fp16 values as binary32: random over fp16's range (subnormals, the largest finite values, products that
+/// overflow or underflow), with ±0, ±inf and NaN.
+std::vector<float> fp16_operands(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> bits(0, 0xFFFF);
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = static_cast<float>(std::bit_cast<_Float16>(static_cast<std::uint16_t>(bits(rng))));
+  return v;
+}
+
+TEST(Binary32Arith, Fp16StepEqualsTheOperationThenRoundArrayOnEveryTier) {
+  // binary32_arith_fp16 against its definition, binary32_arith followed by round_array(fp16, nearest-even), bit for
+  // bit (NaN encodings included); on fp16 operands also against numerics' correctly rounded fp16 operation.
+  const RoundingPlan fp16(formats::fp16);
+  int checked = 0, rounded = 0;  // rounded: results also compared with the fp16 operation
+  for (const KernelOptions& k : tiers())
+    for (const Binary32Op op : {Binary32Op::Add, Binary32Op::Sub, Binary32Op::Mul, Binary32Op::Div})
+      for (const std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{16}, std::size_t{17}, std::size_t{1001}})
+        for (const bool bcast : {false, true})
+          for (const bool halves : {false, true}) {
+            const std::vector<float> a = halves ? fp16_operands(n, 3 + n) : operands(n, 31 + n);
+            const std::vector<float> b = halves ? fp16_operands(bcast ? 1 : n, 5 + n) : operands(bcast ? 1 : n, 37 + n);
+            std::vector<float> want(n), got(n, 7.0f);
+            binary32_arith(op, a, b, want, k);
+            round_array(fp16, Rounding::NearestEven, std::span<const float>(want), std::span<float>(want));
+            binary32_arith_fp16(op, a, b, got, k);
+            std::vector<float> in_place = a;  // out aliasing a
+            binary32_arith_fp16(op, in_place, b, in_place, k);
+            for (std::size_t i = 0; i < n; ++i) {
+              const std::string what = "tier " + std::to_string(static_cast<int>(k.isa_limit)) + " op " +
+                                       std::to_string(static_cast<int>(op)) + " n " + std::to_string(n) + " i " +
+                                       std::to_string(i);
+              ++checked;
+              EXPECT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(want[i]))
+                  << what << std::hexfloat << ": " << a[i] << ", " << b[bcast ? 0 : i];
+              EXPECT_EQ(std::bit_cast<std::uint32_t>(in_place[i]), std::bit_cast<std::uint32_t>(got[i])) << what;
+              if (!halves || std::isnan(got[i])) continue;
+              const auto x = static_cast<double>(a[i]), y = static_cast<double>(b[bcast ? 0 : i]);
+              const double r = op == Binary32Op::Add   ? add(fp16, Rounding::NearestEven, x, y)
+                               : op == Binary32Op::Sub ? sub(fp16, Rounding::NearestEven, x, y)
+                               : op == Binary32Op::Mul ? mul(fp16, Rounding::NearestEven, x, y)
+                                                       : div(fp16, Rounding::NearestEven, x, y);
+              ++rounded;
+              EXPECT_EQ(std::bit_cast<std::uint64_t>(static_cast<double>(got[i])), std::bit_cast<std::uint64_t>(r))
+                  << what << std::hexfloat << ": " << a[i] << ", " << b[bcast ? 0 : i];
+            }
+          }
+  EXPECT_GT(checked, 50000);
+  EXPECT_GT(rounded, 10000);
+}
+
 TEST(Binary32Arith, AnyNanOnEveryTier) {
   for (const KernelOptions& k : tiers())
     for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{8}, std::size_t{15}, std::size_t{16},
