@@ -40,10 +40,13 @@ struct RopeRow {
   template <class S>
   void gather(std::span<const S> src, std::span<const S> cos_t, std::span<const S> sin_t, std::int64_t t,
               std::int64_t H, std::size_t o) {
-    for (std::size_t i = 0; i < p0.size(); ++i) {
-      const auto ti = static_cast<std::size_t>(t * H) + i % static_cast<std::size_t>(H);
-      p0[i] = cos_t[ti];
-      p1[i] = sin_t[ti];
+    const auto h = static_cast<std::size_t>(H), row = static_cast<std::size_t>(t * H);
+    for (std::size_t i0 = 0; i0 < p0.size(); i0 += h)  // pair i reads table entry i mod H (one head's pairs)
+      for (std::size_t j = 0; j < h && i0 + j < p0.size(); ++j) {
+        p0[i0 + j] = cos_t[row + j];
+        p1[i0 + j] = sin_t[row + j];
+      }
+    for (std::size_t i = 0; i < r0.size(); ++i) {
       r0[i] = src[o + 2 * i];
       r1[i] = src[o + 2 * i + 1];
     }
