@@ -306,36 +306,33 @@ void arith_fp16_tier(const float* a, const float* b, bool bcast, float* out, std
   round_array(fp16, Rounding::NearestEven, std::span<const float>(out, n), std::span<float>(out, n));
 }
 
+/// binary32_arith (Fp16 false) or binary32_arith_fp16 (true): op chosen at run time, the tier's loop by the template.
+template <bool Fp16>
+void arith_spans(Binary32Op op, std::span<const float> a, std::span<const float> b, std::span<float> out,
+                 const KernelOptions& opts) {
+  const bool bcast = b.size() == 1 && out.size() != 1;
+  const auto run = [&]<Binary32Op o>() {
+    if constexpr (Fp16) arith_fp16_tier<o>(a.data(), b.data(), bcast, out.data(), out.size(), opts);
+    else arith_tier<o>(a.data(), b.data(), bcast, out.data(), out.size(), opts);
+  };
+  switch (op) {
+    case Binary32Op::Add: return run.template operator()<Binary32Op::Add>();
+    case Binary32Op::Sub: return run.template operator()<Binary32Op::Sub>();
+    case Binary32Op::Mul: return run.template operator()<Binary32Op::Mul>();
+    case Binary32Op::Div: return run.template operator()<Binary32Op::Div>();
+  }
+}
+
 }  // namespace
 
 void binary32_arith_fp16(Binary32Op op, std::span<const float> a, std::span<const float> b, std::span<float> out,
                          const KernelOptions& opts) {
-  const bool bcast = b.size() == 1 && out.size() != 1;
-  const float* pa = a.data();
-  const float* pb = b.data();
-  float* po = out.data();
-  const std::size_t n = out.size();
-  switch (op) {
-    case Binary32Op::Add: return arith_fp16_tier<Binary32Op::Add>(pa, pb, bcast, po, n, opts);
-    case Binary32Op::Sub: return arith_fp16_tier<Binary32Op::Sub>(pa, pb, bcast, po, n, opts);
-    case Binary32Op::Mul: return arith_fp16_tier<Binary32Op::Mul>(pa, pb, bcast, po, n, opts);
-    case Binary32Op::Div: return arith_fp16_tier<Binary32Op::Div>(pa, pb, bcast, po, n, opts);
-  }
+  arith_spans<true>(op, a, b, out, opts);
 }
 
 void binary32_arith(Binary32Op op, std::span<const float> a, std::span<const float> b, std::span<float> out,
                     const KernelOptions& opts) {
-  const bool bcast = b.size() == 1 && out.size() != 1;
-  const float* pa = a.data();
-  const float* pb = b.data();
-  float* po = out.data();
-  const std::size_t n = out.size();
-  switch (op) {
-    case Binary32Op::Add: return arith_tier<Binary32Op::Add>(pa, pb, bcast, po, n, opts);
-    case Binary32Op::Sub: return arith_tier<Binary32Op::Sub>(pa, pb, bcast, po, n, opts);
-    case Binary32Op::Mul: return arith_tier<Binary32Op::Mul>(pa, pb, bcast, po, n, opts);
-    case Binary32Op::Div: return arith_tier<Binary32Op::Div>(pa, pb, bcast, po, n, opts);
-  }
+  arith_spans<false>(op, a, b, out, opts);
 }
 
 bool any_nan(std::span<const float> x, const KernelOptions& opts) {
