@@ -33,19 +33,6 @@ __attribute__((target("avx512f"))) __m512 lanes512(__m512 x, __m512 y) {
   return _mm512_div_ps(x, y);
 }
 
-template <Binary32Op op>
-__attribute__((target("avx512f"))) void arith_avx512(const float* a, const float* b, bool bcast, float* out,
-                                                     std::size_t n) {
-  const __m512 yb = _mm512_set1_ps(bcast ? b[0] : 0.0f);
-  for (std::size_t i = 0; i < n; i += 16) {
-    const std::size_t left = n - i;
-    const auto live = left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
-    const __m512 x = _mm512_maskz_loadu_ps(live, a + i);
-    const __m512 y = bcast ? yb : _mm512_maskz_loadu_ps(live, b + i);
-    _mm512_mask_storeu_ps(out + i, live, lanes512<op>(x, y));
-  }
-}
-
 /// The binary32 results r rounded to binary16 to nearest-even and widened back; a NaN lane becomes the quiet NaN
 /// 0x7FC00000 (as round_array's fp16 paths give it, numerics/round_simd.cpp).
 __attribute__((target("avx512f"))) inline __m512 fp16_rne512(__m512 r) {
@@ -54,16 +41,18 @@ __attribute__((target("avx512f"))) inline __m512 fp16_rne512(__m512 r) {
                             _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
 }
 
-template <Binary32Op op>
-__attribute__((target("avx512f"))) void arith_fp16_avx512(const float* a, const float* b, bool bcast, float* out,
-                                                          std::size_t n) {
+/// out = a op b on 16 lanes at a time; Fp16: each result then rounded to fp16 (fp16_rne512).
+template <Binary32Op op, bool Fp16 = false>
+__attribute__((target("avx512f"))) void arith_avx512(const float* a, const float* b, bool bcast, float* out,
+                                                     std::size_t n) {
   const __m512 yb = _mm512_set1_ps(bcast ? b[0] : 0.0f);
   for (std::size_t i = 0; i < n; i += 16) {
     const std::size_t left = n - i;
     const auto live = left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
     const __m512 x = _mm512_maskz_loadu_ps(live, a + i);
     const __m512 y = bcast ? yb : _mm512_maskz_loadu_ps(live, b + i);
-    _mm512_mask_storeu_ps(out + i, live, fp16_rne512(lanes512<op>(x, y)));
+    const __m512 r = lanes512<op>(x, y);
+    _mm512_mask_storeu_ps(out + i, live, Fp16 ? fp16_rne512(r) : r);
   }
 }
 
@@ -298,7 +287,7 @@ template <Binary32Op op>
 void arith_fp16_tier(const float* a, const float* b, bool bcast, float* out, std::size_t n,
                      const KernelOptions& opts) {
   if (round_doubles_avx512_supported() && opts.isa_limit >= kernels::Isa::Avx512)
-    return arith_fp16_avx512<op>(a, b, bcast, out, n);
+    return arith_avx512<op, true>(a, b, bcast, out, n);
   if (round_doubles_avx2_supported() && cpu_has_f16c() && opts.isa_limit >= kernels::Isa::Avx2)
     return arith_fp16_f16c<op>(a, b, bcast, out, n);
   arith_portable<op>(a, b, bcast, out, n);
