@@ -79,7 +79,8 @@ void tile_rows(Acc acc, std::size_t rows, const float* Ap, std::size_t lda, cons
 /// `rows` rows × kAneCols columns of the ane-tile4 GEMM (argument at the tile stage in gemm_kernels_avx512.cpp):
 /// rows Af[r·lda + k] (binary32), B columns Bp[k·ldb + 0..kAneCols−1], running sums in/out tile[r·ldt + c]; tile
 /// overflows are added to `overflows`. flush: flush=tile (a subnormal fp16 tile value h, (h & 0x7C00) == 0,
-/// becomes h & 0x8000 before the add; see gemm_kernels_avx512.cpp).
+/// becomes h & 0x8000 before the add; see gemm_kernels_avx512.cpp). probe: the caller's AneProbe, the choice of
+/// test for the binary32 attempt kept across one GEMM's rows (it changes the speed only).
 void tile_ane_rows(std::size_t rows, const float* Af, std::size_t lda, const float* Bp, std::size_t ldb, std::size_t K,
                    float* tile, std::size_t ldt, std::int64_t& overflows, AneProbe& probe, bool flush);
 
