@@ -448,8 +448,9 @@ class Ctx<Emulated> {
   /// The binary16 twin of binary32_through: compute and storage both IEEE binary16 (fp16) with round-to-nearest-even,
   /// no flush (ftz, daz), no saturation, no ANE table, the fast paths on and the default control register. Then the
   /// ops' binary32 bodies run as they are, each hardware binary32 + − × ÷ of fp16 values rounded once more to fp16
-  /// (arith_binary32: numerics::binary32_arith_fp16, one pass), which gives the correctly rounded fp16 result add/sub/mul/div give: for
-  /// fp16 operands (p = 11, exponents in [−24, 15]) a product is exact in binary32 (22 bits, inside its normal
+  /// in the same pass (arith_binary32: numerics::binary32_arith_fp16), which gives the correctly rounded fp16
+  /// result add/sub/mul/div give: for fp16 operands (p = 11, exponents in [−24, 15]) a product is exact in binary32
+  /// (22 bits, inside its normal
   /// range); a sum or difference is exact or rounded twice, innocuous since 24 ≥ 2p + 2 (Figueroa, as in
   /// ops/span_arith.hpp); a quotient lies in [2^−40, 2^40] and its double rounding is innocuous by the argument of
   /// docs/numerics.md, "Division on spans", with 24 bits for 53 (|δ| > 2^(e_m − 2p) exceeds half a binary32 ulp,
