@@ -320,7 +320,7 @@ void Transformer::stream_statistics(StepTelemetry* tel, int layer, ops::CValues 
 void Transformer::check(StepTelemetry* tel, OpKind op, Pass pass, int layer, std::string_view tensor,
                         ops::CValues y) {
   if (tel == nullptr) return;
-  if (tel->first_nonfinite_op.empty())
+  if (tel->check_outputs && tel->first_nonfinite_op.empty())
     ops::timed_phase(profile_, kOutputChecks, [&] {
       if (!y.visit([](auto d) { return all_finite(d); })) tel->first_nonfinite_op = site_name(op, pass, layer, tensor);
     });

@@ -32,6 +32,12 @@ struct StepTelemetry {
   /// Set by the model to "<op>.<pass>[layer]" of the first op (in execution order) that produced a
   /// non-finite value in this step, if any.
   std::string first_nonfinite_op;
+  /// Whether the model scans every op output for first_nonfinite_op (a pass over each output). A caller that
+  /// needs the name only for a step whose loss or gradients turn out non-finite may turn the scans off and, for
+  /// such a step, run it again with them on: the pass is deterministic, so the second run computes the same
+  /// values and names the same op (Trainer::name_first_nonfinite). Off, first_nonfinite_op names at most a
+  /// gradient tensor whose rounding overflowed.
+  bool check_outputs = true;
   /// Set by the model to "rmsnorm.fwd(<tensor>)[layer]" of the first RMSNorm in this step that turned a
   /// non-zero row into zeros because its Σx² overflowed (rstd = 0), if any.
   std::string first_collapsed_norm;

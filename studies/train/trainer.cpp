@@ -295,6 +295,7 @@ void Trainer::step() {
   StepTelemetry tel;
   tel.log = &log_;
   tel.detailed = opts_.telemetry_every > 0 && s % opts_.telemetry_every == 0;
+  tel.check_outputs = false;  // the first non-finite op is named by name_first_nonfinite, where one is needed
   const auto t_step = ops::Profile::Clock::now();
   const double cpu_step = profile_ != nullptr ? ops::process_cpu_seconds() : 0.0;
   if (shadow_ && opts_.shadow_every > 0 && s % opts_.shadow_every == 0)
@@ -313,7 +314,11 @@ void Trainer::step() {
     if (fused) norm = fused->norm;
     grads_finite = fused ? fused->finite : unscale_gradients(grads_, scale, opts_.recipe.accum, opts_.update_format);
   });
-  record_nonfinite(s, tel, grads_finite && std::isfinite(loss));
+  const bool finite = grads_finite && std::isfinite(loss);
+  // The name is read by the first non-finite step's event and by every skipped update's.
+  if ((!finite && !first_nonfinite_step_) || scaler_.skips(grads_finite))
+    ops::timed_phase(profile_, "trainer: non-finite replay", [&] { name_first_nonfinite(s, scale, tel); });
+  record_nonfinite(s, tel, finite);
   log_.curve(s, "train_loss", loss);
   const double lr = update_learning_rate(opts_.recipe, s, opts_.steps);
   if (scaler_.skips(grads_finite)) skip_update(s, tel, scale);
@@ -366,6 +371,25 @@ double Trainer::micro_steps(std::int64_t s, double scale, StepTelemetry& tel) {
     if (micro_losses_.size() > kAutoAneWindow) micro_losses_.pop_front();
   }
   return loss / accum;
+}
+
+void Trainer::name_first_nonfinite(std::int64_t s, double scale, StepTelemetry& tel) {
+  const ModelConfig& c = opts_.config;
+  // Gradients with a micro-step store (binary64, accum > 1) go there: it is dead once summed into grads_. Else
+  // into a store of their own, freed after: grads_ holds the update's gradients, still to be applied or skipped.
+  ParamStore own_store;
+  ParamStore& scratch = gradients_in_total() ? own_store : micro_grads_;
+  if (scratch.size() != layout_.total) scratch = ParamStore(grads_.kind(), layout_.total);
+  StepTelemetry named;  // no log, no detailed telemetry: only the scans
+  own_.set_profile(nullptr);  // the phase times this pass; its op calls are not the step's
+  for (int j = 0; j < opts_.recipe.accum && named.first_nonfinite_op.empty(); ++j) {
+    const std::int64_t micro = s * opts_.recipe.accum + j;
+    named.step = micro;
+    (void)own_.loss_and_grad_stored(train_batch(data_.train, c.seq, c.batch, opts_.seed, micro), master_, scale,
+                                    scratch, named);
+  }
+  own_.set_profile(profile_);
+  tel.first_nonfinite_op = named.first_nonfinite_op;
 }
 
 void Trainer::record_nonfinite(std::int64_t s, const StepTelemetry& tel, bool finite) {
@@ -461,6 +485,7 @@ void Trainer::log_gradient_underflow(std::int64_t s, const Batch& batch, double 
     ParamStore& out = in_grads ? micro_grads_ : grads_;
     StepTelemetry quiet;
     quiet.step = s;
+    quiet.check_outputs = false;  // read for its gradients only
     fp32_.set_profile(nullptr);  // the phase times this pass; its op calls are not the step's
     make_room_for(fp32_);
     fp32_.loss_and_grad_stored(batch, master_, 1.0, out, quiet);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <span>
 #include <sstream>
 #include <string>
@@ -252,6 +253,44 @@ TEST(TrainModel, InjectedOverflowIsReportedWithStepAndOp) {
   EXPECT_NE(ev.str().find("3,nonfinite,first non-finite value in residual-ffn.fwd(x)[layer 1]"), std::string::npos)
       << ev.str();
   EXPECT_NE(ev.str().find("3,skip,"), std::string::npos) << ev.str();
+}
+
+// The trainer's own pass runs without the per-op output scans and names the op by running a non-finite step again
+// (Trainer::name_first_nonfinite). With two micro-steps per update the injection at micro-step 3 is update 1's
+// second: the replay must reach it, with the gradients of the binary32 store (ane-fp16: a store of its own) and of
+// the binary64 one (fp64: the micro-step store), and name the op the model names with its scans on.
+TEST(TrainModel, InjectedOverflowInALaterMicroStepIsNamedByTheReplay) {
+  const ModelConfig c = small_config(16, 16, 2);
+  const TrainData& data = excerpt_data(c);
+  omp_set_num_threads(1);
+  for (const char* preset : {"ane-fp16", "fp64"}) {
+    const bool fp64 = std::string(preset) == "fp64";
+    const ops::Policy policy = ops::Policy::preset(preset);
+    const double factor = fp64 ? std::numeric_limits<double>::infinity() : 1e9;
+    const std::string site = fp64 ? "matmul.fwd(w2)[layer 1]" : "residual-ffn.fwd(x)[layer 1]";
+    Transformer own(c, ResidualScale::None, policy, 3), fp32(c, ResidualScale::None, ops::Policy::preset("fp32"), 3);
+    own.inject(3, ops::OpKind::Matmul, 1, "w2", factor);
+    TrainOptions o;
+    o.config = c;
+    o.steps = 3;
+    o.recipe.warmup = 1;
+    o.recipe.accum = 2;
+    o.progress_every = 0;
+    o.loss_scale = LossScaleSpec::parse("static:256");
+    o.policy = policy.canonical();
+    const auto dir = fresh_dir(std::string("inject-accum-") + preset);
+    o.out = dir;
+    Trainer t(o, own, fp32, data, nullptr);
+    const auto s = t.run();
+    EXPECT_EQ(s["first_nonfinite_step"], 1) << preset;
+    EXPECT_EQ(s["first_nonfinite_op"], site) << preset;
+    EXPECT_EQ(s["skipped_steps"], 1) << preset;
+    std::ifstream events(dir / "events.csv");
+    std::stringstream ev;
+    ev << events.rdbuf();
+    EXPECT_NE(ev.str().find("1,skip,non-finite gradients at loss scale 256 (first in " + site + ")"), std::string::npos)
+        << preset << ": " << ev.str();
+  }
 }
 
 TEST(TrainModel, TelemetryIsRecorded) {
