@@ -6,6 +6,7 @@
 #include <bit>
 #include <cstdint>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -44,6 +45,51 @@ struct Rounder {
     return x;
   }
 };
+
+/// unscale_gradients' fast case: a power-of-two scale whose inverse S⁻¹ is a binary32 value, f = fp32, the default
+/// control register. fl32(w·S⁻¹) of the exact binary64 product is then the hardware binary32 product w × S⁻¹
+/// (correctly rounded, subnormals and overflow included) for every non-NaN w.
+bool binary32_inverse_applies(double scale, const numerics::Format& f) {
+  int exponent = 0;
+  const double inv = 1.0 / scale;
+  return std::frexp(scale, &exponent) == 0.5 && f == numerics::formats::fp32 &&
+         static_cast<double>(static_cast<float>(inv)) == inv && numerics::default_mxcsr();
+}
+
+constexpr std::size_t kUnscaleChunk = std::size_t{1} << 15;
+
+/// g ← fl32(g·S⁻¹) where binary32_inverse_applies, chunk by chunk over the threads; returns whether every result is
+/// finite. A chunk holding a NaN takes the binary64 product and rounding element by element (the NaN's bits, as
+/// the general loop gives them). With `sums` (one per chunk), sums[c] = Σ g² of chunk c after the unscaling in
+/// binary64 (numerics::binary64_sum_of_squares16), read while the chunk is in cache; NaN for a chunk that held a NaN.
+bool unscale_by_binary32_inverse(std::span<float> g, double scale, double* sums) {
+  const double inv = 1.0 / scale;
+  const auto inv32 = static_cast<float>(inv);
+  const Rounder to_f(numerics::formats::fp32);
+  const auto chunks = static_cast<std::int64_t>((g.size() + kUnscaleChunk - 1) / kUnscaleChunk);
+  bool all = true;
+#pragma omp parallel for schedule(static) reduction(&& : all)
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    const std::size_t b = static_cast<std::size_t>(c) * kUnscaleChunk, n = std::min(kUnscaleChunk, g.size() - b);
+    const std::span<float> part = g.subspan(b, n);
+    if (numerics::any_nan(std::span<const float>(part))) {
+      for (float& v : part) v = static_cast<float>(to_f(static_cast<double>(v) * inv));
+      if (sums != nullptr) sums[c] = std::numeric_limits<double>::quiet_NaN();
+      all = false;
+      continue;
+    }
+    numerics::binary32_arith(numerics::Binary32Op::Mul, part, std::span<const float>(&inv32, 1), part);
+    if (sums != nullptr) {
+      // A binary32 value squares below 2^256 and 2^15 such squares sum below 2^271: the sum is finite exactly when
+      // every value is (the finiteness scan's answer).
+      sums[c] = numerics::binary64_sum_of_squares16(std::span<const float>(part));
+      all = std::isfinite(sums[c]) && all;
+    } else {
+      all = numerics::all_finite(std::span<const float>(part)) && all;
+    }
+  }
+  return all;
+}
 }  // namespace
 
 numerics::Format update_format(const numerics::Format& grads) {
@@ -156,28 +202,7 @@ bool unscale_gradients(ParamStore& grads, double scale, int accum, const numeric
   const double inv = 1.0 / scale;
   int exponent = 0;
   const bool exact_inverse = std::frexp(scale, &exponent) == 0.5;
-  const auto inv32 = static_cast<float>(inv);
-  if (exact_inverse && f == numerics::formats::fp32 && static_cast<double>(inv32) == inv && numerics::default_mxcsr()) {
-    // A power-of-two scale whose inverse is a binary32 value, f = fp32: fl32(w·S⁻¹) of the exact binary64 product
-    // is the hardware binary32 product w × S⁻¹ (correctly rounded, subnormals and overflow included, under the
-    // default control register) for every non-NaN w. A chunk holding a NaN takes the loop below (the NaN's bits).
-    constexpr std::size_t kChunk = std::size_t{1} << 15;
-    const auto chunks = static_cast<std::int64_t>((g.size() + kChunk - 1) / kChunk);
-    bool all = true;
-#pragma omp parallel for schedule(static) reduction(&& : all)
-    for (std::int64_t c = 0; c < chunks; ++c) {
-      const std::size_t b = static_cast<std::size_t>(c) * kChunk, n = std::min(kChunk, g.size() - b);
-      const std::span<float> part = g.subspan(b, n);
-      if (numerics::any_nan(std::span<const float>(part))) {
-        for (float& v : part) v = static_cast<float>(to_f(static_cast<double>(v) * inv));
-        all = false;
-        continue;
-      }
-      numerics::binary32_arith(numerics::Binary32Op::Mul, part, std::span<const float>(&inv32, 1), part);
-      all = numerics::all_finite(std::span<const float>(part)) && all;
-    }
-    return all;
-  }
+  if (binary32_inverse_applies(scale, f)) return unscale_by_binary32_inverse(g, scale, nullptr);
   return for_each_element(g.size(), [&](std::size_t i) {
     const double w = static_cast<double>(g[i]);
     const double x = to_f(exact_inverse ? w * inv : w / scale);
@@ -234,9 +259,9 @@ double sum_of_squares_chunked(std::span<const float> g) {
 /// (a correctly rounded √, then nearest-even with its overflow and underflow), so where both ends give one value ŝ
 /// gives it too: the same bits, read in parallel. The ends differ when √ŝ lies within 3γ/2 (relative; ≈ 4·10⁻⁹ for
 /// 13 million gradients) of a rounding boundary of f, and for a non-finite s_p: the sequential sum decides then.
-GradientNorm norm_of(std::span<const float> g, const numerics::Format& f) {
+/// norm_of given s_p (sum_of_squares_chunked(g)'s value, however computed).
+GradientNorm norm_from_chunks(std::span<const float> g, double s_p, const numerics::Format& f) {
   const Rounder r(f);
-  const double s_p = sum_of_squares_chunked(g);
   const bool finite = std::isfinite(s_p);
   if (finite) {
     const double u = 0x1p-53, n = static_cast<double>(g.size());
@@ -251,6 +276,10 @@ GradientNorm norm_of(std::span<const float> g, const numerics::Format& f) {
   }
   return {finite, r(std::sqrt(sum_of_squares(g)))};
 }
+
+GradientNorm norm_of(std::span<const float> g, const numerics::Format& f) {
+  return norm_from_chunks(g, sum_of_squares_chunked(g), f);
+}
 }  // namespace
 
 double global_norm(const ParamStore& grads, const numerics::Format& f) {
@@ -258,11 +287,18 @@ double global_norm(const ParamStore& grads, const numerics::Format& f) {
   return norm_of(grads.binary32(), f).norm;
 }
 
-std::optional<GradientNorm> unscale_free_norm(const ParamStore& grads, double scale, int accum,
-                                              const numerics::Format& f) {
-  if (accum != 1 || scale != 1.0 || !numerics::holds_binary32(f) || grads.kind() != StorageKind::Binary32)
-    return std::nullopt;
-  return norm_of(grads.binary32(), f);
+std::optional<GradientNorm> unscale_with_norm(ParamStore& grads, double scale, int accum, const numerics::Format& f) {
+  if (accum != 1 || grads.kind() != StorageKind::Binary32) return std::nullopt;
+  const std::span<float> g = grads.binary32();
+  if (scale == 1.0 && numerics::holds_binary32(f)) return norm_of(g, f);  // finite gradients stay as they are
+  if (!binary32_inverse_applies(scale, f)) return std::nullopt;
+  static_assert(kUnscaleChunk == kSquaresChunk, "the unscaling's chunks are the parallel sum's");
+  std::vector<double> sums((g.size() + kUnscaleChunk - 1) / kUnscaleChunk);
+  const bool finite = unscale_by_binary32_inverse(g, scale, sums.data());
+  if (!finite) return GradientNorm{false, norm_of(g, f).norm};  // a NaN chunk's sum is not the parallel sum's
+  double s_p = 0;
+  for (const double p : sums) s_p += p;
+  return norm_from_chunks(g, s_p, f);
 }
 
 double clip_coefficient(double norm, double max_norm, const numerics::Format& f) {

@@ -67,13 +67,17 @@ struct GradientNorm {
   double norm = 0;     // global_norm's value (possibly +inf when f cannot hold it, or NaN, with finite false)
 };
 
-/// unscale_gradients fused with global_norm where the unscaling changes nothing (one micro-step, scale 1, f
-/// holding binary32, binary32 gradients: every finite gradient stays as it is): the finiteness unscale_gradients
-/// returns and global_norm's bits (a binary32 value squares below 2^256, and a sum of fewer than 2^700 of them stays
-/// finite, so the sum of squares is finite exactly when every gradient is), so that the update's norm need not read
-/// the gradients again; std::nullopt elsewhere (the caller then runs unscale_gradients and global_norm).
-std::optional<GradientNorm> unscale_free_norm(const ParamStore& grads, double scale, int accum,
-                                              const numerics::Format& f);
+/// unscale_gradients fused with global_norm, so that the update's norm need not read the gradients again, for
+/// binary32 gradients of one micro-step:
+/// - where the unscaling changes nothing (scale 1, f holding binary32: every finite gradient stays as it is), the
+///   finiteness unscale_gradients returns and global_norm's bits (a binary32 value squares below 2^256, and a sum
+///   of fewer than 2^700 of them stays finite, so the sum of squares is finite exactly when every gradient is); the
+///   gradients are left untouched (where one is not finite too: the caller only asks the finiteness then);
+/// - for a power-of-two scale whose inverse is a binary32 value and f = fp32 (unscale_gradients' binary32
+///   product): the gradients unscaled as unscale_gradients leaves them, its finiteness, and global_norm's bits of
+///   the unscaled gradients, the parallel sum's chunks squared and summed while each is in cache.
+/// std::nullopt elsewhere, the gradients untouched (the caller then runs unscale_gradients and global_norm).
+std::optional<GradientNorm> unscale_with_norm(ParamStore& grads, double scale, int accum, const numerics::Format& f);
 
 /// Clip multiplier in f: min(1, fl_f(max_norm / fl_f(norm + 1e-6))); 1 when max_norm ≤ 0.
 double clip_coefficient(double norm, double max_norm, const numerics::Format& f = numerics::formats::fp32);

@@ -310,7 +310,7 @@ void Trainer::step() {
   bool grads_finite = false;
   std::optional<double> norm;  // the global norm, when the finiteness check computed it
   ops::timed_phase(profile_, "trainer: unscale", [&] {
-    const auto fused = unscale_free_norm(grads_, scale, opts_.recipe.accum, opts_.update_format);
+    const auto fused = unscale_with_norm(grads_, scale, opts_.recipe.accum, opts_.update_format);
     if (fused) norm = fused->norm;
     grads_finite = fused ? fused->finite : unscale_gradients(grads_, scale, opts_.recipe.accum, opts_.update_format);
   });

@@ -156,7 +156,7 @@ class Trainer {
   void skip_update(std::int64_t s, const StepTelemetry& tel, double scale);
   /// The optimizer: global norm, clip, AdamW tensor by tensor with the stagnation telemetry, divergence check.
   /// The optimizer step; `fused_norm`: the gradients' global norm when the step computed it already
-  /// (unscale_free_norm), else global_norm reads them.
+  /// (unscale_with_norm), else global_norm reads them.
   void update(std::int64_t s, const StepTelemetry& tel, double lr, std::optional<double> fused_norm = std::nullopt);
   /// Evaluation and checkpoint when due after the step.
   void evaluate_and_save_if_due();

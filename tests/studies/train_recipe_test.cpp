@@ -305,7 +305,7 @@ TEST(TrainOptimizer, UnscaleByALossScaleOfBinary32GradientsEqualsTheBinary64Vers
     }
 }
 
-/// The fused finiteness check of the trainer (unscale_free_norm): where it applies (one micro-step, scale 1, an
+/// The fused finiteness check of the trainer (unscale_with_norm): where it applies (one micro-step, scale 1, an
 /// update format holding binary32, binary32 gradients) its finiteness is unscale_gradients' answer and its norm has
 /// the bits of global_norm on the widened values (the sequential binary64 sum), over binary32 gradients up to the
 /// largest (whose squares are far beyond binary32) and with +inf, −inf or a NaN among them, in stores longer than
@@ -327,7 +327,7 @@ TEST(TrainOptimizer, FusedFinitenessCheckEqualsUnscaleAndNorm) {
       if (special == 3) x[62022] = nan;
       ParamStore store(StorageKind::Binary32, x.size());
       store.write(0, x);
-      const std::optional<GradientNorm> fused = unscale_free_norm(store, 1.0, 1, f);
+      const std::optional<GradientNorm> fused = unscale_with_norm(store, 1.0, 1, f);
       ASSERT_TRUE(fused.has_value());
       ParamStore copy(StorageKind::Binary32, x.size());
       copy.write(0, x);
@@ -340,10 +340,54 @@ TEST(TrainOptimizer, FusedFinitenessCheckEqualsUnscaleAndNorm) {
             << special << std::hexfloat << " " << got << " against " << want;
     }
   ParamStore store(StorageKind::Binary32, 4), wide(StorageKind::Binary64, 4);
-  EXPECT_FALSE(unscale_free_norm(store, 2.0, 1, numerics::formats::fp32).has_value());
-  EXPECT_FALSE(unscale_free_norm(store, 1.0, 2, numerics::formats::fp32).has_value());
-  EXPECT_FALSE(unscale_free_norm(store, 1.0, 1, numerics::formats::bf16).has_value());
-  EXPECT_FALSE(unscale_free_norm(wide, 1.0, 1, numerics::formats::fp32).has_value());
+  EXPECT_FALSE(unscale_with_norm(store, 3.0, 1, numerics::formats::fp32).has_value());
+  EXPECT_FALSE(unscale_with_norm(store, 2.0, 1, numerics::formats::fp64).has_value());
+  EXPECT_FALSE(unscale_with_norm(store, 1.0, 2, numerics::formats::fp32).has_value());
+  EXPECT_FALSE(unscale_with_norm(store, 1.0, 1, numerics::formats::bf16).has_value());
+  EXPECT_FALSE(unscale_with_norm(wide, 1.0, 1, numerics::formats::fp32).has_value());
+}
+
+/// The fused unscaling of the trainer under a power-of-two loss scale (unscale_with_norm: the binary32 product by
+/// S⁻¹ with the parallel sum's squares taken chunk by chunk): the gradients it leaves have the bits unscale_gradients
+/// leaves (a NaN's too), its finiteness is unscale_gradients' answer and its norm has the bits of global_norm of the
+/// unscaled gradients, over binary32 gradients up to the largest, with +inf, −inf or a NaN among them, for scales
+/// that shrink them (256, 2^20: some underflow into subnormals or to zero) and one that grows them (2^−3: the largest
+/// overflow), in stores longer than one chunk.
+TEST(TrainOptimizer, FusedUnscalingUnderAPowerOfTwoScaleEqualsUnscaleAndNorm) {
+  std::mt19937_64 rng(17);
+  std::uniform_int_distribution<int> e(-149, 127);
+  std::uniform_real_distribution<double> m(1.0, 2.0);
+  std::vector<double> base;
+  for (int i = 0; i < 70000; ++i)
+    base.push_back(static_cast<double>(static_cast<float>((i % 2 ? -1 : 1) * std::ldexp(m(rng), e(rng)))));
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const numerics::Format& fp32 = numerics::formats::fp32;
+  for (const double scale : {256.0, 0x1p20, 0x1p-3})
+    for (int special = 0; special < 5; ++special) {
+      std::vector<double> x = base;
+      if (special == 1) x[17] = inf;
+      if (special == 2) x[30001] = -inf;
+      if (special == 3) x[62022] = nan;
+      if (special == 4) x.resize(40000);  // one whole chunk and a part
+      ParamStore store(StorageKind::Binary32, x.size()), copy(StorageKind::Binary32, x.size());
+      store.write(0, x);
+      copy.write(0, x);
+      const std::optional<GradientNorm> fused = unscale_with_norm(store, scale, 1, fp32);
+      ASSERT_TRUE(fused.has_value()) << scale;
+      const bool want_finite = unscale_gradients(copy, scale, 1, fp32);
+      const std::string what = std::to_string(scale) + " case " + std::to_string(special);
+      EXPECT_EQ(fused->finite, want_finite) << what;
+      if (scale > 1) {
+        EXPECT_EQ(fused->finite, special == 0 || special == 4) << what;
+      }
+      const std::span<const float> got = std::as_const(store).binary32(), want = std::as_const(copy).binary32();
+      for (std::size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(want[i])) << what << " at " << i;
+      const double norm = global_norm(copy, fp32);
+      EXPECT_TRUE(std::bit_cast<std::uint64_t>(fused->norm) == std::bit_cast<std::uint64_t>(norm) ||
+                  (std::isnan(fused->norm) && std::isnan(norm)))
+          << what << std::hexfloat << " " << fused->norm << " against " << norm;
+    }
 }
 
 /// global_norm of binary32 gradients reads them in parallel, in another order than its sequential binary64 sum, and
@@ -372,7 +416,7 @@ TEST(TrainOptimizer, GlobalNormOfBinary32GradientsHasTheSequentialSumsBits) {
   ParamStore store(StorageKind::Binary32, x.size());
   store.write(0, x);
   EXPECT_EQ(global_norm(store, numerics::formats::fp32), sequential);
-  const std::optional<GradientNorm> fused = unscale_free_norm(store, 1.0, 1, numerics::formats::fp32);
+  const std::optional<GradientNorm> fused = unscale_with_norm(store, 1.0, 1, numerics::formats::fp32);
   ASSERT_TRUE(fused.has_value());
   EXPECT_EQ(fused->norm, sequential);
 
