@@ -1048,10 +1048,45 @@ void prefetch_c_strip(TC* C, std::size_t ldc, std::size_t i, std::size_t rows, s
     for (std::size_t c = 0; c < jn; c += kLine) __builtin_prefetch(C + (i + r) * ldc + j0 + c, 1, 3);
 }
 
-/// C's rows i .. i + rows − 1 of panel p from the finished running sums in tile.
+/// copy_row with the StoreScan of the stored values: `nan` gets the lanes holding a NaN, `not16` those that the
+/// round trip binary32 → fp16 (nearest even) → binary32 changes or that hold a NaN (binary16_values' test, NaN
+/// not accepted: NEQ unordered).
+ROUNDOFF_AVX512 void copy_row_scanned(const float* src, float* dst, std::size_t n, __mmask16& nan, __mmask16& not16) {
+  for (std::size_t i = 0; i < n; i += 16) {
+    const auto live = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1u);
+    const __m512 v = _mm512_loadu_ps(src + i);
+    _mm512_mask_storeu_ps(dst + i, live, v);
+    const __m512 back = _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    nan |= _mm512_mask_cmp_ps_mask(live, v, v, _CMP_UNORD_Q);
+    not16 |= _mm512_mask_cmp_ps_mask(live, back, v, _CMP_NEQ_UQ);
+  }
+}
+
+/// C's rows i .. i + rows − 1 of panel p from the finished running sums in tile; with `scan` (a binary32 C), what
+/// the stored values hold and-ed into it.
 template <class TC>
 void store_sums(const Packed& pk, TC* C, std::size_t ldc, std::size_t i, std::size_t rows, std::size_t j0,
-                std::size_t jn, const float* tile) {
+                std::size_t jn, const float* tile, StoreScan* scan) {
+  if constexpr (std::is_same_v<TC, float>) {
+    if (scan != nullptr && !pk.avx2) {
+      __mmask16 nan = 0, not16 = 0;
+      for (std::size_t r = 0; r < rows; ++r)
+        copy_row_scanned(tile + r * kPanel, C + (i + r) * ldc + j0, jn, nan, not16);
+      scan->nan_free = scan->nan_free && nan == 0;
+      scan->fp16_values = scan->fp16_values && not16 == 0;
+      return;
+    }
+    if (scan != nullptr) {  // the AVX2 tier: numerics' scans of each stored row (in L1)
+      const KernelOptions avx2{true, Isa::Avx2};
+      for (std::size_t r = 0; r < rows; ++r) {
+        const std::span<const float> row(tile + r * kPanel, jn);
+        std::copy_n(row.data(), jn, C + (i + r) * ldc + j0);
+        scan->nan_free = scan->nan_free && !any_nan(row, avx2);
+        scan->fp16_values = scan->fp16_values && binary16_values(row, false, avx2);
+      }
+      return;
+    }
+  }
   for (std::size_t r = 0; r < rows; ++r) {
     if constexpr (std::is_same_v<TC, float>) {
       if (pk.avx2)
@@ -1073,7 +1108,7 @@ void store_sums(const Packed& pk, TC* C, std::size_t ldc, std::size_t i, std::si
 /// the tile holds as the running sums (Start::C loads C's values there), so this is the sum from C itself.
 template <class TC>
 void compute_rows(const Plan& plan, const Packed& pk, bool native, Start start, TC* C, std::size_t ldc,
-                  std::size_t i_begin, std::size_t i_end, std::int64_t& overflows) {
+                  std::size_t i_begin, std::size_t i_end, std::int64_t& overflows, StoreScan* scan) {
   const std::size_t N = pk.N, K = pk.K, kc = split_terms(plan, K);
   AneProbe probe;
   if (kc < K) {
@@ -1087,7 +1122,7 @@ void compute_rows(const Plan& plan, const Packed& pk, bool native, Start start, 
           for (std::size_t i = ib; i < ie; i += kMr)
             kernel_rows(plan, pk, native, std::min(kMr, ie - i), i, k0, std::min(kc, K - k0), p, jn,
                         sums + (i - ib) * kPanel, overflows, probe);
-        store_sums(pk, C, ldc, ib, ie - ib, j0, jn, sums);
+        store_sums(pk, C, ldc, ib, ie - ib, j0, jn, sums, scan);
       }
     }
     return;
@@ -1100,7 +1135,7 @@ void compute_rows(const Plan& plan, const Packed& pk, bool native, Start start, 
       start_sums(pk, start, C, ldc, i, rows, j0, jn, tile);
       prefetch_c_strip(C, ldc, i, rows, j0, jn);
       kernel_rows(plan, pk, native, rows, i, 0, K, p, jn, tile, overflows, probe);
-      store_sums(pk, C, ldc, i, rows, j0, jn, tile);
+      store_sums(pk, C, ldc, i, rows, j0, jn, tile, scan);
     }
   }
 }
@@ -1354,7 +1389,7 @@ namespace {
 template <class MA, class MB, class TC>
 bool gemm_fast_t(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, MA A, MB B, TC* C,
                  std::size_t ldc, bool accumulate, AccumStats* stats, int threads, const OperandCast* cast_a,
-                 const OperandCast* cast_b, const KernelOptions& opts, PackCache* cache) {
+                 const OperandCast* cast_b, const KernelOptions& opts, PackCache* cache, StoreScan* scan = nullptr) {
   const auto plan_opt = plan_for(a);
   const Isa isa = opts.isa();
   if (!plan_opt || isa == Isa::None) return false;
@@ -1435,14 +1470,22 @@ bool gemm_fast_t(const Accumulation& a, std::size_t M, std::size_t N, std::size_
     }
     if (worst > 0) {
       std::int64_t ov = 0;
+      StoreScan own;  // this thread's rows, and-ed into *scan below
 #pragma omp for schedule(static, 1)
       for (std::ptrdiff_t ci = 0; ci < nchunks; ++ci) {
         const std::size_t i_begin = static_cast<std::size_t>(ci) * chunk;
         compute_rows(plan, pk, native, !accumulate ? Start::Sum : c_zero ? Start::PositiveZero : Start::C, C, ldc,
-                     i_begin, std::min(M, i_begin + chunk), ov);
+                     i_begin, std::min(M, i_begin + chunk), ov, scan != nullptr ? &own : nullptr);
       }
 #pragma omp atomic
       tile_overflows += ov;
+      if (scan != nullptr) {
+#pragma omp critical(roundoff_gemm_kernels_scan)
+        {
+          scan->nan_free = scan->nan_free && own.nan_free;
+          scan->fp16_values = scan->fp16_values && own.fp16_values;
+        }
+      }
     }
   }
   if (fill) cache_insert(cache->impl(), std::move(fill), worst_b);
@@ -1469,9 +1512,9 @@ template <class MB, class TC>
 bool gemm_fast_binary32(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix32 A, MB B,
                         TC* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads,
                         const OperandCast* cast_a, const OperandCast* cast_b, const KernelOptions& opts,
-                        PackCache* cache) {
+                        PackCache* cache, StoreScan* scan = nullptr) {
   if (!may_run(M, N, K, stats, cast_a, cast_b, opts) || a.adder.group != 0 || binary64_chain(a)) return false;
-  return gemm_fast_t(a, M, N, K, A, B, C, ldc, accumulate, stats, threads, cast_a, cast_b, opts, cache);
+  return gemm_fast_t(a, M, N, K, A, B, C, ldc, accumulate, stats, threads, cast_a, cast_b, opts, cache, scan);
 }
 
 }  // namespace
@@ -1500,13 +1543,15 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
 }
 bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix32 A, ConstMatrix B,
                float* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads,
-               const OperandCast* cast_a, const OperandCast* cast_b, const KernelOptions& opts, PackCache* cache) {
-  return gemm_fast_binary32(a, M, N, K, A, B, C, ldc, accumulate, stats, threads, cast_a, cast_b, opts, cache);
+               const OperandCast* cast_a, const OperandCast* cast_b, const KernelOptions& opts, PackCache* cache,
+               StoreScan* scan) {
+  return gemm_fast_binary32(a, M, N, K, A, B, C, ldc, accumulate, stats, threads, cast_a, cast_b, opts, cache, scan);
 }
 bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix32 A, ConstMatrix32 B,
                float* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads,
-               const OperandCast* cast_a, const OperandCast* cast_b, const KernelOptions& opts, PackCache* cache) {
-  return gemm_fast_binary32(a, M, N, K, A, B, C, ldc, accumulate, stats, threads, cast_a, cast_b, opts, cache);
+               const OperandCast* cast_a, const OperandCast* cast_b, const KernelOptions& opts, PackCache* cache,
+               StoreScan* scan) {
+  return gemm_fast_binary32(a, M, N, K, A, B, C, ldc, accumulate, stats, threads, cast_a, cast_b, opts, cache, scan);
 }
 
 }  // namespace roundoff::numerics::kernels

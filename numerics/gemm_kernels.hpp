@@ -149,14 +149,23 @@ bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t 
                double* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads,
                const OperandCast* cast_a = nullptr, const OperandCast* cast_b = nullptr,
                const KernelOptions& opts = {}, PackCache* cache = nullptr);
+/// What the results a binary32-C gemm_fast stored hold, found while each row of a tile is stored from L1 (so
+/// that a caller need not read C again to learn it): nan_free, no NaN among them; fp16_values, every one of them
+/// a value of fp16 and none NaN (numerics::binary16_values(row, false) of every stored row). Both start true and
+/// are and-ed over the rows, whichever thread stores them. Meaningful only when gemm_fast returns true.
+struct StoreScan {
+  bool nan_free = true;
+  bool fp16_values = true;
+};
+
 bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix32 A, ConstMatrix B,
                float* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads,
                const OperandCast* cast_a = nullptr, const OperandCast* cast_b = nullptr,
-               const KernelOptions& opts = {}, PackCache* cache = nullptr);
+               const KernelOptions& opts = {}, PackCache* cache = nullptr, StoreScan* scan = nullptr);
 bool gemm_fast(const Accumulation& a, std::size_t M, std::size_t N, std::size_t K, ConstMatrix32 A, ConstMatrix32 B,
                float* C, std::size_t ldc, bool accumulate, AccumStats* stats, int threads,
                const OperandCast* cast_a = nullptr, const OperandCast* cast_b = nullptr,
-               const KernelOptions& opts = {}, PackCache* cache = nullptr);
+               const KernelOptions& opts = {}, PackCache* cache = nullptr, StoreScan* scan = nullptr);
 
 /// numerics::gemm_ranged's product when a bit-identical kernel exists (the accumulations and inputs above);
 /// false (C untouched) otherwise. Ranges must already be checked. In the calling thread. The rows of a micro-tile

@@ -125,13 +125,18 @@ bool Ctx<Emulated>::gemm_ranged32(std::size_t M, std::size_t N, std::size_t K, n
 
 template <class MA, class MB, class TC>
 bool Ctx<Emulated>::gemm_in_fast(std::size_t M, std::size_t N, std::size_t K, MA A, MB B, TC* C, std::size_t ldc,
-                                 bool accumulate) const {
+                                 bool accumulate, numerics::kernels::StoreScan* scan) const {
   // The kernels' cast-in-pack rounds to storage, flushes under daz and applies the NaN rule, in that order (as
   // round_stored does).
   if (!span_fast() || prec_.accumulate.rounding == numerics::Rounding::Stochastic) return false;
   const numerics::kernels::OperandCast cast{&storage_, mode_, prec_.nan == NanRule::AneInf, daz_};
-  return numerics::kernels::gemm_fast(prec_.accumulate, M, N, K, A, B, C, ldc, accumulate, nullptr,
-                                      omp_in_parallel() ? 1 : 0, &cast, &cast, exec_.kernels, exec_.pack_cache);
+  if constexpr (std::is_same_v<TC, float>)
+    return numerics::kernels::gemm_fast(prec_.accumulate, M, N, K, A, B, C, ldc, accumulate, nullptr,
+                                        omp_in_parallel() ? 1 : 0, &cast, &cast, exec_.kernels, exec_.pack_cache,
+                                        scan);
+  else
+    return numerics::kernels::gemm_fast(prec_.accumulate, M, N, K, A, B, C, ldc, accumulate, nullptr,
+                                        omp_in_parallel() ? 1 : 0, &cast, &cast, exec_.kernels, exec_.pack_cache);
 }
 
 void Ctx<Emulated>::gemm_in_cast(std::size_t M, std::size_t N, std::size_t K, std::span<const double> a,
@@ -177,18 +182,20 @@ void Ctx<Emulated>::gemm_in(std::size_t M, std::size_t N, std::size_t K, std::sp
 
 bool Ctx<Emulated>::gemm_in_binary32(std::size_t M, std::size_t N, std::size_t K, std::span<const float> a,
                                      bool a_transposed, Tensor, std::span<const double> b, bool b_transposed, Tensor,
-                                     float* C, std::size_t ldc, bool accumulate) const {
+                                     float* C, std::size_t ldc, bool accumulate,
+                                     numerics::kernels::StoreScan* scan) const {
   const std::size_t lda = a_transposed ? M : K, ldb = b_transposed ? K : N;
   return gemm_in_fast(M, N, K, numerics::ConstMatrix32{a.data(), lda, a_transposed},
-                      numerics::ConstMatrix{b.data(), ldb, b_transposed}, C, ldc, accumulate);
+                      numerics::ConstMatrix{b.data(), ldb, b_transposed}, C, ldc, accumulate, scan);
 }
 
 bool Ctx<Emulated>::gemm_in_binary32(std::size_t M, std::size_t N, std::size_t K, std::span<const float> a,
                                      bool a_transposed, Tensor, std::span<const float> b, bool b_transposed, Tensor,
-                                     float* C, std::size_t ldc, bool accumulate) const {
+                                     float* C, std::size_t ldc, bool accumulate,
+                                     numerics::kernels::StoreScan* scan) const {
   const std::size_t lda = a_transposed ? M : K, ldb = b_transposed ? K : N;
   return gemm_in_fast(M, N, K, numerics::ConstMatrix32{a.data(), lda, a_transposed},
-                      numerics::ConstMatrix32{b.data(), ldb, b_transposed}, C, ldc, accumulate);
+                      numerics::ConstMatrix32{b.data(), ldb, b_transposed}, C, ldc, accumulate, scan);
 }
 
 void Ctx<Emulated>::in_array(std::span<const double> src, std::span<double> dst, Tensor t) const {
@@ -324,6 +331,13 @@ void Ctx<Emulated>::results_binary32(std::span<float> x) const {
     round_results(p);
     numerics::narrow_to_binary32(std::span<const double>(p), xs, exec_.kernels);
   }
+}
+
+bool Ctx<Emulated>::results_binary32_kept(const numerics::kernels::StoreScan& scan) const {
+  // results_binary32's skips: a chunk without NaN under `identity`, a chunk of fp16 values without NaN (the
+  // binary16_values scan under the default control register) under `identity16`; here for every chunk at once.
+  if (!numerics::default_mxcsr()) return false;
+  return (results_identity_on_binary32() && scan.nan_free) || (results_identity_on_binary16() && scan.fp16_values);
 }
 
 void Ctx<Emulated>::round_stored(const numerics::RoundingPlan& p, std::span<const double> src,

@@ -265,17 +265,24 @@ class Ctx<Emulated> {
   /// `accumulate`): true when a kernel computed it, C then holding the accumulator's results (binary32 values, as
   /// the binary64 C would hold them) for results_binary32; false, C untouched, when no kernel takes it (the caller
   /// then runs the binary64 form on a widened C).
+  /// `scan`: what the stored results hold, found as the kernels store them (numerics::kernels::StoreScan), for
+  /// results_binary32_kept.
   bool gemm_in_binary32(std::size_t M, std::size_t N, std::size_t K, std::span<const float> a, bool a_transposed,
                         Tensor ta, std::span<const double> b, bool b_transposed, Tensor tb, float* C, std::size_t ldc,
-                        bool accumulate) const;
+                        bool accumulate, numerics::kernels::StoreScan* scan = nullptr) const;
   bool gemm_in_binary32(std::size_t M, std::size_t N, std::size_t K, std::span<const float> a, bool a_transposed,
                         Tensor ta, std::span<const float> b, bool b_transposed, Tensor tb, float* C, std::size_t ldc,
-                        bool accumulate) const;
+                        bool accumulate, numerics::kernels::StoreScan* scan = nullptr) const;
   /// result_array's span_fast form on a binary32 output computed by gemm_in_binary32: x[i] ← store(to_compute(x[i]))
   /// as round_results gives it on the widened values, chunk by chunk in L1 (a chunk without NaN under
   /// round_results' identity case is left as it is; any other is widened, rounded and narrowed back, exactly since
   /// the storage fits binary32).
   void results_binary32(std::span<float> x) const;
+  /// True when results_binary32 leaves every chunk of a gemm_in_binary32 output as it is, known from the scan its
+  /// kernels made as they stored it: no NaN under round_results' identity case on binary32 values, or fp16 values
+  /// without NaN under its identity case on fp16 values (the conditions of results_binary32's two skips, over
+  /// the whole output at once). The caller may then skip results_binary32.
+  bool results_binary32_kept(const numerics::kernels::StoreScan& scan) const;
   /// C_ij of gemm(M, N, K, A, B, C, ldc, accumulate, r) alone, index = i·N + j: Σ_k x[k·incx]·y[k·incy] (row i
   /// of A, column j of B) under the accumulation, c (the current C_ij) entering the accumulator first when
   /// `accumulate`, with the stochastic stream that GEMM gives C_ij (numerics::gemm: sub_stream(bits, r) advanced by
@@ -549,7 +556,7 @@ class Ctx<Emulated> {
   /// The kernel attempt of gemm_in (span_fast, deterministic accumulation; entry casts while packing).
   template <class MA, class MB, class TC>
   bool gemm_in_fast(std::size_t M, std::size_t N, std::size_t K, MA A, MB B, TC* C, std::size_t ldc,
-                    bool accumulate) const;
+                    bool accumulate, numerics::kernels::StoreScan* scan = nullptr) const;
   /// gemm_in after the kernel attempt: the operands cast on entry into scratch slots 0 and 1 (or kept weight
   /// casts), then gemm().
   void gemm_in_cast(std::size_t M, std::size_t N, std::size_t K, std::span<const double> a, bool a_transposed,

@@ -89,9 +89,11 @@ void matmul_forward_io(std::span<T> y_out, std::span<const T> x_in, std::span<co
   using M = typename MatrixOf<A>::type;
   const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
   if constexpr (std::is_same_v<T, float>) {  // the kernels read x and write y in binary32 (same bits)
+    numerics::kernels::StoreScan scan;
     if (sel.empty() && !ctx.precision().quant.active() &&
-        ctx.gemm_in_binary32(N, O, I, x_in, false, Tensor::X, w_in, true, Tensor::W, y_out.data(), O, false)) {
-      for_units(s.n, sel, [&](std::int64_t r) { ctx.results_binary32(y_out.subspan(r * s.out, O)); });
+        ctx.gemm_in_binary32(N, O, I, x_in, false, Tensor::X, w_in, true, Tensor::W, y_out.data(), O, false, &scan)) {
+      if (!ctx.results_binary32_kept(scan))
+        for_units(s.n, sel, [&](std::int64_t r) { ctx.results_binary32(y_out.subspan(r * s.out, O)); });
       return;
     }
   }
@@ -155,9 +157,12 @@ void matmul_backward_data_io(std::span<T> dx_out, std::span<const T> dy_in, std:
   using M = typename MatrixOf<A>::type;
   const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
   if constexpr (std::is_same_v<T, float>) {  // the kernels read dy and add into dx in binary32 (same bits)
+    numerics::kernels::StoreScan scan;
     if (sel.empty() && !ctx.precision().quant.active() &&
-        ctx.gemm_in_binary32(N, I, O, dy_in, false, Tensor::Dy, w_in, false, Tensor::W, dx_out.data(), I, true)) {
-      for_units(s.n, sel, [&](std::int64_t r) { ctx.results_binary32(dx_out.subspan(r * s.in, I)); });
+        ctx.gemm_in_binary32(N, I, O, dy_in, false, Tensor::Dy, w_in, false, Tensor::W, dx_out.data(), I, true,
+                             &scan)) {
+      if (!ctx.results_binary32_kept(scan))
+        for_units(s.n, sel, [&](std::int64_t r) { ctx.results_binary32(dx_out.subspan(r * s.in, I)); });
       return;
     }
   }
@@ -222,9 +227,12 @@ void matmul_backward_weight_io(std::span<TD> dw_out, std::span<const T> dy_in, s
   using M = typename MatrixOf<A>::type;
   const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
   if constexpr (std::is_same_v<T, float> && std::is_same_v<TD, float>) {  // dyᵀ·x added into dW in binary32
+    numerics::kernels::StoreScan scan;
     if (sel.empty() && !ctx.precision().quant.active() &&
-        ctx.gemm_in_binary32(O, I, N, dy_in, true, Tensor::Dy, x_in, false, Tensor::X, dw_out.data(), I, true)) {
-      for_units(s.out, sel, [&](std::int64_t o) { ctx.results_binary32(dw_out.subspan(o * s.in, I)); });
+        ctx.gemm_in_binary32(O, I, N, dy_in, true, Tensor::Dy, x_in, false, Tensor::X, dw_out.data(), I, true,
+                             &scan)) {
+      if (!ctx.results_binary32_kept(scan))
+        for_units(s.out, sel, [&](std::int64_t o) { ctx.results_binary32(dw_out.subspan(o * s.in, I)); });
       return;
     }
   }

@@ -10,12 +10,15 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "numerics/accumulate.hpp"
+#include "numerics/binary32_arith.hpp"
 #include "numerics/gemm_kernels.hpp"
 #include "numerics/round.hpp"
+#include "numerics/round_span.hpp"
 #include "tests/accumulation/gemm_test_values.hpp"
 
 namespace roundoff::numerics {
@@ -79,6 +82,7 @@ TEST(GemmBinary32Operands, SameBitsAsTheWidenedOperands) {
   const Dims dims[] = {{37, 70, 300}, {131, 9, 45}};  // K > the 256-value widening chunk; M over two 64-row runs
   std::mt19937_64 rng(45);
   std::int64_t compared = 0, declined = 0;
+  std::int64_t scanned[2][2] = {};  // [nan_free][fp16_values] of the binary32 C's StoreScan
   for (const Accumulation& a : accs)
     for (const Dims& d : dims)
       for (const Format& in : {formats::fp16, formats::fp32})
@@ -119,8 +123,9 @@ TEST(GemmBinary32Operands, SameBitsAsTheWidenedOperands) {
                                                threads, c, c, opts);
                   const bool r2 = k::gemm_fast(a, d.M, d.N, d.K, A32, B32, c64b.data(), ldc, accumulate, nullptr,
                                                threads, c, c, opts);
+                  k::StoreScan scan;
                   const bool r3 = k::gemm_fast(a, d.M, d.N, d.K, A32, Bm, c32.data(), ldc, accumulate, nullptr,
-                                               threads, c, c, opts);
+                                               threads, c, c, opts, nullptr, &scan);
                   const bool r4 = k::gemm_fast(a, d.M, d.N, d.K, A32, B32, c32b.data(), ldc, accumulate, nullptr,
                                                threads, c, c, opts);
                   const std::string where = std::string(k::kernel_name(a, opts) ? k::kernel_name(a, opts) : "none") +
@@ -136,6 +141,16 @@ TEST(GemmBinary32Operands, SameBitsAsTheWidenedOperands) {
                       ASSERT_TRUE(same(c64[i], C0[i]) && same(c32[i], C0[i])) << where;
                     continue;
                   }
+                  // The scan of the stored results: numerics' scans of C's rows (the M×N outputs, not ldc's gap).
+                  bool nan_free = true, fp16_values = true;
+                  for (std::size_t i = 0; i < d.M; ++i) {
+                    const std::span<const float> row(c32.data() + i * ldc, d.N);
+                    nan_free = nan_free && !any_nan(row);
+                    fp16_values = fp16_values && binary16_values(row, false);
+                  }
+                  ASSERT_EQ(scan.nan_free, nan_free) << where;
+                  ASSERT_EQ(scan.fp16_values, fp16_values) << where;
+                  ++scanned[nan_free][fp16_values];
                   for (std::size_t i = 0; i < want.size(); ++i) {
                     ASSERT_TRUE(same(c64[i], want[i]) && same(c64b[i], want[i])) << where << " at " << i;
                     ASSERT_TRUE(same(want[i], generic[i])) << where << " generic at " << i;
@@ -149,7 +164,46 @@ TEST(GemmBinary32Operands, SameBitsAsTheWidenedOperands) {
               }
             }
   EXPECT_GT(compared, 1000000);
+  // Each answer of the scan that can occur did (fp16 values imply no NaN).
+  EXPECT_GT(scanned[1][1], 10);
+  EXPECT_GT(scanned[1][0], 10);
+  EXPECT_GT(scanned[0][0], 10);
   EXPECT_GT(declined, 10);  // fp32 values (> 12 significant bits) under the fp16/bf16 accumulators
+}
+
+/// The StoreScan is and-ed over every thread's rows: fp16 operands whose only NaN (under an fp16 accumulator) or
+/// only non-fp16 product (1 + 2^-20 under an fp32 one) lies in the first or in the last row of A, so that with two
+/// threads one thread alone stores the results that decide the scan.
+TEST(GemmBinary32Operands, StoreScanCoversEveryThreadsRows) {
+  if (k::detected_isa() == k::Isa::None) GTEST_SKIP() << "no AVX2 or AVX-512: gemm_fast declines every call";
+  const std::size_t M = 131, N = 70, K = 45;
+  std::mt19937_64 rng(8);
+  const std::vector<float> A0 = narrowed(random_values(rng, formats::fp16, M * K, Regime::Normal));
+  const std::vector<float> B = narrowed(random_values(rng, formats::fp16, K * N, Regime::Normal));
+  for (const bool nan : {true, false})
+    for (const std::size_t row : {std::size_t{0}, M - 1})
+      for (const k::Isa isa : tiers())
+        for (const int threads : {1, 2}) {
+          std::vector<float> A = A0;
+          for (std::size_t kk = 0; kk < K; ++kk) A[row * K + kk] = 0.0f;
+          A[row * K + 3] = nan ? std::numeric_limits<float>::quiet_NaN() : 1.0f + 0x1p-20f;
+          std::vector<float> Bs = B;
+          if (!nan)  // the non-fp16 product must reach a sum as it is: B's row 3 is one 1 and zeros
+            for (std::size_t j = 0; j < N; ++j) Bs[3 * N + j] = j == 5 ? 1.0f : 0.0f;
+          const Accumulation a = test::make_acc(nan ? formats::fp16 : formats::fp32);
+          std::vector<float> C(M * N);
+          k::StoreScan scan;
+          const std::string where = std::string(nan ? "NaN" : "non-fp16") + " in row " + std::to_string(row) +
+                                    " isa " + std::to_string(static_cast<int>(isa)) + " threads " +
+                                    std::to_string(threads);
+          ASSERT_TRUE(k::gemm_fast(a, M, N, K, ConstMatrix32{A.data(), K, false}, ConstMatrix32{Bs.data(), N, false},
+                                   C.data(), N, false, nullptr, threads, nullptr, nullptr, KernelOptions{true, isa},
+                                   nullptr, &scan))
+              << where;
+          EXPECT_EQ(scan.nan_free, !nan) << where;
+          EXPECT_FALSE(scan.fp16_values) << where;
+          EXPECT_EQ(any_nan(std::span<const float>(C)), nan) << where;
+        }
 }
 
 TEST(GemmBinary32Operands, AdderAndBinary64ChainDecline) {
