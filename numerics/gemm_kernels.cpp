@@ -1048,32 +1048,44 @@ void prefetch_c_strip(TC* C, std::size_t ldc, std::size_t i, std::size_t rows, s
     for (std::size_t c = 0; c < jn; c += kLine) __builtin_prefetch(C + (i + r) * ldc + j0 + c, 1, 3);
 }
 
-/// copy_row with the StoreScan of the stored values: `nan` gets the lanes holding a NaN, `not16` those that the
-/// round trip binary32 → fp16 (nearest even) → binary32 changes or that hold a NaN (binary16_values' test, NaN
-/// not accepted: NEQ unordered).
-ROUNDOFF_AVX512 void copy_row_scanned(const float* src, float* dst, std::size_t n, __mmask16& nan, __mmask16& not16) {
+/// copy_row with the StoreScan of the stored values: `nan` gets the lanes holding a NaN; with `test16`, `not16`
+/// those that the round trip binary32 → fp16 (nearest even) → binary32 changes or that hold a NaN
+/// (binary16_values' test, NaN not accepted: NEQ unordered).
+ROUNDOFF_AVX512 void copy_row_scanned(const float* src, float* dst, std::size_t n, bool test16, __mmask16& nan,
+                                      __mmask16& not16) {
   for (std::size_t i = 0; i < n; i += 16) {
     const auto live = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1u);
     const __m512 v = _mm512_loadu_ps(src + i);
     _mm512_mask_storeu_ps(dst + i, live, v);
-    const __m512 back = _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     nan |= _mm512_mask_cmp_ps_mask(live, v, v, _CMP_UNORD_Q);
-    not16 |= _mm512_mask_cmp_ps_mask(live, back, v, _CMP_NEQ_UQ);
+    if (test16) {
+      const __m512 back = _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      not16 |= _mm512_mask_cmp_ps_mask(live, back, v, _CMP_NEQ_UQ);
+    }
   }
 }
 
+/// True when every result of `plan` is an fp16 value (or NaN): the sequential fp16 accumulators, whose running
+/// sums are rounded to fp16 (flushed, for Fp16Ftz) at every term, K ≥ 1. The StoreScan then needs no conversion
+/// test: its fp16_values is its nan_free.
+bool results_fp16(const Plan& plan) {
+  return (plan.acc == Acc::Fp16 || plan.acc == Acc::Fp16Ftz) && plan.block == 0 && !plan.tile;
+}
+
 /// C's rows i .. i + rows − 1 of panel p from the finished running sums in tile; with `scan` (a binary32 C), what
-/// the stored values hold and-ed into it.
+/// the stored values hold and-ed into it (the conversion test skipped once a row has failed it, or for a plan
+/// whose results are fp16 values by construction: `fp16`).
 template <class TC>
 void store_sums(const Packed& pk, TC* C, std::size_t ldc, std::size_t i, std::size_t rows, std::size_t j0,
-                std::size_t jn, const float* tile, StoreScan* scan) {
+                std::size_t jn, const float* tile, StoreScan* scan, bool fp16) {
   if constexpr (std::is_same_v<TC, float>) {
     if (scan != nullptr && !pk.avx2) {
       __mmask16 nan = 0, not16 = 0;
+      const bool test16 = scan->fp16_values && !fp16;
       for (std::size_t r = 0; r < rows; ++r)
-        copy_row_scanned(tile + r * kPanel, C + (i + r) * ldc + j0, jn, nan, not16);
+        copy_row_scanned(tile + r * kPanel, C + (i + r) * ldc + j0, jn, test16, nan, not16);
       scan->nan_free = scan->nan_free && nan == 0;
-      scan->fp16_values = scan->fp16_values && not16 == 0;
+      scan->fp16_values = scan->fp16_values && nan == 0 && not16 == 0;
       return;
     }
     if (scan != nullptr) {  // the AVX2 tier: numerics' scans of each stored row (in L1)
@@ -1082,7 +1094,8 @@ void store_sums(const Packed& pk, TC* C, std::size_t ldc, std::size_t i, std::si
         const std::span<const float> row(tile + r * kPanel, jn);
         std::copy_n(row.data(), jn, C + (i + r) * ldc + j0);
         scan->nan_free = scan->nan_free && !any_nan(row, avx2);
-        scan->fp16_values = scan->fp16_values && binary16_values(row, false, avx2);
+        if (fp16) scan->fp16_values = scan->fp16_values && scan->nan_free;
+        else scan->fp16_values = scan->fp16_values && binary16_values(row, false, avx2);
       }
       return;
     }
@@ -1110,6 +1123,7 @@ template <class TC>
 void compute_rows(const Plan& plan, const Packed& pk, bool native, Start start, TC* C, std::size_t ldc,
                   std::size_t i_begin, std::size_t i_end, std::int64_t& overflows, StoreScan* scan) {
   const std::size_t N = pk.N, K = pk.K, kc = split_terms(plan, K);
+  const bool fp16 = results_fp16(plan);
   AneProbe probe;
   if (kc < K) {
     alignas(64) float sums[kMb * kPanel];
@@ -1122,7 +1136,7 @@ void compute_rows(const Plan& plan, const Packed& pk, bool native, Start start, 
           for (std::size_t i = ib; i < ie; i += kMr)
             kernel_rows(plan, pk, native, std::min(kMr, ie - i), i, k0, std::min(kc, K - k0), p, jn,
                         sums + (i - ib) * kPanel, overflows, probe);
-        store_sums(pk, C, ldc, ib, ie - ib, j0, jn, sums, scan);
+        store_sums(pk, C, ldc, ib, ie - ib, j0, jn, sums, scan, fp16);
       }
     }
     return;
@@ -1135,7 +1149,7 @@ void compute_rows(const Plan& plan, const Packed& pk, bool native, Start start, 
       start_sums(pk, start, C, ldc, i, rows, j0, jn, tile);
       prefetch_c_strip(C, ldc, i, rows, j0, jn);
       kernel_rows(plan, pk, native, rows, i, 0, K, p, jn, tile, overflows, probe);
-      store_sums(pk, C, ldc, i, rows, j0, jn, tile, scan);
+      store_sums(pk, C, ldc, i, rows, j0, jn, tile, scan, fp16);
     }
   }
 }
