@@ -343,7 +343,10 @@ double Trainer::micro_steps(std::int64_t s, double scale, StepTelemetry& tel) {
   const ModelConfig& c = opts_.config;
   const int accum = opts_.recipe.accum;
   double loss = 0;
+  fp8_before_.clear();
+  update_losses_.clear();
   for (int j = 0; j < accum; ++j) {
+    if (const ops::Fp8ScalingState* st = own_.fp8_state(); st != nullptr) fp8_before_.push_back(*st);
     const std::int64_t micro = s * accum + j;
     const Batch batch = train_batch(data_.train, c.seq, c.batch, opts_.seed, micro);
     tel.step = micro;
@@ -367,6 +370,7 @@ double Trainer::micro_steps(std::int64_t s, double scale, StepTelemetry& tel) {
     if (accum > 1 && !fused && !into_total)
       ops::timed_phase(profile_, "trainer: accumulate", [&] { accumulate_gradients(grads_, micro_grads_, j == 0); });
     loss += micro_loss;
+    update_losses_.push_back(micro_loss);
     micro_losses_.push_back(micro_loss);
     if (micro_losses_.size() > kAutoAneWindow) micro_losses_.pop_front();
   }
@@ -381,13 +385,23 @@ void Trainer::name_first_nonfinite(std::int64_t s, double scale, StepTelemetry& 
   ParamStore& scratch = gradients_in_total() ? own_store : micro_grads_;
   if (scratch.size() != layout_.total) scratch = ParamStore(grads_.kind(), layout_.total);
   StepTelemetry named;  // no log, no detailed telemetry: only the scans
+  ops::Fp8ScalingState* fp8 = own_.fp8_state();
+  const std::optional<ops::Fp8ScalingState> fp8_after = fp8 != nullptr ? std::optional(*fp8) : std::nullopt;
   own_.set_profile(nullptr);  // the phase times this pass; its op calls are not the step's
   for (int j = 0; j < opts_.recipe.accum && named.first_nonfinite_op.empty(); ++j) {
     const std::int64_t micro = s * opts_.recipe.accum + j;
     named.step = micro;
-    (void)own_.loss_and_grad_stored(train_batch(data_.train, c.seq, c.batch, opts_.seed, micro), master_, scale,
-                                    scratch, named);
+    if (fp8 != nullptr) *fp8 = fp8_before_.at(static_cast<std::size_t>(j));
+    const double again = own_.loss_and_grad_stored(train_batch(data_.train, c.seq, c.batch, opts_.seed, micro),
+                                                   master_, scale, scratch, named);
+    // The replay must be the step's own pass: its loss has the bits the micro-step had (or both are NaN).
+    const double was = update_losses_.at(static_cast<std::size_t>(j));
+    if (std::bit_cast<std::uint64_t>(again) != std::bit_cast<std::uint64_t>(was) &&
+        !(std::isnan(again) && std::isnan(was)))
+      throw std::logic_error("Trainer: the replay of update " + std::to_string(s) + "'s micro-step " +
+                             std::to_string(j) + " computed another loss than the micro-step did");
   }
+  if (fp8 != nullptr) *fp8 = *fp8_after;
   own_.set_profile(profile_);
   tel.first_nonfinite_op = named.first_nonfinite_op;
 }

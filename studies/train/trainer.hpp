@@ -22,6 +22,7 @@
 
 #include "numerics/format.hpp"
 #include "numerics/kernel_options.hpp"
+#include "ops/fp8_scaling.hpp"
 #include "studies/train/config.hpp"
 #include "studies/train/loss_scaler.hpp"
 #include "studies/train/model_interface.hpp"
@@ -206,6 +207,11 @@ class Trainer {
   bool gradients_in_total() const;
   std::vector<double> before_;  ///< one tensor's master weights before its update (stagnation telemetry)
   std::deque<double> micro_losses_;  ///< the last kAutoAneWindow micro-step training losses
+  /// The own model's fp8 scaling state before each micro-step of the current update (empty without one): the
+  /// delayed-scaling histories move with every training pass, so name_first_nonfinite runs micro-step j from the
+  /// state it ran from and puts the update's final state back after.
+  std::vector<ops::Fp8ScalingState> fp8_before_;
+  std::vector<double> update_losses_;  ///< the current update's micro-step losses (name_first_nonfinite checks them)
   LossScaler scaler_;
   RunLog log_;
   std::int64_t step_ = 0;        ///< steps completed

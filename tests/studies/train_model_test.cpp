@@ -258,16 +258,19 @@ TEST(TrainModel, InjectedOverflowIsReportedWithStepAndOp) {
 // The trainer's own pass runs without the per-op output scans and names the op by running a non-finite step again
 // (Trainer::name_first_nonfinite). With two micro-steps per update the injection at micro-step 3 is update 1's
 // second: the replay must reach it, with the gradients of the binary32 store (ane-fp16: a store of its own) and of
-// the binary64 one (fp64: the micro-step store), and name the op the model names with its scans on.
+// the binary64 one (fp64: the micro-step store), and name the op the model names with its scans on; under fp8
+// delayed scaling it must run each micro-step from the scaling state that micro-step ran from.
 TEST(TrainModel, InjectedOverflowInALaterMicroStepIsNamedByTheReplay) {
   const ModelConfig c = small_config(16, 16, 2);
   const TrainData& data = excerpt_data(c);
   omp_set_num_threads(1);
-  for (const char* preset : {"ane-fp16", "fp64"}) {
-    const bool fp64 = std::string(preset) == "fp64";
+  // te-fp8-delayed: the delayed-scaling histories move with every training pass, so the replay must start each
+  // micro-step from the state it ran from (the trainer checks each replayed loss against the micro-step's).
+  for (const char* preset : {"ane-fp16", "fp64", "te-fp8-delayed"}) {
+    const bool fp16 = std::string(preset) == "ane-fp16";
     const ops::Policy policy = ops::Policy::preset(preset);
-    const double factor = fp64 ? std::numeric_limits<double>::infinity() : 1e9;
-    const std::string site = fp64 ? "matmul.fwd(w2)[layer 1]" : "residual-ffn.fwd(x)[layer 1]";
+    const double factor = fp16 ? 1e9 : std::numeric_limits<double>::infinity();
+    const std::string site = fp16 ? "residual-ffn.fwd(x)[layer 1]" : "matmul.fwd(w2)[layer 1]";
     Transformer own(c, ResidualScale::None, policy, 3), fp32(c, ResidualScale::None, ops::Policy::preset("fp32"), 3);
     own.inject(3, ops::OpKind::Matmul, 1, "w2", factor);
     TrainOptions o;
@@ -281,7 +284,8 @@ TEST(TrainModel, InjectedOverflowInALaterMicroStepIsNamedByTheReplay) {
     const auto dir = fresh_dir(std::string("inject-accum-") + preset);
     o.out = dir;
     Trainer t(o, own, fp32, data, nullptr);
-    const auto s = t.run();
+    nlohmann::json s;
+    ASSERT_NO_THROW(s = t.run()) << preset;
     EXPECT_EQ(s["first_nonfinite_step"], 1) << preset;
     EXPECT_EQ(s["first_nonfinite_op"], site) << preset;
     EXPECT_EQ(s["skipped_steps"], 1) << preset;
