@@ -262,17 +262,24 @@ TEST(TrainOptimizer, UnscaleAtScaleOneOfBinary32GradientsEqualsTheBinary64Versio
       }
 }
 
+/// n binary32 values of alternating sign over the whole binary32 range (exponents −149 … 127, subnormals included),
+/// widened: gradients for the unscaling and norm tests.
+std::vector<double> random_binary32_gradients(std::mt19937_64& rng, int n) {
+  std::uniform_int_distribution<int> e(-149, 127);
+  std::uniform_real_distribution<double> m(1.0, 2.0);
+  std::vector<double> v;
+  for (int i = 0; i < n; ++i)
+    v.push_back(static_cast<double>(static_cast<float>((i % 2 ? -1 : 1) * std::ldexp(m(rng), e(rng)))));
+  return v;
+}
+
 /// Unscaling binary32 gradients by a loss scale (one micro-step) gives the binary64 version's values, narrowed: at
 /// powers of two whose inverse is a binary32 value (the hardware binary32 product path, subnormal results and
 /// overflow included), at one whose inverse is not (2^160), and at a scale that is not a power of two; with ±inf
 /// or a NaN in one chunk of 2^15 among several.
 TEST(TrainOptimizer, UnscaleByALossScaleOfBinary32GradientsEqualsTheBinary64Version) {
   std::mt19937_64 rng(15);
-  std::uniform_int_distribution<int> e(-149, 127);
-  std::uniform_real_distribution<double> m(1.0, 2.0);
-  std::vector<double> base;
-  for (int i = 0; i < 70000; ++i)
-    base.push_back(static_cast<double>(static_cast<float>((i % 2 ? -1 : 1) * std::ldexp(m(rng), e(rng)))));
+  std::vector<double> base = random_binary32_gradients(rng, 70000);
   for (const double v : {0.0, -0.0, 0x1p-149, -0x1p-149, 0x1.fffffcp-127, 0x1.fffffep127, -0x1.fffffep127})
     base.push_back(v);
   const double inf = std::numeric_limits<double>::infinity();
@@ -312,11 +319,7 @@ TEST(TrainOptimizer, UnscaleByALossScaleOfBinary32GradientsEqualsTheBinary64Vers
 /// one chunk of the parallel sum; elsewhere it declines.
 TEST(TrainOptimizer, FusedFinitenessCheckEqualsUnscaleAndNorm) {
   std::mt19937_64 rng(9);
-  std::uniform_int_distribution<int> e(-149, 127);
-  std::uniform_real_distribution<double> m(1.0, 2.0);
-  std::vector<double> base;
-  for (int i = 0; i < 70000; ++i)
-    base.push_back(static_cast<double>(static_cast<float>((i % 2 ? -1 : 1) * std::ldexp(m(rng), e(rng)))));
+  std::vector<double> base = random_binary32_gradients(rng, 70000);
   for (int i = 0; i < 64; ++i) base.push_back(i % 2 ? 0x1.fffffep127 : -0x1.fffffep127);
   const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
   for (const numerics::Format& f : {numerics::formats::fp32, numerics::formats::fp64})
@@ -355,11 +358,7 @@ TEST(TrainOptimizer, FusedFinitenessCheckEqualsUnscaleAndNorm) {
 /// overflow), in stores longer than one chunk.
 TEST(TrainOptimizer, FusedUnscalingUnderAPowerOfTwoScaleEqualsUnscaleAndNorm) {
   std::mt19937_64 rng(17);
-  std::uniform_int_distribution<int> e(-149, 127);
-  std::uniform_real_distribution<double> m(1.0, 2.0);
-  std::vector<double> base;
-  for (int i = 0; i < 70000; ++i)
-    base.push_back(static_cast<double>(static_cast<float>((i % 2 ? -1 : 1) * std::ldexp(m(rng), e(rng)))));
+  std::vector<double> base = random_binary32_gradients(rng, 70000);
   const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
   const numerics::Format& fp32 = numerics::formats::fp32;
   for (const double scale : {256.0, 0x1p20, 0x1p-3})
