@@ -316,12 +316,13 @@ void Trainer::step() {
   });
   const bool finite = grads_finite && std::isfinite(loss);
   // The name is read by the first non-finite step's event and by every skipped update's.
-  if ((!finite && !first_nonfinite_step_) || scaler_.skips(grads_finite))
-    ops::timed_phase(profile_, "trainer: non-finite replay", [&] { name_first_nonfinite(s, scale, tel); });
+  const bool skipped = scaler_.skips(grads_finite);
+  if ((!finite && !first_nonfinite_step_) || skipped)
+    ops::timed_phase(profile_, "trainer: non-finite replay", [&] { name_first_nonfinite(s, scale, skipped, tel); });
   record_nonfinite(s, tel, finite);
   log_.curve(s, "train_loss", loss);
   const double lr = update_learning_rate(opts_.recipe, s, opts_.steps);
-  if (scaler_.skips(grads_finite)) skip_update(s, tel, scale);
+  if (skipped) skip_update(s, tel, scale);
   else update(s, tel, lr, norm);
   if (const auto change = scaler_.update(s, grads_finite)) {
     log_.event(s, "loss_scale", std::string(change->reason) + " " + format_value(change->from) + " -> " +
@@ -377,12 +378,13 @@ double Trainer::micro_steps(std::int64_t s, double scale, StepTelemetry& tel) {
   return loss / accum;
 }
 
-void Trainer::name_first_nonfinite(std::int64_t s, double scale, StepTelemetry& tel) {
+void Trainer::name_first_nonfinite(std::int64_t s, double scale, bool skipped, StepTelemetry& tel) {
   const ModelConfig& c = opts_.config;
-  // Gradients with a micro-step store (binary64, accum > 1) go there: it is dead once summed into grads_. Else
-  // into a store of their own, freed after: grads_ holds the update's gradients, still to be applied or skipped.
+  // Gradients with a micro-step store (binary64, accum > 1) go there: it is dead once summed into grads_. Else into
+  // grads_ when the update is skipped (its gradients are dropped; the next update overwrites them), and only when
+  // they are still to be applied into a store of their own, freed after (a run without loss scaling, once).
   ParamStore own_store;
-  ParamStore& scratch = gradients_in_total() ? own_store : micro_grads_;
+  ParamStore& scratch = !gradients_in_total() ? micro_grads_ : skipped ? grads_ : own_store;
   if (scratch.size() != layout_.total) scratch = ParamStore(grads_.kind(), layout_.total);
   StepTelemetry named;  // no log, no detailed telemetry: only the scans
   ops::Fp8ScalingState* fp8 = own_.fp8_state();

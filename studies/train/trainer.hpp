@@ -146,11 +146,12 @@ class Trainer {
   /// summed into grads_ (with the underflow telemetry at a detailed step); returns the mean loss.
   double micro_steps(std::int64_t s, double scale, StepTelemetry& tel);
   /// The micro-steps of update s run again with the op output scans on (StepTelemetry::check_outputs), gradients
-  /// into a scratch store, until one names the first op that produced a non-finite value: the same values as the
-  /// step's own pass (deterministic, keyed by the micro-step), which ran without the scans. Sets
+  /// into a store whose values are dead (grads_ when the update is `skipped`), until one names the first op that
+  /// produced a non-finite value: the same values as the step's own pass (deterministic, keyed by the micro-step),
+  /// which ran without the scans. Sets
   /// tel.first_nonfinite_op to that name, or leaves it empty when none is found (the sum of finite micro-steps
   /// overflowed, or the unscaling did).
-  void name_first_nonfinite(std::int64_t s, double scale, StepTelemetry& tel);
+  void name_first_nonfinite(std::int64_t s, double scale, bool skipped, StepTelemetry& tel);
   /// Records the first non-finite step (naming the op) and the RMSNorm collapses of the step.
   void record_nonfinite(std::int64_t s, const StepTelemetry& tel, bool finite);
   /// Loss scaling: the update skipped for non-finite gradients (logged).

@@ -266,9 +266,12 @@ TEST(TrainModel, InjectedOverflowInALaterMicroStepIsNamedByTheReplay) {
   omp_set_num_threads(1);
   // te-fp8-delayed: the delayed-scaling histories move with every training pass, so the replay must start each
   // micro-step from the state it ran from (the trainer checks each replayed loss against the micro-step's).
-  for (const char* preset : {"ane-fp16", "fp64", "te-fp8-delayed"}) {
-    const bool fp16 = std::string(preset) == "ane-fp16";
-    const ops::Policy policy = ops::Policy::preset(preset);
+  // ane-fp16 once more without loss scaling: the update is applied (the masters become non-finite), so the replay
+  // takes a store of its own instead of the update's gradients.
+  for (const char* preset : {"ane-fp16", "fp64", "te-fp8-delayed", "ane-fp16 unscaled"}) {
+    const bool unscaled = std::string(preset) == "ane-fp16 unscaled";
+    const bool fp16 = std::string(preset) == "ane-fp16" || unscaled;
+    const ops::Policy policy = ops::Policy::preset(unscaled ? "ane-fp16" : preset);
     const double factor = fp16 ? 1e9 : std::numeric_limits<double>::infinity();
     const std::string site = fp16 ? "residual-ffn.fwd(x)[layer 1]" : "matmul.fwd(w2)[layer 1]";
     Transformer own(c, ResidualScale::None, policy, 3), fp32(c, ResidualScale::None, ops::Policy::preset("fp32"), 3);
@@ -279,21 +282,27 @@ TEST(TrainModel, InjectedOverflowInALaterMicroStepIsNamedByTheReplay) {
     o.recipe.warmup = 1;
     o.recipe.accum = 2;
     o.progress_every = 0;
-    o.loss_scale = LossScaleSpec::parse("static:256");
+    o.loss_scale = LossScaleSpec::parse(unscaled ? "none" : "static:256");
     o.policy = policy.canonical();
-    const auto dir = fresh_dir(std::string("inject-accum-") + preset);
+    const auto dir = fresh_dir(std::string("inject-accum-") + (unscaled ? "unscaled" : preset));
     o.out = dir;
     Trainer t(o, own, fp32, data, nullptr);
     nlohmann::json s;
     ASSERT_NO_THROW(s = t.run()) << preset;
     EXPECT_EQ(s["first_nonfinite_step"], 1) << preset;
     EXPECT_EQ(s["first_nonfinite_op"], site) << preset;
-    EXPECT_EQ(s["skipped_steps"], 1) << preset;
+    EXPECT_EQ(s["skipped_steps"], unscaled ? 0 : 1) << preset;
+    EXPECT_EQ(s["diverged"], unscaled) << preset;
     std::ifstream events(dir / "events.csv");
     std::stringstream ev;
     ev << events.rdbuf();
-    EXPECT_NE(ev.str().find("1,skip,non-finite gradients at loss scale 256 (first in " + site + ")"), std::string::npos)
+    EXPECT_NE(ev.str().find("1,nonfinite,first non-finite value in " + site), std::string::npos)
         << preset << ": " << ev.str();
+    if (!unscaled) {
+      EXPECT_NE(ev.str().find("1,skip,non-finite gradients at loss scale 256 (first in " + site + ")"),
+                std::string::npos)
+          << preset << ": " << ev.str();
+    }
   }
 }
 
