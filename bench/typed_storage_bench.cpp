@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "numerics/round.hpp"
 #include "ops/activation.hpp"
 #include "ops/attention.hpp"
 #include "ops/matmul.hpp"
@@ -200,6 +201,60 @@ void matmul_bwd_weight(benchmark::State& st, const char* policy) {
   st.SetItemsProcessed(static_cast<std::int64_t>(st.iterations()) * 512 * 1408);
 }
 
+/// The three passes as a training step runs them (every tensor in binary32 storage, W and dW included: the
+/// trainer's working weights and gradients under a policy whose formats fit binary32), at the up projection's shape,
+/// with training's magnitudes: x ~ N(0, 1), W ~ N(0, 0.02), dy a loss-scaled gradient ~ N(0, 0.03), every value
+/// rounded to the policy's storage format. dx and dW are zeroed before each call, outside the timing, as the model
+/// zeroes its gradients. Compare the three rows of one policy: the same 2·512·512·1408 flops each.
+std::vector<float> stored(std::uint64_t seed, std::size_t n, double sd, const char* policy) {
+  const roundoff::numerics::RoundingPlan plan(Policy::preset(policy).at(OpKind::Matmul, Pass::Forward).storage);
+  std::vector<double> v = normal(seed, n);
+  std::vector<float> out(n);
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = static_cast<float>(
+        roundoff::numerics::round_to(plan, roundoff::numerics::Rounding::NearestEven, sd * v[i]));
+  return out;
+}
+void train_fwd(benchmark::State& st, const char* policy) {
+  constexpr MatmulShape s{512, 512, 1408};
+  const Ctx<Emulated> ctx = ctx_of(policy, OpKind::Matmul, Pass::Forward);
+  const std::vector<float> x = stored(10, 512 * 512, 1.0, policy), w = stored(11, 1408 * 512, 0.02, policy);
+  std::vector<float> y(512 * 1408);
+  for (auto _ : st) {
+    matmul_forward(std::span<float>(y), std::span<const float>(x), std::span<const float>(w), s, ctx);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetItemsProcessed(static_cast<std::int64_t>(st.iterations()) * 512 * 1408);
+}
+void train_bwd_data(benchmark::State& st, const char* policy) {
+  constexpr MatmulShape s{512, 512, 1408};
+  const Ctx<Emulated> ctx = ctx_of(policy, OpKind::Matmul, Pass::BackwardData);
+  const std::vector<float> dy = stored(12, 512 * 1408, 0.03, policy), w = stored(11, 1408 * 512, 0.02, policy);
+  std::vector<float> dx(512 * 512);
+  for (auto _ : st) {
+    st.PauseTiming();
+    std::fill(dx.begin(), dx.end(), 0.0f);
+    st.ResumeTiming();
+    matmul_backward_data(std::span<float>(dx), std::span<const float>(dy), std::span<const float>(w), s, ctx);
+    benchmark::DoNotOptimize(dx.data());
+  }
+  st.SetItemsProcessed(static_cast<std::int64_t>(st.iterations()) * 512 * 1408);
+}
+void train_bwd_weight(benchmark::State& st, const char* policy) {
+  constexpr MatmulShape s{512, 512, 1408};
+  const Ctx<Emulated> ctx = ctx_of(policy, OpKind::Matmul, Pass::BackwardWeight);
+  const std::vector<float> dy = stored(12, 512 * 1408, 0.03, policy), x = stored(10, 512 * 512, 1.0, policy);
+  std::vector<float> dw(1408 * 512);
+  for (auto _ : st) {
+    st.PauseTiming();
+    std::fill(dw.begin(), dw.end(), 0.0f);
+    st.ResumeTiming();
+    matmul_backward_weight(std::span<float>(dw), std::span<const float>(dy), std::span<const float>(x), s, ctx);
+    benchmark::DoNotOptimize(dw.data());
+  }
+  st.SetItemsProcessed(static_cast<std::int64_t>(st.iterations()) * 512 * 1408);
+}
+
 void entry_cast_b64(benchmark::State& st, const char* p) { entry_cast<double>(st, p); }
 void entry_cast_b32(benchmark::State& st, const char* p) { entry_cast<float>(st, p); }
 
@@ -247,4 +302,10 @@ BENCHMARK_CAPTURE(matmul_bwd_data_b64, fp32, "fp32")->Name("typed/matmul-bwd-dat
 BENCHMARK_CAPTURE(matmul_bwd_data_b32, fp32, "fp32")->Name("typed/matmul-bwd-data/fp32/binary32");
 BENCHMARK_CAPTURE(matmul_bwd_weight_b64, fp32, "fp32")->Name("typed/matmul-bwd-weight/fp32/binary64");
 BENCHMARK_CAPTURE(matmul_bwd_weight_b32, fp32, "fp32")->Name("typed/matmul-bwd-weight/fp32/binary32");
+BENCHMARK_CAPTURE(train_fwd, fp16, "ane-fp16")->Name("typed/train-matmul-fwd/ane-fp16");
+BENCHMARK_CAPTURE(train_bwd_data, fp16, "ane-fp16")->Name("typed/train-matmul-bwd-data/ane-fp16");
+BENCHMARK_CAPTURE(train_bwd_weight, fp16, "ane-fp16")->Name("typed/train-matmul-bwd-weight/ane-fp16");
+BENCHMARK_CAPTURE(train_fwd, fp32, "fp32")->Name("typed/train-matmul-fwd/fp32");
+BENCHMARK_CAPTURE(train_bwd_data, fp32, "fp32")->Name("typed/train-matmul-bwd-data/fp32");
+BENCHMARK_CAPTURE(train_bwd_weight, fp32, "fp32")->Name("typed/train-matmul-bwd-weight/fp32");
 BENCHMARK_MAIN();

@@ -84,6 +84,16 @@ void tile_rows(Acc acc, std::size_t rows, const float* Ap, std::size_t lda, cons
 void tile_ane_rows(std::size_t rows, const float* Af, std::size_t lda, const float* Bp, std::size_t ldb, std::size_t K,
                    float* tile, std::size_t ldt, std::int64_t& overflows, AneProbe& probe, bool flush);
 
+/// Rows and columns of the wide micro-tile of the sequential fp32 accumulator (tile_rows_fp32_wide).
+inline constexpr std::size_t kWideRows = 6, kWideCols = 64;
+
+/// tile_rows(Acc::Fp32, rows, ..., block 0, ...) over kWideCols columns (two kCols calls' worth), with the same
+/// bits: micro-tiles of kWideRows rows × kWideCols columns (24 accumulators; per term 4 vector loads and 6
+/// broadcasts for 24 FMAs, where a 12-row tile_rows call makes 2 and 12), the rows past the last whole micro-tile
+/// by tile_rows. Arguments as tile_rows's; B columns Bp[k·ldb + 0..kWideCols−1].
+void tile_rows_fp32_wide(std::size_t rows, const float* Ap, std::size_t lda, const float* Bp, std::size_t ldb,
+                         std::size_t K, float* tile, std::size_t ldt, ALayout layout);
+
 }  // namespace roundoff::numerics::kernels::avx512
 
 namespace roundoff::numerics::kernels::avx2 {

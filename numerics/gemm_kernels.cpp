@@ -945,17 +945,26 @@ void cache_insert(PackCache::Impl& pc, std::shared_ptr<PackedB> fresh, int worst
   pc.entries.push_back(std::move(fresh));
 }
 
-/// Rows × jn columns of one panel through a tier's kernels (tile_rows over kCols columns at a time, or
-/// tile_ane_rows over kAneCols for the tile stage, whose A is packed in rows), the columns past jn of the last call
+/// The wide fp32 micro-tile of a tier that has none (the AVX2 tier: 64 columns of 8 lanes would not fit its 16
+/// registers).
+constexpr void (*kNoWideRows)(std::size_t, const float*, std::size_t, const float*, std::size_t, std::size_t, float*,
+                              std::size_t, ALayout) = nullptr;
+
+/// Rows × jn columns of one panel through a tier's kernels (tile_rows over kCols columns at a time; the sequential
+/// fp32 accumulator's wide micro-tiles over the whole panel where the tier has them and jn needs more than one
+/// kCols call; or tile_ane_rows over kAneCols for the tile stage, whose A is packed in rows), the columns past jn
 /// computed on the panel's zero padding and never stored.
-template <std::size_t kCols, std::size_t kAneCols, class Rows, class AneRows>
+template <std::size_t kCols, std::size_t kAneCols, class Rows, class AneRows, class WideRows>
 void tier_rows(const Plan& plan, std::size_t rows, const float* Ap, std::size_t lda, ALayout layout, const float* Bp,
                std::size_t len, std::size_t jn, float* tile, std::int64_t& overflows, AneProbe& probe, Rows tile_rows,
-               AneRows tile_ane_rows) {
+               AneRows tile_ane_rows, WideRows wide_rows) {
   if (plan.tile) {
     assert(layout == ALayout::Rows);
     for (std::size_t c = 0; c < kPanel && c < jn; c += kAneCols)
       tile_ane_rows(rows, Ap, lda, Bp + c, kPanel, len, tile + c, kPanel, overflows, probe, plan.flush);
+  } else if (wide_rows && plan.acc == Acc::Fp32 && plan.block == 0 && jn > kPanel - kCols) {
+    static_assert(avx512::kWideCols == kPanel);
+    wide_rows(rows, Ap, lda, Bp, kPanel, len, tile, kPanel, layout);
   } else {
     for (std::size_t c = 0; c < kPanel && c < jn; c += kCols)
       tile_rows(plan.acc, rows, Ap, lda, Bp + c, kPanel, len, plan.block, tile + c, kPanel, layout);
@@ -975,10 +984,11 @@ void kernel_rows(const Plan& plan, const Packed& pk, bool native, std::size_t ro
     tile_ph_rows(rows, pk.Ah + a0, K, pk.Bh + b0, len, plan.block, tile, kPanel, la);
   } else if (pk.avx2) {
     tier_rows<avx2::kCols, avx2::kAneCols>(plan, rows, pk.A + a0, K, la, pk.B + b0, len, jn, tile, overflows, probe,
-                                           avx2::tile_rows, avx2::tile_ane_rows);
+                                           avx2::tile_rows, avx2::tile_ane_rows, kNoWideRows);
   } else {
     tier_rows<avx512::kCols, avx512::kAneCols>(plan, rows, pk.A + a0, K, la, pk.B + b0, len, jn, tile, overflows,
-                                               probe, avx512::tile_rows, avx512::tile_ane_rows);
+                                               probe, avx512::tile_rows, avx512::tile_ane_rows,
+                                               avx512::tile_rows_fp32_wide);
   }
 }
 

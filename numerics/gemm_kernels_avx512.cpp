@@ -258,4 +258,25 @@ ROUNDOFF_AVX512 ROUNDOFF_INLINE bool ane_f32(VF& s, const float* a, const VF* b,
 
 #include "numerics/gemm_tile_loops.inc"
 
+static_assert(kWideCols % kW == 0 && kWideCols % kCols == 0);
+
+void tile_rows_fp32_wide(std::size_t rows, const float* Ap, std::size_t lda, const float* Bp, std::size_t ldb,
+                         std::size_t K, float* t, std::size_t ldt, ALayout layout) {
+  std::size_t r0 = 0;
+  for (; r0 + kWideRows <= rows; r0 += kWideRows) {
+    float* out = t + r0 * ldt;
+    if (layout == ALayout::Panels)
+      tile_wide<kWideRows, kWideCols / kW, ALayout::Panels>(a_at<ALayout::Panels>(Ap, lda, r0, 0), lda, Bp, ldb, K,
+                                                            out, ldt);
+    else
+      tile_wide<kWideRows, kWideCols / kW, ALayout::Rows>(a_at<ALayout::Rows>(Ap, lda, r0, 0), lda, Bp, ldb, K, out,
+                                                          ldt);
+  }
+  if (r0 == rows) return;
+  const float* a =
+      layout == ALayout::Panels ? a_at<ALayout::Panels>(Ap, lda, r0, 0) : a_at<ALayout::Rows>(Ap, lda, r0, 0);
+  for (std::size_t c = 0; c < kWideCols; c += kCols)
+    tile_rows(Acc::Fp32, rows - r0, a, lda, Bp + c, ldb, K, 0, t + r0 * ldt + c, ldt, layout);
+}
+
 }  // namespace roundoff::numerics::kernels::avx512

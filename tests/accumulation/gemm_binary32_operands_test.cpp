@@ -45,12 +45,15 @@ std::vector<k::Isa> tiers() {
 
 
 /// Operand values of `in`, with NaN encodings the widening must keep as the binary64 operand has them (a signaling
-/// NaN with a payload, a negative quiet NaN) when `specials`.
+/// NaN with a payload, a negative quiet NaN) when `specials`, and NaNs whose payload fills the fraction (the packs
+/// must store them as the quiet NaN: the bf16 kernels' bit rounding would carry them into ±0).
 std::vector<float> operand(std::mt19937_64& rng, const Format& in, std::size_t n, bool specials) {
   std::vector<float> v = narrowed(random_values(rng, in, n, specials ? Regime::Specials : Regime::Normal));
   if (specials && n > 7) {
     v[n / 3] = std::bit_cast<float>(0x7FA00123u);
     v[n / 2] = std::bit_cast<float>(0xFFC00001u);
+    v[n / 5] = std::bit_cast<float>(0x7FFFFFFFu);
+    v[n - 2] = std::bit_cast<float>(0xFFFFFFFFu);
   }
   return v;
 }
