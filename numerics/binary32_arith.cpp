@@ -7,8 +7,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 
 #include "numerics/round.hpp"
@@ -118,6 +120,37 @@ __attribute__((target("avx512f"))) bool any_nan_avx512(const float* x, std::size
     nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
   }
   return nan != 0;
+}
+
+/// Values per block of all_positive_zero's scans (1 KiB), tested before the next block is read.
+constexpr std::size_t kZeroBlock = 256;
+
+__attribute__((target("avx512f"))) bool all_positive_zero_avx512(const float* x, std::size_t n) {
+  for (std::size_t b = 0; b < n; b += kZeroBlock) {
+    const std::size_t e = std::min(n, b + kZeroBlock);
+    __m512i any = _mm512_setzero_si512();
+    for (std::size_t i = b; i < e; i += 16) {
+      const std::size_t left = e - i;
+      const auto live = left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
+      any = _mm512_or_si512(any, _mm512_maskz_loadu_epi32(live, x + i));
+    }
+    if (_mm512_test_epi32_mask(any, any) != 0) return false;
+  }
+  return true;
+}
+
+__attribute__((target("avx2"))) bool all_positive_zero_avx2(const float* x, std::size_t n) {
+  for (std::size_t b = 0; b < n; b += kZeroBlock) {
+    const std::size_t e = std::min(n, b + kZeroBlock);
+    __m256i any = _mm256_setzero_si256();
+    std::size_t i = b;
+    for (; i + 8 <= e; i += 8)
+      any = _mm256_or_si256(any, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)));
+    std::uint32_t rest = 0;
+    for (; i < e; ++i) rest |= std::bit_cast<std::uint32_t>(x[i]);
+    if (!_mm256_testz_si256(any, any) || rest != 0) return false;
+  }
+  return true;
 }
 
 __attribute__((target("avx2"))) bool any_nan_avx2(const float* x, std::size_t n) {
@@ -322,6 +355,16 @@ void binary32_arith_fp16(Binary32Op op, std::span<const float> a, std::span<cons
 void binary32_arith(Binary32Op op, std::span<const float> a, std::span<const float> b, std::span<float> out,
                     const KernelOptions& opts) {
   arith_spans<false>(op, a, b, out, opts);
+}
+
+bool all_positive_zero(std::span<const float> x, const KernelOptions& opts) {
+  if (round_doubles_avx512_supported() && opts.isa_limit >= kernels::Isa::Avx512)
+    return all_positive_zero_avx512(x.data(), x.size());
+  if (round_doubles_avx2_supported() && opts.isa_limit >= kernels::Isa::Avx2)
+    return all_positive_zero_avx2(x.data(), x.size());
+  for (const float v : x)
+    if (std::bit_cast<std::uint32_t>(v) != 0) return false;
+  return true;
 }
 
 bool any_nan(std::span<const float> x, const KernelOptions& opts) {

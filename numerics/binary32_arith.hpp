@@ -37,6 +37,10 @@ void binary32_arith_fp16(Binary32Op op, std::span<const float> a, std::span<cons
 /// True when some x[i] is NaN. Tiers as binary32_arith; the answer does not depend on the path.
 bool any_nan(std::span<const float> x, const KernelOptions& opts = {});
 
+/// True when every x[i] is +0 (all 32 bits zero: −0 is not +0). Tiers as binary32_arith, each returning at the
+/// first 1 KiB block holding a nonzero encoding; the answer does not depend on the path.
+bool all_positive_zero(std::span<const float> x, const KernelOptions& opts = {});
+
 /// True when a is the plain binary32 chain: accumulator IEEE binary32 (fp32) to nearest even, exact products
 /// (fused), sequential order, no promotion, multi-term adder, tile stage, split-K or step flush (as binary64_chain
 /// for fp64): a dot is s = −0, then s = fl32(s + x_k·y_k) for each k, the exact product added and rounded once.

@@ -1164,16 +1164,15 @@ void compute_rows(const Plan& plan, const Packed& pk, bool native, Start start, 
   }
 }
 
-/// True when every element of p[0, n) is +0 (its encoding is all zero bits).
-bool all_positive_zero(const double* p, std::size_t n) {
+/// True when every element of p[0, n) is +0 (its encoding is all zero bits): binary32 rows by numerics'
+/// vector scan under the GEMM's instruction-set limit.
+bool all_positive_zero(const double* p, std::size_t n, const KernelOptions&) {
   std::uint64_t any = 0;
   for (std::size_t i = 0; i < n; ++i) any |= std::bit_cast<std::uint64_t>(p[i]);
   return any == 0;
 }
-bool all_positive_zero(const float* p, std::size_t n) {
-  std::uint32_t any = 0;
-  for (std::size_t i = 0; i < n; ++i) any |= std::bit_cast<std::uint32_t>(p[i]);
-  return any == 0;
+bool all_positive_zero(const float* p, std::size_t n, const KernelOptions& opts) {
+  return numerics::all_positive_zero(std::span<const float>(p, n), opts);
 }
 
 /// Overflow events of one output, replayed step by step with the correctly rounded scalar operations and
@@ -1466,7 +1465,7 @@ bool gemm_fast_t(const Accumulation& a, std::size_t M, std::size_t N, std::size_
 #pragma omp for schedule(static) nowait
       for (std::ptrdiff_t i = 0; i < rows; ++i) {
         const TC* c_row = C + static_cast<std::size_t>(i) * ldc;
-        if (zeros && all_positive_zero(c_row, N)) continue;
+        if (zeros && all_positive_zero(c_row, N, opts)) continue;
         zeros = false;
         w = std::min(w, pack_c(pk, c_row, N, nullptr));
       }

@@ -159,6 +159,26 @@ TEST(Binary32Arith, AnyNanOnEveryTier) {
     }
 }
 
+TEST(Binary32Arith, AllPositiveZeroOnEveryTier) {
+  // Lengths around the vectors (8, 16 lanes) and the 256-value blocks the vector tiers test before reading on;
+  // one nonzero encoding (−0, the smallest subnormal, a NaN, 1) anywhere makes the answer false.
+  std::int64_t checked = 0;
+  for (const KernelOptions& k : tiers())
+    for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{17},
+                                std::size_t{255}, std::size_t{256}, std::size_t{257}, std::size_t{1000}}) {
+      const std::vector<float> zeros(n, 0.0f);
+      EXPECT_TRUE(all_positive_zero(zeros, k)) << n;
+      for (const std::uint32_t bits : {0x80000000u, 0x00000001u, 0x7fc00000u, 0x3f800000u})
+        for (const std::size_t at : {std::size_t{0}, n / 2, std::size_t{255}, std::size_t{256}, n - 1}) {
+          if (at >= n) continue;
+          std::vector<float> y = zeros;
+          y[at] = std::bit_cast<float>(bits);
+          EXPECT_FALSE(all_positive_zero(y, k)) << n << " at " << at << " bits " << bits;
+          ++checked;
+        }
+    }
+  EXPECT_GT(checked, 100);
+}
 
 /// The plain binary32 accumulation: fp32 accumulator to nearest even, exact products, sequential.
 Accumulation chain32() {
