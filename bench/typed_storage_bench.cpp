@@ -204,8 +204,7 @@ void matmul_bwd_weight(benchmark::State& st, const char* policy) {
 /// The three passes as a training step runs them (every tensor in binary32 storage, W and dW included: the
 /// trainer's working weights and gradients under a policy whose formats fit binary32), at the up projection's shape,
 /// with training's magnitudes: x ~ N(0, 1), W ~ N(0, 0.02), dy a loss-scaled gradient ~ N(0, 0.03), every value
-/// rounded to the policy's storage format. dx and dW are zeroed before each call, outside the timing, as the model
-/// zeroes its gradients. Compare the three rows of one policy: the same 2·512·512·1408 flops each.
+/// rounded to the policy's storage format. Compare the three rows of one policy: the same 2·512·512·1408 flops each.
 std::vector<float> stored(std::uint64_t seed, std::size_t n, double sd, const char* policy) {
   const roundoff::numerics::RoundingPlan plan(Policy::preset(policy).at(OpKind::Matmul, Pass::Forward).storage);
   std::vector<double> v = normal(seed, n);
@@ -215,45 +214,36 @@ std::vector<float> stored(std::uint64_t seed, std::size_t n, double sd, const ch
         roundoff::numerics::round_to(plan, roundoff::numerics::Rounding::NearestEven, sd * v[i]));
   return out;
 }
-void train_fwd(benchmark::State& st, const char* policy) {
+/// One pass of the up projection, y (512, 1408) = x (512, 512) · W (1408, 512)ᵀ: Forward writes y; BackwardData
+/// adds dy · W into dx (512, 512); BackwardWeight adds dyᵀ · x into dW (1408, 512); the output zeroed before each
+/// call, outside the timing.
+void train_pass(benchmark::State& st, const char* policy, Pass pass) {
   constexpr MatmulShape s{512, 512, 1408};
-  const Ctx<Emulated> ctx = ctx_of(policy, OpKind::Matmul, Pass::Forward);
-  const std::vector<float> x = stored(10, 512 * 512, 1.0, policy), w = stored(11, 1408 * 512, 0.02, policy);
-  std::vector<float> y(512 * 1408);
-  for (auto _ : st) {
-    matmul_forward(std::span<float>(y), std::span<const float>(x), std::span<const float>(w), s, ctx);
-    benchmark::DoNotOptimize(y.data());
-  }
-  st.SetItemsProcessed(static_cast<std::int64_t>(st.iterations()) * 512 * 1408);
-}
-void train_bwd_data(benchmark::State& st, const char* policy) {
-  constexpr MatmulShape s{512, 512, 1408};
-  const Ctx<Emulated> ctx = ctx_of(policy, OpKind::Matmul, Pass::BackwardData);
-  const std::vector<float> dy = stored(12, 512 * 1408, 0.03, policy), w = stored(11, 1408 * 512, 0.02, policy);
-  std::vector<float> dx(512 * 512);
+  const Ctx<Emulated> ctx = ctx_of(policy, OpKind::Matmul, pass);
+  const std::vector<float> x = stored(10, 512 * 512, 1.0, policy), w = stored(11, 1408 * 512, 0.02, policy),
+                           dy = stored(12, 512 * 1408, 0.03, policy);
+  std::vector<float> out(pass == Pass::BackwardData ? 512 * 512 : 512 * 1408);
   for (auto _ : st) {
     st.PauseTiming();
-    std::fill(dx.begin(), dx.end(), 0.0f);
+    std::fill(out.begin(), out.end(), 0.0f);
     st.ResumeTiming();
-    matmul_backward_data(std::span<float>(dx), std::span<const float>(dy), std::span<const float>(w), s, ctx);
-    benchmark::DoNotOptimize(dx.data());
+    const std::span<float> o(out);
+    switch (pass) {
+      case Pass::Forward: matmul_forward(o, std::span<const float>(x), std::span<const float>(w), s, ctx); break;
+      case Pass::BackwardData:
+        matmul_backward_data(o, std::span<const float>(dy), std::span<const float>(w), s, ctx);
+        break;
+      case Pass::BackwardWeight:
+        matmul_backward_weight(o, std::span<const float>(dy), std::span<const float>(x), s, ctx);
+        break;
+    }
+    benchmark::DoNotOptimize(out.data());
   }
   st.SetItemsProcessed(static_cast<std::int64_t>(st.iterations()) * 512 * 1408);
 }
-void train_bwd_weight(benchmark::State& st, const char* policy) {
-  constexpr MatmulShape s{512, 512, 1408};
-  const Ctx<Emulated> ctx = ctx_of(policy, OpKind::Matmul, Pass::BackwardWeight);
-  const std::vector<float> dy = stored(12, 512 * 1408, 0.03, policy), x = stored(10, 512 * 512, 1.0, policy);
-  std::vector<float> dw(1408 * 512);
-  for (auto _ : st) {
-    st.PauseTiming();
-    std::fill(dw.begin(), dw.end(), 0.0f);
-    st.ResumeTiming();
-    matmul_backward_weight(std::span<float>(dw), std::span<const float>(dy), std::span<const float>(x), s, ctx);
-    benchmark::DoNotOptimize(dw.data());
-  }
-  st.SetItemsProcessed(static_cast<std::int64_t>(st.iterations()) * 512 * 1408);
-}
+void train_fwd(benchmark::State& st, const char* policy) { train_pass(st, policy, Pass::Forward); }
+void train_bwd_data(benchmark::State& st, const char* policy) { train_pass(st, policy, Pass::BackwardData); }
+void train_bwd_weight(benchmark::State& st, const char* policy) { train_pass(st, policy, Pass::BackwardWeight); }
 
 void entry_cast_b64(benchmark::State& st, const char* p) { entry_cast<double>(st, p); }
 void entry_cast_b32(benchmark::State& st, const char* p) { entry_cast<float>(st, p); }
