@@ -245,6 +245,21 @@ void train_fwd(benchmark::State& st, const char* policy) { train_pass(st, policy
 void train_bwd_data(benchmark::State& st, const char* policy) { train_pass(st, policy, Pass::BackwardData); }
 void train_bwd_weight(benchmark::State& st, const char* policy) { train_pass(st, policy, Pass::BackwardWeight); }
 
+/// Causal softmax forward as W512 trains it (4 sequences of 128 tokens, 8 heads), scores in binary32 storage
+/// holding values of the policy's storage format (scaled scores of training's size, N(0, 2)).
+void train_softmax_fwd(benchmark::State& st, const char* policy) {
+  constexpr AttnShape s{4, 8, 128, 64};
+  const auto n = static_cast<std::size_t>(s.att_size());
+  const Ctx<Emulated> ctx = ctx_of(policy, OpKind::Softmax, Pass::Forward);
+  const std::vector<float> pre = stored(9, n, 2.0, policy);
+  std::vector<float> att(n);
+  for (auto _ : st) {
+    softmax_forward(std::span<float>(att), std::span<const float>(pre), s, ctx);
+    benchmark::DoNotOptimize(att.data());
+  }
+  st.SetItemsProcessed(static_cast<std::int64_t>(st.iterations()) * static_cast<std::int64_t>(n));
+}
+
 void entry_cast_b64(benchmark::State& st, const char* p) { entry_cast<double>(st, p); }
 void entry_cast_b32(benchmark::State& st, const char* p) { entry_cast<float>(st, p); }
 
@@ -298,4 +313,6 @@ BENCHMARK_CAPTURE(train_bwd_weight, fp16, "ane-fp16")->Name("typed/train-matmul-
 BENCHMARK_CAPTURE(train_fwd, fp32, "fp32")->Name("typed/train-matmul-fwd/fp32");
 BENCHMARK_CAPTURE(train_bwd_data, fp32, "fp32")->Name("typed/train-matmul-bwd-data/fp32");
 BENCHMARK_CAPTURE(train_bwd_weight, fp32, "fp32")->Name("typed/train-matmul-bwd-weight/fp32");
+BENCHMARK_CAPTURE(train_softmax_fwd, fp16, "ane-fp16")->Name("typed/train-softmax-fwd/ane-fp16");
+BENCHMARK_CAPTURE(train_softmax_fwd, fp32, "fp32")->Name("typed/train-softmax-fwd/fp32");
 BENCHMARK_MAIN();
