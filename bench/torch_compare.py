@@ -167,7 +167,8 @@ def main():
     ap.add_argument("--torch-malloc", choices=("keep", "default"), default="keep",
                     help="keep: glibc keeps PyTorch's heap pages between steps (mallopt); default: glibc's defaults")
     ap.add_argument("--roundoff", default=os.path.join(os.path.dirname(__file__), "..", "build", "studies", "roundoff"))
-    ap.add_argument("--compare", help="a second roundoff binary, timed right after --roundoff in every round")
+    ap.add_argument("--compare", help="a second roundoff binary, timed beside --roundoff in every round (first in "
+                    "the even rounds: a drift of the host over minutes then favours neither)")
     ap.add_argument("--rounds", type=int, default=1, help="repeat the comparison; summary of the per-round ratios")
     a = ap.parse_args()
     if a.rounds < 1:
@@ -181,9 +182,10 @@ def main():
     for rnd in range(a.rounds):
         results = {}
         shape = None
-        for b in binaries:
+        for b in (binaries if rnd % 2 == 0 else binaries[::-1]):  # the order alternates between rounds
             for pol in a.policies.split(","):
                 results[(b, pol)], shape = roundoff_step_ms(b, a.config, pol, a.steps, a.threads, a.keep)
+        results = {(b, pol): results[(b, pol)] for b in binaries for pol in a.policies.split(",")}
         load_before = os.getloadavg()[0]
         if a.torch_malloc == "keep" and rnd == 0:
             keep_heap_pages()
@@ -208,6 +210,10 @@ def main():
             c = sorted(r[1] for r in rs)
             print(f"{pol:<16} wall {w[0]:.2f} / {statistics.median(w):.2f} / {w[-1]:.2f}"
                   f"  CPU {c[0]:.2f} / {statistics.median(c):.2f} / {c[-1]:.2f}" + (f"  {b}" if a.compare else ""))
+        if a.compare:  # a sign count: rounds in which --compare's step was the shorter (wall)
+            for pol in a.policies.split(","):
+                lower = sum(rc[0] < rr[0] for rr, rc in zip(ratios[(a.roundoff, pol)], ratios[(a.compare, pol)]))
+                print(f"{pol:<16} --compare the shorter (wall) in {lower} of {a.rounds} rounds")
     return 0
 
 
