@@ -260,23 +260,25 @@ ROUNDOFF_AVX512 ROUNDOFF_INLINE bool ane_f32(VF& s, const float* a, const VF* b,
 
 static_assert(kWideCols % kW == 0 && kWideCols % kCols == 0);
 
+namespace {
+template <ALayout L>
+void wide_rows_in(std::size_t rows, const float* Ap, std::size_t lda, const float* Bp, std::size_t ldb, std::size_t K,
+                  float* t, std::size_t ldt) {
+  std::size_t r0 = 0;
+  for (; r0 + kWideRows <= rows; r0 += kWideRows)
+    tile_wide<kWideRows, kWideCols / kW, L>(a_at<L>(Ap, lda, r0, 0), lda, Bp, ldb, K, t + r0 * ldt, ldt);
+  if (r0 < rows)  // the rows past the last whole micro-tile
+    for (std::size_t c = 0; c < kWideCols; c += kCols)
+      rows_of<Acc::Fp32, L>(rows - r0, a_at<L>(Ap, lda, r0, 0), lda, Bp + c, ldb, K, 0, t + r0 * ldt + c, ldt);
+}
+}  // namespace
+
 void tile_rows_fp32_wide(std::size_t rows, const float* Ap, std::size_t lda, const float* Bp, std::size_t ldb,
                          std::size_t K, float* t, std::size_t ldt, ALayout layout) {
-  std::size_t r0 = 0;
-  for (; r0 + kWideRows <= rows; r0 += kWideRows) {
-    float* out = t + r0 * ldt;
-    if (layout == ALayout::Panels)
-      tile_wide<kWideRows, kWideCols / kW, ALayout::Panels>(a_at<ALayout::Panels>(Ap, lda, r0, 0), lda, Bp, ldb, K,
-                                                            out, ldt);
-    else
-      tile_wide<kWideRows, kWideCols / kW, ALayout::Rows>(a_at<ALayout::Rows>(Ap, lda, r0, 0), lda, Bp, ldb, K, out,
-                                                          ldt);
+  switch (layout) {
+    case ALayout::Rows: wide_rows_in<ALayout::Rows>(rows, Ap, lda, Bp, ldb, K, t, ldt); return;
+    case ALayout::Panels: wide_rows_in<ALayout::Panels>(rows, Ap, lda, Bp, ldb, K, t, ldt); return;
   }
-  if (r0 == rows) return;
-  const float* a =
-      layout == ALayout::Panels ? a_at<ALayout::Panels>(Ap, lda, r0, 0) : a_at<ALayout::Rows>(Ap, lda, r0, 0);
-  for (std::size_t c = 0; c < kWideCols; c += kCols)
-    tile_rows(Acc::Fp32, rows - r0, a, lda, Bp + c, ldb, K, 0, t + r0 * ldt + c, ldt, layout);
 }
 
 }  // namespace roundoff::numerics::kernels::avx512
