@@ -32,18 +32,19 @@ ROUNDOFF_AVX512 ROUNDOFF_INLINE VF bcast(const float* p) { return _mm512_set1_ps
 ROUNDOFF_AVX512 ROUNDOFF_INLINE VF add(VF a, VF b) { return _mm512_add_ps(a, b); }
 ROUNDOFF_AVX512 ROUNDOFF_INLINE VF neg_zero() { return _mm512_set1_ps(-0.0f); }
 
-/// Micro-tile heights: 12 rows (24 accumulator vectors: one A panel) for every sequential accumulator; 8 rows (16
-/// vectors) for the blocked sums, whose partial sums beside the totals need the other registers; then 4, 2, 1 for
-/// the ragged rest. The round-to-odd step (fp16, bf16) needs 3–4 temporaries beside the 24 sums, the two B vectors
-/// and the broadcast: its fp16 loop keeps every sum in registers (bf16's spills a few constants). 8 + 4 rows per
-/// panel cost the fp16 steps ≈ 12 %: the 4-row tile's 8 chains cannot hide the step's latency (FMA pair, test,
-/// blend, vcvtps2ph, vcvtph2ps), 12 rows' 24 chains can (log, "thirty-fourth session").
-constexpr bool kRowHeights[13] = {false, true, true, false, true, false, false, false, true,
+/// Micro-tile heights: 12 rows (24 accumulator vectors: one A panel) for every sequential accumulator; 6 rows for
+/// the blocked sums (12 totals and 12 partial sums: two tiles per panel); then 4, 2, 1 for the ragged rest. The
+/// round-to-odd step (fp16, bf16) needs 3–4 temporaries beside the 24 sums, the two B vectors and the broadcast:
+/// its fp16 loop keeps every sum in registers (bf16's spills a few constants). 8 + 4 rows per panel cost the fp16
+/// steps ≈ 12 %: the 4-row tile's 8 chains cannot hide the step's latency (FMA pair, test, blend, vcvtps2ph,
+/// vcvtph2ps), 12 rows' 24 chains can; the blocked sums likewise ran 8 + 4 (log, "thirty-fourth session").
+constexpr bool kRowHeights[13] = {false, true, true, false, true, false, true, false, true,
                                   false, false, false, true};
 constexpr bool kAneHeights[13] = {false, true, true, false, true, false, false, false, true,
                                   false, false, false, true};
 std::size_t rows_for(std::size_t left, Acc /*acc: every sequential one alike*/, std::size_t block) {
-  if (left >= 12 && block == 0) return 12;
+  if (block == 0 && left >= 12) return 12;
+  if (block != 0 && left >= 6) return 6;
   return left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
 }
 std::size_t ane_rows_for(std::size_t left) {
