@@ -35,9 +35,10 @@ ROUNDOFF_AVX512 ROUNDOFF_INLINE VF neg_zero() { return _mm512_set1_ps(-0.0f); }
 /// Micro-tile heights: 12 rows (24 accumulator vectors: one A panel) for every sequential accumulator; 6 rows for
 /// the blocked sums (12 totals and 12 partial sums: two tiles per panel); then 4, 2, 1 for the ragged rest. The
 /// round-to-odd step (fp16, bf16) needs 3–4 temporaries beside the 24 sums, the two B vectors and the broadcast:
-/// its fp16 loop keeps every sum in registers (bf16's spills a few constants). 8 + 4 rows per panel cost the fp16
-/// steps ≈ 12 %: the 4-row tile's 8 chains cannot hide the step's latency (FMA pair, test, blend, vcvtps2ph,
-/// vcvtph2ps), 12 rows' 24 chains can; the blocked sums likewise ran 8 + 4 (log, "thirty-fourth session").
+/// its fp16 loop keeps every sum in registers (bf16's reloads some values from the stack and is still ≈ 4 % faster
+/// than 8 + 4). 8 + 4 rows per panel cost the fp16 steps ≈ 13 %: the 4-row tile's 8 chains cannot hide the step's
+/// latency (FMA pair, test, blend, vcvtps2ph, vcvtph2ps), 12 rows' 24 chains can; the blocked sums likewise ran
+/// 8 + 4 (log, "thirty-fourth session").
 constexpr bool kRowHeights[13] = {false, true, true, false, true, false, true, false, true,
                                   false, false, false, true};
 constexpr bool kAneHeights[13] = {false, true, true, false, true, false, false, false, true,
