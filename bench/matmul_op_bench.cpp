@@ -4,6 +4,8 @@
 //   op/<preset>/<kind>/<pass>/<shape>    ops::matmul_forward / matmul_backward_data / matmul_backward_weight under
 //                                        the preset's (kind, pass) precision; kind matmul or classifier.
 //   kernel/<preset>/<kind>/<pass>/<shape> numerics::gemm alone on the already cast operands (what the op can reach).
+//   kernel-avx2/<preset>/<kind>/<pass>/<shape>  the same with the kernels limited to the AVX2 tier (what an
+//                                        AVX2-only CPU runs; issue 45's AVX2 row timed on an AVX-512 host).
 // Shapes (tokens n × in → out): a512-cls 128×512→16893 (A512's classifier), a512-proj 128×512→1408 (its W1/W3),
 // e11-cls 256×1024→16893, e11-proj 256×1024→2816. Inputs are random values of the op's storage format, dy scaled
 // as a loss-scaled gradient. Counter FLOPS = 2·n·in·out per iteration. One thread unless OMP_NUM_THREADS says
@@ -109,8 +111,11 @@ void bench_op(benchmark::State& state, const std::string& preset, OpKind kind, P
   set_flops(state, s);
 }
 
-void bench_kernel(benchmark::State& state, const std::string& preset, OpKind kind, Pass pass, MatmulShape s) {
+void bench_kernel(benchmark::State& state, const std::string& preset, OpKind kind, Pass pass, MatmulShape s,
+                  roundoff::numerics::kernels::Isa isa) {
   using roundoff::numerics::ConstMatrix;
+  roundoff::numerics::KernelOptions opts;
+  opts.isa_limit = isa;
   const OpPrecision p = roundoff::ops::Policy::preset(preset).at(kind, pass);
   Operands& d = operands_for(preset, kind, pass, s, p);
   const auto N = static_cast<std::size_t>(s.n), I = static_cast<std::size_t>(s.in), O = static_cast<std::size_t>(s.out);
@@ -118,15 +123,15 @@ void bench_kernel(benchmark::State& state, const std::string& preset, OpKind kin
     switch (pass) {
       case Pass::Forward:
         roundoff::numerics::gemm(p.accumulate, N, O, I, ConstMatrix{d.a.data(), I}, ConstMatrix{d.b.data(), I, true},
-                                 d.out.data(), O);
+                                 d.out.data(), O, false, {}, nullptr, 0, opts);
         break;
       case Pass::BackwardData:
         roundoff::numerics::gemm(p.accumulate, N, I, O, ConstMatrix{d.a.data(), O}, ConstMatrix{d.b.data(), I},
-                                 d.out.data(), I, true);
+                                 d.out.data(), I, true, {}, nullptr, 0, opts);
         break;
       case Pass::BackwardWeight:
         roundoff::numerics::gemm(p.accumulate, O, I, N, ConstMatrix{d.a.data(), O, true}, ConstMatrix{d.b.data(), I},
-                                 d.out.data(), I, true);
+                                 d.out.data(), I, true, {}, nullptr, 0, opts);
         break;
     }
     benchmark::DoNotOptimize(d.out.data());
@@ -157,7 +162,12 @@ void register_all() {
         benchmark::RegisterBenchmark(("op/" + tail).c_str(), bench_op, preset, kind, pass, sh.s)
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
-        benchmark::RegisterBenchmark(("kernel/" + tail).c_str(), bench_kernel, preset, kind, pass, sh.s)
+        using roundoff::numerics::kernels::Isa;
+        benchmark::RegisterBenchmark(("kernel/" + tail).c_str(), bench_kernel, preset, kind, pass, sh.s,
+                                     Isa::Avx512Fp16)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+        benchmark::RegisterBenchmark(("kernel-avx2/" + tail).c_str(), bench_kernel, preset, kind, pass, sh.s, Isa::Avx2)
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
       }
