@@ -140,9 +140,11 @@ void tile_rows(Acc acc, std::size_t rows, const float* Ap, std::size_t lda, cons
 ///     2^-150 <= u·T; so hi = RN(x) > S. lo likewise.
 /// Overflow anywhere (a step, T_c or an end) gives an end of ±inf or NaN, which the test below declines. RZ16 is
 /// monotone, so when RZ16(lo) and RZ16(hi) (vcvtps2ph with RZ, exact for binary32 inputs) are the same fp16 value
-/// h, h = RZ16(S). A lane is taken when they agree and 0 < |h| < 65504 (S finite, nonzero, |S| < 65504: no
-/// overflow event), or h = ±0 with S's sign proven (lo > 0 or hi < 0: RZ16 of a tiny nonzero S), or lo = hi = 0
-/// (S = 0 exactly: h = +0, the definition's exact zero). In each case h is what the binary64 path below gives.
+/// h, h = RZ16(S). A lane is taken when they agree and |h| < 65504 (S finite, |S| < 65504: no overflow event),
+/// ±0 included: hi is never −0 (c·T_c >= +0, and RN gives −0 for an exact zero sum only from two −0 operands),
+/// so h = −0 means hi < 0, S < 0 and h = RZ16(S); h = +0 means lo >= +0, so S > 0 with h = RZ16(S) or S = 0 with
+/// h = +0, the definition's exact zero. Also taken: lo = hi = 0 (lo = −0 when s3 = −0; S = 0 exactly and
+/// hi = +0, h = +0). In each case h is what the binary64 path below gives.
 /// The attempt succeeds only when all 8 lanes are taken; otherwise, and for the last partial tile, the tile is
 /// summed by the binary64 path. The bracket is a few binary32 ulps wide, so it declines tiles whose exact sum
 /// lies on or within about 2^-19 relative of an fp16 value (about 0.2 % of the lanes of random data) and tiles

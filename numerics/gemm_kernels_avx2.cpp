@@ -239,8 +239,8 @@ ROUNDOFF_AVX2 __attribute__((always_inline)) inline __m128i halves(__m256 m) {
 }
 
 /// The full tile of 4 terms in binary32 first (see "binary32 bracket" in gemm_kernel_tiers.hpp): s += h on all
-/// 8 lanes and true, or false with s untouched when a lane's bracket straddles an fp16 value, its h is ±65504,
-/// ±inf or NaN, or its h is ±0 without a proof of S's sign or of S = 0.
+/// 8 lanes and true, or false with s untouched when a lane's bracket straddles an fp16 value (lo = hi = 0
+/// excepted) or its h is ±65504, ±inf or NaN.
 /// a: the row's 4 values as binary32; b[t]: the terms' 8 B columns. Flush: flush=tile.
 template <bool Flush, bool Bits>
 ROUNDOFF_AVX2 __attribute__((always_inline)) inline bool ane_step_f32(__m256& s, const float* a, const __m256* b,
@@ -271,31 +271,21 @@ ROUNDOFF_AVX2 __attribute__((always_inline)) inline bool ane_step_f32(__m256& s,
   constexpr int kRz = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;
   __m128i hh = _mm256_cvtps_ph(hi, kRz);
   const __m128i hl = _mm256_cvtps_ph(lo, kRz);
-  const __m128i mag = _mm_and_si128(hh, _mm_set1_epi16(0x7FFF));
-  const __m128i same = _mm_cmpeq_epi16(hl, hh);
-  // Under the flush a subnormal h (mag <= 0x3FF) also leaves the common case, which then costs nothing extra.
-  const __m128i floor = _mm_set1_epi16(Flush ? 0x03FF : 0);
-  const __m128i ok = _mm_and_si128(same, _mm_and_si128(_mm_cmpgt_epi16(mag, floor),
-                                                       _mm_cmpgt_epi16(_mm_set1_epi16(0x7BFF), mag)));
-  if (__builtin_expect(_mm_movemask_epi8(ok) != 0xFFFF, 0)) {
-    // Zero lanes: S = 0 exactly when lo = hi = 0 (h = +0, the definition's exact zero); a nonzero S of known sign
-    // (lo > 0 or hi < 0) whose ends both round toward zero to that signed zero.
+  // The common case: hl = hh and |h| <= 0x7BFE (below 65504), ±0 included (gemm_kernel_tiers.hpp: hi is never
+  // −0, so hh = −0 proves S < 0 and hl = +0 proves S >= 0). One unsigned saturating subtraction is nonzero
+  // exactly above the range; with hl ^ hh, one vptest.
+  const __m128i miss = _mm_or_si128(_mm_xor_si128(hl, hh),
+                                    _mm_subs_epu16(_mm_and_si128(hh, _mm_set1_epi16(0x7FFF)), _mm_set1_epi16(0x7BFE)));
+  if (__builtin_expect(!_mm_testz_si128(miss, miss), 0)) {
+    // S = 0 exactly when lo = hi = 0 (lo = −0, hi = +0 when s3 = −0): h = +0, the definition's exact zero.
     const __m256 zero = _mm256_setzero_ps();
     const __m128i exact_zero =
         halves(_mm256_and_ps(_mm256_cmp_ps(lo, zero, _CMP_EQ_OQ), _mm256_cmp_ps(hi, zero, _CMP_EQ_OQ)));
-    const __m128i signed_tiny =
-        _mm_and_si128(_mm_and_si128(same, _mm_cmpeq_epi16(mag, _mm_setzero_si128())),
-                      halves(_mm256_or_ps(_mm256_cmp_ps(lo, zero, _CMP_GT_OQ), _mm256_cmp_ps(hi, zero, _CMP_LT_OQ))));
-    // Flush: the certified lanes with a nonzero subnormal h, which the flush turns into zeros of their sign.
-    const __m128i subnormal =
-        Flush ? _mm_and_si128(same, _mm_and_si128(_mm_cmpgt_epi16(mag, _mm_setzero_si128()),
-                                                  _mm_cmpgt_epi16(_mm_set1_epi16(0x0400), mag)))
-              : _mm_setzero_si128();
-    if (_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(ok, subnormal), _mm_or_si128(exact_zero, signed_tiny))) != 0xFFFF)
-      return false;
-    hh = _mm_andnot_si128(exact_zero, hh);
-    if constexpr (Flush) hh = flush_halves(hh);
+    const __m128i ok = _mm_cmpeq_epi16(miss, _mm_setzero_si128());
+    if (_mm_movemask_epi8(_mm_or_si128(ok, exact_zero)) != 0xFFFF) return false;  // exact zeros: hh = +0 (hi = +0)
   }
+  // flush=tile: the certified subnormal h (which has S's sign) become zeros of their sign.
+  if constexpr (Flush) hh = flush_halves(hh);
   s = _mm256_add_ps(s, _mm256_cvtph_ps(hh));
   return true;
 }
