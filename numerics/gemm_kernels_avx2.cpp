@@ -256,14 +256,15 @@ ROUNDOFF_AVX2 __attribute__((always_inline)) inline bool ane_step_f32(__m256& s,
   // The common case in binary32 bits, as the AVX-512 tier's (ane_f32_n): lo and hi agree in sign, exponent and
   // the 10 fraction bits an fp16 normal keeps, and 2^-14 <= |hi| < 65504; then h = hi with its 13 low bits cleared.
   if constexpr (Bits) {
+    // The range in one signed compare: |hi| − 2^-14 (as bits) <= last unsigned, shifted by 2^31 into signed order;
+    // its all-ones lanes and lo ^ hi must be 0 in the kept bits (one vptest).
     const __m256i hb = _mm256_castps_si256(hi);
     const __m256i top = _mm256_set1_epi32(static_cast<int>(0xFFFFE000u));
-    const __m256i differ = _mm256_and_si256(_mm256_xor_si256(_mm256_castps_si256(lo), hb), top);
     const __m256i above = _mm256_sub_epi32(_mm256_and_si256(hb, _mm256_set1_epi32(0x7FFFFFFF)),
-                                           _mm256_set1_epi32(0x38800000));  // |hi| − 2^-14 as bits
-    const __m256i last = _mm256_set1_epi32(0x477FE000 - 0x38800000 - 1);
-    const __m256i normal = _mm256_cmpeq_epi32(_mm256_min_epu32(above, last), above);  // above <= last, unsigned
-    if (__builtin_expect(_mm256_testz_si256(differ, differ) & _mm256_testc_si256(normal, _mm256_set1_epi32(-1)), 1)) {
+                                           _mm256_set1_epi32(static_cast<int>(0x38800000u + 0x80000000u)));
+    const __m256i last = _mm256_set1_epi32(static_cast<int>(0x477FE000u - 0x38800000u - 1u + 0x80000000u));
+    const __m256i bad = _mm256_or_si256(_mm256_xor_si256(_mm256_castps_si256(lo), hb), _mm256_cmpgt_epi32(above, last));
+    if (__builtin_expect(_mm256_testz_si256(bad, top), 1)) {
       s = _mm256_add_ps(s, _mm256_castsi256_ps(_mm256_and_si256(hb, top)));
       return true;
     }
