@@ -4,8 +4,10 @@
 #include "numerics/gemm_kernel_tiers.hpp"
 
 // GCC 12's AVX-512 intrinsics build their pass-through operands from _mm512_undefined_*(), which
-// -Wmaybe-uninitialized reports once inlined (a known false positive of the header).
+// -Wmaybe-uninitialized reports once inlined (a known false positive of the header), and -Wuninitialized as
+// certain once the tile stage's binary64 path is inlined into its out-of-line function (ane_declined).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
