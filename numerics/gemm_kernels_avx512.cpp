@@ -5,7 +5,7 @@
 
 // GCC 12's AVX-512 intrinsics build their pass-through operands from _mm512_undefined_*(), which
 // -Wmaybe-uninitialized reports once inlined (a known false positive of the header), and -Wuninitialized as
-// certain once the tile stage's binary64 path is inlined into its out-of-line function (ane_declined).
+// certain once the tile stage's binary64 path is inlined into its out-of-line function (ane_by_f64).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
