@@ -260,9 +260,11 @@ ROUNDOFF_AVX2 __attribute__((always_inline)) inline bool ane_step_f32(__m256& s,
     // its all-ones lanes and lo ^ hi must be 0 in the kept bits (one vptest).
     const __m256i hb = _mm256_castps_si256(hi);
     const __m256i top = _mm256_set1_epi32(static_cast<int>(0xFFFFE000u));
-    const __m256i above = _mm256_sub_epi32(_mm256_and_si256(hb, _mm256_set1_epi32(0x7FFFFFFF)),
+    // |hi| with the binary32 mask of T's terms (one constant register: the AVX2 tile stage has 16).
+    const __m256i above = _mm256_sub_epi32(_mm256_castps_si256(_mm256_and_ps(hi, abs)),
                                            _mm256_set1_epi32(static_cast<int>(0x38800000u + 0x80000000u)));
-    const __m256i last = _mm256_set1_epi32(static_cast<int>(0x477FE000u - 0x38800000u - 1u + 0x80000000u));
+    __m256i last = _mm256_set1_epi32(static_cast<int>(0x477FE000u - 0x38800000u - 1u + 0x80000000u));
+    __asm__("" : "+x"(last));  // opaque: GCC would turn x > last into min/equal against last + 1 (one op more)
     const __m256i bad = _mm256_or_si256(_mm256_xor_si256(_mm256_castps_si256(lo), hb), _mm256_cmpgt_epi32(above, last));
     if (__builtin_expect(_mm256_testz_si256(bad, top), 1)) {
       s = _mm256_add_ps(s, _mm256_castsi256_ps(_mm256_and_si256(hb, top)));
