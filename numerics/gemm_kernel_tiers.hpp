@@ -127,28 +127,27 @@ void tile_rows(Acc acc, std::size_t rows, const float* Ap, std::size_t lda, cons
 ///
 /// Binary32 bracket, tried first for each full tile of a row (8 lanes). The products p_t = a_t·b_t are exact in
 /// binary32 (pack_run: at most 12 significant bits, 2^-63 <= |x| < 2^63, so |p_t| lies in [2^-126, 2^126] or is
-/// 0/inf/NaN). AVX2 has no per-instruction rounding, so instead of sums rounded down and up (the AVX-512 kernel)
-/// the bracket comes from the round-to-nearest chain s1 = RN(p_0 + p_1), s2 = RN(s1 + p_2), s3 = RN(s2 + p_3) (one
-/// FMA each; the product inside is exact) and an error bound. With δ_i the error of step i, S − s3 = δ1 + δ2 + δ3.
-/// A sum of two binary32 values whose result is below 2^-126 in magnitude is exact, and otherwise
-/// |δ_i| <= u·|s_i| (u = 2^-24), so |S − s3| <= u·T with T = |s1| + |s2| + |s3|. The kernel forms
-/// T_c = RN(RN(|s1| + |s2|) + |s3|) >= (1 − u)²·T and the ends hi = RN(s3 + c·T_c), lo = RN(s3 − c·T_c) with
-/// c = 4u (one FMA each, c·T_c exact inside it). Then lo <= S <= hi:
-///   - all δ_i = 0: S = s3, and RN is monotone with c·T_c >= 0, so lo <= RN(s3) = s3 <= hi;
-///   - some δ_i ≠ 0: that |s_i| >= 2^-126, so T >= 2^-126. x = s3 + c·T_c satisfies x − S >= (4(1 − u)² − 1)·u·T
-///     > 2.9·u·T, while |RN(x) − x| <= max(u·|x|, 2^-150) with u·|x| <= u·(T + 4u(1 + u)²·T) < 1.1·u·T and
-///     2^-150 <= u·T; so hi = RN(x) > S. lo likewise.
-/// Overflow anywhere (a step, T_c or an end) gives an end of ±inf or NaN, which the test below declines. RZ16 is
-/// monotone, so when RZ16(lo) and RZ16(hi) (vcvtps2ph with RZ, exact for binary32 inputs) are the same fp16 value
-/// h, h = RZ16(S). A lane is taken when they agree and |h| < 65504 (S finite, |S| < 65504: no overflow event),
-/// ±0 included: hi is never −0 (c·T_c >= +0, and RN gives −0 for an exact zero sum only from two −0 operands),
-/// so h = −0 means hi < 0, S < 0 and h = RZ16(S); h = +0 means lo >= +0, so S > 0 with h = RZ16(S) or S = 0 with
-/// h = +0, the definition's exact zero. Also taken: lo = hi = 0 (lo = −0 when s3 = −0; S = 0 exactly and
-/// hi = +0, h = +0). In each case h is what the binary64 path below gives.
+/// 0/inf/NaN). AVX2 has no per-instruction rounding, so the attempt runs with MXCSR's rounding control set to
+/// upward (RU; the tile loop's phases, gemm_tile_loops.inc, set it for a run of tiles and restore it before the
+/// running sums' adds and the binary64 path) and gives the AVX-512 kernel's directed ends from two FMA chains:
+///   u_0 = RU(p_0 + (+0)), u_t = RU(p_t + u_{t−1}), hi = u_3;   m_1 = RU(−p_1 − u_0), m_t = RU(−p_t + m_{t−1}),
+///   lo = −m_3.
+/// RU is monotone and RU(x) >= x (also past the range: RU(x) = +inf above max32, −max32 below −max32), so by
+/// induction u_t >= p_0 + … + p_t and m_t >= −(p_0 + … + p_t) in value: lo <= S <= hi. u_0 = p_0 except +0 for
+/// p_0 = −0 (same value). hi is never −0: RU gives −0 for a sum of zeros only from two −0 operands, and u_0 is not
+/// −0. Overflow or an infinite or NaN product gives an end of ±inf or NaN, or |hi| >= 65504, which the tests
+/// below decline. RZ16 is monotone, so when RZ16(lo) and RZ16(hi) (vcvtps2ph with RZ, exact for binary32 inputs;
+/// RZ16(lo) taken as RZ16(m_3) with its sign flipped, RZ16 being odd) are the same fp16 value h, h = RZ16(S).
+/// A lane is taken when they agree and |h| < 65504 (S finite, |S| < 65504: no overflow event), ±0 included:
+/// hi is never −0, so h = −0 means hi < 0, S < 0 and h = RZ16(S); h = +0 means lo >= +0, so S > 0 with
+/// h = RZ16(S) or S = 0 with h = +0, the definition's exact zero. Also taken: lo = hi = 0 (S = 0 exactly, hi = +0,
+/// h = +0). In each case h is what the binary64 path below gives. The common case is tested in binary32 bits
+/// first (as on AVX-512): lo and hi agree in sign, exponent and the 10 fraction bits an fp16 normal keeps (m_3 ^ hi
+/// is 1 in the sign and 0 in those 18 bits: one signed compare) and 2^-14 <= |hi| < 65504.
 /// The attempt succeeds only when all 8 lanes are taken; otherwise, and for the last partial tile, the tile is
-/// summed by the binary64 path. The bracket is a few binary32 ulps wide, so it declines tiles whose exact sum
-/// lies on or within about 2^-19 relative of an fp16 value (about 0.2 % of the lanes of random data) and tiles
-/// with heavy cancellation; the AVX-512 kernel's directed sums decline only the first kind.
+/// summed by the binary64 path. The ends are each at most 3 binary32 ulps of their partial sums from S (one per
+/// step), so the attempt declines tiles whose exact sum lies on or within a few ulps of an fp16 value, and tiles
+/// with heavy cancellation only where the cancelled partial sums' ulps reach an fp16 boundary.
 ///
 /// Binary64 path: without per-instruction rounding the exactness certificate is TwoSum: the binary64 running sum
 /// of a tile's exact products with every step's error 0 is the exact sum S (+0 added last, so an exact zero is

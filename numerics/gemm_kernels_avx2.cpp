@@ -31,8 +31,8 @@ ROUNDOFF_AVX2 ROUNDOFF_INLINE VF neg_zero() { return _mm256_set1_ps(-0.0f); }
 
 /// Micro-tile heights. 16 ymm registers: 6 rows × 2 accumulators (fp32, sequential) or 3 rows × 2 partial + 2
 /// total sums (blocked), plus the two B vectors and the broadcast; the round-to-odd step needs about 5 more, so 4
-/// and 2 rows there. The tile stage: 4 rows, unrolled (with the declined tiles' path out of line the 4 sums, the
-/// 4 B vectors and the constants fit; 0.90-0.95x the rolled loop, log "thirty-fifth session").
+/// and 2 rows there. The tile stage: 4 rows, unrolled (its upward phase holds the 4 B vectors, the constants and
+/// one row's chains; the running sums wait in memory until the phase's adds).
 constexpr bool kRowHeights[13] = {false, true, true, true, true, true, true, false, false,
                                   false, false, false, false};
 constexpr bool kAneHeights[13] = {false, true, true, true, true, false, false, false, false,
@@ -239,65 +239,84 @@ ROUNDOFF_AVX2 __attribute__((always_inline)) inline __m128i halves(__m256 m) {
   return _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extractf128_si256(i, 1));
 }
 
-/// The full tile of 4 terms in binary32 first (see "binary32 bracket" in gemm_kernel_tiers.hpp): s += h on all
-/// 8 lanes and true, or false with s untouched when a lane's bracket straddles an fp16 value (lo = hi = 0
-/// excepted) or its h is ±65504, ±inf or NaN.
-/// a: the row's 4 values as binary32; b[t]: the terms' 8 B columns. Flush: flush=tile.
+/// The tile stage's binary32 attempt runs in phases with MXCSR rounding upward (AVX2 has no per-instruction
+/// rounding): ane_tile in gemm_tile_loops.inc computes a run of tiles' values h with ane_up between round_upward
+/// and round_as_before, and adds them to the running sums after, in the caller's rounding.
+#define ROUNDOFF_GEMM_ANE_UPWARD 1
+
+/// Sets MXCSR's rounding control to upward and returns the MXCSR it found. The asm statements carry a memory
+/// clobber: no load, store or call moves across them, and the attempt's inputs are loads after round_upward and
+/// its results reach the running sums only through stores before round_as_before (gemm_tile_loops.inc).
+ROUNDOFF_AVX2 ROUNDOFF_INLINE unsigned round_upward() {
+  unsigned found = 0, up = 0;
+  __asm__ volatile("vstmxcsr %0" : "=m"(found) : : "memory");
+  up = (found & ~0x6000u) | 0x4000u;
+  __asm__ volatile("vldmxcsr %0" : : "m"(up) : "memory");
+  return found;
+}
+/// Restores the rounding control of `found` (round_upward's result), keeping the exception flags raised since.
+ROUNDOFF_AVX2 ROUNDOFF_INLINE void round_as_before(unsigned found) {
+  unsigned now = 0;
+  __asm__ volatile("vstmxcsr %0" : "=m"(now) : : "memory");
+  now = (now & ~0x6000u) | (found & 0x6000u);
+  __asm__ volatile("vldmxcsr %0" : : "m"(now) : "memory");
+}
+
+/// The full tile of 4 terms in binary32 under MXCSR rounding upward (see "binary32 bracket" in
+/// gemm_kernel_tiers.hpp): its tile values h on all 8 lanes and true, or false with h untouched when a lane's
+/// bracket straddles an fp16 value (lo = hi = 0 excepted) or its h is ±65504, ±inf or NaN.
+/// a: the row's 4 values as binary32; b[t]: the terms' 8 B columns. Flush: flush=tile. Bits: the common case
+/// tested in binary32 bits first, `misses` counting the vectors where it fails.
 template <bool Flush, bool Bits>
-ROUNDOFF_AVX2 __attribute__((always_inline)) inline bool ane_step_f32(__m256& s, const float* a, const __m256* b,
-                                                                      std::size_t& misses) {
-  const __m256 s1 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 1), b[1], _mm256_mul_ps(_mm256_broadcast_ss(a), b[0]));
-  const __m256 s2 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 2), b[2], s1);
-  const __m256 s3 = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 3), b[3], s2);
-  const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-  const __m256 t = _mm256_add_ps(_mm256_add_ps(_mm256_and_ps(s1, abs), _mm256_and_ps(s2, abs)), _mm256_and_ps(s3, abs));
-  const __m256 c = _mm256_set1_ps(0x1p-22f);  // 4u: the bound u·T with room for rounding T and the two ends
-  const __m256 hi = _mm256_fmadd_ps(c, t, s3), lo = _mm256_fnmadd_ps(c, t, s3);
+ROUNDOFF_AVX2 __attribute__((always_inline)) inline bool ane_up(__m256& h, const float* a, const __m256* b,
+                                                                std::size_t& misses) {
+  const __m256 a1 = _mm256_broadcast_ss(a + 1), a2 = _mm256_broadcast_ss(a + 2), a3 = _mm256_broadcast_ss(a + 3);
+  const __m256 u0 = _mm256_fmadd_ps(_mm256_broadcast_ss(a), b[0], _mm256_setzero_ps());  // p_0 (+0 for −0)
+  const __m256 u1 = _mm256_fmadd_ps(a1, b[1], u0), m1 = _mm256_fnmsub_ps(a1, b[1], u0);
+  const __m256 u2 = _mm256_fmadd_ps(a2, b[2], u1), m2 = _mm256_fnmadd_ps(a2, b[2], m1);
+  const __m256 hi = _mm256_fmadd_ps(a3, b[3], u2), m3 = _mm256_fnmadd_ps(a3, b[3], m2);  // hi >= S >= lo = −m3
   // The common case in binary32 bits, as the AVX-512 tier's (ane_f32_n): lo and hi agree in sign, exponent and
   // the 10 fraction bits an fp16 normal keeps, and 2^-14 <= |hi| < 65504; then h = hi with its 13 low bits cleared.
   if constexpr (Bits) {
-    // The range in one signed compare: |hi| − 2^-14 (as bits) <= last unsigned, shifted by 2^31 into signed order;
-    // its all-ones lanes and lo ^ hi must be 0 in the kept bits (one vptest).
     const __m256i hb = _mm256_castps_si256(hi);
     const __m256i top = _mm256_set1_epi32(static_cast<int>(0xFFFFE000u));
-    // |hi| with the binary32 mask of T's terms (one constant register: the AVX2 tile stage has 16).
-    const __m256i above = _mm256_sub_epi32(_mm256_castps_si256(_mm256_and_ps(hi, abs)),
-                                           _mm256_set1_epi32(static_cast<int>(0x38800000u + 0x80000000u)));
+    // The range in one signed compare: |hi| − 2^-14 (as bits) <= last unsigned, shifted by 2^31 into signed order.
+    const __m256i above =
+        _mm256_sub_epi32(_mm256_castps_si256(_mm256_and_ps(hi, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)))),
+                         _mm256_set1_epi32(static_cast<int>(0x38800000u + 0x80000000u)));
     __m256i last = _mm256_set1_epi32(static_cast<int>(0x477FE000u - 0x38800000u - 1u + 0x80000000u));
     __asm__("" : "+x"(last));  // opaque: GCC would turn x > last into min/equal against last + 1 (one op more)
-    const __m256i bad = _mm256_or_si256(_mm256_xor_si256(_mm256_castps_si256(lo), hb), _mm256_cmpgt_epi32(above, last));
-    if (__builtin_expect(_mm256_testz_si256(bad, top), 1)) {
-      s = _mm256_add_ps(s, _mm256_castsi256_ps(_mm256_and_si256(hb, top)));
+    // lo = −m3 agrees with hi in the kept bits when m3 ^ hi is 1 in the sign and 0 in the 18 bits below it that
+    // are kept: as a signed integer, below INT_MIN + 2^13.
+    const __m256i agree = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(0x80002000u)),
+                                             _mm256_xor_si256(_mm256_castps_si256(m3), hb));
+    const __m256i good = _mm256_andnot_si256(_mm256_cmpgt_epi32(above, last), agree);
+    if (__builtin_expect(_mm256_testc_si256(good, top), 1)) {
+      h = _mm256_castsi256_ps(_mm256_and_si256(hb, top));
       return true;
     }
     ++misses;
   }
   constexpr int kRz = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;
   __m128i hh = _mm256_cvtps_ph(hi, kRz);
-  const __m128i hl = _mm256_cvtps_ph(lo, kRz);
+  const __m128i hl = _mm_xor_si128(_mm256_cvtps_ph(m3, kRz), _mm_set1_epi16(static_cast<short>(0x8000)));  // RZ16(lo)
   // The common case: hl = hh and |h| <= 0x7BFE (below 65504), ±0 included (gemm_kernel_tiers.hpp: hi is never
   // −0, so hh = −0 proves S < 0 and hl = +0 proves S >= 0). One unsigned saturating subtraction is nonzero
   // exactly above the range; with hl ^ hh, one vptest.
   const __m128i miss = _mm_or_si128(_mm_xor_si128(hl, hh),
                                     _mm_subs_epu16(_mm_and_si128(hh, _mm_set1_epi16(0x7FFF)), _mm_set1_epi16(0x7BFE)));
   if (__builtin_expect(!_mm_testz_si128(miss, miss), 0)) {
-    // S = 0 exactly when lo = hi = 0 (lo = −0, hi = +0 when s3 = −0): h = +0, the definition's exact zero.
+    // S = 0 exactly when lo = hi = 0 (hi = +0, lo = ±0): h = hh = +0, the definition's exact zero.
     const __m256 zero = _mm256_setzero_ps();
     const __m128i exact_zero =
-        halves(_mm256_and_ps(_mm256_cmp_ps(lo, zero, _CMP_EQ_OQ), _mm256_cmp_ps(hi, zero, _CMP_EQ_OQ)));
+        halves(_mm256_and_ps(_mm256_cmp_ps(m3, zero, _CMP_EQ_OQ), _mm256_cmp_ps(hi, zero, _CMP_EQ_OQ)));
     const __m128i ok = _mm_cmpeq_epi16(miss, _mm_setzero_si128());
-    if (_mm_movemask_epi8(_mm_or_si128(ok, exact_zero)) != 0xFFFF) return false;  // exact zeros: hh = +0 (hi = +0)
+    if (_mm_movemask_epi8(_mm_or_si128(ok, exact_zero)) != 0xFFFF) return false;
   }
   // flush=tile: the certified subnormal h (which has S's sign) become zeros of their sign.
   if constexpr (Flush) hh = flush_halves(hh);
-  s = _mm256_add_ps(s, _mm256_cvtph_ps(hh));
+  h = _mm256_cvtph_ps(hh);
   return true;
-}
-
-/// The full tile of kTile terms in binary32.
-template <bool Flush, bool Bits>
-ROUNDOFF_AVX2 ROUNDOFF_INLINE bool ane_f32(VF& s, const float* a, const VF* b, std::size_t& misses) {
-  return ane_step_f32<Flush, Bits>(s, a, b, misses);
 }
 
 #include "numerics/gemm_tile_loops.inc"

@@ -22,6 +22,7 @@ namespace {
 #define ROUNDOFF_GEMM_TARGET ROUNDOFF_AVX512
 #define ROUNDOFF_GEMM_UNROLL_ROWS _Pragma("GCC unroll 12")
 #define ROUNDOFF_GEMM_UNROLL_ANE _Pragma("GCC unroll 12")
+#define ROUNDOFF_GEMM_ANE_UPWARD 0  // the tile stage rounds up and down per instruction (ane_f32_n)
 
 using VF = __m512;
 using VD = __m512d;
