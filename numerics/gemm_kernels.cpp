@@ -1460,7 +1460,8 @@ bool gemm_fast_t(const Accumulation& a, std::size_t M, std::size_t N, std::size_
   const std::size_t per_thread = (M + threads_z - 1) / threads_z;
   const std::size_t chunk = (per_thread + kMr - 1) / kMr * kMr;
   const std::size_t nchunks = (M + chunk - 1) / chunk;
-  const std::size_t group = (pk.panels + (nthreads > 1 ? kPanelGroups : 1) - 1) / (nthreads > 1 ? kPanelGroups : 1);
+  const std::size_t groups_wanted = nthreads > 1 ? kPanelGroups : 1;  // one thread: one group, the panels in order
+  const std::size_t group = (pk.panels + groups_wanted - 1) / groups_wanted;  // panels per group
   const std::size_t ngroups = (pk.panels + group - 1) / group;  // of `group` panels each, the last maybe fewer
   const std::unique_ptr<std::atomic<std::size_t>[]> next_group(new std::atomic<std::size_t>[nchunks]());
   int worst = 2, worst_b = 2;
