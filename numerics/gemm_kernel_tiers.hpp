@@ -130,12 +130,12 @@ void tile_rows(Acc acc, std::size_t rows, const float* Ap, std::size_t lda, cons
 /// 0/inf/NaN). AVX2 has no per-instruction rounding, so the attempt runs with MXCSR's rounding control set to
 /// upward (RU; the tile loop's phases, gemm_tile_loops.inc, set it for a run of tiles and restore it before the
 /// running sums' adds and the binary64 path) and gives the AVX-512 kernel's directed ends from two FMA chains:
-///   u_0 = RU(p_0 + (+0)), u_t = RU(p_t + u_{t−1}), hi = u_3;   m_1 = RU(−p_1 − u_0), m_t = RU(−p_t + m_{t−1}),
-///   lo = −m_3.
+///   u_0 = RU(p_0 + (+0)), u_t = RU(p_t + u_{t−1}), hi = u_3;
+///   m_1 = RU(−p_1 − u_0), m_t = RU(−p_t + m_{t−1}), lo = −m_3.
 /// RU is monotone and RU(x) >= x (also past the range: RU(x) = +inf above max32, −max32 below −max32), so by
 /// induction u_t >= p_0 + … + p_t and m_t >= −(p_0 + … + p_t) in value: lo <= S <= hi. u_0 = p_0 except +0 for
-/// p_0 = −0 (same value). hi is never −0: RU gives −0 for a sum of zeros only from two −0 operands, and u_0 is not
-/// −0. Overflow or an infinite or NaN product gives an end of ±inf or NaN, or |hi| >= 65504, which the tests
+/// p_0 = −0 (same value). hi is never −0: RU gives −0 for a sum of zeros only from two −0 operands, and u_0 is
+/// not −0. Overflow or an infinite or NaN product gives an end of ±inf or NaN, or |hi| >= 65504, which the tests
 /// below decline. RZ16 is monotone, so when RZ16(lo) and RZ16(hi) (vcvtps2ph with RZ, exact for binary32 inputs;
 /// RZ16(lo) taken as RZ16(m_3) with its sign flipped, RZ16 being odd) are the same fp16 value h, h = RZ16(S).
 /// A lane is taken when they agree and |h| < 65504 (S finite, |S| < 65504: no overflow event), ±0 included:
